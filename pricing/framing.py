@@ -1,0 +1,222 @@
+"""Chat framing: what a route adds around the text of each message, per chat family.
+
+A model never sees the JSON of a chat request; it sees the request rendered through its chat
+template: role markers, separators, tool schemas, the priming of its reply. Those tokens are
+billed and they count against the window, so they are priced here, per family:
+
+``openai``
+    OpenAI's published rule (cookbook, "How to count tokens with tiktoken"): 3 tokens per message
+    plus its role and fields, 1 more for a ``name``, 3 to prime the reply; tool definitions by the
+    cookbook's function-schema rule. Exact for plain text on gpt-4o-class models. Assistant tool
+    calls and tool results are priced as their text plus a per-call constant: OpenAI does not
+    publish that rendering, so it is an approximation that calibration corrects.
+``deepseek``
+    DeepSeek's V3-family chat template: ``<｜begin▁of▁sentence｜>``, ``<｜User｜>`` /
+    ``<｜Assistant｜>`` role markers, ``<｜end▁of▁sentence｜>`` after assistant turns, and its
+    tool-call and tool-output markers. Each marker is one special token, so the template is priced
+    exactly with the DeepSeek tokenizer by counting the text between markers.
+``generic``
+    Constants from config, for families whose templates are not public (Claude, Gemini, ...).
+
+Only framing lives here; counting text is the tokenizer's job and images are the image rule's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pricing.messages import Message, ToolCall
+from pricing.tokenizers import Tokenizer
+
+__all__ = ["FAMILIES", "Framing", "MessageFrame", "default_framing", "parse_framing"]
+
+FAMILIES = ("openai", "deepseek", "generic")
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """A chat family and its constants (overridable from config: providers revise them)."""
+
+    family: str = "openai"
+    per_message: int = 3
+    per_name: int = 1
+    priming: int = 3
+    #: Scaffolding around one assistant tool call, beyond its name and arguments (approximate).
+    per_tool_call: int = 7
+    # OpenAI's function-schema rule (cookbook); gpt-4 / gpt-3.5 use func_init=10.
+    func_init: int = 7
+    prop_init: int = 3
+    prop_key: int = 3
+    enum_init: int = -3
+    enum_item: int = 3
+    func_end: int = 12
+
+    #: Whether the family's rendering is published exactly (the meter reports it).
+    @property
+    def exact(self) -> bool:
+        return self.family in ("openai", "deepseek")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFrame:
+    """Tokens of one message beyond its content parts: ``text`` is model-visible text outside
+    the content (tool-call names and arguments), ``framing`` the template's scaffolding."""
+
+    text: int
+    framing: int
+
+
+def default_framing(model: str, tokenizer: str) -> Framing:
+    """The framing a model name implies; config may override any constant."""
+    name = model.lower().rsplit("/", 1)[-1]
+    if "deepseek" in name and tokenizer == "deepseek":
+        return Framing(family="deepseek", per_message=0, per_name=0, priming=2)
+    if tokenizer == "cl100k_base":
+        return Framing(func_init=10)
+    if tokenizer == "o200k_base" and _is_openai_model(name):
+        return Framing()
+    return Framing(family="generic")
+
+
+def _is_openai_model(name: str) -> bool:
+    return name.startswith(("gpt-", "o1", "o3", "o4", "chatgpt", "computer-use"))
+
+
+def parse_framing(spec: Any, base: Framing) -> Framing:
+    """``framing: openai`` or ``framing: {family: generic, per_message: 5, ...}``."""
+    if isinstance(spec, str):
+        spec = {"family": spec}
+    if not isinstance(spec, Mapping):
+        raise ValueError("framing must be a family name or a mapping")
+    family = spec.get("family", base.family)
+    if family not in FAMILIES:
+        raise ValueError(f"unknown framing family {family!r} (known: {', '.join(FAMILIES)})")
+    fields = {k: v for k, v in spec.items() if k != "family"}
+    known = set(Framing.__dataclass_fields__) - {"family"}
+    unknown = set(fields) - known
+    if unknown:
+        raise ValueError(f"unknown framing constant(s) {sorted(unknown)} (known: {sorted(known)})")
+    for key, value in fields.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"framing.{key} must be an integer")
+    if family != base.family and family == "deepseek":
+        base = Framing(family="deepseek", per_message=0, per_name=0, priming=2)
+    return replace(base, family=family, **fields)
+
+
+def frame_message(message: Message, framing: Framing, tok: Tokenizer) -> MessageFrame:
+    """Tokens a message costs beyond its content parts."""
+    if framing.family == "deepseek":
+        return _deepseek_frame(message, tok)
+    text = sum(tok.count(c.name) + tok.count(c.arguments) for c in message.tool_calls)
+    overhead = framing.per_message + tok.count(message.role)
+    if message.name is not None:
+        overhead += tok.count(message.name) + framing.per_name
+    overhead += framing.per_tool_call * len(message.tool_calls)
+    if message.tool_call_id is not None:
+        overhead += tok.count(message.tool_call_id)
+    return MessageFrame(text=text, framing=overhead)
+
+
+def _deepseek_frame(message: Message, tok: Tokenizer) -> MessageFrame:
+    """routefit's rendering of DeepSeek's V3 template, context-free per message.
+
+    Every special token is its own token and splits the text around it, so counting the text
+    between markers is exact. Two simplifications keep each message's price independent of its
+    neighbours (so a cached price stays valid when fitting removes a neighbour): every tool output
+    carries its own outputs-begin/end pair (the real template shares one pair per run and joins
+    with a newline: we overcount by at most one token per extra output), and every assistant turn
+    opens with ``<｜Assistant｜>``. Several system messages are joined by a blank line, which may
+    merge with the text around it; one system message is exact.
+    """
+    role = message.role
+    if role in ("system", "developer"):
+        return MessageFrame(0, 0)  # system text follows BOS with no marker
+    if role == "user":
+        return MessageFrame(0, 1)  # <｜User｜>
+    if role in ("tool", "function"):
+        # outputs-begin, output-begin, ..., output-end, outputs-end
+        return MessageFrame(0, 4)
+    # <｜Assistant｜> content [calls-begin call ("\n" call)* calls-end] <｜end▁of▁sentence｜>
+    framing = 2
+    text = 0
+    if message.tool_calls:
+        framing += 2
+        for i, call in enumerate(message.tool_calls):
+            # <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
+            framing += 3 + tok.count("function") + (tok.count("\n") if i else 0)
+            text += tok.count(deepseek_call_text(call))
+    return MessageFrame(text, framing)
+
+
+def deepseek_call_text(call: ToolCall) -> str:
+    """The text of one tool call between DeepSeek's ``<｜tool▁sep｜>`` and its end marker."""
+    return f"{call.name}\n```json\n{call.arguments}\n```"
+
+
+def tools_tokens(tools: tuple[Mapping[str, Any], ...], framing: Framing, tok: Tokenizer) -> int:
+    """Tokens of the tool definitions of a request."""
+    if not tools:
+        return 0
+    if framing.family == "openai":
+        return _openai_tools(tools, framing, tok)
+    # Other families render the schemas as JSON inside their system prompt; price that text.
+    return sum(tok.count(_compact_json(fn)) + framing.per_message for fn in tools)
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _strip_period(text: str) -> str:
+    return text[:-1] if text.endswith(".") else text
+
+
+def _openai_tools(tools: tuple[Mapping[str, Any], ...], f: Framing, tok: Tokenizer) -> int:
+    total = 0
+    for fn in tools:
+        name = fn.get("name")
+        if not isinstance(name, str):  # a non-function tool kind: its JSON is the best guess
+            total += tok.count(_compact_json(fn))
+            continue
+        description = fn.get("description")
+        total += f.func_init + tok.count(f"{name}:{_strip_period(_as_text(description))}")
+        params = fn.get("parameters")
+        properties = params.get("properties") if isinstance(params, Mapping) else None
+        if isinstance(properties, Mapping) and properties:
+            total += f.prop_init + _openai_properties(properties, f, tok)
+    return total + f.func_end
+
+
+def _openai_properties(properties: Mapping[str, Any], f: Framing, tok: Tokenizer) -> int:
+    total = 0
+    for key, prop in properties.items():
+        prop = prop if isinstance(prop, Mapping) else {}
+        total += f.prop_key
+        enum = prop.get("enum")
+        if isinstance(enum, list):
+            total += f.enum_init
+            for item in enum:
+                total += f.enum_item + tok.count(_as_text(item))
+        kind = prop.get("type", "")
+        kind = "|".join(map(str, kind)) if isinstance(kind, list) else _as_text(kind)
+        description = _strip_period(_as_text(prop.get("description")))
+        total += tok.count(f"{key}:{kind}:{description}")
+        # The cookbook stops at the top level; nested objects are priced by the same rule one
+        # level down (an approximation the meter does not claim is exact).
+        nested = prop.get("properties")
+        if isinstance(nested, Mapping) and nested:
+            total += f.prop_init + _openai_properties(nested, f, tok)
+        items = prop.get("items")
+        if isinstance(items, Mapping) and isinstance(items.get("properties"), Mapping):
+            total += f.prop_init + _openai_properties(items["properties"], f, tok)
+    return total
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

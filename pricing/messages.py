@@ -1,0 +1,275 @@
+"""The chat request as pricing sees it: validated once, then plain frozen values.
+
+The wire body stays the source of truth for forwarding (unknown fields are kept byte for byte);
+these values carry only what pricing and fitting reason about, plus a reference to the wire dict
+each came from, so an unchanged message is forwarded as the very object the client sent.
+
+Validation is strict about shape (a wrong type is a client mistake and gets a 400 naming the
+field) and lenient about extra keys (providers add fields faster than gateways learn them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ROLES",
+    "ChatRequest",
+    "ImagePart",
+    "Message",
+    "Part",
+    "RequestError",
+    "TextPart",
+    "ToolCall",
+    "parse_request",
+]
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+DETAILS = frozenset({"auto", "low", "high", "original"})
+
+
+class RequestError(ValueError):
+    """A client mistake in the request body; ``param`` is the JSON path of the offending field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    url: str
+    detail: str = "auto"
+
+
+Part = TextPart | ImagePart
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str
+    parts: tuple[Part, ...]
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    #: The wire dict this message was parsed from (or will be rendered as). Never mutated.
+    wire: Mapping[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        """All text parts joined (what a text-only reader of the message sees)."""
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ImagePart))
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[Mapping[str, Any], ...]
+    #: The client's output reservation (``max_completion_tokens`` or ``max_tokens``), if any.
+    max_output_tokens: int | None
+    body: Mapping[str, Any]
+
+
+def _str(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"{param} must be a string", param)
+    return value
+
+
+def _parts(content: Any, param: str) -> tuple[Part, ...]:
+    if content is None:
+        return ()
+    if isinstance(content, str):
+        return (TextPart(content),) if content else ()
+    if not isinstance(content, list):
+        raise RequestError(f"{param} must be a string, a list of content parts or null", param)
+    parts: list[Part] = []
+    for j, part in enumerate(content):
+        where = f"{param}[{j}]"
+        if not isinstance(part, Mapping):
+            raise RequestError(f"{where} must be an object", where)
+        kind = part.get("type")
+        if kind in ("text", "refusal"):
+            parts.append(TextPart(_str(part.get(kind), f"{where}.{kind}")))
+        elif kind == "image_url":
+            image = part.get("image_url")
+            if isinstance(image, str):
+                image = {"url": image}
+            if not isinstance(image, Mapping):
+                raise RequestError(f"{where}.image_url must be an object with a url", where)
+            url = _str(image.get("url"), f"{where}.image_url.url")
+            detail = image.get("detail") or "auto"
+            if detail not in DETAILS:
+                raise RequestError(
+                    f"{where}.image_url.detail must be one of {sorted(DETAILS)}",
+                    f"{where}.image_url.detail",
+                )
+            parts.append(ImagePart(url, detail))
+        else:
+            raise RequestError(f"{where}.type {kind!r} is not a supported content part type", where)
+    return tuple(parts)
+
+
+def _tool_calls(value: Any, param: str) -> tuple[ToolCall, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise RequestError(f"{param} must be a list", param)
+    calls = []
+    for j, call in enumerate(value):
+        where = f"{param}[{j}]"
+        if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+            raise RequestError(f"{where} must be an object with a function", where)
+        fn = call["function"]
+        arguments = fn.get("arguments", "")
+        calls.append(
+            ToolCall(
+                id=_str(call.get("id", ""), f"{where}.id"),
+                name=_str(fn.get("name"), f"{where}.function.name"),
+                arguments=_str(arguments, f"{where}.function.arguments"),
+            )
+        )
+    return tuple(calls)
+
+
+def parse_message(raw: Any, index: int) -> Message:
+    where = f"messages[{index}]"
+    if not isinstance(raw, Mapping):
+        raise RequestError(f"{where} must be an object", where)
+    role = raw.get("role")
+    if role not in ROLES:
+        raise RequestError(f"{where}.role {role!r} is not one of {sorted(ROLES)}", f"{where}.role")
+    name = raw.get("name")
+    if name is not None:
+        name = _str(name, f"{where}.name")
+    calls = _tool_calls(raw.get("tool_calls"), f"{where}.tool_calls")
+    legacy = raw.get("function_call")
+    if isinstance(legacy, Mapping):
+        calls += _tool_calls([{"function": legacy}], f"{where}.function_call")
+    if calls and role != "assistant":
+        raise RequestError(f"{where}: only assistant messages carry tool_calls", where)
+    tool_call_id = raw.get("tool_call_id")
+    if role == "tool":
+        tool_call_id = _str(tool_call_id, f"{where}.tool_call_id")
+    elif tool_call_id is not None:
+        tool_call_id = None  # harmless stray field; forwarded, ignored for grouping
+    if "content" not in raw and role != "assistant":
+        raise RequestError(f"{where}.content is required for role {role!r}", f"{where}.content")
+    return Message(
+        role=role,
+        parts=_parts(raw.get("content"), f"{where}.content"),
+        name=name,
+        tool_calls=calls,
+        tool_call_id=tool_call_id,
+        wire=raw,
+    )
+
+
+def _max_output(body: Mapping[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RequestError(f"{key} must be a positive integer", key)
+        return value
+    return None
+
+
+def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    tools: list[Mapping[str, Any]] = []
+    raw_tools = body.get("tools")
+    if raw_tools is not None:
+        if not isinstance(raw_tools, list):
+            raise RequestError("tools must be a list", "tools")
+        for i, tool in enumerate(raw_tools):
+            if not isinstance(tool, Mapping):
+                raise RequestError(f"tools[{i}] must be an object", f"tools[{i}]")
+            fn = tool.get("function")
+            if tool.get("type", "function") == "function":
+                if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+                    raise RequestError(
+                        f"tools[{i}].function must be an object with a name", f"tools[{i}]"
+                    )
+                tools.append(fn)
+            else:
+                tools.append(tool)  # custom / built-in tool kinds are priced as their JSON
+    legacy = body.get("functions")
+    if isinstance(legacy, list):
+        for i, fn in enumerate(legacy):
+            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+                raise RequestError(f"functions[{i}] must be an object with a name", "functions")
+            tools.append(fn)
+    return tuple(tools)
+
+
+def parse_request(body: Any) -> ChatRequest:
+    """Validate an OpenAI chat-completions body; raise RequestError naming the bad field."""
+    if not isinstance(body, Mapping):
+        raise RequestError("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list", "messages")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise RequestError("model must be a string", "model")
+    return ChatRequest(
+        model=model,
+        messages=tuple(parse_message(m, i) for i, m in enumerate(messages)),
+        tools=_tools(body),
+        max_output_tokens=_max_output(body),
+        body=body,
+    )
+
+
+def message_wire(message: Message) -> Mapping[str, Any]:
+    """The wire dict for a message: the client's own when unchanged, else rendered from parts."""
+    if message.wire is not None:
+        return message.wire
+    out: dict[str, Any] = {"role": message.role}
+    out["content"] = render_content(message.parts)
+    if message.name is not None:
+        out["name"] = message.name
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def render_content(parts: Sequence[Part]) -> str | list[dict[str, Any]] | None:
+    """Content in its simplest wire form: a string when all parts are text."""
+    if not parts:
+        return ""
+    if all(isinstance(p, TextPart) for p in parts):
+        return "".join(p.text for p in parts if isinstance(p, TextPart))
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if isinstance(p, TextPart):
+            out.append({"type": "text", "text": p.text})
+        else:
+            out.append({"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}})
+    return out

@@ -1,0 +1,170 @@
+"""The meter: what a request costs on a route, message by message.
+
+``measure`` is pure and deterministic: same request, same route, same image sizes → same
+Pressure. It is also cheap on the second call: text counts are memoised per content digest and
+image sizes per image digest, so re-measuring a conversation that grew by one turn costs about
+the new turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pricing.framing import frame_message, tools_tokens
+from pricing.messages import ChatRequest, ImagePart, Message, TextPart
+from pricing.probe import placeholder, probe
+from pricing.route import Route
+from pricing.tokenizers import get_tokenizer
+
+__all__ = ["ImagePrice", "MessagePressure", "Pressure", "measure", "measure_message"]
+
+#: Image sizes learnt outside pricing (e.g. fetched URL headers), by URL.
+Sizes = Mapping[str, tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePrice:
+    """One image occurrence as the route will count it."""
+
+    message: int
+    part: int
+    rule: str
+    detail: str
+    width: int | None
+    height: int | None
+    tokens: int
+    #: True when priced from the image's real size; False when priced at the rule's worst case.
+    sized: bool
+    #: The text that replaces the image on the wire (text-only routes), priced as text.
+    placeholder: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePressure:
+    index: int
+    role: str
+    text: int
+    framing: int
+    images: int
+
+    @property
+    def total(self) -> int:
+        return self.text + self.framing + self.images
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    route: str
+    messages: tuple[MessagePressure, ...]
+    tools: int
+    priming: int
+    image_details: tuple[ImagePrice, ...]
+    #: Whether every part was priced by a published rule (otherwise calibration matters more).
+    exact: bool
+
+    @property
+    def text(self) -> int:
+        return sum(m.text for m in self.messages)
+
+    @property
+    def framing(self) -> int:
+        return sum(m.framing for m in self.messages) + self.tools + self.priming
+
+    @property
+    def images(self) -> int:
+        return sum(m.images for m in self.messages)
+
+    @property
+    def total(self) -> int:
+        return self.text + self.framing + self.images
+
+
+def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePrice:
+    """The route's price for one image; message/part indices are filled in by the caller."""
+    rule = route.image_rule
+    info = probe(part.url, route.image_limits)
+    width: int | None
+    height: int | None
+    if info is not None:
+        width, height = info.width, info.height
+    elif sizes is not None and part.url in sizes:
+        width, height = sizes[part.url]
+    else:
+        width = height = None
+    if not (route.supports_vision and rule.visual):
+        text = placeholder(info, part.url)
+        tokens = get_tokenizer(route.tokenizer).count(text)
+        return ImagePrice(0, 0, rule.kind, part.detail, width, height, tokens, True, text)
+    if width is not None and height is not None:
+        return ImagePrice(
+            0,
+            0,
+            rule.kind,
+            part.detail,
+            width,
+            height,
+            rule.tokens(width, height, part.detail),
+            True,
+        )
+    worst = rule.worst_case(part.detail)
+    tokens = route.image_limits.max_image_tokens if worst is None else worst
+    return ImagePrice(0, 0, rule.kind, part.detail, None, None, tokens, False)
+
+
+def measure_message(
+    message: Message, route: Route, index: int = 0, sizes: Sizes | None = None
+) -> tuple[MessagePressure, tuple[ImagePrice, ...]]:
+    tok = get_tokenizer(route.tokenizer)
+    text = 0
+    image_tokens = 0
+    images: list[ImagePrice] = []
+    for j, part in enumerate(message.parts):
+        if isinstance(part, TextPart):
+            text += tok.count(part.text)
+        else:
+            price = price_image(part, route, sizes)
+            price = ImagePrice(
+                index,
+                j,
+                price.rule,
+                price.detail,
+                price.width,
+                price.height,
+                price.tokens,
+                price.sized,
+                price.placeholder,
+            )
+            images.append(price)
+            image_tokens += price.tokens
+    frame = frame_message(message, route.framing, tok)
+    pressure = MessagePressure(index, message.role, text + frame.text, frame.framing, image_tokens)
+    return pressure, tuple(images)
+
+
+def measure(request: ChatRequest, route: Route, sizes: Sizes | None = None) -> Pressure:
+    return measure_messages(request.messages, request.tools, route, sizes)
+
+
+def measure_messages(
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, object]],
+    route: Route,
+    sizes: Sizes | None = None,
+) -> Pressure:
+    per_message: list[MessagePressure] = []
+    details: list[ImagePrice] = []
+    for i, message in enumerate(messages):
+        pressure, images = measure_message(message, route, i, sizes)
+        per_message.append(pressure)
+        details.extend(images)
+    tok = get_tokenizer(route.tokenizer)
+    exact = route.exact_text and all(d.sized for d in details)
+    return Pressure(
+        route=route.alias,
+        messages=tuple(per_message),
+        tools=tools_tokens(tuple(tools), route.framing, tok),
+        priming=route.framing.priming,
+        image_details=tuple(details),
+        exact=exact,
+    )

@@ -1,0 +1,250 @@
+"""Offline tokenizers and the per-content count cache.
+
+Every tokenizer here loads from files already on disk: tiktoken's ``o200k_base`` / ``cl100k_base``
+from the copies litellm ships, Hugging Face ``tokenizer.json`` files (the DeepSeek and legacy
+Anthropic ones litellm ships, or a path the operator gives). The network is never touched: a
+gateway that stalls on a CDN at start-up, or in the middle of a request, is worse than one that
+counts approximately.
+
+Counting is the hot path of the whole proxy. A conversation is re-sent every turn with one or two
+new messages, so counts are memoised per (tokenizer, content digest) in a bounded LRU: a long
+conversation is tokenized once, not once per turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = [
+    "CountCache",
+    "Tokenizer",
+    "TokenizerError",
+    "get_tokenizer",
+    "litellm_tokenizer_dir",
+    "parse_tokenizer_spec",
+]
+
+#: Names accepted in config besides ``hf:PATH`` and ``heuristic:CHARS_PER_TOKEN``.
+NAMED_TOKENIZERS = ("o200k_base", "cl100k_base", "deepseek", "anthropic-legacy")
+
+_TIKTOKEN_URLS = {
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+}
+_HF_SHIPPED = {
+    "deepseek": "deepseek_tokenizer.json",
+    "anthropic-legacy": "anthropic_tokenizer.json",
+}
+
+# Strings shorter than this are their own cache key: hashing them costs more than comparing.
+_SHORT = 64
+
+
+class TokenizerError(ValueError):
+    """A tokenizer spec that cannot be honoured offline (unknown name, missing file)."""
+
+
+class Tokenizer(Protocol):
+    """What pricing needs from a tokenizer: counts, and token boundaries for cutting text."""
+
+    name: str
+
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text`` (memoised)."""
+        ...
+
+    def boundaries(self, text: str) -> list[int]:
+        """Character offset at which each token of ``text`` starts, ascending.
+
+        Capping cuts text at token boundaries so a cut never splits a token (or a multi-byte
+        character inside a byte-level token) and the kept part costs what it claims.
+        """
+        ...
+
+
+class CountCache:
+    """A bounded, thread-safe LRU from content to token count for one tokenizer."""
+
+    def __init__(self, maxsize: int = 131072) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[str | bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(text: str) -> str | bytes:
+        if len(text) < _SHORT:
+            return text
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def get_or_compute(self, text: str, compute: Callable[[str], int]) -> int:
+        k = self.key(text)
+        with self._lock:
+            n = self._data.get(k)
+            if n is not None:
+                self._data.move_to_end(k)
+                self.hits += 1
+                return n
+        n = compute(text)
+        with self._lock:
+            self.misses += 1
+            self._data[k] = n
+            if len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+        return n
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+@dataclass
+class _Tiktoken:
+    name: str
+    _enc: Any
+    cache: CountCache = field(default_factory=CountCache)
+
+    def _count(self, text: str) -> int:
+        return len(self._enc.encode_ordinary(text))
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return self.cache.get_or_compute(text, self._count)
+
+    def boundaries(self, text: str) -> list[int]:
+        if not text:
+            return []
+        tokens = self._enc.encode_ordinary(text)
+        _, offsets = self._enc.decode_with_offsets(tokens)
+        return list(offsets)
+
+
+@dataclass
+class _HuggingFace:
+    name: str
+    _tok: Any
+    cache: CountCache = field(default_factory=CountCache)
+
+    def _count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return self.cache.get_or_compute(text, self._count)
+
+    def boundaries(self, text: str) -> list[int]:
+        if not text:
+            return []
+        offsets = self._tok.encode(text, add_special_tokens=False).offsets
+        starts = [start for start, _ in offsets]
+        # Byte-level pieces of one character share its offset; keep starts monotone.
+        for i in range(1, len(starts)):
+            if starts[i] < starts[i - 1]:
+                starts[i] = starts[i - 1]
+        return starts
+
+
+@dataclass
+class _Heuristic:
+    """Characters-per-token estimate for routes whose tokenizer is not public.
+
+    Deliberately simple: calibration against provider usage corrects the level, and a ratio is
+    honest about being an approximation.
+    """
+
+    name: str
+    chars_per_token: float
+
+    def count(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+    def boundaries(self, text: str) -> list[int]:
+        step = self.chars_per_token
+        return [int(i * step) for i in range(self.count(text))]
+
+
+def litellm_tokenizer_dir() -> Path:
+    """The directory of tokenizer files litellm ships, found without importing litellm."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        raise TokenizerError("litellm is not installed; its shipped tokenizer files are needed")
+    return Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+
+
+_load_lock = threading.Lock()
+
+
+def _load_tiktoken(name: str) -> Any:
+    import tiktoken
+
+    folder = litellm_tokenizer_dir()
+    cached = folder / hashlib.sha1(_TIKTOKEN_URLS[name].encode()).hexdigest()  # noqa: S324
+    if not cached.is_file():
+        raise TokenizerError(f"tokenizer {name!r}: litellm's offline copy {cached} is missing")
+    # tiktoken reads an encoding from TIKTOKEN_CACHE_DIR (files named by the SHA-1 of their
+    # URL) before it would download it; point it at litellm's copies for the duration of the load.
+    with _load_lock:
+        previous = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+        try:
+            return tiktoken.get_encoding(name)
+        finally:
+            if previous is None:
+                del os.environ["TIKTOKEN_CACHE_DIR"]
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = previous
+
+
+def _load_hf(path: Path) -> Any:
+    from tokenizers import Tokenizer as HFTokenizer
+
+    if not path.is_file():
+        raise TokenizerError(f"tokenizer file {path} does not exist")
+    try:
+        return HFTokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises plain Exception subclasses
+        raise TokenizerError(f"tokenizer file {path} could not be loaded: {exc}") from exc
+
+
+def parse_tokenizer_spec(spec: str) -> str:
+    """Validate a tokenizer spec from config and return it normalised; raise TokenizerError."""
+    spec = spec.strip()
+    if spec in NAMED_TOKENIZERS:
+        return spec
+    if spec.startswith("hf:") and len(spec) > 3:
+        return spec
+    if spec.startswith("heuristic:"):
+        try:
+            ratio = float(spec.split(":", 1)[1])
+        except ValueError:
+            raise TokenizerError(f"heuristic tokenizer needs a number: {spec!r}") from None
+        if not 0.5 <= ratio <= 32:
+            raise TokenizerError(f"heuristic chars per token must be in [0.5, 32]: {spec!r}")
+        return f"heuristic:{ratio:g}"
+    known = ", ".join((*NAMED_TOKENIZERS, "hf:PATH", "heuristic:CHARS_PER_TOKEN"))
+    raise TokenizerError(f"unknown tokenizer {spec!r} (known: {known})")
+
+
+@cache
+def get_tokenizer(spec: str) -> Tokenizer:
+    """The process-wide tokenizer for a spec; loaded once, then shared with its count cache."""
+    spec = parse_tokenizer_spec(spec)
+    if spec in _TIKTOKEN_URLS:
+        return _Tiktoken(spec, _load_tiktoken(spec))
+    if spec in _HF_SHIPPED:
+        return _HuggingFace(spec, _load_hf(litellm_tokenizer_dir() / _HF_SHIPPED[spec]))
+    if spec.startswith("hf:"):
+        return _HuggingFace(spec, _load_hf(Path(spec[3:]).expanduser()))
+    return _Heuristic(spec, float(spec.split(":", 1)[1]))
