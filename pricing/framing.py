@@ -107,10 +107,16 @@ def parse_framing(spec: Any, base: Framing) -> Framing:
     return replace(base, family=family, **fields)
 
 
-def frame_message(message: Message, framing: Framing, tok: Tokenizer) -> MessageFrame:
-    """Tokens a message costs beyond its content parts."""
+def frame_message(
+    message: Message, framing: Framing, tok: Tokenizer, prev_role: str | None = None
+) -> MessageFrame:
+    """Tokens a message costs beyond its content parts.
+
+    ``prev_role`` (the role of the message before it) matters only to templates that join
+    consecutive tool outputs, like DeepSeek's.
+    """
     if framing.family == "deepseek":
-        return _deepseek_frame(message, tok)
+        return _deepseek_frame(message, tok, prev_role)
     text = sum(tok.count(c.name) + tok.count(c.arguments) for c in message.tool_calls)
     overhead = framing.per_message + tok.count(message.role)
     if message.name is not None:
@@ -121,26 +127,30 @@ def frame_message(message: Message, framing: Framing, tok: Tokenizer) -> Message
     return MessageFrame(text=text, framing=overhead)
 
 
-def _deepseek_frame(message: Message, tok: Tokenizer) -> MessageFrame:
-    """routefit's rendering of DeepSeek's V3 template, context-free per message.
+_TOOL_ROLES = ("tool", "function")
 
-    Every special token is its own token and splits the text around it, so counting the text
-    between markers is exact. Two simplifications keep each message's price independent of its
-    neighbours (so a cached price stays valid when fitting removes a neighbour): every tool output
-    carries its own outputs-begin/end pair (the real template shares one pair per run and joins
-    with a newline: we overcount by at most one token per extra output), and every assistant turn
-    opens with ``<｜Assistant｜>``. Several system messages are joined by a blank line, which may
+
+def _deepseek_frame(message: Message, tok: Tokenizer, prev_role: str | None) -> MessageFrame:
+    """DeepSeek's V3 chat template, priced exactly.
+
+    Each marker is one special token and splits the text around it, so counting the text between
+    markers is exact. A run of tool outputs opens with ``<｜tool▁outputs▁begin｜>``, joins outputs
+    with a newline and is closed by ``<｜tool▁outputs▁end｜>``, which takes the place of the next
+    assistant turn's ``<｜Assistant｜>`` (or of the generation prompt) and is charged to a user
+    message that follows a run. Several system messages are joined by a blank line that may
     merge with the text around it; one system message is exact.
     """
     role = message.role
+    after_tools = prev_role in _TOOL_ROLES
     if role in ("system", "developer"):
         return MessageFrame(0, 0)  # system text follows BOS with no marker
     if role == "user":
-        return MessageFrame(0, 1)  # <｜User｜>
-    if role in ("tool", "function"):
-        # outputs-begin, output-begin, ..., output-end, outputs-end
-        return MessageFrame(0, 4)
-    # <｜Assistant｜> content [calls-begin call ("\n" call)* calls-end] <｜end▁of▁sentence｜>
+        return MessageFrame(0, 2 if after_tools else 1)  # [outputs-end] <｜User｜>
+    if role in _TOOL_ROLES:
+        if after_tools:  # "\n" <｜tool▁output▁begin｜> ... <｜tool▁output▁end｜>
+            return MessageFrame(0, tok.count("\n") + 2)
+        return MessageFrame(0, 3)  # outputs-begin, output-begin, ..., output-end
+    # <｜Assistant｜> (or outputs-end) content [calls-begin call ("\n" call)* calls-end] EOS
     framing = 2
     text = 0
     if message.tool_calls:

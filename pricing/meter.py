@@ -113,7 +113,11 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
 
 
 def measure_message(
-    message: Message, route: Route, index: int = 0, sizes: Sizes | None = None
+    message: Message,
+    route: Route,
+    index: int = 0,
+    sizes: Sizes | None = None,
+    prev_role: str | None = None,
 ) -> tuple[MessagePressure, tuple[ImagePrice, ...]]:
     tok = get_tokenizer(route.tokenizer)
     text = 0
@@ -137,7 +141,7 @@ def measure_message(
             )
             images.append(price)
             image_tokens += price.tokens
-    frame = frame_message(message, route.framing, tok)
+    frame = frame_message(message, route.framing, tok, prev_role)
     pressure = MessagePressure(index, message.role, text + frame.text, frame.framing, image_tokens)
     return pressure, tuple(images)
 
@@ -154,8 +158,10 @@ def measure_messages(
 ) -> Pressure:
     per_message: list[MessagePressure] = []
     details: list[ImagePrice] = []
+    prev_role: str | None = None
     for i, message in enumerate(messages):
-        pressure, images = measure_message(message, route, i, sizes)
+        pressure, images = measure_message(message, route, i, sizes, prev_role)
+        prev_role = message.role
         per_message.append(pressure)
         details.extend(images)
     tok = get_tokenizer(route.tokenizer)

@@ -29,6 +29,7 @@ __all__ = [
     "CountCache",
     "Tokenizer",
     "TokenizerError",
+    "default_tokenizer",
     "get_tokenizer",
     "litellm_tokenizer_dir",
     "parse_tokenizer_spec",
@@ -248,3 +249,20 @@ def get_tokenizer(spec: str) -> Tokenizer:
     if spec.startswith("hf:"):
         return _HuggingFace(spec, _load_hf(Path(spec[3:]).expanduser()))
     return _Heuristic(spec, float(spec.split(":", 1)[1]))
+
+
+def default_tokenizer(model: str) -> str:
+    """The tokenizer a model name implies: the provider's own where it is public, else the closest
+    one available offline (Claude 3+ and Gemini publish none; calibration corrects the level)."""
+    name = model.lower().rsplit("/", 1)[-1]
+    if "deepseek" in name:
+        return "deepseek"
+    if name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")):
+        return "o200k_base"
+    if name.startswith(("computer-use", "codex", "gpt-oss", "gpt-realtime")):
+        return "o200k_base"
+    if name.startswith(("gpt-4", "gpt-3.5", "text-embedding")):
+        return "cl100k_base"
+    if name.startswith("claude"):
+        return "anthropic-legacy"
+    return "o200k_base"

@@ -1,0 +1,174 @@
+"""The ``routefit`` command.
+
+Every failure a user can cause (unreadable file, invalid JSON, bad config, unknown model alias)
+ends with exit status 2 and one line on stderr naming the cause — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in an input file: exit 2 with this message."""
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"routefit: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _read_body(path: str) -> Any:
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: invalid JSON: {exc.msg} at line {exc.lineno}") from None
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(config, route config, parsed request) for ``price`` / ``fit``."""
+    from pricing.messages import RequestError, parse_request
+    from proxy.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    for warning in config.warnings:
+        print(f"routefit: warning: {warning}", file=sys.stderr)
+    body = _read_body(args.file)
+    try:
+        request = parse_request(body)
+    except RequestError as exc:
+        raise UsageError(f"{args.file}: {exc.message}") from None
+    alias = args.model or request.model
+    rc = config.route(alias)
+    if rc is None:
+        known = ", ".join(sorted(config.routes))
+        raise UsageError(f"unknown model alias {alias!r} (configured: {known})")
+    return config, rc, request
+
+
+def _price(args: argparse.Namespace) -> int:
+    from pricing.messages import RequestError
+    from pricing.meter import measure
+
+    _, rc, request = _load(args)
+    try:
+        pressure = measure(request, rc.route)
+    except RequestError as exc:
+        raise UsageError(f"{args.file}: {exc.message}") from None
+    if args.json:
+        print(json.dumps(pressure_json(pressure), indent=2))
+    else:
+        print(pressure_table(pressure, rc.route))
+    return 0
+
+
+def pressure_json(pressure: Any) -> dict[str, Any]:
+    return {
+        "route": pressure.route,
+        "total": pressure.total,
+        "tools": pressure.tools,
+        "priming": pressure.priming,
+        "exact": pressure.exact,
+        "messages": [
+            {
+                "index": m.index,
+                "role": m.role,
+                "text": m.text,
+                "framing": m.framing,
+                "images": m.images,
+                "total": m.total,
+            }
+            for m in pressure.messages
+        ],
+        "image_details": [
+            {
+                "message": d.message,
+                "part": d.part,
+                "rule": d.rule,
+                "detail": d.detail,
+                "width": d.width,
+                "height": d.height,
+                "tokens": d.tokens,
+                "sized": d.sized,
+                **({"placeholder": d.placeholder} if d.placeholder is not None else {}),
+            }
+            for d in pressure.image_details
+        ],
+    }
+
+
+def pressure_table(pressure: Any, route: Any) -> str:
+    exact = "exact" if pressure.exact else "approximate (calibration corrects it)"
+    lines = [
+        f"route {route.alias} -> {route.model}  tokenizer {route.tokenizer}  "
+        f"framing {route.framing.family}  images {route.image_rule.kind}  [{exact}]",
+        f"{'#':>4}  {'role':<10}{'text':>9}{'framing':>9}{'images':>9}{'total':>9}",
+    ]
+    for m in pressure.messages:
+        lines.append(
+            f"{m.index:>4}  {m.role:<10}{m.text:>9,}{m.framing:>9,}{m.images:>9,}{m.total:>9,}"
+        )
+    for d in pressure.image_details:
+        size = f"{d.width}x{d.height}" if d.width is not None else "unknown size"
+        how = "" if d.sized else " (worst case)"
+        lines.append(
+            f"      image m{d.message}.p{d.part}: {size} detail={d.detail} "
+            f"{d.rule} -> {d.tokens:,}{how}"
+        )
+    lines.append(f"tools {pressure.tools:,}  priming {pressure.priming:,}")
+    lines.append(f"total {pressure.total:,} tokens")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="routefit",
+        description="OpenAI-compatible gateway that prices and fits requests per route.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    price = sub.add_parser("price", help="price a chat request the way its route counts it")
+    price.add_argument("file", help="an OpenAI chat-completions request body (JSON), or -")
+    price.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
+    price.add_argument("--model", help="model alias (default: the body's model)")
+    price.add_argument("--json", action="store_true", help="machine-readable output")
+    price.set_defaults(run=_price)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.run(args)
+    except UsageError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

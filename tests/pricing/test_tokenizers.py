@@ -1,0 +1,145 @@
+"""Offline tokenizers: loading without the network, counting, boundaries, the count cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pricing.tokenizers import (
+    CountCache,
+    TokenizerError,
+    default_tokenizer,
+    get_tokenizer,
+    litellm_tokenizer_dir,
+    parse_tokenizer_spec,
+)
+
+NAMED = ["o200k_base", "cl100k_base", "deepseek", "anthropic-legacy"]
+
+
+def test_tokenizers_load_with_the_network_blocked(tmp_path):
+    """A fresh interpreter with every socket refused still loads and counts with each tokenizer.
+
+    TIKTOKEN_CACHE_DIR points at an empty directory, so only routefit's use of litellm's shipped
+    files can make this pass.
+    """
+    script = textwrap.dedent(
+        """
+        import socket
+        def refuse(*a, **k):
+            raise RuntimeError("network access attempted")
+        socket.socket.connect = refuse
+        socket.create_connection = refuse
+        socket.getaddrinfo = refuse
+        from pricing.tokenizers import get_tokenizer
+        for name in ("o200k_base", "cl100k_base", "deepseek", "anthropic-legacy"):
+            assert get_tokenizer(name).count("hello world") > 0, name
+        print("ok")
+        """
+    )
+    env = dict(os.environ, TIKTOKEN_CACHE_DIR=str(tmp_path), TMPDIR=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+    assert list(tmp_path.iterdir()) == []  # nothing was downloaded into the cache either
+
+
+def test_known_counts():
+    # "hello world" is two tokens in every OpenAI encoding; tiktoken's own test vector.
+    assert get_tokenizer("o200k_base").count("hello world") == 2
+    assert get_tokenizer("cl100k_base").count("hello world") == 2
+    assert get_tokenizer("o200k_base").count("") == 0
+
+
+def test_hf_path_spec_loads_a_user_tokenizer_file():
+    path = litellm_tokenizer_dir() / "deepseek_tokenizer.json"
+    by_path = get_tokenizer(f"hf:{path}")
+    assert by_path.count("Hello, DeepSeek!") == get_tokenizer("deepseek").count("Hello, DeepSeek!")
+
+
+@pytest.mark.parametrize(
+    "spec", ["o300k", "", "hf:", "heuristic:x", "heuristic:0", "heuristic:100"]
+)
+def test_bad_specs_are_rejected(spec):
+    with pytest.raises(TokenizerError):
+        parse_tokenizer_spec(spec)
+
+
+def test_missing_hf_file_is_a_clear_error(tmp_path):
+    with pytest.raises(TokenizerError, match="does not exist"):
+        get_tokenizer(f"hf:{tmp_path / 'nope.json'}")
+
+
+def test_heuristic_counts_characters():
+    tok = get_tokenizer("heuristic:4")
+    assert tok.count("a" * 8) == 2
+    assert tok.count("a" * 9) == 3
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("openai/gpt-4.1-mini", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("gpt-5.4", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("deepseek/deepseek-chat", "deepseek"),
+        ("anthropic/claude-sonnet-4-5", "anthropic-legacy"),
+        ("gemini/gemini-2.5-pro", "o200k_base"),
+    ],
+)
+def test_default_tokenizer_by_model(model, expected):
+    assert default_tokenizer(model) == expected
+
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=400)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=texts, name=st.sampled_from([*NAMED, "heuristic:3.5"]))
+def test_boundaries_cover_the_text_in_order(text, name):
+    tok = get_tokenizer(name)
+    starts = tok.boundaries(text)
+    assert starts == sorted(starts)
+    assert starts[0] == 0
+    assert all(0 <= s <= len(text) for s in starts)
+    if not name.startswith("heuristic"):
+        assert len(starts) == tok.count(text)
+
+
+def test_count_cache_is_bounded_and_least_recently_used_goes_first():
+    cache = CountCache(maxsize=2)
+    calls: list[str] = []
+
+    def compute(text: str) -> int:
+        calls.append(text)
+        return len(text)
+
+    a, b, c = "a" * 100, "b" * 100, "c" * 100
+    cache.get_or_compute(a, compute)
+    cache.get_or_compute(b, compute)
+    cache.get_or_compute(a, compute)  # a is now the most recently used
+    cache.get_or_compute(c, compute)  # evicts b
+    cache.get_or_compute(a, compute)
+    cache.get_or_compute(b, compute)
+    assert calls == [a, b, c, b]
+    assert len(cache) == 2
+
+
+def test_a_conversation_is_tokenized_once():
+    tok = get_tokenizer("o200k_base")
+    text = "a unique message body for the cache test " * 50
+    misses = tok.cache.misses  # type: ignore[attr-defined]
+    for _ in range(5):
+        tok.count(text)
+    assert tok.cache.misses == misses + 1  # type: ignore[attr-defined]
