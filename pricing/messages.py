@@ -260,11 +260,15 @@ def message_wire(message: Message) -> Mapping[str, Any]:
     return out
 
 
-def render_content(parts: Sequence[Part]) -> str | list[dict[str, Any]] | None:
-    """Content in its simplest wire form: a string when all parts are text."""
-    if not parts:
-        return ""
-    if all(isinstance(p, TextPart) for p in parts):
+def render_content(
+    parts: Sequence[Part], keep_list: bool = False
+) -> str | list[dict[str, Any]] | None:
+    """Content in wire form: a string when all parts are text, unless ``keep_list``.
+
+    ``keep_list`` keeps one wire part per part, so re-parsing the rendered message gives back the
+    same parts (and the same price: parts are priced one by one).
+    """
+    if not keep_list and all(isinstance(p, TextPart) for p in parts):
         return "".join(p.text for p in parts if isinstance(p, TextPart))
     out: list[dict[str, Any]] = []
     for p in parts:

@@ -25,6 +25,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+import xxhash
+
 __all__ = [
     "CountCache",
     "Tokenizer",
@@ -87,7 +89,8 @@ class CountCache:
     def key(text: str) -> str | bytes:
         if len(text) < _SHORT:
             return text
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        # xxh3-128: a content digest at memory speed (a 400 KB conversation costs ~0.1 ms).
+        return xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
 
     def get_or_compute(self, text: str, compute: Callable[[str], int]) -> int:
         k = self.key(text)

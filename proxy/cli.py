@@ -84,6 +84,36 @@ def _price(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fit(args: argparse.Namespace) -> int:
+    from pricing.messages import RequestError
+    from strategies.fit import FitError, fit
+
+    _, rc, request = _load(args)
+    try:
+        result = fit(request, rc.route, rc.policy)
+    except RequestError as exc:
+        raise UsageError(f"{args.file}: {exc.message}") from None
+    except FitError as exc:
+        raise UsageError(f"context_length_exceeded: {exc}") from None
+    if args.json:
+        print(json.dumps({"request": result.body, "report": result.report.as_dict()}, indent=2))
+        return 0
+    r = result.report
+    print(
+        f"route {r.route}  budget {r.budget:,}  estimate {r.estimate_before:,} -> "
+        f"{r.estimate_after:,}"
+    )
+    print(f"actions: {r.actions()}")
+    if r.capped:
+        print(f"  capped {r.capped} message(s), {r.capped_tokens:,} tokens removed")
+    if r.offloaded_images:
+        print(f"  offloaded {r.offloaded_images} image(s), {r.offloaded_tokens:,} tokens removed")
+    if r.elided_messages:
+        print(f"  elided {r.elided_messages} message(s), {r.elided_tokens:,} tokens removed")
+    print(f"messages: {len(request.messages)} -> {len(result.messages)}")
+    return 0
+
+
 def pressure_json(pressure: Any) -> dict[str, Any]:
     return {
         "route": pressure.route,
@@ -155,6 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     price.add_argument("--model", help="model alias (default: the body's model)")
     price.add_argument("--json", action="store_true", help="machine-readable output")
     price.set_defaults(run=_price)
+
+    fit = sub.add_parser("fit", help="compile a chat request to fit its route's budget")
+    fit.add_argument("file", help="an OpenAI chat-completions request body (JSON), or -")
+    fit.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
+    fit.add_argument("--model", help="model alias (default: the body's model)")
+    fit.add_argument("--json", action="store_true", help='{"request": ..., "report": ...}')
+    fit.set_defaults(run=_fit)
     return parser
 
 

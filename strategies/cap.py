@@ -1,0 +1,60 @@
+"""Capping oversized messages (tool outputs first) to the policy's message cap.
+
+A capped form is a function of the message, the cap and the route alone, so a message capped on
+one turn is capped to the same bytes on every later turn: capping never moves the cache prefix
+after the turn that first needs it. All oversized messages are capped together, for the same
+reason (capping "only as many as needed" would flip old messages between forms turn by turn).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pricing.capped import CapTooSmall, cap_message
+from pricing.messages import Message
+from pricing.meter import MessagePressure
+from pricing.route import Route
+from strategies.policy import FitPolicy
+
+__all__ = ["CapResult", "cap_limit", "cap_oversized"]
+
+
+@dataclass(frozen=True, slots=True)
+class CapResult:
+    messages: tuple[Message, ...]
+    capped: int
+    removed_tokens: int
+
+
+def cap_limit(policy: FitPolicy, budget: int) -> int:
+    if policy.message_cap_tokens is not None:
+        return policy.message_cap_tokens
+    return max(1, math.floor(policy.cap_fraction * budget))
+
+
+def cap_oversized(
+    messages: Sequence[Message],
+    prices: Sequence[MessagePressure],
+    route: Route,
+    policy: FitPolicy,
+    budget: int,
+) -> CapResult:
+    """Cap every message of a cappable role whose text + framing exceeds the cap."""
+    limit = cap_limit(policy, budget)
+    out = list(messages)
+    capped = removed = 0
+    for i, (message, price) in enumerate(zip(messages, prices, strict=True)):
+        if message.role not in policy.cap_roles or price.text + price.framing <= limit:
+            continue
+        try:
+            result = cap_message(message, limit, route)
+        except CapTooSmall:
+            continue
+        if result is None:
+            continue
+        out[i] = result.message
+        capped += 1
+        removed += result.removed_tokens
+    return CapResult(tuple(out), capped, removed)

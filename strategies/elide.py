@@ -1,0 +1,214 @@
+"""Cache-stable planning of image offload and unit elision.
+
+Providers cache exact prompt prefixes, so a cut that moves every turn makes every turn a cache
+miss. routefit's cuts are therefore a function of the append-only conversation that moves rarely:
+
+* **Checkpoints.** Elision cut points are unit boundaries where the cumulative price of the
+  conversation crosses a multiple of ``checkpoint_quantum × budget``; offload points are unit
+  boundaries after every ``image_offload_step``-th image. Both depend only on the prefix before
+  them, so they do not move as the conversation grows.
+* **Hysteresis without state.** A gateway replica keeps no per-session state, yet a cut must
+  stay put until the budget forces it to move, then leave headroom (the low-water mark). The
+  planner gets both by *replaying* the conversation's growth: it walks the prefixes of the unit
+  list in order, as if each were a turn, and applies the stateful rule (keep the cut while the
+  prefix fits; when it does not, advance to the first checkpoint that brings it under the
+  low-water mark). Two consecutive requests share their prefixes, so their replays agree up to the
+  older one's end: the later request keeps the earlier one's cut unless its new turns force a jump.
+* **Cut late.** Every jump re-sends, uncached, everything after the cut, so the head of the
+  conversation (up to ``pin_fraction × budget``) stays pinned and units are elided from the middle.
+
+Everything here works on per-unit prices (already calibrated) and returns cut indices; building
+the messages is ``strategies.fit``'s job.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+__all__ = ["Plan", "UnitCosts", "elision_marker", "plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class UnitCosts:
+    """What the planner knows about one unit."""
+
+    full: int  # price as the unit stands (after capping)
+    offloaded: int  # price with its images replaced by placeholders
+    images: int  # number of images in the unit
+    fixed: bool  # protected whatever the prefix: system/developer, the first user message
+    user: bool  # a user message (the last one of a prefix is protected)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Pinned head ``[0, head)``; images of unprotected units before ``offload`` become
+    placeholders; unprotected units in ``[head, cut)`` are elided."""
+
+    head: int
+    offload: int
+    cut: int
+    estimate: int
+
+
+def elision_marker(messages: int, tokens: int) -> str:
+    """The one message that stands in for an elided run (deterministic: counts only)."""
+    noun = "message" if messages == 1 else "messages"
+    return (
+        f"[routefit: {messages:,} earlier {noun} ({tokens:,} tokens) elided to fit the "
+        f"context budget]"
+    )
+
+
+class _Sums:
+    """Prefix sums that make the price of any (prefix, offload, cut) an O(1) question."""
+
+    def __init__(self, units: Sequence[UnitCosts], overhead: int, marker: int) -> None:
+        self.units = units
+        self.overhead = overhead
+        self.marker = marker
+        self.fixed_full = [0, *accumulate(u.full if u.fixed else 0 for u in units)]
+        self.free_full = [0, *accumulate(0 if u.fixed else u.full for u in units)]
+        self.free_off = [0, *accumulate(0 if u.fixed else u.offloaded for u in units)]
+        self.fixed_count = [0, *accumulate(int(u.fixed) for u in units)]
+        last_user: list[int | None] = []
+        current: int | None = None
+        for i, u in enumerate(units):
+            if u.user:
+                current = i
+            last_user.append(current)
+        self.last_user = last_user
+
+    def free(self, x: int, offload: int) -> int:
+        """Σ over unprotected units below x of their price, images before ``offload`` offloaded."""
+        k = min(x, offload)
+        return self.free_off[k] + self.free_full[x] - self.free_full[k]
+
+    def cost(self, u: int, offload: int) -> int:
+        unit = self.units[u]
+        return unit.offloaded if u < offload else unit.full
+
+    def estimate(self, e: int, head: int, offload: int, cut: int) -> int:
+        """Price of prefix ``[0, e)`` under a plan (``e`` units, the newest one protected)."""
+        dynamic = {e - 1}
+        lu = self.last_user[e - 1]
+        if lu is not None:
+            dynamic.add(lu)
+        dynamic = {d for d in dynamic if not self.units[d].fixed}
+        kept = self.fixed_full[e] + self.free(e, offload)
+        kept += sum(self.units[d].full - self.cost(d, offload) for d in dynamic)
+        stop = min(cut, e)
+        if stop > head:
+            elided = self.free(stop, offload) - self.free(head, offload)
+            inside = [d for d in dynamic if head <= d < stop]
+            elided -= sum(self.cost(d, offload) for d in inside)
+            if elided:
+                splits = len(inside) + self.fixed_count[stop] - self.fixed_count[head]
+                kept += self.marker * (1 + splits) - elided
+        return self.overhead + kept
+
+
+def _elision_checkpoints(units: Sequence[UnitCosts], quantum: int) -> list[int]:
+    """Unit boundaries where the cumulative price crosses a multiple of ``quantum``."""
+    points = []
+    total = 0
+    for i, u in enumerate(units):
+        before = total // quantum
+        total += u.full
+        if total // quantum > before:
+            points.append(i + 1)
+    return points
+
+
+def _offload_checkpoints(units: Sequence[UnitCosts], step: int) -> list[int]:
+    """Unit boundaries after every ``step``-th image, oldest first."""
+    points = []
+    seen = 0
+    for i, u in enumerate(units):
+        if u.images and (seen + u.images) // step > seen // step:
+            points.append(i + 1)
+        seen += u.images
+    return points
+
+
+def pinned_head(units: Sequence[UnitCosts], budget: int, pin_fraction: float) -> int:
+    """Units kept verbatim at the start: the protected head, extended to ``pin_fraction``."""
+    head = 0
+    # The protected head: everything up to and including the first user message.
+    for i, u in enumerate(units):
+        if u.user:
+            head = i + 1
+            break
+    limit = pin_fraction * budget
+    total = 0
+    for i, u in enumerate(units):
+        total += u.full
+        if total > limit:
+            break
+        head = max(head, i + 1)
+    return min(head, max(len(units) - 1, 0))
+
+
+def plan(
+    units: Sequence[UnitCosts],
+    *,
+    overhead: int,
+    budget: int,
+    marker: int,
+    offload: bool,
+    elide: bool,
+    low_water: float,
+    quantum: float,
+    step: int,
+    pin_fraction: float,
+) -> Plan:
+    """Replay the conversation's growth and return the plan for its full length.
+
+    The returned plan's estimate may still exceed the budget: the caller then tries harder
+    (``plan_max``) or reports the overflow.
+    """
+    n = len(units)
+    sums = _Sums(units, overhead, marker)
+    head = pinned_head(units, budget, pin_fraction)
+    q = max(1, math.floor(quantum * budget))
+    cuts = [c for c in _elision_checkpoints(units, q) if c > head] if elide else []
+    offs = _offload_checkpoints(units, step) if offload else []
+    target = low_water * budget
+    off, cut = 0, head
+    for e in range(1, n + 1):
+        if sums.estimate(e, head, off, cut) <= budget:
+            continue
+        limit = e - 1  # the newest unit is never offloaded or elided
+        if offload:
+            i = bisect.bisect_right(offs, off)
+            while sums.estimate(e, head, off, cut) > target and i < len(offs) and offs[i] <= limit:
+                off = offs[i]
+                i += 1
+        if elide and sums.estimate(e, head, off, cut) > target:
+            i = bisect.bisect_right(cuts, cut)
+            while sums.estimate(e, head, off, cut) > target and i < len(cuts) and cuts[i] <= limit:
+                cut = cuts[i]
+                i += 1
+    return Plan(head, off, cut, sums.estimate(n, head, off, cut) if n else overhead)
+
+
+def plan_max(
+    units: Sequence[UnitCosts],
+    *,
+    overhead: int,
+    marker: int,
+    offload: bool,
+    elide: bool,
+    head: int,
+) -> Plan:
+    """The most the policy allows: every unprotected image offloaded, every unprotected unit
+    after ``head`` elided. Used when the replayed plan still overflows (a huge new turn)."""
+    n = len(units)
+    sums = _Sums(units, overhead, marker)
+    off = n - 1 if offload else 0
+    cut = n - 1 if elide else head
+    cut = max(cut, head)
+    return Plan(head, off, cut, sums.estimate(n, head, off, cut) if n else overhead)

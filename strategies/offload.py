@@ -1,0 +1,43 @@
+"""Offloading images: an old image is replaced on the wire by its placeholder text.
+
+The placeholder is the same deterministic text a text-only route sends instead of an image
+(``pricing.probe.placeholder``), so an offloaded image is priced exactly like one on a text-only
+route, and the same image offloaded on two turns renders the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pricing.messages import ImagePart, Message, Part, TextPart, message_wire, render_content
+from pricing.probe import placeholder, probe
+from pricing.route import Route
+
+__all__ = ["offload_images", "placeholder_for"]
+
+
+def placeholder_for(part: ImagePart, route: Route) -> str:
+    return placeholder(probe(part.url, route.image_limits), part.url)
+
+
+def offload_images(message: Message, route: Route) -> Message:
+    """The message with every image replaced by its placeholder text, other parts in place."""
+    if not message.images:
+        return message
+    parts: list[Part] = [
+        TextPart(placeholder_for(p, route)) if isinstance(p, ImagePart) else p
+        for p in message.parts
+    ]
+    wire = dict(message_wire(message))
+    content = wire.get("content")
+    if isinstance(content, list) and len(content) == len(parts):
+        # Replace only the image entries, so fields on other parts (cache_control, ...) survive.
+        wire["content"] = [
+            {"type": "text", "text": new.text}
+            if isinstance(old, ImagePart) and isinstance(new, TextPart)
+            else entry
+            for old, new, entry in zip(message.parts, parts, content, strict=True)
+        ]
+    else:
+        wire["content"] = render_content(parts, keep_list=True)
+    return replace(message, parts=tuple(parts), wire=wire)

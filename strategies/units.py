@@ -1,0 +1,75 @@
+"""Atomic units of a conversation and the messages fitting must keep.
+
+A provider rejects a tool result whose call is gone and an assistant tool call whose results are
+gone, so an assistant message with ``tool_calls`` and the tool messages that follow it form one
+unit: fitting removes units, never single messages. Every other message is a unit of its own.
+
+Protected, never removed: system and developer messages, the first user message (the task), the
+last user message, and the newest unit (what the model must answer now). Agent loops run many
+tool calls after one user message; the units between that message and the newest unit are not
+protected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pricing.messages import Message
+
+__all__ = ["Unit", "group_units", "protected_units"]
+
+_TOOL_ROLES = ("tool", "function")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """Messages ``[start, end)`` of the conversation."""
+
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+def group_units(messages: Sequence[Message]) -> tuple[Unit, ...]:
+    """Split a conversation into units.
+
+    A tool message joins the unit before it when that unit is a tool-calling one (so an orphan
+    that arrived orphaned is never separated further from where it stood); otherwise it is a
+    unit of its own, as is every other message.
+    """
+    units: list[Unit] = []
+    start = 0
+    calling = False
+    for i, message in enumerate(messages):
+        if i == 0:
+            calling = bool(message.tool_calls)
+            continue
+        if message.role in _TOOL_ROLES and calling:
+            continue
+        units.append(Unit(start, i))
+        start = i
+        calling = bool(message.tool_calls)
+    if messages:
+        units.append(Unit(start, len(messages)))
+    return tuple(units)
+
+
+def protected_units(messages: Sequence[Message], units: Sequence[Unit]) -> frozenset[int]:
+    """Indices of the units fitting must keep intact."""
+    if not units:
+        return frozenset()
+    keep = {len(units) - 1}
+    first_user = last_user = None
+    for u, unit in enumerate(units):
+        for message in messages[unit.start : unit.end]:
+            if message.role in ("system", "developer"):
+                keep.add(u)
+            elif message.role == "user":
+                if first_user is None:
+                    first_user = u
+                last_user = u
+    keep.update(u for u in (first_user, last_user) if u is not None)
+    return frozenset(keep)

@@ -1,0 +1,257 @@
+"""fit: transparent when it fits; otherwise fits, keeps what it must, never orphans a tool
+result, is deterministic and a fixed point — over hypothesis-generated conversations."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from pricing.calibration import Correction
+from pricing.framing import default_framing
+from pricing.images import default_image_rule
+from pricing.messages import parse_request
+from pricing.meter import measure
+from pricing.route import Route
+from strategies.fit import FitError, fit
+from strategies.policy import FitPolicy, prompt_budget
+from strategies.units import group_units, protected_units
+
+
+def route(window: int, vision: bool = True, tokenizer: str = "o200k_base") -> Route:
+    model = "gpt-4o" if tokenizer == "o200k_base" else "deepseek-chat"
+    return Route(
+        alias="test",
+        model=model,
+        context_window=window,
+        max_output_tokens=1024,
+        tokenizer=tokenizer,
+        framing=default_framing(model, tokenizer),
+        image_rule=default_image_rule(model, vision),
+        supports_vision=vision,
+    )
+
+
+def png(width: int, height: int, seed: int) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (seed % 256, 40, 90)).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+IMAGES = [png(64 + 37 * i, 48 + 53 * i, i) for i in range(6)]
+WORDS = ["alpha", "beta", "gamma", "delta", "error:", "OK", "{", "}", '"k": 1,', "\n", "日本", "🙂"]
+
+
+@st.composite
+def texts(draw, max_words: int = 60) -> str:
+    n = draw(st.integers(0, max_words))
+    return " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=n, max_size=n)))
+
+
+@st.composite
+def conversations(draw) -> list[dict]:
+    messages: list[dict] = [{"role": "system", "content": "You are an agent. " + draw(texts(20))}]
+    messages.append({"role": "user", "content": "Task: " + draw(texts(40))})
+    call = 0
+    for _ in range(draw(st.integers(0, 14))):
+        kind = draw(st.sampled_from(["tools", "tools", "assistant", "user", "image", "big"]))
+        if kind in ("tools", "big"):
+            calls = []
+            for _ in range(draw(st.integers(1, 3))):
+                call += 1
+                calls.append(
+                    {
+                        "id": f"call_{call}",
+                        "type": "function",
+                        "function": {"name": "run", "arguments": json.dumps({"n": call})},
+                    }
+                )
+            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+            for c in calls:
+                body = draw(texts(80))
+                if kind == "big":
+                    body = (body + " log line with details\n") * draw(st.integers(50, 400))
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": body})
+        elif kind == "assistant":
+            messages.append({"role": "assistant", "content": draw(texts(80))})
+        elif kind == "user":
+            messages.append({"role": "user", "content": draw(texts(40))})
+        else:
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "look: " + draw(texts(10))},
+                        {"type": "image_url", "image_url": {"url": draw(st.sampled_from(IMAGES))}},
+                    ],
+                }
+            )
+    if messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls"):
+        messages.append({"role": "user", "content": "continue " + draw(texts(10))})
+    return messages
+
+
+def check_no_orphans(messages: list[dict]) -> None:
+    open_ids: set[str] = set()
+    for m in messages:
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in open_ids, "orphaned tool result"
+            open_ids.discard(m["tool_call_id"])
+        else:
+            assert not open_ids, "tool call without its result"
+            if m.get("tool_calls"):
+                open_ids = {c["id"] for c in m["tool_calls"]}
+    assert not open_ids
+
+
+def protected_indices(messages: list[dict]) -> list[int]:
+    request = parse_request({"messages": messages})
+    units = group_units(request.messages)
+    keep = protected_units(request.messages, units)
+    return [i for u in sorted(keep) for i in range(units[u].start, units[u].end)]
+
+
+settings_ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@settings_
+@given(
+    messages=conversations(),
+    window=st.integers(1500, 40000),
+    vision=st.booleans(),
+    pin=st.sampled_from([0.0, 0.3, 0.5]),
+    factor=st.sampled_from([1.0, 1.13]),
+)
+def test_fit_invariants(messages, window, vision, pin, factor):
+    r = route(window, vision)
+    policy = FitPolicy(pin_fraction=pin)
+    correction = Correction(text=factor, images=factor)
+    body = {"model": "test", "messages": messages, "max_tokens": 256}
+    request = parse_request(copy.deepcopy(body))
+    budget = prompt_budget(r.context_window, r.max_output_tokens, policy, 256)
+    try:
+        result = fit(request, r, policy, correction)
+    except FitError as err:
+        assert err.estimate > err.budget == budget
+        return
+    out = result.body["messages"]
+    # 1. It fits, by the meter, with the correction applied.
+    measured = measure(parse_request(result.body), r)
+    assert correction.apply(measured.text + measured.framing, measured.images) <= budget
+    assert result.report.estimate_after <= budget
+    # 2. Transparent when it already fitted.
+    original = measure(request, r)
+    if correction.apply(original.text + original.framing, original.images) <= budget:
+        assert result.body is request.body
+        assert result.report.actions() == "none"
+    # 3. Valid for the provider: no orphaned tool result, no unanswered call.
+    check_no_orphans(out)
+    # 4. Protected messages are all there, in order; system and user ones byte for byte
+    #    (a protected tool output may have been capped: its call id must still be there).
+    out_json = [json.dumps(m, sort_keys=True) for m in out]
+    positions = []
+    for i in protected_indices(messages):
+        m = messages[i]
+        if m["role"] == "tool":
+            found = [j for j, o in enumerate(out) if o.get("tool_call_id") == m["tool_call_id"]]
+            assert len(found) == 1
+            positions.append(found[0])
+        else:
+            positions.append(out_json.index(json.dumps(m, sort_keys=True)))
+    assert positions == sorted(positions)
+    assert out[-1]["role"] == messages[-1]["role"]
+    # 5. Deterministic, and a fixed point.
+    again = fit(parse_request(copy.deepcopy(body)), r, policy, correction)
+    assert json.dumps(again.body, sort_keys=True) == json.dumps(result.body, sort_keys=True)
+    refit = fit(parse_request(json.loads(json.dumps(result.body))), r, policy, correction)
+    assert refit.report.actions() == "none"
+    assert json.dumps(refit.body, sort_keys=True) == json.dumps(result.body, sort_keys=True)
+
+
+def test_transparent_request_is_forwarded_unchanged():
+    body = {"model": "test", "messages": [{"role": "user", "content": "hi"}]}
+    request = parse_request(body)
+    result = fit(request, route(8000), FitPolicy())
+    assert result.body is body
+    assert result.messages == request.messages
+    assert result.report.actions() == "none"
+
+
+def test_protected_messages_alone_overflow_raise_fit_error():
+    huge = "word " * 5000
+    body = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": huge}]}
+    with pytest.raises(FitError) as err:
+        fit(parse_request(body), route(2000), FitPolicy())
+    assert err.value.estimate > err.value.budget
+    assert "context window 2,000" in str(err.value)
+
+
+def agent_session(turns: int, tool_size: int = 120) -> list[list[dict]]:
+    """The request sent at each turn of a growing agent session (append-only)."""
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing tests in the repository."},
+    ]
+    requests = []
+    for t in range(turns):
+        cid = f"call_{t}"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"Step {t}: running a check.",
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": "sh", "arguments": json.dumps({"cmd": f"t {t}"})},
+                    }
+                ],
+            }
+        )
+        output = " ".join(f"line{t}-{k} result value" for k in range(tool_size + (t * 7) % 50))
+        messages.append({"role": "tool", "tool_call_id": cid, "content": output})
+        if t % 17 == 16:
+            messages.append({"role": "user", "content": f"Keep going ({t})."})
+        requests.append({"model": "test", "messages": copy.deepcopy(messages)})
+    return requests
+
+
+def test_replayed_session_keeps_its_prefix_between_jumps():
+    r = route(24000)
+    policy = FitPolicy()
+    budget = prompt_budget(r.context_window, r.max_output_tokens, policy, None)
+    previous: list[dict] | None = None
+    jumps = 0
+    fitted_turns = 0
+    for body in agent_session(200):
+        result = fit(parse_request(body), r, policy)
+        assert result.report.estimate_after <= budget
+        sent = result.body["messages"]
+        check_no_orphans(sent)
+        if not result.report.transparent:
+            fitted_turns += 1
+        if previous is not None and sent[: len(previous)] != previous:
+            jumps += 1
+        previous = sent
+    assert fitted_turns > 100  # the session really outgrew the budget
+    # Between jumps the conversation must grow by at least (1 - low_water) of the budget.
+    total = measure(parse_request(agent_session(200)[-1]), r).total
+    allowed = total / ((1 - policy.low_water) * budget) + 2
+    assert 1 <= jumps <= allowed, (jumps, allowed)
+
+
+def test_cut_is_late_with_a_pinned_head():
+    r = route(24000)
+    body = agent_session(120)[-1]
+    pinned = fit(parse_request(body), r, FitPolicy(pin_fraction=0.5)).body["messages"]
+    oldest = fit(parse_request(body), r, FitPolicy(pin_fraction=0.0)).body["messages"]
+    marker_at = next(i for i, m in enumerate(pinned) if "[routefit:" in str(m.get("content")))
+    oldest_marker = next(i for i, m in enumerate(oldest) if "[routefit:" in str(m.get("content")))
+    assert marker_at > oldest_marker
+    assert pinned[:marker_at] == body["messages"][:marker_at]
