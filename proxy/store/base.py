@@ -1,0 +1,149 @@
+"""The store contract (async). Implementations: ``redis.RedisStore``, ``sqlite.SqliteStore``.
+
+Keys are per route for calibration and per team for budgets; the Redis implementation hash-tags
+them (``{rf:route:<name>}`` / ``{rf:team:<id>}``) so every multi-key operation stays in one Redis
+Cluster slot.
+
+Failures: any operation may raise ``StoreUnavailable`` when the backend cannot be reached; callers
+decide what that means (calibration keeps its last known state; budgets follow the configured
+fail-open / fail-closed mode). Implementations must not hang: every call has a timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pricing.calibration import Anchor, Sample
+
+__all__ = [
+    "MONTH",
+    "PERIODS",
+    "BudgetWindow",
+    "Reservation",
+    "Store",
+    "StoreUnavailable",
+    "WindowState",
+    "anchor_keys",
+    "route_tag",
+    "team_tag",
+    "window_bucket",
+]
+
+
+class StoreUnavailable(Exception):
+    """The backend did not answer (connection refused, timeout, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetWindow:
+    """One quota of a team: at most ``limit`` units per window.
+
+    ``kind``: ``minute`` / ``day`` (fixed windows of 60 s / 86,400 s aligned to the epoch, UTC)
+    or ``month`` (the UTC calendar month). ``unit``: ``tokens`` or ``micro_usd``.
+    """
+
+    name: str  # e.g. "tpm", "tpd", "usd_month"
+    kind: str
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class WindowState:
+    name: str
+    limit: int
+    used: int  # settled + outstanding reservations in the current window
+    reset_seconds: float  # until the current window ends
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The outcome of ``reserve``. ``token`` identifies the exact window buckets charged, so
+    ``settle`` adjusts those buckets even if a window rolled over in between."""
+
+    admitted: bool
+    token: str | None  # None when not admitted
+    windows: tuple[WindowState, ...]
+    #: When not admitted: seconds until the first exhausted window resets.
+    retry_after: float = 0.0
+
+
+class Store(Protocol):
+    name: str
+
+    # -- calibration -----------------------------------------------------------------------
+    async def record_sample(self, sample: Sample) -> None:
+        """Append a sample to the route's capped history (the newest N are kept)."""
+        ...
+
+    async def recent_samples(self, route: str, limit: int) -> list[Sample]:
+        """The route's newest samples, oldest first, at most ``limit``."""
+        ...
+
+    async def put_anchor(self, route: str, key: bytes, anchor: Anchor, ttl: float) -> None:
+        ...
+
+    async def find_anchor(self, route: str, keys: Sequence[bytes]) -> tuple[int, Anchor] | None:
+        """The first of ``keys`` (callers order them longest prefix first) that has an anchor,
+        as (its index in ``keys``, the anchor), in one round trip."""
+        ...
+
+    # -- budgets ---------------------------------------------------------------------------
+    async def reserve(
+        self, team: str, windows: Sequence[tuple[BudgetWindow, int]]
+    ) -> Reservation:
+        """Atomically: if every window has room for its amount, charge all of them; else
+        charge none. ``windows`` pairs each window with the amount to reserve in it."""
+        ...
+
+    async def settle(
+        self, team: str, token: str, windows: Sequence[tuple[BudgetWindow, int]]
+    ) -> None:
+        """Replace a reservation's amounts with the actual ones (0 releases it entirely)."""
+        ...
+
+    async def usage(self, team: str, windows: Sequence[BudgetWindow]) -> list[WindowState]:
+        ...
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def ping(self) -> bool:
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+def route_tag(route: str) -> str:
+    return "{rf:route:" + route + "}"
+
+
+def team_tag(team: str) -> str:
+    return "{rf:team:" + team + "}"
+
+
+def anchor_keys(route: str, keys: Sequence[bytes]) -> list[str]:
+    tag = route_tag(route)
+    return [f"{tag}:anchor:{k.hex()}" for k in keys]
+
+
+MONTH = "month"
+PERIODS = {"minute": 60, "day": 86_400}
+
+
+def window_bucket(kind: str, now: float) -> tuple[int, float]:
+    """(bucket id, seconds until it ends) for a window kind at unix time ``now`` (UTC)."""
+    if kind in PERIODS:
+        period = PERIODS[kind]
+        bucket = int(now // period)
+        return bucket, (bucket + 1) * period - now
+    if kind == MONTH:
+        import datetime as dt
+
+        t = dt.datetime.fromtimestamp(now, tz=dt.UTC)
+        start_next = dt.datetime(
+            t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=dt.UTC
+        )
+        return t.year * 12 + t.month - 1, start_next.timestamp() - now
+    raise ValueError(f"unknown budget window kind {kind!r}")
+
