@@ -114,6 +114,42 @@ def _fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from proxy.app import CONFIG_ENV
+    from proxy.config import ConfigError, load_config
+
+    path = os.path.abspath(args.config)
+    try:
+        config = load_config(path)  # fail here, with exit 2, rather than in every worker
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    os.environ[CONFIG_ENV] = path
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
+    print(
+        f"routefit: serving {len(config.routes)} route(s) on http://{args.host}:{args.port} "
+        f"with {args.workers} worker(s)",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        "proxy.app:create_app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        proxy_headers=False,
+        server_header=False,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
 def pressure_json(pressure: Any) -> dict[str, Any]:
     return {
         "route": pressure.route,
@@ -192,6 +228,17 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--model", help="model alias (default: the body's model)")
     fit.add_argument("--json", action="store_true", help='{"request": ..., "report": ...}')
     fit.set_defaults(run=_fit)
+
+    serve = sub.add_parser("serve", help="run the proxy")
+    serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=4000, help="port (default 4000)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.set_defaults(run=_serve)
     return parser
 
 

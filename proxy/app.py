@@ -1,0 +1,112 @@
+"""The Starlette application, built by a factory from the config.
+
+Endpoints: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``GET /v1/models``,
+``POST /routefit/fit`` (dry run), ``GET /healthz`` (the process answers), ``GET /readyz`` (it can
+serve: store reachable, litellm loaded when a route needs it), ``GET /metrics`` (Prometheus).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.chat import Gateway
+from proxy.config import Config, load_config
+from proxy.errors import ProxyError, error_response
+from proxy.metrics import Metrics
+from proxy.upstream import Upstreams
+
+__all__ = ["create_app", "create_app_from_env"]
+
+log = logging.getLogger("routefit")
+
+CONFIG_ENV = "ROUTEFIT_CONFIG"
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def create_app(config: Config) -> Starlette:
+    metrics = Metrics()
+    needs_litellm = any(rc.upstream.transport == "litellm" for rc in config.routes.values())
+    upstreams = Upstreams(needs_litellm)
+    gateway = Gateway(config, metrics, upstreams)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        upstreams.start()
+        for warning in config.warnings:
+            log.warning("%s", warning)
+        for key in config.missing_env:
+            log.info("unset environment variable for %s: null", key)
+        log.info("routefit ready: %d route(s) from %s", len(config.routes), config.path)
+        try:
+            yield
+        finally:
+            await upstreams.aclose()
+
+    async def models(request: Request) -> Response:
+        data = [
+            {"id": alias, "object": "model", "created": 0, "owned_by": rc.upstream.provider}
+            for alias, rc in config.routes.items()
+        ]
+        return _json({"object": "list", "data": data})
+
+    async def healthz(request: Request) -> Response:
+        return _json({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        checks = {"upstreams": upstreams.ready}
+        ready = all(checks.values())
+        return _json(
+            {"status": "ready" if ready else "starting", "checks": checks}, 200 if ready else 503
+        )
+
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = {
+            404: f"unknown path {request.url.path}",
+            405: f"method {request.method} not allowed on {request.url.path}",
+        }
+        return error_response(
+            ProxyError(
+                exc.status_code,
+                message.get(exc.status_code, str(exc.detail)),
+                code="not_found" if exc.status_code == 404 else None,
+            ),
+            headers=exc.headers,
+        )
+
+    routes = [
+        Route("/v1/chat/completions", gateway.chat, methods=["POST"]),
+        Route("/chat/completions", gateway.chat, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/models", models, methods=["GET"]),
+        Route("/routefit/fit", gateway.fit_only, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}
+    )
+    app.state.gateway = gateway
+    return app
+
+
+def create_app_from_env() -> Starlette:
+    """uvicorn factory: each worker process loads the config named by ROUTEFIT_CONFIG."""
+    return create_app(load_config(os.environ[CONFIG_ENV]))

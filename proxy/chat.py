@@ -1,0 +1,220 @@
+"""The chat-completions path: read → parse → route → auth → price and fit → budget → forward.
+
+Everything before forwarding is routefit's own overhead and is measured as such; everything the
+provider says afterwards (usage, errors) flows back through one hook, ``Gateway.on_usage``, which
+feeds metrics, calibration and budgets.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pricing.messages import ChatRequest, RequestError, parse_request
+from proxy.config import Config, RouteConfig
+from proxy.errors import ProxyError, error_response
+from proxy.metrics import Metrics
+from proxy.streaming import SSEResponse
+from proxy.upstream import Upstreams, UpstreamStream
+from proxy.usage import Usage
+from strategies.fit import Fit, FitError, fit
+
+__all__ = ["Gateway", "Prepared"]
+
+log = logging.getLogger("routefit")
+
+#: Bodies above this size are priced and fitted in a worker thread so that one huge request
+#: does not stall every other request on the event loop (the tokenizers release the GIL).
+_THREAD_ABOVE = 512 * 1024
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request priced and fitted, ready to forward."""
+
+    rc: RouteConfig
+    request: ChatRequest
+    fitted: Fit
+    estimate: int
+    started: float
+    size: int
+
+
+class Gateway:
+    def __init__(self, config: Config, metrics: Metrics, upstreams: Upstreams) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.upstreams = upstreams
+        self.max_body = config.settings.max_body_bytes
+
+    # -- reading and preparing -------------------------------------------------------------
+
+    async def read_json(self, request: Request) -> tuple[Any, int]:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            raise ProxyError(
+                413,
+                f"request body exceeds the limit of {self.max_body:,} bytes",
+                code="request_too_large",
+            )
+        chunks = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body:
+                raise ProxyError(
+                    413,
+                    f"request body exceeds the limit of {self.max_body:,} bytes",
+                    code="request_too_large",
+                )
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        if not raw:
+            raise ProxyError(
+                400, "the request body is empty; expected a JSON object", code="invalid_json"
+            )
+        try:
+            return orjson.loads(raw), size
+        except orjson.JSONDecodeError as exc:
+            raise ProxyError(
+                400, f"the request body is not valid JSON: {exc}", code="invalid_json"
+            ) from None
+
+    def route_for(self, request: ChatRequest) -> RouteConfig:
+        rc = self.config.route(request.model)
+        if rc is None:
+            if not request.model:
+                raise ProxyError(400, "model is required", param="model", code="missing_model")
+            raise ProxyError(
+                404,
+                f"The model '{request.model}' does not exist or you do not have access to it.",
+                param="model",
+                code="model_not_found",
+            )
+        return rc
+
+    async def prepare(self, request: Request) -> Prepared:
+        started = time.perf_counter()
+        body, size = await self.read_json(request)
+        try:
+            parsed = parse_request(body)
+        except RequestError as exc:
+            raise ProxyError(400, exc.message, param=exc.param) from None
+        rc = self.route_for(parsed)
+        if size > _THREAD_ABOVE:
+            fitted = await anyio.to_thread.run_sync(self._fit, parsed, rc)
+        else:
+            fitted = self._fit(parsed, rc)
+        return Prepared(rc, parsed, fitted, fitted.estimate, started, size)
+
+    def _fit(self, parsed: ChatRequest, rc: RouteConfig) -> Fit:
+        try:
+            return fit(parsed, rc.route, rc.policy)
+        except RequestError as exc:  # an image that cannot be priced, found while pricing
+            raise ProxyError(400, exc.message, param=exc.param) from None
+        except FitError as exc:
+            raise ProxyError(
+                400,
+                f"This model's maximum context length is {exc.window:,} tokens. {exc}",
+                param="messages",
+                code="context_length_exceeded",
+            ) from None
+
+    def headers(self, p: Prepared) -> dict[str, str]:
+        return {
+            "x-routefit-route": p.rc.route.alias,
+            "x-routefit-budget": str(p.fitted.report.budget),
+            "x-routefit-prompt-tokens": str(p.estimate),
+            "x-routefit-actions": p.fitted.report.actions(),
+        }
+
+    # -- endpoints -------------------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        route = "-"
+        try:
+            p = await self.prepare(request)
+            route = p.rc.route.alias
+            self._count_actions(p)
+            headers = self.headers(p)
+            self.metrics.overhead.observe(time.perf_counter() - p.started)
+            if p.request.body.get("stream"):
+                return await self._stream(p, headers)
+            sent = time.perf_counter()
+            completion = await self.upstreams.complete(p.rc.upstream, p.fitted.body)
+            self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
+            await self.on_usage(p, completion.usage)
+            self.metrics.requests.labels(route, "200").inc()
+            return Response(completion.body, headers=headers, media_type="application/json")
+        except ProxyError as err:
+            return self._error(route, err)
+        except Exception:
+            log.exception("internal error on %s", route)
+            return self._error(route, ProxyError(500, "routefit internal error", code="internal"))
+
+    async def _stream(self, p: Prepared, headers: dict[str, str]) -> Response:
+        options = p.request.body.get("stream_options")
+        wants_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+        sent = time.perf_counter()
+        stream = await self.upstreams.stream(p.rc.upstream, p.fitted.body, wants_usage)
+        self.metrics.upstream_latency.labels(p.rc.route.alias).observe(time.perf_counter() - sent)
+
+        async def done(s: UpstreamStream, disconnected: bool) -> None:
+            status = "200" if s.completed else ("499" if disconnected else "502")
+            self.metrics.requests.labels(p.rc.route.alias, status).inc()
+            if not s.completed:
+                self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
+            await self.on_usage(p, s.usage)
+
+        return SSEResponse(stream, headers, done)
+
+    async def fit_only(self, request: Request) -> Response:
+        """POST /routefit/fit: the fitted request and its report; nothing is forwarded."""
+        try:
+            p = await self.prepare(request)
+        except ProxyError as err:
+            return error_response(err)
+        payload = {"request": p.fitted.body, "report": p.fitted.report.as_dict()}
+        return Response(
+            orjson.dumps(payload), headers=self.headers(p), media_type="application/json"
+        )
+
+    # -- after the provider answered -------------------------------------------------------
+
+    async def on_usage(self, p: Prepared, usage: Usage | None) -> None:
+        """The one place provider usage flows into: metrics, calibration, budgets."""
+        if usage is None or usage.prompt_tokens <= 0:
+            return
+        route = p.rc.route.alias
+        self.metrics.estimated_tokens.labels(route).inc(p.estimate)
+        self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)
+        error = (p.estimate - usage.prompt_tokens) / usage.prompt_tokens
+        self.metrics.estimate_error.labels(route).observe(error)
+
+    def _count_actions(self, p: Prepared) -> None:
+        r = p.fitted.report
+        route = p.rc.route.alias
+        for action, count, tokens in (
+            ("capped", r.capped, r.capped_tokens),
+            ("offloaded_images", r.offloaded_images, r.offloaded_tokens),
+            ("elided_messages", r.elided_messages, r.elided_tokens),
+        ):
+            if count:
+                self.metrics.fit_actions.labels(route, action).inc(count)
+                self.metrics.fit_tokens_removed.labels(route, action).inc(tokens)
+
+    def _error(self, route: str, err: ProxyError) -> Response:
+        self.metrics.requests.labels(route, str(err.status)).inc()
+        kind = "client" if err.status < 500 else "upstream" if err.status != 500 else "internal"
+        if err.code == "context_length_exceeded":
+            kind = "fit"
+        self.metrics.errors.labels(kind).inc()
+        return error_response(err)

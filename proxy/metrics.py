@@ -1,0 +1,99 @@
+"""Prometheus metrics, one registry per app (tests run several apps in one process).
+
+What an operator alerts on: error rates by kind, upstream latency, routefit's own overhead, how
+often requests are fitted and how much, how far estimates are from the provider's truth, and the
+health of the store behind calibration and budgets.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["Metrics"]
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_OVERHEAD = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+_ERROR = (-0.5, -0.2, -0.1, -0.05, -0.02, -0.01, 0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "routefit_requests",
+            "Chat requests by route and status",
+            ["route", "status"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "routefit_errors",
+            "Errors by kind (client, upstream, fit, budget, internal)",
+            ["kind"],
+            registry=r,
+        )
+        self.fit_actions = Counter(
+            "routefit_fit_actions",
+            "Fitting actions by route and action",
+            ["route", "action"],
+            registry=r,
+        )
+        self.fit_tokens_removed = Counter(
+            "routefit_fit_tokens_removed",
+            "Prompt tokens removed by fitting",
+            ["route", "action"],
+            registry=r,
+        )
+        self.estimated_tokens = Counter(
+            "routefit_prompt_tokens_estimated",
+            "Estimated prompt tokens of completed requests",
+            ["route"],
+            registry=r,
+        )
+        self.actual_tokens = Counter(
+            "routefit_prompt_tokens_actual",
+            "Provider-reported prompt tokens",
+            ["route"],
+            registry=r,
+        )
+        self.estimate_error = Histogram(
+            "routefit_estimate_relative_error",
+            "(estimate - actual) / actual per completed request; negative = underestimate",
+            ["route"],
+            buckets=_ERROR,
+            registry=r,
+        )
+        self.upstream_latency = Histogram(
+            "routefit_upstream_latency_seconds",
+            "Time to the upstream's response headers",
+            ["route"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "routefit_overhead_seconds",
+            "routefit's own time per request before forwarding (parse, price, fit, budget)",
+            buckets=_OVERHEAD,
+            registry=r,
+        )
+        self.samples = Counter(
+            "routefit_calibration_samples",
+            "Calibration samples by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.anchor_lookups = Counter(
+            "routefit_anchor_lookups",
+            "Prefix-anchor lookups by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.store_up = Gauge("routefit_store_up", "1 when the store answers", registry=r)
+        self.budget_failures = Counter(
+            "routefit_budget_store_failures",
+            "Budget checks the store could not answer",
+            ["mode"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,69 @@
+"""Relaying an upstream SSE stream to the client as it arrives.
+
+A plain ASGI response rather than Starlette's StreamingResponse, because two things must be
+deterministic: a client that disconnects must cancel the upstream request at once (not at the
+next chunk, which for a slow model may be seconds away), and the upstream connection must be
+closed and the usage hook run exactly once, however the stream ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+import anyio
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from proxy.upstream import UpstreamStream
+
+__all__ = ["SSEResponse"]
+
+#: Called once when the stream is over: (the stream, whether the client disconnected first).
+OnDone = Callable[[UpstreamStream, bool], Awaitable[None]]
+
+
+class SSEResponse(Response):
+    """A Response (so Starlette's routing takes it) whose ``__call__`` relays the stream."""
+
+    def __init__(self, stream: UpstreamStream, headers: Mapping[str, str], on_done: OnDone) -> None:
+        self.status_code = 200
+        self.background = None
+        self.stream = stream
+        self.sse_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
+        ]
+        self.on_done = on_done
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        disconnected = False
+
+        async def watch(cancel: anyio.CancelScope) -> None:
+            nonlocal disconnected
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected = True
+                    cancel.cancel()
+                    return
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch, tg.cancel_scope)
+                try:
+                    await send(
+                        {"type": "http.response.start", "status": 200, "headers": self.sse_headers}
+                    )
+                    async for chunk in self.stream:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                except OSError:  # ASGI 2.4: send() raises once the client is gone
+                    disconnected = True
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.stream.events.aclose()
+                await self.stream.aclose()
+                await self.on_done(self.stream, disconnected)
