@@ -19,10 +19,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.calibrator import Calibrator
 from proxy.chat import Gateway
 from proxy.config import Config, load_config
 from proxy.errors import ProxyError, error_response
 from proxy.metrics import Metrics
+from proxy.store import Store, open_store
 from proxy.upstream import Upstreams
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -36,15 +38,20 @@ def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
-def create_app(config: Config) -> Starlette:
+def create_app(config: Config, store: Store | None = None) -> Starlette:
     metrics = Metrics()
     needs_litellm = any(rc.upstream.transport == "litellm" for rc in config.routes.values())
     upstreams = Upstreams(needs_litellm)
-    gateway = Gateway(config, metrics, upstreams)
+    settings = config.settings
+    store = store or open_store(settings.redis_url, settings.store_path)
+    calibrator = Calibrator(store, metrics)
+    gateway = Gateway(config, metrics, upstreams, calibrator)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstreams.start()
+        calibrator.start(list(config.routes))
+        log.info("store: %s", store.name)
         for warning in config.warnings:
             log.warning("%s", warning)
         for key in config.missing_env:
@@ -53,7 +60,9 @@ def create_app(config: Config) -> Starlette:
         try:
             yield
         finally:
+            await calibrator.stop()
             await upstreams.aclose()
+            await store.close()
 
     async def models(request: Request) -> Response:
         data = [
@@ -66,11 +75,16 @@ def create_app(config: Config) -> Starlette:
         return _json({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        checks = {"upstreams": upstreams.ready}
-        ready = all(checks.values())
-        return _json(
-            {"status": "ready" if ready else "starting", "checks": checks}, 200 if ready else 503
-        )
+        store_up = await store.ping()
+        checks = {"upstreams": upstreams.ready, "store": store_up}
+        # A store outage degrades service (last known calibration; budgets per their failure
+        # mode) without stopping it; only a transport that is not loaded yet does.
+        ready = upstreams.ready
+        body = {"status": "ready" if ready else "starting", "checks": checks, "store": store.name}
+        return _json(body, 200 if ready else 503)
+
+    async def calibration(request: Request) -> Response:
+        return _json(calibrator.report())
 
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
@@ -96,6 +110,7 @@ def create_app(config: Config) -> Starlette:
         Route("/v1/models", models, methods=["GET"]),
         Route("/models", models, methods=["GET"]),
         Route("/routefit/fit", gateway.fit_only, methods=["POST"]),
+        Route("/routefit/calibration", calibration, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),

@@ -18,7 +18,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from pricing.calibration import Anchor, Correction, Sample, anchored
 from pricing.messages import ChatRequest, RequestError, parse_request
+from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
 from proxy.errors import ProxyError, error_response
 from proxy.metrics import Metrics
@@ -46,13 +48,19 @@ class Prepared:
     estimate: int
     started: float
     size: int
+    #: Chained digests of the fitted message prefixes (anchor keys).
+    keys: list[bytes]
+    anchored: bool = False
 
 
 class Gateway:
-    def __init__(self, config: Config, metrics: Metrics, upstreams: Upstreams) -> None:
+    def __init__(
+        self, config: Config, metrics: Metrics, upstreams: Upstreams, calibrator: Calibrator
+    ) -> None:
         self.config = config
         self.metrics = metrics
         self.upstreams = upstreams
+        self.calibrator = calibrator
         self.max_body = config.settings.max_body_bytes
 
     # -- reading and preparing -------------------------------------------------------------
@@ -109,15 +117,49 @@ class Gateway:
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         rc = self.route_for(parsed)
-        if size > _THREAD_ABOVE:
-            fitted = await anyio.to_thread.run_sync(self._fit, parsed, rc)
-        else:
-            fitted = self._fit(parsed, rc)
-        return Prepared(rc, parsed, fitted, fitted.estimate, started, size)
+        correction = self.calibrator.correction(rc.route.alias)
+        fitted = await self._fit(parsed, rc, correction, size)
+        p = await self._anchor(rc, parsed, fitted, started, size)
+        if p.estimate > fitted.report.budget and p.anchored:
+            # The provider's own count of the prefix says the calibrated estimate was low:
+            # fit again with the correction scaled by how low it was.
+            s = p.estimate / max(1, fitted.estimate)
+            tighter = Correction(
+                correction.text * s,
+                correction.framing * s,
+                correction.images * s,
+                correction.samples,
+            )
+            fitted = await self._fit(parsed, rc, tighter, size)
+            p = await self._anchor(rc, parsed, fitted, started, size)
+        return p
 
-    def _fit(self, parsed: ChatRequest, rc: RouteConfig) -> Fit:
+    async def _anchor(
+        self, rc: RouteConfig, parsed: ChatRequest, fitted: Fit, started: float, size: int
+    ) -> Prepared:
+        """The estimate to act on: anchored on the provider's count of a prefix when one is
+        known, else the calibrated one."""
+        alias = rc.route.alias
+        wire = fitted.body.get("messages") or []
+        keys = prefix_keys(alias, rc.upstream.model, fitted.body.get("tools"), wire)
+        hit = await self.calibrator.find_anchor(alias, keys)
+        if hit is None:
+            return Prepared(rc, parsed, fitted, fitted.estimate, started, size, keys)
+        pr = fitted.pressure
+        correction = self.calibrator.correction(alias)
+        estimate = anchored(hit[1], pr.text, pr.framing, pr.images, correction)
+        return Prepared(rc, parsed, fitted, estimate, started, size, keys, anchored=True)
+
+    async def _fit(
+        self, parsed: ChatRequest, rc: RouteConfig, correction: Correction, size: int
+    ) -> Fit:
+        if size > _THREAD_ABOVE:
+            return await anyio.to_thread.run_sync(self._fit_sync, parsed, rc, correction)
+        return self._fit_sync(parsed, rc, correction)
+
+    def _fit_sync(self, parsed: ChatRequest, rc: RouteConfig, correction: Correction) -> Fit:
         try:
-            return fit(parsed, rc.route, rc.policy)
+            return fit(parsed, rc.route, rc.policy, correction)
         except RequestError as exc:  # an image that cannot be priced, found while pricing
             raise ProxyError(400, exc.message, param=exc.param) from None
         except FitError as exc:
@@ -198,6 +240,22 @@ class Gateway:
         self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)
         error = (p.estimate - usage.prompt_tokens) / usage.prompt_tokens
         self.metrics.estimate_error.labels(route).observe(error)
+        pr = p.fitted.pressure
+        sample = Sample(
+            route=route,
+            time=time.time(),
+            text=pr.text,
+            framing=pr.framing,
+            images=pr.images,
+            image_count=len(pr.image_details),
+            message_count=len(pr.messages),
+            estimate=p.estimate,
+            anchored=p.anchored,
+            actual=usage.prompt_tokens,
+            cached=usage.cached_tokens,
+        )
+        anchor = Anchor(pr.text, pr.framing, pr.images, usage.prompt_tokens)
+        self.calibrator.submit(sample, p.keys[-1] if p.keys else None, anchor)
 
     def _count_actions(self, p: Prepared) -> None:
         r = p.fitted.report

@@ -107,7 +107,7 @@ class FitError(Exception):
 
 
 def _estimate(pressure: Pressure, correction: Correction) -> int:
-    return correction.apply(pressure.text + pressure.framing, pressure.images)
+    return correction.apply(pressure.text, pressure.framing, pressure.images)
 
 
 def fit(
@@ -185,7 +185,7 @@ def _compile(
         return estimate, None
     units = group_units(messages)
     costs = _unit_costs(messages, units, pressure, route, correction)
-    overhead = correction.apply(pressure.tools + pressure.priming)
+    overhead = correction.apply(0, pressure.tools + pressure.priming)
     marker = _marker_price(route, correction)
     replayed = plan(
         costs,
@@ -233,11 +233,12 @@ def _unit_costs(
     first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
     costs = []
     for unit in units:
-        text = images = placeholders = count = 0
+        text = framing = images = placeholders = count = 0
         fixed = user = False
         for i in range(unit.start, unit.end):
             m, p = messages[i], pressure.messages[i]
-            text += p.text + p.framing
+            text += p.text
+            framing += p.framing
             images += p.images
             for part in m.images:
                 placeholders += tok.count(placeholder_for(part, route))
@@ -246,8 +247,8 @@ def _unit_costs(
             user |= m.role == "user"
         costs.append(
             UnitCosts(
-                full=correction.apply(text, images),
-                offloaded=correction.apply(text + placeholders, 0),
+                full=correction.apply(text, framing, images),
+                offloaded=correction.apply(text + placeholders, framing),
                 images=count,
                 fixed=fixed,
                 user=user,
@@ -260,7 +261,7 @@ def _marker_price(route: Route, correction: Correction) -> int:
     """An upper bound on one marker message's price (its numbers at their widest)."""
     marker = Message(role="user", parts=(TextPart(elision_marker(999_999, 999_999_999)),))
     price, _ = measure_message(marker, route, prev_role="tool")
-    return correction.apply(price.text + price.framing)
+    return correction.apply(price.text, price.framing)
 
 
 def _marker_message(next_role: str | None, elided: int, tokens: int) -> Message:

@@ -131,7 +131,7 @@ settings_ = settings(max_examples=120, deadline=None, suppress_health_check=[Hea
 def test_fit_invariants(messages, window, vision, pin, factor):
     r = route(window, vision)
     policy = FitPolicy(pin_fraction=pin)
-    correction = Correction(text=factor, images=factor)
+    correction = Correction(text=factor, framing=factor, images=factor)
     body = {"model": "test", "messages": messages, "max_tokens": 256}
     request = parse_request(copy.deepcopy(body))
     budget = prompt_budget(r.context_window, r.max_output_tokens, policy, 256)
@@ -143,11 +143,11 @@ def test_fit_invariants(messages, window, vision, pin, factor):
     out = result.body["messages"]
     # 1. It fits, by the meter, with the correction applied.
     measured = measure(parse_request(result.body), r)
-    assert correction.apply(measured.text + measured.framing, measured.images) <= budget
+    assert correction.apply(measured.text, measured.framing, measured.images) <= budget
     assert result.report.estimate_after <= budget
     # 2. Transparent when it already fitted.
     original = measure(request, r)
-    if correction.apply(original.text + original.framing, original.images) <= budget:
+    if correction.apply(original.text, original.framing, original.images) <= budget:
         assert result.body is request.body
         assert result.report.actions() == "none"
     # 3. Valid for the provider: no orphaned tool result, no unanswered call.

@@ -1,0 +1,250 @@
+"""Calibration in the running proxy: samples in, corrections and anchors out, store in between.
+
+* Corrections are read from memory on the request path (never a round trip); a background task
+  refreshes every route's samples from the store every few seconds, so replicas sharing Redis
+  converge on the same factors, and a restart starts from what was learnt.
+* Samples and anchors are written off the response path through a bounded queue. When the store
+  is slow or down they are dropped and counted; a response never waits for the store.
+* Anchor lookups are the one store round trip on the request path (one MGET); when the store is
+  down they are skipped, and the estimate falls back to the calibrated one.
+* An outage is logged once when it starts and once when it ends, never per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import xxhash
+
+from pricing.calibration import Anchor, CalibrationPolicy, Correction, Sample, fit_correction
+from proxy.metrics import Metrics
+from proxy.store import Store, StoreUnavailable
+
+__all__ = ["Calibrator", "prefix_keys"]
+
+log = logging.getLogger("routefit.calibration")
+
+#: How many of the longest prefixes of a request are looked up (a new turn adds a few messages).
+LOOKBACK = 64
+
+
+def _digest(value: Any) -> bytes:
+    return xxhash.xxh3_128_digest(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+
+
+def prefix_keys(
+    route: str, model: str, tools: Any, messages: Sequence[Mapping[str, Any]]
+) -> list[bytes]:
+    """Chained digests of every message prefix, index i = the first i+1 messages.
+
+    The chain starts from the route, the upstream model and the tool definitions, so an anchor
+    only matches a prompt with the same tools sent to the same model.
+    """
+    h = _digest([route, model, tools])
+    keys = []
+    for message in messages:
+        h = xxhash.xxh3_128_digest(h + _digest(message))
+        keys.append(h)
+    return keys
+
+
+@dataclass(slots=True)
+class _Route:
+    samples: deque[Sample]
+    correction: Correction
+    dirty: bool = False
+
+
+class Calibrator:
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        policy: CalibrationPolicy | None = None,
+        *,
+        refresh_seconds: float = 5.0,
+        anchor_ttl: float = 3600.0,
+        queue_size: int = 2048,
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.policy = policy or CalibrationPolicy()
+        self.refresh_seconds = refresh_seconds
+        self.anchor_ttl = anchor_ttl
+        self.routes: dict[str, _Route] = {}
+        self.queue: asyncio.Queue[tuple[Sample, bytes | None, Anchor | None]] = asyncio.Queue(
+            queue_size
+        )
+        self.store_up = True
+        self.dropped = 0
+        self.recorded = 0
+        self.anchor_hits = 0
+        self.anchor_lookups = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- request path (no I/O except the anchor lookup) -----------------------------------
+
+    def correction(self, route: str) -> Correction:
+        state = self.routes.get(route)
+        return state.correction if state is not None else Correction()
+
+    async def find_anchor(self, route: str, keys: Sequence[bytes]) -> tuple[int, Anchor] | None:
+        """Longest anchored prefix among ``keys`` (index i = first i+1 messages)."""
+        if not keys or not self.store_up:
+            return None
+        first = max(0, len(keys) - LOOKBACK)
+        candidates = list(reversed(keys[first:]))
+        self.anchor_lookups += 1
+        try:
+            hit = await self.store.find_anchor(route, candidates)
+        except StoreUnavailable:
+            self._down("anchor lookup")
+            self.metrics.anchor_lookups.labels("error").inc()
+            return None
+        if hit is None:
+            self.metrics.anchor_lookups.labels("miss").inc()
+            return None
+        self.anchor_hits += 1
+        self.metrics.anchor_lookups.labels("hit").inc()
+        index, anchor = hit
+        return len(keys) - 1 - index, anchor
+
+    def submit(self, sample: Sample, key: bytes | None, anchor: Anchor | None) -> None:
+        """Queue a sample (and the anchor of the prompt it measured); never blocks."""
+        try:
+            self.queue.put_nowait((sample, key, anchor))
+        except asyncio.QueueFull:
+            self.dropped += 1
+            self.metrics.samples.labels("dropped").inc()
+
+    # -- background -----------------------------------------------------------------------
+
+    def start(self, routes: Sequence[str]) -> None:
+        for route in routes:
+            self.routes.setdefault(route, _Route(deque(maxlen=self.policy.window), Correction()))
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._writer()), loop.create_task(self._refresher())]
+
+    async def stop(self) -> None:
+        # Give queued samples a moment to reach the store, then stop.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.queue.join(), timeout=2.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _writer(self) -> None:
+        while True:
+            sample, key, anchor = await self.queue.get()
+            try:
+                state = self.routes.setdefault(
+                    sample.route, _Route(deque(maxlen=self.policy.window), Correction())
+                )
+                state.samples.append(sample)
+                state.correction = fit_correction(state.samples, self.policy)
+                try:
+                    await self.store.record_sample(sample)
+                    if key is not None and anchor is not None:
+                        await self.store.put_anchor(sample.route, key, anchor, self.anchor_ttl)
+                except StoreUnavailable:
+                    self._down("sample write")
+                    self.dropped += 1
+                    self.metrics.samples.labels("dropped").inc()
+                else:
+                    self._up()
+                    self.recorded += 1
+                    self.metrics.samples.labels("recorded").inc()
+            except Exception:  # a bug here must not kill the writer
+                log.exception("calibration writer failed on a sample")
+            finally:
+                self.queue.task_done()
+
+    async def refresh(self) -> None:
+        """Reload every route's samples from the store and refit its correction."""
+        for route, state in self.routes.items():
+            try:
+                samples = await self.store.recent_samples(route, self.policy.window)
+            except StoreUnavailable:
+                self._down("refresh")
+                return
+            self._up()
+            if samples:
+                state.samples = deque(samples, maxlen=self.policy.window)
+                state.correction = fit_correction(state.samples, self.policy)
+
+    async def _refresher(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("calibration refresh failed")
+            await asyncio.sleep(self.refresh_seconds)
+
+    def _down(self, what: str) -> None:
+        if self.store_up:
+            log.warning(
+                "store %s unavailable (%s); serving with the last known calibration",
+                self.store.name,
+                what,
+            )
+        self.store_up = False
+        self.metrics.store_up.set(0)
+
+    def _up(self) -> None:
+        if not self.store_up:
+            log.warning("store %s is back; calibration resumes", self.store.name)
+        self.store_up = True
+        self.metrics.store_up.set(1)
+
+    # -- visibility -----------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """GET /routefit/calibration: per route, what was learnt and how good it is."""
+        out: dict[str, Any] = {}
+        for route, state in sorted(self.routes.items()):
+            errors = sorted(
+                (s.estimate - s.actual) / s.actual for s in state.samples if s.actual > 0
+            )
+            c = state.correction
+            out[route] = {
+                "samples": len(state.samples),
+                "factors": {"text": c.text, "framing": c.framing, "images": c.images},
+                "fitted_on": c.samples,
+                "relative_error": _percentiles(errors),
+                "anchored_share": (
+                    sum(s.anchored for s in state.samples) / len(state.samples)
+                    if state.samples
+                    else 0.0
+                ),
+            }
+        return {
+            "routes": out,
+            "store": {"name": self.store.name, "up": self.store_up},
+            "samples_recorded": self.recorded,
+            "samples_dropped": self.dropped,
+            "anchor_lookups": self.anchor_lookups,
+            "anchor_hit_rate": self.anchor_hits / self.anchor_lookups
+            if self.anchor_lookups
+            else 0.0,
+            "time": time.time(),
+        }
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+
+    def pick(q: float) -> float:
+        return round(values[min(len(values) - 1, int(q * len(values)))], 5)
+
+    return {"p05": pick(0.05), "p50": pick(0.5), "p95": pick(0.95), "max": round(values[-1], 5)}
