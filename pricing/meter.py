@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
-from pricing.probe import placeholder, probe
+from pricing.probe import ImageError, placeholder, probe
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 
@@ -127,7 +127,11 @@ def measure_message(
         if isinstance(part, TextPart):
             text += tok.count(part.text)
         else:
-            price = price_image(part, route, sizes)
+            try:
+                price = price_image(part, route, sizes)
+            except ImageError as exc:  # name the offending part for the client's 400
+                where = f"messages[{index}].content[{j}].image_url.url"
+                raise ImageError(f"{where}: {exc.message}", where) from None
             price = ImagePrice(
                 index,
                 j,

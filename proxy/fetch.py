@@ -1,0 +1,388 @@
+"""Sizes of URL images, learnt by reading the first bytes of each image (opt-in per route).
+
+An image given by URL has no size until someone reads it. By default nobody does: the meter
+prices it at its rule's worst case. A route whose ``image_fetch`` policy allowlists hosts lets
+the proxy read just the header of each image (a few hundred bytes, at most ``max_bytes``), so
+the estimate is exact instead of worst-case.
+
+Fetching URLs that callers chose is how gateways become SSRF proxies, so every fetch is fenced:
+
+- http and https only; the host must be on the route's allowlist;
+- the name is resolved here, every address it resolves to is checked (loopback, private,
+  link-local, multicast, reserved, unspecified; IPv4 hidden in IPv6 forms is unwrapped), and
+  the connection goes to the checked address: the URL is rewritten to the IP with the original
+  ``Host`` header and TLS SNI/certificate name, so DNS cannot change its answer in between;
+- cloud metadata addresses and all link-local space are refused even with ``allow_private``;
+- redirects are followed only up to the policy's count, each hop checked like the first;
+- bytes are streamed and capped, content encodings refused (no decompression bombs), and the
+  whole fetch, DNS included, runs under one deadline;
+- failures leave the URL unsized (priced at the worst case); they never fail the request.
+
+Results are cached by URL in a bounded LRU with a TTL (failures for a shorter time), and
+concurrent requests for the same URL share one fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from pricing.messages import ChatRequest, ImagePart
+from pricing.probe import Header, check_header, read_header
+from pricing.route import ImageFetchPolicy, ImageLimits
+
+__all__ = [
+    "METADATA_ADDRESSES",
+    "FetchRefused",
+    "ImageSizer",
+    "Resolver",
+    "address_refusal",
+    "image_urls",
+    "parse_fetch_policy",
+]
+
+log = logging.getLogger("routefit.fetch")
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: Resolves (host, port) to IP address strings; injectable so tests need no DNS.
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+#: Instance-metadata endpoints of cloud providers: refused whatever the policy says.
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle, ...
+        "169.254.170.2",  # AWS ECS task credentials
+        "169.254.0.23",  # Tencent Cloud
+        "100.100.100.200",  # Alibaba Cloud
+        "192.0.0.192",  # Oracle Cloud (classic)
+        "fd00:ec2::254",  # AWS IMDS over IPv6
+    )
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+class FetchRefused(Exception):
+    """A URL the policy does not let the proxy fetch (reason in the message)."""
+
+
+def _judged_addresses(ip: IPAddress) -> list[IPAddress]:
+    """The addresses that decide where a connection to ``ip`` really goes.
+
+    IPv4-mapped and NAT64 addresses are mere carriers of an IPv4 address: only that address
+    counts (Python files the carriers under "reserved", which would refuse ``::ffff:10.0.0.1``
+    even where private addresses are allowed). 6to4 and Teredo addresses are IPv6 hosts that
+    also tunnel to an IPv4 address: both count.
+    """
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return [ip.ipv4_mapped]
+        if ip in _NAT64:
+            return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+        if ip.sixtofour is not None:
+            return [ip, ip.sixtofour]
+        if ip.teredo is not None:
+            return [ip, ip.teredo[1]]
+    return [ip]
+
+
+def address_refusal(ip: IPAddress, allow_private: bool) -> str | None:
+    """Why the proxy must not connect to ``ip`` (None: it may)."""
+    for addr in _judged_addresses(ip):
+        if addr in METADATA_ADDRESSES:
+            return f"{ip} is a cloud metadata address"
+        if addr.is_link_local:
+            return f"{ip} is link-local"
+        if addr.is_multicast or addr.is_unspecified:
+            return f"{ip} is not a unicast host address"
+        if addr.is_loopback:  # before "reserved": Python files ::1 under ::/8 too
+            if not allow_private:
+                return f"{ip} is a loopback address"
+            continue
+        if addr.is_reserved:
+            return f"{ip} is a reserved address"
+        if not addr.is_global and not allow_private:
+            return f"{ip} is a private address"
+    return None
+
+
+async def _system_resolver(host: str, port: int) -> Sequence[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+def image_urls(request: ChatRequest) -> tuple[str, ...]:
+    """The distinct http(s) image URLs of a request, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for message in request.messages:
+        for part in message.parts:
+            if isinstance(part, ImagePart) and part.url[:8].lower().startswith(
+                ("http://", "https://")
+            ):
+                seen.setdefault(part.url, None)
+    return tuple(seen)
+
+
+def parse_fetch_policy(spec: Mapping[str, Any] | None) -> ImageFetchPolicy:
+    """``image_fetch: {allow_hosts: [...], allow_private: false, max_bytes: 65536, ...}``.
+
+    Raises ValueError naming the bad key; the config loader prefixes file and key path.
+    """
+    if spec is None:
+        return ImageFetchPolicy()
+    if not isinstance(spec, Mapping):
+        raise ValueError("image_fetch must be a mapping")
+    known = set(ImageFetchPolicy.__dataclass_fields__)
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(f"unknown image_fetch key(s) {unknown} (known: {sorted(known)})")
+    values = dict(spec)
+    hosts = values.get("allow_hosts", ())
+    if isinstance(hosts, str) or not all(isinstance(h, str) for h in hosts):
+        raise ValueError("image_fetch.allow_hosts must be a list of host names")
+    values["allow_hosts"] = tuple(hosts)
+    if not isinstance(values.get("allow_private", False), bool):
+        raise ValueError("image_fetch.allow_private must be true or false")
+    for key in ("max_bytes", "max_redirects", "max_urls"):
+        value = values.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"image_fetch.{key} must be an integer")
+    timeout = values.get("timeout_s", 1.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ValueError("image_fetch.timeout_s must be a number")
+    try:
+        return ImageFetchPolicy(**values)
+    except ValueError as exc:
+        raise ValueError(f"image_fetch: {exc}") from None
+
+
+class _TTLCache:
+    """A bounded LRU whose entries expire; a failure (None) expires sooner than a size."""
+
+    def __init__(self, maxsize: int, ttl_s: float, failure_ttl_s: float) -> None:
+        self.maxsize, self.ttl_s, self.failure_ttl_s = maxsize, ttl_s, failure_ttl_s
+        self._data: OrderedDict[tuple[str, bool], tuple[float, tuple[int, int] | None]] = (
+            OrderedDict()
+        )
+
+    def get(self, key: tuple[str, bool]) -> tuple[bool, tuple[int, int] | None]:
+        """(found, size) — found is False when absent or expired."""
+        entry = self._data.get(key)
+        if entry is None:
+            return False, None
+        expires, size = entry
+        if expires < time.monotonic():
+            del self._data[key]
+            return False, None
+        self._data.move_to_end(key)
+        return True, size
+
+    def put(self, key: tuple[str, bool], size: tuple[int, int] | None) -> None:
+        ttl = self.ttl_s if size is not None else self.failure_ttl_s
+        self._data[key] = (time.monotonic() + ttl, size)
+        self._data.move_to_end(key)
+        while len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class ImageSizer:
+    """Fetches image headers for URL images; one per process, shared by all requests.
+
+    Give it a dedicated ``httpx.AsyncClient`` or let it make one: it relies on no proxies from
+    the environment (``trust_env=False``: a proxy would connect to a name, not the checked IP)
+    and no pooled connections (a pooled TLS connection for one host must not carry a request
+    for another host on the same IP).
+    """
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient | None = None,
+        *,
+        resolver: Resolver | None = None,
+        limits: ImageLimits | None = None,
+        cache_size: int = 4096,
+        ttl_s: float = 600.0,
+        failure_ttl_s: float = 60.0,
+        max_concurrency: int = 32,
+    ) -> None:
+        self._own_client = client is None
+        self._client = client or httpx.AsyncClient(
+            trust_env=False,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=0),
+        )
+        self._resolve = resolver or _system_resolver
+        self._limits = limits or ImageLimits()
+        self._cache = _TTLCache(cache_size, ttl_s, failure_ttl_s)
+        self._inflight: dict[tuple[str, bool], asyncio.Task[tuple[int, int] | None]] = {}
+        self._gate = asyncio.Semaphore(max_concurrency)
+        self.fetches = 0
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> ImageSizer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def sizes(
+        self, urls: Iterable[str], policy: ImageFetchPolicy
+    ) -> dict[str, tuple[int, int]]:
+        """``{url: (width, height)}`` for the URLs whose headers could be read under ``policy``.
+
+        URLs that are not allowed, fail or time out are simply absent (priced at worst case).
+        """
+        if not policy.enabled:
+            return {}
+        wanted = [u for u in dict.fromkeys(urls) if self._allowed(u, policy)][: policy.max_urls]
+        results = await asyncio.gather(*(self._size(u, policy) for u in wanted))
+        return {u: size for u, size in zip(wanted, results, strict=True) if size is not None}
+
+    @staticmethod
+    def _allowed(url: str, policy: ImageFetchPolicy) -> bool:
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, ValueError):
+            return False
+        return parsed.scheme in ("http", "https") and policy.allows_host(parsed.host)
+
+    async def _size(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
+        key = (url, policy.allow_private)
+        found, size = self._cache.get(key)
+        if found:
+            return size
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._fetch(url, policy))
+            self._inflight[key] = task
+            task.add_done_callback(lambda _: self._inflight.pop(key, None))
+        size = await asyncio.shield(task)
+        return size
+
+    async def _fetch(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
+        async with self._gate:
+            self.fetches += 1
+            try:
+                async with asyncio.timeout(policy.timeout_s):
+                    size = await self._follow(url, policy)
+            except FetchRefused as exc:
+                log.info("image fetch refused for %s: %s", url, exc)
+                return None  # a policy answer, not a fact about the URL: not cached
+            except Exception as exc:  # any failure leaves the URL unsized; never fails a request
+                log.info("image fetch failed for %s: %r", url, exc)
+                size = None
+        self._cache.put((url, policy.allow_private), size)
+        return size
+
+    async def _follow(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
+        target = httpx.URL(url)
+        for _ in range(policy.max_redirects + 1):
+            response = await self._send_pinned(target, policy)
+            try:
+                if response.is_redirect:
+                    location = response.headers.get("location")
+                    if not location:
+                        return None
+                    target = target.join(location)
+                    continue
+                if response.status_code not in (200, 206):
+                    return None
+                return await self._read_size(response, policy)
+            finally:
+                await response.aclose()
+        raise FetchRefused(f"more than {policy.max_redirects} redirect(s)")
+
+    async def _send_pinned(self, target: httpx.URL, policy: ImageFetchPolicy) -> httpx.Response:
+        """GET ``target`` from one of its host's checked addresses, tried in resolver order."""
+        addresses = await self._checked_addresses(target, policy)
+        failure: Exception | None = None
+        for ip in addresses:
+            request = self._pinned_request(target, ip, policy)
+            try:
+                return await self._client.send(request, stream=True, follow_redirects=False)
+            except httpx.ConnectError as exc:  # e.g. ::1 first while the server is on 127.0.0.1
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def _checked_addresses(
+        self, target: httpx.URL, policy: ImageFetchPolicy
+    ) -> list[IPAddress]:
+        if target.scheme not in ("http", "https"):
+            raise FetchRefused(f"scheme {target.scheme!r} is not fetched")
+        if not policy.allows_host(target.host):
+            raise FetchRefused(f"host {target.host!r} is not on the allowlist")
+        port = target.port or (443 if target.scheme == "https" else 80)
+        answers = await self._resolve(target.raw_host.decode("ascii"), port)
+        if not answers:
+            raise FetchRefused(f"{target.host!r} did not resolve")
+        checked: list[IPAddress] = []
+        for text in answers:
+            ip = ipaddress.ip_address(text.split("%", 1)[0])
+            reason = address_refusal(ip, policy.allow_private)
+            if reason is not None:  # one bad record taints the name: no "pick the good one"
+                raise FetchRefused(f"{target.host!r} resolves to {reason}")
+            if ip not in checked:
+                checked.append(ip)
+        return checked
+
+    def _pinned_request(
+        self, target: httpx.URL, ip: IPAddress, policy: ImageFetchPolicy
+    ) -> httpx.Request:
+        """A request to the checked ``ip``, carrying ``target``'s name for Host and TLS."""
+        headers = {
+            "Host": target.netloc.decode("ascii"),
+            "Accept": "image/*",
+            "Accept-Encoding": "identity",
+            "Range": f"bytes=0-{policy.max_bytes - 1}",
+            "User-Agent": "routefit-image-sizer",
+        }
+        extensions: dict[str, Any] = {}
+        if target.scheme == "https":
+            extensions["sni_hostname"] = target.raw_host.decode("ascii")
+        return self._client.build_request(
+            "GET",
+            target.copy_with(host=str(ip)),
+            headers=headers,
+            extensions=extensions,
+            timeout=policy.timeout_s,
+        )
+
+    async def _read_size(
+        self, response: httpx.Response, policy: ImageFetchPolicy
+    ) -> tuple[int, int] | None:
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            return None  # never inflate a stream of unknown ratio
+        data = bytearray()
+        need = 12
+        # Identity-only (checked above), so aiter_bytes inflates nothing; unlike aiter_raw it also
+        # serves a response whose body was read already.
+        async for chunk in response.aiter_bytes():
+            data += chunk[: policy.max_bytes - len(data)]
+            if len(data) < need:
+                if len(data) >= policy.max_bytes:
+                    return None
+                continue
+            result = read_header(bytes(data))
+            if isinstance(result, Header):
+                check_header(result, self._limits)
+                return result.width, result.height
+            need = result
+            if need > policy.max_bytes or len(data) >= policy.max_bytes:
+                return None  # the header lies beyond what this route lets us read
+        return None
