@@ -1,0 +1,84 @@
+"""``python -m sim --port P [--model NAME ...]``: the simulator as a standalone server.
+
+Prints ``sim listening on http://HOST:PORT`` (flushed) once it accepts requests, so a parent
+process can wait for that line (``--port 0`` picks a free port and the line tells which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+
+from sim.models import BUILTIN_MODELS, SimModel, get_builtin
+from sim.server import serve_forever
+from sim.state import SimConfig
+
+
+def _model_from_json(text: str) -> SimModel:
+    raw = json.loads(text)
+    base = raw.pop("base", None)
+    known = {f.name for f in fields(SimModel)}
+    unknown = set(raw) - known
+    if unknown:
+        raise SystemExit(f"--model-json: unknown field(s) {sorted(unknown)}")
+    if "aliases" in raw:
+        raw["aliases"] = tuple(raw["aliases"])
+    if base is not None:
+        from dataclasses import replace
+
+        return replace(get_builtin(base), **raw)
+    return SimModel(**raw)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim", description="routefit's LLM provider simulator"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 = a free port (printed)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help=f"a built-in model to serve (repeatable; default all: {', '.join(BUILTIN_MODELS)})",
+    )
+    parser.add_argument(
+        "--model-json",
+        action="append",
+        default=[],
+        help='a custom model as JSON SimModel fields, e.g. \'{"base": "gpt-4o", "name": "x", '
+        '"context_window": 4096}\' (repeatable)',
+    )
+    parser.add_argument(
+        "--api-key", action="append", default=None, help="require this key (repeatable)"
+    )
+    parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between SSE events")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+
+    models = [get_builtin(name) for name in args.model] + [
+        _model_from_json(j) for j in args.model_json
+    ]
+    config = SimConfig(
+        api_keys=frozenset(args.api_key) if args.api_key else None,
+        chunk_delay=args.chunk_delay,
+    )
+
+    def ready(host: str, port: int) -> None:
+        print(f"sim listening on http://{host}:{port}", flush=True)
+
+    serve_forever(
+        models or None,
+        host=args.host,
+        port=args.port,
+        config=config,
+        log_level=args.log_level,
+        on_ready=ready,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

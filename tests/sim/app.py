@@ -1,0 +1,388 @@
+"""The simulator's ASGI app: provider endpoints, fault injection and the ``/sim/*`` controls."""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sim import wire_anthropic, wire_openai
+from sim.counting import anthropic_prompt, openai_prompt
+from sim.errors import SimError, anthropic_error, fault_error, openai_error
+from sim.faults import FaultPlan, FaultRule, parse_faults, plan_faults
+from sim.state import SimState
+from sim.streaming import DisconnectWatch, DropConnection
+from sim.wire_anthropic import messages as anthropic_messages
+from sim.wire_openai import chat_completions
+
+__all__ = ["Ctx", "SimApp", "create_app"]
+
+
+@dataclass
+class Ctx:
+    """One provider request being handled."""
+
+    state: SimState
+    request: Request
+    body: Any
+    number: int
+    plan: FaultPlan
+    chunk_delay: float
+    #: The request's entry in the request log (handlers add prompt_tokens, cached_tokens).
+    entry: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def request_id(self) -> str:
+        return f"req_sim{self.number:06d}"
+
+
+Handler = Callable[[Ctx], Awaitable[Response]]
+
+
+def _check_auth(state: SimState, request: Request, wire: str) -> SimError | None:
+    keys = state.config.api_keys
+    if keys is None:
+        return None
+    if wire == "anthropic":
+        key = request.headers.get("x-api-key")
+        if key is None and request.headers.get("authorization", "").startswith("Bearer "):
+            key = request.headers["authorization"][7:]
+        if not key:
+            return SimError(401, "x-api-key header is required", "authentication_error")
+        if key not in keys:
+            return SimError(401, "invalid x-api-key", "authentication_error")
+        return None
+    auth = request.headers.get("authorization", "")
+    if not auth.startswith("Bearer ") or not auth[7:].strip():
+        return SimError(
+            401,
+            "You didn't provide an API key. You need to provide your API key in an Authorization "
+            "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            "invalid_request_error",
+        )
+    key = auth[7:].strip()
+    if key not in keys:
+        shown = f"{key[:3]}*****{key[-4:]}" if len(key) > 8 else "*****"
+        return SimError(
+            401,
+            f"Incorrect API key provided: {shown}. You can find your API key at "
+            "https://platform.openai.com/account/api-keys.",
+            "invalid_request_error",
+            code="invalid_api_key",
+        )
+    return None
+
+
+def _provider_endpoint(
+    state: SimState, wire: str, handler: Handler
+) -> Callable[[Request], Awaitable[Response]]:
+    render = anthropic_error if wire == "anthropic" else openai_error
+
+    async def endpoint(request: Request) -> Response:
+        number = state.next_id()
+        raw = await request.body()
+        watch: DisconnectWatch = request.scope["sim.watch"]
+        watch.start()  # the body is read: from now on receive() only reports a disconnect
+        try:
+            body: Any = json.loads(raw) if raw else None
+            parse_error = None if raw else "empty body"
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body, parse_error = None, str(exc)
+        model = body.get("model") if isinstance(body, dict) else None
+        entry: dict[str, Any] = {
+            "id": number,
+            "time": time.time(),
+            "method": request.method,
+            "path": request.url.path,
+            "headers": dict(request.headers),
+            "body": body,
+            "raw": raw.decode("utf-8", "replace") if parse_error else None,
+            "model": model if isinstance(model, str) else None,
+            "faults": [],
+            "status": None,
+        }
+        request.scope["sim.entry"] = entry
+        state.record(entry)
+        with state.lock:
+            state.stats.by_path[request.url.path] += 1
+            if entry["model"]:
+                state.stats.by_model[entry["model"]] += 1
+        request_id = f"req_sim{number:06d}"
+
+        def fail(err: SimError) -> Response:
+            return render(err, request_id)
+
+        err = _check_auth(state, request, wire)
+        if err is not None:
+            return fail(err)
+        needs_version = wire == "anthropic" and state.config.require_anthropic_version
+        if needs_version and "anthropic-version" not in request.headers:
+            return fail(SimError(400, "anthropic-version: header is required"))
+        try:
+            faults = parse_faults(request.headers.get("x-sim-fault"))
+        except ValueError as exc:
+            return fail(SimError(400, f"x-sim-fault: {exc}", code="sim_bad_fault"))
+        faults += state.faults.take(entry["model"], request.url.path)
+        plan = plan_faults(faults)
+        entry["faults"] = list(plan.names)
+        if plan.any:
+            with state.lock:
+                for name in plan.names:
+                    state.stats.faults[name.split(":")[0]] += 1
+        if plan.delay and await watch.sleep(plan.delay):
+            return DropConnection()  # the client gave up while we were "thinking"
+        if plan.reset:
+            return DropConnection()
+        if plan.status is not None:
+            return fail(fault_error(wire, plan.status))
+        if parse_error is not None:
+            if wire == "anthropic":
+                return fail(
+                    SimError(
+                        400, f"There was an error parsing the body of your request: {parse_error}"
+                    )
+                )
+            return fail(
+                SimError(
+                    400,
+                    "We could not parse the JSON body of your request. (HINT: This likely means "
+                    "you aren't using your HTTP library correctly. The OpenAI API expects a JSON "
+                    "payload, but what was sent was not valid JSON. If you have trouble figuring "
+                    "out how to fix this, please open an issue at "
+                    "https://github.com/openai/openai-python.)",
+                )
+            )
+        delay = state.config.chunk_delay
+        if "x-sim-chunk-delay" in request.headers:
+            try:
+                delay = float(request.headers["x-sim-chunk-delay"])
+            except ValueError:
+                return fail(SimError(400, "x-sim-chunk-delay must be a number of seconds"))
+        ctx = Ctx(state, request, body, number, plan, delay, entry)
+        try:
+            return await handler(ctx)
+        except SimError as exc:
+            return fail(exc)
+
+    return endpoint
+
+
+def _json_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except json.JSONDecodeError as exc:
+        raise SimError(400, f"invalid JSON: {exc}") from None
+
+
+def _control_routes(state: SimState) -> list[Route]:
+    async def models(request: Request) -> Response:
+        data = [
+            {
+                "id": m.name,
+                "object": "model",
+                "created": 0,
+                "owned_by": m.owned_by,
+                "context_window": m.context_window,
+                "max_output_tokens": m.max_output,
+                "wire": m.wire,
+            }
+            for m in state.models.values()
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def model(request: Request) -> Response:
+        name = request.path_params["name"]
+        m = state.model(name)
+        if m is None:
+            return openai_error(
+                SimError(
+                    404, f"The model '{name}' does not exist", param="model", code="model_not_found"
+                )
+            )
+        return JSONResponse({"id": m.name, "object": "model", "created": 0, "owned_by": m.owned_by})
+
+    async def image(request: Request) -> Response:
+        """A generated image of any size, for image-URL tests (``/sim/images/640x480.png``)."""
+        import io
+
+        from PIL import Image
+
+        width, height = request.path_params["width"], request.path_params["height"]
+        fmt = request.path_params["fmt"].lower()
+        formats = {"png": "PNG", "jpg": "JPEG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP"}
+        if fmt not in formats or not (0 < width <= 8192 and 0 < height <= 8192):
+            return JSONResponse({"error": {"message": "no such image"}}, 404)
+        buf = io.BytesIO()
+        Image.new("RGB", (width, height), (width % 256, height % 256, 128)).save(buf, formats[fmt])
+        media = "image/jpeg" if formats[fmt] == "JPEG" else f"image/{fmt}"
+        return Response(buf.getvalue(), media_type=media)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def requests(request: Request) -> Response:
+        limit = request.query_params.get("limit")
+        path = request.query_params.get("path")
+        return JSONResponse({"requests": state.requests(int(limit) if limit else None, path)})
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse(state.stats_json())
+
+    async def reset(request: Request) -> Response:
+        state.reset()
+        return JSONResponse({"ok": True})
+
+    async def faults(request: Request) -> Response:
+        if request.method == "DELETE":
+            state.faults.clear()
+        elif request.method == "POST":
+            try:
+                raw = _json_body(await request.body())
+                replace = False
+                if isinstance(raw, dict):
+                    replace = bool(raw.get("replace"))
+                    raw = raw.get("faults")
+                if not isinstance(raw, list):
+                    raise ValueError('expected a list of faults or {"faults": [...]}')
+                rules = [FaultRule.from_json(r) for r in raw]
+            except (ValueError, SimError) as exc:
+                return JSONResponse(
+                    {"error": {"message": str(exc), "type": "invalid_request_error"}}, 400
+                )
+            if replace:
+                state.faults.clear()
+            state.faults.add(rules)
+        return JSONResponse({"faults": state.faults.as_json()})
+
+    async def config(request: Request) -> Response:
+        if request.method == "POST":
+            try:
+                values = _json_body(await request.body())
+                if not isinstance(values, dict):
+                    raise ValueError("expected a JSON object")
+                state.config.update(values)
+            except (ValueError, TypeError, SimError) as exc:
+                return JSONResponse(
+                    {"error": {"message": str(exc), "type": "invalid_request_error"}}, 400
+                )
+        return JSONResponse(state.config.as_json())
+
+    async def count(request: Request) -> Response:
+        """The prompt size the simulator would bill, without answering or touching the cache."""
+        try:
+            body = _json_body(await request.body())
+            m = state.model(body.get("model", "")) if isinstance(body, dict) else None
+            if m is None:
+                raise SimError(404, "unknown or missing model", code="model_not_found")
+            if m.wire == "anthropic":
+                wire_anthropic.validate(body, strict=state.config.strict_params)
+                pics = await wire_anthropic.collect_pictures(state, body, m)
+                prompt = anthropic_prompt(body, m, lambda b: pics[wire_anthropic.image_key(b)])
+            else:
+                wire_openai.validate_chat(body, strict=state.config.strict_params)
+                urls = await wire_openai.collect_pictures(state, body, m)
+                prompt = openai_prompt(body, m, lambda part: urls[part["image_url"]["url"]])
+        except SimError as exc:
+            return openai_error(exc)
+        return JSONResponse(
+            {"model": m.name, "prompt_tokens": prompt.total, "breakdown": prompt.breakdown}
+        )
+
+    return [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{name:path}", model, methods=["GET"]),
+        Route("/sim/health", health, methods=["GET"]),
+        Route("/sim/images/{width:int}x{height:int}.{fmt}", image, methods=["GET"]),
+        Route("/sim/requests", requests, methods=["GET"]),
+        Route("/sim/stats", stats, methods=["GET"]),
+        Route("/sim/reset", reset, methods=["POST"]),
+        Route("/sim/faults", faults, methods=["GET", "POST", "DELETE"]),
+        Route("/sim/config", config, methods=["GET", "POST"]),
+        Route("/sim/count", count, methods=["POST"]),
+    ]
+
+
+class SimApp:
+    """The outer ASGI layer: hands handlers the connection (transport, disconnect watch),
+    counts requests in flight and records each response's status."""
+
+    def __init__(self, state: SimState, app: ASGIApp) -> None:
+        self.state = state
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        owner = getattr(receive, "__self__", None)
+        scope["sim.transport"] = getattr(owner, "transport", None)
+        watch = DisconnectWatch(receive)
+        scope["sim.watch"] = watch
+        state = self.state
+        counted = not scope["path"].startswith("/sim/")
+
+        async def tracking_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                entry = scope.get("sim.entry")
+                if entry is not None:
+                    entry["status"] = message["status"]
+                if counted:
+                    with state.lock:
+                        state.stats.by_status[message["status"]] += 1
+            await send(message)
+
+        if counted:
+            with state.lock:
+                state.stats.requests_total += 1
+                state.stats.in_flight += 1
+        try:
+            await self.app(scope, receive, tracking_send)
+        finally:
+            watch.stop()
+            if counted:
+                with state.lock:
+                    state.stats.in_flight -= 1
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    detail = "".join(traceback.format_exception(exc))[-2000:]
+    return JSONResponse(
+        {
+            "error": {
+                "message": f"sim internal error: {exc!r}\n{detail}",
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        },
+        status_code=500,
+    )
+
+
+def create_app(state: SimState | None = None) -> SimApp:
+    """The ASGI app for a state (a fresh one with the built-in models by default)."""
+    state = state or SimState()
+    routes = [
+        Route(
+            "/v1/chat/completions",
+            _provider_endpoint(state, "openai", chat_completions),
+            methods=["POST"],
+        ),
+        Route(
+            "/v1/messages",
+            _provider_endpoint(state, "anthropic", anthropic_messages),
+            methods=["POST"],
+        ),
+        *_control_routes(state),
+    ]
+    app = Starlette(routes=routes, exception_handlers={Exception: _server_error})
+    return SimApp(state, app)

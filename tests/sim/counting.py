@@ -1,0 +1,398 @@
+"""How the simulated providers count a prompt: the oracle routefit's meter is tested against.
+
+Every function renders a (validated) request body into the token ids the model would see; the
+prompt size is the length of that sequence. The rules (see docs/simulator.md):
+
+openai
+    OpenAI cookbook: each message costs ``per_message`` (3) tokens plus the tokens of its role and
+    of every string field (content, name, tool_call_id), ``per_name`` (1) more with a name; the
+    reply is primed with ``priming`` (3). Content parts are tokenized one by one; images cost
+    their rule's tokens. Assistant tool calls cost ``per_tool_call`` (3) + name + arguments each.
+    Tool definitions follow the cookbook's function-schema rule (``func_init`` + ``name:desc``,
+    ``prop_init``, per property ``prop_key`` + ``key:type:desc``, enums ``enum_init`` +
+    ``enum_item`` + item, then ``func_end``); nested schemas (which the cookbook ignores) add
+    the tokens of their compact JSON. A ``json_schema`` response format adds the tokens of its
+    compact JSON.
+deepseek
+    The DeepSeek-V3 chat template rendered as ONE string and tokenized once (its markers are
+    single added tokens); tools are rendered into the system prompt.
+anthropic
+    ``per_message`` (4) per message, text blocks by the tokenizer, images by the ``anthropic``
+    rule, tool_use / tool_result blocks ``per_tool_call`` (6) + name + JSON input / content,
+    ``priming`` (3); with tools, the tool-use system prompt (346 tokens, 313 when
+    ``tool_choice`` forces a tool) plus each tool's compact JSON. Order: tools, system, messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.images import Picture, image_tokens
+from sim.models import SimModel
+from sim.tokens import (
+    CALL,
+    END,
+    FILL,
+    NAME,
+    PRIME,
+    START,
+    TOOLS,
+    Encoder,
+    get_encoder,
+    image_token_ids,
+    specials,
+)
+
+__all__ = [
+    "Prompt",
+    "anthropic_prompt",
+    "completion_count",
+    "deepseek_render",
+    "openai_prompt",
+]
+
+#: Resolves an image reference (an OpenAI image_url part, an Anthropic image block) to a Picture.
+Pictures = Callable[[Mapping[str, Any]], Picture]
+
+DS_BOS = "<｜begin▁of▁sentence｜>"
+DS_EOS = "<｜end▁of▁sentence｜>"
+DS_USER = "<｜User｜>"
+DS_ASSISTANT = "<｜Assistant｜>"
+DS_CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
+DS_CALLS_END = "<｜tool▁calls▁end｜>"
+DS_CALL_BEGIN = "<｜tool▁call▁begin｜>"
+DS_CALL_END = "<｜tool▁call▁end｜>"
+DS_SEP = "<｜tool▁sep｜>"
+DS_OUTPUTS_BEGIN = "<｜tool▁outputs▁begin｜>"
+DS_OUTPUTS_END = "<｜tool▁outputs▁end｜>"
+DS_OUTPUT_BEGIN = "<｜tool▁output▁begin｜>"
+DS_OUTPUT_END = "<｜tool▁output▁end｜>"
+
+
+@dataclass
+class Prompt:
+    """The prompt as the model sees it: token ids, where they came from, cache breakpoints."""
+
+    tokens: list[int]
+    breakdown: dict[str, int] = field(default_factory=dict)
+    #: Anthropic: token offsets at which a cache_control breakpoint ends a prefix.
+    breakpoints: list[int] = field(default_factory=list)
+    images: int = 0
+
+    @property
+    def total(self) -> int:
+        return len(self.tokens)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _strip_period(text: str) -> str:
+    return text[:-1] if text.endswith(".") else text
+
+
+# --------------------------------------------------------------------------------------- OpenAI
+
+
+def openai_functions(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The function definitions of a request (``tools`` and legacy ``functions``)."""
+    out: list[Mapping[str, Any]] = []
+    for tool in body.get("tools") or []:
+        if isinstance(tool, Mapping) and isinstance(tool.get("function"), Mapping):
+            out.append(tool["function"])
+    for fn in body.get("functions") or []:
+        if isinstance(fn, Mapping):
+            out.append(fn)
+    return out
+
+
+def openai_tools_tokens(
+    functions: Sequence[Mapping[str, Any]], m: SimModel, enc: Encoder
+) -> list[int]:
+    """The cookbook's function-schema rule, as a token sequence of exactly that length."""
+    if not functions:
+        return []
+    content: list[int] = []
+    total = 0
+    for fn in functions:
+        total += m.func_init
+        line = enc.encode(f"{fn.get('name', '')}:{_strip_period(_text(fn.get('description')))}")
+        content += line
+        total += len(line)
+        params = fn.get("parameters")
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        if not isinstance(props, Mapping) or not props:
+            continue
+        total += m.prop_init
+        for key, prop in props.items():
+            prop = prop if isinstance(prop, Mapping) else {}
+            total += m.prop_key
+            enum = prop.get("enum")
+            if isinstance(enum, list):
+                total += m.enum_init
+                for item in enum:
+                    ids = enc.encode(_text(item))
+                    content += ids
+                    total += m.enum_item + len(ids)
+            kind = prop.get("type", "")
+            kind = "|".join(map(str, kind)) if isinstance(kind, list) else _text(kind)
+            ids = enc.encode(f"{key}:{kind}:{_strip_period(_text(prop.get('description')))}")
+            content += ids
+            total += len(ids)
+            nested = {k: prop[k] for k in ("properties", "items") if k in prop}
+            if nested:  # beyond the cookbook: nested schemas cost their JSON
+                ids = enc.encode(_compact(nested))
+                content += ids
+                total += len(ids)
+    total += m.func_end
+    if total >= len(content):
+        return content + specials(FILL, total - len(content))
+    return content[:total]
+
+
+def _openai_part(
+    part: Mapping[str, Any], m: SimModel, enc: Encoder, pictures: Pictures
+) -> list[int]:
+    kind = part.get("type")
+    if kind == "image_url":
+        pic = pictures(part)
+        detail = (part.get("image_url") or {}).get("detail") or "auto"
+        n = image_tokens(m.image_rule or "flat:0", pic.width, pic.height, detail)
+        return image_token_ids(pic.key, n)
+    return enc.encode(_text(part.get(str(kind))))  # text / refusal
+
+
+def openai_message_tokens(
+    msg: Mapping[str, Any], m: SimModel, enc: Encoder, pictures: Pictures
+) -> tuple[list[int], int]:
+    """(token ids, of which image tokens) of one message under the cookbook rule."""
+    seq = specials(START, min(m.per_message, 1))
+    seq += enc.encode(_text(msg.get("role")))
+    if isinstance(msg.get("name"), str):
+        seq += specials(NAME, m.per_name) + enc.encode(msg["name"])
+    images = 0
+    content = msg.get("content")
+    if isinstance(content, str):
+        seq += enc.encode(content)
+    elif isinstance(content, list):
+        for part in content:
+            ids = _openai_part(part, m, enc, pictures)
+            if part.get("type") == "image_url":
+                images += len(ids)
+            seq += ids
+    calls = list(msg.get("tool_calls") or [])
+    if isinstance(msg.get("function_call"), Mapping):
+        calls.append({"function": msg["function_call"]})
+    for call in calls:
+        fn = call.get("function") or {}
+        seq += specials(CALL, m.per_tool_call)
+        seq += enc.encode(_text(fn.get("name"))) + enc.encode(_text(fn.get("arguments")))
+    if isinstance(msg.get("tool_call_id"), str):
+        seq += enc.encode(msg["tool_call_id"])
+    seq += specials(END, m.per_message - 1)
+    return seq, images
+
+
+def openai_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -> Prompt:
+    """The prompt of a chat-completions request on an ``openai``- or ``deepseek``-format model."""
+    if m.chat_format == "deepseek":
+        enc = get_encoder(m.tokenizer, m.token_scale)
+        tokens = enc.encode(deepseek_render(body))
+        return Prompt(tokens, {"template": len(tokens)})
+    enc = get_encoder(m.tokenizer, m.token_scale)
+    tokens = openai_tools_tokens(openai_functions(body), m, enc)
+    breakdown = {"tools": len(tokens)}
+    fmt = body.get("response_format")
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        ids = enc.encode(_compact(fmt.get("json_schema")))
+        tokens += ids
+        breakdown["response_format"] = len(ids)
+    images = 0
+    text = 0
+    for msg in body.get("messages") or []:
+        seq, n = openai_message_tokens(msg, m, enc, pictures)
+        tokens += seq
+        text += len(seq) - n
+        images += n
+    tokens += specials(PRIME, m.priming)
+    breakdown.update(messages=text, images=images, priming=m.priming)
+    return Prompt(tokens, breakdown, images=images)
+
+
+# ------------------------------------------------------------------------------------- DeepSeek
+
+
+def _flat_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            _text(p.get("text"))
+            for p in content
+            if isinstance(p, Mapping) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _deepseek_tools(functions: Sequence[Mapping[str, Any]]) -> str:
+    lines = ["## Tools", "", "You have access to the following tools:", ""]
+    for fn in functions:
+        lines += [
+            f"### {_text(fn.get('name'))}",
+            f"Description: {_text(fn.get('description'))}",
+            "",
+            f"Parameters: {json.dumps(fn.get('parameters') or {}, ensure_ascii=False)}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def deepseek_render(body: Mapping[str, Any]) -> str:
+    """The DeepSeek-V3 chat template, as one string (generation prompt included).
+
+    Faithful to the published template, with its two state bugs fixed (``is_first`` and
+    ``is_output_first`` are reset per message / per run of tool outputs): system messages are
+    joined with a blank line after BOS, tools are appended to the system prompt, an assistant
+    turn that follows tool outputs continues after ``<｜tool▁outputs▁end｜>`` without its own
+    ``<｜Assistant｜>`` marker, and no generation marker follows a final tool output.
+    """
+    messages = [m for m in body.get("messages") or [] if isinstance(m, Mapping)]
+    system = "\n\n".join(
+        _flat_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
+    )
+    functions = openai_functions(body)
+    if functions:
+        system = (system + "\n\n" if system else "") + _deepseek_tools(functions)
+    out = [DS_BOS, system]
+    in_tools = False
+    for msg in messages:
+        role = msg.get("role")
+        if role in ("system", "developer"):
+            continue
+        if role == "user":
+            if in_tools:
+                out.append(DS_OUTPUTS_END)
+                in_tools = False
+            out += [DS_USER, _flat_text(msg.get("content"))]
+        elif role == "assistant":
+            content = _flat_text(msg.get("content"))
+            if "</think>" in content:
+                content = content.split("</think>")[-1]
+            out.append(DS_OUTPUTS_END if in_tools else DS_ASSISTANT)
+            in_tools = False
+            out.append(content)
+            calls = msg.get("tool_calls") or []
+            if calls:
+                out.append(DS_CALLS_BEGIN)
+                for i, call in enumerate(calls):
+                    fn = call.get("function") or {}
+                    out += [
+                        "\n" if i else "",
+                        DS_CALL_BEGIN,
+                        _text(call.get("type") or "function"),
+                        DS_SEP,
+                        f"{_text(fn.get('name'))}\n```json\n{_text(fn.get('arguments'))}\n```",
+                        DS_CALL_END,
+                    ]
+                out.append(DS_CALLS_END)
+            out.append(DS_EOS)
+        elif role in ("tool", "function"):
+            out.append("\n" + DS_OUTPUT_BEGIN if in_tools else DS_OUTPUTS_BEGIN + DS_OUTPUT_BEGIN)
+            out += [_flat_text(msg.get("content")), DS_OUTPUT_END]
+            in_tools = True
+    out.append(DS_OUTPUTS_END if in_tools else DS_ASSISTANT)
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------ Anthropic
+
+
+def _tool_choice_forced(body: Mapping[str, Any]) -> bool:
+    choice = body.get("tool_choice")
+    return isinstance(choice, Mapping) and choice.get("type") in ("any", "tool")
+
+
+def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -> Prompt:
+    """The prompt of a Messages API request, with its cache breakpoints."""
+    enc = get_encoder(m.tokenizer, m.token_scale)
+    tokens: list[int] = []
+    points: list[int] = []
+    breakdown: dict[str, int] = {}
+    images = 0
+
+    def mark(block: Any) -> None:
+        if isinstance(block, Mapping) and block.get("cache_control"):
+            points.append(len(tokens))
+
+    tools = [t for t in body.get("tools") or [] if isinstance(t, Mapping)]
+    if tools:
+        forced = _tool_choice_forced(body)
+        tokens += specials(TOOLS, m.tool_system_tokens_forced if forced else m.tool_system_tokens)
+        for tool in tools:
+            spec = {k: tool[k] for k in ("name", "description", "input_schema") if k in tool}
+            tokens += enc.encode(_compact(spec))
+            mark(tool)
+    breakdown["tools"] = len(tokens)
+
+    def blocks(content: Any) -> list[Any]:
+        return (
+            [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        )
+
+    def block_tokens(block: Mapping[str, Any]) -> list[int]:
+        nonlocal images
+        kind = block.get("type")
+        if kind == "text":
+            return enc.encode(_text(block.get("text")))
+        if kind == "image":
+            pic = pictures(block)
+            ids = image_token_ids(
+                pic.key, image_tokens(m.image_rule or "flat:0", pic.width, pic.height)
+            )
+            images += len(ids)
+            return ids
+        if kind == "tool_use":
+            return (
+                specials(CALL, m.per_tool_call)
+                + enc.encode(_text(block.get("name")))
+                + enc.encode(_compact(block.get("input", {})))
+            )
+        if kind == "tool_result":
+            ids = specials(CALL, m.per_tool_call)
+            for inner in blocks(block.get("content")):
+                ids += block_tokens(inner)
+            return ids
+        return []  # thinking blocks of earlier turns are not part of the prompt
+
+    start = len(tokens)
+    system = body.get("system")
+    if system:
+        tokens += specials(START, m.per_message)
+        for block in blocks(system):
+            tokens += block_tokens(block)
+            mark(block)
+    breakdown["system"] = len(tokens) - start
+    start = len(tokens)
+    for msg in body.get("messages") or []:
+        tokens += specials(START, m.per_message)
+        for block in blocks(msg.get("content")):
+            tokens += block_tokens(block)
+            mark(block)
+    tokens += specials(PRIME, m.priming)
+    breakdown["messages"] = len(tokens) - start - images
+    breakdown["images"] = images
+    return Prompt(tokens, breakdown, points, images)
+
+
+def completion_count(m: SimModel, text: str) -> int:
+    return get_encoder(m.tokenizer, m.token_scale).count(text)

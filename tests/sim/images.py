@@ -1,0 +1,153 @@
+"""Image sizes and image token rules, as the simulated provider sees them.
+
+:func:`image_tokens` is the one place a rule is applied. The rules whose numbers are published
+and stable (``openai-tile``, ``anthropic``, ``flat:N``) are implemented here from PRICING.md;
+any other rule name is delegated, lazily, to ``pricing.images`` (tested against the published
+vectors on its own), so the simulator follows that module as it grows.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import ipaddress
+import math
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+__all__ = ["ImageProblem", "Picture", "decode_data_url", "image_tokens", "probe_bytes"]
+
+_DATA_URL = re.compile(
+    r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*),(?P<data>.*)$", re.S
+)
+_SIZE_HINT = re.compile(r"#(?P<w>\d{1,5})x(?P<h>\d{1,5})$")
+FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
+
+
+class ImageProblem(ValueError):
+    """An image the provider would refuse (bad base64, not an image, unsupported format)."""
+
+
+@dataclass(frozen=True)
+class Picture:
+    width: int
+    height: int
+    media_type: str | None
+    #: What makes two images the same for prefix caching (the bytes' or the URL's digest).
+    key: str
+
+
+def image_tokens(rule: str, width: int, height: int, detail: str = "auto") -> int:
+    """Tokens one image of ``width`` × ``height`` costs under ``rule``."""
+    kind, _, args = rule.partition(":")
+    if kind == "flat":
+        return int(args)
+    if kind == "openai-tile":
+        base, tile = (int(x) for x in args.split("/")) if args else (85, 170)
+        return _openai_tile(width, height, detail, base, tile)
+    if kind == "anthropic":
+        edge, limit = (int(x) for x in args.split("/")) if args else (1568, 1568)
+        return _anthropic(width, height, edge, limit)
+    from pricing.images import parse_image_rule  # lazy: that module is being rewritten
+
+    return int(parse_image_rule(rule).tokens(width, height, detail))
+
+
+def _fit(width: int, height: int, box: float) -> tuple[int, int]:
+    scale = min(1.0, box / width, box / height)
+    return max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
+
+
+def _openai_tile(width: int, height: int, detail: str, base: int, tile: int) -> int:
+    if detail == "low":
+        return base
+    w, h = _fit(width, height, 2048)
+    if min(w, h) > 768:  # current docs: scale the short side down to 768, never up
+        scale = 768 / min(w, h)
+        w, h = max(1, math.floor(w * scale)), max(1, math.floor(h * scale))
+    return base + tile * math.ceil(w / 512) * math.ceil(h / 512)
+
+
+def _anthropic(width: int, height: int, edge: int, limit: int) -> int:
+    scale = min(1.0, edge / max(width, height), math.sqrt(limit * 750 / (width * height)))
+    w, h = max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
+    return math.ceil(w * h / 750)
+
+
+def probe_bytes(data: bytes) -> tuple[int, int, str]:
+    """(width, height, media type) from an image's header; ImageProblem when it is no image."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            fmt = img.format or ""
+            width, height = img.size
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ImageProblem(f"not a decodable image ({exc.__class__.__name__})") from None
+    if fmt not in FORMATS:
+        raise ImageProblem(f"unsupported image format {fmt or 'unknown'}")
+    return width, height, FORMATS[fmt]
+
+
+def decode_data_url(url: str) -> tuple[str | None, bytes]:
+    """(declared media type, bytes) of a base64 ``data:`` URL; ImageProblem when malformed."""
+    m = _DATA_URL.match(url)
+    if m is None or ";base64" not in (m.group("params") or ""):
+        raise ImageProblem("expected a base64-encoded data URL")
+    return m.group("mime"), decode_base64(m.group("data"))
+
+
+def decode_base64(data: str) -> bytes:
+    try:
+        return base64.b64decode(data.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageProblem("invalid base64 data") from None
+
+
+def size_hint(url: str) -> tuple[int, int] | None:
+    """A ``#WIDTHxHEIGHT`` fragment on a URL: the size the simulator assumes without fetching."""
+    m = _SIZE_HINT.search(url)
+    return (int(m.group("w")), int(m.group("h"))) if m else None
+
+
+def is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def resolve_url(url: str, *, assumed: tuple[int, int], fetch_loopback: bool) -> Picture:
+    """The picture behind an image URL as the provider would see it.
+
+    ``data:`` URLs are decoded; a ``#WxH`` fragment is trusted without fetching; loopback URLs
+    are fetched (a provider fetches URLs; tests serve images locally); any other URL cannot be
+    reached offline and is assumed to be ``assumed`` pixels.
+    """
+    from sim.tokens import digest
+
+    if url.startswith("data:"):
+        _, data = decode_data_url(url)
+        width, height, actual = probe_bytes(data)
+        return Picture(width, height, actual, digest(data))
+    hint = size_hint(url)
+    if hint is not None:
+        return Picture(hint[0], hint[1], None, digest(url))
+    if fetch_loopback and is_loopback(url):
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(timeout=10) as client:
+                resp = await client.get(url)
+        except httpx.HTTPError:
+            raise ImageProblem(f"Error while downloading {url}.") from None
+        if resp.status_code != 200:
+            raise ImageProblem(f"Error while downloading {url}.")
+        width, height, actual = probe_bytes(resp.content)
+        return Picture(width, height, actual, digest(resp.content))
+    return Picture(assumed[0], assumed[1], None, digest(url))

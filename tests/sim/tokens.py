@@ -1,0 +1,199 @@
+"""The simulator's own tokenizers: token *ids*, not just counts (the prefix cache needs them).
+
+Loaded offline from the files litellm ships (tiktoken encodings under their SHA-1 cache names,
+Hugging Face ``tokenizer.json`` files), independently of ``pricing.tokenizers``: the simulator is
+the oracle routefit's estimates are checked against, so it must not share routefit's code path.
+
+Synthetic tokens (chat framing, image tokens, fillers of a scaled tokenizer) are negative ids, so
+they never collide with real ones and still take part in prefix caching.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = [
+    "END",
+    "FILL",
+    "IMAGE",
+    "NAME",
+    "START",
+    "Encoder",
+    "get_encoder",
+    "image_token_ids",
+    "litellm_tokenizer_dir",
+    "specials",
+]
+
+# Synthetic token ids (negative: never a real token).
+START = -1  # opens a message
+END = -2  # closes a message / per-message scaffolding
+NAME = -3  # the extra token a ``name`` costs
+CALL = -4  # scaffolding of an assistant tool call
+PRIME = -5  # reply priming
+FILL = -6  # function-schema constants and other fixed overheads
+IMAGE = -7  # body of an image's tokens (the first one carries the image's digest)
+TOOLS = -8  # Anthropic tool-use system prompt
+SCALE_BASE = -(10**7)  # fillers of a scaled tokenizer: SCALE_BASE - previous token id
+IMAGE_BASE = -(2**40)  # first token of an image: IMAGE_BASE - digest
+
+_TIKTOKEN_URLS = {
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+    "p50k_base": "https://openaipublic.blob.core.windows.net/encodings/p50k_base.tiktoken",
+}
+_HF_FILES = {
+    "deepseek": "deepseek_tokenizer.json",
+    "anthropic-legacy": "anthropic_tokenizer.json",
+}
+_lock = threading.Lock()
+
+
+class Encoder(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def count(self, text: str) -> int: ...
+
+
+def specials(token: int, n: int) -> list[int]:
+    """``n`` copies of a synthetic token (``n <= 0`` gives none)."""
+    return [token] * max(n, 0)
+
+
+def image_token_ids(digest: str, n: int) -> list[int]:
+    """The token ids of one image costing ``n`` tokens (distinct images → distinct prefixes)."""
+    if n <= 0:
+        return []
+    return [IMAGE_BASE - int(digest[:10], 16), *specials(IMAGE, n - 1)]
+
+
+def litellm_tokenizer_dir() -> Path:
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("litellm is not installed; the simulator needs its tokenizer files")
+    return Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+
+
+@dataclass(frozen=True)
+class _Tiktoken:
+    name: str
+    enc: Any
+
+    def encode(self, text: str) -> list[int]:
+        # Ordinary text: a user who types "<|endoftext|>" gets the literal characters.
+        return list(self.enc.encode_ordinary(text)) if text else []
+
+    def count(self, text: str) -> int:
+        return len(self.enc.encode_ordinary(text)) if text else 0
+
+
+@dataclass(frozen=True)
+class _HF:
+    name: str
+    tok: Any
+
+    def encode(self, text: str) -> list[int]:
+        # Added tokens (DeepSeek's role and tool markers) are matched inside the text.
+        return list(self.tok.encode(text, add_special_tokens=False).ids) if text else []
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+@dataclass(frozen=True)
+class _Scaled:
+    """A tokenizer routefit does not know: ``ceil(base_count × factor)`` tokens per text.
+
+    The extra tokens are interleaved deterministically (a filler after the tokens where
+    ``ceil(i × (factor - 1))`` steps up), so the same text always yields the same ids and a
+    longer text extends a shorter one's prefix.
+    """
+
+    name: str
+    base: Encoder
+    factor: float
+
+    def encode(self, text: str) -> list[int]:
+        ids = self.base.encode(text)
+        extra = self.factor - 1.0
+        out: list[int] = []
+        for i, tok in enumerate(ids):
+            if extra > 0:
+                steps = math.ceil(round((i + 1) * extra, 9)) - math.ceil(round(i * extra, 9))
+                out.extend(specials(SCALE_BASE - tok, steps))
+            out.append(tok)
+        return out
+
+    def count(self, text: str) -> int:
+        n = self.base.count(text)
+        return n + max(0, math.ceil(round(n * (self.factor - 1.0), 9)))
+
+
+def _load_tiktoken(name: str) -> Any:
+    import tiktoken
+
+    folder = litellm_tokenizer_dir()
+    cached = folder / hashlib.sha1(_TIKTOKEN_URLS[name].encode()).hexdigest()
+    if not cached.is_file():
+        raise RuntimeError(f"sim: litellm's offline copy of {name} ({cached}) is missing")
+    with _lock:
+        previous = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+        try:
+            return tiktoken.get_encoding(name)
+        finally:
+            if previous is None:
+                os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = previous
+
+
+def _load_hf(path: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
+@cache
+def get_encoder(spec: str, scale: float = 1.0) -> Encoder:
+    """``o200k_base`` · ``cl100k_base`` · ``p50k_base`` · ``deepseek`` · ``anthropic-legacy`` ·
+    ``hf:PATH``; with ``scale != 1`` the count of every text is ``ceil(count × scale)``."""
+    base: Encoder
+    if spec in _TIKTOKEN_URLS:
+        base = _Tiktoken(spec, _load_tiktoken(spec))
+    elif spec in _HF_FILES:
+        base = _HF(spec, _load_hf(litellm_tokenizer_dir() / _HF_FILES[spec]))
+    elif spec.startswith("hf:"):
+        base = _HF(spec, _load_hf(Path(spec[3:]).expanduser()))
+    else:
+        known = ", ".join([*_TIKTOKEN_URLS, *_HF_FILES, "hf:PATH"])
+        raise ValueError(f"sim: unknown tokenizer {spec!r} (known: {known})")
+    if scale == 1.0:
+        return base
+    if scale < 1.0:
+        raise ValueError("sim: token_scale must be >= 1")
+    return _Scaled(f"{spec}*{scale:g}", base, scale)
+
+
+def digest(data: str | bytes) -> str:
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return hashlib.sha256(raw).hexdigest()
+
+
+def as_ids(seq: Sequence[int]) -> bytes:
+    """Token ids as bytes (for hashing prefixes)."""
+    import array
+
+    return array.array("q", seq).tobytes()

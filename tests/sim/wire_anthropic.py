@@ -1,0 +1,465 @@
+"""``POST /v1/messages``: Anthropic's Messages API, its validation, prompt caching and SSE."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import JSONResponse, Response
+
+from sim.completion import Answer, answer
+from sim.counting import anthropic_prompt
+from sim.errors import SimError
+from sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
+from sim.models import SimModel
+from sim.state import SimState
+from sim.streaming import CutBody, EventStream, sse
+from sim.tokens import digest
+
+if TYPE_CHECKING:
+    from sim.app import Ctx
+
+__all__ = ["messages"]
+
+KNOWN_PARAMS = frozenset(
+    {
+        "model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream",
+        "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking", "service_tier",
+        "container", "mcp_servers", "context_management", "output_config", "output_format",
+        "inference_geo",
+    }
+)  # fmt: skip
+BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking")
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+MAX_BREAKPOINTS = 4
+
+
+def _bad(message: str) -> SimError:
+    return SimError(400, message, "invalid_request_error")
+
+
+def _blocks(content: Any) -> list[Any]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+
+
+def _validate_block(block: Any, where: str, role: str) -> None:
+    if not isinstance(block, Mapping):
+        raise _bad(f"{where}: Input should be a valid dictionary or object to extract fields from")
+    kind = block.get("type")
+    if kind not in BLOCK_TYPES:
+        tags = ", ".join(f"'{t}'" for t in BLOCK_TYPES)
+        raise _bad(
+            f"{where}: Input tag '{kind}' found using 'type' does not match any of the expected "
+            f"tags: {tags}"
+        )
+    if kind == "text":
+        if not isinstance(block.get("text"), str):
+            raise _bad(f"{where}.text: Field required")
+        if not block["text"]:
+            raise _bad("messages: text content blocks must be non-empty")
+    elif kind == "image":
+        source = block.get("source")
+        if not isinstance(source, Mapping) or source.get("type") not in ("base64", "url"):
+            raise _bad(
+                f"{where}.source: Input tag does not match any of the expected tags: "
+                "'base64', 'url'"
+            )
+        if source["type"] == "base64":
+            if source.get("media_type") not in (
+                "image/jpeg",
+                "image/png",
+                "image/gif",
+                "image/webp",
+            ):
+                raise _bad(
+                    f"{where}.source.base64.media_type: Input should be 'image/jpeg', 'image/png', "
+                    "'image/gif' or 'image/webp'"
+                )
+            if not isinstance(source.get("data"), str):
+                raise _bad(f"{where}.source.base64.data: Field required")
+        elif not isinstance(source.get("url"), str):
+            raise _bad(f"{where}.source.url.url: Field required")
+    elif kind == "tool_use":
+        if role != "assistant":
+            raise _bad(f"{where}: tool_use blocks are only allowed in assistant messages")
+        for key in ("id", "name", "input"):
+            if key not in block:
+                raise _bad(f"{where}.{key}: Field required")
+        if not isinstance(block["input"], Mapping):
+            raise _bad(f"{where}.input: Input should be a valid dictionary")
+    elif kind == "tool_result":
+        if role != "user":
+            raise _bad(f"{where}: tool_result blocks are only allowed in user messages")
+        if not isinstance(block.get("tool_use_id"), str):
+            raise _bad(f"{where}.tool_use_id: Field required")
+        inner = block.get("content")
+        if inner is not None and not isinstance(inner, str):
+            if not isinstance(inner, list):
+                raise _bad(f"{where}.content: Input should be a valid list")
+            for k, sub in enumerate(inner):
+                if not isinstance(sub, Mapping) or sub.get("type") not in ("text", "image"):
+                    raise _bad(
+                        f"{where}.content.{k}: tool_result content must be text or image blocks"
+                    )
+                _validate_block(sub, f"{where}.content.{k}", "user")
+
+
+def _validate_messages(messages: Any) -> None:
+    if messages is None:
+        raise _bad("messages: Field required")
+    if not isinstance(messages, list):
+        raise _bad("messages: Input should be a valid list")
+    if not messages:
+        raise _bad("messages: at least one message is required")
+    for i, msg in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(msg, Mapping):
+            raise _bad(f"{where}: Input should be a valid dictionary")
+        role = msg.get("role")
+        if role not in ("user", "assistant"):
+            raise _bad(f"{where}.role: Input should be 'user' or 'assistant'")
+        content = msg.get("content")
+        if not isinstance(content, str | list):
+            raise _bad(f"{where}.content: Input should be a valid string or list")
+        last_assistant = i == len(messages) - 1 and role == "assistant"
+        if not content and not last_assistant:
+            raise _bad(
+                f"{where}: all messages must have non-empty content except for the optional final "
+                "assistant message"
+            )
+        for j, block in enumerate(_blocks(content)):
+            _validate_block(block, f"{where}.content.{j}", role)
+    _validate_pairing(messages)
+
+
+def _validate_pairing(messages: list[Mapping[str, Any]]) -> None:
+    previous_uses: set[str] = set()
+    for i, msg in enumerate(messages):
+        blocks = [b for b in _blocks(msg["content"]) if isinstance(b, Mapping)]
+        results = [
+            (j, b["tool_use_id"]) for j, b in enumerate(blocks) if b.get("type") == "tool_result"
+        ]
+        for j, use_id in results:
+            if use_id not in previous_uses:
+                raise _bad(
+                    f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {use_id}. Each `tool_result` block must have a corresponding "
+                    "`tool_use` block in the previous message."
+                )
+        uses = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+        if uses and i + 1 < len(messages):
+            following = messages[i + 1]
+            answered = {
+                b.get("tool_use_id")
+                for b in _blocks(following.get("content"))
+                if isinstance(b, Mapping) and b.get("type") == "tool_result"
+            }
+            missing = [u for u in uses if u not in answered]
+            if missing:
+                raise _bad(
+                    f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                    "corresponding `tool_result` block in the next message."
+                )
+        previous_uses = set(uses)
+
+
+def validate(body: Any, *, strict: bool = True) -> None:
+    if not isinstance(body, Mapping):
+        raise _bad("Input should be a valid dictionary")
+    extra = sorted(set(body) - KNOWN_PARAMS)
+    if extra and strict:
+        raise _bad(f"{extra[0]}: Extra inputs are not permitted")
+    if not isinstance(body.get("model"), str):
+        raise _bad("model: Field required")
+    if "max_tokens" not in body:
+        raise _bad("max_tokens: Field required")
+    max_tokens = body["max_tokens"]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise _bad("max_tokens: Input should be a valid integer")
+    if max_tokens < 1:
+        raise _bad("max_tokens: Input should be greater than or equal to 1")
+    _validate_messages(body.get("messages"))
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        if not isinstance(system, list):
+            raise _bad("system: Input should be a valid string or list")
+        for j, block in enumerate(system):
+            if not isinstance(block, Mapping) or block.get("type") != "text":
+                raise _bad(f"system.{j}: system blocks must be text blocks")
+            _validate_block(block, f"system.{j}", "system")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad("stream: Input should be a valid boolean")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _bad("tools: Input should be a valid list")
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, Mapping):
+                raise _bad(f"tools.{i}: Input should be a valid dictionary")
+            if tool.get("type") not in (None, "custom"):
+                continue  # server tools (web search, ...) are accepted as they are
+            if not isinstance(tool.get("name"), str) or not _TOOL_NAME.match(tool["name"]):
+                raise _bad(
+                    f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+                )
+            if not isinstance(tool.get("input_schema"), Mapping):
+                raise _bad(f"tools.{i}.custom.input_schema: Field required")
+    choice = body.get("tool_choice")
+    if choice is not None:
+        if not isinstance(choice, Mapping) or choice.get("type") not in (
+            "auto",
+            "any",
+            "tool",
+            "none",
+        ):
+            raise _bad(
+                "tool_choice: Input tag does not match any of the expected tags: 'auto', "
+                "'any', 'tool', 'none'"
+            )
+        if choice["type"] == "tool" and not isinstance(choice.get("name"), str):
+            raise _bad("tool_choice.tool.name: Field required")
+    _check_breakpoints(body)
+
+
+def _check_breakpoints(body: Mapping[str, Any]) -> None:
+    found = 0
+    for tool in body.get("tools") or []:
+        found += bool(isinstance(tool, Mapping) and tool.get("cache_control"))
+    system = body.get("system")
+    for block in system if isinstance(system, list) else []:
+        found += bool(block.get("cache_control"))
+    for msg in body["messages"]:
+        for block in _blocks(msg["content"]):
+            found += bool(block.get("cache_control"))
+            if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                found += sum(bool(b.get("cache_control")) for b in block["content"])
+    if found > MAX_BREAKPOINTS:
+        raise _bad(
+            f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {found}."
+        )
+
+
+async def collect_pictures(
+    state: SimState, body: Mapping[str, Any], model: SimModel
+) -> dict[str, Picture]:
+    """Every image of the request, resolved (SimError when the provider would refuse one)."""
+    out: dict[str, Picture] = {}
+    config = state.config
+
+    async def visit(block: Mapping[str, Any], where: str) -> None:
+        if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+            for k, sub in enumerate(block["content"]):
+                await visit(sub, f"{where}.content.{k}")
+        if block.get("type") != "image":
+            return
+        if model.image_rule is None:
+            raise _bad(f"{where}: this model does not support image input")
+        source = block["source"]
+        key = image_key(block)
+        if key in out:
+            return
+        try:
+            if source["type"] == "base64":
+                data = decode_base64(source["data"])
+                width, height, actual = probe_bytes(data)
+                if actual != source["media_type"]:
+                    raise _bad(
+                        f"{where}.image.source.base64.data: Image does not match the provided "
+                        f"media type {source['media_type']}"
+                    )
+                out[key] = Picture(width, height, actual, digest(data))
+            else:
+                out[key] = await resolve_url(
+                    source["url"],
+                    assumed=config.assumed_image_size,
+                    fetch_loopback=config.fetch_loopback_images,
+                )
+        except ImageProblem as exc:
+            raise _bad(f"{where}.image.source: Could not process image ({exc})") from None
+
+    for i, msg in enumerate(body["messages"]):
+        for j, block in enumerate(_blocks(msg["content"])):
+            await visit(block, f"messages.{i}.content.{j}")
+    return out
+
+
+def image_key(block: Mapping[str, Any]) -> str:
+    source = block["source"]
+    return source.get("data") or source.get("url") or ""
+
+
+def _usage(input_tokens: int, read: int, creation: int, output: int) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": creation,
+        "cache_read_input_tokens": read,
+        "cache_creation": {"ephemeral_5m_input_tokens": creation, "ephemeral_1h_input_tokens": 0},
+        "output_tokens": output,
+        "service_tier": "standard",
+    }
+
+
+def _content(ans: Answer) -> list[dict[str, Any]]:
+    if ans.tool_calls:
+        return [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": json.loads(c.arguments)}
+            for c in ans.tool_calls
+        ]
+    return [{"type": "text", "text": ans.text}]
+
+
+_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _stream_events(
+    message: dict[str, Any], ans: Answer, usage: dict[str, Any] | None
+) -> list[bytes]:
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    if usage is not None:
+        start["usage"] = {**usage, "output_tokens": 1}
+    else:
+        start.pop("usage", None)
+    events = [sse(_dump({"type": "message_start", "message": start}), "message_start")]
+    for index, block in enumerate(_content(ans)):
+        if block["type"] == "text":
+            head: dict[str, Any] = {"type": "text", "text": ""}
+            pieces: list[dict[str, Any]] = [
+                {"type": "text_delta", "text": w} for w in re.findall(r"\s*\S+", block["text"])
+            ]
+        else:
+            head = {**block, "input": {}}
+            args = _dump(block["input"])
+            step = max(1, len(args) // 3 + 1)
+            pieces = [
+                {"type": "input_json_delta", "partial_json": args[s : s + step]}
+                for s in range(0, len(args), step)
+            ]
+        events.append(
+            sse(
+                _dump({"type": "content_block_start", "index": index, "content_block": head}),
+                "content_block_start",
+            )
+        )
+        if index == 0:
+            events.append(sse(_dump({"type": "ping"}), "ping"))
+        for delta in pieces:
+            events.append(
+                sse(
+                    _dump({"type": "content_block_delta", "index": index, "delta": delta}),
+                    "content_block_delta",
+                )
+            )
+        events.append(
+            sse(_dump({"type": "content_block_stop", "index": index}), "content_block_stop")
+        )
+    final: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+    }
+    if usage is not None:
+        final["usage"] = {"output_tokens": usage["output_tokens"]}
+    events.append(sse(_dump(final), "message_delta"))
+    events.append(sse(_dump({"type": "message_stop"}), "message_stop"))
+    return events
+
+
+async def messages(ctx: Ctx) -> Response:
+    body = ctx.body
+    if isinstance(body, Mapping) and isinstance(body.get("model"), str):
+        model = ctx.state.model(body["model"])
+        if model is None or model.wire != "anthropic":
+            raise SimError(404, f"model: {body['model']}", "not_found_error")
+    validate(body, strict=ctx.state.config.strict_params)
+    name = body["model"]
+    model = ctx.state.model(name)
+    assert model is not None
+    max_tokens = body["max_tokens"]
+    if max_tokens > model.max_output:
+        raise _bad(
+            f"max_tokens: {max_tokens} > {model.max_output}, which is the maximum allowed "
+            f"number of output tokens for {name}"
+        )
+    pictures = await collect_pictures(ctx.state, body, model)
+    prompt = anthropic_prompt(body, model, lambda block: pictures[image_key(block)])
+    window = model.context_window
+    if prompt.total > window:
+        raise _bad(f"prompt is too long: {prompt.total} tokens > {window} maximum")
+    if prompt.total + max_tokens > window:
+        raise _bad(
+            f"input length and `max_tokens` exceed context limit: {prompt.total} + {max_tokens} > "
+            f"{window}, decrease input length or `max_tokens` and try again"
+        )
+    read, creation = ctx.state.breakpoint_caches[model.name].lookup_and_store(
+        prompt.tokens, prompt.breakpoints
+    )
+    input_tokens = prompt.total - read - creation
+    ctx.entry["prompt_tokens"] = prompt.total
+    ctx.entry["cached_tokens"] = read
+
+    msgs = body["messages"]
+    last = msgs[-1]
+    last_text = " ".join(
+        b["text"]
+        for b in _blocks(last["content"])
+        if isinstance(b, Mapping) and b.get("type") == "text"
+    )
+    wants_call = last["role"] == "user" and not any(
+        isinstance(b, Mapping) and b.get("type") == "tool_result" for b in _blocks(last["content"])
+    )
+    choice = body.get("tool_choice") or {}
+    forced = {"any": "*", "tool": choice.get("name")}.get(choice.get("type", "auto"))
+    offered = [
+        (t["name"], t.get("input_schema") or {})
+        for t in body.get("tools") or []
+        if isinstance(t, Mapping) and isinstance(t.get("name"), str)
+    ]
+    ans = answer(
+        model,
+        last_user=last_text,
+        tools=[] if choice.get("type") == "none" else offered,
+        forced=forced,
+        wants_call=wants_call,
+        max_tokens=max_tokens,
+        room=window - prompt.total,
+        id_prefix="toolu_",
+    )
+    usage = _usage(input_tokens, read, creation, ans.completion_tokens)
+    message: dict[str, Any] = {
+        "id": f"msg_sim{ctx.number:06d}",
+        "type": "message",
+        "role": "assistant",
+        "model": name,
+        "content": _content(ans),
+        "stop_reason": _STOP[ans.finish],
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    plan = ctx.plan
+    headers = {"request-id": ctx.request_id, "x-sim-prompt-tokens": str(prompt.total)}
+    if body.get("stream"):
+        events = _stream_events(message, ans, None if plan.no_usage else usage)
+        if plan.malformed:
+            events.insert(
+                1, b'event: content_block_start\ndata: {"type": "content_block_start", "index\n\n'
+            )
+        return EventStream(
+            ctx.state, events, delay=ctx.chunk_delay, cut_after=plan.cut_after, headers=headers
+        )
+    if plan.no_usage:
+        message.pop("usage")
+    if plan.malformed:
+        return Response(
+            _dump(message)[:-7].encode(), 200, headers=headers, media_type="application/json"
+        )
+    if plan.cut_after is not None:
+        return CutBody(_dump(message).encode())
+    return JSONResponse(message, headers=headers)

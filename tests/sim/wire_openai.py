@@ -1,0 +1,676 @@
+"""``POST /v1/chat/completions``: OpenAI's validation, counting, caching, answers and streams."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import JSONResponse, Response
+
+from sim.completion import Answer, answer
+from sim.counting import openai_functions, openai_prompt
+from sim.errors import SimError
+from sim.images import ImageProblem, Picture, resolve_url
+from sim.models import SimModel
+from sim.state import SimState
+from sim.streaming import CutBody, EventStream, sse
+
+if TYPE_CHECKING:
+    from sim.app import Ctx
+
+__all__ = ["chat_completions", "validate_chat"]
+
+KNOWN_PARAMS = frozenset(
+    {
+        "model", "messages", "audio", "frequency_penalty", "function_call", "functions",
+        "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata",
+        "modalities", "n", "parallel_tool_calls", "prediction", "presence_penalty",
+        "prompt_cache_key", "prompt_cache_retention", "reasoning_effort", "response_format",
+        "safety_identifier", "seed", "service_tier", "stop", "store", "stream", "stream_options",
+        "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity",
+        "web_search_options",
+    }
+)  # fmt: skip
+ROLES = ("system", "assistant", "user", "function", "tool", "developer")
+PART_TYPES = ("text", "image_url", "input_audio", "refusal", "audio", "file")
+DETAILS = ("auto", "low", "high", "original")
+_NAME = re.compile(r"^[^\s<|\\/>]+$")
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+# ----------------------------------------------------------------------------------- validation
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _missing(param: str) -> SimError:
+    return SimError(
+        400,
+        f"Missing required parameter: '{param}'.",
+        param=param,
+        code="missing_required_parameter",
+    )
+
+
+def _bad_type(param: str, expected: str, value: Any) -> SimError:
+    return SimError(
+        400,
+        f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def _bad_value(param: str, value: Any, allowed: tuple[str, ...]) -> SimError:
+    listed = ", ".join(f"'{a}'" for a in allowed[:-1]) + f", and '{allowed[-1]}'"
+    return SimError(
+        400,
+        f"Invalid value: '{value}'. Supported values are: {listed}.",
+        param=param,
+        code="invalid_value",
+    )
+
+
+def _int_param(body: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad_type(key, "an integer", value)
+    if value < low:
+        raise SimError(
+            400,
+            f"Invalid '{key}': integer below minimum value. Expected a value >= {low}, "
+            f"but got {value} instead.",
+            param=key,
+            code="integer_below_min_value",
+        )
+    if high is not None and value > high:
+        raise SimError(
+            400,
+            f"Invalid '{key}': integer above maximum value. Expected a value <= {high}, "
+            f"but got {value} instead.",
+            param=key,
+            code="integer_above_max_value",
+        )
+    return value
+
+
+def _validate_part(part: Any, where: str, role: str, index: int) -> None:
+    if not isinstance(part, Mapping):
+        raise _bad_type(where, "an object", part)
+    kind = part.get("type")
+    if kind is None:
+        raise _missing(f"{where}.type")
+    if kind not in PART_TYPES:
+        raise _bad_value(f"{where}.type", kind, PART_TYPES)
+    if kind == "image_url" and role != "user":
+        raise SimError(
+            400,
+            f"Invalid 'messages[{index}]'. Image URLs are only allowed for messages with role "
+            f"'user', but this message with role '{role}' contains an image URL.",
+            param=f"messages[{index}]",
+            code="invalid_value",
+        )
+    if kind in ("text", "refusal"):
+        if kind == "refusal" and role != "assistant":
+            raise _bad_value(f"{where}.type", kind, ("text", "image_url", "input_audio", "file"))
+        if kind not in part:
+            raise _missing(f"{where}.{kind}")
+        if not isinstance(part[kind], str):
+            raise _bad_type(f"{where}.{kind}", "a string", part[kind])
+    elif kind == "image_url":
+        image = part.get("image_url")
+        if image is None:
+            raise _missing(f"{where}.image_url")
+        if not isinstance(image, Mapping):
+            raise _bad_type(f"{where}.image_url", "an object", image)
+        if "url" not in image:
+            raise _missing(f"{where}.image_url.url")
+        if not isinstance(image["url"], str):
+            raise _bad_type(f"{where}.image_url.url", "a string", image["url"])
+        detail = image.get("detail")
+        if detail is not None and detail not in DETAILS:
+            raise _bad_value(f"{where}.image_url.detail", detail, DETAILS)
+    else:
+        raise SimError(400, f"This model does not support '{kind}' content.", param=f"{where}.type")
+
+
+def _validate_tool_calls(calls: Any, where: str) -> list[str]:
+    if not isinstance(calls, list):
+        raise _bad_type(where, "an array", calls)
+    ids = []
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        if not isinstance(call, Mapping):
+            raise _bad_type(at, "an object", call)
+        for key in ("id", "type", "function"):
+            if key not in call:
+                raise _missing(f"{at}.{key}")
+        if not isinstance(call["id"], str):
+            raise _bad_type(f"{at}.id", "a string", call["id"])
+        if call["type"] != "function":
+            raise _bad_value(f"{at}.type", call["type"], ("function",))
+        fn = call["function"]
+        if not isinstance(fn, Mapping):
+            raise _bad_type(f"{at}.function", "an object", fn)
+        for key in ("name", "arguments"):
+            if key not in fn:
+                raise _missing(f"{at}.function.{key}")
+            if not isinstance(fn[key], str):
+                raise _bad_type(f"{at}.function.{key}", "a string", fn[key])
+        ids.append(call["id"])
+    return ids
+
+
+def _validate_messages(messages: Any) -> None:
+    if messages is None:
+        raise _missing("messages")
+    if not isinstance(messages, list):
+        raise _bad_type("messages", "an array", messages)
+    if not messages:
+        raise SimError(
+            400,
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param="messages",
+            code="empty_array",
+        )
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(msg, Mapping):
+            raise _bad_type(where, "an object", msg)
+        role = msg.get("role")
+        if role is None:
+            raise _missing(f"{where}.role")
+        if role not in ROLES:
+            raise _bad_value(f"{where}.role", role, ROLES)
+        name = msg.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                raise _bad_type(f"{where}.name", "a string", name)
+            if not _NAME.match(name):
+                raise SimError(
+                    400,
+                    f"Invalid '{where}.name': string does not match pattern. Expected a string "
+                    "that matches the pattern '^[^\\s<|\\\\/>]+$'.",
+                    param=f"{where}.name",
+                    code="invalid_value",
+                )
+        content = msg.get("content")
+        has_calls = bool(msg.get("tool_calls")) or msg.get("function_call") is not None
+        if "content" not in msg and role != "assistant":
+            raise _missing(f"{where}.content")
+        if content is None and not (role == "assistant" and (has_calls or msg.get("refusal"))):
+            if role == "assistant":
+                raise SimError(
+                    400,
+                    f"Invalid value for '{where}.content': expected a string, got null.",
+                    param=f"{where}.content",
+                )
+            raise _bad_type(f"{where}.content", "one of a string or array of objects", content)
+        if content is not None and not isinstance(content, str | list):
+            raise _bad_type(f"{where}.content", "one of a string or array of objects", content)
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                _validate_part(part, f"{where}.content[{j}]", role, i)
+        if "tool_calls" in msg and msg["tool_calls"] is not None:
+            if role != "assistant":
+                raise SimError(
+                    400,
+                    f"Invalid parameter: only messages with role 'assistant' can have 'tool_calls'"
+                    f" (found in '{where}').",
+                    param=f"{where}.tool_calls",
+                )
+            _validate_tool_calls(msg["tool_calls"], f"{where}.tool_calls")
+        if role == "tool":
+            if "tool_call_id" not in msg:
+                raise _missing(f"{where}.tool_call_id")
+            if not isinstance(msg["tool_call_id"], str):
+                raise _bad_type(f"{where}.tool_call_id", "a string", msg["tool_call_id"])
+        if role == "function" and not isinstance(name, str):
+            raise _missing(f"{where}.name")
+    _validate_pairing(messages)
+
+
+def _validate_pairing(messages: list[Mapping[str, Any]]) -> None:
+    """Tool messages answer the assistant tool_calls right before them, all of them."""
+    pending: list[str] | None = None  # ids the last assistant tool_calls message still awaits
+    owner = -1
+    for i, msg in enumerate(messages):
+        if msg.get("role") == "tool":
+            if pending is None or msg.get("tool_call_id") not in pending:
+                raise SimError(
+                    400,
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'.",
+                    param=f"messages.[{i}].role",
+                )
+            pending.remove(msg["tool_call_id"])
+            continue
+        _unanswered(pending, owner)
+        pending = None
+        if msg.get("role") == "assistant" and msg.get("tool_calls"):
+            pending = [c["id"] for c in msg["tool_calls"]]
+            owner = i
+    _unanswered(pending, owner)
+
+
+def _unanswered(pending: list[str] | None, owner: int) -> None:
+    if pending:
+        raise SimError(
+            400,
+            "An assistant message with 'tool_calls' must be followed by tool messages responding "
+            "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+            + ", ".join(pending),
+            param=f"messages.[{owner}].role",
+        )
+
+
+def _validate_tools(body: Mapping[str, Any]) -> None:
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _bad_type("tools", "an array", tools)
+        for i, tool in enumerate(tools):
+            where = f"tools[{i}]"
+            if not isinstance(tool, Mapping):
+                raise _bad_type(where, "an object", tool)
+            if tool.get("type") != "function":
+                raise _bad_value(f"{where}.type", tool.get("type"), ("function", "custom"))
+            fn = tool.get("function")
+            if fn is None:
+                raise _missing(f"{where}.function")
+            if not isinstance(fn, Mapping):
+                raise _bad_type(f"{where}.function", "an object", fn)
+            if "name" not in fn:
+                raise _missing(f"{where}.function.name")
+            if not isinstance(fn["name"], str) or not _TOOL_NAME.match(fn["name"]):
+                raise SimError(
+                    400,
+                    f"Invalid '{where}.function.name': string does not match pattern. Expected a "
+                    "string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+                    param=f"{where}.function.name",
+                    code="invalid_value",
+                )
+            params = fn.get("parameters")
+            if params is not None and not isinstance(params, Mapping):
+                raise _bad_type(f"{where}.function.parameters", "an object", params)
+    choice = body.get("tool_choice")
+    if choice is None:
+        return
+    names = [fn.get("name") for fn in openai_functions(body)]
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise _bad_value("tool_choice", choice, ("none", "auto", "required"))
+        if choice != "none" and not names:
+            raise SimError(
+                400,
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+                "specified.",
+                param="tool_choice",
+            )
+        return
+    if not isinstance(choice, Mapping) or choice.get("type") != "function":
+        raise _bad_type("tool_choice", "one of a string or an object", choice)
+    name = (choice.get("function") or {}).get("name")
+    if name not in names:
+        raise SimError(
+            400,
+            f"Invalid value for 'tool_choice': function '{name}' is not one of the 'tools'.",
+            param="tool_choice",
+        )
+
+
+def validate_chat(body: Any, *, strict: bool = True) -> None:
+    """OpenAI's shape checks (everything that does not need the model)."""
+    if not isinstance(body, Mapping):
+        raise SimError(400, "Invalid request body: expected a JSON object.")
+    model = body.get("model")
+    if model is None:
+        raise SimError(400, "you must provide a model parameter")
+    if not isinstance(model, str):
+        raise _bad_type("model", "a string", model)
+    unknown = sorted(set(body) - KNOWN_PARAMS)
+    if unknown and strict:
+        word = "argument" if len(unknown) == 1 else "arguments"
+        raise SimError(400, f"Unrecognized request {word} supplied: {', '.join(unknown)}")
+    _validate_messages(body.get("messages"))
+    _int_param(body, "max_tokens", 1)
+    _int_param(body, "max_completion_tokens", 1)
+    _int_param(body, "n", 1, 128)
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad_type("stream", "a boolean", stream)
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise SimError(
+                400,
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                param="stream_options",
+            )
+        if not isinstance(options, Mapping):
+            raise _bad_type("stream_options", "an object", options)
+    temperature = body.get("temperature")
+    if temperature is not None:
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+            raise _bad_type("temperature", "a decimal", temperature)
+        if not 0 <= temperature <= 2:
+            raise SimError(
+                400,
+                f"Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but "
+                f"got {temperature} instead.",
+                param="temperature",
+                code="decimal_above_max_value",
+            )
+    _validate_tools(body)
+    fmt = body.get("response_format")
+    if fmt is not None:
+        if not isinstance(fmt, Mapping):
+            raise _bad_type("response_format", "an object", fmt)
+        if fmt.get("type") not in ("text", "json_object", "json_schema"):
+            raise _bad_value(
+                "response_format.type", fmt.get("type"), ("text", "json_object", "json_schema")
+            )
+        if fmt.get("type") == "json_schema" and not isinstance(fmt.get("json_schema"), Mapping):
+            raise _missing("response_format.json_schema")
+
+
+# ------------------------------------------------------------------------------------- counting
+
+
+async def collect_pictures(
+    state: SimState, body: Mapping[str, Any], model: SimModel
+) -> dict[str, Picture]:
+    """Every image of the request, resolved (SimError when the provider would refuse one)."""
+    out: dict[str, Picture] = {}
+    config = state.config
+    for i, msg in enumerate(body["messages"]):
+        content = msg.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if part.get("type") != "image_url":
+                continue
+            if model.image_rule is None:
+                raise SimError(
+                    400,
+                    "Invalid content type. image_url is only supported by certain models.",
+                    param=f"messages.[{i}].content.[{j}].type",
+                )
+            url = part["image_url"]["url"]
+            if url in out:
+                continue
+            try:
+                out[url] = await resolve_url(
+                    url,
+                    assumed=config.assumed_image_size,
+                    fetch_loopback=config.fetch_loopback_images,
+                )
+            except ImageProblem as exc:
+                raise _image_error(
+                    str(exc), f"messages[{i}].content[{j}].image_url.url", url
+                ) from None
+    return out
+
+
+def _image_error(problem: str, param: str, url: str) -> SimError:
+    if "base64" in problem:
+        return SimError(
+            400,
+            f"Invalid '{param}'. Expected a base64-encoded data URL with an image MIME type (e.g. "
+            "'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got an invalid value.",
+            param=param,
+            code="invalid_value",
+        )
+    if problem.startswith("Error while downloading"):
+        return SimError(400, problem, param=None, code="invalid_image_url")
+    return SimError(
+        400,
+        "You uploaded an unsupported image. Please make sure your image has of one the following "
+        "formats: ['png', 'jpeg', 'gif', 'webp'].",
+        param=None,
+        code="invalid_image_format",
+    )
+
+
+def _overflow(model: SimModel, prompt: int, completion: int, tools: int) -> SimError:
+    window = model.context_window
+    if completion:
+        parts = f"{prompt - tools} in the messages, "
+        if tools:
+            parts += f"{tools} in the functions, "
+        message = (
+            f"This model's maximum context length is {window} tokens. However, you requested "
+            f"{prompt + completion} tokens ({parts}{completion} in the completion). Please reduce "
+            "the length of the messages or completion."
+        )
+    else:
+        message = (
+            f"This model's maximum context length is {window} tokens. However, your messages "
+            f"resulted in {prompt} tokens"
+            + (f" (including {tools} in the functions)" if tools else "")
+            + ". Please reduce the length of the messages."
+        )
+    return SimError(400, message, param="messages", code="context_length_exceeded")
+
+
+# ------------------------------------------------------------------------------------ answering
+
+
+def _last_user(messages: list[Mapping[str, Any]]) -> tuple[str, bool]:
+    """(text of the last user message, whether the conversation ends with it)."""
+    for msg in reversed(messages):
+        if msg.get("role") == "user":
+            content = msg.get("content")
+            if isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content if p.get("type") == "text")
+            return str(content or ""), msg is messages[-1]
+    return "", False
+
+
+def _forced(body: Mapping[str, Any]) -> str | None:
+    choice = body.get("tool_choice")
+    if choice == "required":
+        return "*"
+    if isinstance(choice, Mapping):
+        return str((choice.get("function") or {}).get("name"))
+    return None
+
+
+def _usage(model: SimModel, prompt: int, cached: int, completion: int) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+    if model.deepseek_usage:
+        usage["prompt_cache_hit_tokens"] = cached
+        usage["prompt_cache_miss_tokens"] = prompt - cached
+    return usage
+
+
+def _message(ans: Answer) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": ans.text if not ans.tool_calls else None,
+        "refusal": None,
+        "annotations": [],
+    }
+    if ans.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in ans.tool_calls
+        ]
+    return message
+
+
+def _chunks(
+    base: dict[str, Any], index: int, ans: Answer, usage_null: bool
+) -> list[dict[str, Any]]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        out = {
+            **base,
+            "choices": [
+                {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            ],
+        }
+        if usage_null:
+            out["usage"] = None
+        return out
+
+    chunks = [
+        chunk({"role": "assistant", "content": "" if not ans.tool_calls else None, "refusal": None})
+    ]
+    if ans.tool_calls:
+        for k, call in enumerate(ans.tool_calls):
+            head = {
+                "index": k,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            chunks.append(chunk({"tool_calls": [head]}))
+            args = call.arguments
+            step = max(1, len(args) // 3 + 1)
+            for start in range(0, len(args), step):
+                piece = {"index": k, "function": {"arguments": args[start : start + step]}}
+                chunks.append(chunk({"tool_calls": [piece]}))
+    else:
+        for word in re.findall(r"\s*\S+", ans.text):
+            chunks.append(chunk({"content": word}))
+    chunks.append(chunk({}, ans.finish))
+    return chunks
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+async def chat_completions(ctx: Ctx) -> Response:
+    body = ctx.body
+    validate_chat(body, strict=ctx.state.config.strict_params)
+    name = body["model"]
+    model = ctx.state.model(name)
+    if model is None or model.wire != "openai":
+        raise SimError(
+            404,
+            f"The model `{name}` does not exist or you do not have access to it.",
+            param=None,
+            code="model_not_found",
+        )
+    max_out = body.get("max_completion_tokens") or body.get("max_tokens")
+    if max_out is not None and max_out > model.max_output:
+        key = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+        raise SimError(
+            400,
+            f"{key} is too large: {max_out}. This model supports at most {model.max_output} "
+            f"completion tokens, whereas you provided {max_out}.",
+            param=key,
+            code="invalid_value",
+        )
+    pictures = await collect_pictures(ctx.state, body, model)
+    prompt = openai_prompt(body, model, lambda part: pictures[part["image_url"]["url"]])
+    tools_tokens = prompt.breakdown.get("tools", 0)
+    if prompt.total > model.context_window or prompt.total + (max_out or 0) > model.context_window:
+        raise _overflow(model, prompt.total, max_out or 0, tools_tokens)
+    cached = ctx.state.prefix_caches[model.name].lookup_and_store(prompt.tokens)
+    ctx.entry["prompt_tokens"] = prompt.total
+    ctx.entry["cached_tokens"] = cached
+
+    messages = body["messages"]
+    last_user, ends_with_user = _last_user(messages)
+    offered = [(str(fn.get("name")), fn.get("parameters") or {}) for fn in openai_functions(body)]
+    no_tools = body.get("tool_choice") == "none"
+    answers = [
+        answer(
+            model,
+            last_user=last_user + (f"\x00{i}" if i else ""),
+            tools=[] if no_tools else offered,
+            forced=_forced(body),
+            wants_call=ends_with_user,
+            max_tokens=max_out,
+            room=model.context_window - prompt.total,
+        )
+        for i in range(body.get("n") or 1)
+    ]
+    completion = sum(a.completion_tokens for a in answers)
+    usage = _usage(model, prompt.total, cached, completion)
+    created = int(time.time())
+    rid = f"chatcmpl-sim{ctx.number:06d}"
+    headers = {"x-request-id": ctx.request_id, "x-sim-prompt-tokens": str(prompt.total)}
+    plan = ctx.plan
+
+    if body.get("stream"):
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        base = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": name,
+            "system_fingerprint": "fp_sim",
+        }
+        chunks: list[dict[str, Any]] = []
+        for i, ans in enumerate(answers):
+            chunks += _chunks(base, i, ans, include_usage)
+        events = [sse(_dump(c)) for c in chunks]
+        if plan.malformed:
+            events.insert(
+                1,
+                b'data: {"id": "'
+                + rid.encode()
+                + b'", "choices": [{"delta": {"content": "oops\n\n',
+            )
+        if include_usage and not plan.no_usage:
+            events.append(sse(_dump({**base, "choices": [], "usage": usage})))
+        events.append(b"data: [DONE]\n\n")
+        return EventStream(
+            ctx.state, events, delay=ctx.chunk_delay, cut_after=plan.cut_after, headers=headers
+        )
+
+    payload: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion",
+        "created": created,
+        "model": name,
+        "system_fingerprint": "fp_sim",
+        "service_tier": "default",
+        "choices": [
+            {"index": i, "message": _message(a), "logprobs": None, "finish_reason": a.finish}
+            for i, a in enumerate(answers)
+        ],
+    }
+    if not plan.no_usage:
+        payload["usage"] = usage
+    if plan.malformed:
+        return Response(
+            _dump(payload)[:-7].encode(), 200, headers=headers, media_type="application/json"
+        )
+    if plan.cut_after is not None:
+        return CutBody(_dump(payload).encode())
+    return JSONResponse(payload, headers=headers)
