@@ -1,0 +1,352 @@
+"""The shared store: Redis (``redis.asyncio``, one connection pool per store).
+
+Key layout (every key of one route / one team shares a hash tag, so each operation stays in one
+Redis Cluster slot):
+
+- ``{rf:route:<route>}:samples`` — stream, one entry per sample (field ``s``: JSON array),
+  trimmed with ``MAXLEN ~ sample_cap``, expires ``sample_ttl`` after the last write;
+- ``{rf:route:<route>}:anchor:<hex key>`` — string (JSON array), ``PX ttl``;
+- ``{rf:team:<team>}:w:<window name>:<bucket id>`` — integer counter, expires at the end of its
+  window plus a slack (``codec.BUCKET_SLACK``);
+- ``{rf:team:<team>}:settled:<token id>`` — marker that makes ``settle`` idempotent, expires
+  with the last bucket of its reservation.
+
+Budgets run in one Lua script (``_LUA``, loaded once, called with EVALSHA) with three modes:
+``reserve``, ``settle`` and ``usage``. It reads the server clock (``TIME``), so replicas with
+skewed clocks agree on the window buckets. See docs/store.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from pricing.calibration import Anchor, Sample
+from proxy.store.base import (
+    BudgetWindow,
+    Reservation,
+    StoreUnavailable,
+    WindowState,
+    anchor_keys,
+    route_tag,
+    team_tag,
+)
+from proxy.store.codec import (
+    BUCKET_SLACK,
+    ReservedBucket,
+    check_amounts,
+    check_kind,
+    decode_anchor,
+    decode_sample,
+    decode_token,
+    encode_anchor,
+    encode_sample,
+    encode_token,
+    new_token_id,
+    settle_deltas,
+)
+
+__all__ = ["LUA_CALENDAR", "RedisStore"]
+
+T = TypeVar("T")
+
+#: Window bucket math in Lua, the same as ``base.window_bucket`` (minute / day since the epoch;
+#: UTC calendar month as ``year * 12 + month - 1`` via Howard Hinnant's civil-from-days).
+LUA_CALENDAR = """
+local function civil_from_days(z)
+  z = z + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+-- (bucket id, unix second at which the bucket ends) of a window kind at unix second s
+local function bucket_of(kind, s)
+  if kind == 'minute' then
+    local b = math.floor(s / 60)
+    return b, (b + 1) * 60
+  elseif kind == 'day' then
+    local b = math.floor(s / 86400)
+    return b, (b + 1) * 86400
+  elseif kind == 'month' then
+    local y, m = civil_from_days(math.floor(s / 86400))
+    local ny, nm = y, m + 1
+    if nm == 13 then ny, nm = y + 1, 1 end
+    return y * 12 + m - 1, days_from_civil(ny, nm, 1) * 86400
+  end
+  error('unknown budget window kind ' .. tostring(kind))
+end
+"""
+
+_LUA_BUDGET = """
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local s = tonumber(t[1])
+local ms = math.floor(tonumber(t[2]) / 1000)
+local mode = ARGV[1]
+
+if mode == 'reserve' then
+  -- KEYS[i]: window key prefix; ARGV[4i-2 .. 4i+1]: kind, limit, amount, slack
+  local n = #KEYS
+  local keys, amounts, used, resets, expires = {}, {}, {}, {}, {}
+  local buckets = {}
+  local admitted = true
+  local retry = 0
+  for i = 1, n do
+    local j = 4 * i - 2
+    local limit, amount = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    local b, e = bucket_of(ARGV[j], s)
+    local key = KEYS[i] .. ':' .. string.format('%d', b)
+    local u = tonumber(redis.call('GET', key) or '0')
+    local reset = (e - s) * 1000 - ms
+    if amount > 0 and u + amount > limit then
+      if admitted then retry = reset end
+      admitted = false
+    end
+    keys[i], amounts[i], used[i], resets[i] = key, amount, u, reset
+    buckets[i], expires[i] = b, e + tonumber(ARGV[j + 3])
+  end
+  if admitted then
+    for i = 1, n do
+      if amounts[i] > 0 then
+        used[i] = redis.call('INCRBY', keys[i], ARGV[4 * i])
+        redis.call('EXPIREAT', keys[i], expires[i])
+      end
+    end
+  end
+  local out = {admitted and 1 or 0, retry}
+  for i = 1, n do
+    local k = 4 * i - 1
+    out[k], out[k + 1], out[k + 2], out[k + 3] = buckets[i], used[i], resets[i], expires[i]
+  end
+  return out
+
+elseif mode == 'settle' then
+  -- KEYS[1]: settled marker; KEYS[i + 1]: bucket key; ARGV[2i], ARGV[2i + 1]: delta, expires_at
+  local n = #KEYS - 1
+  local last = 0
+  for i = 1, n do
+    local e = tonumber(ARGV[2 * i + 1])
+    if e > last then last = e end
+  end
+  if last <= s then return 0 end
+  if not redis.call('SET', KEYS[1], '1', 'NX', 'EXAT', last) then return -1 end
+  for i = 1, n do
+    local key, delta, e = KEYS[i + 1], tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
+    if delta ~= 0 and e > s then
+      if redis.call('EXISTS', key) == 1 then
+        if redis.call('INCRBY', key, ARGV[2 * i]) < 0 then
+          redis.call('SET', key, '0', 'KEEPTTL')
+        end
+      elseif delta > 0 then
+        redis.call('SET', key, ARGV[2 * i], 'EXAT', e)
+      end
+    end
+  end
+  return 1
+
+elseif mode == 'usage' then
+  -- KEYS[i]: window key prefix; ARGV[i + 1]: kind
+  local out = {}
+  for i = 1, #KEYS do
+    local b, e = bucket_of(ARGV[i + 1], s)
+    local u = redis.call('GET', KEYS[i] .. ':' .. string.format('%d', b))
+    out[2 * i - 1], out[2 * i] = tonumber(u or '0'), (e - s) * 1000 - ms
+  end
+  return out
+end
+error('unknown mode ' .. tostring(mode))
+"""
+
+_LUA = LUA_CALENDAR + _LUA_BUDGET
+
+
+def _window_prefix(team: str, name: str) -> str:
+    return f"{team_tag(team)}:w:{name}"
+
+
+class RedisStore:
+    """The store contract on Redis, for N replicas sharing one Redis (or Redis Cluster slots).
+
+    Every call is bounded: ``timeout`` is the socket connect/read timeout and the wait for a
+    pooled connection, and the whole call is cut at ``2 * timeout`` (one reconnect attempt fits).
+    Failures raise ``StoreUnavailable``; the pool reconnects by itself when Redis is back.
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 0.5,
+        sample_cap: int = 2000,
+        max_connections: int = 64,
+        sample_ttl: float = 30 * 86_400,
+    ) -> None:
+        if sample_cap < 1:
+            raise ValueError("sample_cap must be >= 1")
+        self.sample_cap = sample_cap
+        self._timeout = timeout
+        self._deadline = 2 * timeout
+        self._sample_ttl_ms = int(sample_ttl * 1000)
+        pool: BlockingConnectionPool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            # One immediate retry on a dead pooled connection (Redis restarted); never on a
+            # timeout, which would only double the wait.
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
+        self._redis: Redis = Redis.from_pool(pool)  # the client owns (and closes) the pool
+        self._script = self._redis.register_script(_LUA)
+
+    async def _call(self, op: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self._deadline):
+                return await op
+        except (RedisError, OSError, TimeoutError) as e:
+            raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
+
+    async def _budget(self, keys: list[str], args: list[str | int]) -> list[int]:
+        result: list[int] = await self._call(self._script(keys=keys, args=args))
+        return result
+
+    # -- calibration -----------------------------------------------------------------------
+    async def record_sample(self, sample: Sample) -> None:
+        key = route_tag(sample.route) + ":samples"
+
+        async def op() -> None:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xadd(
+                    key, {"s": encode_sample(sample)}, maxlen=self.sample_cap, approximate=True
+                )
+                pipe.pexpire(key, self._sample_ttl_ms)
+                await pipe.execute()
+
+        await self._call(op())
+
+    async def recent_samples(self, route: str, limit: int) -> list[Sample]:
+        # The stream is trimmed approximately (``MAXLEN ~``); the cap is exact as seen here.
+        limit = min(limit, self.sample_cap)
+        if limit <= 0:
+            return []
+        entries = await self._call(
+            self._redis.xrevrange(route_tag(route) + ":samples", count=limit)
+        )
+        out = []
+        for _id, fields in reversed(entries or []):
+            try:
+                out.append(decode_sample(route, (fields or {})[b"s"]))
+            except (KeyError, ValueError, TypeError):
+                continue  # an entry this version cannot read: skip, never fail calibration
+        return out
+
+    async def put_anchor(self, route: str, key: bytes, anchor: Anchor, ttl: float) -> None:
+        if ttl <= 0:
+            raise ValueError("anchor ttl must be > 0")
+        (name,) = anchor_keys(route, [key])
+        await self._call(self._redis.set(name, encode_anchor(anchor), px=max(1, int(ttl * 1000))))
+
+    async def find_anchor(self, route: str, keys: Sequence[bytes]) -> tuple[int, Anchor] | None:
+        if not keys:
+            return None
+        values = await self._call(self._redis.mget(anchor_keys(route, keys)))
+        for i, value in enumerate(values):
+            if value is None:
+                continue
+            try:
+                return i, decode_anchor(value)
+            except (ValueError, TypeError):
+                continue
+        return None
+
+    # -- budgets ---------------------------------------------------------------------------
+    async def reserve(self, team: str, windows: Sequence[tuple[BudgetWindow, int]]) -> Reservation:
+        check_amounts(windows)
+        if not windows:
+            return Reservation(True, encode_token(new_token_id(), []), ())
+        keys = [_window_prefix(team, w.name) for w, _ in windows]
+        args: list[str | int] = ["reserve"]
+        for w, amount in windows:
+            args += [w.kind, w.limit, amount, BUCKET_SLACK[w.kind]]
+        r = await self._budget(keys, args)
+        admitted = r[0] == 1
+        states = []
+        buckets = []
+        for i, (w, amount) in enumerate(windows):
+            bucket, used, reset_ms, expires_at = r[2 + 4 * i : 6 + 4 * i]
+            states.append(WindowState(w.name, w.limit, used, reset_ms / 1000))
+            buckets.append(ReservedBucket(w.name, bucket, amount, expires_at))
+        if not admitted:
+            return Reservation(False, None, tuple(states), retry_after=r[1] / 1000)
+        return Reservation(True, encode_token(new_token_id(), buckets), tuple(states))
+
+    async def settle(
+        self, team: str, token: str, windows: Sequence[tuple[BudgetWindow, int]]
+    ) -> None:
+        check_amounts(windows)
+        token_id, buckets = decode_token(token)
+        deltas = settle_deltas(buckets, windows)
+        if not deltas:
+            return
+        tag = team_tag(team)
+        keys = [f"{tag}:settled:{token_id}"]
+        args: list[str | int] = ["settle"]
+        for b, delta in deltas:
+            keys.append(f"{_window_prefix(team, b.name)}:{b.bucket}")
+            args += [delta, b.expires_at]
+        await self._budget(keys, args)
+
+    async def usage(self, team: str, windows: Sequence[BudgetWindow]) -> list[WindowState]:
+        for w in windows:
+            check_kind(w.kind)
+        if not windows:
+            return []
+        keys = [_window_prefix(team, w.name) for w in windows]
+        r = await self._budget(keys, ["usage", *(w.kind for w in windows)])
+        return [
+            WindowState(w.name, w.limit, r[2 * i], r[2 * i + 1] / 1000)
+            for i, w in enumerate(windows)
+        ]
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._call(self._redis.ping()))
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    @property
+    def client(self) -> Redis:
+        """The underlying client (for tests and operator tooling)."""
+        return self._redis

@@ -1,0 +1,355 @@
+"""The embedded store: stdlib ``sqlite3`` for one process (``routefit serve`` on a bare machine).
+
+Every call runs on one dedicated worker thread (a ``ThreadPoolExecutor(max_workers=1)``): the
+event loop never blocks on disk, and all operations are serialized, which makes ``reserve``
+atomic within the process. Multi-statement operations also run in ``BEGIN IMMEDIATE``
+transactions, so several processes sharing one file stay correct too (SQLite's write lock,
+waited for at most ``busy_timeout``).
+
+File databases use WAL with ``synchronous=NORMAL`` (a crash may lose the last transactions,
+never corrupt the file); ``":memory:"`` is one private in-memory database.
+
+Budget semantics are those of ``RedisStore`` (see docs/store.md), with ``clock`` (default
+``time.time``) in place of the Redis server's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from pricing.calibration import Anchor, Sample
+from proxy.store.base import BudgetWindow, Reservation, StoreUnavailable, WindowState, window_bucket
+from proxy.store.codec import (
+    BUCKET_SLACK,
+    ReservedBucket,
+    check_amounts,
+    check_kind,
+    decode_anchor,
+    decode_sample,
+    decode_token,
+    encode_anchor,
+    encode_sample,
+    encode_token,
+    new_token_id,
+    settle_deltas,
+)
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY,
+    route TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_route ON samples (route, id);
+CREATE TABLE IF NOT EXISTS anchors (
+    route TEXT NOT NULL,
+    key BLOB NOT NULL,
+    data TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (route, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS anchors_expiry ON anchors (expires_at);
+CREATE TABLE IF NOT EXISTS budget (
+    team TEXT NOT NULL,
+    name TEXT NOT NULL,
+    bucket INTEGER NOT NULL,
+    used INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (team, name, bucket)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS budget_expiry ON budget (expires_at);
+CREATE TABLE IF NOT EXISTS settled (
+    team TEXT NOT NULL,
+    id TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (team, id)
+) WITHOUT ROWID;
+"""
+
+_PURGE_EVERY = 60.0  # seconds between sweeps of expired anchors / buckets / settle markers
+_IN_CHUNK = 500  # host parameters per ``IN (...)``
+
+
+class SqliteStore:
+    """The store contract on one SQLite database (file path or ``":memory:"``)."""
+
+    name = "sqlite"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        sample_cap: int = 2000,
+        clock: Callable[[], float] = time.time,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if sample_cap < 1:
+            raise ValueError("sample_cap must be >= 1")
+        self.path = path
+        self.sample_cap = sample_cap
+        self._clock = clock
+        self._busy_timeout = busy_timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="routefit-sqlite")
+        self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
+        self._closed = False
+        self._last_purge = float("-inf")
+
+    # -- plumbing (worker thread) ----------------------------------------------------------
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            memory = self.path == ":memory:"
+            if not memory:
+                parent = os.path.dirname(os.path.abspath(self.path))
+                os.makedirs(parent, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,  # autocommit; transactions are explicit
+                check_same_thread=False,
+            )
+            try:
+                if not memory:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _tx(self, fn: Callable[[sqlite3.Connection, float], T]) -> T:
+        """Run ``fn(conn, now)`` in one write transaction."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            now = self._clock()
+            result = fn(db, now)
+            if now - self._last_purge >= _PURGE_EVERY:
+                self._last_purge = now
+                for table in ("anchors", "budget", "settled"):
+                    db.execute(f"DELETE FROM {table} WHERE expires_at <= ?", (now,))  # noqa: S608
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return result
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StoreUnavailable("sqlite: store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        except (sqlite3.Error, OSError) as e:
+            raise StoreUnavailable(f"sqlite: {type(e).__name__}: {e}") from e
+
+    # -- calibration -----------------------------------------------------------------------
+    async def record_sample(self, sample: Sample) -> None:
+        data = encode_sample(sample)
+
+        def op(db: sqlite3.Connection, now: float) -> None:
+            db.execute("INSERT INTO samples (route, data) VALUES (?, ?)", (sample.route, data))
+            db.execute(
+                "DELETE FROM samples WHERE route = ? AND id <= (SELECT id FROM samples"
+                " WHERE route = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                (sample.route, sample.route, self.sample_cap),
+            )
+
+        await self._run(self._tx, op)
+
+    async def recent_samples(self, route: str, limit: int) -> list[Sample]:
+        limit = min(limit, self.sample_cap)
+        if limit <= 0:
+            return []
+
+        def op() -> list[str]:
+            rows = self._db().execute(
+                "SELECT data FROM samples WHERE route = ? ORDER BY id DESC LIMIT ?",
+                (route, limit),
+            )
+            return [r[0] for r in rows]
+
+        out = []
+        for data in reversed(await self._run(op)):
+            try:
+                out.append(decode_sample(route, data))
+            except (ValueError, TypeError):
+                continue
+        return out
+
+    async def put_anchor(self, route: str, key: bytes, anchor: Anchor, ttl: float) -> None:
+        if ttl <= 0:
+            raise ValueError("anchor ttl must be > 0")
+        data = encode_anchor(anchor)
+
+        def op(db: sqlite3.Connection, now: float) -> None:
+            db.execute(
+                "INSERT OR REPLACE INTO anchors (route, key, data, expires_at) VALUES (?, ?, ?, ?)",
+                (route, bytes(key), data, now + ttl),
+            )
+
+        await self._run(self._tx, op)
+
+    async def find_anchor(self, route: str, keys: Sequence[bytes]) -> tuple[int, Anchor] | None:
+        if not keys:
+            return None
+        index: dict[bytes, int] = {}
+        for i, k in enumerate(keys):
+            index.setdefault(bytes(k), i)
+        wanted = list(index)
+
+        def op() -> list[tuple[bytes, str]]:
+            db = self._db()
+            now = self._clock()
+            found: list[tuple[bytes, str]] = []
+            for start in range(0, len(wanted), _IN_CHUNK):
+                chunk = wanted[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                found += db.execute(
+                    f"SELECT key, data FROM anchors WHERE route = ? AND expires_at > ?"  # noqa: S608
+                    f" AND key IN ({marks})",
+                    (route, now, *chunk),
+                ).fetchall()
+            return found
+
+        hits = sorted((index[bytes(k)], data) for k, data in await self._run(op))
+        for i, data in hits:
+            try:
+                return i, decode_anchor(data)
+            except (ValueError, TypeError):
+                continue
+        return None
+
+    # -- budgets ---------------------------------------------------------------------------
+    async def reserve(self, team: str, windows: Sequence[tuple[BudgetWindow, int]]) -> Reservation:
+        check_amounts(windows)
+        pairs = list(windows)
+
+        def op(db: sqlite3.Connection, now: float) -> Reservation:
+            admitted = True
+            retry_after = 0.0
+            rows = []
+            for w, amount in pairs:
+                bucket, reset = window_bucket(w.kind, now)
+                expires_at = round(now + reset) + BUCKET_SLACK[w.kind]
+                row = db.execute(
+                    "SELECT used FROM budget WHERE team = ? AND name = ? AND bucket = ?",
+                    (team, w.name, bucket),
+                ).fetchone()
+                used = int(row[0]) if row else 0
+                if amount > 0 and used + amount > w.limit:
+                    if admitted:
+                        retry_after = reset
+                    admitted = False
+                rows.append((w, amount, bucket, reset, expires_at, used))
+            states = []
+            buckets = []
+            for w, amount, bucket, reset, expires_at, used in rows:
+                if admitted and amount > 0:
+                    db.execute(
+                        "INSERT INTO budget (team, name, bucket, used, expires_at)"
+                        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (team, name, bucket)"
+                        " DO UPDATE SET used = used + excluded.used,"
+                        " expires_at = excluded.expires_at",
+                        (team, w.name, bucket, amount, expires_at),
+                    )
+                    used += amount
+                states.append(WindowState(w.name, w.limit, used, reset))
+                buckets.append(ReservedBucket(w.name, bucket, amount, expires_at))
+            if not admitted:
+                return Reservation(False, None, tuple(states), retry_after=retry_after)
+            return Reservation(True, encode_token(new_token_id(), buckets), tuple(states))
+
+        return await self._run(self._tx, op)
+
+    async def settle(
+        self, team: str, token: str, windows: Sequence[tuple[BudgetWindow, int]]
+    ) -> None:
+        check_amounts(windows)
+        token_id, buckets = decode_token(token)
+        deltas = settle_deltas(buckets, windows)
+        if not deltas:
+            return
+
+        def op(db: sqlite3.Connection, now: float) -> None:
+            last = max(b.expires_at for b, _ in deltas)
+            if last <= now:
+                return
+            marked = db.execute(
+                "INSERT INTO settled (team, id, expires_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (team, id) DO NOTHING",
+                (team, token_id, last),
+            )
+            if marked.rowcount == 0:
+                return  # settled before
+            for b, delta in deltas:
+                if b.expires_at <= now:
+                    continue  # the bucket's window (and its slack) is over
+                changed = db.execute(
+                    "UPDATE budget SET used = max(0, used + ?)"
+                    " WHERE team = ? AND name = ? AND bucket = ?",
+                    (delta, team, b.name, b.bucket),
+                )
+                if changed.rowcount == 0 and delta > 0:
+                    db.execute(
+                        "INSERT INTO budget (team, name, bucket, used, expires_at)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (team, b.name, b.bucket, delta, b.expires_at),
+                    )
+
+        await self._run(self._tx, op)
+
+    async def usage(self, team: str, windows: Sequence[BudgetWindow]) -> list[WindowState]:
+        for w in windows:
+            check_kind(w.kind)
+        ws = list(windows)
+
+        def op() -> list[WindowState]:
+            db = self._db()
+            now = self._clock()
+            out = []
+            for w in ws:
+                bucket, reset = window_bucket(w.kind, now)
+                row = db.execute(
+                    "SELECT used FROM budget WHERE team = ? AND name = ? AND bucket = ?",
+                    (team, w.name, bucket),
+                ).fetchone()
+                out.append(WindowState(w.name, w.limit, int(row[0]) if row else 0, reset))
+            return out
+
+        return await self._run(op)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def ping(self) -> bool:
+        try:
+            await self._run(lambda: self._db().execute("SELECT 1").fetchone())
+        except Exception:
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+
+        def op() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        try:
+            await self._run(op)
+        finally:
+            self._closed = True
+            self._executor.shutdown(wait=False)
