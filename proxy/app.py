@@ -19,10 +19,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.chat import Gateway
 from proxy.config import Config, load_config
 from proxy.errors import ProxyError, error_response
+from proxy.fetch import ImageSizer
 from proxy.metrics import Metrics
 from proxy.store import Store, open_store
 from proxy.upstream import Upstreams
@@ -45,13 +47,18 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
     settings = config.settings
     store = store or open_store(settings.redis_url, settings.store_path)
     calibrator = Calibrator(store, metrics)
-    gateway = Gateway(config, metrics, upstreams, calibrator)
+    budgets = Budgets(store, metrics, settings.budget_failure_mode)
+    sizer = ImageSizer()
+    gateway = Gateway(config, metrics, upstreams, calibrator, budgets, sizer)
+    teams = gateway.teams
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstreams.start()
         calibrator.start(list(config.routes))
         log.info("store: %s", store.name)
+        if teams.open:
+            log.warning("no teams configured: routefit is running OPEN (no keys, no budgets)")
         for warning in config.warnings:
             log.warning("%s", warning)
         for key in config.missing_env:
@@ -62,14 +69,57 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
         finally:
             await calibrator.stop()
             await upstreams.aclose()
+            await sizer.aclose()
             await store.close()
 
     async def models(request: Request) -> Response:
+        try:
+            team = teams.authenticate(request.headers)
+        except ProxyError as err:
+            return error_response(err)
         data = [
             {"id": alias, "object": "model", "created": 0, "owned_by": rc.upstream.provider}
             for alias, rc in config.routes.items()
+            if team is None or team.may_use(alias)
         ]
         return _json({"object": "list", "data": data})
+
+    async def team_usage(request: Request) -> Response:
+        """GET /routefit/teams/{id}/usage: the admin key, or that team's own key."""
+        team_id = request.path_params["team"]
+        try:
+            if teams.open:
+                raise ProxyError(404, "no teams are configured", code="not_found")
+            caller = None
+            try:
+                teams.authorize_admin(request.headers)
+            except ProxyError:
+                caller = teams.authenticate(request.headers)
+                if caller is None or caller.id != team_id:
+                    raise ProxyError(
+                        403, "a team key can only read its own usage", code="forbidden"
+                    ) from None
+            team = teams.teams.get(team_id)
+            if team is None:
+                raise ProxyError(404, f"unknown team {team_id!r}", code="not_found")
+            states = await budgets.usage(team)
+        except ProxyError as err:
+            return error_response(err)
+        return _json(
+            {
+                "team": team.id,
+                "windows": [
+                    {
+                        "name": w.name,
+                        "limit": w.limit,
+                        "used": w.used,
+                        "remaining": max(0, w.limit - w.used),
+                        "reset_seconds": round(w.reset_seconds, 3),
+                    }
+                    for w in states
+                ],
+            }
+        )
 
     async def healthz(request: Request) -> Response:
         return _json({"status": "ok"})
@@ -84,6 +134,10 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
         return _json(body, 200 if ready else 503)
 
     async def calibration(request: Request) -> Response:
+        try:
+            teams.authorize_admin(request.headers)
+        except ProxyError as err:
+            return error_response(err)
         return _json(calibrator.report())
 
     async def prometheus(request: Request) -> Response:
@@ -111,6 +165,7 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
         Route("/models", models, methods=["GET"]),
         Route("/routefit/fit", gateway.fit_only, methods=["POST"]),
         Route("/routefit/calibration", calibration, methods=["GET"]),
+        Route("/routefit/teams/{team}/usage", team_usage, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),

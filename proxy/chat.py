@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -20,14 +20,18 @@ from starlette.responses import Response
 
 from pricing.calibration import Anchor, Correction, Sample, anchored
 from pricing.messages import ChatRequest, RequestError, parse_request
+from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
 from proxy.errors import ProxyError, error_response
+from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
 from proxy.streaming import SSEResponse
+from proxy.teams import Team, TeamDirectory
 from proxy.upstream import Upstreams, UpstreamStream
 from proxy.usage import Usage
 from strategies.fit import Fit, FitError, fit
+from strategies.policy import FitPolicy, output_reserve
 
 __all__ = ["Gateway", "Prepared"]
 
@@ -43,6 +47,8 @@ class Prepared:
     """A request priced and fitted, ready to forward."""
 
     rc: RouteConfig
+    team: Team | None
+    policy: FitPolicy
     request: ChatRequest
     fitted: Fit
     estimate: int
@@ -51,17 +57,28 @@ class Prepared:
     #: Chained digests of the fitted message prefixes (anchor keys).
     keys: list[bytes]
     anchored: bool = False
+    held: Held | None = None
 
 
 class Gateway:
     def __init__(
-        self, config: Config, metrics: Metrics, upstreams: Upstreams, calibrator: Calibrator
+        self,
+        config: Config,
+        metrics: Metrics,
+        upstreams: Upstreams,
+        calibrator: Calibrator,
+        budgets: Budgets,
+        sizer: ImageSizer,
     ) -> None:
         self.config = config
         self.metrics = metrics
         self.upstreams = upstreams
         self.calibrator = calibrator
+        self.budgets = budgets
+        self.sizer = sizer
+        self.teams = TeamDirectory(config.teams, config.settings.admin_key_hash)
         self.max_body = config.settings.max_body_bytes
+        self._policies: dict[tuple[str, str], FitPolicy] = {}
 
     # -- reading and preparing -------------------------------------------------------------
 
@@ -109,57 +126,97 @@ class Gateway:
             )
         return rc
 
+    def policy_for(self, rc: RouteConfig, team: Team | None) -> FitPolicy:
+        """The route's fit policy with the team's overrides and per-request prompt quota."""
+        if team is None:
+            return rc.policy
+        key = (team.id, rc.route.alias)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = FitPolicy.parse(team.fit, base=rc.policy)
+            cap = team.quotas.max_prompt_tokens
+            if cap is not None:
+                current = policy.max_prompt_tokens
+                policy = replace(
+                    policy, max_prompt_tokens=cap if current is None else min(cap, current)
+                )
+            self._policies[key] = policy
+        return policy
+
     async def prepare(self, request: Request) -> Prepared:
         started = time.perf_counter()
+        team = self.teams.authenticate(request.headers)
         body, size = await self.read_json(request)
         try:
             parsed = parse_request(body)
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         rc = self.route_for(parsed)
+        if team is not None and not team.may_use(rc.route.alias):
+            raise ProxyError(
+                403,
+                f"team {team.id!r} may not use model {rc.route.alias!r}",
+                param="model",
+                code="model_not_allowed",
+            )
+        policy = self.policy_for(rc, team)
+        sizes: dict[str, tuple[int, int]] = {}
+        if rc.route.image_fetch.enabled:
+            sizes = await self.sizer.sizes(image_urls(parsed), rc.route.image_fetch)
         correction = self.calibrator.correction(rc.route.alias)
-        fitted = await self._fit(parsed, rc, correction, size)
-        p = await self._anchor(rc, parsed, fitted, started, size)
-        if p.estimate > fitted.report.budget and p.anchored:
+        fitted = await self._fit(parsed, rc, policy, correction, sizes, size)
+        estimate, keys, hit = await self._anchor(rc, fitted)
+        if hit and estimate > fitted.report.budget:
             # The provider's own count of the prefix says the calibrated estimate was low:
             # fit again with the correction scaled by how low it was.
-            s = p.estimate / max(1, fitted.estimate)
+            s = estimate / max(1, fitted.estimate)
             tighter = Correction(
                 correction.text * s,
                 correction.framing * s,
                 correction.images * s,
                 correction.samples,
             )
-            fitted = await self._fit(parsed, rc, tighter, size)
-            p = await self._anchor(rc, parsed, fitted, started, size)
-        return p
+            fitted = await self._fit(parsed, rc, policy, tighter, sizes, size)
+            estimate, keys, hit = await self._anchor(rc, fitted)
+        return Prepared(rc, team, policy, parsed, fitted, estimate, started, size, keys, hit)
 
-    async def _anchor(
-        self, rc: RouteConfig, parsed: ChatRequest, fitted: Fit, started: float, size: int
-    ) -> Prepared:
-        """The estimate to act on: anchored on the provider's count of a prefix when one is
-        known, else the calibrated one."""
+    async def _anchor(self, rc: RouteConfig, fitted: Fit) -> tuple[int, list[bytes], bool]:
+        """(estimate to act on, prefix keys, anchored?): anchored on the provider's count of a
+        prefix when one is known, else the calibrated estimate."""
         alias = rc.route.alias
         wire = fitted.body.get("messages") or []
         keys = prefix_keys(alias, rc.upstream.model, fitted.body.get("tools"), wire)
         hit = await self.calibrator.find_anchor(alias, keys)
         if hit is None:
-            return Prepared(rc, parsed, fitted, fitted.estimate, started, size, keys)
+            return fitted.estimate, keys, False
         pr = fitted.pressure
         correction = self.calibrator.correction(alias)
-        estimate = anchored(hit[1], pr.text, pr.framing, pr.images, correction)
-        return Prepared(rc, parsed, fitted, estimate, started, size, keys, anchored=True)
+        return anchored(hit[1], pr.text, pr.framing, pr.images, correction), keys, True
 
     async def _fit(
-        self, parsed: ChatRequest, rc: RouteConfig, correction: Correction, size: int
+        self,
+        parsed: ChatRequest,
+        rc: RouteConfig,
+        policy: FitPolicy,
+        correction: Correction,
+        sizes: dict[str, tuple[int, int]],
+        size: int,
     ) -> Fit:
+        args = (parsed, rc, policy, correction, sizes)
         if size > _THREAD_ABOVE:
-            return await anyio.to_thread.run_sync(self._fit_sync, parsed, rc, correction)
-        return self._fit_sync(parsed, rc, correction)
+            return await anyio.to_thread.run_sync(self._fit_sync, *args)
+        return self._fit_sync(*args)
 
-    def _fit_sync(self, parsed: ChatRequest, rc: RouteConfig, correction: Correction) -> Fit:
+    def _fit_sync(
+        self,
+        parsed: ChatRequest,
+        rc: RouteConfig,
+        policy: FitPolicy,
+        correction: Correction,
+        sizes: dict[str, tuple[int, int]],
+    ) -> Fit:
         try:
-            return fit(parsed, rc.route, rc.policy, correction)
+            return fit(parsed, rc.route, policy, correction, sizes)
         except RequestError as exc:  # an image that cannot be priced, found while pricing
             raise ProxyError(400, exc.message, param=exc.param) from None
         except FitError as exc:
@@ -171,20 +228,28 @@ class Gateway:
             ) from None
 
     def headers(self, p: Prepared) -> dict[str, str]:
-        return {
+        headers = {
             "x-routefit-route": p.rc.route.alias,
             "x-routefit-budget": str(p.fitted.report.budget),
             "x-routefit-prompt-tokens": str(p.estimate),
             "x-routefit-actions": p.fitted.report.actions(),
         }
+        if p.held is not None:
+            headers.update(rate_limit_headers(p.held.windows))
+        return headers
 
     # -- endpoints -------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
         route = "-"
+        p: Prepared | None = None
         try:
             p = await self.prepare(request)
             route = p.rc.route.alias
+            reserve = output_reserve(
+                p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
+            )
+            p.held = await self.budgets.reserve(p.team, p.rc, p.estimate, reserve)
             self._count_actions(p)
             headers = self.headers(p)
             self.metrics.overhead.observe(time.perf_counter() - p.started)
@@ -197,9 +262,13 @@ class Gateway:
             self.metrics.requests.labels(route, "200").inc()
             return Response(completion.body, headers=headers, media_type="application/json")
         except ProxyError as err:
+            if p is not None:
+                await self.budgets.settle(p.held, None, released=True)
             return self._error(route, err)
         except Exception:
             log.exception("internal error on %s", route)
+            if p is not None:
+                await self.budgets.settle(p.held, None, released=True)
             return self._error(route, ProxyError(500, "routefit internal error", code="internal"))
 
     async def _stream(self, p: Prepared, headers: dict[str, str]) -> Response:
@@ -214,6 +283,7 @@ class Gateway:
             self.metrics.requests.labels(p.rc.route.alias, status).inc()
             if not s.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
+                await self.budgets.settle(p.held, None, released=True)
             await self.on_usage(p, s.usage)
 
         return SSEResponse(stream, headers, done)
@@ -224,6 +294,9 @@ class Gateway:
             p = await self.prepare(request)
         except ProxyError as err:
             return error_response(err)
+        except Exception:
+            log.exception("internal error on /routefit/fit")
+            return error_response(ProxyError(500, "routefit internal error", code="internal"))
         payload = {"request": p.fitted.body, "report": p.fitted.report.as_dict()}
         return Response(
             orjson.dumps(payload), headers=self.headers(p), media_type="application/json"
@@ -232,7 +305,10 @@ class Gateway:
     # -- after the provider answered -------------------------------------------------------
 
     async def on_usage(self, p: Prepared, usage: Usage | None) -> None:
-        """The one place provider usage flows into: metrics, calibration, budgets."""
+        """The one place provider usage flows into: metrics, calibration, budgets.
+
+        No usage (a provider that omits it): the reservation stays charged as reserved, the
+        conservative reading of "served, cost unknown"."""
         if usage is None or usage.prompt_tokens <= 0:
             return
         route = p.rc.route.alias
@@ -256,6 +332,7 @@ class Gateway:
         )
         anchor = Anchor(pr.text, pr.framing, pr.images, usage.prompt_tokens)
         self.calibrator.submit(sample, p.keys[-1] if p.keys else None, anchor)
+        await self.budgets.settle(p.held, usage, released=False)
 
     def _count_actions(self, p: Prepared) -> None:
         r = p.fitted.report

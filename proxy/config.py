@@ -27,6 +27,8 @@ from pricing.images import default_image_rule, parse_image_rule
 from pricing.route import ImageLimits, Route
 from pricing.tokenizers import TokenizerError, default_tokenizer, parse_tokenizer_spec
 from proxy import modelmap
+from proxy.fetch import parse_fetch_policy
+from proxy.teams import Team, hash_key, parse_teams
 from strategies.policy import FitPolicy
 
 __all__ = ["Config", "ConfigError", "RouteConfig", "Settings", "Upstream", "load_config"]
@@ -48,6 +50,7 @@ _ROUTEFIT_KEYS = {
     "image_limits",
     "fit",
     "upstream_timeout",
+    "image_fetch",
 }
 _SETTINGS_KEYS = {
     "redis_url",
@@ -59,6 +62,7 @@ _SETTINGS_KEYS = {
     "admin_key",
     "budget_failure_mode",
     "calibration",
+    "upstream_retries",
 }
 TRANSPORTS = ("openai", "litellm")
 # litellm providers whose wire format is OpenAI's: routefit forwards to them directly.
@@ -136,6 +140,13 @@ class Settings:
     store_path: str = "routefit.sqlite3"
     max_body_bytes: int = 32 * 1024 * 1024
     upstream_timeout: float = 600.0
+    #: SHA-256 of the key for routefit's own endpoints (usage, calibration); None = none.
+    admin_key_hash: bytes | None = field(default=None, repr=False)
+    #: When the store cannot answer a budget check: "open" admits (and counts it), "closed"
+    #: answers 503. Open by default: a Redis outage should not take every team offline.
+    budget_failure_mode: str = "open"
+    #: Retries (with backoff) of an upstream failure before any byte reached the client.
+    upstream_retries: int = 0
     raw: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -144,6 +155,7 @@ class Config:
     path: str
     routes: Mapping[str, RouteConfig]
     settings: Settings
+    teams: tuple[Team, ...] = ()
     warnings: tuple[str, ...] = ()
     #: Keys whose ``os.environ/NAME`` was unset (resolved to null), e.g. a provider key that
     #: only matters once a request is forwarded; ``serve`` reports them at start-up.
@@ -270,6 +282,10 @@ def _route_config(item: Any, where: str, ld: _Loader, settings: Settings) -> Rou
         )
     except ValueError as exc:
         raise ld.error(f"{rf}.image_rule", str(exc)) from None
+    try:
+        fetch_policy = parse_fetch_policy(own.get("image_fetch"))
+    except ValueError as exc:
+        raise ld.error(f"{rf}.image_fetch", str(exc)) from None
     limits = _image_limits(
         ld.mapping(own.get("image_limits"), f"{rf}.image_limits"), f"{rf}.image_limits", ld
     )
@@ -310,6 +326,7 @@ def _route_config(item: Any, where: str, ld: _Loader, settings: Settings) -> Rou
         image_rule=rule,
         supports_vision=vision,
         image_limits=limits,
+        image_fetch=fetch_policy,
     )
     upstream = Upstream(
         model=model,
@@ -357,11 +374,21 @@ def _settings(raw: Mapping[str, Any], ld: _Loader, environ: Mapping[str, str]) -
         raw.get("max_body_bytes", 32 * 1024 * 1024), f"{where}.max_body_bytes", 1024
     )
     timeout = ld.number(raw.get("upstream_timeout", 600.0), f"{where}.upstream_timeout")
+    mode = raw.get("budget_failure_mode", "open")
+    if mode not in ("open", "closed"):
+        raise ld.error(f"{where}.budget_failure_mode", "must be 'open' or 'closed'")
+    admin = raw.get("admin_key")
+    if admin is not None and (not isinstance(admin, str) or not admin):
+        raise ld.error(f"{where}.admin_key", "must be a non-empty string")
+    retries = ld.integer(raw.get("upstream_retries", 0), f"{where}.upstream_retries")
     return Settings(
         redis_url=str(redis_url) if redis_url else None,
         store_path=store_path,
         max_body_bytes=max_body,
         upstream_timeout=timeout,
+        admin_key_hash=hash_key(admin) if admin else None,
+        budget_failure_mode=mode,
+        upstream_retries=min(retries, 5),
         raw=raw,
     )
 
@@ -396,10 +423,20 @@ def parse_config(
             )
             continue
         routes[alias] = rc
+    try:
+        teams = parse_teams(settings.raw.get("teams"), list(routes))
+        for i, team in enumerate(teams):
+            try:
+                FitPolicy.parse(team.fit)
+            except ValueError as exc:
+                raise ValueError(f"teams[{i}].fit: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: routefit_settings.{exc}") from None
     return Config(
         path=path,
         routes=routes,
         settings=settings,
+        teams=tuple(teams),
         warnings=tuple(ld.warnings),
         missing_env=tuple(ld.missing_env),
     )

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-__all__ = ["STRATEGIES", "FitPolicy", "prompt_budget"]
+__all__ = ["STRATEGIES", "FitPolicy", "output_reserve", "prompt_budget"]
 
 STRATEGIES = ("cap", "offload_images", "elide")
 
@@ -35,6 +35,8 @@ class FitPolicy:
     checkpoint_quantum: float = 0.25
     #: The head of the conversation kept verbatim, as a fraction of the budget (0 = drop oldest).
     pin_fraction: float = 0.5
+    #: An upper bound on the prompt budget (a team's per-request quota); None = the window's.
+    max_prompt_tokens: int | None = None
 
     def merged(self, overrides: Mapping[str, Any]) -> FitPolicy:
         """This policy with a team's overrides applied (already validated by ``parse``)."""
@@ -54,7 +56,7 @@ class FitPolicy:
 
 
 def _check(key: str, value: Any) -> Any:
-    if key in ("output_reserve", "safety_margin", "message_cap_tokens"):
+    if key in ("output_reserve", "safety_margin", "message_cap_tokens", "max_prompt_tokens"):
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -82,21 +84,30 @@ def _check(key: str, value: Any) -> Any:
     raise AssertionError(key)
 
 
+def output_reserve(max_output: int, policy: FitPolicy, requested_output: int | None) -> int:
+    """What the reply may use: the request's ``max_tokens`` when it says, else the policy's
+    reserve, else min(the route's max output, 4096)."""
+    if requested_output is not None:
+        return requested_output
+    if policy.output_reserve is not None:
+        return policy.output_reserve
+    return min(max_output, 4096)
+
+
 def prompt_budget(
     window: int, max_output: int, policy: FitPolicy, requested_output: int | None
 ) -> int:
-    """prompt budget = window − output reserve − safety margin (never negative).
+    """prompt budget = window − output reserve − safety margin (never negative), capped by the
+    policy's ``max_prompt_tokens`` when a team sets one.
 
     The reserve is what the request asks for (``max_completion_tokens`` / ``max_tokens``) when it
     says, else the policy's reserve, else min(the route's max output, 4096).
     """
-    if requested_output is not None:
-        reserve = requested_output
-    elif policy.output_reserve is not None:
-        reserve = policy.output_reserve
-    else:
-        reserve = min(max_output, 4096)
+    reserve = output_reserve(max_output, policy, requested_output)
     margin = policy.safety_margin
     if margin is None:
         margin = max(32, window // 100)
-    return max(0, window - reserve - margin)
+    budget = max(0, window - reserve - margin)
+    if policy.max_prompt_tokens is not None:
+        budget = min(budget, policy.max_prompt_tokens)
+    return budget

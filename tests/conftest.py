@@ -86,3 +86,7 @@ def redis_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def example_config() -> Path:
     return EXAMPLES / "routefit.yaml"
+
+
+# The provider simulator (tests/sim): a session-wide server and a per-test reset view of it.
+from sim.fixtures import fresh_sim, sim  # noqa: E402, F401

@@ -19,8 +19,18 @@ from pricing.calibration import (
 
 
 def sample(text: int, framing: int, images: int, actual: int, t: float = 0.0) -> Sample:
-    return Sample("r", t, text, framing, images, int(images > 0), framing // 4 + 1,
-                  text + framing + images, False, actual)
+    return Sample(
+        "r",
+        t,
+        text,
+        framing,
+        images,
+        int(images > 0),
+        framing // 4 + 1,
+        text + framing + images,
+        False,
+        actual,
+    )
 
 
 def skewed_truth(text: int, framing: int, images: int, rng: random.Random) -> int:
@@ -75,9 +85,14 @@ def test_follows_a_change_of_model_behind_the_alias():
 @settings(max_examples=50, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(1, 10**6), st.integers(0, 10**4), st.integers(0, 10**5),
-                  st.integers(1, 10**7)),
-        min_size=8, max_size=60,
+        st.tuples(
+            st.integers(1, 10**6),
+            st.integers(0, 10**4),
+            st.integers(0, 10**5),
+            st.integers(1, 10**7),
+        ),
+        min_size=8,
+        max_size=60,
     )
 )
 def test_factors_are_clamped_and_quantised(rows):

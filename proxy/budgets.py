@@ -1,0 +1,170 @@
+"""Team budgets: reserve before forwarding, settle to the provider's usage after.
+
+The classic failure is check-then-increment: two replicas both see room and both admit. Here a
+request *reserves* its worst case (calibrated prompt estimate + output reserve, and its cost at the
+route's prices) against every window of the team in one atomic store operation — all windows or
+none — and the reservation is settled to the actual usage when the response ends, or released
+when the upstream fails or the client goes away. A team can therefore overshoot a quota by at most
+what a single in-flight request under-reserved, never by the number of replicas.
+
+When the store cannot answer, ``budget_failure_mode`` decides: ``open`` admits the request
+unbudgeted (counted in metrics, logged once per outage), ``closed`` answers 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.config import RouteConfig
+from proxy.errors import ProxyError
+from proxy.metrics import Metrics
+from proxy.store import BudgetWindow, Reservation, Store, StoreUnavailable, WindowState
+from proxy.teams import Team
+from proxy.usage import Usage
+
+__all__ = ["Budgets", "Held", "rate_limit_headers"]
+
+log = logging.getLogger("routefit.budgets")
+
+
+@dataclass(slots=True)
+class Held:
+    """A reservation held for one request, to settle or release exactly once."""
+
+    team: Team
+    rc: RouteConfig
+    token: str
+    amounts: list[tuple[BudgetWindow, int]]
+    windows: tuple[WindowState, ...]
+    settled: bool = False
+
+
+def _micro_usd(rc: RouteConfig, prompt: int, completion: int) -> int:
+    cost = prompt * (rc.input_cost_per_token or 0.0) + completion * (
+        rc.output_cost_per_token or 0.0
+    )
+    return math.ceil(cost * 1e6)
+
+
+def _amount(window: BudgetWindow, rc: RouteConfig, prompt: int, completion: int) -> int:
+    if window.kind == "month":
+        return _micro_usd(rc, prompt, completion)
+    return prompt + completion
+
+
+def _duration(seconds: float) -> str:
+    """OpenAI's reset format: ``1m30s``, ``6s``, ``250ms``."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    minutes, secs = divmod(math.ceil(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    out = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    return out + (f"{secs}s" if secs or not out else "")
+
+
+def rate_limit_headers(windows: Sequence[WindowState]) -> dict[str, str]:
+    """``x-ratelimit-*-tokens`` from the tightest token window (per minute, else per day)."""
+    tokens = [w for w in windows if w.name in ("tokens_per_minute", "tokens_per_day")]
+    if not tokens:
+        return {}
+    w = tokens[0]
+    return {
+        "x-ratelimit-limit-tokens": str(w.limit),
+        "x-ratelimit-remaining-tokens": str(max(0, w.limit - w.used)),
+        "x-ratelimit-reset-tokens": _duration(w.reset_seconds),
+    }
+
+
+class Budgets:
+    def __init__(self, store: Store, metrics: Metrics, failure_mode: str = "open") -> None:
+        self.store = store
+        self.metrics = metrics
+        self.failure_mode = failure_mode
+        self._down = False
+
+    async def reserve(
+        self, team: Team | None, rc: RouteConfig, prompt: int, output: int
+    ) -> Held | None:
+        """Reserve ``prompt + output`` tokens (and their cost) in every window of the team.
+
+        Returns None when there is nothing to enforce (no team, no quotas, or the store is down
+        in open mode); raises ProxyError 429 when over quota, 503 when down in closed mode.
+        """
+        if team is None:
+            return None
+        windows = team.quotas.windows()
+        if not windows:
+            return None
+        amounts = [(w, _amount(w, rc, prompt, output)) for w in windows]
+        try:
+            result: Reservation = await self.store.reserve(team.id, amounts)
+        except StoreUnavailable:
+            self._unavailable()
+            return None
+        self._recovered()
+        if not result.admitted or result.token is None:
+            exhausted = [
+                w.name
+                for w, (win, amount) in zip(result.windows, amounts, strict=True)
+                if w.used + amount > win.limit
+            ]
+            retry = max(1, math.ceil(result.retry_after))
+            raise ProxyError(
+                429,
+                f"team {team.id!r} is over its quota ({', '.join(exhausted) or 'budget'}): this "
+                f"request needs about {prompt + output:,} tokens; retry in {retry}s",
+                code="rate_limit_exceeded",
+                headers={"retry-after": str(retry), **rate_limit_headers(result.windows)},
+            )
+        return Held(team, rc, result.token, amounts, result.windows)
+
+    async def settle(self, held: Held | None, usage: Usage | None, released: bool) -> None:
+        """Settle to the actual usage, or release (amounts 0) when nothing was served."""
+        if held is None or held.settled:
+            return
+        held.settled = True
+        if released or usage is None:
+            actual = [(w, 0) for w, _ in held.amounts]
+        else:
+            actual = [
+                (w, _amount(w, held.rc, usage.prompt_tokens, usage.completion_tokens))
+                for w, _ in held.amounts
+            ]
+        try:
+            await self.store.settle(held.team.id, held.token, actual)
+        except StoreUnavailable:
+            # The reservation stays charged until its window ends: conservative, and bounded.
+            self.metrics.budget_failures.labels("settle").inc()
+
+    async def usage(self, team: Team) -> list[WindowState]:
+        try:
+            return await self.store.usage(team.id, team.quotas.windows())
+        except StoreUnavailable:
+            raise ProxyError(
+                503, "the budget store is unavailable", code="store_unavailable"
+            ) from None
+
+    def _unavailable(self) -> None:
+        self.metrics.budget_failures.labels(self.failure_mode).inc()
+        if not self._down:
+            self._down = True
+            log.warning(
+                "budget store unavailable: %s requests (budget_failure_mode=%s)",
+                "admitting unbudgeted" if self.failure_mode == "open" else "refusing",
+                self.failure_mode,
+            )
+        if self.failure_mode == "closed":
+            raise ProxyError(
+                503,
+                "the budget store is unavailable and this deployment fails closed; retry shortly",
+                code="store_unavailable",
+                headers={"retry-after": "1"},
+            )
+
+    def _recovered(self) -> None:
+        if self._down:
+            self._down = False
+            log.warning("budget store is back; budgets enforced again")

@@ -1,0 +1,140 @@
+"""Running ``routefit serve`` as a real process for end-to-end tests (and bench/).
+
+``gateway_config`` writes a config whose routes point at a running provider simulator;
+``run_routefit`` starts the real console script on a free loopback port, waits for /readyz and
+stops it afterwards (its stderr is kept for assertions about logs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def sim_route(alias: str, sim_url: str, model: str | None = None, **routefit: Any) -> dict:
+    """A model_list entry for a simulator model on the OpenAI wire."""
+    entry: dict[str, Any] = {
+        "model_name": alias,
+        "litellm_params": {
+            "model": f"openai/{model or alias}",
+            "api_base": f"{sim_url}/v1",
+            "api_key": "sk-sim",
+        },
+    }
+    info = routefit.pop("model_info", None)
+    if info:
+        entry["model_info"] = info
+    if routefit:
+        entry["routefit"] = routefit
+    return entry
+
+
+def gateway_config(path: Path, routes: list[dict], **settings: Any) -> Path:
+    data: dict[str, Any] = {"model_list": routes}
+    settings.setdefault("store_path", ":memory:")
+    data["routefit_settings"] = settings
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@dataclass
+class Running:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def v1(self) -> str:
+        return self.base_url + "/v1"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _command() -> list[str]:
+    exe = shutil.which("routefit")
+    return [exe] if exe else [sys.executable, "-m", "proxy.cli"]
+
+
+@contextlib.contextmanager
+def run_routefit(
+    config: Path,
+    *,
+    port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    workers: int = 1,
+    timeout: float = 30.0,
+    extra_args: list[str] | None = None,
+) -> Iterator[Running]:
+    port = port or free_port()
+    logdir = Path(tempfile.mkdtemp(prefix="routefit-log-"))
+    log_path = logdir / "routefit.log"
+    environment = dict(os.environ)
+    environment.pop("ROUTEFIT_REDIS_URL", None)
+    environment.update(env or {})
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                *_command(),
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--log-level",
+                "info",
+                *(extra_args or []),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+    running = Running(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"routefit exited early:\n{running.log()}")
+            try:
+                if httpx.get(running.base_url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"routefit did not become ready:\n{running.log()}")
+            time.sleep(0.05)
+        yield running
+    finally:
+        running.stop()
+        shutil.rmtree(logdir, ignore_errors=True)
