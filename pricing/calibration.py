@@ -13,7 +13,8 @@ module turns those samples into a ``Correction``:
    means a little unused window. The fitted model is scaled by an upper quantile of
    actual / predicted over the window, so at most ~(1 − quantile) of requests are underestimated
    and by little.
-3. **Neutral until it knows**: fewer than ``min_samples`` samples → factors of 1.
+3. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
+   whose meter is exact, a conservative prior (1.1 on text and framing) on one that is not.
 4. **Quick to follow a change** (a new model version behind the same alias): when the newest
    samples disagree consistently with the older ones, the older ones are dropped.
 5. **Clamped** to a sane range, and **quantised** (0.5% steps, rounded up) so that a factor does
@@ -93,10 +94,22 @@ class CalibrationPolicy:
     min_samples: int = 8
     window: int = 200
     quantile: float = 0.95
-    ridge: float = 0.05
+    ridge: float = 0.001
     low: float = 0.5
     high: float = 3.0
     step: float = 0.005
+    #: Before a route whose meter is not exact has ``min_samples`` samples, its text and framing
+    #: are scaled by this prior (closed tokenizers mostly count more than the ones available
+    #: offline; erring high costs a little window, erring low costs an overflow).
+    prior_inexact: float = 1.1
+
+    def __post_init__(self) -> None:
+        if self.min_samples < 1 or self.window < self.min_samples:
+            raise ValueError("calibration needs min_samples >= 1 and window >= min_samples")
+        if not 0.5 <= self.quantile <= 1.0:
+            raise ValueError("calibration quantile must be between 0.5 and 1")
+        if not 0 < self.low <= 1.0 <= self.high:
+            raise ValueError("calibration needs 0 < low <= 1 <= high")
 
 
 def anchored(anchor: Anchor, text: int, framing: int, images: int, correction: Correction) -> int:
@@ -149,19 +162,25 @@ def _round_up(value: float, step: float) -> float:
 
 
 def fit_correction(
-    samples: Sequence[Sample], policy: CalibrationPolicy | None = None
+    samples: Sequence[Sample], policy: CalibrationPolicy | None = None, exact: bool = True
 ) -> Correction:
-    """The route's correction from its samples (oldest first)."""
+    """The route's correction from its samples (oldest first).
+
+    ``exact``: whether the route's meter follows the provider's published rules; an inexact
+    route without enough samples gets the policy's conservative prior instead of neutral.
+    """
     policy = policy or CalibrationPolicy()
-    usable = [s for s in samples[-policy.window :] if s.raw > 0 and s.actual > 0]
+    recent = list(samples)[-policy.window :]
+    usable = [s for s in recent if s.raw > 0 and s.actual > 0]
     if len(usable) < policy.min_samples:
-        return Correction()
+        if exact:
+            return Correction()
+        return Correction(text=policy.prior_inexact, framing=policy.prior_inexact)
     usable = list(_regime(usable, policy.min_samples))
     rows = [(float(s.text), float(s.framing), float(s.images)) for s in usable]
     # Ridge towards 1 for each part, scaled by that part's typical size, so a part the samples
     # say little about (no images seen yet) keeps the meter's own opinion.
-    scale = [sum(r[j] ** 2 for r in rows) / len(rows) for j in range(3)]
-    lam = [policy.ridge * len(rows) * max(scale[j], 1.0) for j in range(3)]
+    lam = [policy.ridge * (sum(r[j] ** 2 for r in rows) + len(rows)) for j in range(3)]
     ata = [
         [sum(r[i] * r[j] for r in rows) + (lam[i] if i == j else 0.0) for j in range(3)]
         for i in range(3)

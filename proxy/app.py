@@ -46,7 +46,13 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
     upstreams = Upstreams(needs_litellm)
     settings = config.settings
     store = store or open_store(settings.redis_url, settings.store_path)
-    calibrator = Calibrator(store, metrics)
+    calibrator = Calibrator(
+        store,
+        metrics,
+        settings.calibration,
+        refresh_seconds=settings.calibration_refresh,
+        anchor_ttl=settings.anchor_ttl,
+    )
     budgets = Budgets(store, metrics, settings.budget_failure_mode)
     sizer = ImageSizer()
     gateway = Gateway(config, metrics, upstreams, calibrator, budgets, sizer)
@@ -55,7 +61,7 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstreams.start()
-        calibrator.start(list(config.routes))
+        calibrator.start({alias: rc.route.exact_text for alias, rc in config.routes.items()})
         log.info("store: %s", store.name)
         if teams.open:
             log.warning("no teams configured: routefit is running OPEN (no keys, no budgets)")

@@ -28,7 +28,7 @@ from pricing.calibration import Anchor, CalibrationPolicy, Correction, Sample, f
 from proxy.metrics import Metrics
 from proxy.store import Store, StoreUnavailable
 
-__all__ = ["Calibrator", "prefix_keys"]
+__all__ = ["Calibrator", "prefix_keys", "summarize"]
 
 log = logging.getLogger("routefit.calibration")
 
@@ -60,7 +60,7 @@ def prefix_keys(
 class _Route:
     samples: deque[Sample]
     correction: Correction
-    dirty: bool = False
+    exact: bool = True
 
 
 class Calibrator:
@@ -127,9 +127,15 @@ class Calibrator:
 
     # -- background -----------------------------------------------------------------------
 
-    def start(self, routes: Sequence[str]) -> None:
-        for route in routes:
-            self.routes.setdefault(route, _Route(deque(maxlen=self.policy.window), Correction()))
+    def start(self, routes: Mapping[str, bool]) -> None:
+        """Begin the background tasks; ``routes`` maps each alias to whether its meter is
+        exact (inexact routes start from the policy's conservative prior)."""
+        for route, exact in routes.items():
+            self.routes[route] = _Route(
+                deque(maxlen=self.policy.window),
+                fit_correction((), self.policy, exact),
+                exact,
+            )
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._writer()), loop.create_task(self._refresher())]
 
@@ -151,7 +157,7 @@ class Calibrator:
                     sample.route, _Route(deque(maxlen=self.policy.window), Correction())
                 )
                 state.samples.append(sample)
-                state.correction = fit_correction(state.samples, self.policy)
+                state.correction = fit_correction(state.samples, self.policy, state.exact)
                 try:
                     await self.store.record_sample(sample)
                     if key is not None and anchor is not None:
@@ -180,7 +186,7 @@ class Calibrator:
             self._up()
             if samples:
                 state.samples = deque(samples, maxlen=self.policy.window)
-                state.correction = fit_correction(state.samples, self.policy)
+                state.correction = fit_correction(state.samples, self.policy, state.exact)
 
     async def _refresher(self) -> None:
         while True:
@@ -210,25 +216,11 @@ class Calibrator:
 
     def report(self) -> dict[str, Any]:
         """GET /routefit/calibration: per route, what was learnt and how good it is."""
-        out: dict[str, Any] = {}
-        for route, state in sorted(self.routes.items()):
-            errors = sorted(
-                (s.estimate - s.actual) / s.actual for s in state.samples if s.actual > 0
-            )
-            c = state.correction
-            out[route] = {
-                "samples": len(state.samples),
-                "factors": {"text": c.text, "framing": c.framing, "images": c.images},
-                "fitted_on": c.samples,
-                "relative_error": _percentiles(errors),
-                "anchored_share": (
-                    sum(s.anchored for s in state.samples) / len(state.samples)
-                    if state.samples
-                    else 0.0
-                ),
-            }
         return {
-            "routes": out,
+            "routes": {
+                route: summarize(state.samples, state.correction)
+                for route, state in sorted(self.routes.items())
+            },
             "store": {"name": self.store.name, "up": self.store_up},
             "samples_recorded": self.recorded,
             "samples_dropped": self.dropped,
@@ -238,6 +230,22 @@ class Calibrator:
             else 0.0,
             "time": time.time(),
         }
+
+
+def summarize(samples: Sequence[Sample], correction: Correction) -> dict[str, Any]:
+    """One route's calibration: sample count, factors, estimate error percentiles."""
+    errors = sorted((s.estimate - s.actual) / s.actual for s in samples if s.actual > 0)
+    return {
+        "samples": len(samples),
+        "factors": {
+            "text": correction.text,
+            "framing": correction.framing,
+            "images": correction.images,
+        },
+        "fitted_on": correction.samples,
+        "relative_error": _percentiles(errors),
+        "anchored_share": sum(s.anchored for s in samples) / len(samples) if samples else 0.0,
+    }
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float] | None:

@@ -150,6 +150,54 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibration(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from pricing.calibration import fit_correction
+    from proxy.calibrator import summarize
+    from proxy.config import ConfigError, load_config
+    from proxy.store import StoreUnavailable, open_store
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    settings = config.settings
+    policy = settings.calibration
+
+    async def collect() -> dict[str, Any]:
+        store = open_store(settings.redis_url, settings.store_path)
+        try:
+            out = {}
+            for alias, rc in config.routes.items():
+                samples = await store.recent_samples(alias, policy.window)
+                correction = fit_correction(samples, policy, rc.route.exact_text)
+                out[alias] = summarize(samples, correction)
+            return out
+        except StoreUnavailable as exc:
+            raise UsageError(f"store {store.name} is unavailable: {exc}") from None
+        finally:
+            await store.close()
+
+    routes = asyncio.run(collect())
+    if args.json:
+        print(json.dumps(routes, indent=2))
+        return 0
+    print(
+        f"{'route':<24}{'samples':>8}{'text':>8}{'framing':>9}{'images':>8}"
+        f"{'err p50':>9}{'err p95':>9}"
+    )
+    for alias, r in routes.items():
+        f, e = r["factors"], r["relative_error"] or {}
+        p50 = f"{e['p50']:+.1%}" if e else "-"
+        p95 = f"{e['p95']:+.1%}" if e else "-"
+        print(
+            f"{alias:<24}{r['samples']:>8}{f['text']:>8.3f}{f['framing']:>9.3f}"
+            f"{f['images']:>8.3f}{p50:>9}{p95:>9}"
+        )
+    return 0
+
+
 def pressure_json(pressure: Any) -> dict[str, Any]:
     return {
         "route": pressure.route,
@@ -228,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--model", help="model alias (default: the body's model)")
     fit.add_argument("--json", action="store_true", help='{"request": ..., "report": ...}')
     fit.set_defaults(run=_fit)
+
+    cal = sub.add_parser("calibration", help="what routefit has learnt per route, from the store")
+    cal.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
+    cal.add_argument("--json", action="store_true", help="machine-readable output")
+    cal.set_defaults(run=_calibration)
 
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")

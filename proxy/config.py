@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from pricing.calibration import CalibrationPolicy
 from pricing.framing import default_framing, parse_framing
 from pricing.images import default_image_rule, parse_image_rule
 from pricing.route import ImageLimits, Route
@@ -147,6 +148,11 @@ class Settings:
     budget_failure_mode: str = "open"
     #: Retries (with backoff) of an upstream failure before any byte reached the client.
     upstream_retries: int = 0
+    calibration: CalibrationPolicy = field(default_factory=CalibrationPolicy)
+    #: Seconds between reloads of every route's samples from the store.
+    calibration_refresh: float = 5.0
+    #: Seconds a prefix anchor lives in the store.
+    anchor_ttl: float = 3600.0
     raw: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -381,6 +387,24 @@ def _settings(raw: Mapping[str, Any], ld: _Loader, environ: Mapping[str, str]) -
     if admin is not None and (not isinstance(admin, str) or not admin):
         raise ld.error(f"{where}.admin_key", "must be a non-empty string")
     retries = ld.integer(raw.get("upstream_retries", 0), f"{where}.upstream_retries")
+    cal = dict(ld.mapping(raw.get("calibration"), f"{where}.calibration"))
+    refresh = ld.number(cal.pop("refresh_seconds", 5.0), f"{where}.calibration.refresh_seconds")
+    anchor_ttl = ld.number(cal.pop("anchor_ttl", 3600.0), f"{where}.calibration.anchor_ttl")
+    known = set(CalibrationPolicy.__dataclass_fields__)
+    for key, value in cal.items():
+        if key not in known:
+            raise ld.error(
+                f"{where}.calibration.{key}",
+                f"unknown key (known: {sorted(known | {'refresh_seconds', 'anchor_ttl'})})",
+            )
+        if key in ("min_samples", "window"):
+            ld.integer(value, f"{where}.calibration.{key}", 1)
+        else:
+            ld.number(value, f"{where}.calibration.{key}")
+    try:
+        calibration = CalibrationPolicy(**cal)
+    except (TypeError, ValueError) as exc:
+        raise ld.error(f"{where}.calibration", str(exc)) from None
     return Settings(
         redis_url=str(redis_url) if redis_url else None,
         store_path=store_path,
@@ -389,6 +413,9 @@ def _settings(raw: Mapping[str, Any], ld: _Loader, environ: Mapping[str, str]) -
         admin_key_hash=hash_key(admin) if admin else None,
         budget_failure_mode=mode,
         upstream_retries=min(retries, 5),
+        calibration=calibration,
+        calibration_refresh=refresh,
+        anchor_ttl=anchor_ttl,
         raw=raw,
     )
 
