@@ -1,0 +1,226 @@
+"""Team budgets end to end: keys, routes, atomic quotas across two replicas on one Redis,
+USD quotas, streaming settlement and release on disconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import httpx
+import openai
+import pytest
+from harness import gateway_config, run_routefit, sim_route
+
+ADMIN = "sk-admin-" + uuid.uuid4().hex
+ALPHA = "sk-alpha-" + uuid.uuid4().hex
+BETA = "sk-beta-" + uuid.uuid4().hex
+
+
+def teams(alpha: str, beta: str, **alpha_quotas: float) -> list[dict]:
+    return [
+        {"id": alpha, "keys": [ALPHA], "routes": ["gpt-4o", "small"], "quotas": alpha_quotas},
+        {"id": beta, "keys": [BETA], "routes": ["gpt-4o"]},
+    ]
+
+
+def routes(sim) -> list[dict]:
+    return [
+        sim_route("gpt-4o", sim.base_url),
+        sim_route(
+            "small",
+            sim.base_url,
+            "gpt-4o-small",
+            model_info={"max_input_tokens": 8192, "max_output_tokens": 1024},
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def gw(sim, tmp_path_factory):
+    config = gateway_config(
+        tmp_path_factory.mktemp("budgets") / "c.yaml",
+        routes(sim),
+        admin_key=ADMIN,
+        teams=teams("alpha", "beta", tokens_per_minute=10_000_000),
+    )
+    with run_routefit(config) as running:
+        yield running
+
+
+def usage(gw, team: str, key: str = ADMIN) -> dict:
+    r = httpx.get(
+        f"{gw.base_url}/routefit/teams/{team}/usage", headers={"authorization": f"Bearer {key}"}
+    )
+    assert r.status_code == 200, r.text
+    return {w["name"]: w for w in r.json()["windows"]}
+
+
+def test_missing_and_wrong_keys_are_401_and_never_echoed(gw):
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(gw.v1 + "/chat/completions", json=body)
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    wrong = "sk-wrong-" + uuid.uuid4().hex
+    r = httpx.post(
+        gw.v1 + "/chat/completions", json=body, headers={"authorization": f"Bearer {wrong}"}
+    )
+    assert r.status_code == 401
+    assert wrong not in r.text
+    client = openai.OpenAI(base_url=gw.v1, api_key=wrong, max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(**body)
+    assert wrong not in gw.log() and ALPHA not in gw.log()
+
+
+def test_a_team_reaches_only_its_routes_and_its_usage(gw):
+    beta = openai.OpenAI(base_url=gw.v1, api_key=BETA, max_retries=0)
+    assert beta.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+    ).choices
+    with pytest.raises(openai.PermissionDeniedError):
+        beta.chat.completions.create(model="small", messages=[{"role": "user", "content": "x"}])
+    assert {m.id for m in beta.models.list()} == {"gpt-4o"}
+    r = httpx.get(
+        f"{gw.base_url}/routefit/teams/alpha/usage", headers={"authorization": f"Bearer {BETA}"}
+    )
+    assert r.status_code == 403
+    r = httpx.get(
+        f"{gw.base_url}/routefit/calibration", headers={"authorization": f"Bearer {BETA}"}
+    )
+    assert r.status_code == 403
+    assert httpx.get(f"{gw.base_url}/routefit/calibration").status_code == 401
+    usage(gw, "alpha", ALPHA)  # a team may read its own usage
+
+
+def test_usage_is_settled_to_the_providers_count_with_rate_limit_headers(gw):
+    before = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    client = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "count me"}], max_tokens=40
+    )
+    reply = raw.parse()
+    assert int(raw.headers["x-ratelimit-limit-tokens"]) == 10_000_000
+    assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 10_000_000
+    assert raw.headers["x-ratelimit-reset-tokens"]
+    after = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    assert after - before == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_streams_settle_when_they_end_and_release_when_cancelled(gw, fresh_sim):
+    client = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
+    before = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "stream me"}],
+            max_tokens=40,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    spent = chunks[-1].usage.prompt_tokens + chunks[-1].usage.completion_tokens
+    assert usage(gw, "alpha")["tokens_per_minute"]["used"] - before == spent
+
+    fresh_sim.state.config.chunk_delay = 0.3
+    before = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    body = {
+        "model": "gpt-4o",
+        "stream": True,
+        "max_tokens": 500,
+        "messages": [{"role": "user", "content": "a long streamed answer"}],
+    }
+    with httpx.stream(
+        "POST",
+        gw.v1 + "/chat/completions",
+        json=body,
+        timeout=10,
+        headers={"authorization": f"Bearer {ALPHA}"},
+    ) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()  # keep the iterator alive: dropping it closes the stream
+        next(lines)
+        held = usage(gw, "alpha")["tokens_per_minute"]["used"]
+        assert held - before >= 500  # the reservation covers the output reserve
+    deadline = time.monotonic() + 5
+    while usage(gw, "alpha")["tokens_per_minute"]["used"] != before:
+        assert time.monotonic() < deadline, "the cancelled stream's reservation was not released"
+        time.sleep(0.05)
+
+
+def test_upstream_failure_releases_the_reservation(gw, fresh_sim):
+    client = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
+    before = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    fresh_sim.inject("status:500")
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "fail"}]
+        )
+    assert usage(gw, "alpha")["tokens_per_minute"]["used"] == before
+
+
+def test_usd_quota(sim, tmp_path):
+    team = "usd-" + uuid.uuid4().hex[:8]
+    config = gateway_config(
+        tmp_path / "c.yaml",
+        routes(sim),
+        admin_key=ADMIN,
+        teams=teams(team, "beta", usd_per_month=0.002),
+    )
+    with run_routefit(config) as gw:
+        client = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
+        admitted = 0
+        with pytest.raises(openai.RateLimitError) as err:
+            for _ in range(50):
+                client.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "spend"}], max_tokens=60
+                )
+                admitted += 1
+        window = usage(gw, team)["usd_per_month"]
+    assert admitted >= 2
+    assert window["used"] <= window["limit"] == 2000  # micro-USD
+    assert err.value.response.headers.get("retry-after")
+    assert err.value.code == "rate_limit_exceeded"
+
+
+async def _burst(urls: list[str], n: int) -> list[tuple[int, dict | None]]:
+    body = {
+        "model": "gpt-4o",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "concurrent request"}],
+    }
+    limits = httpx.Limits(max_connections=100)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+
+        async def one(i: int) -> tuple[int, dict | None]:
+            r = await client.post(
+                urls[i % len(urls)] + "/chat/completions",
+                json=body,
+                headers={"authorization": f"Bearer {ALPHA}"},
+            )
+            return r.status_code, r.json().get("usage") if r.status_code == 200 else None
+
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+def test_a_tight_quota_holds_under_concurrency_across_two_replicas(sim, tmp_path, redis_url):
+    team = "burst-" + uuid.uuid4().hex[:8]
+    # One request reserves its prompt estimate (~10) + 50 output tokens: room for ~40 at once.
+    quota = 2500
+    config = gateway_config(
+        tmp_path / "c.yaml",
+        routes(sim),
+        admin_key=ADMIN,
+        redis_url=redis_url,
+        teams=teams(team, "beta", tokens_per_day=quota),
+    )
+    with run_routefit(config) as a, run_routefit(config) as b:
+        results = asyncio.run(_burst([a.v1, b.v1], 200))
+        window = usage(a, team)["tokens_per_day"]
+        assert usage(b, team)["tokens_per_day"]["used"] == window["used"]
+    statuses = [s for s, _ in results]
+    assert set(statuses) <= {200, 429}
+    admitted = [u for s, u in results if s == 200]
+    assert 10 <= len(admitted) < 200
+    settled = sum(u["prompt_tokens"] + u["completion_tokens"] for u in admitted)
+    assert window["used"] == settled  # every admitted request settled to its actual usage
+    assert settled <= quota  # reservations were all-or-nothing, so the quota held
