@@ -81,8 +81,7 @@ class Store(Protocol):
         """The route's newest samples, oldest first, at most ``limit``."""
         ...
 
-    async def put_anchor(self, route: str, key: bytes, anchor: Anchor, ttl: float) -> None:
-        ...
+    async def put_anchor(self, route: str, key: bytes, anchor: Anchor, ttl: float) -> None: ...
 
     async def find_anchor(self, route: str, keys: Sequence[bytes]) -> tuple[int, Anchor] | None:
         """The first of ``keys`` (callers order them longest prefix first) that has an anchor,
@@ -90,9 +89,7 @@ class Store(Protocol):
         ...
 
     # -- budgets ---------------------------------------------------------------------------
-    async def reserve(
-        self, team: str, windows: Sequence[tuple[BudgetWindow, int]]
-    ) -> Reservation:
+    async def reserve(self, team: str, windows: Sequence[tuple[BudgetWindow, int]]) -> Reservation:
         """Atomically: if every window has room for its amount, charge all of them; else
         charge none. ``windows`` pairs each window with the amount to reserve in it."""
         ...
@@ -103,15 +100,12 @@ class Store(Protocol):
         """Replace a reservation's amounts with the actual ones (0 releases it entirely)."""
         ...
 
-    async def usage(self, team: str, windows: Sequence[BudgetWindow]) -> list[WindowState]:
-        ...
+    async def usage(self, team: str, windows: Sequence[BudgetWindow]) -> list[WindowState]: ...
 
     # -- lifecycle -------------------------------------------------------------------------
-    async def ping(self) -> bool:
-        ...
+    async def ping(self) -> bool: ...
 
-    async def close(self) -> None:
-        ...
+    async def close(self) -> None: ...
 
 
 def route_tag(route: str) -> str:
@@ -141,9 +135,6 @@ def window_bucket(kind: str, now: float) -> tuple[int, float]:
         import datetime as dt
 
         t = dt.datetime.fromtimestamp(now, tz=dt.UTC)
-        start_next = dt.datetime(
-            t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=dt.UTC
-        )
+        start_next = dt.datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=dt.UTC)
         return t.year * 12 + t.month - 1, start_next.timestamp() - now
     raise ValueError(f"unknown budget window kind {kind!r}")
-
