@@ -606,7 +606,7 @@ class Llama4:
     """Llama 4: the best-fitting canvas of ≤ ``max_tiles`` 336-px tiles, plus a global view.
 
     The canvas is chosen as Meta's processor does: the smallest upscale that fits, else the
-    largest downscale, ties to the smallest canvas (compared exactly, as fractions). Each tile
+    largest downscale, ties to the smallest canvas. Each tile
     costs ``tile_tokens`` plus one separator; a one-tile canvas sends only the global view
     (``<|image_start|>``, ``<|image|>``, 144 patches, ``<|image_end|>`` = 147).
     """
@@ -622,17 +622,20 @@ class Llama4:
 
     def canvas(self, width: int, height: int) -> tuple[int, int]:
         """(rows, cols) of tiles chosen for the image."""
-        options = [
-            (r, c) for r in range(1, self.max_tiles + 1) for c in range(1, self.max_tiles // r + 1)
-        ]
-
-        def scale(rc: tuple[int, int]) -> Fraction:
-            return min(Fraction(rc[0] * self.tile, height), Fraction(rc[1] * self.tile, width))
-
-        scales = {rc: scale(rc) for rc in options}
-        ups = [s for s in scales.values() if s >= 1]
-        chosen = min(ups) if ups else max(scales.values())
-        return min((rc for rc in options if scales[rc] == chosen), key=lambda rc: rc[0] * rc[1])
+        tile = self.tile
+        best: tuple[tuple[int, float], int, tuple[int, int]] | None = None
+        for rows in range(1, self.max_tiles + 1):
+            for cols in range(1, self.max_tiles // rows + 1):
+                # Each scale is one correctly rounded quotient of small integers, so equal
+                # ratios compare equal and distinct ones never collide: floats are exact here.
+                scale = min(rows * tile / height, cols * tile / width)
+                # The smallest upscale, else the largest downscale; then the smallest canvas.
+                rank = (0, scale) if scale >= 1 else (1, -scale)
+                candidate = (rank, rows * cols, (rows, cols))
+                if best is None or candidate[:2] < best[:2]:
+                    best = candidate
+        assert best is not None
+        return best[2]
 
     def price(self, width: int, height: int, detail: str) -> int:
         rows, cols = self.canvas(width, height)

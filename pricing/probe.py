@@ -1,30 +1,32 @@
 """Image sizes from headers: the width and height a route's image rule needs, and nothing more.
 
 Pricing needs an image's dimensions, never its pixels. Every supported format states them in
-its first bytes (JPEG after its metadata segments), so a data URL is probed by decoding only the
-leading base64 the format needs: a 10 MB screenshot costs a few kilobytes of work, and a pixel
-bomb (a tiny file declaring 100000x100000) is refused before anything is allocated for it.
+its first bytes (JPEG at the end of its metadata segments, which the parser hops over by their
+length fields), so a data URL is probed by decoding only the few base64 groups that hold those
+bytes: a 10 MB photo costs a handful of 4-character decodes, and a pixel bomb (a tiny file
+declaring 100000x100000) is refused before anything is allocated for it.
 
 The parsers are written out here rather than borrowed from Pillow: ``Image.open`` is lazy too,
-but it wants a seekable complete file and its error behaviour on a prefix varies by plugin; four
-small parsers are easier to bound and to read.
+but it wants a seekable file-like object holding every byte up to the header and its error
+behaviour on a prefix varies by plugin; four small parsers are easier to bound and to read.
 
 A conversation is re-sent every turn, so results are cached. Hashing every byte of a multi-MB
 data URL on every turn would cost more than the probe itself, so the cache key is a fingerprint
-(the length, the leading bytes, evenly spaced samples and the tail). The dimensions it returns
-are nevertheless exact for any image with that key: they are a function of the header bytes
-alone, and the key covers those bytes (verified by a second digest when a header runs past the
-fingerprinted prefix). docs/images.md discusses the trade-off.
+(the length, the leading characters, evenly spaced samples and the tail). The dimensions it
+returns are nevertheless exact for any image with that key: a header is a function of the
+characters it was read from, and a hit is only served when those characters match (they are
+inside the fingerprinted prefix, or compared by digest). docs/images.md discusses the trade-off.
 """
 
 from __future__ import annotations
 
 import binascii
+import contextlib
 import hashlib
-import re
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -47,12 +49,11 @@ __all__ = [
 #: Formats whose headers routefit reads (what OpenAI, Anthropic and DeepSeek accept).
 FORMATS = ("png", "jpeg", "gif", "webp")
 
-#: Base64 characters decoded on the first attempt; covers every header but JPEGs with big
-#: metadata segments, which extend the read as far as their segment lengths say.
-_FIRST_READ = 4096
-#: Characters of the payload covered by the fingerprint's prefix.
-_KEY_PREFIX = 8192
-_KEY_TAIL = 4096
+#: Characters of the payload in the fingerprint: a prefix (every PNG, GIF and WebP header and
+#: most JPEG ones), evenly spaced samples, and the tail (a PNG's ends with the Adler-32 of all
+#: its pixels).
+_KEY_PREFIX = 4096
+_KEY_TAIL = 1024
 _KEY_SAMPLES = 16
 _KEY_SAMPLE = 64
 
@@ -87,43 +88,48 @@ class ImageInfo:
 
 
 # --------------------------------------------------------------------------------------------
-# Header parsers. Each takes the leading bytes of a file and returns its Header, or an int: how
-# many leading bytes it needs to decide. Malformed input raises ImageError.
+# Header parsers. Each reads what it needs through ``read(offset, size)``, which returns exactly
+# ``size`` bytes or raises _NeedMore (for a stream: fetch more; for a data URL: truncated).
+# Malformed input raises ImageError.
+
+Read = Callable[[int, int], bytes]
 
 
-def _png(data: bytes) -> Header | int:
-    if len(data) < 24:
-        return 24
-    if data[12:16] != b"IHDR":
+class _NeedMore(Exception):
+    def __init__(self, needed: int) -> None:
+        super().__init__(needed)
+        self.needed = needed
+
+
+def _png(read: Read) -> Header:
+    head = read(12, 12)
+    if head[:4] != b"IHDR":
         raise ImageError("corrupt PNG: the first chunk is not IHDR")
-    width, height = struct.unpack(">II", data[16:24])
+    width, height = struct.unpack(">II", head[4:12])
     return Header("png", width, height)
 
 
-def _gif(data: bytes) -> Header | int:
-    if len(data) < 10:
-        return 10
-    width, height = struct.unpack("<HH", data[6:10])
+def _gif(read: Read) -> Header:
+    width, height = struct.unpack("<HH", read(6, 4))
     return Header("gif", width, height)
 
 
-def _webp(data: bytes) -> Header | int:
-    if len(data) < 30:
-        return 30
-    chunk = data[12:16]
+def _webp(read: Read) -> Header:
+    head = read(12, 18)  # chunk tag, chunk size, then the first 10 bytes of its payload
+    chunk, body = head[:4], head[8:]
     if chunk == b"VP8 ":  # lossy: a key-frame header after the 3-byte frame tag
-        if data[23:26] != b"\x9d\x01\x2a":
+        if body[3:6] != b"\x9d\x01\x2a":
             raise ImageError("corrupt WebP: missing the VP8 key-frame start code")
-        width, height = struct.unpack("<HH", data[26:30])
+        width, height = struct.unpack("<HH", body[6:10])
         return Header("webp", width & 0x3FFF, height & 0x3FFF)
     if chunk == b"VP8L":  # lossless: 14-bit width-1 and height-1 after a signature byte
-        if data[20] != 0x2F:
+        if body[0] != 0x2F:
             raise ImageError("corrupt WebP: missing the VP8L signature")
-        (bits,) = struct.unpack("<I", data[21:25])
+        (bits,) = struct.unpack("<I", body[1:5])
         return Header("webp", (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1)
     if chunk == b"VP8X":  # extended (alpha, animation, metadata): 24-bit canvas width-1, height-1
-        width = int.from_bytes(data[24:27], "little") + 1
-        height = int.from_bytes(data[27:30], "little") + 1
+        width = int.from_bytes(body[4:7], "little") + 1
+        height = int.from_bytes(body[7:10], "little") + 1
         return Header("webp", width, height)
     raise ImageError(f"unsupported WebP chunk {chunk!r}")
 
@@ -133,18 +139,19 @@ def _webp(data: bytes) -> Header | int:
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 #: Markers without a length field: TEM, RST0-7 (SOI was consumed already).
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
+#: Segments walked before giving up: real files have a few dozen before their frame header; a
+#: hostile one made of millions of 4-byte segments must not cost time in proportion.
+_MAX_JPEG_SEGMENTS = 1024
 
 
-def _jpeg(data: bytes) -> Header | int:
+def _jpeg(read: Read) -> Header:
     """Walk the segments to the first start-of-frame; metadata (EXIF, ICC, XMP) is skipped by
-    its length field, so the read extends exactly as far as the file's own structure says."""
+    its length field, so only a few bytes at each segment boundary are ever read."""
     pos = 2
-    while True:
-        if pos + 2 > len(data):
-            return pos + 2
-        if data[pos] != 0xFF:
+    for _ in range(_MAX_JPEG_SEGMENTS):
+        prefix, marker = read(pos, 2)
+        if prefix != 0xFF:
             raise ImageError("corrupt JPEG: expected a segment marker")
-        marker = data[pos + 1]
         if marker == 0xFF:  # fill byte before a marker
             pos += 1
             continue
@@ -153,36 +160,45 @@ def _jpeg(data: bytes) -> Header | int:
             continue
         if marker in (0xD9, 0xDA):  # end of image, or scan data, before any frame header
             raise ImageError("corrupt JPEG: no frame header before the image data")
-        if pos + 4 > len(data):
-            return pos + 4
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        (length,) = struct.unpack(">H", read(pos + 2, 2))
         if length < 2:
             raise ImageError("corrupt JPEG: bad segment length")
         if marker in _SOF:
-            if pos + 9 > len(data):
-                return pos + 9
-            height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
+            height, width = struct.unpack(">HH", read(pos + 5, 4))
             return Header("jpeg", width, height)
         pos += 2 + length
+    raise ImageError(f"corrupt JPEG: no frame header in its first {_MAX_JPEG_SEGMENTS} segments")
+
+
+def _parse(read: Read) -> Header:
+    magic = read(0, 12)
+    if magic.startswith(b"\x89PNG\r\n\x1a\n"):
+        return _png(read)
+    if magic.startswith(b"\xff\xd8"):
+        return _jpeg(read)
+    if magic.startswith((b"GIF87a", b"GIF89a")):
+        return _gif(read)
+    if magic.startswith(b"RIFF") and magic[8:12] == b"WEBP":
+        return _webp(read)
+    raise ImageError(f"unsupported image format (supported: {', '.join(FORMATS)})")
 
 
 def read_header(data: bytes) -> Header | int:
     """The header of the image whose leading bytes are ``data``, or how many bytes are needed.
 
-    Shared by the data-URL probe and the proxy's URL fetcher. Raises ImageError for an
-    unsupported format or a malformed header; never looks at pixel data.
+    For streams (the proxy's URL fetcher). Raises ImageError for an unsupported format or a
+    malformed header; never looks at pixel data.
     """
-    if len(data) < 12:
-        return 12
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return _png(data)
-    if data.startswith(b"\xff\xd8"):
-        return _jpeg(data)
-    if data.startswith((b"GIF87a", b"GIF89a")):
-        return _gif(data)
-    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
-        return _webp(data)
-    raise ImageError(f"unsupported image format (supported: {', '.join(FORMATS)})")
+
+    def read(offset: int, size: int) -> bytes:
+        if offset + size > len(data):
+            raise _NeedMore(offset + size)
+        return data[offset : offset + size]
+
+    try:
+        return _parse(read)
+    except _NeedMore as more:
+        return more.needed
 
 
 def check_header(header: Header, limits: ImageLimits) -> None:
@@ -230,66 +246,97 @@ def _split(url: str) -> _DataURL:
     return _DataURL(url, comma + 1, params[0] or "application/octet-stream")
 
 
-_WHITESPACE = re.compile(r"\s+")
+class _Wrapped(Exception):
+    """The base64 carries whitespace (line-wrapped), so character offsets are not 4:3."""
 
 
-def _decode(chunk: str, final: bool) -> bytes:
-    if final and len(chunk) % 4:  # tolerate a missing '=' padding on the last quantum
-        chunk += "=" * (-len(chunk) % 4)
+class _Base64Reader:
+    """Random access to the bytes of a base64 payload, decoding only the groups asked for.
+
+    Every 4 characters encode 3 bytes, so bytes [o, o+n) live in characters
+    [o//3*4, ⌈(o+n)/3⌉*4) — provided no whitespace precedes them, which is checked (at memchr
+    speed) up to the furthest character read, never beyond. ``reads`` records the character
+    ranges decoded: a header is a function of exactly those characters.
+    """
+
+    def __init__(self, data_url: _DataURL) -> None:
+        self.url, self.start, self.chars = data_url.url, data_url.start, data_url.chars
+        self.size = data_url.decoded_size()
+        self.clean_to = self.start
+        self.reads: list[tuple[int, int]] = []
+
+    def __call__(self, offset: int, size: int) -> bytes:
+        if offset + size > self.size:
+            raise _NeedMore(offset + size)
+        first = offset // 3 * 4
+        last = min(-(-(offset + size) // 3) * 4, self.chars)
+        begin, end = self.start + first, self.start + last
+        if end > self.clean_to:
+            for space in " \n\r\t\f\v":
+                if self.url.find(space, self.clean_to, end) >= 0:
+                    raise _Wrapped
+            self.clean_to = end
+        group = self.url[begin:end]
+        if len(group) % 4:  # the last quantum of an unpadded payload
+            group += "=" * (-len(group) % 4)
+        try:
+            decoded = binascii.a2b_base64(group, strict_mode=True)
+        except (binascii.Error, ValueError):
+            raise ImageError("the image data is not valid base64") from None
+        self.reads.append((first, last))
+        skip = offset - offset // 3 * 3
+        return decoded[skip : skip + size]
+
+
+def _read(data_url: _DataURL) -> tuple[Header, tuple[tuple[int, int], ...] | None]:
+    """The header, and the character ranges it was read from (None: not cacheable)."""
+    reader = _Base64Reader(data_url)
     try:
-        return binascii.a2b_base64(chunk, strict_mode=True)
-    except (binascii.Error, ValueError):
-        raise ImageError("the image data is not valid base64") from None
-
-
-def _read(data_url: _DataURL) -> tuple[Header, int]:
-    """The header and how many payload characters were decoded to find it."""
-    payload_chars = data_url.chars
-    url, start = data_url.url, data_url.start
-    want = _FIRST_READ
-    while True:
-        chars = min(payload_chars, want - want % 4)
-        chunk = url[start : start + chars]
-        if _WHITESPACE.search(chunk):
-            # Some encoders wrap base64 at 76 columns; rare, so take the slow road once.
-            compact = _WHITESPACE.sub("", url[start:])
-            header, _ = _read(_DataURL("data:;base64," + compact, 13, data_url.media_type))
-            return header, payload_chars  # the cache then verifies the whole payload
-        result = read_header(_decode(chunk, final=chars == payload_chars))
-        if isinstance(result, Header):
-            return result, chars
-        if chars >= payload_chars:
-            raise ImageError("truncated image: the data ends inside its header")
-        # Bytes needed → base64 characters, and at least double the read (few round trips).
-        want = max(-(-result // 3) * 4, 2 * chars)
+        return _parse(reader), tuple(reader.reads)
+    except _NeedMore:
+        # Shorter than its header: garbage that decodes to a few bytes, or a cut-off image?
+        if data_url.chars <= 65_536:
+            with contextlib.suppress(_Wrapped):
+                reader(0, data_url.decoded_size())  # raises ImageError if it is not base64
+        raise ImageError("truncated image: the data ends inside its header") from None
+    except _Wrapped:
+        # Some encoders wrap base64 at 76 columns. Rare: take the slow road, uncached.
+        compact = "".join(data_url.url[data_url.start :].split())
+        header, _ = _read(_DataURL("data:;base64," + compact, 13, data_url.media_type))
+        return header, None
 
 
 def _fingerprint(data_url: _DataURL) -> bytes:
     """A cheap key for the image: O(fixed) work however large the data URL is."""
     url, start, n = data_url.url, data_url.start, data_url.chars
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{n}:{data_url.media_type}:".encode())
-    h.update(url[start : start + _KEY_PREFIX].encode("ascii", "replace"))
+    pieces = [f"{n}:{data_url.media_type}:", url[start : start + _KEY_PREFIX]]
     if n > _KEY_PREFIX:
-        span = max(0, n - _KEY_SAMPLE)
+        span = n - _KEY_SAMPLE
         for i in range(_KEY_SAMPLES):
             at = start + span * i // (_KEY_SAMPLES - 1)
-            h.update(url[at : at + _KEY_SAMPLE].encode("ascii", "replace"))
-        h.update(url[-_KEY_TAIL:].encode("ascii", "replace"))
+            pieces.append(url[at : at + _KEY_SAMPLE])
+        pieces.append(url[-_KEY_TAIL:])
+    joined = "".join(pieces).encode("ascii", "replace")
+    return hashlib.blake2b(joined, digest_size=16).digest()
+
+
+def _reads_digest(data_url: _DataURL, reads: tuple[tuple[int, int], ...]) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for first, last in reads:
+        h.update(f"{first}:".encode())
+        h.update(
+            data_url.url[data_url.start + first : data_url.start + last].encode("ascii", "replace")
+        )
     return h.digest()
-
-
-def _prefix_digest(data_url: _DataURL, chars: int) -> bytes:
-    prefix = data_url.url[data_url.start : data_url.start + chars]
-    return hashlib.blake2b(prefix.encode("ascii", "replace"), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
     info: ImageInfo
-    #: Digest of the header bytes when they run past the fingerprinted prefix (else None).
-    prefix: bytes | None
-    chars: int
+    #: The character ranges the header was read from, when some lie past the fingerprinted
+    #: prefix (else empty), and their digest: a hit must show the same characters there.
+    reads: tuple[tuple[int, int], ...]
+    digest: bytes | None
 
 
 class ProbeCache:
@@ -333,7 +380,7 @@ def _lookup(data_url: _DataURL, key: bytes) -> ImageInfo | None:
     entry = CACHE.get(key)
     if entry is None:
         return None
-    if entry.prefix is not None and _prefix_digest(data_url, entry.chars) != entry.prefix:
+    if entry.digest is not None and _reads_digest(data_url, entry.reads) != entry.digest:
         return None  # same fingerprint, different header bytes: probe it afresh
     return entry.info
 
@@ -342,7 +389,7 @@ def probe(url: str, limits: ImageLimits) -> ImageInfo | None:
     """Size a ``data:`` URL image from its header; None for any other URL.
 
     Raises ImageError (a 400 for the client) for an undecodable, unsupported, truncated,
-    oversized or absurdly large image. Only the leading base64 the header needs is decoded.
+    oversized or absurdly large image. Only the base64 groups holding the header are decoded.
     """
     if url[:5].lower() != "data:":
         return None
@@ -359,11 +406,13 @@ def probe(url: str, limits: ImageLimits) -> ImageInfo | None:
         check_header(Header(info.format, info.width, info.height), limits)
         return info
     CACHE.misses += 1
-    header, chars = _read(data_url)
+    header, reads = _read(data_url)
     check_header(header, limits)
     info = ImageInfo(header.width, header.height, header.format, key.hex(), size)
-    covered = chars <= _KEY_PREFIX
-    CACHE.put(key, _Entry(info, None if covered else _prefix_digest(data_url, chars), chars))
+    if reads is not None:
+        beyond = tuple(r for r in reads if r[1] > _KEY_PREFIX)
+        digest = _reads_digest(data_url, beyond) if beyond else None
+        CACHE.put(key, _Entry(info, beyond, digest))
     return info
 
 

@@ -227,6 +227,34 @@ def test_whitespace_wrapped_base64_and_missing_padding_are_tolerated() -> None:
     assert info is not None and (info.width, info.height) == (7, 9)
 
 
+def test_line_wrapped_base64_before_a_deep_jpeg_header_is_not_misread() -> None:
+    raw = FILES["jpeg-big-exif"]()
+    b64 = base64.b64encode(raw).decode()
+    for wrap in ("\n", "\r\n"):
+        wrapped = wrap.join(b64[i : i + 76] for i in range(0, len(b64), 76))
+        info = probe("data:image/jpeg;base64," + wrapped, LIMITS)
+        assert info is not None and (info.width, info.height) == (1200, 900)
+    # A stray newline far after the header changes nothing.
+    late = "data:image/jpeg;base64," + b64[:-1000] + "\n" + b64[-1000:]
+    info = probe(late, LIMITS)
+    assert info is not None and (info.width, info.height) == (1200, 900)
+
+
+def test_a_jpeg_made_of_endless_tiny_segments_is_refused_quickly() -> None:
+    raw = b"\xff\xd8" + b"\xff\xfe\x00\x02" * 500_000  # 2 MB of empty comment segments
+    started = time.perf_counter()
+    with pytest.raises(ImageError, match="no frame header in its first 1024 segments"):
+        probe(encode(raw, "image/jpeg"), LIMITS)
+    assert time.perf_counter() - started < 0.05
+
+
+def test_fill_bytes_and_restart_markers_are_skipped() -> None:
+    sof = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, 20, 30, 1) + b"\x01\x11\x00"
+    raw = b"\xff\xd8" + b"\xff" * 5 + b"\xff\xd0" + b"\xff\xe0\x00\x04ab" + sof
+    info = probed(raw)
+    assert (info.width, info.height) == (30, 20)
+
+
 def test_sniffed_format_wins_over_the_declared_media_type() -> None:
     info = probe(encode(FILES["jpeg-baseline"](), "image/png"), LIMITS)
     assert info is not None and info.format == "jpeg"
