@@ -114,6 +114,11 @@ def address_refusal(ip: IPAddress, allow_private: bool) -> str | None:
     return None
 
 
+def _host_allowed(url: httpx.URL, policy: ImageFetchPolicy) -> bool:
+    """The allowlist may name a host in Unicode or in its IDNA (punycode) form."""
+    return policy.allows_host(url.host) or policy.allows_host(url.raw_host.decode("ascii"))
+
+
 async def _system_resolver(host: str, port: int) -> Sequence[str]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
@@ -258,7 +263,7 @@ class ImageSizer:
             parsed = httpx.URL(url)
         except (httpx.InvalidURL, ValueError):
             return False
-        return parsed.scheme in ("http", "https") and policy.allows_host(parsed.host)
+        return parsed.scheme in ("http", "https") and _host_allowed(parsed, policy)
 
     async def _size(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
         key = (url, policy.allow_private)
@@ -274,17 +279,17 @@ class ImageSizer:
         return size
 
     async def _fetch(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
-        async with self._gate:
-            self.fetches += 1
-            try:
-                async with asyncio.timeout(policy.timeout_s):
-                    size = await self._follow(url, policy)
-            except FetchRefused as exc:
-                log.info("image fetch refused for %s: %s", url, exc)
-                return None  # a policy answer, not a fact about the URL: not cached
-            except Exception as exc:  # any failure leaves the URL unsized; never fails a request
-                log.info("image fetch failed for %s: %r", url, exc)
-                size = None
+        try:
+            # One deadline for everything, waiting for a free slot included.
+            async with asyncio.timeout(policy.timeout_s), self._gate:
+                self.fetches += 1
+                size = await self._follow(url, policy)
+        except FetchRefused as exc:
+            log.info("image fetch refused for %s: %s", url, exc)
+            return None  # a policy answer, not a fact about the URL: not cached
+        except Exception as exc:  # any failure leaves the URL unsized; never fails a request
+            log.info("image fetch failed for %s: %r", url, exc)
+            size = None
         self._cache.put((url, policy.allow_private), size)
         return size
 
@@ -324,7 +329,7 @@ class ImageSizer:
     ) -> list[IPAddress]:
         if target.scheme not in ("http", "https"):
             raise FetchRefused(f"scheme {target.scheme!r} is not fetched")
-        if not policy.allows_host(target.host):
+        if not _host_allowed(target, policy):
             raise FetchRefused(f"host {target.host!r} is not on the allowlist")
         port = target.port or (443 if target.scheme == "https" else 80)
         answers = await self._resolve(target.raw_host.decode("ascii"), port)

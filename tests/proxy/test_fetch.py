@@ -324,6 +324,29 @@ def test_public_address_pinned_with_sni() -> None:
     assert request.extensions["sni_hostname"] == "images.example.com"
 
 
+@pytest.mark.parametrize("allowed", ["bücher.example", "xn--bcher-kva.example", "*.example"])
+def test_international_names_match_in_either_form(allowed: str) -> None:
+    policy = ImageFetchPolicy(allow_hosts=(allowed,))
+    url = "https://bücher.example/cat.png"
+    result, recorder = run(sized_through_mock(url, policy, fixed("93.184.216.34")))
+    assert result == {url: (4, 4)}
+    assert recorder.requests[0].headers["host"] == "xn--bcher-kva.example"
+    assert recorder.requests[0].extensions["sni_hostname"] == "xn--bcher-kva.example"
+
+
+def test_the_deadline_covers_waiting_for_a_free_slot(fresh: Server) -> None:
+    slow, fast = fresh.url("/slow"), fresh.url("/cat.png")
+    policy = ImageFetchPolicy(allow_hosts=("127.0.0.1",), allow_private=True, timeout_s=0.4)
+
+    async def scenario() -> dict[str, tuple[int, int]]:
+        async with ImageSizer(max_concurrency=1) as sizer:
+            return await sizer.sizes([slow, fast], policy)
+
+    started = time.perf_counter()
+    assert run(scenario()) == {}  # the fast one waited behind the slow one past its deadline
+    assert time.perf_counter() - started < 1.0
+
+
 @pytest.mark.parametrize(
     ("address", "private_ok", "refused"),
     [
