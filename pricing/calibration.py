@@ -193,7 +193,11 @@ def fit_correction(
     predicted = [sum(f * x for f, x in zip(factors, r, strict=True)) for r in rows]
     ratios = [s.actual / p for s, p in zip(usable, predicted, strict=True) if p > 0]
     scale_up = _quantile(ratios, policy.quantile) if ratios else 1.0
+    # A part no sample contained (no images seen yet) keeps the meter's own opinion: neither
+    # the fit nor the conservative scale-up says anything about it.
+    seen = [any(r[j] for r in rows) for j in range(3)]
     text, framing, images = (
-        min(policy.high, max(policy.low, _round_up(f * scale_up, policy.step))) for f in factors
+        min(policy.high, max(policy.low, _round_up(f * scale_up, policy.step))) if known else 1.0
+        for f, known in zip(factors, seen, strict=True)
     )
     return Correction(text=text, framing=framing, images=images, samples=len(usable))

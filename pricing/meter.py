@@ -9,7 +9,7 @@ the new turn.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
@@ -17,7 +17,15 @@ from pricing.probe import ImageError, placeholder, probe
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 
-__all__ = ["ImagePrice", "MessagePressure", "Pressure", "measure", "measure_message"]
+__all__ = [
+    "ImagePrice",
+    "Memo",
+    "MessagePressure",
+    "Pressure",
+    "measure",
+    "measure_message",
+    "measure_messages",
+]
 
 #: Image sizes learnt outside pricing (e.g. fetched URL headers), by URL.
 Sizes = Mapping[str, tuple[int, int]]
@@ -154,21 +162,61 @@ def measure(request: ChatRequest, route: Route, sizes: Sizes | None = None) -> P
     return measure_messages(request.messages, request.tools, route, sizes)
 
 
+class Memo:
+    """Prices of message objects already measured (with the role before them), for callers
+    that measure several arrangements of the same messages — fitting measures its candidates
+    this way, so each message is priced once per request however many plans are tried."""
+
+    def __init__(self) -> None:
+        self._prices: dict[
+            tuple[int, str | None], tuple[Message, MessagePressure, tuple[ImagePrice, ...]]
+        ] = {}
+
+    def get(
+        self, message: Message, index: int, prev_role: str | None
+    ) -> tuple[MessagePressure, tuple[ImagePrice, ...]] | None:
+        found = self._prices.get((id(message), prev_role))
+        if found is None or found[0] is not message:
+            return None
+        _, pressure, images = found
+        if pressure.index != index:
+            pressure = replace(pressure, index=index)
+            images = tuple(replace(image, message=index) for image in images)
+        return pressure, images
+
+    def put(
+        self,
+        message: Message,
+        prev_role: str | None,
+        pressure: MessagePressure,
+        images: tuple[ImagePrice, ...],
+    ) -> None:
+        self._prices[(id(message), prev_role)] = (message, pressure, images)
+
+
 def measure_messages(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, object]],
     route: Route,
     sizes: Sizes | None = None,
+    memo: Memo | None = None,
 ) -> Pressure:
     per_message: list[MessagePressure] = []
     details: list[ImagePrice] = []
+    tok = get_tokenizer(route.tokenizer)
+    tok.prefetch([p.text for m in messages for p in m.parts if isinstance(p, TextPart)])
     prev_role: str | None = None
     for i, message in enumerate(messages):
-        pressure, images = measure_message(message, route, i, sizes, prev_role)
+        known = memo.get(message, i, prev_role) if memo is not None else None
+        if known is None:
+            pressure, images = measure_message(message, route, i, sizes, prev_role)
+            if memo is not None:
+                memo.put(message, prev_role, pressure, images)
+        else:
+            pressure, images = known
         prev_role = message.role
         per_message.append(pressure)
         details.extend(images)
-    tok = get_tokenizer(route.tokenizer)
     exact = route.exact_text and all(d.sized for d in details)
     return Pressure(
         route=route.alias,

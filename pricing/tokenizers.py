@@ -13,13 +13,14 @@ conversation is tokenized once, not once per turn.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -51,6 +52,13 @@ _HF_SHIPPED = {
 
 # Strings shorter than this are their own cache key: hashing them costs more than comparing.
 _SHORT = 64
+# A parallel batch pays for its threads only when there is enough text to share out.
+_BATCH_MIN_CHARS = 64 * 1024
+_THREADS = max(1, min(8, os.cpu_count() or 1))
+
+
+def _worth_batching(texts: Sequence[str]) -> bool:
+    return len(texts) > 1 and sum(map(len, texts)) >= _BATCH_MIN_CHARS
 
 
 class TokenizerError(ValueError):
@@ -64,6 +72,11 @@ class Tokenizer(Protocol):
 
     def count(self, text: str) -> int:
         """Number of tokens in ``text`` (memoised)."""
+        ...
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Count the uncached ones among ``texts`` in one parallel batch (a cold conversation
+        is tokenized on every core at once instead of string by string)."""
         ...
 
     def boundaries(self, text: str) -> list[int]:
@@ -80,36 +93,61 @@ class CountCache:
 
     def __init__(self, maxsize: int = 131072) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[str | bytes, int] = OrderedDict()
+        self._data: OrderedDict[bytes, int] = OrderedDict()
+        # Short strings (roles, names, ids) are their own key in a plain dict: no hashing, no
+        # LRU bookkeeping; it is simply emptied when full.
+        self._short: dict[str, int] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     @staticmethod
-    def key(text: str) -> str | bytes:
-        if len(text) < _SHORT:
-            return text
+    def key(text: str) -> bytes:
         # xxh3-128: a content digest at memory speed (a 400 KB conversation costs ~0.1 ms).
         return xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
 
     def get_or_compute(self, text: str, compute: Callable[[str], int]) -> int:
-        k = self.key(text)
-        with self._lock:
-            n = self._data.get(k)
-            if n is not None:
+        if len(text) < _SHORT:
+            n = self._short.get(text)
+            if n is None:
+                n = compute(text)
+                if len(self._short) >= self.maxsize:
+                    self._short.clear()
+                self._short[text] = n
+            return n
+        k = xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
+        n = self._data.get(k)  # a dict read is atomic under the GIL: no lock on the hot path
+        if n is not None:
+            with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
                 self._data.move_to_end(k)
-                self.hits += 1
-                return n
+            self.hits += 1
+            return n
         n = compute(text)
-        with self._lock:
-            self.misses += 1
-            self._data[k] = n
-            if len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+        self.put(text, n)
         return n
 
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The distinct texts among ``texts`` that are not cached yet."""
+        out: dict[bytes, str] = {}
+        for text in texts:
+            if len(text) >= _SHORT:
+                k = self.key(text)
+                if k not in self._data:
+                    out.setdefault(k, text)
+        return list(out.values())
+
+    def put(self, text: str, n: int) -> None:
+        if len(text) < _SHORT:
+            self._short[text] = n
+            return
+        with self._lock:
+            self.misses += 1
+            self._data[self.key(text)] = n
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._data) + len(self._short)
 
 
 @dataclass
@@ -125,6 +163,15 @@ class _Tiktoken:
         if not text:
             return 0
         return self.cache.get_or_compute(text, self._count)
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        todo = self.cache.missing(texts)
+        if not _worth_batching(todo):
+            return
+        for text, ids in zip(
+            todo, self._enc.encode_ordinary_batch(todo, num_threads=_THREADS), strict=True
+        ):
+            self.cache.put(text, len(ids))
 
     def boundaries(self, text: str) -> list[int]:
         if not text:
@@ -147,6 +194,14 @@ class _HuggingFace:
         if not text:
             return 0
         return self.cache.get_or_compute(text, self._count)
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        todo = self.cache.missing(texts)
+        if not _worth_batching(todo):
+            return
+        encoded = self._tok.encode_batch(todo, add_special_tokens=False)
+        for text, enc in zip(todo, encoded, strict=True):
+            self.cache.put(text, len(enc.ids))
 
     def boundaries(self, text: str) -> list[int]:
         if not text:
@@ -173,6 +228,9 @@ class _Heuristic:
 
     def count(self, text: str) -> int:
         return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        return None
 
     def boundaries(self, text: str) -> list[int]:
         step = self.chars_per_token

@@ -17,7 +17,7 @@ from typing import Any
 
 from pricing.calibration import Correction
 from pricing.messages import ChatRequest, Message, TextPart, message_wire
-from pricing.meter import Pressure, Sizes, measure_message, measure_messages
+from pricing.meter import Memo, Pressure, Sizes, measure_message, measure_messages
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 from strategies.cap import cap_oversized
@@ -110,22 +110,54 @@ def _estimate(pressure: Pressure, correction: Correction) -> int:
     return correction.apply(pressure.text, pressure.framing, pressure.images)
 
 
+@dataclass(slots=True)
+class _Job:
+    """One fit: its inputs, and what it has already priced (each message once per request,
+    however many plans are tried)."""
+
+    request: ChatRequest
+    route: Route
+    policy: FitPolicy
+    correction: Correction
+    sizes: Sizes | None
+    budget: int
+    memo: Memo = field(default_factory=Memo)
+    placeholders: dict[int, int] = field(default_factory=dict)
+    offloaded: dict[int, Message] = field(default_factory=dict)
+
+    def measure(self, messages: Sequence[Message]) -> Pressure:
+        return measure_messages(messages, self.request.tools, self.route, self.sizes, self.memo)
+
+    def placeholder_tokens(self, message: Message) -> int:
+        """Tokens of the placeholders that would replace the message's images."""
+        n = self.placeholders.get(id(message))
+        if n is None:
+            tok = get_tokenizer(self.route.tokenizer)
+            n = sum(tok.count(placeholder_for(part, self.route)) for part in message.images)
+            self.placeholders[id(message)] = n
+        return n
+
+    def offload(self, message: Message) -> Message:
+        found = self.offloaded.get(id(message))
+        if found is None:
+            found = self.offloaded[id(message)] = offload_images(message, self.route)
+        return found
+
+
 def fit(
     request: ChatRequest,
     route: Route,
     policy: FitPolicy,
     correction: Correction | None = None,
     sizes: Sizes | None = None,
-    pressure: Pressure | None = None,
 ) -> Fit:
     """Compile ``request`` to fit ``route``; raise FitError when it cannot."""
-    correction = correction or Correction()
     budget = prompt_budget(
         route.context_window, route.max_output_tokens, policy, request.max_output_tokens
     )
-    if pressure is None:
-        pressure = measure_messages(request.messages, request.tools, route, sizes)
-    before = _estimate(pressure, correction)
+    job = _Job(request, route, policy, correction or Correction(), sizes, budget)
+    pressure = job.measure(request.messages)
+    before = _estimate(pressure, job.correction)
     if before <= budget:
         report = FitReport(route.alias, budget, before, before)
         return Fit(request.body, request.messages, pressure, report, before)
@@ -133,20 +165,20 @@ def fit(
     messages = request.messages
     capped = capped_tokens = 0
     active: set[str] = set()
-    last: tuple[int, Fit | None] = (before, None)
-    for strategy in policy.strategies:
+    best = before
+    for n, strategy in enumerate(policy.strategies):
         active.add(strategy)
         if strategy == "cap":
             result = cap_oversized(messages, pressure.messages, route, policy, budget)
             if result.capped:
                 messages = result.messages
                 capped, capped_tokens = result.capped, result.removed_tokens
-                pressure = measure_messages(messages, request.tools, route, sizes)
-        attempt = _compile(
-            request, messages, pressure, route, policy, correction, sizes, budget, active
-        )
-        fitted = attempt[1]
+                pressure = job.measure(messages)
+        final = n == len(policy.strategies) - 1
+        estimate, fitted = _compile(job, messages, pressure, active, final)
+        best = min(best, estimate)
         if fitted is not None:
+            r = fitted.report
             report = FitReport(
                 route.alias,
                 budget,
@@ -154,43 +186,44 @@ def fit(
                 fitted.estimate,
                 capped,
                 capped_tokens,
-                fitted.report.offloaded_images,
-                fitted.report.offloaded_tokens,
-                fitted.report.elided_messages,
-                fitted.report.elided_tokens,
+                r.offloaded_images,
+                r.offloaded_tokens,
+                r.elided_messages,
+                r.elided_tokens,
             )
             return Fit(fitted.body, fitted.messages, fitted.pressure, report, fitted.estimate)
-        last = attempt
-    raise FitError(route.alias, last[0], budget, route.context_window)
+    raise FitError(route.alias, best, budget, route.context_window)
 
 
 def _compile(
-    request: ChatRequest,
+    job: _Job,
     messages: tuple[Message, ...],
     pressure: Pressure,
-    route: Route,
-    policy: FitPolicy,
-    correction: Correction,
-    sizes: Sizes | None,
-    budget: int,
     active: set[str],
+    final: bool,
 ) -> tuple[int, Fit | None]:
-    """Plan offload/elision with the strategies active so far; (estimate, fit or None)."""
-    estimate = _estimate(pressure, correction)
-    if estimate <= budget:
-        return estimate, _done(request, messages, pressure, route, budget, estimate)
+    """Plan offload/elision with the strategies active so far; (estimate, fit or None).
+
+    ``final``: no strategy comes after this one, so the most aggressive plan is built even when
+    its upper-bound estimate says it will not fit (the bound may be a few tokens pessimistic).
+    """
+    estimate = _estimate(pressure, job.correction)
+    if estimate <= job.budget:  # capping alone was enough
+        return estimate, _assemble(job, messages, pressure, estimate)
+    route = job.route
     offload = "offload_images" in active and route.supports_vision and route.image_rule.visual
     elide = "elide" in active
     if not (offload or elide):
         return estimate, None
     units = group_units(messages)
-    costs = _unit_costs(messages, units, pressure, route, correction)
-    overhead = correction.apply(0, pressure.tools + pressure.priming)
-    marker = _marker_price(route, correction)
+    costs = _unit_costs(job, messages, units, pressure)
+    overhead = job.correction.apply(0, pressure.tools + pressure.priming)
+    marker = _marker_price(route, job.correction)
+    policy = job.policy
     replayed = plan(
         costs,
         overhead=overhead,
-        budget=budget,
+        budget=job.budget,
         marker=marker,
         offload=offload,
         elide=elide,
@@ -205,12 +238,16 @@ def _compile(
         plan_max(costs, overhead=overhead, marker=marker, offload=offload, elide=elide, head=h)
         for h in (replayed.head, _protected_head(costs))
     ]
-    for candidate in candidates:
-        built = _build(
-            request, messages, units, pressure, candidate, route, correction, sizes, budget
-        )
+    for n, candidate in enumerate(candidates):
+        # A plan's own estimate is an upper bound (markers at their widest, units rounded up):
+        # build only the plans that can fit, and on the last strategy the last plan.
+        last = final and n == len(candidates) - 1
+        if candidate.estimate > job.budget and not last:
+            estimate = min(estimate, candidate.estimate)
+            continue
+        built = _build(job, messages, units, pressure, candidate)
         estimate = min(estimate, built.estimate)
-        if built.estimate <= budget:
+        if built.estimate <= job.budget:
             return built.estimate, built
     return estimate, None
 
@@ -223,15 +260,11 @@ def _protected_head(costs: Sequence[UnitCosts]) -> int:
 
 
 def _unit_costs(
-    messages: Sequence[Message],
-    units: Sequence[Unit],
-    pressure: Pressure,
-    route: Route,
-    correction: Correction,
+    job: _Job, messages: Sequence[Message], units: Sequence[Unit], pressure: Pressure
 ) -> list[UnitCosts]:
-    tok = get_tokenizer(route.tokenizer)
     first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
     costs = []
+    apply = job.correction.apply
     for unit in units:
         text = framing = images = placeholders = count = 0
         fixed = user = False
@@ -240,15 +273,15 @@ def _unit_costs(
             text += p.text
             framing += p.framing
             images += p.images
-            for part in m.images:
-                placeholders += tok.count(placeholder_for(part, route))
-                count += 1
+            if p.images:
+                placeholders += job.placeholder_tokens(m)
+                count += len(m.images)
             fixed |= m.role in ("system", "developer") or i == first_user
             user |= m.role == "user"
         costs.append(
             UnitCosts(
-                full=correction.apply(text, framing, images),
-                offloaded=correction.apply(text + placeholders, framing),
+                full=apply(text, framing, images),
+                offloaded=apply(text + placeholders, framing),
                 images=count,
                 fixed=fixed,
                 user=user,
@@ -273,20 +306,17 @@ def _marker_message(next_role: str | None, elided: int, tokens: int) -> Message:
 
 
 def _build(
-    request: ChatRequest,
+    job: _Job,
     messages: tuple[Message, ...],
     units: Sequence[Unit],
     pressure: Pressure,
     chosen: Plan,
-    route: Route,
-    correction: Correction,
-    sizes: Sizes | None,
-    budget: int,
 ) -> Fit:
     keep = protected_units(messages, units)
     out: list[Message] = []
     run_messages = run_tokens = 0
     elided = elided_tokens = offloaded = offloaded_tokens = 0
+    prices = pressure.messages
 
     def flush(next_role: str | None) -> None:
         nonlocal run_messages, run_tokens
@@ -297,29 +327,44 @@ def _build(
     for u, unit in enumerate(units):
         span = range(unit.start, unit.end)
         if chosen.head <= u < chosen.cut and u not in keep:
+            tokens = sum(prices[i].total for i in span)
             run_messages += len(span)
-            run_tokens += sum(pressure.messages[i].total for i in span)
+            run_tokens += tokens
             elided += len(span)
-            elided_tokens += sum(pressure.messages[i].total for i in span)
+            elided_tokens += tokens
             continue
         flush(messages[unit.start].role)
         for i in span:
             message = messages[i]
             if u < chosen.offload and u not in keep and message.images:
                 offloaded += len(message.images)
-                before = pressure.messages[i].total
-                message = offload_images(message, route)
-                after, _ = measure_message(message, route, i, sizes)
-                offloaded_tokens += before - after.total
+                offloaded_tokens += prices[i].images - job.placeholder_tokens(message)
+                message = job.offload(message)
             out.append(message)
     flush(None)
-    fitted = measure_messages(out, request.tools, route, sizes)
-    estimate = _estimate(fitted, correction)
-    body = dict(request.body)
-    body["messages"] = [message_wire(m) for m in out]
+    return _assemble(
+        job, out, job.measure(out), None, offloaded, offloaded_tokens, elided, elided_tokens
+    )
+
+
+def _assemble(
+    job: _Job,
+    messages: Sequence[Message],
+    pressure: Pressure,
+    estimate: int | None,
+    offloaded: int = 0,
+    offloaded_tokens: int = 0,
+    elided: int = 0,
+    elided_tokens: int = 0,
+) -> Fit:
+    """The body to send: the client's, with the fitted messages (other fields untouched)."""
+    if estimate is None:
+        estimate = _estimate(pressure, job.correction)
+    body = dict(job.request.body)
+    body["messages"] = [message_wire(m) for m in messages]
     report = FitReport(
-        route.alias,
-        budget,
+        job.route.alias,
+        job.budget,
         0,
         estimate,
         offloaded_images=offloaded,
@@ -327,18 +372,4 @@ def _build(
         elided_messages=elided,
         elided_tokens=elided_tokens,
     )
-    return Fit(body, tuple(out), fitted, report, estimate)
-
-
-def _done(
-    request: ChatRequest,
-    messages: tuple[Message, ...],
-    pressure: Pressure,
-    route: Route,
-    budget: int,
-    estimate: int,
-) -> Fit:
-    """Capping alone was enough: the capped messages, nothing else changed."""
-    body = dict(request.body)
-    body["messages"] = [message_wire(m) for m in messages]
-    return Fit(body, messages, pressure, FitReport(route.alias, budget, 0, estimate), estimate)
+    return Fit(body, tuple(messages), pressure, report, estimate)
