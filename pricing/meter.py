@@ -103,7 +103,8 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
     if not (route.supports_vision and rule.visual):
         text = placeholder(info, part.url)
         tokens = get_tokenizer(route.tokenizer).count(text)
-        return ImagePrice(0, 0, rule.kind, part.detail, width, height, tokens, True, text)
+        # Sent as text whatever the configured rule says, so report it as text.
+        return ImagePrice(0, 0, "text-only", part.detail, width, height, tokens, True, text)
     if width is not None and height is not None:
         return ImagePrice(
             0,

@@ -632,6 +632,7 @@ GPT4O = Route(
     supports_vision=True,
 )
 TEXT_ONLY = Route(alias="text", model="openai/gpt-3.5-turbo", tokenizer="cl100k_base")
+LIMITS = ImageLimits()
 
 
 def test_vision_route_prices_a_data_url_image_by_its_rule() -> None:
@@ -666,6 +667,13 @@ def test_text_only_route_prices_the_placeholder_as_text() -> None:
     assert image.tokens == get_tokenizer("cl100k_base").count(expected) > 0
     assert (image.width, image.height, image.rule) == (640, 480, "text-only")
     assert pressure.images == image.tokens
+
+
+def test_a_visual_rule_on_a_route_without_vision_is_reported_as_text() -> None:
+    route = Route(alias="r", model="m", image_rule=parse_image_rule("anthropic"))
+    url = data_url(64, 64)
+    (image,) = measure(parse_request(request_with(image_part(url))), route).image_details
+    assert (image.rule, image.placeholder) == ("text-only", placeholder(probe(url, LIMITS), url))
 
 
 def test_unsized_url_image_is_priced_at_the_worst_case() -> None:
