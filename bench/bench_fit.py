@@ -26,24 +26,33 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from pricing.framing import default_framing  # noqa: E402
-from pricing.images import default_image_rule  # noqa: E402
-from pricing.messages import parse_request  # noqa: E402
-from pricing.route import Route  # noqa: E402
-from strategies.fit import fit  # noqa: E402
-from strategies.policy import FitPolicy  # noqa: E402
+from pricing.framing import default_framing
+from pricing.images import default_image_rule
+from pricing.messages import parse_request
+from pricing.route import Route
+from strategies.fit import fit
+from strategies.policy import FitPolicy
 
-VOCAB = ("the of and to in is for on that with as this by error warning line file path value "
-         "function return class import test passed failed assert expected got result json "
-         "{ } [ ] : , ; = ( ) 0 1 2 3 42 1999 2026 Traceback raise ValueError None True").split()
+VOCAB = (
+    "the of and to in is for on that with as this by error warning line file path value "
+    "function return class import test passed failed assert expected got result json "
+    "{ } [ ] : , ; = ( ) 0 1 2 3 42 1999 2026 Traceback raise ValueError None True"
+).split()
 
 
 def route(window: int) -> Route:
-    return Route(alias="gpt-4o", model="gpt-4o", context_window=window, max_output_tokens=16384,
-                 tokenizer="o200k_base", framing=default_framing("gpt-4o", "o200k_base"),
-                 image_rule=default_image_rule("gpt-4o", True), supports_vision=True)
+    return Route(
+        alias="gpt-4o",
+        model="gpt-4o",
+        context_window=window,
+        max_output_tokens=16384,
+        tokenizer="o200k_base",
+        framing=default_framing("gpt-4o", "o200k_base"),
+        image_rule=default_image_rule("gpt-4o", True),
+        supports_vision=True,
+    )
 
 
 def png(i: int) -> str:
@@ -58,24 +67,44 @@ def words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(VOCAB) for _ in range(n))
 
 
-def session(turns: int, *, seed: int = 1, images_every: int = 0, tool_words: tuple[int, int] =
-            (300, 1200)) -> list[list[dict]]:
+def session(
+    turns: int, *, seed: int = 1, images_every: int = 0, tool_words: tuple[int, int] = (300, 1200)
+) -> list[list[dict]]:
     """Each turn's request of a growing agent session (append-only)."""
     rng = random.Random(seed)
-    messages: list[dict] = [{"role": "system", "content": words(rng, 300)},
-                            {"role": "user", "content": "Task: " + words(rng, 80)}]
+    messages: list[dict] = [
+        {"role": "system", "content": words(rng, 300)},
+        {"role": "user", "content": "Task: " + words(rng, 80)},
+    ]
     requests = []
     for t in range(turns):
         cid = f"call_{t}"
-        messages.append({"role": "assistant", "content": words(rng, 20), "tool_calls": [
-            {"id": cid, "type": "function",
-             "function": {"name": "sh", "arguments": json.dumps({"cmd": words(rng, 5)})}}]})
-        messages.append({"role": "tool", "tool_call_id": cid,
-                         "content": words(rng, rng.randint(*tool_words))})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": words(rng, 20),
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": "sh", "arguments": json.dumps({"cmd": words(rng, 5)})},
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {"role": "tool", "tool_call_id": cid, "content": words(rng, rng.randint(*tool_words))}
+        )
         if images_every and t % images_every == images_every - 1:
-            messages.append({"role": "user", "content": [
-                {"type": "text", "text": "screenshot after step"},
-                {"type": "image_url", "image_url": {"url": png(t), "detail": "high"}}]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "screenshot after step"},
+                        {"type": "image_url", "image_url": {"url": png(t), "detail": "high"}},
+                    ],
+                }
+            )
         elif t % 25 == 24:
             messages.append({"role": "user", "content": "Keep going: " + words(rng, 30)})
         requests.append({"model": "gpt-4o", "messages": [dict(m) for m in messages]})
@@ -129,8 +158,14 @@ def stability(pin: float) -> dict:
         repeated += shared
         sent_total += result.pressure.total
         previous = sent
-    return {"pin_fraction": pin, "prefix_reuse": round(repeated / sent_total, 4),
-            "jumps": jumps, "fitted_turns": fitted, "turns": 300, "goal": 0.8}
+    return {
+        "pin_fraction": pin,
+        "prefix_reuse": round(repeated / sent_total, 4),
+        "jumps": jumps,
+        "fitted_turns": fitted,
+        "turns": 300,
+        "goal": 0.8,
+    }
 
 
 def main() -> None:
@@ -142,14 +177,20 @@ def main() -> None:
         print(json.dumps(result))
         return
     f = result["fit"]
-    print(f"fit {f['messages']} messages, {f['images']} images, {f['tokens_before']:,} tokens "
-          f"into a {f['budget']:,} budget -> {f['tokens_after']:,} ({f['actions']})")
-    print(f"  cold: {f['cold_ms']} ms (goal <= 150 ms)   warm: {f['warm_ms_p50']} ms p50 "
-          f"(goal <= 5 ms)")
+    print(
+        f"fit {f['messages']} messages, {f['images']} images, {f['tokens_before']:,} tokens "
+        f"into a {f['budget']:,} budget -> {f['tokens_after']:,} ({f['actions']})"
+    )
+    print(
+        f"  cold: {f['cold_ms']} ms (goal <= 150 ms)   warm: {f['warm_ms_p50']} ms p50 "
+        f"(goal <= 5 ms)"
+    )
     for s in result["stability"]:
-        print(f"cache stability, pin {s['pin_fraction']}: {s['prefix_reuse']:.1%} of prompt "
-              f"tokens repeat the previous request's prefix (goal >= 80%); {s['jumps']} jumps "
-              f"over {s['fitted_turns']} fitted turns of {s['turns']}")
+        print(
+            f"cache stability, pin {s['pin_fraction']}: {s['prefix_reuse']:.1%} of prompt "
+            f"tokens repeat the previous request's prefix (goal >= 80%); {s['jumps']} jumps "
+            f"over {s['fitted_turns']} fitted turns of {s['turns']}"
+        )
 
 
 if __name__ == "__main__":

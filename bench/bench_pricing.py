@@ -23,18 +23,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pricing.framing import default_framing  # noqa: E402
-from pricing.messages import parse_request  # noqa: E402
-from pricing.meter import measure  # noqa: E402
-from pricing.route import Route  # noqa: E402
-from pricing.tokenizers import get_tokenizer  # noqa: E402
+from pricing.framing import default_framing
+from pricing.messages import parse_request
+from pricing.meter import measure
+from pricing.route import Route
+from pricing.tokenizers import get_tokenizer
 
-ROUTE = Route(alias="gpt-4o", model="gpt-4o", tokenizer="o200k_base",
-              framing=default_framing("gpt-4o", "o200k_base"))
-VOCAB = ("the of and to in is for on that with as this by error warning line file path value "
-         "function return class import test passed failed assert expected got result json "
-         "{ } [ ] : , ; = ( ) 0 1 2 3 42 1999 2026 http://example.com/api/v1 user@example.com "
-         "Traceback File line in module raise ValueError KeyError None True False").split()
+ROUTE = Route(
+    alias="gpt-4o",
+    model="gpt-4o",
+    tokenizer="o200k_base",
+    framing=default_framing("gpt-4o", "o200k_base"),
+)
+VOCAB = (
+    "the of and to in is for on that with as this by error warning line file path value "
+    "function return class import test passed failed assert expected got result json "
+    "{ } [ ] : , ; = ( ) 0 1 2 3 42 1999 2026 http://example.com/api/v1 user@example.com "
+    "Traceback File line in module raise ValueError KeyError None True False"
+).split()
 
 
 def words(rng: random.Random, n: int) -> str:
@@ -49,11 +55,29 @@ def conversation(messages: int, seed: int = 1) -> list[dict]:
         out.append({"role": "user", "content": words(rng, rng.randint(20, 200))})
         for _ in range(rng.randint(1, 3)):
             call += 1
-            out.append({"role": "assistant", "content": None, "tool_calls": [{
-                "id": f"call_{call}", "type": "function",
-                "function": {"name": "run", "arguments": json.dumps({"cmd": words(rng, 6)})}}]})
-            out.append({"role": "tool", "tool_call_id": f"call_{call}",
-                        "content": words(rng, rng.randint(400, 1500))})
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{call}",
+                            "type": "function",
+                            "function": {
+                                "name": "run",
+                                "arguments": json.dumps({"cmd": words(rng, 6)}),
+                            },
+                        }
+                    ],
+                }
+            )
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": f"call_{call}",
+                    "content": words(rng, rng.randint(400, 1500)),
+                }
+            )
         out.append({"role": "assistant", "content": words(rng, rng.randint(30, 200))})
     return out[:messages]
 
@@ -72,16 +96,18 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     base = conversation(200)
-    grown = [*base, {"role": "user", "content": "And now?"},
-             {"role": "assistant", "content": "Next I will run the tests again."}]
+    grown = [
+        *base,
+        {"role": "user", "content": "And now?"},
+        {"role": "assistant", "content": "Next I will run the tests again."},
+    ]
     tok = get_tokenizer("o200k_base")
     tok.count("warm up the tokenizer itself")
     body = {"model": "gpt-4o", "messages": base}
     t0 = time.perf_counter()
     pressure = measure(parse_request(body), ROUTE)
     cold = (time.perf_counter() - t0) * 1000
-    warm = timed(lambda: measure(parse_request({"model": "gpt-4o", "messages": grown}), ROUTE),
-                 50)
+    warm = timed(lambda: measure(parse_request({"model": "gpt-4o", "messages": grown}), ROUTE), 50)
     result = {
         "messages": len(base),
         "tokens": pressure.total,
@@ -95,8 +121,10 @@ def main() -> None:
     else:
         print(f"pricing {result['messages']} messages, {result['tokens']:,} tokens on gpt-4o")
         print(f"  cold: {result['cold_ms']:.1f} ms (goal <= 60 ms)")
-        print(f"  warm: {result['warm_ms_p50']:.2f} ms p50, {result['warm_ms_p90']:.2f} ms p90 "
-              f"(goal <= 2 ms)")
+        print(
+            f"  warm: {result['warm_ms_p50']:.2f} ms p50, {result['warm_ms_p90']:.2f} ms p90 "
+            f"(goal <= 2 ms)"
+        )
 
 
 if __name__ == "__main__":
