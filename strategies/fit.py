@@ -12,7 +12,7 @@ Pure and deterministic: same request, route, policy and correction → the same 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pricing.calibration import Correction
@@ -156,13 +156,16 @@ def fit(
         route.context_window, route.max_output_tokens, policy, request.max_output_tokens
     )
     job = _Job(request, route, policy, correction or Correction(), sizes, budget)
-    pressure = job.measure(request.messages)
+    messages, adapted = _adapt(job, request.messages)
+    pressure = job.measure(messages)
     before = _estimate(pressure, job.correction)
     if before <= budget:
-        report = FitReport(route.alias, budget, before, before)
-        return Fit(request.body, request.messages, pressure, report, before)
+        if not adapted:
+            report = FitReport(route.alias, budget, before, before)
+            return Fit(request.body, request.messages, pressure, report, before)
+        adapted_fit = _assemble(job, messages, pressure, before, offloaded=adapted)
+        return replace(adapted_fit, report=replace(adapted_fit.report, estimate_before=before))
 
-    messages = request.messages
     capped = capped_tokens = 0
     active: set[str] = set()
     best = before
@@ -186,13 +189,40 @@ def fit(
                 fitted.estimate,
                 capped,
                 capped_tokens,
-                r.offloaded_images,
+                r.offloaded_images + adapted,
                 r.offloaded_tokens,
                 r.elided_messages,
                 r.elided_tokens,
             )
             return Fit(fitted.body, fitted.messages, fitted.pressure, report, fitted.estimate)
     raise FitError(route.alias, best, budget, route.context_window)
+
+
+def _adapt(job: _Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:
+    """Images the route cannot take go as placeholders, whatever the budget: every image on a
+    text-only route; on a vision route the oldest beyond its image-count limit, in steps of
+    ``image_offload_step`` so consecutive turns offload the same ones. Returns the messages and
+    how many images became placeholders."""
+    route = job.route
+    total = sum(len(m.images) for m in messages)
+    if not total:
+        return messages, 0
+    if route.supports_vision and route.image_rule.visual:
+        if total <= route.image_limits.max_images:
+            return messages, 0
+        step = job.policy.image_offload_step
+        excess = -(-(total - route.image_limits.max_images) // step) * step
+    else:
+        excess = total
+    out = list(messages)
+    done = 0
+    for i, message in enumerate(out):
+        if done >= excess:
+            break
+        if message.images:
+            done += len(message.images)
+            out[i] = job.offload(message)
+    return tuple(out), done
 
 
 def _compile(

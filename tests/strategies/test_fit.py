@@ -16,10 +16,11 @@ from PIL import Image
 from pricing.calibration import Correction
 from pricing.framing import default_framing
 from pricing.images import default_image_rule
-from pricing.messages import parse_request
+from pricing.messages import message_wire, parse_request
 from pricing.meter import measure
 from pricing.route import Route
 from strategies.fit import FitError, fit
+from strategies.offload import offload_images
 from strategies.policy import FitPolicy, prompt_budget
 from strategies.units import group_units, protected_units
 
@@ -145,9 +146,11 @@ def test_fit_invariants(messages, window, vision, pin, factor):
     measured = measure(parse_request(result.body), r)
     assert correction.apply(measured.text, measured.framing, measured.images) <= budget
     assert result.report.estimate_after <= budget
-    # 2. Transparent when it already fitted.
+    # 2. Transparent when it already fitted (a text-only route always gets placeholders).
     original = measure(request, r)
-    if correction.apply(original.text, original.framing, original.images) <= budget:
+    has_images = any(m.images for m in request.messages)
+    fitted_already = correction.apply(original.text, original.framing, original.images) <= budget
+    if fitted_already and (vision or not has_images):
         assert result.body is request.body
         assert result.report.actions() == "none"
     # 3. Valid for the provider: no orphaned tool result, no unanswered call.
@@ -158,6 +161,8 @@ def test_fit_invariants(messages, window, vision, pin, factor):
     positions = []
     for i in protected_indices(messages):
         m = messages[i]
+        if not vision:  # on a text-only route every image is sent as its placeholder
+            m = dict(message_wire(offload_images(parse_request({"messages": [m]}).messages[0], r)))
         if m["role"] == "tool":
             found = [j for j, o in enumerate(out) if o.get("tool_call_id") == m["tool_call_id"]]
             assert len(found) == 1
@@ -255,3 +260,48 @@ def test_cut_is_late_with_a_pinned_head():
     oldest_marker = next(i for i, m in enumerate(oldest) if "[routefit:" in str(m.get("content")))
     assert marker_at > oldest_marker
     assert pinned[:marker_at] == body["messages"][:marker_at]
+
+
+def test_a_text_only_route_gets_placeholders_not_images():
+    body = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": IMAGES[1]}},
+                ],
+            }
+        ]
+    }
+    result = fit(parse_request(body), route(8000, vision=False), FitPolicy())
+    sent = result.body["messages"][0]["content"]
+    assert [p["type"] for p in sent] == ["text", "text"]
+    assert sent[1]["text"].startswith("[image omitted:")
+    assert result.report.offloaded_images == 1
+    # what was priced is what is sent
+    assert measure(parse_request(result.body), route(8000, vision=False)).total == (
+        result.report.estimate_after
+    )
+
+
+def test_images_beyond_the_route_limit_are_offloaded_oldest_first():
+    from dataclasses import replace
+
+    from pricing.route import ImageLimits
+
+    r = replace(route(200_000), image_limits=ImageLimits(max_images=4))
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": f"image {i}"},
+                {"type": "image_url", "image_url": {"url": IMAGES[i % len(IMAGES)]}},
+            ],
+        }
+        for i in range(10)
+    ]
+    result = fit(parse_request({"messages": messages}), r, FitPolicy(image_offload_step=2))
+    kinds = [m["content"][1]["type"] for m in result.body["messages"]]
+    assert kinds == ["text"] * 6 + ["image_url"] * 4
+    assert result.report.offloaded_images == 6
