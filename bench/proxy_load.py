@@ -1,0 +1,267 @@
+"""Section 1: proxy overhead and throughput — direct, through routefit, through LiteLLM's proxy.
+
+The same workloads against three targets, one at a time, each with one worker process:
+
+- ``direct``: the simulator itself (the baseline every added latency is measured against);
+- ``routefit``: ``routefit serve --workers 1`` with a route to the simulator's model;
+- ``litellm``: ``litellm --config --num_workers 1`` (its own venv) with the same model.
+
+Two paths: the OpenAI-compatible one (``openai/gpt-4o`` with ``api_base`` = sim ``/v1``; routefit
+forwards it without translation) and the translated one (``anthropic/claude-sonnet-4-5`` with
+``api_base`` = the sim; both proxies go through litellm's Anthropic adapter; "direct" there is
+the Anthropic wire request the adapter would produce).
+
+Each phase runs the load generator (bench/loadgen.py, its own process) for a fixed time after a
+warm-up, and reads the server's and the simulator's CPU time from /proc before and after, so CPU
+per request covers warm-up requests too (divided by all requests sent).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from procs import ROOT, Server, Servers, anthropic_entry, openai_entry, write_yaml
+from workloads import anthropic_small, openai_long, openai_small
+
+LOADGEN = ROOT / "bench" / "loadgen.py"
+BENCH_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
+
+# (phase, workload, concurrency)
+OPENAI_PHASES = [
+    ("small c1", "small", 1),
+    ("small c16", "small", 16),
+    ("stream c1", "stream", 1),
+    ("stream c16", "stream", 16),
+    ("30k-token prompt c1", "long", 1),
+]
+TRANSLATED_PHASES = [
+    ("small c1", "small", 1),
+    ("small c16", "small", 16),
+    ("stream c16", "stream", 16),
+]
+
+
+def loadgen(spec: dict) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+        path = f.name
+    timeout = spec["duration"] + spec.get("warmup", 0) + 120
+    out = subprocess.run(
+        [sys.executable, str(LOADGEN), path],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    Path(path).unlink(missing_ok=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"loadgen failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def run_phase(
+    url: str,
+    body: str,
+    headers: dict[str, str],
+    concurrency: int,
+    stream: bool,
+    duration: float,
+    warmup: float,
+    measured: dict[str, Server],
+    stream_end: str = "[DONE]",
+) -> dict:
+    cpu0 = {name: s.cpu() for name, s in measured.items()}
+    spec = {
+        "url": url,
+        "body": body,
+        "headers": headers,
+        "concurrency": concurrency,
+        "duration": duration,
+        "warmup": warmup,
+        "stream": stream,
+        "stream_end": stream_end,
+    }
+    result = loadgen(spec)
+    sent = max(1, result["total_requests"])
+    for name, s in measured.items():
+        result[f"{name}_cpu_ms_per_request"] = (s.cpu() - cpu0[name]) / sent * 1e3
+    return result
+
+
+def measure_target(
+    name: str,
+    url: str,
+    model: str,
+    headers: dict[str, str],
+    phases: list[tuple[str, str, int]],
+    sim: Server,
+    server: Server | None,
+    duration: float,
+    warmup: float,
+    anthropic_wire: bool = False,
+    log=print,
+) -> dict:
+    results = {}
+    # prime: first-call costs (lazy imports, tokenizer loading, connection set-up) are start-up,
+    # not per-request cost; they are reported by the start-up section
+    for workload in sorted({w for _, w, _ in phases}):
+        stream = workload == "stream"
+        if anthropic_wire:
+            body = anthropic_small(model, stream)
+        else:
+            body = openai_long(model) if workload == "long" else openai_small(model, stream)
+        spec = {"url": url, "body": body, "headers": headers, "concurrency": 4, "duration": 1.0}
+        loadgen({**spec, "warmup": 0.0, "stream": stream, "max_requests": 40})
+    for phase, workload, concurrency in phases:
+        stream = workload == "stream"
+        if anthropic_wire:
+            body = anthropic_small(model, stream)
+        elif workload == "long":
+            body = openai_long(model)
+        else:
+            body = openai_small(model, stream)
+        measured = {"sim": sim}
+        if server is not None:
+            measured["server"] = server
+        r = run_phase(
+            url,
+            body,
+            headers,
+            concurrency,
+            stream,
+            duration,
+            warmup,
+            measured,
+            stream_end="message_stop" if anthropic_wire and stream else "[DONE]",
+        )
+        bad = r["requests"] - r["statuses"].get("200", 0) + r["errors"]
+        log(
+            f"  {name:<9} {phase:<20} {r['rps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms  "
+            f"p99 {r['p99_ms']:7.2f} ms  server cpu "
+            f"{r.get('server_cpu_ms_per_request', 0):6.2f} ms/req"
+            + (f"  FAILED {bad}: {r['error_samples'][:1] or r['error_kinds']}" if bad else "")
+        )
+        results[phase] = r
+    return results
+
+
+def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
+    duration, warmup = (2.5, 0.5) if quick else (8.0, 1.5)
+    sim = servers.sim()
+    log(f"  simulator at {sim.base_url}")
+    rf_config = write_yaml(
+        servers.dir / "routefit-load.yaml",
+        {
+            "model_list": [
+                openai_entry("gpt-4o", sim.base_url),
+                anthropic_entry("claude", sim.base_url),
+            ],
+            # one team with a key and no quotas: requests are authenticated, as on LiteLLM
+            "routefit_settings": {
+                "store_path": ":memory:",
+                "teams": [{"id": "bench", "keys": [BENCH_KEY]}],
+            },
+        },
+    )
+    ll_config = write_yaml(
+        servers.dir / "litellm-load.yaml",
+        {
+            "model_list": [
+                openai_entry("gpt-4o", sim.base_url),
+                anthropic_entry("claude", sim.base_url),
+            ],
+            "litellm_settings": {"telemetry": False},
+            # LiteLLM refuses to start without a master key; without a database it checks
+            # requests against this key only (no spend tracking), like routefit's team key.
+            "general_settings": {"master_key": BENCH_KEY},
+        },
+    )
+    out: dict = {"duration_s": duration, "warmup_s": warmup, "openai": {}, "translated": {}}
+    memory: dict = {}
+    auth = {"Authorization": f"Bearer {BENCH_KEY}"}
+    anth_headers = {"x-api-key": "sk-ant-sim", "anthropic-version": "2023-06-01"}
+
+    # direct baselines
+    out["openai"]["direct"] = measure_target(
+        "direct",
+        sim.base_url + "/v1/chat/completions",
+        "gpt-4o",
+        auth,
+        OPENAI_PHASES,
+        sim,
+        None,
+        duration,
+        warmup,
+        log=log,
+    )
+    out["translated"]["direct"] = measure_target(
+        "direct",
+        sim.base_url + "/v1/messages",
+        "claude-sonnet-4-5",
+        anth_headers,
+        TRANSLATED_PHASES,
+        sim,
+        None,
+        duration,
+        warmup,
+        anthropic_wire=True,
+        log=log,
+    )
+
+    for name in ("routefit", "litellm"):
+        if name == "routefit":
+            server = servers.routefit(rf_config)
+        else:
+            server = servers.litellm(litellm_venv, ll_config)
+        time.sleep(1.0)
+        memory[name] = {"ready_s": server.ready_seconds, "idle_rss_mib": server.rss()}
+        url = server.base_url + "/v1/chat/completions"
+        out["openai"][name] = measure_target(
+            name, url, "gpt-4o", auth, OPENAI_PHASES, sim, server, duration, warmup, log=log
+        )
+        out["translated"][name] = measure_target(
+            name, url, "claude", auth, TRANSLATED_PHASES, sim, server, duration, warmup, log=log
+        )
+        memory[name]["loaded_rss_mib"] = server.rss()
+        servers.stop(server)
+    servers.stop(sim)
+    out["memory"] = memory
+    out["summary"] = summarise(out)
+    return out
+
+
+def summarise(out: dict) -> dict:
+    summary: dict = {}
+    for path in ("openai", "translated"):
+        direct = out[path]["direct"]
+        rows = {}
+        for phase in direct:
+            row: dict = {
+                "direct_rps": direct[phase]["rps"],
+                "direct_p50_ms": direct[phase]["p50_ms"],
+            }
+            for name in ("routefit", "litellm"):
+                r = out[path].get(name, {}).get(phase)
+                if r is None:
+                    continue
+                row[f"{name}_rps"] = r["rps"]
+                row[f"{name}_added_p50_ms"] = r["p50_ms"] - direct[phase]["p50_ms"]
+                row[f"{name}_added_p99_ms"] = r["p99_ms"] - direct[phase]["p99_ms"]
+                row[f"{name}_cpu_ms_per_request"] = r.get("server_cpu_ms_per_request")
+                row[f"{name}_ok"] = (
+                    r["statuses"].get("200", 0) == r["requests"] and r["errors"] == 0
+                )
+            if "routefit_rps" in row and "litellm_rps" in row and row["litellm_rps"]:
+                row["throughput_ratio"] = row["routefit_rps"] / row["litellm_rps"]
+                lit = row["litellm_added_p50_ms"]
+                row["added_p50_ratio"] = row["routefit_added_p50_ms"] / lit if lit > 0 else None
+                lc = row["litellm_cpu_ms_per_request"]
+                row["cpu_ratio"] = row["routefit_cpu_ms_per_request"] / lc if lc else None
+            rows[phase] = row
+        summary[path] = rows
+    return summary

@@ -1,0 +1,98 @@
+"""Section 2: start-up time and memory, routefit vs LiteLLM's proxy.
+
+Each server is started cold several times (a fresh process each time, one worker): the time
+from launch to the first 200 on its readiness endpoint (routefit ``/readyz``; LiteLLM
+``/health/readiness``), then the time of the first and second proxied request (small, to the
+simulator's gpt-4o), and the RSS of the server process tree one second after ready (idle).
+
+routefit is measured with two configs: OpenAI-compatible routes only (litellm is never
+imported), and with one route that needs litellm's translation (imported in the background at
+start-up; ``/readyz`` waits for it).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+from procs import Servers, anthropic_entry, openai_entry, write_yaml
+from proxy_load import BENCH_KEY
+from workloads import openai_small
+
+
+def _first_requests(base: str) -> list[float]:
+    body = openai_small("gpt-4o").replace("@@NONCE@@", "1")
+    headers = {"Authorization": f"Bearer {BENCH_KEY}", "Content-Type": "application/json"}
+    out = []
+    with httpx.Client(timeout=120) as client:
+        for _ in range(2):
+            t0 = time.perf_counter()
+            resp = client.post(base + "/v1/chat/completions", content=body, headers=headers)
+            out.append(time.perf_counter() - t0)
+            if resp.status_code != 200:
+                raise RuntimeError(f"{base}: HTTP {resp.status_code}: {resp.text[:300]}")
+    return out
+
+
+def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
+    reps = 1 if quick else 3
+    sim = servers.sim()
+    teams = {"store_path": ":memory:", "teams": [{"id": "bench", "keys": [BENCH_KEY]}]}
+    configs = {
+        "routefit (OpenAI routes only)": write_yaml(
+            servers.dir / "rf-openai.yaml",
+            {"model_list": [openai_entry("gpt-4o", sim.base_url)], "routefit_settings": teams},
+        ),
+        "routefit (+ a litellm route)": write_yaml(
+            servers.dir / "rf-mixed.yaml",
+            {
+                "model_list": [
+                    openai_entry("gpt-4o", sim.base_url),
+                    anthropic_entry("claude", sim.base_url),
+                ],
+                "routefit_settings": teams,
+            },
+        ),
+        "litellm proxy": write_yaml(
+            servers.dir / "ll.yaml",
+            {
+                "model_list": [
+                    openai_entry("gpt-4o", sim.base_url),
+                    anthropic_entry("claude", sim.base_url),
+                ],
+                "litellm_settings": {"telemetry": False},
+                "general_settings": {"master_key": BENCH_KEY},
+            },
+        ),
+    }
+    out: dict = {"repetitions": reps, "servers": {}}
+    for name, config in configs.items():
+        samples = []
+        for _ in range(reps):
+            if name.startswith("routefit"):
+                server = servers.routefit(config)
+            else:
+                server = servers.litellm(litellm_venv, config)
+            time.sleep(1.0)
+            idle = server.rss()
+            first, second = _first_requests(server.base_url)
+            samples.append(
+                {
+                    "ready_s": server.ready_seconds,
+                    "idle_rss_mib": idle,
+                    "first_request_ms": first * 1e3,
+                    "second_request_ms": second * 1e3,
+                }
+            )
+            servers.stop(server)
+        med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+        out["servers"][name] = {"median": med, "samples": samples}
+        log(
+            f"  {name:<30} ready {med['ready_s']:6.2f} s  idle RSS {med['idle_rss_mib']:6.0f} MiB"
+            f"  first request {med['first_request_ms']:7.1f} ms  second "
+            f"{med['second_request_ms']:6.1f} ms"
+        )
+    servers.stop(sim)
+    return out

@@ -1,0 +1,90 @@
+"""Request bodies and deterministic synthetic text shared by the benchmark sections."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+
+# Common English words: realistic token density for the o200k / cl100k / DeepSeek tokenizers.
+_VOCABULARY = (
+    "the of and to in is that for it as with was on be by this are or from at an which have "
+    "not but can all their more has one were will there been about other when these if would "
+    "some into only time also use could than first over such its new after any most these "
+    "where each between system value function request response model token budget context "
+    "window message error result data file table index query cache server client route price "
+    "image user agent tool call output input stream batch limit window retry backoff latency "
+    "throughput memory process thread worker queue event handler config policy report sample "
+    "anchor estimate"
+)
+WORDS = _VOCABULARY.split()
+
+
+def text(n_words: int, seed: int) -> str:
+    rng = random.Random(seed)
+    words = rng.choices(WORDS, k=n_words)
+    out = []
+    for i in range(0, len(words), 12):
+        out.append(" ".join(words[i : i + 12]).capitalize() + ".")
+    return " ".join(out)
+
+
+def text_tokens(tokens: int, seed: int) -> str:
+    """About ``tokens`` o200k tokens of prose (≈ 1.08 tokens per word for this vocabulary)."""
+    return text(int(tokens / 1.08), seed)
+
+
+def png_data_url(width: int, height: int, seed: int = 0) -> str:
+    from PIL import Image
+
+    rng = random.Random(seed)
+    color = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+# -- load-test bodies (``@@NONCE@@`` is replaced per request by the load generator) -----------
+
+SMALL_PROMPT = "Request @@NONCE@@: summarise the benefits of connection pooling in one sentence."
+
+
+def openai_small(model: str, stream: bool = False) -> str:
+    body: dict[str, object] = {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "You are a concise assistant."},
+            {"role": "user", "content": SMALL_PROMPT},
+        ],
+        "max_tokens": 64,
+    }
+    if stream:
+        body["stream"] = True
+    return json.dumps(body)
+
+
+def openai_long(model: str, tokens: int = 30_000) -> str:
+    body = {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "You are a concise assistant."},
+            {"role": "user", "content": "Document @@NONCE@@:\n" + text_tokens(tokens, 30)},
+            {"role": "assistant", "content": "I have read the document."},
+            {"role": "user", "content": "Summarise it in one sentence."},
+        ],
+        "max_tokens": 64,
+    }
+    return json.dumps(body)
+
+
+def anthropic_small(model: str, stream: bool = False) -> str:
+    body: dict[str, object] = {
+        "model": model,
+        "system": "You are a concise assistant.",
+        "messages": [{"role": "user", "content": SMALL_PROMPT}],
+        "max_tokens": 64,
+    }
+    if stream:
+        body["stream"] = True
+    return json.dumps(body)
