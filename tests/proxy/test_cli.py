@@ -83,3 +83,94 @@ def test_unreadable_file_and_bad_config_exit_2(example_config, tmp_path):
     bad.write_text("model_list: []\n")
     out = run("price", "-", "--config", str(bad), stdin="{}")
     assert out.returncode == 2 and "model_list" in out.stderr
+
+
+def _png_url(width: int, height: int) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (10, 20, 30)).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_price_json_details_each_image_by_the_route_rule(example_config):
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "compare"},
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": _png_url(1024, 1024), "detail": "high"},
+                    },
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": _png_url(300, 200), "detail": "low"},
+                    },
+                    {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+                ],
+            }
+        ],
+    }
+    out = run("price", "-", "--config", str(example_config), "--json", stdin=json.dumps(body))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    details = data["image_details"]
+    assert [(d["width"], d["height"], d["sized"]) for d in details] == [
+        (1024, 1024, True),
+        (300, 200, True),
+        (None, None, False),
+    ]
+    # OpenAI's published figures for gpt-4o: 1024x1024 high = 765, any size low = 85
+    assert [d["tokens"] for d in details[:2]] == [765, 85]
+    assert details[2]["tokens"] >= 765  # an unsized URL image is priced at the worst case
+    assert data["messages"][0]["images"] == sum(d["tokens"] for d in details)
+
+
+def _agent_body(turns: int) -> dict:
+    messages = [{"role": "system", "content": "agent"}, {"role": "user", "content": "task"}]
+    for t in range(turns):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{t}",
+                        "type": "function",
+                        "function": {"name": "sh", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"c{t}", "content": "out " * 400})
+    messages.append({"role": "user", "content": "and?"})
+    return {"model": "gpt-4", "messages": messages, "max_tokens": 500}
+
+
+def test_fit_json_gives_the_body_to_send_and_its_report(example_config):
+    out = run(
+        "fit", "-", "--config", str(example_config), "--json", stdin=json.dumps(_agent_body(30))
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    report = data["report"]
+    assert report["estimate_after"] <= report["budget"] < report["estimate_before"]
+    assert report["actions"]["elided_messages"]["messages"] > 0
+    sent = data["request"]["messages"]
+    assert sent[0]["content"] == "agent" and sent[-1]["content"] == "and?"
+    assert data["request"]["max_tokens"] == 500
+    table = run("fit", "-", "--config", str(example_config), stdin=json.dumps(_agent_body(30)))
+    assert table.returncode == 0 and "actions: elided_messages=" in table.stdout
+
+
+def test_fit_that_cannot_fit_exits_2(example_config):
+    body = {"model": "gpt-4", "messages": [{"role": "user", "content": "word " * 20000}]}
+    out = run("fit", "-", "--config", str(example_config), stdin=json.dumps(body))
+    assert out.returncode == 2
+    assert "context_length_exceeded" in out.stderr and "Traceback" not in out.stderr
