@@ -90,6 +90,15 @@ class ChatRequest:
     body: Mapping[str, Any]
 
 
+def _show(value: Any) -> str:
+    """A client's value in an error message: short, and never a deep ``repr``."""
+    if isinstance(value, str):
+        return repr(value[:64])
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    return f"of type {type(value).__name__}"
+
+
 def _str(value: Any, param: str) -> str:
     if not isinstance(value, str):
         raise RequestError(f"{param} must be a string", param)
@@ -119,14 +128,16 @@ def _parts(content: Any, param: str) -> tuple[Part, ...]:
                 raise RequestError(f"{where}.image_url must be an object with a url", where)
             url = _str(image.get("url"), f"{where}.image_url.url")
             detail = image.get("detail") or "auto"
-            if detail not in DETAILS:
+            if not isinstance(detail, str) or detail not in DETAILS:
                 raise RequestError(
                     f"{where}.image_url.detail must be one of {sorted(DETAILS)}",
                     f"{where}.image_url.detail",
                 )
             parts.append(ImagePart(url, detail))
         else:
-            raise RequestError(f"{where}.type {kind!r} is not a supported content part type", where)
+            raise RequestError(
+                f"{where}.type {_show(kind)} is not a supported content part type", where
+            )
     return tuple(parts)
 
 
@@ -157,8 +168,10 @@ def parse_message(raw: Any, index: int) -> Message:
     if not isinstance(raw, Mapping):
         raise RequestError(f"{where} must be an object", where)
     role = raw.get("role")
-    if role not in ROLES:
-        raise RequestError(f"{where}.role {role!r} is not one of {sorted(ROLES)}", f"{where}.role")
+    if not isinstance(role, str) or role not in ROLES:
+        raise RequestError(
+            f"{where}.role {_show(role)} is not one of {sorted(ROLES)}", f"{where}.role"
+        )
     name = raw.get("name")
     if name is not None:
         name = _str(name, f"{where}.name")

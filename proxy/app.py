@@ -2,11 +2,13 @@
 
 Endpoints: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``GET /v1/models``,
 ``POST /routefit/fit`` (dry run), ``GET /healthz`` (the process answers), ``GET /readyz`` (it can
-serve: store reachable, litellm loaded when a route needs it), ``GET /metrics`` (Prometheus).
+serve: store reachable, litellm loaded when a route needs it; ``tasks`` counts live asyncio
+tasks), ``GET /metrics`` (Prometheus), ``GET /openapi.json`` (``proxy.openapi``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -26,8 +28,9 @@ from proxy.config import Config, load_config
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.metrics import Metrics
+from proxy.openapi import build_openapi
 from proxy.store import Store, open_store
-from proxy.upstream import Upstreams
+from proxy.upstream import RetryPolicy, Upstreams
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -43,8 +46,12 @@ def _json(data: object, status: int = 200) -> Response:
 def create_app(config: Config, store: Store | None = None) -> Starlette:
     metrics = Metrics()
     needs_litellm = any(rc.upstream.transport == "litellm" for rc in config.routes.values())
-    upstreams = Upstreams(needs_litellm)
     settings = config.settings
+    upstreams = Upstreams(
+        needs_litellm,
+        retry=RetryPolicy(settings.upstream_retries),
+        on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
+    )
     store = store or open_store(settings.redis_url, settings.store_path)
     calibrator = Calibrator(
         store,
@@ -136,8 +143,19 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
         # A store outage degrades service (last known calibration; budgets per their failure
         # mode) without stopping it; only a transport that is not loaded yet does.
         ready = upstreams.ready
-        body = {"status": "ready" if ready else "starting", "checks": checks, "store": store.name}
+        body = {
+            "status": "ready" if ready else "starting",
+            "checks": checks,
+            "store": store.name,
+            # asyncio tasks alive in this worker: a leak check for operators and tests.
+            "tasks": len(asyncio.all_tasks()),
+        }
         return _json(body, 200 if ready else 503)
+
+    openapi_doc = orjson.dumps(build_openapi(config))
+
+    async def openapi(request: Request) -> Response:
+        return Response(openapi_doc, media_type="application/json")
 
     async def calibration(request: Request) -> Response:
         try:
@@ -175,6 +193,7 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}

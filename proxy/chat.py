@@ -41,6 +41,9 @@ log = logging.getLogger("routefit")
 #: does not stall every other request on the event loop (the tokenizers release the GIL).
 _THREAD_ABOVE = 512 * 1024
 
+#: Nesting orjson can write back (it reads deeper JSON than it writes).
+_MAX_DEPTH = 254
+
 
 @dataclass(slots=True)
 class Prepared:
@@ -107,11 +110,23 @@ class Gateway:
                 400, "the request body is empty; expected a JSON object", code="invalid_json"
             )
         try:
-            return orjson.loads(raw), size
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise ProxyError(
                 400, f"the request body is not valid JSON: {exc}", code="invalid_json"
             ) from None
+        # orjson reads 1024 levels of nesting but writes only 254, and routefit writes the body
+        # again (to forward it, to key anchors): refuse what it could not write, now rather than
+        # as a 500 later. Writing costs microseconds (~0.1 ms for a 1 MB body).
+        try:
+            orjson.dumps(body)
+        except TypeError:
+            raise ProxyError(
+                400,
+                f"the request body is nested more than {_MAX_DEPTH} levels deep",
+                code="invalid_json",
+            ) from None
+        return body, size
 
     def route_for(self, request: ChatRequest) -> RouteConfig:
         rc = self.config.route(request.model)

@@ -87,6 +87,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.upstream_retries = Counter(
+            "routefit_upstream_retries",
+            "Upstream attempts retried, by reason (status, or upstream_unreachable)",
+            ["reason"],
+            registry=r,
+        )
         self.store_up = Gauge("routefit_store_up", "1 when the store answers", registry=r)
         self.budget_failures = Counter(
             "routefit_budget_store_failures",

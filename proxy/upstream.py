@@ -14,16 +14,32 @@ Two transports behind one interface:
 
 Both report the provider's usage (normalised by ``proxy.usage``) and map failures to
 ``ProxyError`` with the provider's status where it has one.
+
+Retries (``routefit_settings.upstream_retries``, default 0): a failure that happened before any
+byte reached the client — a connection that could not be made or was reset before the response
+headers, or a 429/502/503/504 answer — is tried again, at most that many times, with
+exponential backoff and jitter (``RetryPolicy``). A ``Retry-After`` of at most
+``RetryPolicy.max_retry_after`` seconds replaces the backoff; a longer one is not retried (the
+client gets the 429 and decides). A response whose body broke off, a read timeout (the provider
+may be working on it) and anything after the first relayed byte are never retried.
+
+Provider keys never leave the process: upstream error messages are scrubbed of the route's key
+and of anything that looks like a key (``sk-…``, masked ``abc***xyz`` forms) before they reach
+a client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import importlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import random
+import re
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -32,11 +48,88 @@ from proxy.config import Upstream
 from proxy.errors import ProxyError
 from proxy.usage import Usage, normalize_usage
 
-__all__ = ["Completion", "UpstreamStream", "Upstreams"]
+__all__ = ["RETRY_STATUSES", "Completion", "RetryPolicy", "UpstreamStream", "Upstreams"]
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 _DONE = b"data: [DONE]\n\n"
+
+T = TypeVar("T")
+
+#: Answers worth another attempt: the provider (or a hop before it) is overloaded or failed,
+#: not the request.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff and jitter.
+
+    Attempt ``k`` (0-based) waits ``min(cap, base * 2**k) * (1 - jitter * u)`` for a uniform
+    ``u`` in [0, 1): within known bounds, so a test can check the timing. A provider's
+    Retry-After replaces the backoff when it is at most ``max_retry_after`` seconds; a longer
+    one ends the retries.
+    """
+
+    retries: int = 0
+    base: float = 0.1
+    cap: float = 2.0
+    jitter: float = 0.5
+    max_retry_after: float = 2.0
+
+    def delay(self, attempt: int, retry_after: float | None, u: float) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1``; None: do not retry."""
+        if attempt >= self.retries:
+            return None
+        if retry_after is not None:
+            return max(0.0, retry_after) if retry_after <= self.max_retry_after else None
+        return min(self.cap, self.base * 2.0**attempt) * (1.0 - self.jitter * u)
+
+
+class _Transient(ProxyError):
+    """A failure before any byte reached the client that another attempt may not meet."""
+
+    def __init__(self, *args: Any, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.retry_after = retry_after
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds from ``retry-after-ms`` (OpenAI) or ``Retry-After`` (seconds or an HTTP date)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return float(when.timestamp()) - time.time()
+
+
+#: Things that look like credentials in a provider's error text: ``sk-…``-style keys and the
+#: masked forms providers echo (``sk-abc*****wxyz``).
+_KEYLIKE = re.compile(
+    r"\b(?:sk|pk|rk)[-_][A-Za-z0-9_\-*]{6,}|\S{0,12}\*{3,}\S{0,12}",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str, secret: str | None = None) -> str:
+    """``text`` without ``secret`` and without anything that looks like a key."""
+    if secret:
+        text = text.replace(secret, "[redacted]")
+    return _KEYLIKE.sub("[redacted]", text)
 
 
 @dataclass(slots=True)
@@ -46,8 +139,13 @@ class Completion:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _upstream_error(status: int, content: bytes, headers: Mapping[str, str]) -> ProxyError:
-    """The provider's error, passed through with its status, message and Retry-After."""
+def _upstream_error(
+    status: int, content: bytes, headers: Mapping[str, str], secret: str | None = None
+) -> ProxyError:
+    """The provider's error, passed through with its status, message and Retry-After.
+
+    The message is scrubbed of the route's key (and anything key-like); a 429/502/503/504 is a
+    ``_Transient`` the retry loop may try again."""
     message = f"upstream returned HTTP {status}"
     code = param = kind = None
     try:
@@ -65,14 +163,18 @@ def _upstream_error(status: int, content: bytes, headers: Mapping[str, str]) -> 
         if text:
             message = f"{message}: {text}"
     passed = {k: v for k, v in headers.items() if k.lower() in ("retry-after", "x-request-id")}
-    return ProxyError(
+    cls = _Transient if status in RETRY_STATUSES else ProxyError
+    err = cls(
         status,
-        message,
+        redact(message, secret),
         code=str(code) if code is not None else None,
         param=str(param) if param is not None else None,
         type=str(kind) if kind is not None else None,
         headers=passed,
     )
+    if isinstance(err, _Transient):
+        err.retry_after = _retry_after(headers)
+    return err
 
 
 def _error_event(message: str, code: str = "upstream_error") -> bytes:
@@ -122,7 +224,18 @@ def _event_data(event: bytes) -> bytes | None:
 class Upstreams:
     """The transports of one app: a pooled HTTP client and, when needed, litellm."""
 
-    def __init__(self, needs_litellm: bool, max_connections: int = 512) -> None:
+    def __init__(
+        self,
+        needs_litellm: bool,
+        max_connections: int = 512,
+        *,
+        retry: RetryPolicy | None = None,
+        on_retry: Callable[[str], None] | None = None,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        #: Called with the reason ("429", "503", "connect", ...) before each retry.
+        self.on_retry = on_retry
+        self._rng = random.Random()
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(600.0, connect=10.0),
             limits=httpx.Limits(
@@ -182,31 +295,78 @@ class Upstreams:
             timeout=httpx.Timeout(up.timeout, connect=min(10.0, up.timeout)),
         )
 
-    async def complete(self, up: Upstream, body: Mapping[str, Any]) -> Completion:
-        if up.transport == "litellm":
-            return await self._litellm_complete(up, body)
+    async def _attempts(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, tried again on a transient failure as the retry policy allows."""
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except _Transient as err:
+                wait = self.retry.delay(attempt, err.retry_after, self._rng.random())
+                if wait is None:
+                    raise
+                if self.on_retry is not None:
+                    self.on_retry(err.code if err.status == 502 and err.code else str(err.status))
+                attempt += 1
+                await asyncio.sleep(wait)
+
+    async def _send(self, up: Upstream, body: Mapping[str, Any]) -> httpx.Response:
+        """The provider's response once its headers arrived (body unread) — 2xx only.
+
+        Failures before the headers are ``_Transient`` when nothing can have been processed
+        (the connection failed or was reset); an error status raises ``_upstream_error``."""
         try:
-            resp = await self.client.send(self._request(up, body))
+            resp = await self.client.send(self._request(up, body), stream=True)
+        except httpx.ConnectTimeout:
+            raise _Transient(
+                504, f"upstream {up.model} timed out connecting", code="upstream_timeout"
+            ) from None
         except httpx.TimeoutException:
             raise ProxyError(
                 504, f"upstream {up.model} timed out", code="upstream_timeout"
             ) from None
         except httpx.TransportError as exc:
-            raise ProxyError(
+            raise _Transient(
                 502,
                 f"upstream {up.model} is unreachable: {type(exc).__name__}",
                 code="upstream_unreachable",
             ) from None
         if resp.status_code >= 400:
-            raise _upstream_error(resp.status_code, resp.content, resp.headers)
+            try:
+                content = await resp.aread()
+            except httpx.HTTPError:
+                content = b""
+            finally:
+                await resp.aclose()
+            raise _upstream_error(resp.status_code, content, resp.headers, up.api_key)
+        return resp
+
+    async def complete(self, up: Upstream, body: Mapping[str, Any]) -> Completion:
+        if up.transport == "litellm":
+            return await self._attempts(lambda: self._litellm_complete(up, body))
+        resp = await self._attempts(lambda: self._send(up, body))
         try:
-            data = orjson.loads(resp.content)
+            content = await resp.aread()
+        except httpx.TimeoutException:
+            raise ProxyError(
+                504, f"upstream {up.model} timed out", code="upstream_timeout"
+            ) from None
+        except httpx.HTTPError as exc:  # the response started: never retried
+            raise ProxyError(
+                502,
+                f"upstream {up.model} broke off its response: {type(exc).__name__}",
+                code="upstream_incomplete",
+            ) from None
+        finally:
+            await resp.aclose()
+        try:
+            data = orjson.loads(content)
         except orjson.JSONDecodeError:
             raise ProxyError(
                 502, f"upstream {up.model} returned a malformed response", code="upstream_malformed"
             ) from None
         usage = normalize_usage(data.get("usage")) if isinstance(data, dict) else None
-        return Completion(resp.content, usage)
+        return Completion(content, usage)
 
     async def stream(
         self, up: Upstream, body: Mapping[str, Any], client_wants_usage: bool
@@ -218,22 +378,8 @@ class Upstreams:
         options = dict(payload.get("stream_options") or {})
         options["include_usage"] = True
         payload["stream_options"] = options
-        try:
-            resp = await self.client.send(self._request(up, payload), stream=True)
-        except httpx.TimeoutException:
-            raise ProxyError(
-                504, f"upstream {up.model} timed out", code="upstream_timeout"
-            ) from None
-        except httpx.TransportError as exc:
-            raise ProxyError(
-                502,
-                f"upstream {up.model} is unreachable: {type(exc).__name__}",
-                code="upstream_unreachable",
-            ) from None
-        if resp.status_code >= 400:
-            content = await resp.aread()
-            await resp.aclose()
-            raise _upstream_error(resp.status_code, content, resp.headers)
+        # Retried only up to here: once the stream is returned, its bytes go to the client.
+        resp = await self._attempts(lambda: self._send(up, payload))
         stream = UpstreamStream(resp.aclose)
         stream.events = self._relay(resp, stream, client_wants_usage)
         return stream
@@ -253,7 +399,9 @@ class Upstreams:
             if not stream.completed:
                 yield _error_event("the upstream stream ended before it was complete")
         except httpx.HTTPError as exc:
-            yield _error_event(f"the upstream stream failed: {type(exc).__name__}")
+            yield _error_event(
+                f"the upstream stream broke off before it was complete: {type(exc).__name__}"
+            )
         finally:
             await resp.aclose()
 
@@ -312,11 +460,17 @@ class Upstreams:
         kwargs = self._litellm_kwargs(up, body)
         kwargs["stream"] = True
         kwargs["stream_options"] = {"include_usage": True}
-        try:
-            resp = await litellm.acompletion(**kwargs)
-        except Exception as exc:
-            raise _litellm_error(exc, up) from None
-        stream = UpstreamStream()
+
+        async def start() -> Any:
+            try:
+                return await litellm.acompletion(**kwargs)
+            except Exception as exc:
+                raise _litellm_error(exc, up) from None
+
+        resp = await self._attempts(start)
+        # Closing litellm's stream wrapper closes its HTTP response: without it, a client that
+        # goes away would leave the provider's connection streaming into nothing.
+        stream = UpstreamStream(getattr(resp, "aclose", None))
 
         async def events() -> AsyncGenerator[bytes, None]:
             try:
@@ -350,18 +504,26 @@ def _import_litellm() -> Any:
 def _litellm_error(exc: Exception, up: Upstream) -> ProxyError:
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
-    message = str(getattr(exc, "message", None) or exc)
+    message = redact(str(getattr(exc, "message", None) or exc), up.api_key)
     if name == "ContextWindowExceededError":
         return ProxyError(400, message, code="context_length_exceeded")
     if name == "Timeout" or "Timeout" in name:
         return ProxyError(504, f"upstream {up.model} timed out", code="upstream_timeout")
     if name in ("APIConnectionError", "ServiceUnavailableError") and not isinstance(status, int):
-        return ProxyError(502, f"upstream {up.model} is unreachable: {message}")
+        return _Transient(
+            502, f"upstream {up.model} is unreachable: {message}", code="upstream_unreachable"
+        )
     if isinstance(status, int) and 400 <= status < 600:
         headers = {}
         response = getattr(exc, "response", None)
-        retry = getattr(response, "headers", {}).get("retry-after") if response else None
+        found = getattr(response, "headers", None) if response is not None else None
+        upstream_headers: Mapping[str, str] = found if isinstance(found, Mapping) else {}
+        retry = upstream_headers.get("retry-after")
         if retry:
             headers["retry-after"] = str(retry)
+        if status in RETRY_STATUSES:
+            return _Transient(
+                status, message, headers=headers, retry_after=_retry_after(upstream_headers)
+            )
         return ProxyError(status, message, headers=headers)
     return ProxyError(502, f"upstream {up.model} failed: {name}: {message}")
