@@ -63,7 +63,7 @@ def _git(*args: str) -> str:
         out = subprocess.run(
             ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
         )
-        return out.stdout.strip()
+        return out.stdout.rstrip()
     except OSError:
         return ""
 
@@ -83,7 +83,7 @@ def info() -> dict:
         "memory_gib": round(_mem_gib(), 1),
         "kernel": platform.release(),
         "python": sys.version.split()[0],
-        "routefit_commit": _git("rev-parse", "--short", "HEAD") or "unknown",
+        "routefit_commit": _git("rev-parse", "--short", "HEAD").strip() or "unknown",
         "uncommitted": _dirty(),
         "routefit_venv": {name: _version(name) for name in PACKAGES},
         "litellm_proxy_venv": {"litellm": litellm_env.version(), "path": str(litellm_env.VENV)},

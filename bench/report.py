@@ -421,19 +421,18 @@ def _sessions_section(se: dict, lines: list[str], goals: list) -> None:
 
 
 PROFILE_NOTES = [
-    "From py-spy profiles of `routefit serve` under the small c16 load on this machine (not "
-    "re-run by run.py; see the final report of the benchmark issue for the commands):",
+    "From `python bench/profile_proxy.py` (py-spy of routefit's main thread under small c16 "
+    "load, and an experiment; not re-run by run.py, figures from one run on this machine):",
     "",
-    "- On the OpenAI path routefit is not CPU-bound at concurrency 16: CPU per request × "
-    "req/s is about half a core. Every request awaits a prefix-anchor lookup "
-    "(`proxy/chat.py` `_anchor` → `Calibrator.find_anchor`) and submits a sample and an anchor, "
-    "all served by the embedded SQLite store's single worker thread "
-    "(`proxy/store/sqlite.py` `_run`), which competes for the GIL with the event loop. With "
-    "`find_anchor` stubbed out and `submit` disabled in an experiment, small c16 throughput went "
-    "from 178 to 340 req/s in the same run.",
-    "- httpx/httpcore's pool scans every pooled connection on each request "
+    "- On the OpenAI path the HTTP client dominates: `Upstreams.complete` was 57% of the main "
+    "thread's samples, of which httpx `AsyncClient.send` 44% and httpcore's pool scan "
     "(`AsyncConnectionPool._assign_requests_to_connections` → `has_expired` → "
-    "`is_socket_readable`, a poll per idle connection): ~18% of routefit's samples.",
+    "`is_socket_readable`, a poll per pooled connection, on every request) 21%; routefit's own "
+    "work (parse, price, fit, anchor lookup) 10.5%, sending the response 8%, idle 12%.",
+    "- The same app with only the passthrough call replaced by a plain aiohttp POST (same URL, "
+    "body, headers; usage still parsed): 958 vs 232 req/s at c16 and 0.61 vs 2.65 ms of server "
+    "CPU per request, in the same run. The HTTP client of `proxy/upstream.py` is the fix that "
+    "would reach the throughput and latency goals.",
     "- The route's tokenizer is loaded lazily by the first request that needs it "
     "(`pricing/tokenizers.py` `get_tokenizer` → `_load_tiktoken`, ~0.5-1.2 s on the event "
     'loop), after `/readyz` already answered 200: see "first request" in section 2.',
@@ -494,15 +493,40 @@ def _findings(sections: dict) -> list[str]:
             f"- OpenAI path, small c16: routefit spends {o['routefit_cpu_ms_per_request']:.2f} "
             f"ms of CPU per request, LiteLLM {o['litellm_cpu_ms_per_request']:.2f} "
             f"({o['cpu_ratio']:.2f}×), yet throughput is only "
-            f"{o['throughput_ratio']:.1f}× — routefit is not CPU-bound there (next note)."
+            f"{o['throughput_ratio']:.1f}× (routefit's event loop and the simulator share the "
+            "2 cores with the load; see the profile below for where the 2.7 ms go)."
         )
     big = load.get("openai", {}).get("30k-token prompt c1")
     if big and big.get("routefit_added_p50_ms") is not None:
         lines.append(
             f"- A new 30k-token prompt (unique per request): routefit adds "
-            f"{big['routefit_added_p50_ms']:.1f} ms p50, LiteLLM "
-            f"{big['litellm_added_p50_ms']:.1f} ms — routefit tokenizes all 30k tokens "
-            "(nothing is cached for new content; section 3 shows the warm case)."
+            f"{big['routefit_added_p50_ms']:.1f} ms p50 (LiteLLM "
+            f"{big['litellm_added_p50_ms']:.1f} ms) and spends "
+            f"{big['routefit_cpu_ms_per_request']:.1f} ms of CPU per request, most of it "
+            "tokenizing the 30k new tokens (new content is never cached; section 3 shows the "
+            "warm case, where earlier turns cost almost nothing)."
+        )
+    acc = sections.get("accuracy", {}).get("routes", {})
+    exact = acc.get("gpt-4o", {}).get("calibrated", {})
+    if exact.get("worst_under_pct", 0) < 0:
+        lines.append(
+            f"- Calibration moves an exact route off the truth: on `gpt-4o` (meter exact, raw "
+            f"error {acc['gpt-4o']['raw']['mean_abs_pct']:.2f}%) the calibrated estimate is off "
+            f"by {exact['mean_abs_pct']:.2f}% on average and as low as "
+            f"{exact['worst_under_pct']:.2f}% — an exact meter should not be corrected below "
+            "itself."
+        )
+    claude = acc.get("claude", {}).get("raw", {})
+    if claude.get("worst_under_pct", 0) < -20:
+        lines.append(
+            f"- Claude via litellm: raw under-estimates down to {claude['worst_under_pct']:.0f}% "
+            "on small requests with tools. The simulator (like Anthropic) adds the tool-use "
+            "system prompt (346 tokens; 313 with `tool_choice` any/tool) whenever tools are "
+            "present; routefit prices Claude routes with the `generic` framing "
+            "(`pricing/framing.py` `default_framing`), which has no such term — e.g. one user "
+            "message + 3 tools: 491 tokens on the wire, 145 estimated. Calibration only "
+            "partly hides it (calibrated worst "
+            f"{acc['claude']['calibrated']['worst_under_pct']:.0f}%)."
         )
     lines += ["", *PROFILE_NOTES]
     return lines
