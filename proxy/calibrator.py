@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +56,33 @@ def prefix_keys(
     return keys
 
 
+class _AnchorCache:
+    """The anchors this process wrote, by (route, prefix key): a bounded LRU with expiry.
+
+    Most anchor hits are the previous turn of a session this process just answered; finding
+    them in memory spares the store round trip (and, for the embedded store, a thread hop)."""
+
+    def __init__(self, ttl: float, maxsize: int = 65536) -> None:
+        self.ttl = ttl
+        self.maxsize = maxsize
+        self._data: OrderedDict[tuple[str, bytes], tuple[float, Anchor]] = OrderedDict()
+
+    def put(self, route: str, key: bytes, anchor: Anchor) -> None:
+        self._data[(route, key)] = (time.monotonic() + self.ttl, anchor)
+        self._data.move_to_end((route, key))
+        while len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+
+    def find(self, route: str, candidates: Sequence[bytes]) -> tuple[int, Anchor] | None:
+        now = time.monotonic()
+        for i, key in enumerate(candidates):
+            found = self._data.get((route, key))
+            if found is not None and found[0] > now:
+                self._data.move_to_end((route, key))
+                return i, found[1]
+        return None
+
+
 @dataclass(slots=True)
 class _Route:
     samples: deque[Sample]
@@ -89,6 +116,7 @@ class Calibrator:
         self.anchor_hits = 0
         self.anchor_lookups = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._anchors = _AnchorCache(anchor_ttl)
 
     # -- request path (no I/O except the anchor lookup) -----------------------------------
 
@@ -97,18 +125,22 @@ class Calibrator:
         return state.correction if state is not None else Correction()
 
     async def find_anchor(self, route: str, keys: Sequence[bytes]) -> tuple[int, Anchor] | None:
-        """Longest anchored prefix among ``keys`` (index i = first i+1 messages)."""
-        if not keys or not self.store_up:
+        """Longest anchored prefix among ``keys`` (index i = first i+1 messages): from this
+        process's memory first, then — only for a store other processes write to — from the
+        store in one round trip."""
+        if not keys:
             return None
         first = max(0, len(keys) - LOOKBACK)
         candidates = list(reversed(keys[first:]))
         self.anchor_lookups += 1
-        try:
-            hit = await self.store.find_anchor(route, candidates)
-        except StoreUnavailable:
-            self._down("anchor lookup")
-            self.metrics.anchor_lookups.labels("error").inc()
-            return None
+        hit = self._anchors.find(route, candidates)
+        if hit is None and self.store.shared and self.store_up:
+            try:
+                hit = await self.store.find_anchor(route, candidates)
+            except StoreUnavailable:
+                self._down("anchor lookup")
+                self.metrics.anchor_lookups.labels("error").inc()
+                return None
         if hit is None:
             self.metrics.anchor_lookups.labels("miss").inc()
             return None
@@ -119,6 +151,8 @@ class Calibrator:
 
     def submit(self, sample: Sample, key: bytes | None, anchor: Anchor | None) -> None:
         """Queue a sample (and the anchor of the prompt it measured); never blocks."""
+        if key is not None and anchor is not None:
+            self._anchors.put(sample.route, key, anchor)
         try:
             self.queue.put_nowait((sample, key, anchor))
         except asyncio.QueueFull:
@@ -150,30 +184,45 @@ class Calibrator:
                 await task
 
     async def _writer(self) -> None:
+        """Drain the queue in batches: one store round trip and one refit per batch."""
         while True:
-            sample, key, anchor = await self.queue.get()
-            try:
-                state = self.routes.setdefault(
-                    sample.route, _Route(deque(maxlen=self.policy.window), Correction())
-                )
-                state.samples.append(sample)
-                state.correction = fit_correction(state.samples, self.policy, state.exact)
+            batch = [await self.queue.get()]
+            while len(batch) < 256:
                 try:
-                    await self.store.record_sample(sample)
-                    if key is not None and anchor is not None:
-                        await self.store.put_anchor(sample.route, key, anchor, self.anchor_ttl)
-                except StoreUnavailable:
-                    self._down("sample write")
-                    self.dropped += 1
-                    self.metrics.samples.labels("dropped").inc()
-                else:
-                    self._up()
-                    self.recorded += 1
-                    self.metrics.samples.labels("recorded").inc()
+                    batch.append(self.queue.get_nowait())
+                except asyncio.QueueEmpty:
+                    break
+            try:
+                await self._write(batch)
             except Exception:  # a bug here must not kill the writer
-                log.exception("calibration writer failed on a sample")
+                log.exception("calibration writer failed on a batch")
             finally:
-                self.queue.task_done()
+                for _ in batch:
+                    self.queue.task_done()
+
+    async def _write(self, batch: list[tuple[Sample, bytes | None, Anchor | None]]) -> None:
+        touched: set[str] = set()
+        for sample, _, _ in batch:
+            state = self.routes.setdefault(
+                sample.route, _Route(deque(maxlen=self.policy.window), Correction())
+            )
+            state.samples.append(sample)
+            touched.add(sample.route)
+        for route in touched:
+            state = self.routes[route]
+            state.correction = fit_correction(state.samples, self.policy, state.exact)
+        samples = [sample for sample, _, _ in batch]
+        anchors = [(s.route, k, a) for s, k, a in batch if k is not None and a is not None]
+        try:
+            await self.store.record_batch(samples, anchors, self.anchor_ttl)
+        except StoreUnavailable:
+            self._down("sample write")
+            self.dropped += len(batch)
+            self.metrics.samples.labels("dropped").inc(len(batch))
+        else:
+            self._up()
+            self.recorded += len(batch)
+            self.metrics.samples.labels("recorded").inc(len(batch))
 
     async def refresh(self) -> None:
         """Reload every route's samples from the store and refit its correction."""

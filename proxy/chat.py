@@ -1,8 +1,9 @@
 """The chat-completions path: read → parse → route → auth → price and fit → budget → forward.
 
-Everything before forwarding is routefit's own overhead and is measured as such; everything the
-provider says afterwards (usage, errors) flows back through one hook, ``Gateway.on_usage``, which
-feeds metrics, calibration and budgets.
+Everything before forwarding is routefit's own overhead and is measured as such. What the provider
+says afterwards flows back through ``Gateway.on_usage`` (metrics and calibration, no I/O) and the
+budget settlement, which runs after the response has been sent: the client never waits for the
+store on the way out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import anyio
 import orjson
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -273,9 +275,15 @@ class Gateway:
             sent = time.perf_counter()
             completion = await self.upstreams.complete(p.rc.upstream, p.fitted.body)
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
-            await self.on_usage(p, completion.usage)
+            self.on_usage(p, completion.usage)
             self.metrics.requests.labels(route, "200").inc()
-            return Response(completion.body, headers=headers, media_type="application/json")
+            settle = None
+            if p.held is not None and completion.usage is not None:
+                # Settled after the response is sent: the client does not wait for the store.
+                settle = BackgroundTask(self.budgets.settle, p.held, completion.usage, False)
+            return Response(
+                completion.body, headers=headers, media_type="application/json", background=settle
+            )
         except ProxyError as err:
             if p is not None:
                 await self.budgets.settle(p.held, None, released=True)
@@ -299,7 +307,9 @@ class Gateway:
             if not s.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
                 await self.budgets.settle(p.held, None, released=True)
-            await self.on_usage(p, s.usage)
+            self.on_usage(p, s.usage)
+            if s.usage is not None:
+                await self.budgets.settle(p.held, s.usage, released=False)
 
         return SSEResponse(stream, headers, done)
 
@@ -319,11 +329,12 @@ class Gateway:
 
     # -- after the provider answered -------------------------------------------------------
 
-    async def on_usage(self, p: Prepared, usage: Usage | None) -> None:
-        """The one place provider usage flows into: metrics, calibration, budgets.
+    def on_usage(self, p: Prepared, usage: Usage | None) -> None:
+        """Provider usage into metrics and calibration (queued; never waits for the store).
 
-        No usage (a provider that omits it): the reservation stays charged as reserved, the
-        conservative reading of "served, cost unknown"."""
+        No usage (a provider that omits it): nothing is learnt, and the budget reservation is
+        not settled, so it stays charged as reserved — the conservative reading of "served,
+        cost unknown"."""
         if usage is None or usage.prompt_tokens <= 0:
             return
         route = p.rc.route.alias
@@ -347,7 +358,6 @@ class Gateway:
         )
         anchor = Anchor(pr.text, pr.framing, pr.images, usage.prompt_tokens)
         self.calibrator.submit(sample, p.keys[-1] if p.keys else None, anchor)
-        await self.budgets.settle(p.held, usage, released=False)
 
     def _count_actions(self, p: Prepared) -> None:
         r = p.fitted.report

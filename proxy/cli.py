@@ -129,7 +129,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     os.environ[CONFIG_ENV] = path
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per image fetch is noise
     print(
         f"routefit: serving {len(config.routes)} route(s) on http://{args.host}:{args.port} "
         f"with {args.workers} worker(s)",

@@ -20,6 +20,7 @@ from pricing.calibration import Anchor, Sample
 __all__ = [
     "MONTH",
     "PERIODS",
+    "AnchorWrite",
     "BudgetWindow",
     "Reservation",
     "Store",
@@ -69,12 +70,26 @@ class Reservation:
     retry_after: float = 0.0
 
 
+#: One anchor to write: (route, prefix key, anchor).
+AnchorWrite = tuple[str, bytes, Anchor]
+
+
 class Store(Protocol):
     name: str
+    #: Whether other processes see what this one writes (Redis: yes; the embedded store: no).
+    #: Anchors a process wrote itself are answered from its memory; only a shared store is
+    #: worth a round trip on a local miss.
+    shared: bool
 
     # -- calibration -----------------------------------------------------------------------
     async def record_sample(self, sample: Sample) -> None:
         """Append a sample to the route's capped history (the newest N are kept)."""
+        ...
+
+    async def record_batch(
+        self, samples: Sequence[Sample], anchors: Sequence[AnchorWrite], ttl: float
+    ) -> None:
+        """Samples and anchors together, in one round trip (the background writer batches)."""
         ...
 
     async def recent_samples(self, route: str, limit: int) -> list[Sample]:

@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from pricing.calibration import Anchor, Sample
 from proxy.store.base import (
+    AnchorWrite,
     BudgetWindow,
     Reservation,
     StoreUnavailable,
@@ -198,6 +199,7 @@ class RedisStore:
     """
 
     name = "redis"
+    shared = True
 
     def __init__(
         self,
@@ -248,6 +250,35 @@ class RedisStore:
                     key, {"s": encode_sample(sample)}, maxlen=self.sample_cap, approximate=True
                 )
                 pipe.pexpire(key, self._sample_ttl_ms)
+                await pipe.execute()
+
+        await self._call(op())
+
+    async def record_batch(
+        self, samples: Sequence[Sample], anchors: Sequence[AnchorWrite], ttl: float
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("anchor ttl must be > 0")
+        if not samples and not anchors:
+            return
+
+        async def op() -> None:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                streams = set()
+                for sample in samples:
+                    key = route_tag(sample.route) + ":samples"
+                    pipe.xadd(
+                        key,
+                        {"s": encode_sample(sample)},
+                        maxlen=self.sample_cap,
+                        approximate=True,
+                    )
+                    streams.add(key)
+                for key in streams:
+                    pipe.pexpire(key, self._sample_ttl_ms)
+                for route, prefix, anchor in anchors:
+                    (name,) = anchor_keys(route, [prefix])
+                    pipe.set(name, encode_anchor(anchor), px=max(1, round(ttl * 1000)))
                 await pipe.execute()
 
         await self._call(op())

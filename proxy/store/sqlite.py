@@ -25,7 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from pricing.calibration import Anchor, Sample
-from proxy.store.base import BudgetWindow, Reservation, StoreUnavailable, WindowState, window_bucket
+from proxy.store.base import (
+    AnchorWrite,
+    BudgetWindow,
+    Reservation,
+    StoreUnavailable,
+    WindowState,
+    window_bucket,
+)
 from proxy.store.codec import (
     BUCKET_SLACK,
     ReservedBucket,
@@ -85,6 +92,7 @@ class SqliteStore:
     """The store contract on one SQLite database (file path or ``":memory:"``)."""
 
     name = "sqlite"
+    shared = False
 
     def __init__(
         self,
@@ -165,6 +173,32 @@ class SqliteStore:
                 "DELETE FROM samples WHERE route = ? AND id <= (SELECT id FROM samples"
                 " WHERE route = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
                 (sample.route, sample.route, self.sample_cap),
+            )
+
+        await self._run(self._tx, op)
+
+    async def record_batch(
+        self, samples: Sequence[Sample], anchors: Sequence[AnchorWrite], ttl: float
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("anchor ttl must be > 0")
+        if not samples and not anchors:
+            return
+        rows = [(sample.route, encode_sample(sample)) for sample in samples]
+        routes = {sample.route for sample in samples}
+        written = [(route, bytes(key), encode_anchor(anchor)) for route, key, anchor in anchors]
+
+        def op(db: sqlite3.Connection, now: float) -> None:
+            db.executemany("INSERT INTO samples (route, data) VALUES (?, ?)", rows)
+            for route in routes:
+                db.execute(
+                    "DELETE FROM samples WHERE route = ? AND id <= (SELECT id FROM samples"
+                    " WHERE route = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                    (route, route, self.sample_cap),
+                )
+            db.executemany(
+                "INSERT OR REPLACE INTO anchors (route, key, data, expires_at) VALUES (?, ?, ?, ?)",
+                [(route, key, data, now + ttl) for route, key, data in written],
             )
 
         await self._run(self._tx, op)

@@ -48,6 +48,17 @@ def gw(sim, tmp_path_factory):
         yield running
 
 
+def settled_usage(gw, team: str, window: str, expected: int, timeout: float = 5.0) -> int:
+    """The window's usage once it reaches ``expected`` (settlement runs after the response is
+    sent), or whatever it is when the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        used = usage(gw, team)[window]["used"]
+        if used == expected or time.monotonic() > deadline:
+            return used
+        time.sleep(0.02)
+
+
 def usage(gw, team: str, key: str = ADMIN) -> dict:
     r = httpx.get(
         f"{gw.base_url}/routefit/teams/{team}/usage", headers={"authorization": f"Bearer {key}"}
@@ -102,8 +113,8 @@ def test_usage_is_settled_to_the_providers_count_with_rate_limit_headers(gw):
     assert int(raw.headers["x-ratelimit-limit-tokens"]) == 10_000_000
     assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 10_000_000
     assert raw.headers["x-ratelimit-reset-tokens"]
-    after = usage(gw, "alpha")["tokens_per_minute"]["used"]
-    assert after - before == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    spent = reply.usage.prompt_tokens + reply.usage.completion_tokens
+    assert settled_usage(gw, "alpha", "tokens_per_minute", before + spent) == before + spent
 
 
 def test_streams_settle_when_they_end_and_release_when_cancelled(gw, fresh_sim):
@@ -119,7 +130,7 @@ def test_streams_settle_when_they_end_and_release_when_cancelled(gw, fresh_sim):
         )
     )
     spent = chunks[-1].usage.prompt_tokens + chunks[-1].usage.completion_tokens
-    assert usage(gw, "alpha")["tokens_per_minute"]["used"] - before == spent
+    assert settled_usage(gw, "alpha", "tokens_per_minute", before + spent) == before + spent
 
     fresh_sim.state.config.chunk_delay = 0.3
     before = usage(gw, "alpha")["tokens_per_minute"]["used"]
@@ -215,6 +226,8 @@ def test_a_tight_quota_holds_under_concurrency_across_two_replicas(sim, tmp_path
     )
     with run_routefit(config) as a, run_routefit(config) as b:
         results = asyncio.run(_burst([a.v1, b.v1], 200))
+        expected = sum(u["prompt_tokens"] + u["completion_tokens"] for s, u in results if u)
+        settled_usage(a, team, "tokens_per_day", expected)
         window = usage(a, team)["tokens_per_day"]
         assert usage(b, team)["tokens_per_day"]["used"] == window["used"]
     statuses = [s for s, _ in results]

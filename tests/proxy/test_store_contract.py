@@ -137,6 +137,24 @@ async def test_anchors_first_hit_in_key_order(make: Callable[..., Any]) -> None:
     assert await store.find_anchor(route, [b"\x09" * 8, b"\x08" * 8]) is None
 
 
+async def test_record_batch_writes_samples_and_anchors_together(
+    make: Callable[..., Any],
+) -> None:
+    store = make(sample_cap=4)
+    a, b = uid("route"), uid("route")
+    samples = [sample(a, i) for i in range(6)] + [sample(b, 50)]
+    anchors = [(a, b"\x07" * 8, anchor(7)), (b, b"\x08" * 8, anchor(8))]
+    await store.record_batch(samples, anchors, ttl=60)
+    await store.record_batch([], [], ttl=60)  # nothing to write is fine
+    assert await store.recent_samples(a, 10) == [sample(a, i) for i in range(2, 6)]
+    assert await store.recent_samples(b, 10) == [sample(b, 50)]
+    assert await store.find_anchor(a, [b"\x07" * 8]) == (0, anchor(7))
+    assert await store.find_anchor(b, [b"\x07" * 8, b"\x08" * 8]) == (1, anchor(8))
+    assert isinstance(store.shared, bool)
+    with pytest.raises(ValueError):
+        await store.record_batch([], anchors, ttl=0)
+
+
 async def test_anchor_expires(make: Callable[..., Any]) -> None:
     store = make()
     route = uid("route")
