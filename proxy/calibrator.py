@@ -34,6 +34,8 @@ log = logging.getLogger("routefit.calibration")
 
 #: How many of the longest prefixes of a request are looked up (a new turn adds a few messages).
 LOOKBACK = 64
+REFIT_SAMPLES = 16
+REFIT_SECONDS = 1.0
 
 
 def _digest(value: Any) -> bytes:
@@ -88,6 +90,9 @@ class _Route:
     samples: deque[Sample]
     correction: Correction
     exact: bool = True
+    #: Samples added since the correction was last fitted, and when that was (monotonic).
+    pending: int = 0
+    fitted_at: float = 0.0
 
 
 class Calibrator:
@@ -201,16 +206,16 @@ class Calibrator:
                     self.queue.task_done()
 
     async def _write(self, batch: list[tuple[Sample, bytes | None, Anchor | None]]) -> None:
-        touched: set[str] = set()
         for sample, _, _ in batch:
             state = self.routes.setdefault(
                 sample.route, _Route(deque(maxlen=self.policy.window), Correction())
             )
             state.samples.append(sample)
-            touched.add(sample.route)
-        for route in touched:
-            state = self.routes[route]
-            state.correction = fit_correction(state.samples, self.policy, state.exact)
+            state.pending += 1
+        now = time.monotonic()
+        for state in self.routes.values():
+            if state.pending and self._due(state, now):
+                self._refit(state, now)
         samples = [sample for sample, _, _ in batch]
         anchors = [(s.route, k, a) for s, k, a in batch if k is not None and a is not None]
         try:
@@ -235,7 +240,22 @@ class Calibrator:
             self._up()
             if samples:
                 state.samples = deque(samples, maxlen=self.policy.window)
-                state.correction = fit_correction(state.samples, self.policy, state.exact)
+                self._refit(state, time.monotonic())
+
+    def _due(self, state: _Route, now: float) -> bool:
+        """Refit while a route is still learning, then at most every ``REFIT_SAMPLES`` samples
+        or ``REFIT_SECONDS``: a fit costs about a millisecond, which must not land on every
+        request of a busy route."""
+        return (
+            len(state.samples) < 2 * self.policy.min_samples
+            or state.pending >= REFIT_SAMPLES
+            or now - state.fitted_at >= REFIT_SECONDS
+        )
+
+    def _refit(self, state: _Route, now: float) -> None:
+        state.correction = fit_correction(state.samples, self.policy, state.exact)
+        state.pending = 0
+        state.fitted_at = now
 
     async def _refresher(self) -> None:
         while True:
