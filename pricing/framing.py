@@ -53,6 +53,9 @@ class Framing:
     enum_init: int = -3
     enum_item: int = 3
     func_end: int = 12
+    #: A system prompt the provider adds once when a request carries tools (Anthropic's
+    #: tool-use preamble); 0 for families that publish none.
+    tools_preamble: int = 0
 
     #: Whether the family's rendering is published exactly (the meter reports it).
     @property
@@ -69,19 +72,30 @@ class MessageFrame:
     framing: int
 
 
-def default_framing(model: str, tokenizer: str) -> Framing:
-    """The framing a model name implies; config may override any constant."""
+#: Anthropic's published size of the system prompt it adds when a request carries tools
+#: (Claude 4.x: 346 tokens for tool_choice auto/none, 313 for any/tool; the larger is used).
+CLAUDE_TOOLS_PREAMBLE = 346
+
+
+def default_framing(model: str, tokenizer: str, provider: str | None = None) -> Framing:
+    """The framing a model name (and its litellm provider) implies; config may override any
+    constant. A model served by OpenAI itself (``openai/...``) is framed the OpenAI way whatever
+    its name."""
     name = model.lower().rsplit("/", 1)[-1]
     if "deepseek" in name and tokenizer == "deepseek":
         return Framing(family="deepseek", per_message=0, per_name=0, priming=2)
     if tokenizer == "cl100k_base":
         return Framing(func_init=10)
-    if tokenizer == "o200k_base" and _is_openai_model(name):
+    if is_openai_model(name) or provider == "openai":
         return Framing()
+    if name.startswith("claude"):
+        return Framing(family="generic", tools_preamble=CLAUDE_TOOLS_PREAMBLE)
     return Framing(family="generic")
 
 
-def _is_openai_model(name: str) -> bool:
+def is_openai_model(model: str) -> bool:
+    """Whether a model name is one of OpenAI's own (whose counting rules are published)."""
+    name = model.lower().rsplit("/", 1)[-1]
     return name.startswith(("gpt-", "o1", "o3", "o4", "chatgpt", "computer-use"))
 
 
@@ -172,9 +186,10 @@ def tools_tokens(tools: tuple[Mapping[str, Any], ...], framing: Framing, tok: To
     if not tools:
         return 0
     if framing.family == "openai":
-        return _openai_tools(tools, framing, tok)
+        return _openai_tools(tools, framing, tok) + framing.tools_preamble
     # Other families render the schemas as JSON inside their system prompt; price that text.
-    return sum(tok.count(_compact_json(fn)) + framing.per_message for fn in tools)
+    schemas = sum(tok.count(_compact_json(fn)) + framing.per_message for fn in tools)
+    return schemas + framing.tools_preamble
 
 
 def _compact_json(value: Any) -> str:

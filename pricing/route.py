@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pricing.framing import Framing
+from pricing.framing import Framing, is_openai_model
 from pricing.images import ImageRule, text_only
 
 __all__ = ["ImageFetchPolicy", "ImageLimits", "Route"]
@@ -98,4 +98,4 @@ class Route:
             return False
         if self.framing.family == "deepseek":
             return self.tokenizer == "deepseek"
-        return self.tokenizer in ("o200k_base", "cl100k_base")
+        return self.tokenizer in ("o200k_base", "cl100k_base") and is_openai_model(self.model)

@@ -275,7 +275,7 @@ def _route_config(item: Any, where: str, ld: _Loader, settings: Settings) -> Rou
     except TokenizerError as exc:
         raise ld.error(f"{rf}.tokenizer", str(exc)) from None
     try:
-        framing = default_framing(model, tokenizer)
+        framing = default_framing(model, tokenizer, provider)
         if own.get("framing") is not None:
             framing = parse_framing(own["framing"], framing)
     except ValueError as exc:

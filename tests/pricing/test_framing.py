@@ -185,3 +185,28 @@ def test_parse_framing_overrides_and_errors():
         parse_framing({"per_mesage": 5}, Framing())
     with pytest.raises(ValueError, match="integer"):
         parse_framing({"per_message": "5"}, Framing())
+
+
+def test_claude_prices_anthropics_tool_use_preamble():
+    from pricing.framing import CLAUDE_TOOLS_PREAMBLE
+
+    claude = Route(
+        alias="c",
+        model="anthropic/claude-sonnet-4-5",
+        tokenizer="anthropic-legacy",
+        framing=default_framing("anthropic/claude-sonnet-4-5", "anthropic-legacy"),
+    )
+    without = measure(parse_request({"messages": WEATHER_MESSAGES}), claude)
+    with_tools = measure(
+        parse_request({"messages": WEATHER_MESSAGES, "tools": [WEATHER_TOOL]}), claude
+    )
+    assert with_tools.tools >= CLAUDE_TOOLS_PREAMBLE + 20
+    assert with_tools.total - without.total == with_tools.tools
+
+
+def test_any_model_served_by_openai_is_framed_the_openai_way_but_not_claimed_exact():
+    framing = default_framing("openai/acme-large", "o200k_base", provider="openai")
+    assert framing.family == "openai"
+    route = Route(alias="a", model="openai/acme-large", framing=framing)
+    assert not route.exact_text
+    assert Route(alias="g", model="openai/gpt-4o").exact_text
