@@ -168,6 +168,12 @@ class Soak:
         self.latencies: list[float] = []
         self.images = [_png(w, h) for w, h in ((64, 64), (512, 384), (1024, 768), (2048, 1536))]
         self.started = 0.0
+        # A finite universe of content (2,000 prompts, 50 session scripts, 4 images): every
+        # bounded cache (token counts, probes, anchors) holds all of it after the warm-up, so
+        # memory that still grows afterwards is a leak, not a cache filling up.
+        pool = random.Random(2024)
+        self.prompts = [self._words(pool, pool.randint(5, 400)) for _ in range(2000)]
+        self.short = [self._words(pool, 10) for _ in range(200)]
 
     def _words(self, rng: random.Random, n: int) -> str:
         words = "the quick brown fox budget window token stream image fit route calibrate"
@@ -176,6 +182,7 @@ class Soak:
     async def _client(self, n: int) -> None:
         rng = random.Random(n)
         session: list[dict[str, Any]] = []
+        script = random.Random(0)
         headers = {"authorization": f"Bearer {self.key}"}
         async with httpx.AsyncClient(base_url=self.base, headers=headers, timeout=60) as http:
             while time.monotonic() - self.started < self.seconds:
@@ -188,15 +195,19 @@ class Soak:
                     if len(session) > 120:
                         session = []
                     if not session:
+                        script = random.Random(rng.randrange(50))  # one of 50 session scripts
                         session = [
                             {"role": "system", "content": "You are a coding agent."},
-                            {"role": "user", "content": "Find the bug. " + self._words(rng, 30)},
+                            {
+                                "role": "user",
+                                "content": "Find the bug. " + self._words(script, 30),
+                            },
                         ]
                     body = {"model": self.small, "messages": session, "max_tokens": 60}
                     if rng.random() < 0.5:
                         body["stream"] = True
                 elif kind == "image":
-                    content = [{"type": "text", "text": self._words(rng, 10)}] + [
+                    content = [{"type": "text", "text": rng.choice(self.short)}] + [
                         {"type": "image_url", "image_url": {"url": rng.choice(self.images)}}
                         for _ in range(rng.randint(1, 3))
                     ]
@@ -208,9 +219,7 @@ class Soak:
                     body = {
                         "model": self.vision,
                         "max_tokens": 80,
-                        "messages": [
-                            {"role": "user", "content": self._words(rng, rng.randint(5, 400))}
-                        ],
+                        "messages": [{"role": "user", "content": rng.choice(self.prompts)}],
                         "stream": kind != "chat",
                     }
                     if kind == "stream" and rng.random() < 0.5:
@@ -234,7 +243,7 @@ class Soak:
                                     for choice in chunk.get("choices") or []:
                                         text += (choice.get("delta") or {}).get("content") or ""
                         if kind == "session":
-                            session = self._next_turn(session, text, rng)
+                            session = self._next_turn(session, text, script)
                     else:
                         r = await http.post("/v1/chat/completions", json=body)
                         if r.status_code != 200:
@@ -242,7 +251,7 @@ class Soak:
                             continue
                         if kind == "session":
                             reply = r.json()["choices"][0]["message"]["content"] or ""
-                            session = self._next_turn(session, reply, rng)
+                            session = self._next_turn(session, reply, script)
                     self.outcomes[kind] += 1
                     self.latencies.append(time.monotonic() - t)
                 except httpx.HTTPError as exc:
@@ -277,6 +286,42 @@ class Soak:
             await asyncio.to_thread(sample, time.monotonic() - self.started)
         for c in clients:
             c.result()
+
+
+def cache_ceilings() -> dict[str, float]:
+    """MB that routefit's bounded in-process caches hold when full, measured by filling them
+    here: the most memory that fresh content (instead of the soak's finite pool) can add."""
+    import gc
+
+    import xxhash
+
+    from pricing.calibration import Anchor
+    from pricing.tokenizers import CountCache
+    from proxy.calibrator import _AnchorCache
+
+    def rss() -> float:
+        with open(f"/proc/{os.getpid()}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    gc.collect()
+    before = rss()
+    counts = CountCache()
+    for i in range(counts.maxsize):
+        counts.put(f"{i:>80}", i)  # long texts: the digest-keyed LRU
+    middle = rss()
+    anchors = _AnchorCache(3600.0)
+    for i in range(anchors.maxsize):
+        anchors.put("route", xxhash.xxh3_128_digest(str(i).encode()), Anchor(1, 2, 3, i))
+    after = rss()
+    return {
+        "count_cache_entries": counts.maxsize,
+        "count_cache_mb": round(middle - before, 1),
+        "anchor_cache_entries": anchors.maxsize,
+        "anchor_cache_mb": round(after - middle, 1),
+    }
 
 
 def soak(minutes: float, concurrency: int) -> dict[str, Any]:
@@ -394,6 +439,7 @@ def soak(minutes: float, concurrency: int) -> dict[str, Any]:
             "connections_open_at_end": stats["connections_open"],
         },
         "tracebacks_in_log": log.count("Traceback"),
+        "cache_ceilings": cache_ceilings(),
         "samples": samples,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
@@ -415,13 +461,20 @@ def _codes(d: dict[str, int]) -> str:
     return ", ".join(f"{k}: {v:,}" for k, v in d.items()) or "-"
 
 
-def render_soak(s: dict[str, Any]) -> str:
-    ok = (
+def soak_passed(s: dict[str, Any]) -> bool:
+    """No errors; RSS growth after warm-up under 10%; no FD growth (at rest at the end, no
+    more descriptors than under load after the warm-up); no stream left open upstream."""
+    return (
         not s["errors"]
         and s["rss_growth_pct"] < 10
-        and s["fds"]["final"] <= s["fds"]["after_warmup"] + 2
+        and s["fds"]["final"] <= s["fds"]["after_warmup"]
         and s["sim"]["streams_open_at_end"] == 0
+        and s["tracebacks_in_log"] == 0
     )
+
+
+def render_soak(s: dict[str, Any]) -> str:
+    ok = soak_passed(s)
     lines = [
         SOAK_BEGIN,
         f"Run {s['when']}: {s['minutes']:g} min at concurrency {s['concurrency']} "
@@ -450,6 +503,19 @@ def render_soak(s: dict[str, Any]) -> str:
         f"| simulator at the end: open streams, open connections | "
         f"{s['sim']['streams_open_at_end']}, {s['sim']['connections_open_at_end']} |",
         f"| tracebacks in routefit's log | {s['tracebacks_in_log']} |",
+        "",
+        "The load: 16 clients, each looping over short chats (30%), streams (28%, half asking "
+        "for usage), streams the client leaves after the first line (2%), 1-3 images of "
+        "64x64 to 2048x1536 (15%) and long agent sessions with tool calls on an 8k-window "
+        "route, fitted by eliding middle turns (25%); the simulator spaces stream events by "
+        "10 ms. Content comes from a finite pool (2,000 prompts, 50 session scripts, 4 "
+        "images), so after the warm-up every bounded cache already holds all of it: memory "
+        "that still grows is a leak, not a cache filling. Fresh content would also fill "
+        f"routefit's bounded caches, measured full at {s['cache_ceilings']['count_cache_mb']} "
+        f"MB for the token-count cache ({s['cache_ceilings']['count_cache_entries']:,} "
+        f"texts per tokenizer) and {s['cache_ceilings']['anchor_cache_mb']} MB for the anchor "
+        f"cache ({s['cache_ceilings']['anchor_cache_entries']:,} anchors): a ceiling, not a "
+        "leak.",
         "",
         "Samples (time s: RSS MB / FDs / tasks / requests so far):",
         "",
@@ -766,14 +832,39 @@ def render(figures: list[dict[str, Any]], summary: dict[str, Any], soak_section:
         "refused by the server."
     )
     w("")
-    w("## 6. Bugs found and fixed")
+    w("## 6. Operating notes")
+    w("")
+    w(
+        "- `routefit_settings.upstream_retries` (default 0, at most 5): retries of failures "
+        "before any byte reached the client — a connection refused, reset or timed out while "
+        "connecting, or a 429/502/503/504 — with backoff `min(2 s, 0.1 s·2^k)·(1 − 0.5·u)`; a "
+        "`Retry-After` / `retry-after-ms` of at most 2 s replaces the backoff, a longer one is "
+        "passed to the client at once. Never retried: other statuses, read timeouts, bodies "
+        "that broke off, malformed answers, anything after a stream's first byte. Each retry "
+        "counts in `routefit_upstream_retries_total{reason}`."
+    )
+    w(
+        "- `GET /readyz` reports `tasks`, the asyncio tasks alive in the worker: at rest it "
+        "returns to the same small number; a steady climb is a leak."
+    )
+    w(
+        "- `GET /openapi.json` describes this deployment's endpoints (model aliases, no "
+        "secrets, no upstream URLs); schemathesis and client generators read it."
+    )
+    w(
+        "- Provider error messages reach clients scrubbed of the route's key and of anything "
+        "key-like; statuses, `retry-after` and `x-request-id` pass through, no other upstream "
+        "header does."
+    )
+    w("")
+    w("## 7. Bugs found and fixed")
     w("")
     w("| where | bug | fix |")
     w("|---|---|---|")
     for row in BUGS:
         w(f"| {row[0]} | {row[1]} | {row[2]} |")
     w("")
-    w("## 7. Limits of this report")
+    w("## 8. Limits of this report")
     w("")
     for line in LIMITS:
         w(f"- {line}")
@@ -853,12 +944,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.soak or args.soak_only:
         result = soak(args.minutes, args.concurrency)
         soak_section = render_soak(result)
-        ok = (
-            not result["errors"]
-            and result["rss_growth_pct"] < 10
-            and result["fds"]["final"] <= result["fds"]["after_warmup"] + 2
-        )
-        status = 0 if ok else 1
+        status = 0 if soak_passed(result) else 1
     if args.soak_only and SOAK_BEGIN in old:
         text = (
             old[: old.index(SOAK_BEGIN)]

@@ -330,6 +330,19 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
         "TeamUsage": usage,
         "Error": error,
         "Health": _obj({"status": {"type": "string"}}, ["status"], extra=True),
+        "StreamEvent": _obj(
+            {
+                "data": {
+                    "type": "string",
+                    "description": "A chat.completion.chunk as JSON, an error object as JSON "
+                    "(the stream broke off), or [DONE]",
+                },
+                "event": {"type": "string"},
+                "id": {"type": "string"},
+                "retry": {"type": "integer"},
+            },
+            ["data"],
+        ),
         "Object": {"type": "object"},
     }
 
@@ -368,7 +381,9 @@ def build_openapi(config: Config) -> dict[str, Any]:
                 "description": "The provider's completion (JSON), or its SSE stream",
                 "content": {
                     "application/json": {"schema": _ref("ChatCompletion")},
-                    "text/event-stream": {"schema": {"type": "string"}},
+                    # one server-sent event (OpenAPI 3.2's itemSchema; schemathesis reads a
+                    # 3.1 event-stream schema the same way)
+                    "text/event-stream": {"schema": _ref("StreamEvent")},
                 },
             },
             *chat_errors,
