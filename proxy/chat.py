@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import orjson
@@ -38,6 +38,7 @@ from strategies.policy import FitPolicy, output_reserve
 __all__ = ["Gateway", "Prepared"]
 
 log = logging.getLogger("routefit")
+T = TypeVar("T")
 
 #: Bodies above this size are priced and fitted in a worker thread so that one huge request
 #: does not stall every other request on the event loop (the tokenizers release the GIL).
@@ -273,7 +274,7 @@ class Gateway:
             if p.request.body.get("stream"):
                 return await self._stream(p, headers)
             sent = time.perf_counter()
-            completion = await self.upstreams.complete(p.rc.upstream, p.fitted.body)
+            completion = await _from_upstream(self.upstreams.complete(p.rc.upstream, p.fitted.body))
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
             self.on_usage(p, completion.usage)
             self.metrics.requests.labels(route, "200").inc()
@@ -298,7 +299,9 @@ class Gateway:
         options = p.request.body.get("stream_options")
         wants_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         sent = time.perf_counter()
-        stream = await self.upstreams.stream(p.rc.upstream, p.fitted.body, wants_usage)
+        stream = await _from_upstream(
+            self.upstreams.stream(p.rc.upstream, p.fitted.body, wants_usage)
+        )
         self.metrics.upstream_latency.labels(p.rc.route.alias).observe(time.perf_counter() - sent)
 
         async def done(s: UpstreamStream, disconnected: bool) -> None:
@@ -373,8 +376,25 @@ class Gateway:
 
     def _error(self, route: str, err: ProxyError) -> Response:
         self.metrics.requests.labels(route, str(err.status)).inc()
-        kind = "client" if err.status < 500 else "upstream" if err.status != 500 else "internal"
-        if err.code == "context_length_exceeded":
-            kind = "fit"
-        self.metrics.errors.labels(kind).inc()
+        self.metrics.errors.labels(_kind(err)).inc()
         return error_response(err)
+
+
+def _kind(err: ProxyError) -> str:
+    """The ``kind`` label of routefit_errors_total."""
+    if err.origin == "upstream":
+        return "upstream"
+    if err.code == "context_length_exceeded":
+        return "fit"
+    if err.code in ("rate_limit_exceeded", "store_unavailable"):
+        return "budget"
+    return "internal" if err.status >= 500 else "client"
+
+
+async def _from_upstream(call: Awaitable[T]) -> T:
+    """Await a transport call, marking its errors as the upstream's."""
+    try:
+        return await call
+    except ProxyError as err:
+        err.origin = "upstream"
+        raise

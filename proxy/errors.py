@@ -51,6 +51,9 @@ class ProxyError(Exception):
         self.param = param
         self.type = type or _TYPES.get(status, "api_error")
         self.headers = dict(headers or {})
+        #: "routefit" for routefit's own answers, "upstream" for what the provider said or
+        #: failed to say (metrics count them apart).
+        self.origin = "routefit"
 
 
 def error_body(err: ProxyError) -> bytes:

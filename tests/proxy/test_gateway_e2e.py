@@ -353,3 +353,28 @@ def test_models_health_ready_metrics(gw, client):
         "routefit_fit_actions_total",
     ):
         assert name in metrics
+
+
+def _errors_by_kind(gw) -> dict[str, float]:
+    out = {}
+    for line in httpx.get(gw.base_url + "/metrics").text.splitlines():
+        if line.startswith("routefit_errors_total{"):
+            kind = line.split('kind="', 1)[1].split('"', 1)[0]
+            out[kind] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_errors_are_counted_by_where_they_came_from(gw, client, fresh_sim):
+    before = _errors_by_kind(gw)
+    fresh_sim.inject("status:429")  # the provider's 429 is the upstream's, not a budget's
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="small", messages=[{"role": "user", "content": "word " * 20000}]
+        )
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    after = _errors_by_kind(gw)
+    for kind in ("upstream", "fit", "client"):
+        assert after.get(kind, 0) == before.get(kind, 0) + 1, (kind, before, after)
