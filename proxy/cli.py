@@ -128,6 +128,16 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     os.environ[CONFIG_ENV] = path
+    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Each worker is its own process with its own counters; prometheus_client's
+        # multiprocess mode shares them through files, so /metrics shows all workers.
+        import atexit
+        import shutil
+        import tempfile
+
+        metrics_dir = tempfile.mkdtemp(prefix="routefit-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per image fetch is noise
     print(

@@ -7,7 +7,10 @@ health of the store behind calibration and budgets.
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 __all__ = ["Metrics"]
 
@@ -93,7 +96,9 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.store_up = Gauge("routefit_store_up", "1 when the store answers", registry=r)
+        self.store_up = Gauge(
+            "routefit_store_up", "1 when the store answers", registry=r, multiprocess_mode="min"
+        )
         self.budget_failures = Counter(
             "routefit_budget_store_failures",
             "Budget checks the store could not answer",
@@ -102,4 +107,10 @@ class Metrics:
         )
 
     def render(self) -> bytes:
+        """This process's metrics; with several workers (``routefit serve --workers N`` sets
+        ``PROMETHEUS_MULTIPROC_DIR``), every worker's, summed, whichever worker answers."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
         return generate_latest(self.registry)

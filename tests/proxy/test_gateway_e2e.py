@@ -378,3 +378,21 @@ def test_errors_are_counted_by_where_they_came_from(gw, client, fresh_sim):
     after = _errors_by_kind(gw)
     for kind in ("upstream", "fit", "client"):
         assert after.get(kind, 0) == before.get(kind, 0) + 1, (kind, before, after)
+
+
+def test_metrics_add_up_across_workers(sim, tmp_path):
+    config = gateway_config(tmp_path / "c.yaml", [sim_route("gpt-4o", sim.base_url)])
+    with run_routefit(config, workers=2) as gw:
+        client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
+        for _ in range(40):  # spread over both workers by the kernel's accept balancing
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "count"}]
+            )
+        for _ in range(5):  # whichever worker answers the scrape, it reports all 40
+            text = httpx.get(gw.base_url + "/metrics").text
+            line = next(
+                x
+                for x in text.splitlines()
+                if x.startswith('routefit_requests_total{route="gpt-4o",status="200"}')
+            )
+            assert float(line.rsplit(" ", 1)[1]) == 40
