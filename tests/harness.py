@@ -99,7 +99,10 @@ def run_routefit(
     logdir = Path(tempfile.mkdtemp(prefix="routefit-log-"))
     log_path = logdir / "routefit.log"
     environment = dict(os.environ)
+    # A test's config says which store it wants; CI's REDIS_URL (for the tests' own clients)
+    # must not silently turn every routefit process onto one shared Redis.
     environment.pop("ROUTEFIT_REDIS_URL", None)
+    environment.pop("REDIS_URL", None)
     environment.update(env or {})
     with log_path.open("wb") as log:
         process = subprocess.Popen(
