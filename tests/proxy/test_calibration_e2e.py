@@ -4,6 +4,7 @@ anchors in multi-turn sessions, replicas sharing Redis, restarts, and a Redis ou
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -152,11 +153,13 @@ def test_the_embedded_store_keeps_calibration_across_restarts(sim, tmp_path):
         after = httpx.get(gw.base_url + "/routefit/calibration").json()["routes"][alias]
     assert after["samples"] == 12 and after["factors"] == before["factors"]
     # ... and the CLI reads the same store
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}  # the config's store
     out = subprocess.run(
         ["routefit", "calibration", "--config", str(config), "--json"],
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
     assert '"samples": 12' in out.stdout
