@@ -586,11 +586,12 @@ def render(figures: list[dict[str, Any]], summary: dict[str, Any], soak_section:
         "NUL escapes; nesting 100 to 100,000 deep in five places; `max_tokens` / "
         "`max_completion_tokens` negative, zero, 2^31, 2^53, 2^63±1, 10^30, floats, strings, "
         "booleans; strings up to 1.9 MB; bodies over the limit with and without "
-        "`content-length`; 3,000 messages, 3,000 tools, 1,000 images; 31 named bad images "
+        "`content-length`; 3,000 messages, 3,000 tools, 1,000 images; 25 named bad images "
         "(pixel bombs, zero sizes, truncated PNG/JPEG/GIF/WebP, BMP/TIFF/ICO/SVG/AVIF/HEIC, "
-        "broken base64 and data URLs, oversized, file/javascript/ftp/metadata URLs) and "
-        "fuzzed ones (cut, spliced, random); every endpoint with every method, random paths, "
-        "team ids and query strings."
+        "broken base64 and data URLs, oversized), 10 odd or unparsable image URLs "
+        "(file/javascript/ftp/metadata/relative/empty/huge, bad IPv6 or port, control "
+        "characters) and fuzzed images (cut, spliced, random); every endpoint with every "
+        "method, random paths, team ids and query strings."
     )
     w("")
     if fuzz:
@@ -609,9 +610,9 @@ def render(figures: list[dict[str, Any]], summary: dict[str, Any], soak_section:
         w(f"| tracebacks in routefit's log | {fuzz['tracebacks_in_log']} |")
         w("")
         w(
-            'Every 4xx is `{"error": {"message", "type", "param", "code"}}`; the '
-            "error code `400` above means a routefit validation error (its `code` is null, its "
-            "`param` names the field)."
+            'Every 4xx is `{"error": {"message", "type", "param", "code"}}`; an error code '
+            "shown as a status (`400`, `404`, `405`) is an error whose `code` is null: a "
+            "routefit validation error (its `param` names the field) or the provider's."
         )
         w("")
     w(
@@ -892,6 +893,13 @@ BUGS = [
         "refused up front (400 `invalid_json`) by writing the body once (~0.1 ms per MB)",
     ),
     (
+        "`pricing/messages.py` `_tools`",
+        'a `functions` that was not a list (`true`, `1`, `"x"`, an object) was ignored '
+        "by pricing and forwarded; the provider (the simulator) failed on it with a 500 that "
+        "routefit relayed",
+        "400 `functions must be a list`, like `tools`",
+    ),
+    (
         "`proxy/upstream.py` `_upstream_error`, `_litellm_error`",
         "provider error messages were relayed verbatim: a provider echoing routefit's key "
         "(OpenAI's `Incorrect API key provided: sk-…`) leaked it, or its tail, to clients",
@@ -912,13 +920,19 @@ BUGS = [
 ]
 
 LIMITS = [
-    "The simulator answers HTTP 500 (with its traceback) to an image URL it cannot parse "
-    "(`http://[::1/x.png`); routefit relays a provider's 5xx as the provider's error. Such URLs "
-    "are fuzzed on `/routefit/fit` only; the simulator bug is reported, not fixed here.",
+    "Simulator bugs found by the fuzzing, reported, not fixed here (tests/sim is not part of "
+    "this work): it answers HTTP 500 with its traceback to an image URL it cannot parse "
+    "(`http://[::1/x.png`, `tests/sim/images.py` `is_loopback`) and to a `functions` that is "
+    "not a list (`tests/sim/counting.py` `openai_functions`). routefit now refuses the "
+    "latter itself; unparsable URLs are fuzzed on `/routefit/fit` only.",
     "A provider's `Retry-After` above 2 s ends the retries: the client gets the 429 and its "
     "Retry-After at once (a client or SDK that honours it is better placed to wait).",
     "Upstream 5xx bodies are relayed as the provider wrote them (scrubbed of keys): a "
     "provider that puts a stack trace in its 500 has it reach the client.",
+    "With the default `upstream_retries: 0`, a provider that closes a pooled keep-alive "
+    "connection just as routefit reuses it (as the simulator does right after a 500 it "
+    "raised) costs that request a 502 `upstream_unreachable`; seen once in ~4,000 fuzzed "
+    "requests. `upstream_retries: 1` or more absorbs it; production deployments should set it.",
     "Timings are not asserted for constant-time comparison (behaviour only), and the soak is "
     "loopback-only: no real network latency, no TLS.",
     "A stream event the provider sends malformed is relayed as it came (routefit does not "

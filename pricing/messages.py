@@ -228,6 +228,8 @@ def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
             else:
                 tools.append(tool)  # custom / built-in tool kinds are priced as their JSON
     legacy = body.get("functions")
+    if legacy is not None and not isinstance(legacy, list):
+        raise RequestError("functions must be a list", "functions")
     if isinstance(legacy, list):
         for i, fn in enumerate(legacy):
             if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
