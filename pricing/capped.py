@@ -45,7 +45,7 @@ __all__ = [
 #: costs ~10 tokens; JSON is cut at element granularity and every part kept of an element brings
 #: its own marker element (~15 tokens), so the price moves in steps of a few dozen tokens.
 SMALL_CAP = 64
-SMALL_JSON_CAP = 512
+SMALL_JSON_CAP = 1024
 
 
 class CapTooSmall(ValueError):
