@@ -80,7 +80,13 @@ class Running:
                 self.process.wait()
 
 
-def _command() -> list[str]:
+def routefit_command() -> list[str]:
+    """The installed ``routefit`` console script of the running interpreter's environment
+    (CI runs ``.venv/bin/python -m pytest`` without activating the venv, so PATH may not have
+    it)."""
+    beside = Path(sys.executable).with_name("routefit")
+    if beside.exists():
+        return [str(beside)]
     exe = shutil.which("routefit")
     return [exe] if exe else [sys.executable, "-m", "proxy.cli"]
 
@@ -107,7 +113,7 @@ def run_routefit(
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [
-                *_command(),
+                *routefit_command(),
                 "serve",
                 "--config",
                 str(config),

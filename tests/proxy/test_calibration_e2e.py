@@ -15,7 +15,7 @@ import uuid
 import httpx
 import openai
 import pytest
-from harness import free_port, gateway_config, run_routefit, sim_route
+from harness import free_port, gateway_config, routefit_command, run_routefit, sim_route
 
 VOCABULARY = (
     "alpha beta gamma delta epsilon tokens window provider usage estimate route calibration "
@@ -155,7 +155,7 @@ def test_the_embedded_store_keeps_calibration_across_restarts(sim, tmp_path):
     # ... and the CLI reads the same store
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}  # the config's store
     out = subprocess.run(
-        ["routefit", "calibration", "--config", str(config), "--json"],
+        [*routefit_command(), "calibration", "--config", str(config), "--json"],
         capture_output=True,
         text=True,
         timeout=60,

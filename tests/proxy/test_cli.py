@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 
 import pytest
-
-ROUTEFIT = shutil.which("routefit") or ""
+from harness import routefit_command
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [ROUTEFIT] if ROUTEFIT else [sys.executable, "-m", "proxy.cli"]
-    return subprocess.run([*cmd, *args], input=stdin, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [*routefit_command(), *args], input=stdin, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.fixture(scope="module")
