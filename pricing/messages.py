@@ -11,7 +11,7 @@ field) and lenient about extra keys (providers add fields faster than gateways l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -69,15 +69,17 @@ class Message:
     tool_call_id: str | None = None
     #: The wire dict this message was parsed from (or will be rendered as). Never mutated.
     wire: Mapping[str, Any] | None = None
+    #: The image parts, in order (derived once: fitting asks for them often).
+    images: tuple[ImagePart, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        images = tuple(p for p in self.parts if isinstance(p, ImagePart))
+        object.__setattr__(self, "images", images)
 
     @property
     def text(self) -> str:
         """All text parts joined (what a text-only reader of the message sees)."""
         return "".join(p.text for p in self.parts if isinstance(p, TextPart))
-
-    @property
-    def images(self) -> tuple[ImagePart, ...]:
-        return tuple(p for p in self.parts if isinstance(p, ImagePart))
 
 
 @dataclass(frozen=True, slots=True)

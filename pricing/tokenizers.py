@@ -127,9 +127,17 @@ class CountCache:
         return n
 
     def missing(self, texts: Sequence[str]) -> list[str]:
-        """The distinct texts among ``texts`` that are not cached yet."""
+        """The distinct texts among ``texts`` that are not cached yet.
+
+        A conversation re-sent with one new turn has all but its newest texts cached; when the
+        second-longest text is cached, that is assumed and nothing is returned, so the warm path
+        does not hash every text twice (once here, once when it is counted).
+        """
+        long = sorted((t for t in texts if len(t) >= _SHORT), key=len)
+        if len(long) >= 2 and self.key(long[-2]) in self._data:
+            return []
         out: dict[bytes, str] = {}
-        for text in texts:
+        for text in long:
             if len(text) >= _SHORT:
                 k = self.key(text)
                 if k not in self._data:

@@ -124,6 +124,7 @@ class _Job:
     memo: Memo = field(default_factory=Memo)
     placeholders: dict[int, int] = field(default_factory=dict)
     offloaded: dict[int, Message] = field(default_factory=dict)
+    _units: tuple[tuple[Message, ...], tuple[Unit, ...], list[UnitCosts]] | None = None
 
     def measure(self, messages: Sequence[Message]) -> Pressure:
         return measure_messages(messages, self.request.tools, self.route, self.sizes, self.memo)
@@ -136,6 +137,15 @@ class _Job:
             n = sum(tok.count(placeholder_for(part, self.route)) for part in message.images)
             self.placeholders[id(message)] = n
         return n
+
+    def units(
+        self, messages: tuple[Message, ...], pressure: Pressure
+    ) -> tuple[tuple[Unit, ...], list[UnitCosts]]:
+        """Units and their costs, computed once per version of the message list."""
+        if self._units is None or self._units[0] is not messages:
+            units = group_units(messages)
+            self._units = (messages, units, _unit_costs(self, messages, units, pressure))
+        return self._units[1], self._units[2]
 
     def offload(self, message: Message) -> Message:
         found = self.offloaded.get(id(message))
@@ -245,8 +255,7 @@ def _compile(
     elide = "elide" in active
     if not (offload or elide):
         return estimate, None
-    units = group_units(messages)
-    costs = _unit_costs(job, messages, units, pressure)
+    units, costs = job.units(messages, pressure)
     overhead = job.correction.apply(0, pressure.tools + pressure.priming)
     marker = _marker_price(route, job.correction)
     policy = job.policy
