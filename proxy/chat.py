@@ -220,30 +220,22 @@ class Gateway:
         sizes: dict[str, tuple[int, int]],
         size: int,
     ) -> Fit:
-        args = (parsed, rc, policy, correction, sizes)
-        if size > _THREAD_ABOVE:
-            return await anyio.to_thread.run_sync(self._fit_sync, *args)
-        return self._fit_sync(*args)
+        def run() -> Fit:
+            try:
+                return fit(parsed, rc.route, policy, correction, sizes)
+            except RequestError as exc:  # an image that cannot be priced, found while pricing
+                raise ProxyError(400, exc.message, param=exc.param) from None
+            except FitError as exc:
+                raise ProxyError(
+                    400,
+                    f"This model's maximum context length is {exc.window:,} tokens. {exc}",
+                    param="messages",
+                    code="context_length_exceeded",
+                ) from None
 
-    def _fit_sync(
-        self,
-        parsed: ChatRequest,
-        rc: RouteConfig,
-        policy: FitPolicy,
-        correction: Correction,
-        sizes: dict[str, tuple[int, int]],
-    ) -> Fit:
-        try:
-            return fit(parsed, rc.route, policy, correction, sizes)
-        except RequestError as exc:  # an image that cannot be priced, found while pricing
-            raise ProxyError(400, exc.message, param=exc.param) from None
-        except FitError as exc:
-            raise ProxyError(
-                400,
-                f"This model's maximum context length is {exc.window:,} tokens. {exc}",
-                param="messages",
-                code="context_length_exceeded",
-            ) from None
+        if size > _THREAD_ABOVE:
+            return await anyio.to_thread.run_sync(run)
+        return run()
 
     def headers(self, p: Prepared) -> dict[str, str]:
         headers = {

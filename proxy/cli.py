@@ -273,19 +273,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    price = sub.add_parser("price", help="price a chat request the way its route counts it")
-    price.add_argument("file", help="an OpenAI chat-completions request body (JSON), or -")
-    price.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
-    price.add_argument("--model", help="model alias (default: the body's model)")
-    price.add_argument("--json", action="store_true", help="machine-readable output")
-    price.set_defaults(run=_price)
-
-    fit = sub.add_parser("fit", help="compile a chat request to fit its route's budget")
-    fit.add_argument("file", help="an OpenAI chat-completions request body (JSON), or -")
-    fit.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
-    fit.add_argument("--model", help="model alias (default: the body's model)")
-    fit.add_argument("--json", action="store_true", help='{"request": ..., "report": ...}')
-    fit.set_defaults(run=_fit)
+    for name, run, helps, json_help in (
+        (
+            "price",
+            _price,
+            "price a chat request the way its route counts it",
+            "machine-readable output",
+        ),
+        (
+            "fit",
+            _fit,
+            "compile a chat request to fit its route's budget",
+            '{"request": ..., "report": ...}',
+        ),
+    ):
+        cmd = sub.add_parser(name, help=helps)
+        cmd.add_argument("file", help="an OpenAI chat-completions request body (JSON), or -")
+        cmd.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
+        cmd.add_argument("--model", help="model alias (default: the body's model)")
+        cmd.add_argument("--json", action="store_true", help=json_help)
+        cmd.set_defaults(run=run)
 
     cal = sub.add_parser("calibration", help="what routefit has learnt per route, from the store")
     cal.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")

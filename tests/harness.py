@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,76 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def redis_answers(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class PrivateRedis:
+    """A redis-server of our own on a free port, to kill and restart during a test.
+
+    ``persistent=True`` turns on an fsync-always append-only file, so the counters survive a
+    kill -9 (the test can then check them across an outage)."""
+
+    def __init__(self, port: int | None = None, persistent: bool = False) -> None:
+        server = shutil.which("redis-server")
+        if server is None:
+            raise RuntimeError("redis-server is required (apt install redis-server)")
+        port = port or free_port()
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.workdir = tempfile.mkdtemp(prefix="routefit-redis-")
+        self.cmd = [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            self.workdir,
+            *(
+                ["--appendonly", "yes", "--appendfsync", "always"]
+                if persistent
+                else ["--appendonly", "no"]
+            ),
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not redis_answers(self.port):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def close(self) -> None:
+        self.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@contextmanager
+def private_redis(port: int | None = None, persistent: bool = False) -> Iterator[PrivateRedis]:
+    r = PrivateRedis(port, persistent)
+    r.start()
+    try:
+        yield r
+    finally:
+        r.close()
 
 
 def sim_route(alias: str, sim_url: str, model: str | None = None, **routefit: Any) -> dict:

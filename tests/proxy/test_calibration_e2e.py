@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 
 import httpx
 import openai
 import pytest
-from harness import free_port, gateway_config, routefit_command, run_routefit, sim_route
+from harness import gateway_config, routefit_command, run_routefit, sim_route
+from harness import private_redis as harness_private_redis
 
 VOCABULARY = (
     "alpha beta gamma delta epsilon tokens window provider usage estimate route calibration "
@@ -168,57 +167,8 @@ def test_the_embedded_store_keeps_calibration_across_restarts(sim, tmp_path):
 @pytest.fixture
 def private_redis():
     """A redis-server of our own, to kill and restart mid-session."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.fail("redis-server is required (apt install redis-server)")
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="routefit-redis-")
-    cmd = [
-        server,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        workdir,
-    ]
-
-    def start() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True
-            ).stdout.strip()
-            != "PONG"
-        ):
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
-        return proc
-
-    state = {"proc": start()}
-
-    class Handle:
-        url = f"redis://127.0.0.1:{port}/0"
-
-        def kill(self) -> None:
-            state["proc"].kill()
-            state["proc"].wait()
-
-        def restart(self) -> None:
-            state["proc"] = start()
-
-    try:
-        yield Handle()
-    finally:
-        state["proc"].kill()
-        state["proc"].wait()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with harness_private_redis() as server:
+        yield server
 
 
 def test_killing_redis_mid_session_loses_no_response(sim, tmp_path, private_redis):
@@ -244,7 +194,7 @@ def test_killing_redis_mid_session_loses_no_response(sim, tmp_path, private_redi
         assert down["samples_dropped"] >= 1
         ready = httpx.get(gw.base_url + "/readyz")
         assert ready.status_code == 200 and ready.json()["checks"]["store"] is False
-        private_redis.restart()
+        private_redis.start()
         for _ in range(5):
             ask(client, alias, conversation(rng))
         deadline = time.monotonic() + 10

@@ -9,17 +9,15 @@ from __future__ import annotations
 import asyncio
 import calendar
 import contextlib
-import shutil
 import socket
 import sqlite3
-import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from harness import free_port, private_redis
 from redis.crc import key_slot
 
 from pricing.calibration import Anchor, Sample
@@ -527,75 +525,22 @@ async def test_redis_hung_server_times_out() -> None:
             await store.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def private_redis() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
-    """Yields ``start()``, which (re)starts a private redis-server on one fixed port."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server binary not installed")
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="routefit-store-")
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-             "no", "--dir", workdir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        procs.append(proc)
-        deadline = time.monotonic() + 10
-        while not answers(port):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                pytest.fail("private redis-server did not start")
-            time.sleep(0.02)
-        return proc
-
-    start.port = port  # type: ignore[attr-defined]
-    try:
-        yield start
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
 async def test_redis_recovers_after_a_restart() -> None:
-    with private_redis() as start:
-        proc = start()
-        store = RedisStore(f"redis://127.0.0.1:{start.port}/0", timeout=0.3)  # type: ignore[attr-defined]
+    with private_redis() as server:
+        store = RedisStore(server.url, timeout=0.3)
         try:
             team = uid("team")
             assert (await store.reserve(team, [(MINUTE, 10)])).admitted
             await store.record_sample(sample("r", 1))
 
-            proc.kill()
-            proc.wait(timeout=10)
+            server.kill()
             with pytest.raises(StoreUnavailable):
                 await store.reserve(team, [(MINUTE, 10)])
             with pytest.raises(StoreUnavailable):
                 await store.recent_samples("r", 5)
             assert await store.ping() is False
 
-            start()  # same port, empty server (no persistence), no script cache
+            server.start()  # same port, empty server (no persistence), no script cache
             assert await store.ping() is True
             r = await store.reserve(team, [(MINUTE, 10)])  # the script is loaded again
             assert r.admitted and r.windows[0].used == 10

@@ -13,14 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,76 +114,6 @@ class Tally:
             "server_errors": sum(v for k, v in self.statuses.items() if k >= 500),
             "slowest_s": round(self.slowest, 3),
         }
-
-
-class PrivateRedis:
-    """A redis-server of our own on a free port, to kill and restart during a test.
-
-    ``persistent=True`` turns on an fsync-always append-only file, so the counters survive a
-    kill -9 (the test can then check them across an outage)."""
-
-    def __init__(self, port: int, persistent: bool = False) -> None:
-        server = shutil.which("redis-server")
-        if server is None:
-            raise RuntimeError("redis-server is required (apt install redis-server)")
-        self.port = port
-        self.url = f"redis://127.0.0.1:{port}/0"
-        self.workdir = tempfile.mkdtemp(prefix="routefit-reliability-redis-")
-        self.cmd = [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-            self.workdir,
-            *(
-                ["--appendonly", "yes", "--appendfsync", "always"]
-                if persistent
-                else ["--appendonly", "no"]
-            ),
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def _answers(self) -> bool:
-        import socket
-
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not self._answers():
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def close(self) -> None:
-        self.kill()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-@contextmanager
-def private_redis(port: int, persistent: bool = False) -> Iterator[PrivateRedis]:
-    r = PrivateRedis(port, persistent)
-    r.start()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import free_port, gateway_config, run_routefit, sim_route
-from relkit import check_error_shape, metric, private_redis, record
+from harness import free_port, gateway_config, private_redis, run_routefit, sim_route
+from relkit import check_error_shape, metric, record
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 KEY = "sk-team-" + uuid.uuid4().hex
