@@ -422,20 +422,17 @@ def _sessions_section(se: dict, lines: list[str], goals: list) -> None:
 
 PROFILE_NOTES = [
     "From `python bench/profile_proxy.py` (py-spy of routefit's main thread under small c16 "
-    "load, and an experiment; not re-run by run.py, figures from one run on this machine):",
+    "load, and an experiment; not re-run by run.py, figures from one run on this machine, "
+    "before the changes they led to):",
     "",
-    "- On the OpenAI path the HTTP client dominates: `Upstreams.complete` was 57% of the main "
-    "thread's samples, of which httpx `AsyncClient.send` 44% and httpcore's pool scan "
-    "(`AsyncConnectionPool._assign_requests_to_connections` → `has_expired` → "
-    "`is_socket_readable`, a poll per pooled connection, on every request) 21%; routefit's own "
-    "work (parse, price, fit, anchor lookup) 10.5%, sending the response 8%, idle 12%.",
-    "- The same app with only the passthrough call replaced by a plain aiohttp POST (same URL, "
-    "body, headers; usage still parsed): 958 vs 232 req/s at c16 and 0.61 vs 2.65 ms of server "
-    "CPU per request, in the same run. The HTTP client of `proxy/upstream.py` is the fix that "
-    "would reach the throughput and latency goals.",
-    "- The route's tokenizer is loaded lazily by the first request that needs it "
-    "(`pricing/tokenizers.py` `get_tokenizer` → `_load_tiktoken`, ~0.5-1.2 s on the event "
-    'loop), after `/readyz` already answered 200: see "first request" in section 2.',
+    "- With httpx as the passthrough client, the HTTP client dominated: `Upstreams.complete` "
+    "was 57% of the main thread's samples, of which httpx `AsyncClient.send` 44% and "
+    "httpcore's pool scan (a poll per pooled connection, on every request) 21%; routefit's own "
+    "work (parse, price, fit, anchor lookup) 10.5%. The same app with an aiohttp POST instead: "
+    "958 vs 232 req/s at c16, 0.61 vs 2.65 ms of CPU per request. routefit's passthrough now "
+    "uses aiohttp (section 1 is measured with it).",
+    "- The route's tokenizer used to load on the first request (~0.5-1.2 s on the event loop); "
+    "it is now loaded in a thread before `/readyz` answers 200.",
     "",
 ]
 
@@ -475,7 +472,8 @@ def _findings(sections: dict) -> list[str]:
         lines.append(
             f"- routefit's first proxied request after `/readyz` took "
             f"{rf['first_request_ms']:.0f} ms, the second {rf['second_request_ms']:.1f} ms "
-            "(the tokenizer is loaded on first use, on the event loop)."
+            "(tokenizers are loaded before /readyz answers; the first request still fills "
+            "caches and the connection pool)."
         )
     load = sections.get("proxy_load", {}).get("summary", {})
     t = load.get("translated", {}).get("stream c16")
@@ -493,8 +491,8 @@ def _findings(sections: dict) -> list[str]:
             f"- OpenAI path, small c16: routefit spends {o['routefit_cpu_ms_per_request']:.2f} "
             f"ms of CPU per request, LiteLLM {o['litellm_cpu_ms_per_request']:.2f} "
             f"({o['cpu_ratio']:.2f}×), yet throughput is only "
-            f"{o['throughput_ratio']:.1f}× (routefit's event loop and the simulator share the "
-            "2 cores with the load; see the profile below for where the 2.7 ms go)."
+            f"{o['throughput_ratio']:.1f}× (routefit's event loop, the simulator and the load "
+            "generator share the 2 cores)."
         )
     big = load.get("openai", {}).get("30k-token prompt c1")
     if big and big.get("routefit_added_p50_ms") is not None:

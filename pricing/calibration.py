@@ -13,11 +13,13 @@ module turns those samples into a ``Correction``:
    means a little unused window. The fitted model is scaled by an upper quantile of
    actual / predicted over the window, so at most ~(1 − quantile) of requests are underestimated
    and by little.
-3. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
+3. **Never below an exact meter**: on a route whose meter follows the provider's published
+   rules, a factor is never below 1 (what the meter does not know can only add tokens).
+4. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
    whose meter is exact, a conservative prior (1.1 on text and framing) on one that is not.
-4. **Quick to follow a change** (a new model version behind the same alias): when the newest
+5. **Quick to follow a change** (a new model version behind the same alias): when the newest
    samples disagree consistently with the older ones, the older ones are dropped.
-5. **Clamped** to a sane range, and **quantised** (0.5% steps, rounded up) so that a factor does
+6. **Clamped** to a sane range, and **quantised** (0.5% steps, rounded up) so that a factor does
    not jitter between requests: fitting's cut points are computed on calibrated prices, and a
    factor that moved every request would move them too.
 
@@ -196,8 +198,11 @@ def fit_correction(
     # A part no sample contained (no images seen yet) keeps the meter's own opinion: neither
     # the fit nor the conservative scale-up says anything about it.
     seen = [any(r[j] for r in rows) for j in range(3)]
+    # An exact meter counts what it knows exactly; what it does not know (tool-call rendering)
+    # can only add tokens. Its factors are never below 1.
+    low = max(policy.low, 1.0) if exact else policy.low
     text, framing, images = (
-        min(policy.high, max(policy.low, _round_up(f * scale_up, policy.step))) if known else 1.0
+        min(policy.high, max(low, _round_up(f * scale_up, policy.step))) if known else 1.0
         for f, known in zip(factors, seen, strict=True)
     )
     return Correction(text=text, framing=framing, images=images, samples=len(usable))

@@ -110,3 +110,16 @@ def test_anchored_estimate_is_truth_plus_corrected_increment():
     c = Correction(text=1.1, framing=1.5, images=1.0)
     assert anchored(anchor, 9000, 400, 765, c) == 11000
     assert anchored(anchor, 10000, 420, 765, c) == 11000 + math.ceil(1000 * 1.1 + 20 * 1.5)
+
+
+def test_an_exact_meter_is_never_corrected_below_itself():
+    # Samples where the provider counted a little less than the (exact) meter, as when a
+    # provider renders a tool call more compactly than the meter's approximation of it.
+    rng = random.Random(8)
+    samples = []
+    for i in range(40):
+        text, framing = rng.randint(100, 3000), rng.randint(10, 80)
+        samples.append(sample(text, framing, 0, int((text + framing) * 0.97), i))
+    exact = fit_correction(samples, exact=True)
+    assert exact.text >= 1.0 and exact.framing >= 1.0
+    assert fit_correction(samples, exact=False).text < 1.0
