@@ -42,7 +42,9 @@ def gw(sim, tmp_path_factory):
         tmp_path_factory.mktemp("budgets") / "c.yaml",
         routes(sim),
         admin_key=ADMIN,
-        teams=teams("alpha", "beta", tokens_per_minute=10_000_000),
+        # minute for the rate-limit headers; the tests read the day window, which does not roll
+        # over between two reads of a test
+        teams=teams("alpha", "beta", tokens_per_minute=10_000_000, tokens_per_day=10**10),
     )
     with run_routefit(config) as running:
         yield running
@@ -104,7 +106,7 @@ def test_a_team_reaches_only_its_routes_and_its_usage(gw):
 
 
 def test_usage_is_settled_to_the_providers_count_with_rate_limit_headers(gw):
-    before = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    before = usage(gw, "alpha")["tokens_per_day"]["used"]
     client = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
         model="gpt-4o", messages=[{"role": "user", "content": "count me"}], max_tokens=40
@@ -114,12 +116,12 @@ def test_usage_is_settled_to_the_providers_count_with_rate_limit_headers(gw):
     assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 10_000_000
     assert raw.headers["x-ratelimit-reset-tokens"]
     spent = reply.usage.prompt_tokens + reply.usage.completion_tokens
-    assert settled_usage(gw, "alpha", "tokens_per_minute", before + spent) == before + spent
+    assert settled_usage(gw, "alpha", "tokens_per_day", before + spent) == before + spent
 
 
 def test_streams_settle_when_they_end_and_release_when_cancelled(gw, fresh_sim):
     client = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
-    before = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    before = usage(gw, "alpha")["tokens_per_day"]["used"]
     chunks = list(
         client.chat.completions.create(
             model="gpt-4o",
@@ -130,10 +132,10 @@ def test_streams_settle_when_they_end_and_release_when_cancelled(gw, fresh_sim):
         )
     )
     spent = chunks[-1].usage.prompt_tokens + chunks[-1].usage.completion_tokens
-    assert settled_usage(gw, "alpha", "tokens_per_minute", before + spent) == before + spent
+    assert settled_usage(gw, "alpha", "tokens_per_day", before + spent) == before + spent
 
     fresh_sim.state.config.chunk_delay = 0.3
-    before = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    before = usage(gw, "alpha")["tokens_per_day"]["used"]
     body = {
         "model": "gpt-4o",
         "stream": True,
@@ -150,23 +152,23 @@ def test_streams_settle_when_they_end_and_release_when_cancelled(gw, fresh_sim):
         assert r.status_code == 200
         lines = r.iter_lines()  # keep the iterator alive: dropping it closes the stream
         next(lines)
-        held = usage(gw, "alpha")["tokens_per_minute"]["used"]
+        held = usage(gw, "alpha")["tokens_per_day"]["used"]
         assert held - before >= 500  # the reservation covers the output reserve
     deadline = time.monotonic() + 5
-    while usage(gw, "alpha")["tokens_per_minute"]["used"] != before:
+    while usage(gw, "alpha")["tokens_per_day"]["used"] != before:
         assert time.monotonic() < deadline, "the cancelled stream's reservation was not released"
         time.sleep(0.05)
 
 
 def test_upstream_failure_releases_the_reservation(gw, fresh_sim):
     client = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
-    before = usage(gw, "alpha")["tokens_per_minute"]["used"]
+    before = usage(gw, "alpha")["tokens_per_day"]["used"]
     fresh_sim.inject("status:500")
     with pytest.raises(openai.InternalServerError):
         client.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "fail"}]
         )
-    assert usage(gw, "alpha")["tokens_per_minute"]["used"] == before
+    assert usage(gw, "alpha")["tokens_per_day"]["used"] == before
 
 
 def test_usd_quota(sim, tmp_path):
