@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from cookbook import COOKBOOK_MESSAGES, WEATHER_MESSAGES, WEATHER_TOOL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim import SimModel, fixtures, get_builtin, openai_prompt, run_sim
@@ -37,70 +38,8 @@ sim = fixtures.sim
 fresh_sim = fixtures.fresh_sim
 
 # The OpenAI cookbook's examples ("How to count tokens with tiktoken").
-JARGON = [
-    {
-        "role": "system",
-        "content": "You are a helpful, pattern-following assistant that translates corporate "
-        "jargon into plain English.",
-    },
-    {
-        "role": "system",
-        "name": "example_user",
-        "content": "New synergies will help drive top-line growth.",
-    },
-    {
-        "role": "system",
-        "name": "example_assistant",
-        "content": "Things working well together will increase revenue.",
-    },
-    {
-        "role": "system",
-        "name": "example_user",
-        "content": "Let's circle back when we have more bandwidth to touch base on opportunities "
-        "for increased leverage.",
-    },
-    {
-        "role": "system",
-        "name": "example_assistant",
-        "content": "Let's talk later when we're less busy about how to do better.",
-    },
-    {
-        "role": "user",
-        "content": "This late pivot means we don't have time to boil the ocean for the client "
-        "deliverable.",
-    },
-]
-WEATHER_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_current_weather",
-            "description": "Get the current weather in a given location",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "location": {
-                        "type": "string",
-                        "description": "The city and state, e.g. San Francisco, CA",
-                    },
-                    "unit": {
-                        "type": "string",
-                        "description": "The unit of temperature to return",
-                        "enum": ["celsius", "fahrenheit"],
-                    },
-                },
-                "required": ["location"],
-            },
-        },
-    }
-]
-WEATHER_MESSAGES = [
-    {
-        "role": "system",
-        "content": "You are a helpful assistant that can answer to questions about the weather.",
-    },
-    {"role": "user", "content": "What's the weather like in San Francisco?"},
-]
+JARGON = COOKBOOK_MESSAGES
+WEATHER_TOOLS = [WEATHER_TOOL]
 SIMPLE = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 ANTHROPIC_HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
 LONG = " ".join(f"fact{i} is stored in row {i}." for i in range(400))  # ~3000 tokens
