@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +35,16 @@ DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 BASE = K8S / "base"
 OVERLAYS = sorted(p for p in (K8S / "overlays").iterdir() if p.is_dir())
-ENV_PREFIX = "os.environ/"
+
+# deploy/check's own helpers: the test and the check read the files the same way.
+sys.path.insert(0, str(DEPLOY))
+from checks import env_refs, yaml_docs  # noqa: E402
+
+from proxy.config import ENV_PREFIX  # noqa: E402
 
 
 def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
-
-
-def yaml_docs(path: Path) -> list[Any]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-
-
-def env_refs(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    if isinstance(value, str) and value.startswith(ENV_PREFIX):
-        yield value[len(ENV_PREFIX) :], where
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from env_refs(v, f"{where}.{k}" if where else str(k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from env_refs(v, f"{where}[{i}]")
 
 
 def placeholder_env(raw: Any, given: Mapping[str, str] | None = None) -> dict[str, str]:
