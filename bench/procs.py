@@ -201,7 +201,7 @@ class Servers:
     # -- the three kinds of server --------------------------------------------------------
 
     def sim(self, *model_json: str, name: str = "sim") -> Server:
-        cmd = [sys.executable, "-m", "sim", "--port", "0", "--log-level", "warning"]
+        cmd = [sys.executable, "-m", "proxy.sim", "--port", "0", "--log-level", "warning"]
         for m in model_json:
             cmd += ["--model-json", m]
         process, log_path, started = self.spawn(name, cmd, {"PYTHONPATH": str(TESTS)})

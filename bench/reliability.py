@@ -116,7 +116,7 @@ def _redis_answers() -> bool:
 def _start_sim() -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, PYTHONPATH=str(TESTS))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim", "--port", "0"],
+        [sys.executable, "-m", "proxy.sim", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -555,7 +555,7 @@ def render(figures: list[dict[str, Any]], summary: dict[str, Any], soak_section:
         f"{summary['scale']}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}); `--soak` adds the soak. "
         "Every figure below comes from the tests in `tests/reliability/`, which run against real "
-        "processes on loopback: `routefit serve`, the provider simulator (`tests/sim`), "
+        "processes on loopback: `routefit serve`, the provider simulator (`proxy/sim`), "
         "`redis-server`, and, for the security tests, a hostile fake provider. The same tests "
         "run in CI as ordinary pytest tests with small budgets (`python -m pytest "
         "tests/reliability`, under a minute on 2 cores); this script multiplies the fuzzing "
@@ -920,10 +920,10 @@ BUGS = [
 ]
 
 LIMITS = [
-    "Simulator bugs found by the fuzzing, reported, not fixed here (tests/sim is not part of "
+    "Simulator bugs found by the fuzzing, reported, not fixed here (proxy/sim is not part of "
     "this work): it answers HTTP 500 with its traceback to an image URL it cannot parse "
-    "(`http://[::1/x.png`, `tests/sim/images.py` `is_loopback`) and to a `functions` that is "
-    "not a list (`tests/sim/counting.py` `openai_functions`). routefit now refuses the "
+    "(`http://[::1/x.png`, `proxy/sim/images.py` `is_loopback`) and to a `functions` that is "
+    "not a list (`proxy/sim/counting.py` `openai_functions`). routefit now refuses the "
     "latter itself; unparsable URLs are fuzzed on `/routefit/fit` only.",
     "A provider's `Retry-After` above 2 s ends the retries: the client gets the 429 and its "
     "Retry-After at once (a client or SDK that honours it is better placed to wait).",

@@ -590,7 +590,7 @@ def write(results: dict, bench_dir: Path, command: str) -> Path:
         "start without one); no database, no callbacks.",
         "- routefit: `routefit serve --workers 1 --log-level warning`, embedded in-memory "
         "store, one team key (authenticated like LiteLLM's master key, no quotas).",
-        "- Simulator: `python -m sim` (tests/sim), one process, h11; all servers on 127.0.0.1.",
+        "- Simulator: `python -m proxy.sim`, one process, h11; all servers on 127.0.0.1.",
         *_dirty_note(m),
         *_load_note(results),
         "",

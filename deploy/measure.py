@@ -2,7 +2,7 @@
 
     PYTHONPATH=tests python deploy/measure.py [--workers N] [--requests N] [--litellm]
 
-Starts the provider simulator (tests/sim), a private redis-server on a free loopback port (the
+Starts the provider simulator (proxy/sim), a private redis-server on a free loopback port (the
 embedded store when redis-server is not installed) and ``routefit serve``, then sends two rounds
 of ``--requests`` chat requests, 16 at a time: 60% short chats, 20% streamed, 20% agent
 sessions of 10-80 tool turns (up to ~30k tokens) on a route with a 16k window, so they are
@@ -172,7 +172,7 @@ def main() -> int:
     procs: list[subprocess.Popen[Any]] = []
     try:
         sim = subprocess.Popen(
-            [sys.executable, "-m", "sim", "--port", "0"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-m", "proxy.sim", "--port", "0"], stdout=subprocess.PIPE, text=True
         )
         procs.append(sim)
         assert sim.stdout is not None

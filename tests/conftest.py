@@ -45,5 +45,5 @@ def example_config() -> Path:
     return EXAMPLES / "routefit.yaml"
 
 
-# The provider simulator (tests/sim): a session-wide server and a per-test reset view of it.
-from sim.fixtures import fresh_sim, sim  # noqa: E402, F401
+# The provider simulator (proxy/sim): a session-wide server and a per-test reset view of it.
+from sim_fixtures import fresh_sim, sim  # noqa: E402, F401

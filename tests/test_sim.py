@@ -23,13 +23,15 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import sim_fixtures as fixtures
 from cookbook import COOKBOOK_MESSAGES, WEATHER_MESSAGES, WEATHER_TOOL
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim import SimModel, fixtures, get_builtin, openai_prompt, run_sim
-from sim.counting import deepseek_render
-from sim.server import SimServer
-from sim.tokens import get_encoder
+
+from proxy.sim import SimModel, get_builtin, openai_prompt, run_sim
+from proxy.sim.counting import deepseek_render
+from proxy.sim.server import SimServer
+from proxy.sim.tokens import get_encoder
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -819,14 +821,14 @@ def test_no_usage_fault(fresh_sim: SimServer) -> None:
 # -------------------------------------------------------------------------------- standalone
 
 
-def test_python_dash_m_sim_runs_standalone() -> None:
+def test_python_dash_m_proxy_sim_runs_standalone() -> None:
     tests_dir = Path(__file__).resolve().parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), str(tests_dir.parent)])}
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "sim",
+            "proxy.sim",
             "--port",
             "0",
             "--model",

@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.images import Picture, image_tokens
-from sim.models import SimModel
-from sim.tokens import (
+from proxy.sim.images import Picture, image_tokens
+from proxy.sim.models import SimModel
+from proxy.sim.tokens import (
     CALL,
     END,
     FILL,

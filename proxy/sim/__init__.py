@@ -1,16 +1,16 @@
 """routefit's LLM provider simulator: a real HTTP server speaking OpenAI's and Anthropic's wire
 formats, counting tokens by its own rules (the truth routefit's estimates are tested against).
 
-Start one with :func:`run_sim` (tests), ``python -m sim`` (bench), or the ``sim`` fixture in
+Start one with :func:`run_sim` (tests), ``python -m proxy.sim`` (bench), or the ``sim`` fixture in
 :mod:`sim.fixtures`. Its rules, models and fault controls are documented in docs/simulator.md.
 """
 
-from sim.app import create_app
-from sim.counting import Prompt, anthropic_prompt, openai_prompt
-from sim.faults import Fault, FaultRule, parse_faults
-from sim.models import BUILTIN_MODELS, SimModel, builtin_models, get_builtin, small_variant
-from sim.server import SimServer, run_sim
-from sim.state import SimConfig, SimState
+from proxy.sim.app import create_app
+from proxy.sim.counting import Prompt, anthropic_prompt, openai_prompt
+from proxy.sim.faults import Fault, FaultRule, parse_faults
+from proxy.sim.models import BUILTIN_MODELS, SimModel, builtin_models, get_builtin, small_variant
+from proxy.sim.server import SimServer, run_sim
+from proxy.sim.state import SimConfig, SimState
 
 __all__ = [
     "BUILTIN_MODELS",

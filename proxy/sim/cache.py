@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from sim.tokens import as_ids
+from proxy.sim.tokens import as_ids
 
 __all__ = ["BreakpointCache", "PrefixCache"]
 

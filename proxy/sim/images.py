@@ -129,7 +129,7 @@ async def resolve_url(url: str, *, assumed: tuple[int, int], fetch_loopback: boo
     are fetched (a provider fetches URLs; tests serve images locally); any other URL cannot be
     reached offline and is assumed to be ``assumed`` pixels.
     """
-    from sim.tokens import digest
+    from proxy.sim.tokens import digest
 
     if url.startswith("data:"):
         _, data = decode_data_url(url)

@@ -15,14 +15,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sim import wire_anthropic, wire_openai
-from sim.counting import anthropic_prompt, openai_prompt
-from sim.errors import SimError, anthropic_error, fault_error, openai_error
-from sim.faults import FaultPlan, FaultRule, parse_faults, plan_faults
-from sim.state import SimState
-from sim.streaming import DisconnectWatch, DropConnection
-from sim.wire_anthropic import messages as anthropic_messages
-from sim.wire_openai import chat_completions
+from proxy.sim import wire_anthropic, wire_openai
+from proxy.sim.counting import anthropic_prompt, openai_prompt
+from proxy.sim.errors import SimError, anthropic_error, fault_error, openai_error
+from proxy.sim.faults import FaultPlan, FaultRule, parse_faults, plan_faults
+from proxy.sim.state import SimState
+from proxy.sim.streaming import DisconnectWatch, DropConnection
+from proxy.sim.wire_anthropic import messages as anthropic_messages
+from proxy.sim.wire_openai import chat_completions
 
 __all__ = ["Ctx", "SimApp", "create_app"]
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sim.models import SimModel
-from sim.tokens import get_encoder
+from proxy.sim.models import SimModel
+from proxy.sim.tokens import get_encoder
 
 __all__ = ["Answer", "ToolCallOut", "answer"]
 

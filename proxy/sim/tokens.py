@@ -145,7 +145,7 @@ def _load_tiktoken(name: str) -> Any:
     import tiktoken
 
     folder = litellm_tokenizer_dir()
-    cached = folder / hashlib.sha1(_TIKTOKEN_URLS[name].encode()).hexdigest()
+    cached = folder / hashlib.sha1(_TIKTOKEN_URLS[name].encode(), usedforsecurity=False).hexdigest()
     if not cached.is_file():
         raise RuntimeError(f"sim: litellm's offline copy of {name} ({cached}) is missing")
     with _lock:

@@ -1,6 +1,6 @@
 """pytest fixtures for the simulator. Import them into a conftest or test module::
 
-    from sim.fixtures import sim, fresh_sim  # noqa: F401
+    from proxy.sim.fixtures import sim, fresh_sim  # noqa: F401
 
 ``sim``        session-scoped: one simulator with every built-in model, no API key required.
 ``fresh_sim``  function-scoped: that same simulator, reset (request log, faults, caches,
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sim.server import SimServer, run_sim
-from sim.state import SimConfig
+from proxy.sim.server import SimServer, run_sim
+from proxy.sim.state import SimConfig
 
 __all__ = ["fresh_sim", "sim"]
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.cache import BreakpointCache, PrefixCache
-from sim.faults import FaultQueue
-from sim.models import SimModel, builtin_models
+from proxy.sim.cache import BreakpointCache, PrefixCache
+from proxy.sim.faults import FaultQueue
+from proxy.sim.models import SimModel, builtin_models
 
 __all__ = ["SimConfig", "SimState", "Stats"]
 

@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
-from sim.completion import Answer, answer
-from sim.counting import openai_functions, openai_prompt
-from sim.errors import SimError
-from sim.images import ImageProblem, Picture, resolve_url
-from sim.models import SimModel
-from sim.state import SimState
-from sim.streaming import CutBody, EventStream, sse
+from proxy.sim.completion import Answer, answer
+from proxy.sim.counting import openai_functions, openai_prompt
+from proxy.sim.errors import SimError
+from proxy.sim.images import ImageProblem, Picture, resolve_url
+from proxy.sim.models import SimModel
+from proxy.sim.state import SimState
+from proxy.sim.streaming import CutBody, EventStream, sse
 
 if TYPE_CHECKING:
-    from sim.app import Ctx
+    from proxy.sim.app import Ctx
 
 __all__ = ["chat_completions", "validate_chat"]
 

@@ -1,4 +1,4 @@
-"""Running the simulator: in a background thread (tests), in the foreground (``python -m sim``)."""
+"""Running the simulator: in a background thread (tests), in the foreground (``-m proxy.sim``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import uvicorn
 
-from sim.app import SimApp, create_app
-from sim.faults import FaultRule, parse_faults
-from sim.models import SimModel
-from sim.state import SimConfig, SimState
+from proxy.sim.app import SimApp, create_app
+from proxy.sim.faults import FaultRule, parse_faults
+from proxy.sim.models import SimModel
+from proxy.sim.state import SimConfig, SimState
 
 __all__ = ["SimServer", "build_server", "run_sim"]
 
@@ -175,7 +175,7 @@ def serve_forever(
     log_level: str = "warning",
     on_ready: Any = None,
 ) -> None:
-    """Run in the foreground until SIGINT/SIGTERM (``python -m sim``)."""
+    """Run in the foreground until SIGINT/SIGTERM (``python -m proxy.sim``)."""
     state = SimState(models, config)
     app = create_app(state)
     server = build_server(app, log_level=log_level)

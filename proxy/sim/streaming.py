@@ -16,7 +16,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from sim.state import SimState
+from proxy.sim.state import SimState
 
 __all__ = ["CutBody", "DisconnectWatch", "DropConnection", "EventStream"]
 

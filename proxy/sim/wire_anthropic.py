@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
-from sim.completion import Answer, answer
-from sim.counting import anthropic_prompt
-from sim.errors import SimError
-from sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
-from sim.models import SimModel
-from sim.state import SimState
-from sim.streaming import CutBody, EventStream, sse
-from sim.tokens import digest
+from proxy.sim.completion import Answer, answer
+from proxy.sim.counting import anthropic_prompt
+from proxy.sim.errors import SimError
+from proxy.sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
+from proxy.sim.models import SimModel
+from proxy.sim.state import SimState
+from proxy.sim.streaming import CutBody, EventStream, sse
+from proxy.sim.tokens import digest
 
 if TYPE_CHECKING:
-    from sim.app import Ctx
+    from proxy.sim.app import Ctx
 
 __all__ = ["messages"]
 

@@ -1,4 +1,4 @@
-"""``python -m sim --port P [--model NAME ...]``: the simulator as a standalone server.
+"""``python -m proxy.sim --port P [--model NAME ...]``: the simulator as a standalone server.
 
 Prints ``sim listening on http://HOST:PORT`` (flushed) once it accepts requests, so a parent
 process can wait for that line (``--port 0`` picks a free port and the line tells which).
@@ -11,9 +11,9 @@ import json
 import sys
 from dataclasses import fields
 
-from sim.models import BUILTIN_MODELS, SimModel, get_builtin
-from sim.server import serve_forever
-from sim.state import SimConfig
+from proxy.sim.models import BUILTIN_MODELS, SimModel, get_builtin
+from proxy.sim.server import serve_forever
+from proxy.sim.state import SimConfig
 
 
 def _model_from_json(text: str) -> SimModel:
@@ -34,7 +34,7 @@ def _model_from_json(text: str) -> SimModel:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sim", description="routefit's LLM provider simulator"
+        prog="python -m proxy.sim", description="routefit's LLM provider simulator"
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 = a free port (printed)")
