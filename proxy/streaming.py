@@ -1,34 +1,41 @@
-"""Relaying an upstream SSE stream to the client as it arrives.
+"""Relaying a stream to the client as it arrives.
 
 A plain ASGI response rather than Starlette's StreamingResponse, because two things must be
 deterministic: a client that disconnects must cancel the upstream request at once (not at the
 next chunk, which for a slow model may be seconds away), and the upstream connection must be
-closed and the usage hook run exactly once, however the stream ends.
+closed and the completion hook run exactly once, however the stream ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 
 import anyio
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
-from proxy.upstream import UpstreamStream
+from proxy.transports import EventStream
+from proxy.types import Receive, Scope, Send
 
 __all__ = ["SSEResponse"]
 
-#: Called once when the stream is over: (the stream, whether the client disconnected first).
-OnDone = Callable[[UpstreamStream, bool], Awaitable[None]]
+#: Called once when the stream is over, with whether the client disconnected first.
+OnDone = Callable[[bool], Awaitable[None]]
 
 
 class SSEResponse(Response):
     """A Response (so Starlette's routing takes it) whose ``__call__`` relays the stream."""
 
-    def __init__(self, stream: UpstreamStream, headers: Mapping[str, str], on_done: OnDone) -> None:
+    def __init__(
+        self,
+        chunks: AsyncGenerator[bytes, None],
+        source: EventStream,
+        headers: Mapping[str, str],
+        on_done: OnDone,
+    ) -> None:
         self.status_code = 200
         self.background = None
-        self.stream = stream
+        self.chunks = chunks
+        self.source = source
         self.sse_headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),
@@ -56,7 +63,7 @@ class SSEResponse(Response):
                     await send(
                         {"type": "http.response.start", "status": 200, "headers": self.sse_headers}
                     )
-                    async for chunk in self.stream:
+                    async for chunk in self.chunks:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except OSError:  # ASGI 2.4: send() raises once the client is gone
@@ -64,6 +71,6 @@ class SSEResponse(Response):
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                await self.stream.events.aclose()
-                await self.stream.aclose()
-                await self.on_done(self.stream, disconnected)
+                await self.chunks.aclose()
+                await self.source.aclose()
+                await self.on_done(disconnected)

@@ -124,6 +124,23 @@ class TeamDirectory:
                 code="admin_key_required",
             )
 
+    def usage_reader(self, headers: Mapping[str, str], team_id: str) -> Team:
+        """The team whose usage the caller may read: any with the admin key, else its own."""
+        if self.open:
+            raise ProxyError(404, "no teams are configured", code="not_found")
+        try:
+            self.authorize_admin(headers)
+        except ProxyError:
+            caller = self.authenticate(headers)
+            if caller is None or caller.id != team_id:
+                raise ProxyError(
+                    403, "a team key can only read its own usage", code="forbidden"
+                ) from None
+        team = self.teams.get(team_id)
+        if team is None:
+            raise ProxyError(404, f"unknown team {team_id!r}", code="not_found")
+        return team
+
 
 def presented_key(headers: Mapping[str, str]) -> str | None:
     """The key a client sent: ``Authorization: Bearer <key>`` (OpenAI SDK) or ``x-api-key``."""

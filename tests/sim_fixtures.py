@@ -1,6 +1,6 @@
 """pytest fixtures for the simulator. Import them into a conftest or test module::
 
-    from proxy.sim.fixtures import sim, fresh_sim  # noqa: F401
+    from sim_fixtures import sim, fresh_sim  # noqa: F401
 
 ``sim``        session-scoped: one simulator with every built-in model, no API key required.
 ``fresh_sim``  function-scoped: that same simulator, reset (request log, faults, caches,

@@ -1,4 +1,6 @@
-"""The chat-completions path: read → parse → route → auth → price and fit → budget → forward.
+"""One request's path, the same for every client wire:
+read → parse (wire) → route → auth → price and fit → anchor → budget → forward (transport) →
+answer in the client's wire → usage hook.
 
 Everything before forwarding is routefit's own overhead and is measured as such. What the provider
 says afterwards flows back through ``Gateway.on_usage`` (metrics and calibration, no I/O) and the
@@ -10,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import orjson
@@ -21,17 +23,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pricing.calibration import Anchor, Correction, Sample, anchored
-from pricing.messages import ChatRequest, RequestError, parse_request
+from pricing.messages import ChatRequest, RequestError, message_wire
+from proxy.body import read_json
 from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
-from proxy.errors import ProxyError, error_response
+from proxy.errors import ProxyError
 from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
-from proxy.upstream import Upstreams, UpstreamStream
+from proxy.transports import EventStream, Leg, Transports
 from proxy.usage import Usage
+from proxy.wires import Outcome, Wire
 from strategies.fit import Fit, FitError, fit
 from strategies.policy import FitPolicy, output_reserve
 
@@ -44,14 +48,12 @@ T = TypeVar("T")
 #: does not stall every other request on the event loop (the tokenizers release the GIL).
 _THREAD_ABOVE = 512 * 1024
 
-#: Nesting orjson can write back (it reads deeper JSON than it writes).
-_MAX_DEPTH = 254
-
 
 @dataclass(slots=True)
 class Prepared:
     """A request priced and fitted, ready to forward."""
 
+    wire: Wire
     rc: RouteConfig
     team: Team | None
     policy: FitPolicy
@@ -59,7 +61,6 @@ class Prepared:
     fitted: Fit
     estimate: int
     started: float
-    size: int
     #: Chained digests of the fitted message prefixes (anchor keys).
     keys: list[bytes]
     anchored: bool = False
@@ -71,65 +72,22 @@ class Gateway:
         self,
         config: Config,
         metrics: Metrics,
-        upstreams: Upstreams,
+        transports: Transports,
         calibrator: Calibrator,
         budgets: Budgets,
         sizer: ImageSizer,
     ) -> None:
         self.config = config
         self.metrics = metrics
-        self.upstreams = upstreams
+        self.transports = transports
         self.calibrator = calibrator
         self.budgets = budgets
         self.sizer = sizer
         self.teams = TeamDirectory(config.teams, config.settings.admin_key_hash)
-        self.max_body = config.settings.max_body_bytes
         self._policies: dict[tuple[str, str], FitPolicy] = {}
+        self._legs: dict[tuple[str, str], Leg] = {}
 
-    # -- reading and preparing -------------------------------------------------------------
-
-    async def read_json(self, request: Request) -> tuple[Any, int]:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body:
-            raise ProxyError(
-                413,
-                f"request body exceeds the limit of {self.max_body:,} bytes",
-                code="request_too_large",
-            )
-        chunks = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body:
-                raise ProxyError(
-                    413,
-                    f"request body exceeds the limit of {self.max_body:,} bytes",
-                    code="request_too_large",
-                )
-            chunks.append(chunk)
-        raw = b"".join(chunks)
-        if not raw:
-            raise ProxyError(
-                400, "the request body is empty; expected a JSON object", code="invalid_json"
-            )
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ProxyError(
-                400, f"the request body is not valid JSON: {exc}", code="invalid_json"
-            ) from None
-        # orjson reads 1024 levels of nesting but writes only 254, and routefit writes the body
-        # again (to forward it, to key anchors): refuse what it could not write, now rather than
-        # as a 500 later. Writing costs microseconds (~0.1 ms for a 1 MB body).
-        try:
-            orjson.dumps(body)
-        except TypeError:
-            raise ProxyError(
-                400,
-                f"the request body is nested more than {_MAX_DEPTH} levels deep",
-                code="invalid_json",
-            ) from None
-        return body, size
+    # -- preparing -------------------------------------------------------------------------
 
     def route_for(self, request: ChatRequest) -> RouteConfig:
         rc = self.config.route(request.model)
@@ -161,12 +119,20 @@ class Gateway:
             self._policies[key] = policy
         return policy
 
-    async def prepare(self, request: Request) -> Prepared:
+    def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
+        """The transport and provider wire for this route and client wire (chosen once)."""
+        key = (rc.route.alias, wire.name)
+        found = self._legs.get(key)
+        if found is None:
+            found = self._legs[key] = self.transports.leg(rc.upstream, wire.name)
+        return found
+
+    async def prepare(self, request: Request, wire: Wire) -> Prepared:
         started = time.perf_counter()
         team = self.teams.authenticate(request.headers)
-        body, size = await self.read_json(request)
+        body, size = await read_json(request, self.config.settings.max_body_bytes)
         try:
-            parsed = parse_request(body)
+            parsed = wire.parse(body)
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         rc = self.route_for(parsed)
@@ -182,27 +148,22 @@ class Gateway:
         if rc.route.image_fetch.enabled:
             sizes = await self.sizer.sizes(image_urls(parsed), rc.route.image_fetch)
         correction = self.calibrator.correction(rc.route.alias)
-        fitted = await self._fit(parsed, rc, policy, correction, sizes, size)
+        threaded = size > _THREAD_ABOVE
+        fitted = await self._fit(wire, parsed, rc, policy, correction, sizes, threaded)
         estimate, keys, hit = await self._anchor(rc, fitted)
         if hit and estimate > fitted.report.budget:
-            # The provider's own count of the prefix says the calibrated estimate was low:
-            # fit again with the correction scaled by how low it was.
-            s = estimate / max(1, fitted.estimate)
-            tighter = Correction(
-                correction.text * s,
-                correction.framing * s,
-                correction.images * s,
-                correction.samples,
-            )
-            fitted = await self._fit(parsed, rc, policy, tighter, sizes, size)
+            # The provider's own count of the prefix says the calibrated estimate was low: fit
+            # once more with the correction scaled by how low it was, and anchor that fit.
+            tighter = _scaled(correction, estimate / max(1, fitted.estimate))
+            fitted = await self._fit(wire, parsed, rc, policy, tighter, sizes, threaded)
             estimate, keys, hit = await self._anchor(rc, fitted)
-        return Prepared(rc, team, policy, parsed, fitted, estimate, started, size, keys, hit)
+        return Prepared(wire, rc, team, policy, parsed, fitted, estimate, started, keys, hit)
 
     async def _anchor(self, rc: RouteConfig, fitted: Fit) -> tuple[int, list[bytes], bool]:
         """(estimate to act on, prefix keys, anchored?): anchored on the provider's count of a
         prefix when one is known, else the calibrated estimate."""
         alias = rc.route.alias
-        wire = fitted.body.get("messages") or []
+        wire = [message_wire(m) for m in fitted.messages]
         keys = prefix_keys(alias, rc.upstream.model, fitted.body.get("tools"), wire)
         hit = await self.calibrator.find_anchor(alias, keys)
         if hit is None:
@@ -213,12 +174,13 @@ class Gateway:
 
     async def _fit(
         self,
+        wire: Wire,
         parsed: ChatRequest,
         rc: RouteConfig,
         policy: FitPolicy,
         correction: Correction,
         sizes: dict[str, tuple[int, int]],
-        size: int,
+        threaded: bool,
     ) -> Fit:
         def run() -> Fit:
             try:
@@ -226,16 +188,9 @@ class Gateway:
             except RequestError as exc:  # an image that cannot be priced, found while pricing
                 raise ProxyError(400, exc.message, param=exc.param) from None
             except FitError as exc:
-                raise ProxyError(
-                    400,
-                    f"This model's maximum context length is {exc.window:,} tokens. {exc}",
-                    param="messages",
-                    code="context_length_exceeded",
-                ) from None
+                raise wire.overflow(exc) from None
 
-        if size > _THREAD_ABOVE:
-            return await anyio.to_thread.run_sync(run)
-        return run()
+        return await anyio.to_thread.run_sync(run) if threaded else run()
 
     def headers(self, p: Prepared) -> dict[str, str]:
         headers = {
@@ -248,76 +203,88 @@ class Gateway:
             headers.update(rate_limit_headers(p.held.windows))
         return headers
 
-    # -- endpoints -------------------------------------------------------------------------
+    # -- serving ---------------------------------------------------------------------------
 
-    async def chat(self, request: Request) -> Response:
+    async def serve(self, request: Request, wire: Wire) -> Response:
+        """The whole path for one request in ``wire``; every failure in the wire's shape."""
         route = "-"
         p: Prepared | None = None
         try:
-            p = await self.prepare(request)
+            p = await self.prepare(request, wire)
             route = p.rc.route.alias
             reserve = output_reserve(
                 p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
             )
             p.held = await self.budgets.reserve(p.team, p.rc, p.estimate, reserve)
             self._count_actions(p)
-            headers = self.headers(p)
             self.metrics.overhead.observe(time.perf_counter() - p.started)
-            if p.request.body.get("stream"):
-                return await self._stream(p, headers)
-            sent = time.perf_counter()
-            completion = await _from_upstream(self.upstreams.complete(p.rc.upstream, p.fitted.body))
-            self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
-            self.on_usage(p, completion.usage)
-            self.metrics.requests.labels(route, "200").inc()
-            settle = None
-            if p.held is not None and completion.usage is not None:
-                # Settled after the response is sent: the client does not wait for the store.
-                settle = BackgroundTask(self.budgets.settle, p.held, completion.usage, False)
-            return Response(
-                completion.body, headers=headers, media_type="application/json", background=settle
-            )
+            return await self._forward(p, request)
         except ProxyError as err:
             if p is not None:
                 await self.budgets.settle(p.held, None, released=True)
-            return self._error(route, err)
+            return self._error(wire, route, err)
         except Exception:
             log.exception("internal error on %s", route)
             if p is not None:
                 await self.budgets.settle(p.held, None, released=True)
-            return self._error(route, ProxyError(500, "routefit internal error", code="internal"))
+            error = ProxyError(500, "routefit internal error", code="internal")
+            return self._error(wire, route, error)
 
-    async def _stream(self, p: Prepared, headers: dict[str, str]) -> Response:
-        options = p.request.body.get("stream_options")
-        wants_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+    async def _forward(self, p: Prepared, request: Request) -> Response:
+        leg = self.leg(p.rc, p.wire)
+        out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
+        headers = self.headers(p)
+        route = p.rc.route.alias
         sent = time.perf_counter()
-        stream = await _from_upstream(
-            self.upstreams.stream(p.rc.upstream, p.fitted.body, wants_usage)
+        if out.stream:
+            events = await _from_upstream(leg.transport.stream(p.rc.upstream, out))
+            self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
+            return self._relay(p, leg, events, headers)
+        completion = await _from_upstream(leg.transport.complete(p.rc.upstream, out))
+        self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
+        answer = p.wire.answer(p.request, completion, leg.wire)
+        self.on_usage(p, answer.usage)
+        self.metrics.requests.labels(route, "200").inc()
+        settle = None
+        if p.held is not None and answer.usage is not None:
+            # Settled after the response is sent: the client does not wait for the store.
+            settle = BackgroundTask(self.budgets.settle, p.held, answer.usage, False)
+        return Response(
+            answer.body, headers=headers, media_type="application/json", background=settle
         )
-        self.metrics.upstream_latency.labels(p.rc.route.alias).observe(time.perf_counter() - sent)
 
-        async def done(s: UpstreamStream, disconnected: bool) -> None:
-            status = "200" if s.completed else ("499" if disconnected else "502")
+    def _relay(
+        self, p: Prepared, leg: Leg, events: EventStream, headers: dict[str, str]
+    ) -> Response:
+        outcome = Outcome()
+
+        async def done(disconnected: bool) -> None:
+            status = "200" if outcome.completed else ("499" if disconnected else "502")
             self.metrics.requests.labels(p.rc.route.alias, status).inc()
-            if not s.completed:
+            if not outcome.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
                 await self.budgets.settle(p.held, None, released=True)
-            self.on_usage(p, s.usage)
-            if s.usage is not None:
-                await self.budgets.settle(p.held, s.usage, released=False)
+            self.on_usage(p, outcome.usage)
+            if outcome.usage is not None:
+                await self.budgets.settle(p.held, outcome.usage, released=False)
 
-        return SSEResponse(stream, headers, done)
+        chunks = p.wire.relay(p.request, events, leg.wire, outcome)
+        return SSEResponse(chunks, events, headers, done)
 
-    async def fit_only(self, request: Request) -> Response:
-        """POST /routefit/fit: the fitted request and its report; nothing is forwarded."""
+    # -- the dry run -----------------------------------------------------------------------
+
+    async def fit_only(self, request: Request, wire: Wire) -> Response:
+        """The fitted request and its report; nothing is forwarded."""
         try:
-            p = await self.prepare(request)
+            p = await self.prepare(request, wire)
         except ProxyError as err:
-            return error_response(err)
+            return wire.error_response(err)
         except Exception:
-            log.exception("internal error on /routefit/fit")
-            return error_response(ProxyError(500, "routefit internal error", code="internal"))
-        payload = {"request": p.fitted.body, "report": p.fitted.report.as_dict()}
+            log.exception("internal error on a dry run")
+            return wire.error_response(ProxyError(500, "routefit internal error", code="internal"))
+        leg = self.leg(p.rc, wire)
+        out = wire.outbound(p.request, p.fitted, leg.wire, {})
+        payload = {"request": out.body, "report": p.fitted.report.as_dict()}
         return Response(
             orjson.dumps(payload), headers=self.headers(p), media_type="application/json"
         )
@@ -366,10 +333,14 @@ class Gateway:
                 self.metrics.fit_actions.labels(route, action).inc(count)
                 self.metrics.fit_tokens_removed.labels(route, action).inc(tokens)
 
-    def _error(self, route: str, err: ProxyError) -> Response:
+    def _error(self, wire: Wire, route: str, err: ProxyError) -> Response:
         self.metrics.requests.labels(route, str(err.status)).inc()
         self.metrics.errors.labels(_kind(err)).inc()
-        return error_response(err)
+        return wire.error_response(err)
+
+
+def _scaled(c: Correction, s: float) -> Correction:
+    return Correction(c.text * s, c.framing * s, c.images * s, c.samples)
 
 
 def _kind(err: ProxyError) -> str:

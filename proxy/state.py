@@ -1,0 +1,44 @@
+"""What one app holds while it runs, typed: the handlers in ``proxy.app`` read it from
+``request.app.state.routefit``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.budgets import Budgets
+from proxy.calibrator import Calibrator
+from proxy.config import Config
+from proxy.fetch import ImageSizer
+from proxy.gateway import Gateway
+from proxy.metrics import Metrics
+from proxy.store import Store
+from proxy.teams import TeamDirectory
+from proxy.transports import Transports
+
+__all__ = ["AppState", "Readiness"]
+
+
+@dataclass(slots=True)
+class Readiness:
+    """Whether the route tokenizers are loaded (the one thing /readyz waits for)."""
+
+    tokenizers: bool = False
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class AppState:
+    config: Config
+    metrics: Metrics
+    transports: Transports
+    store: Store
+    calibrator: Calibrator
+    budgets: Budgets
+    sizer: ImageSizer
+    gateway: Gateway
+    openapi: bytes
+    readiness: Readiness = field(default_factory=Readiness)
+
+    @property
+    def teams(self) -> TeamDirectory:
+        return self.gateway.teams

@@ -1,0 +1,113 @@
+"""OpenAI Chat Completions: ``POST /v1/chat/completions``.
+
+Every route speaks it, directly (OpenAI-compatible providers) or through litellm, so this wire
+never translates. Streams ask the provider for usage (``stream_options.include_usage``) and drop
+that usage-only chunk again when the client did not ask for it: the client sees exactly what it
+would have seen from the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from pricing.messages import ChatRequest, parse_request
+from proxy.errors import ProxyError, error_response
+from proxy.transports import CHAT, Completion, EventStream, Outbound, StreamBroken
+from proxy.transports.sse import event_data
+from proxy.usage import normalize_usage
+from proxy.wires.base import Answer, Outcome
+from strategies.fit import Fit, FitError
+
+__all__ = ["ChatWire", "error_event"]
+
+
+def error_event(message: str, code: str = "upstream_error") -> bytes:
+    """A stream's last event when it cannot end normally (OpenAI's error object as data)."""
+    body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def _wants_usage(body: Mapping[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, Mapping) and bool(options.get("include_usage"))
+
+
+def inspect(event: bytes, outcome: Outcome, wants_usage: bool) -> bytes:
+    """Capture usage and completion from one event; drop or trim the usage the client did not
+    ask for. Events without usage pass through as the very same bytes."""
+    data = event_data(event)
+    if data is None:
+        return event
+    if data.strip() == b"[DONE]":
+        outcome.completed = True
+        return event
+    if b'"usage"' not in data:
+        return event
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return event
+    if not isinstance(obj, dict) or obj.get("usage") is None:
+        return event
+    outcome.usage = normalize_usage(obj["usage"]) or outcome.usage
+    if wants_usage:
+        return event
+    if not obj.get("choices"):
+        return b""  # the usage-only chunk the client did not ask for
+    del obj["usage"]
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+class ChatWire:
+    name = CHAT
+
+    def parse(self, body: Any) -> ChatRequest:
+        return parse_request(body)
+
+    def streams(self, request: ChatRequest) -> bool:
+        return bool(request.body.get("stream"))
+
+    def outbound(
+        self, request: ChatRequest, fitted: Fit, wire: str, headers: Mapping[str, str]
+    ) -> Outbound:
+        stream = self.streams(request)
+        body = fitted.body
+        if stream and not _wants_usage(body):
+            body = dict(body)
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return Outbound(CHAT, body, stream=stream)
+
+    def answer(self, request: ChatRequest, completion: Completion, wire: str) -> Answer:
+        data = completion.data
+        usage = normalize_usage(data.get("usage")) if isinstance(data, dict) else None
+        return Answer(completion.body, usage)
+
+    async def relay(
+        self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
+    ) -> AsyncGenerator[bytes, None]:
+        wants_usage = _wants_usage(request.body)
+        try:
+            async for event in events:
+                out = inspect(event, outcome, wants_usage)
+                if out:
+                    yield out
+        except StreamBroken as exc:
+            yield error_event(f"the upstream stream broke off before it was complete: {exc}")
+            return
+        if not outcome.completed:
+            yield error_event("the upstream stream ended before it was complete")
+
+    def overflow(self, exc: FitError) -> ProxyError:
+        return ProxyError(
+            400,
+            f"This model's maximum context length is {exc.window:,} tokens. {exc}",
+            param="messages",
+            code="context_length_exceeded",
+        )
+
+    def error_response(self, err: ProxyError) -> Response:
+        return error_response(err)
