@@ -361,36 +361,32 @@ def _json_ok(description: str, schema: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref(schema)}}}
 
 
-def build_openapi(config: Config) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of a routefit deployment with this config."""
-    aliases = sorted(config.routes)
-    secured = bool(config.teams) or config.settings.admin_key_hash is not None
-    security: list[dict[str, list[str]]] = [{"bearer": []}] if secured else []
-    chat_errors = ("400", "401", "403", "404", "413", "429", "502", "503", "504")
+def _chat_paths(security: list[dict[str, list[str]]]) -> dict[str, Any]:
+    """The chat-completions wire and its dry run."""
     chat_body = {
         "required": True,
         "content": {"application/json": {"schema": _ref("ChatCompletionRequest")}},
     }
-    chat = {
-        "operationId": "createChatCompletion",
-        "summary": "Price, fit and forward a chat completion (stream or not)",
-        "security": security,
-        "requestBody": chat_body,
-        "responses": _responses(
-            {
-                "description": "The provider's completion (JSON), or its SSE stream",
-                "content": {
-                    "application/json": {"schema": _ref("ChatCompletion")},
-                    # one server-sent event (OpenAPI 3.2's itemSchema; schemathesis reads a
-                    # 3.1 event-stream schema the same way)
-                    "text/event-stream": {"schema": _ref("StreamEvent")},
-                },
-            },
-            *chat_errors,
-        ),
+    answer = {
+        "description": "The provider's completion (JSON), or its SSE stream",
+        "content": {
+            "application/json": {"schema": _ref("ChatCompletion")},
+            # one server-sent event (OpenAPI 3.2's itemSchema; schemathesis reads a 3.1
+            # event-stream schema the same way)
+            "text/event-stream": {"schema": _ref("StreamEvent")},
+        },
     }
-    paths: dict[str, Any] = {
-        "/v1/chat/completions": {"post": chat},
+    chat_errors = ("400", "401", "403", "404", "413", "429", "502", "503", "504")
+    return {
+        "/v1/chat/completions": {
+            "post": {
+                "operationId": "createChatCompletion",
+                "summary": "Price, fit and forward a chat completion (stream or not)",
+                "security": security,
+                "requestBody": chat_body,
+                "responses": _responses(answer, *chat_errors),
+            }
+        },
         "/routefit/fit": {
             "post": {
                 "operationId": "fitChatCompletion",
@@ -399,78 +395,70 @@ def build_openapi(config: Config) -> dict[str, Any]:
                 "requestBody": chat_body,
                 "responses": _responses(
                     _json_ok("The fitted request and its FitReport", "FitResult"),
-                    "400",
-                    "401",
-                    "403",
-                    "404",
-                    "413",
+                    *("400", "401", "403", "404", "413"),
                 ),
-            }
-        },
-        "/v1/models": {
-            "get": {
-                "operationId": "listModels",
-                "summary": "The model aliases the caller may use",
-                "security": security,
-                "responses": _responses(_json_ok("The models", "ModelList"), "401"),
-            }
-        },
-        "/routefit/calibration": {
-            "get": {
-                "operationId": "getCalibration",
-                "summary": "What routefit has learnt per route (admin key)",
-                "security": security,
-                "responses": _responses(_json_ok("Calibration per route", "Object"), "401", "403"),
-            }
-        },
-        "/routefit/teams/{team}/usage": {
-            "get": {
-                "operationId": "getTeamUsage",
-                "summary": "A team's budget windows (admin key, or that team's own key)",
-                "security": security,
-                "parameters": [
-                    {
-                        "name": "team",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string", "minLength": 1},
-                    }
-                ],
-                "responses": _responses(
-                    _json_ok("The team's windows", "TeamUsage"), "401", "403", "404", "503"
-                ),
-            }
-        },
-        "/healthz": {
-            "get": {
-                "operationId": "healthz",
-                "summary": "The process answers",
-                "responses": {"200": _json_ok("Alive", "Health")},
-            }
-        },
-        "/readyz": {
-            "get": {
-                "operationId": "readyz",
-                "summary": "It can serve (upstream transports loaded); store state in checks",
-                "responses": {
-                    "200": _json_ok("Ready", "Health"),
-                    "503": _json_ok("Starting", "Health"),
-                },
-            }
-        },
-        "/metrics": {
-            "get": {
-                "operationId": "metrics",
-                "summary": "Prometheus metrics",
-                "responses": {
-                    "200": {
-                        "description": "Prometheus text format",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    }
-                },
             }
         },
     }
+
+
+def _get(operation: str, summary: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"get": {"operationId": operation, "summary": summary, **more, "responses": responses}}
+
+
+def _routefit_paths(security: list[dict[str, list[str]]]) -> dict[str, Any]:
+    """Models, calibration and team usage: what callers may read."""
+    team = {
+        "name": "team",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1},
+    }
+    return {
+        "/v1/models": _get(
+            "listModels",
+            "The model aliases the caller may use",
+            _responses(_json_ok("The models", "ModelList"), "401"),
+            security=security,
+        ),
+        "/routefit/calibration": _get(
+            "getCalibration",
+            "What routefit has learnt per route (admin key)",
+            _responses(_json_ok("Calibration per route", "Object"), "401", "403"),
+            security=security,
+        ),
+        "/routefit/teams/{team}/usage": _get(
+            "getTeamUsage",
+            "A team's budget windows (admin key, or that team's own key)",
+            _responses(_json_ok("The team's windows", "TeamUsage"), "401", "403", "404", "503"),
+            security=security,
+            parameters=[team],
+        ),
+    }
+
+
+def _probe_paths() -> dict[str, Any]:
+    """Health, readiness and metrics: for orchestrators and Prometheus, never authenticated."""
+    text = {
+        "description": "Prometheus text format",
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    }
+    return {
+        "/healthz": _get("healthz", "The process answers", {"200": _json_ok("Alive", "Health")}),
+        "/readyz": _get(
+            "readyz",
+            "It can serve (route tokenizers loaded); store state in checks",
+            {"200": _json_ok("Ready", "Health"), "503": _json_ok("Starting", "Health")},
+        ),
+        "/metrics": _get("metrics", "Prometheus metrics", {"200": text}),
+    }
+
+
+def build_openapi(config: Config) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of a routefit deployment with this config."""
+    secured = bool(config.teams) or config.settings.admin_key_hash is not None
+    security: list[dict[str, list[str]]] = [{"bearer": []}] if secured else []
+    paths = {**_chat_paths(security), **_routefit_paths(security), **_probe_paths()}
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -480,7 +468,7 @@ def build_openapi(config: Config) -> dict[str, Any]:
             "route counts it and fits it to the route's context budget.",
         },
         "paths": paths,
-        "components": {"schemas": _schemas(aliases)},
+        "components": {"schemas": _schemas(sorted(config.routes))},
     }
     if secured:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
