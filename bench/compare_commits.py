@@ -1,0 +1,107 @@
+"""Two commits of routefit side by side on the same load: a before/after for a change.
+
+    python bench/compare_commits.py REV_A [REV_B] [--rounds 3] [--seconds 4]
+
+Each revision is checked out into a temporary git worktree and served by this venv's Python with
+that worktree first on ``sys.path`` (the packages' dependencies are the same), one worker each,
+against one simulator. The phases (small c1 added p50, small c16 req/s, stream c1 added p50)
+run A, B, A, B ... so that a machine whose speed drifts affects both alike; the report is each
+figure's median over the rounds and the B/A ratio. Default REV_B: the working tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from procs import ROOT, Server, Servers, _ok, free_port, openai_entry, write_yaml
+from proxy_load import run_phase
+from workloads import openai_small
+
+PHASES = [("small c1", False, 1), ("small c16", False, 16), ("stream c1", True, 1)]
+
+
+def checkout(rev: str, into: Path) -> Path:
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(into), rev],
+        check=True,
+        capture_output=True,
+    )
+    return into
+
+
+def serve(servers: Servers, source: Path, config: Path, name: str) -> Server:
+    port = free_port()
+    code = "import sys; from proxy.cli import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", code, "serve", "--config", str(config), "--port", str(port)]
+    cmd += ["--workers", "1", "--log-level", "warning"]
+    env = {"PYTHONPATH": str(source), "ROUTEFIT_REDIS_URL": ""}
+    process, log_path, started = servers.spawn(name, cmd, env, cwd=source)
+    base = f"http://127.0.0.1:{port}"
+    return servers.wait_ready(
+        name, process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
+    )
+
+
+def measure(url: str, sim: Server, server: Server | None, seconds: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for phase, stream, c in PHASES:
+        body = openai_small("gpt-4o", stream=stream)
+        measured = {"sim": sim} if server is None else {"sim": sim, "routefit": server}
+        r = run_phase(url, body, {}, c, stream, seconds, 1.0, measured)
+        out[phase] = r["p50_ms"] if c == 1 else r["rps"]
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rev_a")
+    parser.add_argument("rev_b", nargs="?", default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, Servers() as servers:
+        a_src = checkout(args.rev_a, Path(tmp) / "a")
+        b_src = checkout(args.rev_b, Path(tmp) / "b") if args.rev_b else ROOT
+        try:
+            sim = servers.sim()
+            config = write_yaml(
+                Path(tmp) / "c.yaml", {"model_list": [openai_entry("gpt-4o", sim.base_url)]}
+            )
+            a = serve(servers, a_src, config, "a")
+            b = serve(servers, b_src, config, "b")
+            rows: dict[str, list[list[float]]] = {p: [[], [], []] for p, _, _ in PHASES}
+            for _ in range(args.rounds):
+                direct = measure(sim.base_url + "/v1/chat/completions", sim, None, args.seconds)
+                for i, server in enumerate((a, b)):
+                    got = measure(
+                        server.base_url + "/v1/chat/completions", sim, server, args.seconds
+                    )
+                    for phase, value in got.items():
+                        rows[phase][i + 1].append(value)
+                for phase, value in direct.items():
+                    rows[phase][0].append(value)
+        finally:
+            for src in (a_src, b_src if args.rev_b else None):
+                if src is not None:
+                    subprocess.run(
+                        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)],
+                        capture_output=True,
+                    )
+    print(f"A = {args.rev_a}, B = {args.rev_b or 'working tree'}; medians of {args.rounds} rounds")
+    print(f"{'phase':<12} {'direct':>9} {'A':>9} {'B':>9}   figure")
+    for phase, (d, a_vals, b_vals) in rows.items():
+        dm, am, bm = (statistics.median(v) for v in (d, a_vals, b_vals))
+        if phase.endswith("c1"):
+            print(f"{phase:<12} {dm:9.2f} {am - dm:+9.2f} {bm - dm:+9.2f}   added p50 ms")
+        else:
+            print(f"{phase:<12} {dm:9.0f} {am:9.0f} {bm:9.0f}   req/s (B/A {bm / am:.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
