@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+from dataclasses import fields
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +22,9 @@ from pricing.images import (
     parse_image_rule,
     text_only,
 )
+from pricing.images import constants as rule_constants
+from pricing.images.constants import SCHEMA
+from pricing.images.kinds import KIND_CLASSES
 from pricing.messages import RequestError, parse_request
 from pricing.meter import measure
 from pricing.probe import placeholder, probe
@@ -472,6 +476,24 @@ def test_tokens_rejects_bad_input() -> None:
         rule.worst_case("ultra")
 
 
+def test_every_constant_of_every_kind_has_an_explicit_check() -> None:
+    # The config schema is written out by hand; a constant added to a kind without a check
+    # would be rejected as unknown, and a check without a constant would accept a dead key.
+    assert set(SCHEMA) == set(KINDS)
+    for cls in KIND_CLASSES:
+        assert set(SCHEMA[cls.kind]) == {f.name for f in fields(cls)}, cls.kind
+
+
+@pytest.mark.parametrize(
+    ("kind", "constant"),
+    [(kind, constant) for kind in KINDS for constant in SCHEMA[kind] if constant != "variant"],
+)
+def test_every_constant_refuses_a_value_of_the_wrong_type(kind: str, constant: str) -> None:
+    wrong: object = 5 if SCHEMA[kind][constant] is rule_constants.name else "five"
+    with pytest.raises(ValueError, match=rf"^{kind}\.{constant} must be"):
+        parse_image_rule({"kind": kind, constant: wrong})
+
+
 # --------------------------------------------------------------------------------------------
 # Worst cases
 
@@ -511,9 +533,7 @@ def test_worst_cases(spec: str, detail: str, worst: int | None) -> None:
 
 
 def _every_variant() -> list[ImageRule]:
-    from pricing.images import _CLASSES  # every kind's published presets
-
-    rules = [ImageRule(cls.kind, (("variant", v),)) for cls in _CLASSES for v in cls.VARIANTS]
+    rules = [ImageRule(cls.kind, (("variant", v),)) for cls in KIND_CLASSES for v in cls.VARIANTS]
     return [*rules, parse_image_rule("flat:1500"), text_only()]
 
 
