@@ -94,6 +94,7 @@ class OpenAITile:
     """
 
     kind: ClassVar[str] = "openai-tile"
+    # docs/images.md § OpenAI tiles
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "gpt-4o": {"base": 85, "tile": 170},  # also gpt-4.1, gpt-4.5
         "gpt-4o-mini": {"base": 2833, "tile": 5667},
@@ -159,6 +160,7 @@ def _patch_uniform(box: int, budget: int) -> dict[str, Scalar]:
     return _patch_levels((box, budget), (box, budget), (box, budget), (box, budget))
 
 
+# docs/images.md § OpenAI patches (box / budget per detail level, current docs)
 _GPT_5_4 = _patch_levels((2048, 6144), (2048, 2500), (2048, 2500), (6000, 10000))
 _GPT_5_5 = _patch_levels((512, None), (2048, 2500), (6000, 10000), (6000, 10000))
 _GPT_5_6 = _patch_levels((512, None), (2048, 2500), (None, None), (None, None))
@@ -180,6 +182,7 @@ class OpenAIPatch:
     """
 
     kind: ClassVar[str] = "openai-patch"
+    # docs/images.md § OpenAI patches; § Where sources disagree for the @-variants
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "gpt-5.6": {"multiplier": 1.2, **_GPT_5_6},
         "gpt-5.5": {"multiplier": 1.2, **_GPT_5_5},
@@ -265,6 +268,7 @@ class Anthropic:
     """
 
     kind: ClassVar[str] = "anthropic"
+    # docs/images.md § Anthropic
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "claude": {"max_edge": 1568, "token_limit": 1568},
         "claude-opus-4-7": {"max_edge": 2576, "token_limit": 4784},
@@ -307,6 +311,7 @@ class GeminiTile:
     """
 
     kind: ClassVar[str] = "gemini-tile"
+    # docs/images.md § Gemini tiles
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {"gemini-2": {}}
     variant: str = "gemini-2"
     small_side: int = 384
@@ -342,6 +347,7 @@ class GeminiFixed:
     """
 
     kind: ClassVar[str] = "gemini-fixed"
+    # docs/images.md § Gemini fixed levels
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "gemini-3": {"low": 280, "medium": 560, "high": 1120, "ultra_high": 2240},
         "gemini-2.5": {"low": 64, "medium": 256, "high": 256, "ultra_high": 256},
@@ -396,6 +402,7 @@ class DeepSeekV4:
     """
 
     kind: ClassVar[str] = "deepseek-v4"
+    # docs/images.md § DeepSeek V4
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "v4.1": {"max_tokens": 1024, "min_pixels": 544 * 544},
         "exp": {
@@ -510,6 +517,7 @@ class QwenVL:
     """
 
     kind: ClassVar[str] = "qwen-vl"
+    # docs/images.md § Qwen-VL
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "qwen2.5": {"factor": 28, "min_pixels": 3136, "max_pixels": 12_845_056},
         # What many hosts configure for Qwen2/2.5 (1280 tokens); not the default (fewer tokens).
@@ -556,6 +564,7 @@ class Pixtral:
     """Mistral's Pixtral encoder: a token per (patch x merge) cell plus a break token per row."""
 
     kind: ClassVar[str] = "pixtral"
+    # docs/images.md § Pixtral
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "pixtral-12b": {"patch": 16, "merge": 1, "max_image_size": 1024},
         "mistral-small-3": {"patch": 14, "merge": 2, "max_image_size": 1540},
@@ -595,6 +604,7 @@ class Llama4:
     """
 
     kind: ClassVar[str] = "llama4"
+    # docs/images.md § Llama 4
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {"llama-4": {}}
     variant: str = "llama-4"
     tile: int = 336

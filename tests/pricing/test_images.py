@@ -1,5 +1,6 @@
-"""Image rules: every published vector of PRICING.md, defaults per model family, config
-parsing, worst cases, properties, and images priced through the meter."""
+"""Image rules: every published vector (docs/images.md § Sources and published vectors),
+defaults per model family, config parsing, worst cases, properties, and images priced through
+the meter."""
 
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ from pricing.route import ImageLimits, Route
 from pricing.tokenizers import get_tokenizer
 
 # --------------------------------------------------------------------------------------------
-# Published vectors (PRICING.md), one test per rule kind
+# Published vectors, one test per rule kind; each cites its docs/images.md section
 
 
+# docs/images.md § OpenAI tiles
 @pytest.mark.parametrize(
     ("size", "detail", "tokens"),
     [((1024, 1024), "high", 765), ((2048, 4096), "high", 1105), ((1024, 1024), "low", 85)],
@@ -59,6 +61,7 @@ def test_openai_tile_never_enlarges_by_default_and_keeps_the_older_reading_selec
     assert current.worst_case("high") == 85 + 170 * 8
 
 
+# docs/images.md § OpenAI patches
 @pytest.mark.parametrize(
     ("size", "budget", "patches"), [((1024, 1024), 1536, 1024), ((1800, 2400), 1536, 1452)]
 )
@@ -86,6 +89,7 @@ def test_openai_patch_multiplier_is_exact_on_the_written_decimal() -> None:
     assert rule.worst_case() == 3000
 
 
+# docs/images.md § Anthropic
 @pytest.mark.parametrize(("size", "tokens"), [((200, 200), 54), ((1000, 1000), 1334)])
 def test_anthropic_published_vectors(size: tuple[int, int], tokens: int) -> None:
     assert parse_image_rule("anthropic").tokens(*size) == tokens
@@ -106,11 +110,13 @@ def test_anthropic_opus_4_7_published_vectors(size: tuple[int, int], tokens: int
     assert rule.tokens(*size) == tokens
 
 
+# docs/images.md § Gemini tiles
 @pytest.mark.parametrize(("size", "tokens"), [((384, 384), 258), ((960, 540), 1548)])
 def test_gemini_tile_published_vectors(size: tuple[int, int], tokens: int) -> None:
     assert parse_image_rule("gemini-tile").tokens(*size) == tokens
 
 
+# docs/images.md § Gemini fixed levels
 @pytest.mark.parametrize(
     ("variant", "detail", "tokens"),
     [
@@ -134,6 +140,7 @@ def test_gemini_fixed_medium_and_ultra_high_are_reachable_from_config() -> None:
     assert ultra.tokens(10, 10, "original") == 2240
 
 
+# docs/images.md § DeepSeek V4
 DEEPSEEK_V41 = [
     ((100, 100), 184),
     ((640, 480), 206),
@@ -179,6 +186,7 @@ def test_deepseek_exp_vector_depends_on_the_calculators_float_order() -> None:
     assert parse_image_rule("deepseek-v4:exp").tokens(4921, 353) == 289
 
 
+# docs/images.md § Qwen-VL
 @pytest.mark.parametrize(("size", "tokens"), [((1024, 1024), 1369), ((224, 448), 128)])
 def test_qwen_vl_published_vectors(size: tuple[int, int], tokens: int) -> None:
     rule = parse_image_rule("qwen-vl:qwen2.5")
@@ -194,6 +202,7 @@ def test_qwen_vl_variants_and_aspect_limit() -> None:
     assert qwen25.tokens(20100, 100) == qwen25.worst_case() == 12_845_056 // 784 + 2
 
 
+# docs/images.md § Pixtral
 @pytest.mark.parametrize(
     ("variant", "size", "tokens"),
     [
@@ -209,6 +218,7 @@ def test_pixtral(variant: str, size: tuple[int, int], tokens: int) -> None:
     assert parse_image_rule(f"pixtral:{variant}").tokens(*size) == tokens
 
 
+# docs/images.md § Llama 4
 @pytest.mark.parametrize(
     ("size", "tokens"),
     [
