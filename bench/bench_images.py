@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PIL import Image
 
-from pricing import images as image_rules
 from pricing.images import default_image_rule
+from pricing.images import rule as image_rules
 from pricing.messages import ChatRequest, parse_request
 from pricing.meter import measure
 from pricing.probe import CACHE, probe

@@ -1,5 +1,6 @@
 """The OpenAI cookbook's published token-counting examples ("How to count tokens with
-tiktoken"): shared by the meter's tests and the simulator's, which must both reproduce them."""
+tiktoken"; source and figures in docs/pricing.md § OpenAI cookbook): shared by the meter's
+tests and the simulator's, which must both reproduce them."""
 
 # The OpenAI cookbook's example ("How to count tokens with tiktoken"); published counts:
 # 129 for gpt-3.5-turbo / gpt-4 (cl100k_base), 124 for gpt-4o / gpt-4o-mini (o200k_base).

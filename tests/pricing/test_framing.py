@@ -1,4 +1,4 @@
-"""OpenAI's published counting rules (cookbook) and their structure."""
+"""OpenAI's published counting rules (docs/pricing.md § OpenAI cookbook) and their structure."""
 
 from __future__ import annotations
 

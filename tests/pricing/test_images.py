@@ -1,10 +1,12 @@
-"""Image rules: every published vector of PRICING.md, defaults per model family, config
-parsing, worst cases, properties, and images priced through the meter."""
+"""Image rules: every published vector (docs/images.md § Sources and published vectors),
+defaults per model family, config parsing, worst cases, properties, and images priced through
+the meter."""
 
 from __future__ import annotations
 
 import base64
 import io
+from dataclasses import fields
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +23,9 @@ from pricing.images import (
     parse_image_rule,
     text_only,
 )
+from pricing.images import constants as rule_constants
+from pricing.images.constants import SCHEMA
+from pricing.images.kinds import KIND_CLASSES
 from pricing.messages import RequestError, parse_request
 from pricing.meter import measure
 from pricing.probe import placeholder, probe
@@ -28,9 +33,10 @@ from pricing.route import ImageLimits, Route
 from pricing.tokenizers import get_tokenizer
 
 # --------------------------------------------------------------------------------------------
-# Published vectors (PRICING.md), one test per rule kind
+# Published vectors, one test per rule kind; each cites its docs/images.md section
 
 
+# docs/images.md § OpenAI tiles
 @pytest.mark.parametrize(
     ("size", "detail", "tokens"),
     [((1024, 1024), "high", 765), ((2048, 4096), "high", 1105), ((1024, 1024), "low", 85)],
@@ -55,6 +61,7 @@ def test_openai_tile_never_enlarges_by_default_and_keeps_the_older_reading_selec
     assert current.worst_case("high") == 85 + 170 * 8
 
 
+# docs/images.md § OpenAI patches
 @pytest.mark.parametrize(
     ("size", "budget", "patches"), [((1024, 1024), 1536, 1024), ((1800, 2400), 1536, 1452)]
 )
@@ -82,6 +89,7 @@ def test_openai_patch_multiplier_is_exact_on_the_written_decimal() -> None:
     assert rule.worst_case() == 3000
 
 
+# docs/images.md § Anthropic
 @pytest.mark.parametrize(("size", "tokens"), [((200, 200), 54), ((1000, 1000), 1334)])
 def test_anthropic_published_vectors(size: tuple[int, int], tokens: int) -> None:
     assert parse_image_rule("anthropic").tokens(*size) == tokens
@@ -102,11 +110,13 @@ def test_anthropic_opus_4_7_published_vectors(size: tuple[int, int], tokens: int
     assert rule.tokens(*size) == tokens
 
 
+# docs/images.md § Gemini tiles
 @pytest.mark.parametrize(("size", "tokens"), [((384, 384), 258), ((960, 540), 1548)])
 def test_gemini_tile_published_vectors(size: tuple[int, int], tokens: int) -> None:
     assert parse_image_rule("gemini-tile").tokens(*size) == tokens
 
 
+# docs/images.md § Gemini fixed levels
 @pytest.mark.parametrize(
     ("variant", "detail", "tokens"),
     [
@@ -130,6 +140,7 @@ def test_gemini_fixed_medium_and_ultra_high_are_reachable_from_config() -> None:
     assert ultra.tokens(10, 10, "original") == 2240
 
 
+# docs/images.md § DeepSeek V4
 DEEPSEEK_V41 = [
     ((100, 100), 184),
     ((640, 480), 206),
@@ -175,6 +186,7 @@ def test_deepseek_exp_vector_depends_on_the_calculators_float_order() -> None:
     assert parse_image_rule("deepseek-v4:exp").tokens(4921, 353) == 289
 
 
+# docs/images.md § Qwen-VL
 @pytest.mark.parametrize(("size", "tokens"), [((1024, 1024), 1369), ((224, 448), 128)])
 def test_qwen_vl_published_vectors(size: tuple[int, int], tokens: int) -> None:
     rule = parse_image_rule("qwen-vl:qwen2.5")
@@ -190,6 +202,7 @@ def test_qwen_vl_variants_and_aspect_limit() -> None:
     assert qwen25.tokens(20100, 100) == qwen25.worst_case() == 12_845_056 // 784 + 2
 
 
+# docs/images.md § Pixtral
 @pytest.mark.parametrize(
     ("variant", "size", "tokens"),
     [
@@ -205,6 +218,7 @@ def test_pixtral(variant: str, size: tuple[int, int], tokens: int) -> None:
     assert parse_image_rule(f"pixtral:{variant}").tokens(*size) == tokens
 
 
+# docs/images.md § Llama 4
 @pytest.mark.parametrize(
     ("size", "tokens"),
     [
@@ -472,6 +486,24 @@ def test_tokens_rejects_bad_input() -> None:
         rule.worst_case("ultra")
 
 
+def test_every_constant_of_every_kind_has_an_explicit_check() -> None:
+    # The config schema is written out by hand; a constant added to a kind without a check
+    # would be rejected as unknown, and a check without a constant would accept a dead key.
+    assert set(SCHEMA) == set(KINDS)
+    for cls in KIND_CLASSES:
+        assert set(SCHEMA[cls.kind]) == {f.name for f in fields(cls)}, cls.kind
+
+
+@pytest.mark.parametrize(
+    ("kind", "constant"),
+    [(kind, constant) for kind in KINDS for constant in SCHEMA[kind] if constant != "variant"],
+)
+def test_every_constant_refuses_a_value_of_the_wrong_type(kind: str, constant: str) -> None:
+    wrong: object = 5 if SCHEMA[kind][constant] is rule_constants.name else "five"
+    with pytest.raises(ValueError, match=rf"^{kind}\.{constant} must be"):
+        parse_image_rule({"kind": kind, constant: wrong})
+
+
 # --------------------------------------------------------------------------------------------
 # Worst cases
 
@@ -511,9 +543,7 @@ def test_worst_cases(spec: str, detail: str, worst: int | None) -> None:
 
 
 def _every_variant() -> list[ImageRule]:
-    from pricing.images import _CLASSES  # every kind's published presets
-
-    rules = [ImageRule(cls.kind, (("variant", v),)) for cls in _CLASSES for v in cls.VARIANTS]
+    rules = [ImageRule(cls.kind, (("variant", v),)) for cls in KIND_CLASSES for v in cls.VARIANTS]
     return [*rules, parse_image_rule("flat:1500"), text_only()]
 
 

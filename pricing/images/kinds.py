@@ -1,38 +1,22 @@
-"""Image-token rules: what one image costs on a route, as that route's provider counts it.
+"""The rule kinds: one frozen dataclass of constants per image-pricing algorithm.
 
-Providers price images by wildly different algorithms (tiles, patches, pixel areas, fixed
-levels, grid solvers) and revise their constants without notice, so a rule here is *data*: a
-kind (the algorithm) plus its constants, every one overridable from config. The published
-numbers live in ``VARIANTS`` tables, one named preset per model family, so a provider's revision
-is a one-line change and an operator can pin the old or the new figures per route.
+Each kind has two methods: ``price`` (tokens for a width x height image at a detail level) and
+``bound`` (the most any image can cost at that level, or None when the rule has no upper bound).
+``VARIANTS`` names the published presets of a kind; every figure in them, with its public
+source, is in docs/images.md (one section per kind). The constants are validated where they are
+loaded from config (``pricing.images.constants``); ``__post_init__`` checks only the relations
+between constants that no single field's type can express.
 
-Where two sources disagree (PRICING.md notes each case) both are kept as named variants and the
-default is the conservative one: overestimating an image costs a little budget, underestimating
-it sends a request that overflows. docs/images.md records every such choice.
-
-Everything here is pure integer/float arithmetic: no I/O, no image decoding. Sizes come from
-``pricing.probe`` (headers only) or from the proxy (fetched URL headers).
+Everything here is pure integer/float arithmetic: no I/O, no image decoding.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
-from functools import lru_cache
-from typing import Any, ClassVar, TypeAlias
-
-__all__ = [
-    "DETAILS",
-    "KINDS",
-    "UNKNOWN_VISION_TOKENS",
-    "ImageRule",
-    "default_image_rule",
-    "parse_image_rule",
-    "text_only",
-]
+from typing import ClassVar, TypeAlias
 
 #: What an image costs on a vision route routefit has no rule for: the ``flat`` rule's default.
 #: Above every published per-image maximum of the common default-detail rules (Claude 1568,
@@ -44,7 +28,6 @@ UNKNOWN_VISION_TOKENS = 1600
 DETAILS = ("auto", "low", "high", "original")
 
 Scalar: TypeAlias = int | float | bool | str | None
-
 
 # --------------------------------------------------------------------------------------------
 # Shared geometry
@@ -111,6 +94,7 @@ class OpenAITile:
     """
 
     kind: ClassVar[str] = "openai-tile"
+    # docs/images.md § OpenAI tiles
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "gpt-4o": {"base": 85, "tile": 170},  # also gpt-4.1, gpt-4.5
         "gpt-4o-mini": {"base": 2833, "tile": 5667},
@@ -176,6 +160,7 @@ def _patch_uniform(box: int, budget: int) -> dict[str, Scalar]:
     return _patch_levels((box, budget), (box, budget), (box, budget), (box, budget))
 
 
+# docs/images.md § OpenAI patches (box / budget per detail level, current docs)
 _GPT_5_4 = _patch_levels((2048, 6144), (2048, 2500), (2048, 2500), (6000, 10000))
 _GPT_5_5 = _patch_levels((512, None), (2048, 2500), (6000, 10000), (6000, 10000))
 _GPT_5_6 = _patch_levels((512, None), (2048, 2500), (None, None), (None, None))
@@ -197,6 +182,7 @@ class OpenAIPatch:
     """
 
     kind: ClassVar[str] = "openai-patch"
+    # docs/images.md § OpenAI patches; § Where sources disagree for the @-variants
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "gpt-5.6": {"multiplier": 1.2, **_GPT_5_6},
         "gpt-5.5": {"multiplier": 1.2, **_GPT_5_5},
@@ -282,6 +268,7 @@ class Anthropic:
     """
 
     kind: ClassVar[str] = "anthropic"
+    # docs/images.md § Anthropic
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "claude": {"max_edge": 1568, "token_limit": 1568},
         "claude-opus-4-7": {"max_edge": 2576, "token_limit": 4784},
@@ -324,6 +311,7 @@ class GeminiTile:
     """
 
     kind: ClassVar[str] = "gemini-tile"
+    # docs/images.md § Gemini tiles
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {"gemini-2": {}}
     variant: str = "gemini-2"
     small_side: int = 384
@@ -359,6 +347,7 @@ class GeminiFixed:
     """
 
     kind: ClassVar[str] = "gemini-fixed"
+    # docs/images.md § Gemini fixed levels
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "gemini-3": {"low": 280, "medium": 560, "high": 1120, "ultra_high": 2240},
         "gemini-2.5": {"low": 64, "medium": 256, "high": 256, "ultra_high": 256},
@@ -413,6 +402,7 @@ class DeepSeekV4:
     """
 
     kind: ClassVar[str] = "deepseek-v4"
+    # docs/images.md § DeepSeek V4
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "v4.1": {"max_tokens": 1024, "min_pixels": 544 * 544},
         "exp": {
@@ -527,6 +517,7 @@ class QwenVL:
     """
 
     kind: ClassVar[str] = "qwen-vl"
+    # docs/images.md § Qwen-VL
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "qwen2.5": {"factor": 28, "min_pixels": 3136, "max_pixels": 12_845_056},
         # What many hosts configure for Qwen2/2.5 (1280 tokens); not the default (fewer tokens).
@@ -573,6 +564,7 @@ class Pixtral:
     """Mistral's Pixtral encoder: a token per (patch x merge) cell plus a break token per row."""
 
     kind: ClassVar[str] = "pixtral"
+    # docs/images.md § Pixtral
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {
         "pixtral-12b": {"patch": 16, "merge": 1, "max_image_size": 1024},
         "mistral-small-3": {"patch": 14, "merge": 2, "max_image_size": 1540},
@@ -612,6 +604,7 @@ class Llama4:
     """
 
     kind: ClassVar[str] = "llama4"
+    # docs/images.md § Llama 4
     VARIANTS: ClassVar[Mapping[str, Mapping[str, Scalar]]] = {"llama-4": {}}
     variant: str = "llama-4"
     tile: int = 336
@@ -651,7 +644,7 @@ class Llama4:
             raise ValueError("llama4 tile and max_tiles must be positive")
 
 
-_Constants: TypeAlias = (
+RuleConstants: TypeAlias = (
     TextOnly
     | Flat
     | OpenAITile
@@ -664,7 +657,9 @@ _Constants: TypeAlias = (
     | Pixtral
     | Llama4
 )
-_CLASSES: tuple[type[_Constants], ...] = (
+
+#: Every kind, in the order config errors list them.
+KIND_CLASSES: tuple[type[RuleConstants], ...] = (
     OpenAITile,
     OpenAIPatch,
     Anthropic,
@@ -677,314 +672,7 @@ _CLASSES: tuple[type[_Constants], ...] = (
     Flat,
     TextOnly,
 )
-_BY_KIND: dict[str, type[_Constants]] = {cls.kind: cls for cls in _CLASSES}
+BY_KIND: Mapping[str, type[RuleConstants]] = {cls.kind: cls for cls in KIND_CLASSES}
 
 #: Every rule kind config may name.
-KINDS: tuple[str, ...] = tuple(_BY_KIND)
-
-#: Config shorthands that set one constant at every detail level.
-_PER_LEVEL_ALIASES = {"max_dim": "_max_dim", "patch_budget": "_patch_budget"}
-
-
-# --------------------------------------------------------------------------------------------
-# Building constants from (kind, params), with validation good enough for config errors.
-
-
-def _check_value(kind: str, name: str, annotation: str, value: Any) -> Scalar:
-    where = f"{kind}.{name}"
-    nullable = annotation.endswith("| None")
-    base = annotation.removesuffix("| None").strip()
-    if value is None:
-        if nullable:
-            return None
-        raise ValueError(f"{where} must not be null")
-    if base == "bool":
-        if not isinstance(value, bool):
-            raise ValueError(f"{where} must be true or false")
-        return value
-    if base == "int":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{where} must be a non-negative integer{' or null' * nullable}")
-        return value
-    if base == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise ValueError(f"{where} must be a non-negative number")
-        if not math.isfinite(value):
-            raise ValueError(f"{where} must be finite")
-        return float(value)
-    if not isinstance(value, str):
-        raise ValueError(f"{where} must be a string")
-    return value
-
-
-def _class(kind: str) -> type[_Constants]:
-    cls = _BY_KIND.get(kind)
-    if cls is None:
-        raise ValueError(f"unknown image rule kind {kind!r} (known: {', '.join(KINDS)})")
-    return cls
-
-
-def _expand_aliases(cls: type[_Constants], params: Mapping[str, Any]) -> dict[str, Any]:
-    """Replace ``max_dim`` / ``patch_budget`` by the per-level constants they stand for.
-
-    A per-level key given in the same spec wins over the alias (``max_dim: 2048`` with
-    ``original_max_dim: 6000`` means 2048 except at ``original``).
-    """
-    names = {f.name for f in fields(cls)}
-    out = dict(params)
-    for alias, suffix in _PER_LEVEL_ALIASES.items():
-        if alias in out and f"low{suffix}" in names:
-            value = out.pop(alias)
-            for level in DETAILS:
-                out.setdefault(f"{level}{suffix}", value)
-    return out
-
-
-def _known_keys(cls: type[_Constants]) -> list[str]:
-    names = {f.name for f in fields(cls)}
-    aliases = {a for a, suffix in _PER_LEVEL_ALIASES.items() if f"low{suffix}" in names}
-    return sorted(names | aliases)
-
-
-def _build(kind: str, params: Mapping[str, Any]) -> _Constants:
-    cls = _class(kind)
-    annotations = {f.name: str(f.type) for f in fields(cls)}
-    given = _expand_aliases(cls, params)
-    unknown = sorted(set(given) - set(annotations))
-    if unknown:
-        known = ", ".join(_known_keys(cls)) or "none"
-        raise ValueError(
-            f"unknown constant(s) {unknown} for image rule kind {kind!r} (known: {known})"
-        )
-    values: dict[str, Any] = {}
-    variant = given.get("variant")
-    if variant is not None:
-        if not isinstance(variant, str) or variant not in cls.VARIANTS:
-            names = ", ".join(cls.VARIANTS) or "none"
-            raise ValueError(
-                f"unknown variant {variant!r} for image rule kind {kind!r} (known: {names})"
-            )
-        values.update(cls.VARIANTS[variant])
-    for name, value in given.items():
-        values[name] = _check_value(kind, name, annotations[name], value)
-    try:
-        return cls(**values)
-    except ValueError as exc:
-        raise ValueError(f"image rule {kind!r}: {exc}") from None
-
-
-def _params(constants: _Constants) -> tuple[tuple[str, Scalar], ...]:
-    return tuple((f.name, getattr(constants, f.name)) for f in fields(constants))
-
-
-@lru_cache(maxsize=65_536)
-def _price(constants: _Constants, width: int, height: int, detail: str) -> int:
-    return constants.price(width, height, detail)
-
-
-# --------------------------------------------------------------------------------------------
-# The public value
-
-
-@dataclass(frozen=True, slots=True)
-class ImageRule:
-    """A route's image rule: a kind and its constants, as one hashable, comparable value.
-
-    ``params`` is normalised on construction to every constant of the kind, in declaration
-    order, so two rules that price identically compare equal however they were spelled
-    (``ImageRule("flat", (("tokens", 1500),)) == parse_image_rule("flat:1500")``).
-    """
-
-    kind: str
-    params: tuple[tuple[str, Scalar], ...] = ()
-    _constants: _Constants = field(init=False, repr=False, compare=False, hash=False)
-
-    def __post_init__(self) -> None:
-        constants = _build(self.kind, dict(self.params))
-        object.__setattr__(self, "_constants", constants)
-        object.__setattr__(self, "params", _params(constants))
-
-    @property
-    def visual(self) -> bool:
-        """Whether the route sees pixels (False: the image is sent as placeholder text)."""
-        return self.kind != "text-only"
-
-    @property
-    def variant(self) -> str | None:
-        """The named preset the constants started from (None for flat and text-only)."""
-        value = dict(self.params).get("variant")
-        return value if isinstance(value, str) else None
-
-    def tokens(self, width: int, height: int, detail: str = "auto") -> int:
-        """Visual tokens for a width x height image at ``detail``; whole tokens, never negative."""
-        if isinstance(width, bool) or isinstance(height, bool) or min(width, height) < 1:
-            raise ValueError(f"image size must be positive integers, got {width}x{height}")
-        if detail not in DETAILS:
-            raise ValueError(f"detail must be one of {list(DETAILS)}, got {detail!r}")
-        return _price(self._constants, int(width), int(height), detail)
-
-    def worst_case(self, detail: str = "auto") -> int | None:
-        """The most any image can cost at ``detail``; None when the rule has no upper bound."""
-        if detail not in DETAILS:
-            raise ValueError(f"detail must be one of {list(DETAILS)}, got {detail!r}")
-        return self._constants.bound(detail)
-
-    def spec(self) -> dict[str, Scalar]:
-        """The rule as a config mapping (``parse_image_rule(rule.spec()) == rule``)."""
-        return {"kind": self.kind, **dict(self.params)}
-
-    def __str__(self) -> str:
-        if self.kind == "flat":
-            return f"flat:{dict(self.params)['tokens']}"
-        return self.kind if self.variant is None else f"{self.kind}:{self.variant}"
-
-
-def text_only() -> ImageRule:
-    """The rule of a route that takes no images."""
-    return ImageRule("text-only")
-
-
-def parse_image_rule(spec: str | Mapping[str, Any]) -> ImageRule:
-    """An image rule from config; raise ValueError with a message fit for the operator.
-
-    Accepted forms::
-
-        image_rule: text-only              # or any kind name, with its default constants
-        image_rule: flat:1500              # a fixed price per image
-        image_rule: deepseek-v4:exp        # a kind and one of its named variants
-        image_rule: model:gpt-5.4-mini     # the default rule of a model family
-        image_rule: {kind: openai-patch, max_dim: 2048, patch_budget: 1536, multiplier: 1.62}
-        image_rule: {model: claude-opus-4-7, token_limit: 5000}   # a preset, then overrides
-    """
-    if isinstance(spec, str):
-        return _parse_string(spec.strip())
-    if not isinstance(spec, Mapping):
-        raise ValueError(
-            "image rule must be a kind name (e.g. 'anthropic', 'flat:1500') or a mapping"
-        )
-    params = {str(k): v for k, v in spec.items()}
-    model = params.pop("model", None)
-    kind = params.pop("kind", None)
-    if model is not None:
-        if not isinstance(model, str) or not model:
-            raise ValueError("image rule model must be a model name")
-        base = default_image_rule(model, supports_vision=True)
-        if kind is not None and kind != base.kind:
-            raise ValueError(f"model {model!r} implies kind {base.kind!r}, not {kind!r}")
-        if "variant" in params:  # the model picks the kind; the variant replaces its preset
-            return ImageRule(base.kind, tuple(params.items()))
-        overrides = _expand_aliases(_class(base.kind), params)
-        return ImageRule(base.kind, tuple({**dict(base.params), **overrides}.items()))
-    if not isinstance(kind, str):
-        raise ValueError(f"image rule mapping needs a kind (known: {', '.join(KINDS)})")
-    return ImageRule(kind, tuple(params.items()))
-
-
-def _parse_string(spec: str) -> ImageRule:
-    if spec.startswith("model:"):
-        return default_image_rule(spec[6:].strip(), supports_vision=True)
-    kind, sep, arg = spec.partition(":")
-    if kind == "flat" and sep:
-        try:
-            tokens = int(arg)
-        except ValueError:
-            raise ValueError(f"flat image rule needs a whole number of tokens: {spec!r}") from None
-        return ImageRule("flat", (("tokens", tokens),))
-    if sep:
-        return ImageRule(kind, (("variant", arg),))
-    return ImageRule(kind)
-
-
-# --------------------------------------------------------------------------------------------
-# Defaults by model name
-
-
-def _model_name(model: str) -> tuple[str, str]:
-    """(the whole lowercased name, its last path segment without fine-tune decorations)."""
-    full = model.strip().lower()
-    name = full.rsplit("/", 1)[-1]
-    if name.startswith("ft:"):  # ft:gpt-4o-mini-2024-07-18:org::id
-        name = name[3:].split(":", 1)[0]
-    return full, name
-
-
-def _rule(kind: str, variant: str | None = None, **overrides: Scalar) -> ImageRule:
-    params: tuple[tuple[str, Scalar], ...] = (("variant", variant),) if variant else ()
-    return ImageRule(kind, (*params, *overrides.items()))
-
-
-#: gpt-5.x mini/nano models the docs do not list take the earlier docs' (conservative) pattern.
-_MINI_NANO_MULTIPLIER = {"mini": 1.62, "nano": 2.46}
-
-_GPT5 = re.compile(r"^gpt-5(?:\.(\d+))?(?![\d.])(.*)$")
-_CLAUDE = re.compile(r"claude-(opus|sonnet|haiku)-(\d+)(?:[-.](\d{1,2}))?(?!\d)")
-
-
-def _openai_rule(name: str) -> ImageRule | None:
-    if name.startswith("computer-use-preview"):
-        return _rule("openai-tile", "computer-use-preview")
-    if name.startswith("gpt-4o-mini"):
-        return _rule("openai-tile", "gpt-4o-mini")
-    for model in ("gpt-4.1-mini", "gpt-4.1-nano", "o4-mini"):
-        if name.startswith(model):
-            return _rule("openai-patch", model)
-    if re.match(r"^(chatgpt-4o|gpt-4o|gpt-4\.1|gpt-4\.5|gpt-4-turbo|gpt-4-vision)", name):
-        return _rule("openai-tile", "gpt-4o")
-    if re.match(r"^o[13](-|$)", name):
-        return _rule("openai-tile", "o1")
-    match = _GPT5.match(name)
-    if match is None:
-        return None
-    minor = int(match.group(1) or 0)
-    size = next((s for s in ("mini", "nano") if re.search(rf"-{s}(-|$)", match.group(2))), None)
-    if minor <= 1:
-        return _rule("openai-patch", f"gpt-5-{size}") if size else _rule("openai-tile", "gpt-5")
-    if minor == 4:
-        return _rule("openai-patch", f"gpt-5.4-{size}" if size else "gpt-5.4")
-    table = "gpt-5.2" if minor < 4 else "gpt-5.5" if minor == 5 else "gpt-5.6"
-    if size:
-        return _rule("openai-patch", table, multiplier=_MINI_NANO_MULTIPLIER[size])
-    return _rule("openai-patch", table)
-
-
-def _claude_rule(full: str) -> ImageRule:
-    match = _CLAUDE.search(full)
-    if match is not None:
-        family, major, minor = match.group(1), int(match.group(2)), int(match.group(3) or 0)
-        # Opus 4.7 has the larger limits; later generations are assumed to keep them (the
-        # conservative guess: larger limits price higher).
-        if major >= 5 or (family == "opus" and (major, minor) >= (4, 7)):
-            return _rule("anthropic", "claude-opus-4-7")
-    return _rule("anthropic", "claude")
-
-
-def _family_rule(full: str, name: str) -> ImageRule | None:
-    if "claude" in full:
-        return _claude_rule(full)
-    if "gemini-3" in name:
-        return _rule("gemini-fixed", "gemini-3")
-    if re.search(r"gemini-(2|1\.5)", name):
-        return _rule("gemini-tile", "gemini-2")
-    if "deepseek" in full and "vl" not in name and "janus" not in name:
-        return _rule("deepseek-v4", "exp" if "vision-exp" in name else "v4.1")
-    if "qwen" in full and ("vl" in name or "qvq" in name):
-        return _rule("qwen-vl", "qwen3" if "qwen3" in name else "qwen2.5")
-    if "pixtral" in name:
-        return _rule("pixtral", "pixtral-12b")
-    if "mistral-small" in name:
-        return _rule("pixtral", "mistral-small-3")
-    if "llama-4" in name or "llama4" in name:
-        return _rule("llama4")
-    return None
-
-
-def default_image_rule(model: str, supports_vision: bool) -> ImageRule:
-    """The rule a model name implies (a litellm provider prefix is ignored); config may override.
-
-    A route without vision is ``text-only``; a vision model routefit has no rule for gets
-    ``flat`` at ``UNKNOWN_VISION_TOKENS``.
-    """
-    if not supports_vision:
-        return text_only()
-    full, name = _model_name(model)
-    return _openai_rule(name) or _family_rule(full, name) or ImageRule("flat")
+KINDS: tuple[str, ...] = tuple(BY_KIND)
