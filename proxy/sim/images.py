@@ -2,8 +2,9 @@
 
 :func:`image_tokens` is the one place a rule is applied. The rules whose numbers are published
 and stable (``openai-tile``, ``anthropic``, ``flat:N``) are implemented here from
-docs/images.md § Sources and published vectors; any other rule name is delegated, lazily, to ``pricing.images`` (tested against the published
-vectors on its own), so the simulator follows that module as it grows.
+docs/images.md § Sources and published vectors; any other rule name is delegated, lazily,
+to ``pricing.images`` (tested against the published vectors on its own), so the simulator
+follows that module as it grows.
 """
 
 from __future__ import annotations
