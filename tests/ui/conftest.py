@@ -66,7 +66,7 @@ def _drive(client: OpenAI) -> dict[str, int]:
     return sent
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
     path = tmp_path_factory.mktemp("ui") / "routefit.yaml"
     routes = [
