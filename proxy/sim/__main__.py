@@ -87,11 +87,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m proxy.sim", description="routefit's LLM provider simulator"
-    )
-    add_arguments(parser)
+def main(
+    argv: list[str] | None = None, prog: str = "python -m proxy.sim", default_port: int = 0
+) -> int:
+    """Also ``routefit sim`` (with its own ``prog`` and a fixed default port)."""
+    parser = argparse.ArgumentParser(prog=prog, description="routefit's LLM provider simulator")
+    add_arguments(parser, default_port)
     return run(parser.parse_args(argv))
 
 
