@@ -29,11 +29,14 @@ from proxy.config import Config, load_config
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway
+from proxy.local_provider import attach
 from proxy.metrics import Metrics
 from proxy.openapi import build_openapi
+from proxy.provider_keys import ProviderKeys
 from proxy.state import AppState
 from proxy.store import Store, open_store
 from proxy.transports import RetryPolicy, Transports
+from proxy.ui import Dashboard
 from proxy.wires import CHAT_WIRE
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -187,6 +190,7 @@ def build_state(
     config: Config, store: Store | None = None, transports: Transports | None = None
 ) -> AppState:
     """Every long-lived part of one app, wired once from the config."""
+    config, local = attach(config)  # sim:// routes → the in-process simulator's port
     metrics = Metrics()
     settings = config.settings
     if transports is None:
@@ -205,7 +209,11 @@ def build_state(
     )
     budgets = Budgets(store, metrics, settings.budget_failure_mode)
     sizer = ImageSizer()
-    gateway = Gateway(config, metrics, transports, calibrator, budgets, sizer)
+    teams_open = not config.teams
+    keys = ProviderKeys.from_file(config, teams_open=teams_open)
+    gateway = Gateway(config, metrics, transports, calibrator, budgets, sizer, keys)
+    dashboard = Dashboard(config, metrics, calibrator, budgets, gateway.teams)
+    gateway.on_fit = dashboard.record
     return AppState(
         config,
         metrics,
@@ -215,7 +223,10 @@ def build_state(
         budgets,
         sizer,
         gateway,
+        keys,
+        dashboard,
         orjson.dumps(build_openapi(config)),
+        local,
     )
 
 
@@ -253,6 +264,9 @@ def _log_start(state: AppState) -> None:
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     state: AppState = app.state.routefit
     loading = asyncio.get_running_loop().create_task(_load_tokenizers(state))
+    if state.local is not None:
+        state.local.start()
+    state.keys.log_warnings()
     state.transports.start()
     exact = {alias: rc.route.exact_text for alias, rc in state.config.routes.items()}
     state.calibrator.start(exact)
@@ -265,15 +279,20 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.transports.aclose()
         await state.sizer.aclose()
         await state.store.close()
+        if state.local is not None:
+            await state.local.stop()
 
 
 def create_app(
     config: Config, store: Store | None = None, transports: Transports | None = None
 ) -> Starlette:
+    state = build_state(config, store, transports)
     app = Starlette(
-        routes=ROUTES, lifespan=lifespan, exception_handlers={HTTPException: http_error}
+        routes=[*ROUTES, *state.dashboard.routes()],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
     )
-    app.state.routefit = build_state(config, store, transports)
+    app.state.routefit = state
     return app
 
 

@@ -15,7 +15,10 @@ from typing import Any, NoReturn
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-__all__ = ["main"]
+__all__ = ["Progress", "fit_table", "main"]
+
+#: ``routefit sim``'s default port (``routefit serve`` defaults to 4000).
+SIM_PORT = 4001
 
 
 class UsageError(Exception):
@@ -25,6 +28,30 @@ class UsageError(Exception):
 def _fail(message: str) -> NoReturn:
     print(f"routefit: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+class Progress:
+    """One status line on stderr while a command works on something slow (loading a
+    tokenizer, reading the store route by route); silent when stderr is not a terminal, so
+    scripts and CI logs see only the result."""
+
+    def __init__(self, stream: Any = None, enabled: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.width = 0
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            line = f"routefit: {message}"
+            self.stream.write("\r" + line.ljust(self.width))
+            self.stream.flush()
+            self.width = max(self.width, len(line))
+
+    def done(self) -> None:
+        if self.enabled and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
 
 
 def _read_body(path: str) -> Any:
@@ -45,10 +72,14 @@ def _read_body(path: str) -> Any:
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(config, route config, parsed request) for ``price`` / ``fit``."""
+    """(config, route config, parsed request) for ``price`` / ``fit``, with the route's
+    tokenizer loaded (the slow part, shown as progress)."""
     from pricing.messages import RequestError, parse_request
+    from pricing.tokenizers import get_tokenizer
     from proxy.config import ConfigError, load_config
 
+    progress = Progress()
+    progress(f"loading {args.config}")
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -65,6 +96,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if rc is None:
         known = ", ".join(sorted(config.routes))
         raise UsageError(f"unknown model alias {alias!r} (configured: {known})")
+    progress(f"loading tokenizer {rc.route.tokenizer}")
+    get_tokenizer(rc.route.tokenizer).count("warm up")
+    progress(f"pricing {len(request.messages)} message(s) for {alias}")
+    progress.done()
     return config, rc, request
 
 
@@ -98,19 +133,7 @@ def _fit(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"request": result.body, "report": result.report.as_dict()}, indent=2))
         return 0
-    r = result.report
-    print(
-        f"route {r.route}  budget {r.budget:,}  estimate {r.estimate_before:,} -> "
-        f"{r.estimate_after:,}"
-    )
-    print(f"actions: {r.actions()}")
-    if r.capped:
-        print(f"  capped {r.capped} message(s), {r.capped_tokens:,} tokens removed")
-    if r.offloaded_images:
-        print(f"  offloaded {r.offloaded_images} image(s), {r.offloaded_tokens:,} tokens removed")
-    if r.elided_messages:
-        print(f"  elided {r.elided_messages} message(s), {r.elided_tokens:,} tokens removed")
-    print(f"messages: {len(request.messages)} -> {len(result.messages)}")
+    print(fit_table(result, len(request.messages)))
     return 0
 
 
@@ -175,11 +198,14 @@ def _calibration(args: argparse.Namespace) -> int:
     settings = config.settings
     policy = settings.calibration
 
+    progress = Progress()
+
     async def collect() -> dict[str, Any]:
         store = open_store(settings.redis_url, settings.store_path)
         try:
             out = {}
-            for alias, rc in config.routes.items():
+            for i, (alias, rc) in enumerate(config.routes.items(), 1):
+                progress(f"reading calibration {i}/{len(config.routes)}: {alias}")
                 samples = await store.recent_samples(alias, policy.window)
                 correction = fit_correction(samples, policy, rc.route.exact_text)
                 out[alias] = summarize(samples, correction)
@@ -187,6 +213,7 @@ def _calibration(args: argparse.Namespace) -> int:
         except StoreUnavailable as exc:
             raise UsageError(f"store {store.name} is unavailable: {exc}") from None
         finally:
+            progress.done()
             await store.close()
 
     routes = asyncio.run(collect())
@@ -206,6 +233,57 @@ def _calibration(args: argparse.Namespace) -> int:
             f"{f['images']:>8.3f}{p50:>9}{p95:>9}"
         )
     return 0
+
+
+def _preview(message: Any, width: int = 60) -> str:
+    """A one-line glimpse of a wire message: its text, images and tool calls."""
+    content = message.get("content")
+    bits: list[str] = []
+    if isinstance(content, str):
+        bits.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                bits.append(str(part.get("text", "")))
+            elif isinstance(part, dict):
+                bits.append(f"[{part.get('type', 'part')}]")
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        bits.append(f"-> {function.get('name', '?')}()")
+    text = " ".join(" ".join(bits).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def fit_table(result: Any, sent_before: int) -> str:
+    """``routefit fit`` without --json: the report, then the request to send, message by
+    message (tokens as the route counts them, and a glimpse of each)."""
+    r = result.report
+    lines = [
+        f"route {r.route}  budget {r.budget:,}  estimate {r.estimate_before:,} -> "
+        f"{r.estimate_after:,}",
+        f"actions: {r.actions()}",
+    ]
+    if r.capped:
+        lines.append(f"  capped {r.capped} message(s), {r.capped_tokens:,} tokens removed")
+    if r.offloaded_images:
+        lines.append(
+            f"  offloaded {r.offloaded_images} image(s), {r.offloaded_tokens:,} tokens removed"
+        )
+    if r.elided_messages:
+        lines.append(f"  elided {r.elided_messages} message(s), {r.elided_tokens:,} tokens removed")
+    wire = list(result.body.get("messages") or [])
+    lines.append(f"messages: {sent_before} -> {len(wire)}")
+    lines.append(f"request to send ({len(wire)} messages; --json prints the body):")
+    lines.append(f"{'#':>4}  {'role':<10}{'tokens':>8}  content")
+    totals = {m.index: m.total for m in result.pressure.messages}
+    for i, message in enumerate(wire):
+        tokens = totals.get(i)
+        shown = f"{tokens:,}" if tokens is not None else "-"
+        lines.append(f"{i:>4}  {message.get('role', '?'):<10}{shown:>8}  {_preview(message)}")
+    other = {k: v for k, v in result.body.items() if k not in ("messages", "model")}
+    if other:
+        lines.append("other fields: " + ", ".join(sorted(other)))
+    return "\n".join(lines)
 
 
 def pressure_json(pressure: Any) -> dict[str, Any]:
@@ -309,12 +387,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.set_defaults(run=_serve)
+
+    # `routefit sim ...` is handed to the simulator's own parser (see main); listed here for help.
+    sub.add_parser(
+        "sim",
+        help="run the packaged provider simulator: OpenAI and Anthropic wires, no keys, "
+        "no network (routefit sim --help)",
+        add_help=False,
+    )
     return parser
 
 
+def _sim(argv: list[str]) -> int:
+    from proxy.sim.__main__ import main as sim_main
+
+    try:
+        return sim_main(argv, prog="routefit sim", default_port=SIM_PORT)
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["sim"]:
+        return _sim(given[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     try:
         result: int = args.run(args)
     except UsageError as exc:

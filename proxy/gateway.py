@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -27,16 +27,17 @@ from pricing.messages import ChatRequest, RequestError, message_wire
 from proxy.body import read_json
 from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator, prefix_keys
-from proxy.config import Config, RouteConfig
+from proxy.config import Config, RouteConfig, Upstream
 from proxy.errors import ProxyError
 from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
+from proxy.provider_keys import ProviderKeys
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
 from proxy.transports import EventStream, Leg, Transports
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
-from strategies.fit import Fit, FitError, fit
+from strategies.fit import Fit, FitError, FitReport, fit
 from strategies.policy import FitPolicy, output_reserve
 
 __all__ = ["Gateway", "Prepared"]
@@ -65,6 +66,8 @@ class Prepared:
     keys: list[bytes]
     anchored: bool = False
     held: Held | None = None
+    #: The route's upstream with the key this request must carry (``ProviderKeys``).
+    upstream: Upstream | None = None
 
 
 class Gateway:
@@ -76,8 +79,13 @@ class Gateway:
         calibrator: Calibrator,
         budgets: Budgets,
         sizer: ImageSizer,
+        keys: ProviderKeys,
+        on_fit: Callable[[FitReport], None] | None = None,
     ) -> None:
         self.config = config
+        self.keys = keys
+        #: Told of every fit that is forwarded (the dashboard's recent reports).
+        self.on_fit = on_fit
         self.metrics = metrics
         self.transports = transports
         self.calibrator = calibrator
@@ -212,6 +220,9 @@ class Gateway:
         try:
             p = await self.prepare(request, wire)
             route = p.rc.route.alias
+            p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
+            if self.on_fit is not None:
+                self.on_fit(p.fitted.report)
             reserve = output_reserve(
                 p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
             )
@@ -235,12 +246,13 @@ class Gateway:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
         headers = self.headers(p)
         route = p.rc.route.alias
+        upstream = p.upstream or p.rc.upstream
         sent = time.perf_counter()
         if out.stream:
-            events = await _from_upstream(leg.transport.stream(p.rc.upstream, out))
+            events = await _from_upstream(leg.transport.stream(upstream, out))
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
             return self._relay(p, leg, events, headers)
-        completion = await _from_upstream(leg.transport.complete(p.rc.upstream, out))
+        completion = await _from_upstream(leg.transport.complete(upstream, out))
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
         answer = p.wire.answer(p.request, completion, leg.wire)
         self.on_usage(p, answer.usage)

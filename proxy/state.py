@@ -10,10 +10,13 @@ from proxy.calibrator import Calibrator
 from proxy.config import Config
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway
+from proxy.local_provider import LocalProvider
 from proxy.metrics import Metrics
+from proxy.provider_keys import ProviderKeys
 from proxy.store import Store
 from proxy.teams import TeamDirectory
 from proxy.transports import Transports
+from proxy.ui import Dashboard
 
 __all__ = ["AppState", "Readiness"]
 
@@ -36,7 +39,11 @@ class AppState:
     budgets: Budgets
     sizer: ImageSizer
     gateway: Gateway
+    keys: ProviderKeys
+    dashboard: Dashboard
     openapi: bytes
+    #: The in-process simulator behind ``sim://`` routes, when the config has any.
+    local: LocalProvider | None = None
     readiness: Readiness = field(default_factory=Readiness)
 
     @property

@@ -32,12 +32,12 @@ def _model_from_json(text: str) -> SimModel:
     return SimModel(**raw)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m proxy.sim", description="routefit's LLM provider simulator"
-    )
+def add_arguments(parser: argparse.ArgumentParser, default_port: int = 0) -> None:
+    """The simulator's options, shared by ``python -m proxy.sim`` and ``routefit sim``."""
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 = a free port (printed)")
+    parser.add_argument(
+        "--port", type=int, default=default_port, help=f"0 = a free port (default {default_port})"
+    )
     parser.add_argument(
         "--model",
         action="append",
@@ -56,11 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between SSE events")
     parser.add_argument("--log-level", default="warning")
-    args = parser.parse_args(argv)
 
-    models = [get_builtin(name) for name in args.model] + [
-        _model_from_json(j) for j in args.model_json
-    ]
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM with the options of :func:`add_arguments`."""
+    try:
+        models = [get_builtin(name) for name in args.model] + [
+            _model_from_json(j) for j in args.model_json
+        ]
+    except KeyError as exc:
+        raise SystemExit(f"--model: {exc.args[0]}") from None
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"--model-json: {exc}") from None
     config = SimConfig(
         api_keys=frozenset(args.api_key) if args.api_key else None,
         chunk_delay=args.chunk_delay,
@@ -78,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         on_ready=ready,
     )
     return 0
+
+
+def main(
+    argv: list[str] | None = None, prog: str = "python -m proxy.sim", default_port: int = 0
+) -> int:
+    """Also ``routefit sim`` (with its own ``prog`` and a fixed default port)."""
+    parser = argparse.ArgumentParser(prog=prog, description="routefit's LLM provider simulator")
+    add_arguments(parser, default_port)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

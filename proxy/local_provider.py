@@ -1,0 +1,124 @@
+"""The local provider: routes whose ``api_base`` is ``sim://local`` are answered by the packaged
+provider simulator, started inside the routefit process.
+
+Why: a newcomer (or a user's own CI) should be able to chat through routefit with no provider
+key and no network. The simulator speaks the providers' wires and counts tokens by its own
+rules, so everything routefit does — pricing, fitting, calibration, budgets, the dashboard —
+runs for real against it; only the answers are synthetic.
+
+How: :func:`attach` runs before the app builds its upstreams. It binds a loopback socket on a
+free port and rewrites every ``sim://`` route to ``http://127.0.0.1:PORT/v1`` (the OpenAI
+passthrough), so nothing downstream knows the provider is local. The app's lifespan then calls
+:meth:`LocalProvider.start` / :meth:`LocalProvider.stop`. The simulator runs on its own thread
+and event loop, so its work never blocks routefit's loop and its server never touches
+routefit's signal handlers. Each worker process gets its own simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, replace
+
+from proxy.config import Config, ConfigError, RouteConfig
+
+__all__ = ["SIM_SCHEME", "LocalProvider", "attach", "is_local"]
+
+log = logging.getLogger("routefit.local")
+
+SIM_SCHEME = "sim://"
+
+
+def is_local(api_base: str | None) -> bool:
+    """Whether a route's api_base names the in-process simulator (``sim://local``)."""
+    return api_base is not None and api_base.startswith(SIM_SCHEME)
+
+
+@dataclass
+class LocalProvider:
+    """The in-process simulator behind the ``sim://`` routes of one worker."""
+
+    sock: socket.socket
+    aliases: tuple[str, ...]
+    _thread: threading.Thread | None = None
+    _server: object | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> None:
+        """Serve on the socket bound by :func:`attach`, on a thread of its own."""
+        from proxy.sim.app import create_app
+        from proxy.sim.server import build_server
+        from proxy.sim.state import SimConfig, SimState
+
+        server = build_server(create_app(SimState(None, SimConfig())))
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [self.sock]}, name="routefit-sim", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the local provider simulator did not start")
+            time.sleep(0.01)
+        log.warning(
+            "local provider simulator on %s serves route(s) %s: synthetic answers, "
+            "no provider key needed",
+            self.base_url,
+            ", ".join(self.aliases),
+        )
+
+    async def stop(self) -> None:
+        server, thread = self._server, self._thread
+        if server is not None:
+            server.should_exit = True  # type: ignore[attr-defined]
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 10)
+        self.sock.close()
+
+
+def _check_model(alias: str, rc: RouteConfig, path: str) -> None:
+    from proxy.sim.models import BUILTIN_MODELS
+
+    name = rc.upstream.model_name
+    known = {n for m in BUILTIN_MODELS.values() for n in (m.name, *m.aliases)}
+    if name not in known:
+        raise ConfigError(
+            f"{path}: model_list[{alias}].litellm_params.model: {rc.upstream.model!r} is not a "
+            f"simulator model (api_base {rc.upstream.api_base}); known: {', '.join(sorted(known))}"
+        )
+    if rc.upstream.transport != "openai":
+        raise ConfigError(
+            f"{path}: model_list[{alias}].routefit.transport: a sim:// route speaks the "
+            "openai transport (use an openai/<model> name)"
+        )
+
+
+def attach(config: Config, host: str = "127.0.0.1") -> tuple[Config, LocalProvider | None]:
+    """The config with its ``sim://`` routes pointed at a freshly bound loopback port, and the
+    simulator to start there (None when no route is local). Raises ConfigError for a sim://
+    route whose model the simulator does not serve."""
+    local = {a: rc for a, rc in config.routes.items() if is_local(rc.upstream.api_base)}
+    if not local:
+        return config, None
+    for alias, rc in local.items():
+        _check_model(alias, rc, config.path)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    provider = LocalProvider(sock, tuple(local))
+    base = f"{provider.base_url}/v1"
+    routes = {
+        alias: replace(rc, upstream=replace(rc.upstream, api_base=base)) if alias in local else rc
+        for alias, rc in config.routes.items()
+    }
+    return replace(config, routes=routes), provider

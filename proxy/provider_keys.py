@@ -1,0 +1,166 @@
+"""Never forward keyless: a route whose provider key is unset answers ``provider_key_missing``.
+
+A route's key usually comes from ``api_key: os.environ/NAME``. When NAME is unset, forwarding
+anyway sends the request with no key, and the client gets the provider's "You didn't provide an
+API key" — a message about a key the client never had to give. routefit answers instead, before
+anything leaves, with an OpenAI-shaped error that names the variable to set; start-up logs a
+WARNING per such route.
+
+Exceptions: a route with ``routefit: {forward_client_key: true}`` forwards the client's own key
+(the ``Authorization: Bearer`` key when routefit runs open; the ``x-provider-key`` header when
+teams are configured, since the bearer is then the team's routefit key). A route that names no
+key at all (a local vLLM, a litellm provider that reads its own environment variable) is left
+alone: only an ``os.environ/NAME`` that resolved to nothing is a known mistake.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import yaml
+
+from proxy.config import ENV_PREFIX, Config, RouteConfig, Upstream
+from proxy.errors import ProxyError
+
+__all__ = [
+    "KeySource",
+    "MissingKey",
+    "ProviderKeys",
+    "key_sources",
+    "missing_provider_keys",
+    "provider_key_missing",
+]
+
+log = logging.getLogger("routefit")
+
+#: The header a client sends its own provider key in when routefit has teams.
+CLIENT_KEY_HEADER = "x-provider-key"
+
+
+@dataclass(frozen=True, slots=True)
+class KeySource:
+    """Where one route's provider key comes from, as the config file says."""
+
+    env: str | None = None  # NAME of ``api_key: os.environ/NAME``
+    forward_client_key: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MissingKey:
+    alias: str
+    env: str
+
+    def warning(self) -> str:
+        return (
+            f"route {self.alias!r} has no provider key: {self.env} is unset; its requests "
+            f"are answered 'provider_key_missing' until {self.env} is set"
+        )
+
+
+def key_sources(model_list: Any) -> dict[str, KeySource]:
+    """Per alias, the key source of its first ``model_list`` entry (as routefit routes it)."""
+    out: dict[str, KeySource] = {}
+    if not isinstance(model_list, Sequence) or isinstance(model_list, str):
+        return out
+    for item in model_list:
+        if not isinstance(item, Mapping) or not isinstance(item.get("model_name"), str):
+            continue
+        alias = item["model_name"]
+        if alias in out:
+            continue
+        params = item.get("litellm_params")
+        own = item.get("routefit")
+        key = params.get("api_key") if isinstance(params, Mapping) else None
+        env = (
+            key[len(ENV_PREFIX) :] if isinstance(key, str) and key.startswith(ENV_PREFIX) else None
+        )
+        forward = isinstance(own, Mapping) and own.get("forward_client_key") is True
+        out[alias] = KeySource(env, forward)
+    return out
+
+
+def missing_provider_keys(
+    config: Config, sources: Mapping[str, KeySource]
+) -> tuple[MissingKey, ...]:
+    """Routes that would be forwarded keyless: the key names an unset variable and the route
+    does not forward the client's key."""
+    missing = []
+    for alias, rc in config.routes.items():
+        source = sources.get(alias)
+        if source is None or source.env is None or source.forward_client_key:
+            continue
+        if rc.upstream.api_key is None:
+            missing.append(MissingKey(alias, source.env))
+    return tuple(missing)
+
+
+def provider_key_missing(alias: str, env: str) -> ProxyError:
+    """The answer for a route without its key. 503 (routefit cannot serve the route as
+    configured — not the client's fault, so not 401), with ``x-should-retry: false`` so the
+    OpenAI SDKs do not retry what only the operator can fix."""
+    return ProxyError(
+        503,
+        f"routefit has no provider key for model {alias!r}: set the environment variable "
+        f"{env} where routefit runs, and restart it",
+        code="provider_key_missing",
+        param="model",
+        headers={"x-should-retry": "false"},
+    )
+
+
+class ProviderKeys:
+    """The request-path check: the upstream to forward to, with the key it must carry."""
+
+    def __init__(self, config: Config, sources: Mapping[str, KeySource], teams_open: bool) -> None:
+        self.sources = dict(sources)
+        self.teams_open = teams_open
+        self.missing = {m.alias: m for m in missing_provider_keys(config, sources)}
+
+    @classmethod
+    def from_file(cls, config: Config, teams_open: bool) -> ProviderKeys:
+        """Read the key sources from the config file itself (the parsed Config keeps the
+        resolved key, not the variable it came from)."""
+        try:
+            with open(config.path, encoding="utf-8") as f:
+                data = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            data = None
+        raw = data.get("model_list") if isinstance(data, Mapping) else None
+        return cls(config, key_sources(raw), teams_open)
+
+    def log_warnings(self) -> None:
+        for m in self.missing.values():
+            log.warning("%s", m.warning())
+
+    def upstream(self, rc: RouteConfig, headers: Mapping[str, str]) -> Upstream:
+        """``rc.upstream``, or a copy carrying the client's key; raises provider_key_missing."""
+        alias = rc.route.alias
+        source = self.sources.get(alias)
+        if source is not None and source.forward_client_key:
+            key = self._client_key(headers)
+            if key is None:
+                raise ProxyError(
+                    401,
+                    f"model {alias!r} forwards your own provider key: send it as "
+                    + (
+                        "'Authorization: Bearer <key>'"
+                        if self.teams_open
+                        else f"the {CLIENT_KEY_HEADER} header"
+                    ),
+                    code="provider_key_required",
+                )
+            return replace(rc.upstream, api_key=key)
+        missing = self.missing.get(alias)
+        if missing is not None:
+            raise provider_key_missing(alias, missing.env)
+        return rc.upstream
+
+    def _client_key(self, headers: Mapping[str, str]) -> str | None:
+        if not self.teams_open:
+            return headers.get(CLIENT_KEY_HEADER) or None
+        auth = headers.get("authorization", "")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        return key or headers.get(CLIENT_KEY_HEADER) or None

@@ -1,0 +1,159 @@
+"""The operator's dashboard at ``GET /routefit/ui``: static HTML/JS/CSS shipped in the package
+(no build step, no CDN; charts are plain SVG), fed by ``GET /routefit/ui/data``.
+
+Endpoints (see :mod:`proxy.ui.auth` for why the key travels as it does):
+
+* ``GET /routefit/ui`` — the page (a shell: no data, so it needs no key);
+* ``GET /routefit/ui/static/{name}`` — its script and style sheet;
+* ``GET /routefit/ui/data`` — the figures; admin key as a bearer header, or the session cookie;
+* ``POST /routefit/ui/session`` — ``{"key": "<admin key>"}`` → the session cookie;
+  ``DELETE`` ends it; ``GET`` says whether this browser may read the figures.
+
+Every response carries a strict Content-Security-Policy (same-origin scripts, styles and
+fetches only; no framing), so even a hostile route alias could not run script in the page.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from proxy.budgets import Budgets
+from proxy.calibrator import Calibrator
+from proxy.config import Config
+from proxy.errors import ProxyError, error_response
+from proxy.metrics import Metrics
+from proxy.teams import TeamDirectory
+from proxy.ui.auth import COOKIE, SESSION_SECONDS, Sessions
+from proxy.ui.data import DashboardData
+from strategies.fit import FitReport
+
+__all__ = ["Dashboard"]
+
+PREFIX = "/routefit/ui"
+
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+
+_SECURITY = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """Every file of proxy/ui/static, read once: the only names the static route serves."""
+    files = {}
+    for entry in resources.files("proxy.ui").joinpath("static").iterdir():
+        suffix = "." + entry.name.rsplit(".", 1)[-1]
+        if entry.is_file() and suffix in _TYPES:
+            files[entry.name] = (entry.read_bytes(), _TYPES[suffix])
+    return files
+
+
+class Dashboard:
+    """Mount with ``routes += dashboard.routes()``; call ``record(report)`` per fitted request."""
+
+    def __init__(
+        self,
+        config: Config,
+        metrics: Metrics,
+        calibrator: Calibrator,
+        budgets: Budgets,
+        teams: TeamDirectory,
+    ) -> None:
+        self.data = DashboardData(config, metrics, calibrator, budgets, teams)
+        self.sessions = Sessions(teams, config.settings.admin_key_hash)
+        self.files = _static_files()
+
+    def record(self, report: FitReport) -> None:
+        self.data.record(report)
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route(PREFIX, self.page, methods=["GET"]),
+            Route(PREFIX + "/", self.page, methods=["GET"]),
+            Route(PREFIX + "/static/{name}", self.static, methods=["GET"]),
+            Route(PREFIX + "/data", self.figures, methods=["GET"]),
+            Route(PREFIX + "/session", self.session_state, methods=["GET"]),
+            Route(PREFIX + "/session", self.session, methods=["POST", "DELETE"]),
+        ]
+
+    async def page(self, request: Request) -> Response:
+        body, media = self.files["index.html"]
+        return Response(body, media_type=media, headers=_SECURITY)
+
+    async def static(self, request: Request) -> Response:
+        found = self.files.get(request.path_params["name"])
+        if found is None:
+            return error_response(
+                ProxyError(404, f"unknown path {request.url.path}", code="not_found")
+            )
+        return Response(found[0], media_type=found[1], headers=_SECURITY)
+
+    async def figures(self, request: Request) -> Response:
+        try:
+            self.sessions.authorize(request.headers, request.cookies)
+        except ProxyError as err:
+            return error_response(err, headers=_SECURITY)
+        body = orjson.dumps(await self.data.build())
+        return Response(body, media_type="application/json", headers=_SECURITY)
+
+    async def session_state(self, request: Request) -> Response:
+        """Whether this browser may read the figures (always 200: the page asks before it
+        fetches, so signing in never shows up as a failed request)."""
+        try:
+            self.sessions.authorize(request.headers, request.cookies)
+        except ProxyError:
+            authorized = False
+        else:
+            authorized = True
+        token = request.cookies.get(COOKIE)
+        body = {
+            "authorized": authorized,
+            "open": self.sessions.open,
+            "session": bool(token and self.sessions.valid(token)),
+        }
+        return Response(orjson.dumps(body), media_type="application/json", headers=_SECURITY)
+
+    async def session(self, request: Request) -> Response:
+        secure = request.url.scheme == "https"
+        if request.method == "DELETE":
+            response = Response(status_code=204, headers=_SECURITY)
+            response.delete_cookie(COOKIE, path=PREFIX, secure=secure, samesite="strict")
+            return response
+        try:
+            try:
+                payload = orjson.loads(await request.body())
+            except orjson.JSONDecodeError:
+                payload = None
+            key = payload.get("key") if isinstance(payload, dict) else None
+            if not isinstance(key, str) or not key:
+                raise ProxyError(400, 'expected {"key": "<admin key>"}', code="invalid_json")
+            token = self.sessions.login(key)
+        except ProxyError as err:
+            return error_response(err, headers=_SECURITY)
+        response = Response(status_code=204, headers=_SECURITY)
+        response.set_cookie(
+            COOKIE,
+            token,
+            max_age=SESSION_SECONDS,
+            path=PREFIX,
+            secure=secure,
+            httponly=True,
+            samesite="strict",
+        )
+        return response
