@@ -179,8 +179,8 @@ class Gateway:
             )
         policy = self.policy_for(rc, team)
         sizes: dict[str, tuple[int, int]] = {}
-        if rc.route.image_fetch.enabled:
-            sizes = await self.sizer.sizes(image_urls(parsed), rc.route.image_fetch)
+        if rc.image_fetch.enabled:
+            sizes = await self.sizer.sizes(image_urls(parsed), rc.image_fetch)
         correction = self.calibrator.correction(rc.route.alias)
         fitted = await self._fit(parsed, rc, policy, correction, sizes, size)
         estimate, keys, hit = await self._anchor(rc, fitted)
