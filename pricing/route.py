@@ -1,7 +1,8 @@
 """Route: everything pricing needs to know about one target (provider + model).
 
 A route is a plain value built from config (``proxy.config``); pricing never looks anything up
-behind its back. Transport facts (API base, keys) are not here: they belong to the proxy.
+behind its back. Transport facts (API base, keys) and what the proxy may fetch for a route
+(``proxy.fetch.ImageFetchPolicy``) are not here: they belong to the proxy.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from pricing.framing import Framing, is_openai_model
 from pricing.images import ImageRule, text_only
 
-__all__ = ["ImageFetchPolicy", "ImageLimits", "Route"]
+__all__ = ["ImageLimits", "Route"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,58 +27,6 @@ class ImageLimits:
 
 
 @dataclass(frozen=True, slots=True)
-class ImageFetchPolicy:
-    """Whether the proxy may fetch the first bytes of a URL image to learn its size.
-
-    The default fetches nothing: a URL image is then priced at the rule's worst case. Fetching
-    makes the gateway a client of URLs its callers chose, so it is opt-in per route, limited to
-    allowlisted hosts (``images.example.com`` exactly, ``*.example.com`` for its subdomains,
-    ``*`` for any public host), and never reaches loopback, private, link-local or metadata
-    addresses unless ``allow_private`` is set (metadata addresses never). ``proxy.fetch`` does
-    the I/O; this value only says what is allowed.
-    """
-
-    allow_hosts: tuple[str, ...] = ()
-    allow_private: bool = False
-    #: Bytes read at most per image (headers are tiny; JPEG metadata may need more).
-    max_bytes: int = 65_536
-    #: Whole-fetch deadline per image, DNS included.
-    timeout_s: float = 2.0
-    #: Redirects followed, each hop re-checked against the allowlist and address rules.
-    max_redirects: int = 2
-    #: URL images fetched per request at most (the rest are priced at the worst case).
-    max_urls: int = 16
-
-    def __post_init__(self) -> None:
-        hosts = tuple(h.strip().lower().rstrip(".") for h in self.allow_hosts)
-        for host in hosts:
-            bare = host.removeprefix("*.")
-            if host != "*" and (not bare or "*" in bare or "/" in host or "@" in host):
-                raise ValueError(
-                    f"allow_hosts entry {host!r} must be a host name, '*.suffix' or '*'"
-                )
-        object.__setattr__(self, "allow_hosts", hosts)
-        if self.max_bytes < 64 or self.timeout_s <= 0 or self.max_redirects < 0:
-            raise ValueError("image fetch needs max_bytes >= 64, timeout_s > 0, max_redirects >= 0")
-        if self.max_urls < 0:
-            raise ValueError("image fetch max_urls must not be negative")
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.allow_hosts) and self.max_urls > 0
-
-    def allows_host(self, host: str) -> bool:
-        """Whether ``host`` (a name or an IP literal, as in the URL) is on the allowlist."""
-        host = host.lower().rstrip(".")
-        for allowed in self.allow_hosts:
-            if allowed == "*" or host == allowed:
-                return True
-            if allowed.startswith("*.") and host.endswith(allowed[1:]):
-                return True
-        return False
-
-
-@dataclass(frozen=True, slots=True)
 class Route:
     alias: str
     model: str
@@ -89,7 +38,6 @@ class Route:
     image_rule: ImageRule = field(default_factory=text_only)
     supports_vision: bool = False
     image_limits: ImageLimits = field(default_factory=ImageLimits)
-    image_fetch: ImageFetchPolicy = field(default_factory=ImageFetchPolicy)
 
     @property
     def exact_text(self) -> bool:

@@ -13,6 +13,7 @@ conversation is tokenized once, not once per turn.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gc
 import hashlib
@@ -37,6 +38,7 @@ __all__ = [
     "get_tokenizer",
     "litellm_tokenizer_dir",
     "parse_tokenizer_spec",
+    "tiktoken_file",
 ]
 
 #: Names accepted in config besides ``hf:PATH`` and ``heuristic:CHARS_PER_TOKEN``.
@@ -254,28 +256,83 @@ def litellm_tokenizer_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
 
 
-_load_lock = threading.Lock()
+#: The two OpenAI encodings routefit counts with: the SHA-256 of the published rank file, the
+#: pre-tokenizer pattern and the special tokens, as tiktoken's ``tiktoken_ext.openai_public``
+#: defines them (tests/pricing/test_tokenizers.py checks they still agree with tiktoken's).
+_TIKTOKEN_SPECS: dict[str, tuple[str, str, dict[str, int]]] = {
+    "o200k_base": (
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        "|".join(
+            [
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""\p{N}{1,3}""",
+                r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+                r"""\s*[\r\n]+""",
+                r"""\s+(?!\S)""",
+                r"""\s+""",
+            ]
+        ),
+        {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+    ),
+    "cl100k_base": (
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+        r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        {
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+    ),
+}
 
 
-def _load_tiktoken(name: str) -> Any:
+def tiktoken_file(name: str, folder: Path | None = None) -> Path:
+    """Where litellm keeps its offline copy of an encoding's rank file (named, as tiktoken's
+    own cache names it, by the SHA-1 of the file's published URL)."""
+    folder = litellm_tokenizer_dir() if folder is None else folder
+    return folder / hashlib.sha1(_TIKTOKEN_URLS[name].encode()).hexdigest()  # noqa: S324
+
+
+def _read_ranks(path: Path, expected_sha256: str) -> dict[bytes, int]:
+    """A tiktoken rank file (one ``base64-token rank`` per line), checked against the
+    published hash so a damaged copy fails loudly instead of counting wrong."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TokenizerError(f"tiktoken rank file {path} cannot be read: {exc}") from None
+    if hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise TokenizerError(f"tiktoken rank file {path} does not match its published hash")
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _load_tiktoken(name: str, folder: Path | None = None) -> Any:
+    """Build the encoding from the file litellm ships, handed to tiktoken directly.
+
+    tiktoken's own loader only reads local copies through its cache directory (an environment
+    variable) and writes copies there; building the ``Encoding`` from the ranks read here touches
+    neither the environment nor any cache, and never the network.
+    """
     import tiktoken
 
-    folder = litellm_tokenizer_dir()
-    cached = folder / hashlib.sha1(_TIKTOKEN_URLS[name].encode()).hexdigest()  # noqa: S324
-    if not cached.is_file():
-        raise TokenizerError(f"tokenizer {name!r}: litellm's offline copy {cached} is missing")
-    # tiktoken reads an encoding from TIKTOKEN_CACHE_DIR (files named by the SHA-1 of their
-    # URL) before it would download it; point it at litellm's copies for the duration of the load.
-    with _load_lock:
-        previous = os.environ.get("TIKTOKEN_CACHE_DIR")
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
-        try:
-            enc = tiktoken.get_encoding(name)
-        finally:
-            if previous is None:
-                del os.environ["TIKTOKEN_CACHE_DIR"]
-            else:
-                os.environ["TIKTOKEN_CACHE_DIR"] = previous
+    path = tiktoken_file(name, folder)
+    if not path.is_file():
+        raise TokenizerError(f"tokenizer {name!r}: litellm's offline copy {path} is missing")
+    sha256, pattern, special = _TIKTOKEN_SPECS[name]
+    enc = tiktoken.Encoding(
+        name=name,
+        pat_str=pattern,
+        mergeable_ranks=_read_ranks(path, sha256),
+        special_tokens=special,
+    )
     # An Encoding keeps a Python copy of its merge table (200k entries, ~27 MB for o200k_base)
     # only to be picklable; encoding runs on the Rust core's own copy. routefit never pickles
     # an encoding, so the copy goes: a third of a worker's idle memory.

@@ -286,6 +286,63 @@ def fit_table(result: Any, sent_before: int) -> str:
     return "\n".join(lines)
 
 
+def _check(args: argparse.Namespace) -> int:
+    from pricing.tokenizers import TokenizerError, get_tokenizer
+    from proxy.config import ConfigError, load_config
+    from proxy.config.describe import describe
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    for alias, rc in config.routes.items():  # what serve would fail on at start-up
+        try:
+            get_tokenizer(rc.route.tokenizer)
+        except TokenizerError as exc:
+            raise UsageError(f"{config.path}: route {alias!r}: {exc}") from None
+    info = describe(config)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(check_text(info))
+    return 0
+
+
+def check_text(info: dict[str, Any]) -> str:
+    """``routefit check`` for a person: one block per route, one line per team."""
+    lines = [f"{info['config']}: valid, {len(info['routes'])} route(s)"]
+    for alias, r in info["routes"].items():
+        rule = r["image_rule"]["kind"]
+        fetch = ", ".join(r["image_fetch"]["allow_hosts"]) or "off"
+        fit = r["fit"]
+        lines += [
+            f"route {alias} -> {r['model']}",
+            f"  transport {r['transport']}  api base {r['api_base'] or '(litellm default)'}"
+            f"  key {'set' if r['api_key_set'] else 'unset'}",
+            f"  window {r['context_window']:,}  max output {r['max_output_tokens']:,}"
+            f"  tokenizer {r['tokenizer']}  framing {r['framing']['family']}",
+            f"  images {rule}  vision {'yes' if r['supports_vision'] else 'no'}  fetch {fetch}",
+            f"  fit strategies {','.join(fit['strategies'])}  output reserve "
+            f"{fit['output_reserve'] if fit['output_reserve'] is not None else 'default'}"
+            f"  pin {fit['pin_fraction']}  low water {fit['low_water']}",
+        ]
+    if not info["teams"]:
+        lines.append(f"teams: none, {info['mode']}")
+    for team in info["teams"]:
+        routes = team["routes"] if team["routes"] == "all" else ",".join(team["routes"])
+        quotas = " ".join(f"{k}={v}" for k, v in team["quotas"].items()) or "no quotas"
+        lines.append(f"team {team['id']}: {team['keys']} key(s)  routes {routes}  {quotas}")
+    store = info["store"]
+    where = store.get("url") or store.get("path")
+    lines.append(
+        f"store {store['kind']} {where}  budget failure mode {store['budget_failure_mode']}"
+        f"  admin key {'set' if info['admin_key_set'] else 'unset'}"
+    )
+    lines += [f"warning: {w}" for w in info["warnings"]]
+    lines += [f"unset: {m}" for m in info["missing_env"]]
+    return "\n".join(lines)
+
+
 def pressure_json(pressure: Any) -> dict[str, Any]:
     return {
         "route": pressure.route,
@@ -376,6 +433,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
     cal.add_argument("--json", action="store_true", help="machine-readable output")
     cal.set_defaults(run=_calibration)
+
+    check = sub.add_parser(
+        "check", help="validate a config and print the routes, teams and store it resolves to"
+    )
+    check.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(run=_check)
 
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")

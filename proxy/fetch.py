@@ -31,17 +31,19 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from pricing.messages import ChatRequest, ImagePart
 from pricing.probe import Header, check_header, read_header
-from pricing.route import ImageFetchPolicy, ImageLimits
+from pricing.route import ImageLimits
 
 __all__ = [
     "METADATA_ADDRESSES",
     "FetchRefused",
+    "ImageFetchPolicy",
     "ImageSizer",
     "Resolver",
     "address_refusal",
@@ -68,6 +70,58 @@ METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
     )
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+@dataclass(frozen=True, slots=True)
+class ImageFetchPolicy:
+    """Whether the proxy may fetch the first bytes of a URL image to learn its size.
+
+    The default fetches nothing: a URL image is then priced at the rule's worst case. Fetching
+    makes the gateway a client of URLs its callers chose, so it is opt-in per route, limited to
+    allowlisted hosts (``images.example.com`` exactly, ``*.example.com`` for its subdomains,
+    ``*`` for any public host), and never reaches loopback, private, link-local or metadata
+    addresses unless ``allow_private`` is set (metadata addresses never). ``ImageSizer`` does
+    the I/O; this value only says what is allowed.
+    """
+
+    allow_hosts: tuple[str, ...] = ()
+    allow_private: bool = False
+    #: Bytes read at most per image (headers are tiny; JPEG metadata may need more).
+    max_bytes: int = 65_536
+    #: Whole-fetch deadline per image, DNS included.
+    timeout_s: float = 2.0
+    #: Redirects followed, each hop re-checked against the allowlist and address rules.
+    max_redirects: int = 2
+    #: URL images fetched per request at most (the rest are priced at the worst case).
+    max_urls: int = 16
+
+    def __post_init__(self) -> None:
+        hosts = tuple(h.strip().lower().rstrip(".") for h in self.allow_hosts)
+        for host in hosts:
+            bare = host.removeprefix("*.")
+            if host != "*" and (not bare or "*" in bare or "/" in host or "@" in host):
+                raise ValueError(
+                    f"allow_hosts entry {host!r} must be a host name, '*.suffix' or '*'"
+                )
+        object.__setattr__(self, "allow_hosts", hosts)
+        if self.max_bytes < 64 or self.timeout_s <= 0 or self.max_redirects < 0:
+            raise ValueError("image fetch needs max_bytes >= 64, timeout_s > 0, max_redirects >= 0")
+        if self.max_urls < 0:
+            raise ValueError("image fetch max_urls must not be negative")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.allow_hosts) and self.max_urls > 0
+
+    def allows_host(self, host: str) -> bool:
+        """Whether ``host`` (a name or an IP literal, as in the URL) is on the allowlist."""
+        host = host.lower().rstrip(".")
+        for allowed in self.allow_hosts:
+            if allowed == "*" or host == allowed:
+                return True
+            if allowed.startswith("*.") and host.endswith(allowed[1:]):
+                return True
+        return False
 
 
 class FetchRefused(Exception):

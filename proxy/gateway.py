@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
@@ -117,13 +117,7 @@ class Gateway:
         key = (team.id, rc.route.alias)
         policy = self._policies.get(key)
         if policy is None:
-            policy = FitPolicy.parse(team.fit, base=rc.policy)
-            cap = team.quotas.max_prompt_tokens
-            if cap is not None:
-                current = policy.max_prompt_tokens
-                policy = replace(
-                    policy, max_prompt_tokens=cap if current is None else min(cap, current)
-                )
+            policy = team.fit_policy(rc.policy)
             self._policies[key] = policy
         return policy
 
@@ -153,8 +147,8 @@ class Gateway:
             )
         policy = self.policy_for(rc, team)
         sizes: dict[str, tuple[int, int]] = {}
-        if rc.route.image_fetch.enabled:
-            sizes = await self.sizer.sizes(image_urls(parsed), rc.route.image_fetch)
+        if rc.image_fetch.enabled:
+            sizes = await self.sizer.sizes(image_urls(parsed), rc.image_fetch)
         correction = self.calibrator.correction(rc.route.alias)
         threaded = size > _THREAD_ABOVE
         fitted = await self._fit(wire, parsed, rc, policy, correction, sizes, threaded)

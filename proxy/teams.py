@@ -1,5 +1,7 @@
 """Teams: who may call which routes, within which quotas — and how a key becomes a team.
 
+Teams are read from config by ``proxy.config.teams``; this module is what they do at run time.
+
 Keys are never kept in memory in the clear: config gives plain keys (usually
 ``os.environ/NAME``) or their SHA-256 hashes (``sha256:<hex>``); routefit keeps only hashes, and a
 presented key is hashed and compared against every known hash in constant time, without an early
@@ -12,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.errors import ProxyError
 from proxy.store import BudgetWindow
+from strategies.policy import FitPolicy
 
 __all__ = [
     "Quotas",
@@ -24,7 +27,6 @@ __all__ = [
     "TeamDirectory",
     "fingerprint",
     "hash_key",
-    "parse_teams",
     "presented_key",
 ]
 
@@ -61,11 +63,23 @@ class Team:
     key_hashes: tuple[bytes, ...] = field(repr=False)
     routes: frozenset[str] | None  # None: every route
     quotas: Quotas
-    #: FitPolicy overrides for this team (validated at load time).
+    #: FitPolicy overrides for this team as written in config (kept until every caller uses
+    #: ``policy_overrides``).
     fit: Mapping[str, Any] = field(default_factory=dict)
+    #: The same overrides, validated and normalised once at load (``FitPolicy.merged`` input).
+    policy_overrides: Mapping[str, Any] = field(default_factory=dict)
 
     def may_use(self, alias: str) -> bool:
         return self.routes is None or alias in self.routes
+
+    def fit_policy(self, base: FitPolicy) -> FitPolicy:
+        """A route's policy with this team's overrides and its per-request prompt quota."""
+        policy = base.merged(self.policy_overrides)
+        cap = self.quotas.max_prompt_tokens
+        if cap is None:
+            return policy
+        current = policy.max_prompt_tokens
+        return replace(policy, max_prompt_tokens=cap if current is None else min(cap, current))
 
 
 class TeamDirectory:
@@ -152,94 +166,3 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
         return None
     key = headers.get("x-api-key")
     return key.strip() if key else None
-
-
-def _key_hash(value: Any, where: str) -> bytes:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{where}: must be a non-empty string")
-    if value.startswith("sha256:"):
-        try:
-            digest = bytes.fromhex(value[7:])
-        except ValueError:
-            raise ValueError(f"{where}: sha256: must be followed by 64 hex digits") from None
-        if len(digest) != 32:
-            raise ValueError(f"{where}: sha256: must be followed by 64 hex digits")
-        return digest
-    return hash_key(value)
-
-
-def _positive(value: Any, where: str, integer: bool = True) -> Any:
-    ok = isinstance(value, int) if integer else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok or value <= 0:
-        raise ValueError(f"{where}: must be a positive {'integer' if integer else 'number'}")
-    return value
-
-
-def parse_teams(raw: Any, routes: Sequence[str]) -> list[Team]:
-    """Validate ``routefit_settings.teams``; raise ValueError naming the key path."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise ValueError("teams: must be a list")
-    teams: list[Team] = []
-    seen_ids: set[str] = set()
-    seen_keys: set[bytes] = set()
-    for i, item in enumerate(raw):
-        where = f"teams[{i}]"
-        if not isinstance(item, Mapping):
-            raise ValueError(f"{where}: must be a mapping")
-        unknown = set(item) - {"id", "keys", "routes", "quotas", "fit"}
-        if unknown:
-            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}")
-        team_id = item.get("id")
-        if not isinstance(team_id, str) or not team_id or team_id in seen_ids:
-            raise ValueError(f"{where}.id: must be a unique non-empty string")
-        seen_ids.add(team_id)
-        keys = item.get("keys")
-        if not isinstance(keys, list) or not keys:
-            raise ValueError(f"{where}.keys: must be a non-empty list of keys or sha256: hashes")
-        hashes = []
-        for j, key in enumerate(keys):
-            if key is None:  # an unset os.environ/NAME: that key simply does not exist
-                continue
-            digest = _key_hash(key, f"{where}.keys[{j}]")
-            if digest in seen_keys:
-                raise ValueError(f"{where}.keys[{j}]: the same key is given to two teams")
-            seen_keys.add(digest)
-            hashes.append(digest)
-        allowed = item.get("routes")
-        if allowed is not None:
-            if not isinstance(allowed, list) or not all(isinstance(r, str) for r in allowed):
-                raise ValueError(f"{where}.routes: must be a list of model aliases")
-            missing = [r for r in allowed if r not in routes]
-            if missing:
-                raise ValueError(f"{where}.routes: unknown model alias(es) {missing}")
-        quotas_raw = item.get("quotas") or {}
-        if not isinstance(quotas_raw, Mapping):
-            raise ValueError(f"{where}.quotas: must be a mapping")
-        unknown = set(quotas_raw) - set(Quotas.__dataclass_fields__)
-        if unknown:
-            raise ValueError(
-                f"{where}.quotas: unknown quota(s) {sorted(unknown)} "
-                f"(known: {sorted(Quotas.__dataclass_fields__)})"
-            )
-        quotas = Quotas(
-            **{
-                k: _positive(v, f"{where}.quotas.{k}", integer=(k != "usd_per_month"))
-                for k, v in quotas_raw.items()
-                if v is not None
-            }
-        )
-        fit = item.get("fit") or {}
-        if not isinstance(fit, Mapping):
-            raise ValueError(f"{where}.fit: must be a mapping of fit policy keys")
-        teams.append(
-            Team(
-                id=team_id,
-                key_hashes=tuple(hashes),
-                routes=frozenset(allowed) if allowed is not None else None,
-                quotas=quotas,
-                fit=dict(fit),
-            )
-        )
-    return teams

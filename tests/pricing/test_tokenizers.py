@@ -143,3 +143,53 @@ def test_a_conversation_is_tokenized_once():
     for _ in range(5):
         tok.count(text)
     assert tok.cache.misses == misses + 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_encodings_agree_with_tiktokens_own_definition(name, monkeypatch):
+    """routefit builds each encoding itself (no environment change while loading); tiktoken's own
+    constructor, pointed at the same offline files, must define exactly the same encoding."""
+    import tiktoken_ext.openai_public as public
+
+    from pricing.tokenizers import _TIKTOKEN_SPECS, _read_ranks, tiktoken_file
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(litellm_tokenizer_dir()))
+    theirs = public.ENCODING_CONSTRUCTORS[name]()
+    sha256, pattern, special = _TIKTOKEN_SPECS[name]
+    assert pattern == theirs["pat_str"]
+    assert special == theirs["special_tokens"]
+    assert _read_ranks(tiktoken_file(name), sha256) == theirs["mergeable_ranks"]
+
+
+def test_loading_leaves_the_environment_alone(tmp_path):
+    """Loading in a fresh interpreter changes no environment variable at any point: the
+    environment is frozen by replacing os.environ's setter before the import."""
+    script = textwrap.dedent(
+        """
+        import os
+        def refuse(*a, **k):
+            raise RuntimeError("environment changed while loading")
+        type(os.environ).__setitem__ = refuse
+        type(os.environ).__delitem__ = refuse
+        os.putenv = refuse
+        os.unsetenv = refuse
+        from pricing.tokenizers import get_tokenizer
+        for name in ("o200k_base", "cl100k_base"):
+            assert get_tokenizer(name).count("hello world") == 2, name
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_a_damaged_rank_file_is_refused(tmp_path):
+    from pricing.tokenizers import _load_tiktoken, tiktoken_file
+
+    damaged = tiktoken_file("cl100k_base", tmp_path)
+    damaged.write_bytes(tiktoken_file("cl100k_base").read_bytes()[:-10])
+    with pytest.raises(TokenizerError, match="does not match its published hash"):
+        _load_tiktoken("cl100k_base", tmp_path)

@@ -172,3 +172,105 @@ def test_fit_that_cannot_fit_exits_2(example_config):
     out = run("fit", "-", "--config", str(example_config), stdin=json.dumps(body))
     assert out.returncode == 2
     assert "context_length_exceeded" in out.stderr and "Traceback" not in out.stderr
+
+
+# --- routefit check ------------------------------------------------------------------------
+
+_TEAMS_CONFIG = """\
+model_list:
+  - model_name: fast
+    litellm_params: {model: openai/gpt-4o-mini, api_key: sk-route-secret}
+    routefit:
+      output_reserve: 512
+      image_fetch: {allow_hosts: [img.example.com]}
+  - model_name: local
+    litellm_params: {model: hosted_vllm/my-model, api_base: http://127.0.0.1:8000/v1}
+    model_info: {max_input_tokens: 32768, max_output_tokens: 2048}
+    routefit: {tokenizer: "heuristic:3.5", framing: generic, image_rule: "flat:600"}
+routefit_settings:
+  redis_url: redis://routefit:hunter2@10.0.0.7:6380/3
+  budget_failure_mode: closed
+  admin_key: admin-secret-key
+  teams:
+    - id: search
+      keys: [team-secret-key-1, team-secret-key-2]
+      routes: [fast]
+      quotas: {tokens_per_minute: 1000, usd_per_month: 5}
+      fit: {pin_fraction: 0.25}
+"""
+
+
+def test_check_json_resolves_routes_teams_and_store_without_secrets(tmp_path):
+    config = tmp_path / "routefit.yaml"
+    config.write_text(_TEAMS_CONFIG)
+    out = run("check", "--config", str(config), "--json")
+    assert out.returncode == 0, out.stderr
+    for secret in ("sk-route-secret", "hunter2", "admin-secret-key", "team-secret-key"):
+        assert secret not in out.stdout
+    data = json.loads(out.stdout)
+    fast, local = data["routes"]["fast"], data["routes"]["local"]
+    assert (fast["model"], fast["transport"], fast["api_base"]) == (
+        "openai/gpt-4o-mini",
+        "openai",
+        "https://api.openai.com/v1",
+    )
+    assert (fast["tokenizer"], fast["framing"]["family"], fast["supports_vision"]) == (
+        "o200k_base",
+        "openai",
+        True,
+    )
+    assert fast["fit"]["output_reserve"] == 512 and fast["api_key_set"] is True
+    assert fast["image_fetch"]["allow_hosts"] == ["img.example.com"]
+    assert (local["context_window"], local["max_output_tokens"]) == (32768, 2048)
+    assert (local["tokenizer"], local["framing"]["family"]) == ("heuristic:3.5", "generic")
+    assert local["image_rule"] == {"kind": "flat", "tokens": 600}
+    assert local["api_base"] == "http://127.0.0.1:8000/v1"
+    assert data["teams"] == [
+        {
+            "id": "search",
+            "keys": 2,
+            "routes": ["fast"],
+            "quotas": {"tokens_per_minute": 1000, "usd_per_month": 5},
+            "fit": {"pin_fraction": 0.25},
+        }
+    ]
+    assert data["store"] == {
+        "kind": "redis",
+        "url": "redis://routefit:***@10.0.0.7:6380/3",
+        "budget_failure_mode": "closed",
+    }
+
+
+def test_check_prints_the_example_config_for_a_person(example_config):
+    out = run("check", "--config", str(example_config))
+    assert out.returncode == 0, out.stderr
+    assert "route claude-sonnet -> anthropic/claude-sonnet-4-5" in out.stdout
+    assert "transport litellm" in out.stdout
+    assert "window 131,072" in out.stdout  # deepseek-chat's model_info override
+    assert "teams: none" in out.stdout
+    assert "store " in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("snippet", "reason"),
+    [
+        (
+            "    routefit: {tokeniser: o200k_base}\n",
+            "model_list[0].routefit.tokeniser: unknown key (did you mean 'tokenizer'?)",
+        ),
+        (
+            "routefit_settings: {teams: [{id: a, keys: [k], quota: {}}]}\n",
+            "routefit_settings.teams[0].quota: unknown key (did you mean 'quotas'?)",
+        ),
+        ("    routefit: {tokenizer: 'hf:/nonexistent/tokenizer.json'}\n", "does not exist"),
+    ],
+)
+def test_check_refuses_an_invalid_config_with_exit_2(tmp_path, snippet, reason):
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: m\n    litellm_params: {model: openai/gpt-4o}\n" + snippet
+    )
+    out = run("check", "--config", str(config))
+    assert out.returncode == 2
+    assert out.stdout == "" and "Traceback" not in out.stderr
+    assert reason in out.stderr and str(config) in out.stderr

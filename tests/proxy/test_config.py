@@ -5,8 +5,11 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.config import ConfigError, load_config, parse_config
+from strategies.policy import FitPolicy
 
 
 def write(tmp_path, text: str):
@@ -139,8 +142,11 @@ def test_a_litellm_config_loads_as_is_with_warnings(tmp_path):
         ("routefit: {framing: chatml}", "model_list[0].routefit.framing: unknown framing family"),
         ("routefit: {image_rule: banana}", "model_list[0].routefit.image_rule:"),
         ("routefit: {transport: grpc}", "model_list[0].routefit.transport: must be one of"),
-        ("routefit: {fit: {low_water: 3}}", "model_list[0].routefit: low_water must be between"),
-        ("routefit: {fit: {pin: 0.5}}", "model_list[0].routefit: unknown fit policy key 'pin'"),
+        (
+            "routefit: {fit: {low_water: 3}}",
+            "model_list[0].routefit.fit.low_water: low_water must be between",
+        ),
+        ("routefit: {fit: {pin: 0.5}}", "model_list[0].routefit.fit.pin: unknown key"),
         (
             "model_info: {max_input_tokens: -5}",
             "model_list[0].model_info.max_input_tokens: must be an integer",
@@ -208,3 +214,221 @@ def test_unknown_model_gets_a_conservative_default_and_a_warning(tmp_path):
     )
     assert config.routes["mystery"].route.context_window == 128000
     assert any("not in litellm's model map" in w for w in config.warnings)
+
+
+# --- routefit-owned blocks are strict, LiteLLM-owned blocks are loose -------------------------
+
+
+def _model(routefit: str = "", extra: str = "") -> str:
+    return f"""
+        model_list:
+          - model_name: m
+            litellm_params: {{model: openai/gpt-4o}}
+          - model_name: n
+            litellm_params: {{model: openai/gpt-4o-mini}}
+            {routefit}
+        {extra}
+    """
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "hint"),
+    [
+        (
+            _model("routefit: {tokeniser: o200k_base}"),
+            "model_list[1].routefit.tokeniser",
+            "'tokenizer'",
+        ),
+        (
+            _model("routefit: {fit: {low_watter: 0.5}}"),
+            "model_list[1].routefit.fit.low_watter",
+            "'low_water'",
+        ),
+        (
+            _model("routefit: {image_fetch: {allow_host: [a.example]}}"),
+            "model_list[1].routefit.image_fetch.allow_host",
+            "'allow_hosts'",
+        ),
+        (
+            _model("routefit: {image_limits: {max_images_count: 3}}"),
+            "model_list[1].routefit.image_limits.max_images_count",
+            "'max_images'",
+        ),
+        (
+            _model("routefit: {framing: {family: generic, per_mesage: 4}}"),
+            "model_list[1].routefit.framing.per_mesage",
+            "'per_message'",
+        ),
+        (
+            _model("routefit: {image_rule: {kind: anthropic, token_limt: 900}}"),
+            "model_list[1].routefit.image_rule.token_limt",
+            "'token_limit'",
+        ),
+        (_model("routefitt: {tokenizer: o200k_base}"), "model_list[1].routefitt", "'routefit'"),
+        (_model(extra="routefit_setings: {}"), ": routefit_setings: ", "'routefit_settings'"),
+        (
+            _model(extra="routefit_settings: {redis_ulr: redis://x}"),
+            "routefit_settings.redis_ulr",
+            "'redis_url'",
+        ),
+        (
+            _model(extra="routefit_settings: {calibration: {windw: 5}}"),
+            "routefit_settings.calibration.windw",
+            "'window'",
+        ),
+        (
+            _model(extra="routefit_settings: {teams: [{id: a, keys: [k], route: [m]}]}"),
+            "routefit_settings.teams[0].route",
+            "'routes'",
+        ),
+        (
+            _model(
+                extra="routefit_settings: {teams: [{id: a, keys: [k], quotas: {tokens_per_mi: 5}}]}"
+            ),
+            "routefit_settings.teams[0].quotas.tokens_per_mi",
+            "'tokens_per_minute'",
+        ),
+        (
+            _model(
+                extra="routefit_settings: {teams: [{id: a, keys: [k], fit: {pin_fractoin: 0}}]}"
+            ),
+            "routefit_settings.teams[0].fit.pin_fractoin",
+            "'pin_fraction'",
+        ),
+    ],
+)
+def test_an_unknown_key_in_a_routefit_block_is_an_error_with_a_did_you_mean(
+    tmp_path, text, path, hint
+):
+    config = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(config, environ={})
+    message = str(err.value)
+    assert message.startswith(f"{config}: ")
+    assert path in message
+    assert f"unknown key (did you mean {hint}?)" in message
+
+
+def test_an_unknown_key_without_a_close_match_lists_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"routefit\.zzz: unknown key \(known: context_window, "):
+        load_config(write(tmp_path, _model("routefit: {zzz: 1}")), environ={})
+
+
+def test_litellm_owned_blocks_still_only_warn(tmp_path):
+    config = load_config(
+        write(
+            tmp_path,
+            _model(
+                "model_info: {mode: chat, base_model: gpt-4o}\n            tpm: 1000",
+                "litellm_settings: {drop_params: true}\n        general_settings: {master_key: x}\n"
+                "        router_settings: {routing_strategy: simple-shuffle}",
+            ),
+        ),
+        environ={},
+    )
+    text = "\n".join(config.warnings)
+    for path in (
+        "model_list[1].model_info.mode",
+        "model_list[1].model_info.base_model",
+        "model_list[1].tpm",
+        "litellm_settings",
+        "general_settings",
+        "router_settings",
+    ):
+        assert path in text
+    assert set(config.routes) == {"m", "n"}
+
+
+def test_route_image_fetch_lives_on_the_route_config_not_the_pure_route(tmp_path):
+    config = load_config(
+        write(tmp_path, _model("routefit: {image_fetch: {allow_hosts: [img.example.com]}}")),
+        environ={},
+    )
+    assert config.routes["n"].image_fetch.allow_hosts == ("img.example.com",)
+    assert config.routes["n"].image_fetch.enabled and not config.routes["m"].image_fetch.enabled
+    assert not hasattr(config.routes["n"].route, "image_fetch")
+
+
+# --- teams are parsed once, their fit overrides included --------------------------------------
+
+_KNOBS = {
+    "output_reserve": st.none() | st.integers(0, 10**6),
+    "safety_margin": st.none() | st.integers(0, 10**5),
+    "message_cap_tokens": st.none() | st.integers(0, 10**6),
+    "cap_fraction": st.floats(0.01, 1.0),
+    "low_water": st.floats(0.01, 1.0),
+    "pin_fraction": st.floats(0.0, 1.0),
+    "image_offload_step": st.integers(1, 64),
+    "strategies": st.lists(st.sampled_from(["cap", "offload_images", "elide"]), unique=True),
+    "cap_roles": st.lists(st.sampled_from(["tool", "user", "assistant", "system"]), unique=True),
+    "max_prompt_tokens": st.none() | st.integers(0, 10**6),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(overrides=st.fixed_dictionaries({}, optional=_KNOBS), base_reserve=st.integers(0, 9999))
+def test_team_policy_overrides_apply_as_the_second_parse_did(overrides, base_reserve):
+    config = parse_config(
+        {
+            "model_list": [
+                {
+                    "model_name": "m",
+                    "litellm_params": {"model": "openai/gpt-4o"},
+                    "routefit": {"output_reserve": base_reserve, "fit": {"low_water": 0.5}},
+                }
+            ],
+            "routefit_settings": {"teams": [{"id": "t", "keys": ["k"], "fit": overrides}]},
+        },
+        "c.yaml",
+        environ={},
+    )
+    team, base = config.teams[0], config.routes["m"].policy
+    assert base.merged(team.policy_overrides) == FitPolicy.parse(team.fit, base=base)
+    assert team.fit == overrides
+
+
+def test_a_team_policy_includes_its_prompt_quota(tmp_path):
+    config = load_config(
+        write(
+            tmp_path,
+            _model(
+                extra="""routefit_settings:
+          teams:
+            - {id: a, keys: [ka], quotas: {max_prompt_tokens: 1000}, fit: {max_prompt_tokens: 5000}}
+            - {id: b, keys: [kb], fit: {pin_fraction: 0.25}}""",
+            ),
+        ),
+        environ={},
+    )
+    base = config.routes["m"].policy
+    a, b = config.teams
+    assert a.fit_policy(base).max_prompt_tokens == 1000
+    assert b.fit_policy(base).pin_fraction == 0.25 and b.fit_policy(base).max_prompt_tokens is None
+
+
+def test_team_errors_name_their_path(tmp_path):
+    for extra, message in [
+        (
+            "routefit_settings: {teams: [{id: a, keys: [k], fit: {low_water: 7}}]}",
+            "teams[0].fit.low_water: low_water must be between",
+        ),
+        (
+            "routefit_settings: {teams: [{id: a, keys: [k], routes: [nope]}]}",
+            "teams[0].routes: unknown model alias(es) ['nope']",
+        ),
+        (
+            "routefit_settings: {teams: [{id: a, keys: [k]}, {id: b, keys: [k]}]}",
+            "teams[1].keys[0]: the same key is given to two teams",
+        ),
+        (
+            "routefit_settings: {teams: [{id: a, keys: ['sha256:12']}]}",
+            "teams[0].keys[0]: sha256: must be followed by 64 hex digits",
+        ),
+        (
+            "routefit_settings: {teams: [{id: a, keys: [k], quotas: {usd_per_month: -1}}]}",
+            "teams[0].quotas.usd_per_month: must be a positive number",
+        ),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            load_config(write(tmp_path, _model(extra=extra)), environ={})
+        assert f"routefit_settings.{message}" in str(err.value)

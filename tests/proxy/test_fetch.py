@@ -27,9 +27,11 @@ from PIL import Image
 from pricing.images import default_image_rule
 from pricing.messages import parse_request
 from pricing.meter import measure
-from pricing.route import ImageFetchPolicy, Route
+from pricing.route import Route
+from proxy.config import parse_config
 from proxy.fetch import (
     METADATA_ADDRESSES,
+    ImageFetchPolicy,
     ImageSizer,
     address_refusal,
     image_urls,
@@ -505,8 +507,12 @@ def test_parse_fetch_policy() -> None:
 
 
 def test_routes_fetch_nothing_unless_configured() -> None:
-    assert Route(alias="a", model="m").image_fetch == ImageFetchPolicy()
-    assert not Route(alias="a", model="m").image_fetch.enabled
+    config = parse_config(
+        {"model_list": [{"model_name": "a", "litellm_params": {"model": "openai/gpt-4o"}}]},
+        environ={},
+    )
+    assert config.routes["a"].image_fetch == ImageFetchPolicy()
+    assert not config.routes["a"].image_fetch.enabled
 
 
 def test_fetched_sizes_feed_the_meter(fresh: Server) -> None:
@@ -526,10 +532,9 @@ def test_fetched_sizes_feed_the_meter(fresh: Server) -> None:
         model="gpt-4o",
         image_rule=default_image_rule("gpt-4o", True),
         supports_vision=True,
-        image_fetch=LOOPBACK,
     )
     unsized = measure(request, route)
     assert [d.tokens for d in unsized.image_details] == [1445, 1445]
-    learnt = run(sizes(image_urls(request), route.image_fetch))
+    learnt = run(sizes(image_urls(request), LOOPBACK))
     sized = measure(request, route, learnt)
     assert [(d.tokens, d.sized) for d in sized.image_details] == [(765, True), (765, True)]

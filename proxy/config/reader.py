@@ -1,0 +1,137 @@
+"""Reading one config file: key paths in errors, environment references, strict and loose blocks.
+
+Two kinds of block live in one file. routefit's own (``routefit:``, ``routefit_settings:`` and
+everything under them) are strict: an unknown key there is a typo that would silently change
+behaviour, so it is an error naming its path with the closest known key. LiteLLM's
+(``litellm_params``, ``model_info``, ``litellm_settings``, ...) are loose: routefit reads what
+it needs and warns about the rest, so a LiteLLM config loads as is.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["ENV_PREFIX", "ConfigError", "Reader", "unknown_key"]
+
+ENV_PREFIX = "os.environ/"
+#: LiteLLM's own top-level and per-model keys: never taken for a misspelt routefit key.
+_LITELLM_KEYS = frozenset(
+    {
+        "litellm_settings",
+        "general_settings",
+        "router_settings",
+        "environment_variables",
+        "credential_list",
+        "include",
+        "model_info",
+        "litellm_params",
+    }
+)
+
+
+class ConfigError(ValueError):
+    """A config mistake; the message names the file and the key path."""
+
+
+def unknown_key(key: object, known: Iterable[str]) -> str:
+    """ "unknown key (did you mean 'x'?)", or the known keys when none is close."""
+    names = sorted(known)
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key (did you mean {close[0]!r}?)"
+    return f"unknown key (known: {', '.join(names) or 'none'})"
+
+
+class Reader:
+    """Reads values out of one file's data, collecting warnings and unset environment names."""
+
+    def __init__(self, path: str, environ: Mapping[str, str]) -> None:
+        self.path = path
+        self.environ = environ
+        self.warnings: list[str] = []
+        self.missing_env: list[str] = []
+
+    def error(self, where: str, message: str) -> ConfigError:
+        return ConfigError(
+            f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}"
+        )
+
+    def warn(self, where: str, message: str) -> None:
+        self.warnings.append(f"{self.path}: {where}: {message}")
+
+    def resolve(self, value: Any, where: str) -> Any:
+        """Resolve ``os.environ/NAME`` references anywhere in a value (unset: null, noted)."""
+        if isinstance(value, str) and value.startswith(ENV_PREFIX):
+            name = value[len(ENV_PREFIX) :]
+            if name not in self.environ:
+                self.missing_env.append(f"{where} ({name})")
+                return None
+            return self.environ[name]
+        if isinstance(value, Mapping):
+            return {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.resolve(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    def mapping(self, value: Any, where: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.error(where, "must be a mapping")
+        return value
+
+    def strict(self, value: Any, known: Iterable[str], where: str) -> Mapping[str, Any]:
+        """A routefit-owned mapping: any key outside ``known`` is an error."""
+        block = self.mapping(value, where)
+        names = set(known)
+        for key in block:
+            if key not in names:
+                raise self.error(f"{where}.{key}", unknown_key(key, names))
+        return block
+
+    def loose(self, block: Mapping[str, Any], known: Iterable[str], where: str) -> None:
+        """A LiteLLM-owned mapping: keys routefit does not read get one warning each."""
+        names = set(known)
+        for key in block:
+            if key not in names:
+                self.warn(f"{where}.{key}", "not used by routefit; ignored")
+
+    def shared(
+        self, block: Mapping[str, Any], known: Iterable[str], owned: Iterable[str], where: str
+    ) -> None:
+        """A level LiteLLM and routefit share (the top level, a model entry): unknown keys warn,
+        except near-misses of routefit's own keys (``routefit_setings:``), which are errors."""
+        names, mine = set(known), set(owned)
+        for key in block:
+            if key in names:
+                continue
+            text = str(key)
+            near = difflib.get_close_matches(text, mine, 1, 0.9) and text not in _LITELLM_KEYS
+            if text.startswith("routefit") or near:
+                raise self.error(f"{where}.{key}" if where else text, unknown_key(key, mine))
+            self.warn(f"{where}.{key}" if where else text, "not used by routefit; ignored")
+
+    def integer(self, value: Any, where: str, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(where, f"must be an integer >= {minimum}")
+        return value
+
+    def number(self, value: Any, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise self.error(where, "must be a positive number")
+        return float(value)
+
+    def string(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.error(where, "must be a non-empty string")
+        return value
+
+
+def pick(key: str, *sources: Mapping[str, Any]) -> Any:
+    """The first non-null value of ``key`` among ``sources`` (config before the model map)."""
+    for source in sources:
+        if source.get(key) is not None:
+            return source[key]
+    return None

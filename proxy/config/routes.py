@@ -1,0 +1,101 @@
+"""One ``model_list`` entry → a RouteConfig: the pricing route, its fit policy, its upstream."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pricing.route import Route
+from proxy import modelmap
+from proxy.config.images import read_images
+from proxy.config.policy import SHORTCUTS, read_route_policy
+from proxy.config.reader import Reader
+from proxy.config.tokenizing import read_framing, read_tokenizer
+from proxy.config.transport import Upstream, provider_of, read_upstream
+from proxy.config.window import read_window
+from proxy.fetch import ImageFetchPolicy
+from strategies.policy import FitPolicy
+
+__all__ = ["MODEL_INFO_KEYS", "ROUTEFIT_KEYS", "RouteConfig", "read_route"]
+
+#: model_info keys routefit reads; others are LiteLLM's business (one warning each).
+MODEL_INFO_KEYS = frozenset(
+    {"max_input_tokens", "max_output_tokens", "max_tokens", "supports_vision"}
+)
+ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info", "routefit"})
+ROUTEFIT_KEYS = frozenset(
+    {
+        "tokenizer",
+        "framing",
+        "image_rule",
+        "context_window",
+        "transport",
+        "image_limits",
+        "fit",
+        "upstream_timeout",
+        "image_fetch",
+        *SHORTCUTS,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteConfig:
+    route: Route
+    policy: FitPolicy
+    upstream: Upstream
+    input_cost_per_token: float | None = None
+    output_cost_per_token: float | None = None
+    #: Whether and where the proxy may read URL images to size them (transport policy, so it
+    #: lives here and not on the pure ``Route``).
+    image_fetch: ImageFetchPolicy = field(default_factory=ImageFetchPolicy)
+
+
+def _blocks(
+    item: Mapping[str, Any], where: str, rd: Reader
+) -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]:
+    """(litellm_params, model_info, routefit), environment references resolved; checks keys."""
+    rd.shared(item, ENTRY_KEYS, {"routefit"}, where)
+    params = rd.resolve(
+        rd.mapping(item.get("litellm_params"), f"{where}.litellm_params"), f"{where}.litellm_params"
+    )
+    rd.string(params.get("model"), f"{where}.litellm_params.model")
+    info = rd.mapping(item.get("model_info"), f"{where}.model_info")
+    rd.loose(info, MODEL_INFO_KEYS, f"{where}.model_info")
+    own = rd.strict(item.get("routefit"), ROUTEFIT_KEYS, f"{where}.routefit")
+    return params, info, rd.resolve(own, f"{where}.routefit")
+
+
+def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> RouteConfig:
+    """``where`` is the entry's path (``model_list[i]``)."""
+    item = rd.mapping(item, where)
+    alias = rd.string(item.get("model_name"), f"{where}.model_name")
+    params, info, own = _blocks(item, where, rd)
+    model = str(params["model"])
+    entry = modelmap.lookup(model, model.split("/", 1)[0] if "/" in model else None)
+    provider = provider_of(model, entry)
+    rf = f"{where}.routefit"
+    window = read_window(own, info, entry, model, where, rd)
+    tokenizer = read_tokenizer(own, model, rf, rd)
+    images = read_images(own, model, window.supports_vision, rf, rd)
+    route = Route(
+        alias=alias,
+        model=model,
+        provider=provider,
+        context_window=window.context_window,
+        max_output_tokens=window.max_output_tokens,
+        tokenizer=tokenizer,
+        framing=read_framing(own, model, tokenizer, provider, rf, rd),
+        image_rule=images.rule,
+        supports_vision=window.supports_vision,
+        image_limits=images.limits,
+    )
+    return RouteConfig(
+        route=route,
+        policy=read_route_policy(own, rf, rd),
+        upstream=read_upstream(params, own, provider, default_timeout, where, rd),
+        input_cost_per_token=window.input_cost_per_token,
+        output_cost_per_token=window.output_cost_per_token,
+        image_fetch=images.fetch,
+    )

@@ -1,0 +1,111 @@
+"""``routefit_settings:``: the store, limits, admin key, budget failure mode, calibration.
+
+Teams sit in the same block but are read by ``proxy.config.teams`` once the routes are known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pricing.calibration import CalibrationPolicy
+from proxy.config.reader import Reader
+from proxy.teams import hash_key
+
+__all__ = ["SETTINGS_KEYS", "Settings", "read_settings"]
+
+SETTINGS_KEYS = frozenset(
+    {
+        "redis_url",
+        "store",
+        "store_path",
+        "max_body_bytes",
+        "upstream_timeout",
+        "teams",
+        "admin_key",
+        "budget_failure_mode",
+        "calibration",
+        "upstream_retries",
+    }
+)
+_CALIBRATION_EXTRA = frozenset({"refresh_seconds", "anchor_ttl"})
+_CALIBRATION_KEYS = frozenset(CalibrationPolicy.__dataclass_fields__) | _CALIBRATION_EXTRA
+_STORE_PATH = "routefit.sqlite3"
+_MAX_BODY = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    redis_url: str | None = None
+    #: Embedded store file (SQLite); ":memory:" keeps nothing across restarts.
+    store_path: str = _STORE_PATH
+    max_body_bytes: int = _MAX_BODY
+    upstream_timeout: float = 600.0
+    #: SHA-256 of the key for routefit's own endpoints (usage, calibration); None = none.
+    admin_key_hash: bytes | None = field(default=None, repr=False)
+    #: When the store cannot answer a budget check: "open" admits (and counts it), "closed"
+    #: answers 503. Open by default: a Redis outage should not take every team offline.
+    budget_failure_mode: str = "open"
+    #: Retries (with backoff) of an upstream failure before any byte reached the client.
+    upstream_retries: int = 0
+    calibration: CalibrationPolicy = field(default_factory=CalibrationPolicy)
+    #: Seconds between reloads of every route's samples from the store.
+    calibration_refresh: float = 5.0
+    #: Seconds a prefix anchor lives in the store.
+    anchor_ttl: float = 3600.0
+
+
+def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, float, float]:
+    """(policy, refresh seconds, anchor TTL seconds)."""
+    cal = dict(rd.strict(raw, _CALIBRATION_KEYS, where))
+    refresh = rd.number(cal.pop("refresh_seconds", 5.0), f"{where}.refresh_seconds")
+    anchor_ttl = rd.number(cal.pop("anchor_ttl", 3600.0), f"{where}.anchor_ttl")
+    for key, value in cal.items():
+        if key in ("min_samples", "window"):
+            rd.integer(value, f"{where}.{key}", 1)
+        else:
+            rd.number(value, f"{where}.{key}")
+    try:
+        return CalibrationPolicy(**cal), refresh, anchor_ttl
+    except (TypeError, ValueError) as exc:
+        raise rd.error(where, str(exc)) from None
+
+
+def _redis_url(raw: Mapping[str, Any], environ: Mapping[str, str], rd: Reader) -> str | None:
+    url = raw.get("redis_url") or environ.get("REDIS_URL") or None
+    if url is not None and not str(url).startswith(("redis://", "rediss://", "unix:")):
+        raise rd.error("routefit_settings.redis_url", "must be a redis://, rediss:// or unix: URL")
+    return str(url) if url else None
+
+
+def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]) -> Settings:
+    """``raw`` is the block with its environment references already resolved."""
+    where = "routefit_settings"
+    store_path = raw.get("store_path", _STORE_PATH)
+    if not isinstance(store_path, str) or not store_path:
+        raise rd.error(f"{where}.store_path", "must be a file path or ':memory:'")
+    mode = raw.get("budget_failure_mode", "open")
+    if mode not in ("open", "closed"):
+        raise rd.error(f"{where}.budget_failure_mode", "must be 'open' or 'closed'")
+    admin = raw.get("admin_key")
+    if admin is not None:
+        admin = rd.string(admin, f"{where}.admin_key")
+    retries = rd.integer(raw.get("upstream_retries", 0), f"{where}.upstream_retries")
+    calibration, refresh, anchor_ttl = _calibration(
+        raw.get("calibration"), f"{where}.calibration", rd
+    )
+    return Settings(
+        redis_url=_redis_url(raw, environ, rd),
+        store_path=store_path,
+        max_body_bytes=rd.integer(
+            raw.get("max_body_bytes", _MAX_BODY), f"{where}.max_body_bytes", 1024
+        ),
+        upstream_timeout=rd.number(raw.get("upstream_timeout", 600.0), f"{where}.upstream_timeout"),
+        admin_key_hash=hash_key(admin) if admin else None,
+        budget_failure_mode=mode,
+        upstream_retries=min(retries, 5),
+        calibration=calibration,
+        calibration_refresh=refresh,
+        anchor_ttl=anchor_ttl,
+    )

@@ -1,0 +1,132 @@
+"""Where a route's requests go: provider, transport (direct passthrough or litellm), base, key.
+
+Providers whose wire format is OpenAI's are forwarded directly (no translation, no litellm on the
+request path); every other provider goes through litellm. ``routefit.transport`` overrides the
+choice per route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.config.reader import Reader
+
+__all__ = [
+    "DEFAULT_API_BASES",
+    "LITELLM_PARAMS",
+    "OPENAI_COMPATIBLE",
+    "TRANSPORTS",
+    "Upstream",
+    "provider_of",
+    "read_upstream",
+]
+
+TRANSPORTS = ("openai", "litellm")
+#: litellm_params keys routefit reads itself; the others are forwarded to litellm as is.
+LITELLM_PARAMS = frozenset(
+    {"model", "api_base", "api_key", "base_url", "timeout", "stream_timeout"}
+)
+# litellm providers whose wire format is OpenAI's: routefit forwards to them directly.
+OPENAI_COMPATIBLE = frozenset(
+    {
+        "openai",
+        "deepseek",
+        "hosted_vllm",
+        "vllm",
+        "openrouter",
+        "groq",
+        "together_ai",
+        "fireworks_ai",
+        "xai",
+        "mistral",
+        "perplexity",
+        "deepinfra",
+        "llamacpp",
+        "lm_studio",
+        "openai_compatible",
+        "custom_openai",
+    }
+)
+DEFAULT_API_BASES = {
+    "openai": "https://api.openai.com/v1",
+    "deepseek": "https://api.deepseek.com/v1",
+    "openrouter": "https://openrouter.ai/api/v1",
+    "groq": "https://api.groq.com/openai/v1",
+    "together_ai": "https://api.together.xyz/v1",
+    "fireworks_ai": "https://api.fireworks.ai/inference/v1",
+    "xai": "https://api.x.ai/v1",
+    "mistral": "https://api.mistral.ai/v1",
+    "deepinfra": "https://api.deepinfra.com/v1/openai",
+    "perplexity": "https://api.perplexity.ai",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where and how a route's requests go."""
+
+    model: str  # the litellm model string, e.g. "openai/gpt-4o"
+    provider: str
+    transport: str  # "openai" (direct passthrough) | "litellm" (translated)
+    api_base: str | None
+    api_key: str | None = field(repr=False)
+    timeout: float
+    #: Other litellm_params, forwarded to litellm on the translated path.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_name(self) -> str:
+        """The model name the provider expects (litellm's provider prefix removed)."""
+        prefix = f"{self.provider}/"
+        return self.model[len(prefix) :] if self.model.startswith(prefix) else self.model
+
+
+def provider_of(model: str, entry: Mapping[str, Any]) -> str:
+    """litellm's provider: the model string's prefix, else the map's, else openai."""
+    if "/" in model:
+        return model.split("/", 1)[0]
+    provider = entry.get("litellm_provider")
+    return provider if isinstance(provider, str) else "openai"
+
+
+def _transport(own: Mapping[str, Any], provider: str, where: str, rd: Reader) -> str:
+    transport = own.get("transport")
+    if transport is None:
+        return "openai" if provider in OPENAI_COMPATIBLE else "litellm"
+    if transport not in TRANSPORTS:
+        raise rd.error(f"{where}.routefit.transport", f"must be one of {list(TRANSPORTS)}")
+    return str(transport)
+
+
+def read_upstream(
+    params: Mapping[str, Any],
+    own: Mapping[str, Any],
+    provider: str,
+    default_timeout: float,
+    where: str,
+    rd: Reader,
+) -> Upstream:
+    """``params`` is the route's resolved litellm_params, ``own`` its routefit block; ``where``
+    the route (``model_list[i]``)."""
+    transport = _transport(own, provider, where, rd)
+    api_base = params.get("api_base") or params.get("base_url")
+    if transport == "openai" and not api_base:
+        api_base = DEFAULT_API_BASES.get(provider)
+        if api_base is None:
+            raise rd.error(
+                f"{where}.litellm_params.api_base",
+                f"required for provider {provider!r} on the openai transport",
+            )
+    timeout = own.get("upstream_timeout") or params.get("timeout") or default_timeout
+    model = str(params["model"])
+    return Upstream(
+        model=model,
+        provider=provider,
+        transport=transport,
+        api_base=str(api_base).rstrip("/") if api_base else None,
+        api_key=params.get("api_key"),
+        timeout=rd.number(timeout, f"{where}.routefit.upstream_timeout"),
+        extra={k: v for k, v in params.items() if k not in LITELLM_PARAMS},
+    )
