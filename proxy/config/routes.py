@@ -35,6 +35,7 @@ ROUTEFIT_KEYS = frozenset(
         "fit",
         "upstream_timeout",
         "image_fetch",
+        "forward_client_key",  # read by proxy.provider_keys
         *SHORTCUTS,
     }
 )
