@@ -30,7 +30,7 @@ from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.metrics import Metrics
 from proxy.openapi import build_openapi
-from proxy.store import Store, open_store
+from proxy.store import ObservedStore, Store, connect_store
 from proxy.upstream import RetryPolicy, Upstreams
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -53,7 +53,11 @@ def create_app(config: Config, store: Store | None = None) -> Starlette:
         retry=RetryPolicy(settings.upstream_retries),
         on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
     )
-    store = store or open_store(settings.redis_url, settings.store_path)
+    store = (
+        ObservedStore(store, metrics)
+        if store is not None
+        else connect_store(settings.store, metrics)
+    )
     calibrator = Calibrator(
         store,
         metrics,

@@ -29,6 +29,7 @@ from pricing.route import ImageLimits, Route
 from pricing.tokenizers import TokenizerError, default_tokenizer, parse_tokenizer_spec
 from proxy import modelmap
 from proxy.fetch import parse_fetch_policy
+from proxy.store.settings import STORE_KEYS, StoreSettings, StoreSettingsError, parse_store_settings
 from proxy.teams import Team, hash_key, parse_teams
 from strategies.policy import FitPolicy
 
@@ -53,10 +54,8 @@ _ROUTEFIT_KEYS = {
     "upstream_timeout",
     "image_fetch",
 }
-_SETTINGS_KEYS = {
-    "redis_url",
+_SETTINGS_KEYS = set(STORE_KEYS) | {
     "store",
-    "store_path",
     "max_body_bytes",
     "upstream_timeout",
     "teams",
@@ -149,6 +148,8 @@ class Settings:
     #: Retries (with backoff) of an upstream failure before any byte reached the client.
     upstream_retries: int = 0
     calibration: CalibrationPolicy = field(default_factory=CalibrationPolicy)
+    #: The store and its Redis topology (``proxy.store.settings``).
+    store: StoreSettings = field(default_factory=StoreSettings)
     #: Seconds between reloads of every route's samples from the store.
     calibration_refresh: float = 5.0
     #: Seconds a prefix anchor lives in the store.
@@ -370,12 +371,10 @@ def _settings(raw: Mapping[str, Any], ld: _Loader, environ: Mapping[str, str]) -
     where = "routefit_settings"
     raw = ld.resolve(raw, where)
     ld.unknown(raw, _SETTINGS_KEYS, where)
-    redis_url = raw.get("redis_url") or environ.get("REDIS_URL") or None
-    if redis_url is not None and not str(redis_url).startswith(("redis://", "rediss://", "unix:")):
-        raise ld.error(f"{where}.redis_url", "must be a redis://, rediss:// or unix: URL")
-    store_path = raw.get("store_path", "routefit.sqlite3")
-    if not isinstance(store_path, str) or not store_path:
-        raise ld.error(f"{where}.store_path", "must be a file path or ':memory:'")
+    try:
+        store = parse_store_settings(raw, where, environ)
+    except StoreSettingsError as exc:
+        raise ld.error(exc.where, exc.message) from None
     max_body = ld.integer(
         raw.get("max_body_bytes", 32 * 1024 * 1024), f"{where}.max_body_bytes", 1024
     )
@@ -406,8 +405,9 @@ def _settings(raw: Mapping[str, Any], ld: _Loader, environ: Mapping[str, str]) -
     except (TypeError, ValueError) as exc:
         raise ld.error(f"{where}.calibration", str(exc)) from None
     return Settings(
-        redis_url=str(redis_url) if redis_url else None,
-        store_path=store_path,
+        redis_url=store.redis_url,
+        store_path=store.store_path,
+        store=store,
         max_body_bytes=max_body,
         upstream_timeout=timeout,
         admin_key_hash=hash_key(admin) if admin else None,
