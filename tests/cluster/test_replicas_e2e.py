@@ -38,7 +38,7 @@ def config(sim, path: Path, cluster: LocalRedisCluster, team: str, **settings) -
 @contextlib.contextmanager
 def replicas(path: Path, n: int) -> Iterator[list[Running]]:
     """``n`` replicas of one config, started side by side (each waits for its own /readyz)."""
-    managers = [run_routefit(path) for _ in range(n)]
+    managers = [run_routefit(path, timeout=90) for _ in range(n)]
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(n) as pool:
         futures = [pool.submit(m.__enter__) for m in managers]
         for m, f in zip(managers, futures, strict=True):
