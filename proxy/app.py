@@ -34,7 +34,7 @@ from proxy.metrics import Metrics
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
 from proxy.state import AppState
-from proxy.store import Store, open_store
+from proxy.store import ObservedStore, Store, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
 from proxy.wires import CHAT_WIRE
@@ -199,7 +199,11 @@ def build_state(
             RetryPolicy(settings.upstream_retries),
             on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
         )
-    store = store or open_store(settings.redis_url, settings.store_path)
+    store = (
+        ObservedStore(store, metrics)
+        if store is not None
+        else connect_store(settings.store, metrics)
+    )
     calibrator = Calibrator(
         store,
         metrics,

@@ -189,7 +189,7 @@ def _calibration(args: argparse.Namespace) -> int:
     from pricing.calibration import fit_correction
     from proxy.calibrator import summarize
     from proxy.config import ConfigError, load_config
-    from proxy.store import StoreUnavailable, open_store
+    from proxy.store import StoreUnavailable, connect_store
 
     try:
         config = load_config(args.config)
@@ -201,7 +201,7 @@ def _calibration(args: argparse.Namespace) -> int:
     progress = Progress()
 
     async def collect() -> dict[str, Any]:
-        store = open_store(settings.redis_url, settings.store_path)
+        store = connect_store(settings.store)
         try:
             out = {}
             for i, (alias, rc) in enumerate(config.routes.items(), 1):

@@ -16,6 +16,7 @@ __all__ = ["Metrics"]
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _OVERHEAD = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+_STORE = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 _ERROR = (-0.5, -0.2, -0.1, -0.05, -0.02, -0.01, 0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 
@@ -105,6 +106,35 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+
+        self.store_latency = Histogram(
+            "routefit_store_op_seconds",
+            "Store calls by operation (failover retries included), failed ones too",
+            ["op"],
+            buckets=_STORE,
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "routefit_store_op_errors",
+            "Store calls that failed, by operation and error (the cause's class name)",
+            ["op", "error"],
+            registry=r,
+        )
+        self.store_retries = Counter(
+            "routefit_store_op_retries",
+            "Store attempts retried during a failover, by operation and error",
+            ["op", "error"],
+            registry=r,
+        )
+
+    # -- proxy.store.StoreObserver ---------------------------------------------------------
+    def store_op(self, op: str, seconds: float, error: str | None) -> None:
+        self.store_latency.labels(op).observe(seconds)
+        if error is not None:
+            self.store_errors.labels(op, error).inc()
+
+    def store_retry(self, op: str, error: str) -> None:
+        self.store_retries.labels(op, error).inc()
 
     def render(self) -> bytes:
         """This process's metrics; with several workers (``routefit serve --workers N`` sets

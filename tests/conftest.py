@@ -46,4 +46,6 @@ def example_config() -> Path:
 
 
 # The provider simulator (proxy/sim): a session-wide server and a per-test reset view of it.
+# Redis Cluster and Sentinel, started once per run by the first test that needs them.
+from cluster_fixtures import redis_cluster, redis_sentinel  # noqa: E402, F401
 from sim_fixtures import fresh_sim, sim  # noqa: E402, F401

@@ -11,15 +11,19 @@ from typing import Any
 
 from pricing.calibration import CalibrationPolicy
 from proxy.config.reader import Reader
+from proxy.store.settings import (
+    STORE_KEYS,
+    StoreSettings,
+    StoreSettingsError,
+    parse_store_settings,
+)
 from proxy.teams import hash_key
 
 __all__ = ["SETTINGS_KEYS", "Settings", "read_settings"]
 
-SETTINGS_KEYS = frozenset(
+SETTINGS_KEYS = frozenset(STORE_KEYS) | frozenset(
     {
-        "redis_url",
         "store",
-        "store_path",
         "max_body_bytes",
         "upstream_timeout",
         "teams",
@@ -50,6 +54,8 @@ class Settings:
     #: Retries (with backoff) of an upstream failure before any byte reached the client.
     upstream_retries: int = 0
     calibration: CalibrationPolicy = field(default_factory=CalibrationPolicy)
+    #: The store and its Redis topology (``proxy.store.settings``).
+    store: StoreSettings = field(default_factory=StoreSettings)
     #: Seconds between reloads of every route's samples from the store.
     calibration_refresh: float = 5.0
     #: Seconds a prefix anchor lives in the store.
@@ -72,19 +78,13 @@ def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, f
         raise rd.error(where, str(exc)) from None
 
 
-def _redis_url(raw: Mapping[str, Any], environ: Mapping[str, str], rd: Reader) -> str | None:
-    url = raw.get("redis_url") or environ.get("REDIS_URL") or None
-    if url is not None and not str(url).startswith(("redis://", "rediss://", "unix:")):
-        raise rd.error("routefit_settings.redis_url", "must be a redis://, rediss:// or unix: URL")
-    return str(url) if url else None
-
-
 def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]) -> Settings:
     """``raw`` is the block with its environment references already resolved."""
     where = "routefit_settings"
-    store_path = raw.get("store_path", _STORE_PATH)
-    if not isinstance(store_path, str) or not store_path:
-        raise rd.error(f"{where}.store_path", "must be a file path or ':memory:'")
+    try:
+        store = parse_store_settings(raw, where, environ)
+    except StoreSettingsError as exc:
+        raise rd.error(exc.where, exc.message) from None
     mode = raw.get("budget_failure_mode", "open")
     if mode not in ("open", "closed"):
         raise rd.error(f"{where}.budget_failure_mode", "must be 'open' or 'closed'")
@@ -96,8 +96,9 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         raw.get("calibration"), f"{where}.calibration", rd
     )
     return Settings(
-        redis_url=_redis_url(raw, environ, rd),
-        store_path=store_path,
+        redis_url=store.redis_url,
+        store_path=store.store_path,
+        store=store,
         max_body_bytes=rd.integer(
             raw.get("max_body_bytes", _MAX_BODY), f"{where}.max_body_bytes", 1024
         ),

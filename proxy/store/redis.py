@@ -9,7 +9,8 @@ Redis Cluster slot):
 - ``{rf:team:<team>}:w:<window name>:<bucket id>`` — integer counter, expires at the end of its
   window plus a slack (``codec.BUCKET_SLACK``);
 - ``{rf:team:<team>}:settled:<token id>`` — marker that makes ``settle`` idempotent, expires
-  with the last bucket of its reservation.
+  with the last bucket of its reservation;
+- ``{rf:team:<team>}:resp:<response id>`` — a stored response (bytes), ``EX ttl_seconds``.
 
 Budgets run in one Lua script (``_LUA``, loaded once, called with EVALSHA) with three modes:
 ``reserve``, ``settle`` and ``usage``. It reads the server clock (``TIME``), so replicas with
@@ -19,23 +20,34 @@ skewed clocks agree on the window buckets. See docs/store.md.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    ReadOnlyError,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pricing.calibration import Anchor, Sample
 from proxy.store.base import (
     AnchorWrite,
     BudgetWindow,
     Reservation,
+    StoreObserver,
     StoreUnavailable,
     WindowState,
     anchor_keys,
+    check_response_args,
+    response_key,
     route_tag,
     team_tag,
 )
@@ -53,6 +65,7 @@ from proxy.store.codec import (
     new_token_id,
     settle_deltas,
 )
+from proxy.store.topology import Client, standalone_client
 
 __all__ = ["LUA_CALENDAR", "RedisStore"]
 
@@ -190,12 +203,32 @@ def _window_prefix(team: str, name: str) -> str:
     return f"{team_tag(team)}:w:{name}"
 
 
+#: Errors a failover produces (a dead node, a slot in flight, a demoted master, a promotion in
+#: progress): retried within ``failover_seconds``. Any other Redis error is reported at once.
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterDownError,
+    ClusterError,
+    TryAgainError,
+    AskError,  # MovedError too (a subclass): redis-py follows them itself, up to a TTL
+    ReadOnlyError,
+    SlotNotCoveredError,
+    OSError,  # TimeoutError (our per-attempt cut) included
+)
+_FIRST_BACKOFF = 0.05
+_MAX_BACKOFF = 0.4
+
+
 class RedisStore:
-    """The store contract on Redis, for N replicas sharing one Redis (or Redis Cluster slots).
+    """The store contract on Redis, for N replicas sharing one Redis, a Redis Cluster or a
+    Sentinel-managed master (``proxy.store.topology`` builds the client).
 
     Every call is bounded: ``timeout`` is the socket connect/read timeout and the wait for a
-    pooled connection, and the whole call is cut at ``2 * timeout`` (one reconnect attempt fits).
-    Failures raise ``StoreUnavailable``; the pool reconnects by itself when Redis is back.
+    connection, and each attempt is cut at ``2 * timeout``. Transient failures (connection
+    errors, MOVED/ASK beyond redis-py's own handling, CLUSTERDOWN, TRYAGAIN, READONLY) are
+    retried with a short backoff for ``failover_seconds`` (0: one attempt), so a failover of a
+    few seconds does not fail calls; after that the call raises ``StoreUnavailable``.
     """
 
     name = "redis"
@@ -203,41 +236,54 @@ class RedisStore:
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
+        client: Client | None = None,
         timeout: float = 0.5,
         sample_cap: int = 2000,
         max_connections: int = 64,
         sample_ttl: float = 30 * 86_400,
+        failover_seconds: float = 0.0,
+        observer: StoreObserver | None = None,
     ) -> None:
         if sample_cap < 1:
             raise ValueError("sample_cap must be >= 1")
+        if client is None:
+            if not url:
+                raise ValueError("RedisStore needs a url or a client")
+            client = standalone_client(url, timeout, max_connections)
         self.sample_cap = sample_cap
         self._timeout = timeout
         self._deadline = 2 * timeout
+        self._failover = failover_seconds
+        self._observer = observer
         self._sample_ttl_ms = int(sample_ttl * 1000)
-        pool: BlockingConnectionPool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            # One immediate retry on a dead pooled connection (Redis restarted); never on a
-            # timeout, which would only double the wait.
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
-        self._redis: Redis = Redis.from_pool(pool)  # the client owns (and closes) the pool
+        self._redis, self._close = client
+        # Cluster nodes refuse (rather than queue) past their pool size: in-flight calls are
+        # capped here instead, and the wait for a slot counts against the attempt's deadline.
+        self._slots = asyncio.Semaphore(max_connections)
         self._script = self._redis.register_script(_LUA)
 
-    async def _call(self, op: Awaitable[T]) -> T:
-        try:
-            async with asyncio.timeout(self._deadline):
-                return await op
-        except (RedisError, OSError, TimeoutError) as e:
-            raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
+    async def _call(self, op: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        give_up = time.monotonic() + self._failover
+        delay = _FIRST_BACKOFF
+        while True:
+            try:
+                async with asyncio.timeout(self._deadline):
+                    async with self._slots:
+                        return await attempt()
+            except _TRANSIENT as e:
+                if time.monotonic() + delay > give_up:
+                    raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
+                if self._observer is not None:
+                    self._observer.store_retry(op, type(e).__name__)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, _MAX_BACKOFF)
+            except RedisError as e:
+                raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
 
-    async def _budget(self, keys: list[str], args: list[str | int]) -> list[int]:
-        result: list[int] = await self._call(self._script(keys=keys, args=args))
+    async def _budget(self, op: str, keys: list[str], args: list[str | int]) -> list[int]:
+        result: list[int] = await self._call(op, lambda: self._script(keys=keys, args=args))
         return result
 
     # -- calibration -----------------------------------------------------------------------
@@ -252,7 +298,7 @@ class RedisStore:
                 pipe.pexpire(key, self._sample_ttl_ms)
                 await pipe.execute()
 
-        await self._call(op())
+        await self._call("record_sample", op)
 
     async def record_batch(
         self, samples: Sequence[Sample], anchors: Sequence[AnchorWrite], ttl: float
@@ -263,6 +309,8 @@ class RedisStore:
             return
 
         async def op() -> None:
+            # A cluster pipeline groups the commands by node and sends each node's in one
+            # round trip (all nodes concurrently); every key of a route is in one slot.
             async with self._redis.pipeline(transaction=False) as pipe:
                 streams = set()
                 for sample in samples:
@@ -281,15 +329,16 @@ class RedisStore:
                     pipe.set(name, encode_anchor(anchor), px=max(1, round(ttl * 1000)))
                 await pipe.execute()
 
-        await self._call(op())
+        await self._call("record_batch", op)
 
     async def recent_samples(self, route: str, limit: int) -> list[Sample]:
         # The stream is trimmed approximately (``MAXLEN ~``); the cap is exact as seen here.
         limit = min(limit, self.sample_cap)
         if limit <= 0:
             return []
+        key = route_tag(route) + ":samples"
         entries = await self._call(
-            self._redis.xrevrange(route_tag(route) + ":samples", count=limit)
+            "recent_samples", lambda: self._redis.xrevrange(key, count=limit)
         )
         out = []
         for _id, fields in reversed(entries or []):
@@ -303,12 +352,14 @@ class RedisStore:
         if ttl <= 0:
             raise ValueError("anchor ttl must be > 0")
         (name,) = anchor_keys(route, [key])
-        await self._call(self._redis.set(name, encode_anchor(anchor), px=max(1, int(ttl * 1000))))
+        value, px = encode_anchor(anchor), max(1, int(ttl * 1000))
+        await self._call("put_anchor", lambda: self._redis.set(name, value, px=px))
 
     async def find_anchor(self, route: str, keys: Sequence[bytes]) -> tuple[int, Anchor] | None:
         if not keys:
             return None
-        values = await self._call(self._redis.mget(anchor_keys(route, keys)))
+        names = anchor_keys(route, keys)
+        values = await self._call("find_anchor", lambda: self._redis.mget(names))
         for i, value in enumerate(values):
             if value is None:
                 continue
@@ -327,7 +378,7 @@ class RedisStore:
         args: list[str | int] = ["reserve"]
         for w, amount in windows:
             args += [w.kind, w.limit, amount, BUCKET_SLACK[w.kind]]
-        r = await self._budget(keys, args)
+        r = await self._budget("reserve", keys, args)
         admitted = r[0] == 1
         states = []
         buckets = []
@@ -353,7 +404,7 @@ class RedisStore:
         for b, delta in deltas:
             keys.append(f"{_window_prefix(team, b.name)}:{b.bucket}")
             args += [delta, b.expires_at]
-        await self._budget(keys, args)
+        await self._budget("settle", keys, args)
 
     async def usage(self, team: str, windows: Sequence[BudgetWindow]) -> list[WindowState]:
         for w in windows:
@@ -361,23 +412,49 @@ class RedisStore:
         if not windows:
             return []
         keys = [_window_prefix(team, w.name) for w in windows]
-        r = await self._budget(keys, ["usage", *(w.kind for w in windows)])
+        r = await self._budget("usage", keys, ["usage", *(w.kind for w in windows)])
         return [
             WindowState(w.name, w.limit, r[2 * i], r[2 * i + 1] / 1000)
             for i, w in enumerate(windows)
         ]
 
+    # -- stored responses ------------------------------------------------------------------
+    async def put_response(
+        self, team: str, response_id: str, data: bytes, ttl_seconds: int
+    ) -> None:
+        check_response_args(response_id, ttl_seconds)
+        key, value = response_key(team, response_id), bytes(data)
+        await self._call("put_response", lambda: self._redis.set(key, value, ex=ttl_seconds))
+
+    async def get_response(self, team: str, response_id: str) -> bytes | None:
+        check_response_args(response_id)
+        key = response_key(team, response_id)
+        value = await self._call("get_response", lambda: self._redis.get(key))
+        return value.encode() if isinstance(value, str) else value
+
+    async def delete_response(self, team: str, response_id: str) -> bool:
+        check_response_args(response_id)
+        key = response_key(team, response_id)
+        return bool(await self._call("delete_response", lambda: self._redis.delete(key)))
+
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool:
+        """One attempt, no failover retries: readiness reports the moment, it does not wait."""
         try:
-            return bool(await self._call(self._redis.ping()))
+            async with asyncio.timeout(self._deadline):
+                if isinstance(self._redis, RedisCluster):
+                    # Every node answering is too strict (a failed master is replaced while
+                    # the cluster serves); the slot map being known and one node answering
+                    # is what routefit needs.
+                    return bool(await self._redis.ping(target_nodes=RedisCluster.RANDOM))
+                return bool(await self._redis.ping())
         except Exception:
             return False
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._close()
 
     @property
-    def client(self) -> Redis:
+    def client(self) -> Redis | RedisCluster:
         """The underlying client (for tests and operator tooling)."""
         return self._redis

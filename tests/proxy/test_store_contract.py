@@ -33,6 +33,7 @@ from proxy.store.base import (
 from proxy.store.codec import ReservedBucket, decode_token, encode_token
 from proxy.store.redis import LUA_CALENDAR, RedisStore
 from proxy.store.sqlite import SqliteStore
+from proxy.store.topology import Client, cluster_client, sentinel_client
 
 pytestmark = pytest.mark.anyio
 
@@ -48,9 +49,19 @@ def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+def topology_client(request: pytest.FixtureRequest, mode: str, timeout: float) -> Client:
+    """A client of the session's Redis Cluster or Sentinel setup (started on first use)."""
+    if mode == "cluster":
+        return cluster_client(request.getfixturevalue("redis_cluster").url, timeout, 64)
+    setup = request.getfixturevalue("redis_sentinel")
+    sentinels = tuple((h, int(p)) for h, p in (s.split(":") for s in setup.sentinels))
+    return sentinel_client(sentinels, setup.master_name, None, timeout)
+
+
+@pytest.fixture(params=["sqlite", "redis", "cluster", "sentinel"])
 async def make(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Any]]:
-    """A factory of stores of one backend; every store it made is closed afterwards."""
+    """A factory of stores of one backend (Redis in three topologies); every store it made is
+    closed afterwards."""
     created: list[Store] = []
     url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
 
@@ -58,6 +69,9 @@ async def make(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., An
         store: Store
         if request.param == "redis":
             store = RedisStore(url, **kwargs)
+        elif request.param in ("cluster", "sentinel"):
+            client = topology_client(request, request.param, kwargs.get("timeout", 0.5))
+            store = RedisStore(client=client, failover_seconds=2.0, **kwargs)
         else:
             kwargs.pop("timeout", None)
             store = SqliteStore(":memory:", **kwargs)
@@ -322,6 +336,49 @@ async def test_invalid_input_is_a_value_error(make: Callable[..., Any]) -> None:
     with pytest.raises(ValueError):
         await store.usage(team, [BudgetWindow("x", "year", 10)])
     assert [w.used for w in await store.usage(team, [MINUTE])] == [0]
+
+
+# -- stored responses -------------------------------------------------------------------------
+
+
+async def test_responses_round_trip_per_team(make: Callable[..., Any]) -> None:
+    store = make()
+    team, other = uid("team"), uid("team")
+    rid = "resp_" + uuid.uuid4().hex
+    body = b'{"id": "' + rid.encode() + b'", "output": []}\x00\xff'
+    assert await store.get_response(team, rid) is None
+    await store.put_response(team, rid, body, ttl_seconds=60)
+    assert await store.get_response(team, rid) == body
+    assert await store.get_response(other, rid) is None  # another team never sees it
+    assert await store.delete_response(other, rid) is False
+    await store.put_response(team, rid, b"replaced", ttl_seconds=60)
+    assert await store.get_response(team, rid) == b"replaced"
+    assert await store.delete_response(team, rid) is True
+    assert await store.get_response(team, rid) is None
+    assert await store.delete_response(team, rid) is False
+
+
+async def test_responses_expire(make: Callable[..., Any]) -> None:
+    store = make()
+    team = uid("team")
+    await store.put_response(team, "short", b"x", ttl_seconds=1)
+    await store.put_response(team, "long", b"y", ttl_seconds=60)
+    assert await store.get_response(team, "short") == b"x"
+    await asyncio.sleep(1.3)
+    assert await store.get_response(team, "short") is None
+    assert await store.delete_response(team, "short") is False
+    assert await store.get_response(team, "long") == b"y"
+
+
+async def test_responses_reject_bad_arguments(make: Callable[..., Any]) -> None:
+    store = make()
+    for ttl in (0, -5, 1.5, True):
+        with pytest.raises(ValueError):
+            await store.put_response("t", "r", b"x", ttl_seconds=ttl)
+    with pytest.raises(ValueError):
+        await store.put_response("t", "", b"x", ttl_seconds=5)
+    with pytest.raises(ValueError):
+        await store.get_response("t", "")
 
 
 async def test_ping_and_name(make: Callable[..., Any]) -> None:
