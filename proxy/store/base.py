@@ -27,6 +27,8 @@ __all__ = [
     "StoreUnavailable",
     "WindowState",
     "anchor_keys",
+    "check_response_args",
+    "response_key",
     "route_tag",
     "team_tag",
     "window_bucket",
@@ -117,10 +119,36 @@ class Store(Protocol):
 
     async def usage(self, team: str, windows: Sequence[BudgetWindow]) -> list[WindowState]: ...
 
+    # -- stored responses (the Responses wire's ``previous_response_id``) --------------------
+    async def put_response(
+        self, team: str, response_id: str, data: bytes, ttl_seconds: int
+    ) -> None:
+        """Store (or replace) a team's response for ``ttl_seconds`` (>= 1)."""
+        ...
+
+    async def get_response(self, team: str, response_id: str) -> bytes | None:
+        """The team's stored response, or None when absent or expired (another team's
+        response of the same id is never visible)."""
+        ...
+
+    async def delete_response(self, team: str, response_id: str) -> bool:
+        """Forget a stored response; True when one was there (and not expired)."""
+        ...
+
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
+
+
+def check_response_args(response_id: str, ttl_seconds: int | None = None) -> None:
+    """Reject what no store can honour: an empty id, a TTL below one second."""
+    if not isinstance(response_id, str) or not response_id:
+        raise ValueError("response_id must be a non-empty string")
+    if ttl_seconds is not None and (
+        isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or ttl_seconds < 1
+    ):
+        raise ValueError(f"ttl_seconds must be an integer >= 1, not {ttl_seconds!r}")
 
 
 def route_tag(route: str) -> str:
@@ -134,6 +162,10 @@ def team_tag(team: str) -> str:
 def anchor_keys(route: str, keys: Sequence[bytes]) -> list[str]:
     tag = route_tag(route)
     return [f"{tag}:anchor:{k.hex()}" for k in keys]
+
+
+def response_key(team: str, response_id: str) -> str:
+    return f"{team_tag(team)}:resp:{response_id}"
 
 
 MONTH = "month"

@@ -8,6 +8,7 @@ Redis Cluster slot):
 - ``{rf:route:<route>}:anchor:<hex key>`` — string (JSON array), ``PX ttl``;
 - ``{rf:team:<team>}:w:<window name>:<bucket id>`` — integer counter, expires at the end of its
   window plus a slack (``codec.BUCKET_SLACK``);
+- ``{rf:team:<team>}:resp:<response id>`` — a stored response (bytes), ``EX ttl_seconds``;
 - ``{rf:team:<team>}:settled:<token id>`` — marker that makes ``settle`` idempotent, expires
   with the last bucket of its reservation.
 
@@ -36,6 +37,8 @@ from proxy.store.base import (
     StoreUnavailable,
     WindowState,
     anchor_keys,
+    check_response_args,
+    response_key,
     route_tag,
     team_tag,
 )
@@ -366,6 +369,23 @@ class RedisStore:
             WindowState(w.name, w.limit, r[2 * i], r[2 * i + 1] / 1000)
             for i, w in enumerate(windows)
         ]
+
+    # -- stored responses ------------------------------------------------------------------
+    async def put_response(
+        self, team: str, response_id: str, data: bytes, ttl_seconds: int
+    ) -> None:
+        check_response_args(response_id, ttl_seconds)
+        key, value = response_key(team, response_id), bytes(data)
+        await self._call(self._redis.set(key, value, ex=ttl_seconds))
+
+    async def get_response(self, team: str, response_id: str) -> bytes | None:
+        check_response_args(response_id)
+        value = await self._call(self._redis.get(response_key(team, response_id)))
+        return value.encode() if isinstance(value, str) else value
+
+    async def delete_response(self, team: str, response_id: str) -> bool:
+        check_response_args(response_id)
+        return bool(await self._call(self._redis.delete(response_key(team, response_id))))
 
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool:

@@ -31,6 +31,7 @@ from proxy.store.base import (
     Reservation,
     StoreUnavailable,
     WindowState,
+    check_response_args,
     window_bucket,
 )
 from proxy.store.codec import (
@@ -82,6 +83,14 @@ CREATE TABLE IF NOT EXISTS settled (
     expires_at INTEGER NOT NULL,
     PRIMARY KEY (team, id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS responses (
+    team TEXT NOT NULL,
+    id TEXT NOT NULL,
+    data BLOB NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (team, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at);
 """
 
 _PURGE_EVERY = 60.0  # seconds between sweeps of expired anchors / buckets / settle markers
@@ -146,7 +155,7 @@ class SqliteStore:
             result = fn(db, now)
             if now - self._last_purge >= _PURGE_EVERY:
                 self._last_purge = now
-                for table in ("anchors", "budget", "settled"):
+                for table in ("anchors", "budget", "settled", "responses"):
                     db.execute(f"DELETE FROM {table} WHERE expires_at <= ?", (now,))  # noqa: S608
             db.execute("COMMIT")
         except BaseException:
@@ -364,6 +373,49 @@ class SqliteStore:
             return out
 
         return await self._run(op)
+
+    # -- stored responses ------------------------------------------------------------------
+    async def put_response(
+        self, team: str, response_id: str, data: bytes, ttl_seconds: int
+    ) -> None:
+        check_response_args(response_id, ttl_seconds)
+        blob = bytes(data)
+
+        def op(db: sqlite3.Connection, now: float) -> None:
+            db.execute(
+                "INSERT OR REPLACE INTO responses (team, id, data, expires_at) VALUES (?, ?, ?, ?)",
+                (team, response_id, blob, now + ttl_seconds),
+            )
+
+        await self._run(self._tx, op)
+
+    async def get_response(self, team: str, response_id: str) -> bytes | None:
+        check_response_args(response_id)
+
+        def op() -> bytes | None:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT data FROM responses WHERE team = ? AND id = ? AND expires_at > ?",
+                    (team, response_id, self._clock()),
+                )
+                .fetchone()
+            )
+            return bytes(row[0]) if row else None
+
+        return await self._run(op)
+
+    async def delete_response(self, team: str, response_id: str) -> bool:
+        check_response_args(response_id)
+
+        def op(db: sqlite3.Connection, now: float) -> bool:
+            gone = db.execute(
+                "DELETE FROM responses WHERE team = ? AND id = ? RETURNING expires_at",
+                (team, response_id),
+            ).fetchall()
+            return any(row[0] > now for row in gone)
+
+        return await self._run(self._tx, op)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool:
