@@ -37,7 +37,8 @@ from proxy.state import AppState
 from proxy.store import ObservedStore, Store, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
-from proxy.wires import CHAT_WIRE
+from proxy.wires import CHAT_WIRE, ResponsesWire
+from proxy.wires import responses_store as stored
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -60,6 +61,26 @@ def _state(request: Request) -> AppState:
 
 async def chat_completions(request: Request) -> Response:
     return await _state(request).gateway.serve(request, CHAT_WIRE)
+
+
+async def responses(request: Request) -> Response:
+    state = _state(request)
+    return await stored.create(request, state.gateway, state.store, ResponsesWire)
+
+
+async def response_get(request: Request) -> Response:
+    state = _state(request)
+    return await stored.retrieve(request, state.gateway, state.store)
+
+
+async def response_delete(request: Request) -> Response:
+    state = _state(request)
+    return await stored.delete(request, state.gateway, state.store)
+
+
+async def response_input_items(request: Request) -> Response:
+    state = _state(request)
+    return await stored.input_items_list(request, state.gateway, state.store)
 
 
 async def fit_only(request: Request) -> Response:
@@ -172,6 +193,11 @@ async def http_error(request: Request, exc: Exception) -> Response:
 ROUTES = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/responses", responses, methods=["POST"]),
+    Route("/responses", responses, methods=["POST"]),
+    Route("/v1/responses/{response_id}", response_get, methods=["GET"]),
+    Route("/v1/responses/{response_id}", response_delete, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),
     Route("/routefit/fit", fit_only, methods=["POST"]),

@@ -11,6 +11,7 @@ one would learn that prompts are tiny and overflow:
   ``prompt_tokens`` in current versions; older ones did not. We check rather than trust: a
   ``prompt_tokens`` smaller than the cache fields it should contain gets them added.
 * Gemini (native): ``promptTokenCount`` includes ``cachedContentTokenCount``.
+* OpenAI Responses: ``input_tokens`` includes ``input_tokens_details.cached_tokens``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ def normalize_usage(usage: Any) -> Usage | None:
             _int(usage.get("promptTokenCount")),
             _int(usage.get("candidatesTokenCount")) + _int(usage.get("thoughtsTokenCount")),
             _int(usage.get("cachedContentTokenCount")),
+        )
+    responses = usage.get("input_tokens_details")
+    if isinstance(responses, Mapping) and "prompt_tokens" not in usage:  # OpenAI Responses
+        return Usage(
+            _int(usage.get("input_tokens")),
+            _int(usage.get("output_tokens")),
+            _int(responses.get("cached_tokens")),
         )
     cache_read = _int(usage.get("cache_read_input_tokens"))
     cache_write = _int(usage.get("cache_creation_input_tokens"))

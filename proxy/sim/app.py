@@ -23,6 +23,7 @@ from proxy.sim.state import SimState
 from proxy.sim.streaming import DisconnectWatch, DropConnection
 from proxy.sim.wire_anthropic import messages as anthropic_messages
 from proxy.sim.wire_openai import chat_completions
+from proxy.sim.wire_responses import responses
 
 __all__ = ["Ctx", "SimApp", "create_app"]
 
@@ -375,6 +376,11 @@ def create_app(state: SimState | None = None) -> SimApp:
         Route(
             "/v1/chat/completions",
             _provider_endpoint(state, "openai", chat_completions),
+            methods=["POST"],
+        ),
+        Route(
+            "/v1/responses",
+            _provider_endpoint(state, "openai", responses),
             methods=["POST"],
         ),
         Route(

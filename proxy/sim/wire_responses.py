@@ -1,0 +1,341 @@
+"""``POST /v1/responses``: OpenAI's Responses API, counted by the simulator's own rules.
+
+The simulator renders the input items into the chat messages its OpenAI models count
+(``counting.openai_prompt``): a message item is a message; a run of ``function_call`` /
+``custom_tool_call`` items is one assistant message with tool calls; an output item is a tool
+message; a reasoning item costs its summary text (earlier turns' encrypted reasoning is not
+context, as at OpenAI); any other item costs its compact JSON as assistant text. Function tools
+follow the function-schema rule; other tools (custom with their grammar, web_search, ...) cost
+their compact JSON as text. ``instructions`` is a system message.
+
+Refused like OpenAI: an output whose ``call_id`` answers no call before it, a call left without
+its output, an overflow (400 ``context_length_exceeded``). Streams send the whole event
+sequence, ending in ``response.completed`` with usage (``input_tokens_details.cached_tokens``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import JSONResponse, Response
+
+from proxy.sim.completion import Answer, answer
+from proxy.sim.counting import openai_prompt
+from proxy.sim.errors import SimError
+from proxy.sim.streaming import EventStream, sse
+
+if TYPE_CHECKING:
+    from proxy.sim.app import Ctx
+
+__all__ = ["responses", "to_chat"]
+
+ITEM_TYPES = frozenset(
+    {
+        "message", "reasoning", "function_call", "function_call_output", "custom_tool_call",
+        "custom_tool_call_output", "web_search_call", "local_shell_call",
+        "local_shell_call_output", "item_reference", "compaction",
+    }
+)  # fmt: skip
+_CALLS = ("function_call", "custom_tool_call")
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        str(p.get("text") or p.get("refusal") or "") for p in content if isinstance(p, Mapping)
+    )
+
+
+def _user_content(content: Any) -> Any:
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for p in content if isinstance(content, list) else []:
+        if not isinstance(p, Mapping):
+            continue
+        if p.get("type") == "input_image":
+            url = p.get("image_url") or f"file:{p.get('file_id')}"
+            detail = p.get("detail") or "auto"
+            parts.append({"type": "image_url", "image_url": {"url": url, "detail": detail}})
+        else:
+            parts.append({"type": "text", "text": str(p.get("text") or _dump(p))})
+    return parts
+
+
+def _bad(param: str, message: str) -> SimError:
+    return SimError(400, message, param=param, code="invalid_value")
+
+
+def to_chat(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(chat messages, chat tools) the model counts for a Responses body; SimError when invalid."""
+    raw = body.get("input")
+    items: list[Any] = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw or []
+    if not isinstance(items, list) or not items:
+        raise _bad("input", "Invalid 'input': expected a string or a non-empty array.")
+    messages: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str):
+        messages.append({"role": "system", "content": body["instructions"]})
+    open_calls: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise _bad(f"input[{i}]", f"Invalid 'input[{i}]': expected an object.")
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind not in ITEM_TYPES:
+            raise _bad(f"input[{i}].type", f"Invalid value: '{kind}' for 'input[{i}].type'.")
+        last = messages[-1] if messages else None
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise _bad(f"input[{i}].role", f"Invalid value: '{role}'.")
+            content = item.get("content")
+            if role == "assistant":
+                messages.append({"role": "assistant", "content": _text_of(content)})
+            else:
+                messages.append({"role": role, "content": _user_content(content)})
+        elif kind in _CALLS:
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
+                raise _bad(f"input[{i}].call_id", "Missing required parameter: 'call_id'.")
+            args = item.get("arguments") if kind == "function_call" else item.get("input")
+            call = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": str(item.get("name")), "arguments": str(args or "")},
+            }
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            open_calls[call_id] = i
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            call_id = item.get("call_id")
+            if call_id not in open_calls:
+                raise _bad(
+                    f"input[{i}]",
+                    f"No tool call found for function call output with call_id {call_id}.",
+                )
+            del open_calls[call_id]
+            output = item.get("output")
+            text = output if isinstance(output, str) else _dump(output)
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        elif kind == "reasoning":
+            summary = "".join(
+                str(s.get("text", "")) for s in item.get("summary") or [] if isinstance(s, Mapping)
+            )
+            if summary:
+                messages.append({"role": "assistant", "content": summary})
+        else:
+            messages.append({"role": "assistant", "content": _dump(item)})
+    if open_calls:
+        first = min(open_calls.values())
+        raise _bad(f"input[{first}]", f"No tool output found for function call {items[first]}.")
+    return messages, _tools(body)
+
+
+def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def add(tool: Any) -> None:
+        if not isinstance(tool, Mapping):
+            return
+        if tool.get("type") == "function":
+            fn = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
+            out.append({"type": "function", "function": fn})
+        elif tool.get("type") == "namespace":
+            for inner in tool.get("tools") or []:
+                add(inner)
+        else:
+            out.append({"type": "text", "text": _dump(tool)})
+
+    for tool in body.get("tools") or []:
+        add(tool)
+    return out
+
+
+def _chat_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    messages, tools = to_chat(body)
+    extra = [t["text"] for t in tools if t["type"] == "text"]
+    if extra:  # non-function tools: their JSON as one system text, first
+        messages.insert(0, {"role": "system", "content": "\n".join(extra)})
+    return {"messages": messages, "tools": [t for t in tools if t["type"] == "function"]}
+
+
+def _output(ans: Answer, rid: str, custom: set[str]) -> list[dict[str, Any]]:
+    if not ans.tool_calls:
+        part = {"type": "output_text", "text": ans.text, "annotations": []}
+        return [
+            {
+                "type": "message",
+                "id": "msg_" + rid[5:],
+                "role": "assistant",
+                "status": "completed",
+                "content": [part],
+            }
+        ]
+    out = []
+    for c in ans.tool_calls:
+        if c.name in custom:
+            out.append(
+                {
+                    "type": "custom_tool_call",
+                    "id": "ctc_" + c.id,
+                    "call_id": c.id,
+                    "name": c.name,
+                    "input": c.arguments,
+                    "status": "completed",
+                }
+            )
+        else:
+            out.append(
+                {
+                    "type": "function_call",
+                    "id": "fc_" + c.id,
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": c.arguments,
+                    "status": "completed",
+                }
+            )
+    return out
+
+
+def _events(response: dict[str, Any]) -> list[bytes]:
+    seq = 0
+
+    def ev(kind: str, **data: Any) -> bytes:
+        nonlocal seq
+        seq += 1
+        return sse(_dump({"type": kind, "sequence_number": seq - 1, **data}), kind)
+
+    shell = {**response, "status": "in_progress", "output": [], "usage": None}
+    events = [ev("response.created", response=shell), ev("response.in_progress", response=shell)]
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            empty = {**item, "status": "in_progress", "content": []}
+            events.append(ev("response.output_item.added", output_index=index, item=empty))
+            at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            blank = {"type": "output_text", "text": "", "annotations": []}
+            events.append(ev("response.content_part.added", part=blank, **at))
+            for word in re.findall(r"\s*\S+", text):
+                events.append(ev("response.output_text.delta", delta=word, **at))
+            events.append(ev("response.output_text.done", text=text, **at))
+            events.append(ev("response.content_part.done", part=item["content"][0], **at))
+        else:
+            key = "arguments" if item["type"] == "function_call" else "input"
+            pending = {**item, key: "", "status": "in_progress"}
+            events.append(ev("response.output_item.added", output_index=index, item=pending))
+            if item["type"] == "function_call":
+                at = {"item_id": item["id"], "output_index": index}
+                events.append(ev("response.function_call_arguments.delta", delta=item[key], **at))
+                events.append(
+                    ev("response.function_call_arguments.done", arguments=item[key], **at)
+                )
+        events.append(ev("response.output_item.done", output_index=index, item=item))
+    end = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+    events.append(ev(end, response=response))
+    return events
+
+
+async def responses(ctx: Ctx) -> Response:
+    body = ctx.body
+    if not isinstance(body, Mapping):
+        raise SimError(400, "Invalid request body: expected a JSON object.")
+    name = body.get("model")
+    model = ctx.state.model(name) if isinstance(name, str) else None
+    if model is None or model.wire != "openai":
+        raise SimError(404, f"The model `{name}` does not exist.", code="model_not_found")
+    if body.get("previous_response_id") is not None:
+        raise SimError(404, "Previous response not found.", param="previous_response_id")
+    chat = _chat_body(body)
+    prompt = openai_prompt(chat, model, lambda part: _no_image(part))
+    max_out = body.get("max_output_tokens")
+    if not isinstance(max_out, int) or isinstance(max_out, bool):
+        max_out = None
+    window = model.context_window
+    if prompt.total > window or prompt.total + (max_out or 0) > window:
+        raise SimError(
+            400,
+            f"Your input exceeds the context window of this model ({window} tokens; the input "
+            f"is {prompt.total}). Please adjust your input and try again.",
+            param="input",
+            code="context_length_exceeded",
+        )
+    cached = ctx.state.prefix_caches[model.name].lookup_and_store(prompt.tokens)
+    ctx.entry["prompt_tokens"] = prompt.total
+    ctx.entry["cached_tokens"] = cached
+    return _answer(ctx, body, chat, model.name, prompt.total, cached, max_out)
+
+
+def _no_image(part: Mapping[str, Any]) -> Any:
+    raise SimError(400, "this simulator's Responses wire takes no images", param="input")
+
+
+def _answer(
+    ctx: Ctx,
+    body: Mapping[str, Any],
+    chat: Mapping[str, Any],
+    name: str,
+    prompt: int,
+    cached: int,
+    max_out: int | None,
+) -> Response:
+    model = ctx.state.model(name)
+    assert model is not None
+    messages = chat["messages"]
+    last = messages[-1]
+    last_user = _text_of(last.get("content")) if last.get("role") == "user" else ""
+    offered = [
+        (str(t["function"].get("name")), t["function"].get("parameters") or {})
+        for t in chat["tools"]
+    ]
+    custom = {str(t.get("name")) for t in body.get("tools") or [] if t.get("type") == "custom"}
+    offered += [(n, {"type": "object", "properties": {}}) for n in sorted(custom)]
+    ans = answer(
+        model,
+        last_user=last_user,
+        tools=offered,
+        forced=None,
+        wants_call=last.get("role") == "user",
+        max_tokens=max_out,
+        room=model.context_window - prompt,
+    )
+    rid = f"resp_sim{ctx.number:06d}"
+    usage = {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": ans.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + ans.completion_tokens,
+    }
+    status = "incomplete" if ans.finish == "length" else "completed"
+    response: dict[str, Any] = {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "model": name,
+        "output": _output(ans, rid, custom),
+        "usage": usage,
+        "store": body.get("store", True),
+    }
+    headers = {"x-request-id": ctx.request_id, "x-sim-prompt-tokens": str(prompt)}
+    if body.get("stream"):
+        events = _events(response)
+        return EventStream(
+            ctx.state, events, delay=ctx.chunk_delay, cut_after=ctx.plan.cut_after, headers=headers
+        )
+    return JSONResponse(response, headers=headers)

@@ -1,0 +1,350 @@
+"""Responses input items as the conversation fitting reasons about, and back.
+
+The fit core works on ``pricing.messages.Message`` values grouped into units by
+``strategies.units``: an assistant message with ``tool_calls`` and the ``tool`` messages that
+answer it form one unit. Responses items map onto that shape like this:
+
+* A run of consecutive model-side items — ``reasoning``, assistant ``message``, ``function_call``,
+  ``custom_tool_call``, ``web_search_call``, any other ``*_call``, and unknown item types — is ONE
+  assistant message whose ``wire`` holds the items verbatim (``GROUP`` key). Its tool calls are
+  the ``*_call`` items with a ``call_id``. So a reasoning item always travels with the items it
+  precedes, is removed only together with them, and is never rewritten (its ``encrypted_content``
+  is opaque to routefit and to the model's server alike).
+* ``function_call_output`` / ``custom_tool_call_output`` / any ``*_call_output`` is a ``tool``
+  message answering its ``call_id``: capped when oversized, and rendered back with the capped
+  text in the item's own type.
+* ``message`` items of role user / system / developer are messages of that role (images are
+  priced by the route's rule and offloadable); ``instructions`` is a system message that is
+  rendered back as the ``instructions`` field, never as an item.
+
+Pricing of what the model never sees as text: a reasoning item costs its summary text (the
+encrypted part is not priced: OpenAI drops earlier turns' reasoning from the context, and what
+it keeps is learnt by calibration); unknown items cost their compact JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from pricing.messages import (
+    DETAILS,
+    ChatRequest,
+    ImagePart,
+    Message,
+    Part,
+    RequestError,
+    TextPart,
+    ToolCall,
+)
+
+__all__ = [
+    "GROUP",
+    "INSTRUCTIONS",
+    "input_items",
+    "parse_responses",
+    "render_items",
+    "response_tools",
+]
+
+#: Key of a model-side group's wire: the items, verbatim, in order.
+GROUP = "routefit_items"
+#: Key of the wire of the system message made from ``instructions``.
+INSTRUCTIONS = "routefit_instructions"
+
+_INPUT_ROLES = frozenset({"user", "system", "developer"})
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
+
+
+def _compact(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _str(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"{param} must be a string", param)
+    return value
+
+
+def input_items(body: Mapping[str, Any]) -> list[Any]:
+    """The request's ``input`` as a list of items (a string is one user message)."""
+    raw = body.get("input")
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise RequestError("input must be a string or a list of items", "input")
+    return raw
+
+
+def _content_parts(content: Any, where: str) -> tuple[Part, ...]:
+    if content is None:
+        return ()
+    if isinstance(content, str):
+        return (TextPart(content),) if content else ()
+    if not isinstance(content, list):
+        raise RequestError(f"{where} must be a string or a list of content parts", where)
+    parts: list[Part] = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        if not isinstance(part, Mapping):
+            raise RequestError(f"{at} must be an object", at)
+        kind = part.get("type")
+        if kind in _TEXT_PARTS:
+            parts.append(TextPart(_str(part.get("text"), f"{at}.text")))
+        elif kind == "refusal":
+            parts.append(TextPart(_str(part.get("refusal"), f"{at}.refusal")))
+        elif kind == "input_image":
+            parts.append(_image(part, at))
+        elif isinstance(kind, str):
+            parts.append(TextPart(_compact(part)))  # input_file, audio, ...: priced as JSON
+        else:
+            raise RequestError(f"{at}.type must be a string", f"{at}.type")
+    return tuple(parts)
+
+
+def _image(part: Mapping[str, Any], at: str) -> ImagePart:
+    url = part.get("image_url")
+    if url is None and isinstance(part.get("file_id"), str):
+        url = "file_id:" + part["file_id"]  # not a data URL: priced at the rule's worst case
+    url = _str(url, f"{at}.image_url")
+    detail = part.get("detail") or "auto"
+    if not isinstance(detail, str) or detail not in DETAILS:
+        raise RequestError(f"{at}.detail must be one of {sorted(DETAILS)}", f"{at}.detail")
+    return ImagePart(url, detail)
+
+
+def _call(item: Mapping[str, Any], kind: str, at: str) -> ToolCall | None:
+    """The tool call an item opens (``function_call``, ``custom_tool_call``, ``*_call``)."""
+    call_id = item.get("call_id")
+    if kind == "function_call":
+        return ToolCall(
+            _str(call_id, f"{at}.call_id"),
+            _str(item.get("name"), f"{at}.name"),
+            _str(item.get("arguments", ""), f"{at}.arguments"),
+        )
+    if kind == "custom_tool_call":
+        return ToolCall(
+            _str(call_id, f"{at}.call_id"),
+            _str(item.get("name"), f"{at}.name"),
+            _str(item.get("input", ""), f"{at}.input"),
+        )
+    if isinstance(call_id, str):  # local_shell_call, computer_call, ...: paired by call_id
+        rest = {k: v for k, v in item.items() if k not in ("id", "call_id", "status")}
+        return ToolCall(call_id, kind, _compact(rest))
+    return None
+
+
+def _model_side_parts(item: Mapping[str, Any], kind: str, at: str) -> tuple[Part, ...]:
+    if kind == "message":
+        return _content_parts(item.get("content"), f"{at}.content")
+    if kind == "reasoning":
+        summary = item.get("summary")
+        if summary is not None and not isinstance(summary, list):
+            raise RequestError(f"{at}.summary must be a list", f"{at}.summary")
+        return _content_parts(summary or [], f"{at}.summary")
+    if kind in ("function_call", "custom_tool_call"):
+        return ()  # priced as the tool call
+    return (TextPart(_compact(item)),)  # web_search_call, unknown kinds: their JSON
+
+
+def _kind(item: Any, at: str) -> str:
+    if not isinstance(item, Mapping):
+        raise RequestError(f"{at} must be an object", at)
+    kind = item.get("type")
+    if kind is None and "role" in item:
+        return "message"
+    if not isinstance(kind, str):
+        raise RequestError(f"{at}.type is required", f"{at}.type")
+    return kind
+
+
+def _is_output(kind: str) -> bool:
+    return kind.endswith("_call_output")
+
+
+def _input_message(item: Mapping[str, Any], at: str) -> Message | None:
+    """A user / system / developer message, or None for an assistant one."""
+    role = item.get("role")
+    if role == "assistant":
+        return None
+    if not isinstance(role, str) or role not in _INPUT_ROLES:
+        raise RequestError(
+            f"{at}.role must be one of ['assistant', 'developer', 'system', 'user']", f"{at}.role"
+        )
+    if "content" not in item:
+        raise RequestError(f"{at}.content is required", f"{at}.content")
+    parts = _content_parts(item.get("content"), f"{at}.content")
+    return Message(role=role, parts=parts, wire=item)
+
+
+def _output_message(item: Mapping[str, Any], at: str) -> Message:
+    call_id = _str(item.get("call_id"), f"{at}.call_id")
+    output = item.get("output", "")
+    parts = _content_parts(output, f"{at}.output") if isinstance(output, list) else ()
+    if isinstance(output, str):
+        parts = (TextPart(output),) if output else ()
+    elif not isinstance(output, list):
+        parts = (TextPart(_compact(output)),)
+    return Message(role="tool", parts=parts, tool_call_id=call_id, wire=item)
+
+
+def _group(items: list[Mapping[str, Any]], parts: list[Part], calls: list[ToolCall]) -> Message:
+    return Message(
+        role="assistant", parts=tuple(parts), tool_calls=tuple(calls), wire={GROUP: tuple(items)}
+    )
+
+
+def parse_items(raw: Sequence[Any], first: int = 0) -> list[Message]:
+    """Items as messages (see the module docstring); ``first`` numbers the error paths."""
+    out: list[Message] = []
+    items: list[Mapping[str, Any]] = []
+    parts: list[Part] = []
+    calls: list[ToolCall] = []
+    for i, item in enumerate(raw, first):
+        at = f"input[{i}]"
+        kind = _kind(item, at)
+        single = None
+        if kind == "message":
+            single = _input_message(item, at)
+        elif _is_output(kind):
+            single = _output_message(item, at)
+        if single is not None:
+            if items:
+                out.append(_group(items, parts, calls))
+                items, parts, calls = [], [], []
+            out.append(single)
+            continue
+        items.append(item)
+        parts.extend(_model_side_parts(item, kind, at))
+        call = _call(item, kind, at)
+        if call is not None:
+            calls.append(call)
+    if items:
+        out.append(_group(items, parts, calls))
+    return out
+
+
+def response_tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """Tools as the meter prices them: function tools as functions (a namespace's too),
+    every other kind (custom with its grammar, web_search, ...) as its whole JSON."""
+    raw = body.get("tools")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RequestError("tools must be a list", "tools")
+    out: list[Mapping[str, Any]] = []
+
+    def add(tool: Any, at: str) -> None:
+        if not isinstance(tool, Mapping) or not isinstance(tool.get("type"), str):
+            raise RequestError(f"{at} must be an object with a type", at)
+        kind = tool["type"]
+        if kind == "function":
+            if not isinstance(tool.get("name"), str):
+                raise RequestError(f"{at}.name must be a string", f"{at}.name")
+            out.append(tool)
+        elif kind == "namespace" and isinstance(tool.get("tools"), list):
+            for j, inner in enumerate(tool["tools"]):
+                add(inner, f"{at}.tools[{j}]")
+        else:
+            out.append({"type": kind, kind: tool})  # no top-level name: priced as JSON
+
+    for i, tool in enumerate(raw):
+        add(tool, f"tools[{i}]")
+    return tuple(out)
+
+
+def _max_output(body: Mapping[str, Any]) -> int | None:
+    value = body.get("max_output_tokens")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError("max_output_tokens must be a positive integer", "max_output_tokens")
+    return value
+
+
+def parse_responses(body: Any) -> ChatRequest:
+    """Validate a Responses body; raise RequestError naming the bad parameter."""
+    if not isinstance(body, Mapping):
+        raise RequestError("the request body must be a JSON object")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise RequestError("model must be a string", "model")
+    messages: list[Message] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        text = _str(instructions, "instructions")
+        messages.append(Message(role="system", parts=(TextPart(text),), wire={INSTRUCTIONS: text}))
+    items = input_items(body)
+    if not items:
+        raise RequestError("input must not be empty", "input")
+    messages += parse_items(items)
+    for key in ("stream", "store"):
+        if body.get(key) is not None and not isinstance(body.get(key), bool):
+            raise RequestError(f"{key} must be a boolean", key)
+    return ChatRequest(
+        model=model,
+        messages=tuple(messages),
+        tools=response_tools(body),
+        max_output_tokens=_max_output(body),
+        body=body,
+    )
+
+
+# -- rendering the fitted conversation back as items ----------------------------------------
+
+
+def _render_parts(parts: Iterable[Part], role: str) -> list[dict[str, Any]]:
+    text = "output_text" if role == "assistant" else "input_text"
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if isinstance(p, TextPart):
+            out.append({"type": text, "text": p.text})
+        else:
+            out.append({"type": "input_image", "image_url": p.url, "detail": p.detail})
+    return out
+
+
+def _output_kinds(request: ChatRequest) -> dict[str, str]:
+    """call_id → the output item type the client used (function_call_output, ...)."""
+    kinds: dict[str, str] = {}
+    for m in request.messages:
+        if m.tool_call_id is not None and m.wire is not None:
+            kind = m.wire.get("type")
+            if isinstance(kind, str):
+                kinds[m.tool_call_id] = kind
+    return kinds
+
+
+def render_items(request: ChatRequest, messages: Sequence[Message]) -> list[Any]:
+    """The fitted conversation as Responses input items.
+
+    Messages fitting left alone are the client's own items (the very objects); capped tool
+    outputs keep their item type, call id and other fields with the capped text; offloaded
+    messages and elision markers are rendered from their parts."""
+    out: list[Any] = []
+    kinds: dict[str, str] | None = None
+    originals = {id(o.wire) for o in request.messages if o.wire is not None}
+    for m in messages:
+        wire = m.wire
+        if wire is not None and INSTRUCTIONS in wire:
+            continue
+        if wire is not None and GROUP in wire:
+            out.extend(wire[GROUP])
+            continue
+        if wire is not None and id(wire) in originals:
+            out.append(wire)
+            continue
+        if m.role == "tool" and m.tool_call_id is not None:
+            if kinds is None:
+                kinds = _output_kinds(request)
+            kind = kinds.get(m.tool_call_id, "function_call_output")
+            base = {k: v for k, v in (wire or {}).items() if k not in ("content", "output")}
+            output: Any = m.text if not m.images else _render_parts(m.parts, "user")
+            out.append({**base, "type": kind, "call_id": m.tool_call_id, "output": output})
+            continue
+        out.append({"type": "message", "role": m.role, "content": _render_parts(m.parts, m.role)})
+    return out

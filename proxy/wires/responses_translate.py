@@ -1,0 +1,409 @@
+"""Responses ↔ chat completions, for routes whose provider does not speak Responses.
+
+Our own mapping rather than litellm's Responses bridge: litellm is imported by exactly one
+module (the litellm transport, which speaks chat), its bridge would add a second translation
+layer on every request, and an OpenAI-compatible provider reached directly (deepseek, vllm, ...)
+would have to go through litellm only for it. The mapping is a few dict rewrites per item.
+
+What chat cannot carry, and is therefore lost on a translated route (docs/wires.md):
+``reasoning`` items (their encrypted content is meaningful only to OpenAI), ``web_search_call``
+and other server-side tool items, non-function tools (``web_search``, file search, ...; a
+``custom`` tool becomes a function with one string parameter ``input``), ``include``,
+``reasoning`` / ``text.verbosity`` settings, ``store`` at the provider (routefit's own store
+still answers ``previous_response_id``), images inside tool outputs (replaced by a note).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from pricing.messages import ChatRequest, ImagePart, Message, TextPart
+from proxy.usage import normalize_usage
+from proxy.wires.responses_items import GROUP, INSTRUCTIONS
+
+__all__ = [
+    "ChatStreamToResponses",
+    "chat_body",
+    "chat_to_response",
+    "new_response_id",
+    "response_object",
+    "response_usage",
+    "sse_event",
+]
+
+_SAMPLING = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "user")
+
+
+def new_response_id() -> str:
+    return "resp_" + secrets.token_hex(24)
+
+
+def _chat_content(parts: Sequence[Any], tool: bool) -> Any:
+    if all(isinstance(p, TextPart) for p in parts):
+        return "".join(p.text for p in parts)
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if isinstance(p, TextPart):
+            out.append({"type": "text", "text": p.text})
+        elif tool:  # chat tool messages carry text only
+            out.append({"type": "text", "text": "[image omitted: not supported in tool output]"})
+        else:
+            assert isinstance(p, ImagePart)
+            out.append({"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}})
+    return "".join(o["text"] for o in out) if tool else out
+
+
+def _group_message(items: Sequence[Mapping[str, Any]], custom: set[str]) -> dict[str, Any]:
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            for part in item.get("content") or []:
+                if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                    text.append(part["text"])
+            if isinstance(item.get("content"), str):
+                text.append(item["content"])
+        elif kind == "function_call":
+            fn = {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}
+            calls.append({"id": item.get("call_id"), "type": "function", "function": fn})
+        elif kind == "custom_tool_call":
+            custom.add(str(item.get("call_id")))
+            args = orjson.dumps({"input": item.get("input", "")}).decode()
+            fn = {"name": item.get("name"), "arguments": args}
+            calls.append({"id": item.get("call_id"), "type": "function", "function": fn})
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    custom: set[str] = set()
+    answered: set[str] = set()
+    for m in fitted:
+        wire = m.wire
+        if wire is not None and INSTRUCTIONS in wire:
+            out.append({"role": "system", "content": wire[INSTRUCTIONS]})
+        elif wire is not None and GROUP in wire:
+            message = _group_message(wire[GROUP], custom)
+            if message["content"] is not None or message.get("tool_calls"):
+                out.append(message)  # a turn of reasoning / server-side items only: nothing
+        elif m.role == "tool":
+            answered.add(str(m.tool_call_id))
+            content = _chat_content(m.parts, tool=True)
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": content})
+        else:
+            role = "system" if m.role == "developer" else m.role
+            out.append({"role": role, "content": _chat_content(m.parts, tool=False)})
+    return out
+
+
+def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def add(tool: Any) -> None:
+        if not isinstance(tool, Mapping):
+            return
+        kind = tool.get("type")
+        if kind == "function":
+            fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+            out.append({"type": "function", "function": fn})
+        elif kind == "custom":
+            params = {"type": "object", "properties": {"input": {"type": "string"}}}
+            fn = {"name": tool.get("name"), "parameters": params}
+            if "description" in tool:
+                fn["description"] = tool["description"]
+            out.append({"type": "function", "function": fn})
+        elif kind == "namespace":
+            for inner in tool.get("tools") or []:
+                add(inner)
+
+    for tool in body.get("tools") or []:
+        add(tool)
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, Mapping):
+        if choice.get("type") in ("function", "custom") and isinstance(choice.get("name"), str):
+            return {"type": "function", "function": {"name": choice["name"]}}
+        return "auto"
+    return choice
+
+
+def chat_body(request: ChatRequest, fitted: Sequence[Message], stream: bool) -> dict[str, Any]:
+    """The fitted Responses request as a chat-completions body."""
+    body = request.body
+    out: dict[str, Any] = {"model": request.model, "messages": _messages(fitted)}
+    tools = _tools(body)
+    if tools:
+        out["tools"] = tools
+        if body.get("tool_choice") is not None:
+            out["tool_choice"] = _tool_choice(body["tool_choice"])
+    for key in _SAMPLING:
+        if body.get(key) is not None:
+            out[key] = body[key]
+    if request.max_output_tokens is not None:
+        out["max_tokens"] = request.max_output_tokens
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        schema = {k: v for k, v in fmt.items() if k != "type"}
+        out["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
+        out["response_format"] = {"type": "json_object"}
+    if stream:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def response_usage(chat_usage: Any) -> dict[str, Any] | None:
+    """Chat usage in the Responses shape."""
+    usage = normalize_usage(chat_usage)
+    if usage is None:
+        return None
+    details = chat_usage.get("completion_tokens_details") if isinstance(chat_usage, dict) else None
+    reasoning = details.get("reasoning_tokens", 0) if isinstance(details, Mapping) else 0
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning or 0},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _custom_names(body: Mapping[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for tool in body.get("tools") or []:
+        if isinstance(tool, Mapping) and tool.get("type") == "custom":
+            names.add(str(tool.get("name")))
+    return names
+
+
+def _call_item(call_id: str, name: str, arguments: str, custom: set[str]) -> dict[str, Any]:
+    if name in custom:
+        try:
+            value = orjson.loads(arguments or "{}")
+            text = value.get("input", "") if isinstance(value, dict) else arguments
+        except orjson.JSONDecodeError:
+            text = arguments
+        return {
+            "type": "custom_tool_call",
+            "id": "ctc_" + call_id,
+            "call_id": call_id,
+            "name": name,
+            "input": text if isinstance(text, str) else orjson.dumps(text).decode(),
+            "status": "completed",
+        }
+    return {
+        "type": "function_call",
+        "id": "fc_" + call_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def _message_item(text: str, item_id: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def response_object(
+    request: ChatRequest,
+    rid: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+    status: str = "completed",
+) -> dict[str, Any]:
+    body = request.body
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "model": request.model,
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"),
+        "store": body.get("store", True),
+        "temperature": body.get("temperature"),
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p"),
+        "usage": usage,
+        "metadata": body.get("metadata") or {},
+    }
+
+
+def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any]:
+    """A whole chat completion as a Response object."""
+    choice = (data.get("choices") or [{}])[0] if isinstance(data, dict) else {}
+    message = choice.get("message") or {}
+    custom = _custom_names(request.body)
+    output: list[dict[str, Any]] = []
+    if message.get("content"):
+        output.append(_message_item(str(message["content"]), "msg_" + rid[5:]))
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        output.append(
+            _call_item(str(call.get("id")), str(fn.get("name")), fn.get("arguments") or "", custom)
+        )
+    usage = response_usage(data.get("usage")) if isinstance(data, dict) else None
+    status = "incomplete" if choice.get("finish_reason") == "length" else "completed"
+    out = response_object(request, rid, output, usage, status)
+    if status == "incomplete":
+        out["incomplete_details"] = {"reason": "max_output_tokens"}
+    return out
+
+
+def sse_event(kind: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+class ChatStreamToResponses:
+    """Chat completion chunks in, the Responses event sequence out (stateful, one stream)."""
+
+    def __init__(self, request: ChatRequest, rid: str) -> None:
+        self.request = request
+        self.rid = rid
+        self.seq = 0
+        self.text: list[str] = []
+        self.text_open = False
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.output: list[dict[str, Any]] = []
+        self.usage: dict[str, Any] | None = None
+        self.finish: str | None = None
+        self.custom = _custom_names(request.body)
+
+    def event(self, kind: str, **data: Any) -> bytes:
+        payload = {"type": kind, "sequence_number": self.seq, **data}
+        self.seq += 1
+        return sse_event(kind, payload)
+
+    def start(self) -> list[bytes]:
+        shell = response_object(self.request, self.rid, [], None, "in_progress")
+        return [
+            self.event("response.created", response=shell),
+            self.event("response.in_progress", response=shell),
+        ]
+
+    def _open_text(self) -> list[bytes]:
+        self.text_open = True
+        item = {**_message_item("", "msg_" + self.rid[5:]), "status": "in_progress", "content": []}
+        part = {"type": "output_text", "text": "", "annotations": []}
+        index = len(self.output)
+        return [
+            self.event("response.output_item.added", output_index=index, item=item),
+            self.event(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+        ]
+
+    def _close_text(self) -> list[bytes]:
+        self.text_open = False
+        text = "".join(self.text)
+        item = _message_item(text, "msg_" + self.rid[5:])
+        index = len(self.output)
+        self.output.append(item)
+        common = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        return [
+            self.event("response.output_text.done", text=text, **common),
+            self.event("response.content_part.done", part=item["content"][0], **common),
+            self.event("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def chunk(self, data: Mapping[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        if data.get("usage"):
+            self.usage = response_usage(data["usage"])
+        for choice in data.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                if not self.text_open:
+                    out += self._open_text()
+                self.text.append(delta["content"])
+                out.append(
+                    self.event(
+                        "response.output_text.delta",
+                        item_id="msg_" + self.rid[5:],
+                        output_index=len(self.output),
+                        content_index=0,
+                        delta=delta["content"],
+                    )
+                )
+            for call in delta.get("tool_calls") or []:
+                slot = self.calls.setdefault(int(call.get("index", 0)), {"args": []})
+                fn = call.get("function") or {}
+                slot.setdefault("id", call.get("id"))
+                slot.setdefault("name", fn.get("name"))
+                if fn.get("arguments"):
+                    slot["args"].append(fn["arguments"])
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return out
+
+    def finish_events(self) -> tuple[list[bytes], dict[str, Any]]:
+        """The closing events and the final Response object."""
+        out: list[bytes] = []
+        if self.text_open:
+            out += self._close_text()
+        for k in sorted(self.calls):
+            slot = self.calls[k]
+            item = _call_item(
+                str(slot.get("id")), str(slot.get("name")), "".join(slot["args"]), self.custom
+            )
+            index = len(self.output)
+            pending = {**item, "status": "in_progress"}
+            if item["type"] == "function_call":
+                pending["arguments"] = ""
+            out.append(self.event("response.output_item.added", output_index=index, item=pending))
+            if item["type"] == "function_call":
+                common = {"item_id": item["id"], "output_index": index}
+                out.append(
+                    self.event(
+                        "response.function_call_arguments.delta", delta=item["arguments"], **common
+                    )
+                )
+                out.append(
+                    self.event(
+                        "response.function_call_arguments.done",
+                        arguments=item["arguments"],
+                        **common,
+                    )
+                )
+            self.output.append(item)
+            out.append(self.event("response.output_item.done", output_index=index, item=item))
+        status = "incomplete" if self.finish == "length" else "completed"
+        final = response_object(self.request, self.rid, self.output, self.usage, status)
+        if status == "incomplete":
+            final["incomplete_details"] = {"reason": "max_output_tokens"}
+        return out, final
+
+    def end_event(self, final: dict[str, Any]) -> bytes:
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        return self.event(kind, response=final)

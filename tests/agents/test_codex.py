@@ -1,0 +1,103 @@
+"""Codex CLI itself, through ``routefit serve``, to the simulator on a small window.
+
+Codex sends its whole history every turn (``store: false``, no ``previous_response_id``) and
+gives up on ``context_length_exceeded`` ("Codex ran out of room in the model's context window",
+exit 1). On a route whose window the conversation outgrows, every turn must still exit 0, and
+the simulator must never have seen a prompt larger than its window.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+from agent_clis import agent_cli
+from harness import gateway_config, run_routefit, sim_route
+
+from proxy.sim.models import get_builtin, small_variant
+from proxy.sim.server import run_sim
+
+WINDOW = 24_000
+TURNS = 6
+#: About 4,000 tokens a turn: the conversation outgrows the window by the fourth turn.
+NOTE = "Please remember this note for later: " + "river cloud tower field " * 1000
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    model = small_variant(get_builtin("gpt-4o"), window=WINDOW, max_output=4096)
+    with run_sim(models=[model]) as sim:
+        route = sim_route(
+            "small",
+            sim.base_url,
+            model.name,
+            model_info={"max_input_tokens": WINDOW, "max_output_tokens": 2048},
+        )
+        config = gateway_config(tmp_path_factory.mktemp("codex") / "routefit.yaml", [route])
+        with run_routefit(config) as gw:
+            yield sim, gw
+
+
+def _codex_home(tmp: Path, base_url: str) -> Path:
+    home = tmp / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "small"\n'
+        'model_provider = "local"\n'
+        "[model_providers.local]\n"
+        'name = "local"\n'
+        f'base_url = "{base_url}"\n'
+        'wire_api = "responses"\n'
+        'env_key = "ROUTEFIT_TEST_KEY"\n'
+    )
+    return home
+
+
+def _run(codex: str, home: Path, work: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "CODEX_HOME": str(home),
+        "ROUTEFIT_TEST_KEY": "sk-test",
+        "NO_COLOR": "1",
+    }
+    offline = ["--disable", "plugins", "-c", "analytics.enabled=false"]
+    offline += ["-c", "otel.metrics_exporter=none"]
+    return subprocess.run(
+        [codex, "exec", *offline, "--skip-git-repo-check", *args],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_codex_turns_all_succeed_on_a_window_they_outgrow(stack, tmp_path):
+    sim, gw = stack
+    codex = agent_cli("codex")
+    home = _codex_home(tmp_path, gw.v1)
+    work = tmp_path / "work"
+    work.mkdir()
+    sim.reset()
+    actions = []
+    for turn in range(TURNS):
+        prompt = f"Turn {turn}. {NOTE}"
+        args = [prompt] if turn == 0 else ["resume", "--last", prompt]
+        done = _run(codex, home, work, args)
+        assert done.returncode == 0, f"turn {turn}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        metrics = httpx.get(gw.base_url + "/metrics").text
+        actions.append(metrics)
+    seen = sim.requests(path="/v1/responses")
+    assert len(seen) >= TURNS
+    assert all(r["status"] == 200 for r in seen), [r["status"] for r in seen]
+    assert max(r["prompt_tokens"] for r in seen) <= WINDOW
+    # Codex sends its whole history: without fitting, the last turns would not fit.
+    assert 'routefit_fit_actions_total{action="elided_messages"' in actions[-1]
+    sent = seen[-1]["body"]
+    assert sent["store"] is False and sent["stream"] is True
+    assert sent["input"][0]["role"] == "developer"
