@@ -20,7 +20,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pricing.calibration import Anchor, Correction, Sample, anchored
+from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, RequestError, parse_request
 from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator, prefix_keys
@@ -187,13 +187,7 @@ class Gateway:
         if hit and estimate > fitted.report.budget:
             # The provider's own count of the prefix says the calibrated estimate was low:
             # fit again with the correction scaled by how low it was.
-            s = estimate / max(1, fitted.estimate)
-            tighter = Correction(
-                correction.text * s,
-                correction.framing * s,
-                correction.images * s,
-                correction.samples,
-            )
+            tighter = correction.scaled(estimate / max(1, fitted.estimate))
             fitted = await self._fit(parsed, rc, policy, tighter, sizes, size)
             estimate, keys, hit = await self._anchor(rc, fitted)
         return Prepared(rc, team, policy, parsed, fitted, estimate, started, size, keys, hit)
@@ -209,7 +203,7 @@ class Gateway:
             return fitted.estimate, keys, False
         pr = fitted.pressure
         correction = self.calibrator.correction(alias)
-        return anchored(hit[1], pr.text, pr.framing, pr.images, correction), keys, True
+        return anchored_estimate(hit[1], pr, correction), keys, True
 
     async def _fit(
         self,
@@ -337,22 +331,15 @@ class Gateway:
         self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)
         error = (p.estimate - usage.prompt_tokens) / usage.prompt_tokens
         self.metrics.estimate_error.labels(route).observe(error)
-        pr = p.fitted.pressure
-        sample = Sample(
-            route=route,
-            time=time.time(),
-            text=pr.text,
-            framing=pr.framing,
-            images=pr.images,
-            image_count=len(pr.image_details),
-            message_count=len(pr.messages),
-            estimate=p.estimate,
-            anchored=p.anchored,
-            actual=usage.prompt_tokens,
-            cached=usage.cached_tokens,
+        self.calibrator.observe(
+            route,
+            p.fitted.pressure,
+            p.keys,
+            p.estimate,
+            p.anchored,
+            usage.prompt_tokens,
+            usage.cached_tokens,
         )
-        anchor = Anchor(pr.text, pr.framing, pr.images, usage.prompt_tokens)
-        self.calibrator.submit(sample, p.keys[-1] if p.keys else None, anchor)
 
     def _count_actions(self, p: Prepared) -> None:
         r = p.fitted.report

@@ -61,7 +61,7 @@ def test_converges_conservatively_on_a_skewed_route():
     learnt = fit_correction(synthetic(40, 2))
     held_out = synthetic(300, 3)
     errors = sorted(
-        (learnt.apply(s.text, s.framing, s.images) - s.actual) / s.actual for s in held_out
+        (learnt.price(s.vector) - s.actual) / s.actual for s in held_out
     )
     p95_abs = sorted(abs(e) for e in errors)[int(0.95 * len(errors))]
     assert p95_abs <= 0.03, p95_abs
@@ -79,7 +79,7 @@ def test_follows_a_change_of_model_behind_the_alias():
         new.append(sample(text, framing, 0, math.ceil(1.35 * (text + framing)), 200 + i))
     learnt = fit_correction(old + new)
     for s in new:
-        assert learnt.apply(s.text, s.framing) >= s.actual * 0.99
+        assert learnt.price(s.vector) >= s.actual * 0.99
 
 
 @settings(max_examples=50, deadline=None)
