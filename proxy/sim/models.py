@@ -33,7 +33,7 @@ class SimModel:
     token_scale: float = 1.0
     #: Rates per token class (``"word=1.06,punct=1.35,digit=0,script=0.8,space=1.6"``): a
     #: tokenizer whose ratio to its base varies by content (``proxy.sim.tokens._ByClass``).
-    token_classes: str = ""
+    class_rates: str = ""
     chat_format: ChatFormat = "openai"
     per_message: int = 3
     per_name: int = 1
@@ -129,7 +129,7 @@ _MYSTERY_2 = SimModel(
     "mystery-2",
     context_window=32_768,
     max_output=4096,
-    token_classes="word=1.06,punct=1.35,digit=0,script=0.8,space=1.6",
+    class_rates="word=1.06,punct=1.35,digit=0,script=0.8,space=1.6",
     per_message=7,
     per_tool_call=9,
     image_rule="openai-tile",
@@ -140,7 +140,7 @@ _MYSTERY_3 = SimModel(
     context_window=32_768,
     max_output=4096,
     tokenizer="cl100k_base",
-    token_classes="word=1.0,punct=1.2,script=1.5,space=0.5",
+    class_rates="word=1.0,punct=1.2,script=1.5,space=0.5",
     per_message=5,
     per_name=2,
     priming=5,

@@ -255,7 +255,7 @@ def get_encoder(spec: str, scale: float = 1.0, classes: str = "") -> Encoder:
         raise ValueError(f"sim: unknown tokenizer {spec!r} (known: {known})")
     if classes:
         if scale != 1.0:
-            raise ValueError("sim: token_scale and token_classes do not combine")
+            raise ValueError("sim: token_scale and class_rates do not combine")
         return _ByClass(f"{spec}[{classes}]", base, parse_classes(classes))
     if scale == 1.0:
         return base

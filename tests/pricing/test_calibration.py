@@ -127,7 +127,6 @@ def test_an_exact_meter_is_never_corrected_below_itself():
 
 from pricing.calibration import (  # noqa: E402
     FEATURES,
-    Correction,
     checkpoint_anchors,
     pressure_features,
 )
