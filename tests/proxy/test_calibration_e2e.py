@@ -332,9 +332,9 @@ RUN_TOOL = [
 def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model):
     alias = "hard"
     info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
-    config = gateway_config(
-        tmp_path / "c.yaml", [sim_route(alias, sim.base_url, model, model_info=info)]
-    )
+    # The vision rule is configured (the simulator's); the tokenizer stays unknown.
+    route = sim_route(alias, sim.base_url, model, model_info=info, image_rule="openai-tile")
+    config = gateway_config(tmp_path / "c.yaml", [route])
     rng = random.Random(zlib.crc32(model.encode()) + 17)
     # Interleaved sessions: every request is a sample; anchors help within a session only.
     sessions = [mixed_session(random.Random(rng.random()), 14) for _ in range(5)]
