@@ -5,10 +5,15 @@ tokenizer routefit does not know, undocumented tool rendering) it is a good appr
 route-specific bias. Every completed request tells the truth (``usage.prompt_tokens``), and this
 module turns those samples into a ``Correction``:
 
-1. **A model of the bias.** actual ≈ a·text + b·framing + c·images, fitted by least squares on
-   the route's recent samples with a ridge pull towards 1 (the meter's own opinion), so a
-   tokenizer that is 11% larger *and* adds 3 tokens per message is captured by two factors
-   rather than smeared into one ratio that is wrong for long and for short prompts alike.
+1. **A model of the bias, by feature.** actual ≈ Σ wᵢ·featureᵢ over the text of each content
+   class (prose, code, structured, other scripts, numeric — ``pricing.content``), framing,
+   messages, tool calls and images, fitted by recency-weighted least squares on the route's
+   recent samples with a ridge pull towards the meter's own opinion. A tokenizer that counts
+   code 30% above the meter's, CJK 40% below it *and* adds 6 tokens per message is captured
+   feature by feature rather than smeared into one ratio that is wrong for every mix.
+   Image tokens priced by a default (a URL image of unknown size at the rule's worst case, a
+   stand-in rule) are a feature of their own, fitted *after* the others on what they leave
+   over: no factor moves because of tokens the meter did not price.
 2. **Conservative.** An underestimate means an overflow at the provider; an overestimate only
    means a little unused window. The fitted model is scaled by an upper quantile of
    actual / predicted over the window, so at most ~(1 − quantile) of requests are underestimated
@@ -25,7 +30,9 @@ module turns those samples into a ``Correction``:
 
 Prefix anchors: for the exact prompt that was sent, the provider's count is the truth. A later
 request that extends it is estimated as ``anchor.actual + correction(now − anchor)``, so a
-multi-turn session carries only the new turns' uncertainty.
+multi-turn session carries only the new turns' uncertainty. ``checkpoint_anchors`` also gives
+the truth's share of checkpoint prefixes of that prompt, so that after a cut changed the tail,
+the unchanged head still starts from the provider's count.
 
 Pure math over plain values; samples and anchors live in the store (``proxy.store``).
 """
@@ -35,29 +42,110 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import median
 
-__all__ = ["Anchor", "CalibrationPolicy", "Correction", "Sample", "anchored", "fit_correction"]
+from pricing.content import CLASSES
+from pricing.meter import MessagePressure, Pressure
+
+__all__ = [
+    "FEATURES",
+    "Anchor",
+    "CalibrationPolicy",
+    "Correction",
+    "Sample",
+    "anchor_of",
+    "anchored",
+    "anchored_estimate",
+    "checkpoint_anchors",
+    "fit_correction",
+    "message_features",
+    "pressure_features",
+    "sample_of",
+]
+
+#: The features of a prompt, in this order: text tokens per content class, framing tokens,
+#: messages, tool calls, image tokens priced from the image, image tokens priced by a default.
+FEATURES = (*CLASSES, "framing", "messages", "calls", "images", "defaulted")
+_N = len(FEATURES)
+_TEXT = range(len(CLASSES))
+FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED = range(len(CLASSES), _N)
+#: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
+_COUNTS = (MESSAGES, CALLS)
+Vector = tuple[float, ...]
+
+
+def _legacy(text: float, framing: float, images: float, messages: float = 0.0) -> Vector:
+    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images)
+
+
+def message_features(mp: MessagePressure) -> tuple[int, ...]:
+    """One message's features (see ``FEATURES``)."""
+    return (*mp.by_class, mp.framing, 1, mp.calls, mp.images - mp.defaulted, mp.defaulted)
+
+
+def _add(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    return [x + y for x, y in zip(a, b, strict=True)]
+
+
+def pressure_features(p: Pressure, upto: int | None = None) -> tuple[int, ...]:
+    """A prompt's features (its first ``upto`` messages when given), tools and priming
+    included: they are part of every prefix."""
+    total = [0] * _N
+    for mp in p.messages[:upto]:
+        total = [x + y for x, y in zip(total, message_features(mp), strict=True)]
+    total[FRAMING] += p.tools + p.priming
+    return tuple(total)
 
 
 @dataclass(frozen=True, slots=True)
 class Correction:
-    """Multiplicative factors per part of the raw estimate; neutral is 1.0."""
+    """Weights per feature of the raw estimate. ``text``/``framing``/``images`` are the
+    summary (the highest text-class weight); ``weights``, when fitted, says it per feature."""
 
     text: float = 1.0
     framing: float = 1.0
     images: float = 1.0
     #: Samples the factors were fitted on (0 = neutral).
     samples: int = 0
+    weights: tuple[float, ...] = ()
+
+    @property
+    def vector(self) -> Vector:
+        if len(self.weights) == _N:
+            return self.weights
+        return _legacy(self.text, self.framing, self.images)
 
     @property
     def neutral(self) -> bool:
-        return self.text == self.framing == self.images == 1.0
+        return self.vector == _legacy(1.0, 1.0, 1.0)
 
     def apply(self, text: int, framing: int = 0, images: int = 0) -> int:
+        """Price of plain parts (text of unknown class, at the highest class weight)."""
         if self.neutral:
             return text + framing + images
         return math.ceil(text * self.text + framing * self.framing + images * self.images)
+
+    def price(self, features: Sequence[float]) -> int:
+        """Price of a feature vector (``message_features`` / ``pressure_features``)."""
+        if self.neutral:
+            return int(sum(x for j, x in enumerate(features) if j not in _COUNTS))
+        return math.ceil(sum(w * x for w, x in zip(self.vector, features, strict=True)) - 1e-9)
+
+    def price_pressure(self, p: Pressure) -> int:
+        return self.price(pressure_features(p))
+
+    def scaled(self, s: float) -> Correction:
+        """Every weight times ``s`` (a correction found too low by an anchor)."""
+        return Correction(
+            self.text * s,
+            self.framing * s,
+            self.images * s,
+            self.samples,
+            tuple(w * s for w in self.vector) if self.weights else (),
+        )
+
+
+def _vector(values: Sequence[int] | Sequence[float]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +163,22 @@ class Sample:
     anchored: bool
     actual: int  # provider's prompt tokens, normalised
     cached: int = 0
+    #: The prompt's features (``FEATURES``); empty in samples recorded before they existed.
+    features: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.features, tuple):  # decoded from JSON as a list
+            object.__setattr__(self, "features", _vector(self.features))
 
     @property
     def raw(self) -> int:
         return self.text + self.framing + self.images
+
+    @property
+    def vector(self) -> tuple[int, ...]:
+        if len(self.features) == _N:
+            return self.features
+        return (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +189,88 @@ class Anchor:
     framing: int
     images: int
     actual: int  # provider's prompt tokens for it
+    features: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.features, tuple):
+            object.__setattr__(self, "features", _vector(self.features))
+
+
+def sample_of(
+    route: str,
+    time: float,
+    pressure: Pressure,
+    estimate: int,
+    anchored: bool,
+    actual: int,
+    cached: int = 0,
+) -> Sample:
+    """The sample of a prompt as sent (the proxy's one way to build one)."""
+    return Sample(
+        route=route,
+        time=time,
+        text=pressure.text,
+        framing=pressure.framing,
+        images=pressure.images,
+        image_count=len(pressure.image_details),
+        message_count=len(pressure.messages),
+        estimate=estimate,
+        anchored=anchored,
+        actual=actual,
+        cached=cached,
+        features=pressure_features(pressure),
+    )
+
+
+def anchor_of(pressure: Pressure, actual: int) -> Anchor:
+    return Anchor(
+        pressure.text, pressure.framing, pressure.images, actual, pressure_features(pressure)
+    )
+
+
+def checkpoint_anchors(
+    pressure: Pressure, actual: int, correction: Correction, quantum: int = 512, most: int = 16
+) -> list[tuple[int, Anchor]]:
+    """(message count, anchor) for checkpoint prefixes of a prompt the provider counted.
+
+    Checkpoints are the message boundaries where the prompt's corrected price crosses a
+    multiple of max(``quantum``, total / ``most``). A prefix gets the provider's count in
+    proportion to its corrected share: exact when the bias is uniform, and without the
+    conservative scale-up's direction flipping (subtracting an over-estimated tail would
+    under-estimate the head). After a cut changed the tail, the head is anchored here.
+    """
+    n = len(pressure.messages)
+    full = correction.price(pressure_features(pressure))
+    if n < 2 or full <= 0:
+        return []
+    step = max(quantum, full // most)
+    out: list[tuple[int, Anchor]] = []
+    running = [0.0] * _N
+    running[FRAMING] = pressure.tools + pressure.priming
+    mark = correction.price(running) // step
+    for i, mp in enumerate(pressure.messages[:-1]):
+        running = _add(running, message_features(mp))
+        price = correction.price(running)
+        if price // step > mark:
+            mark = price // step
+            share = math.floor(actual * price / full)
+            feats = _vector(running)
+            text = sum(feats[j] for j in _TEXT)
+            out.append(
+                (
+                    i + 1,
+                    Anchor(text, feats[FRAMING], feats[IMAGES] + feats[DEFAULTED], share, feats),
+                )
+            )
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class CalibrationPolicy:
     min_samples: int = 8
     window: int = 200
-    quantile: float = 0.95
+    #: Upper quantile of actual / fitted over the window, the conservative scale-up.
+    quantile: float = 0.98
     ridge: float = 0.001
     low: float = 0.5
     high: float = 3.0
@@ -104,6 +279,12 @@ class CalibrationPolicy:
     #: are scaled by this prior (closed tokenizers mostly count more than the ones available
     #: offline; erring high costs a little window, erring low costs an overflow).
     prior_inexact: float = 1.1
+    #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
+    half_life: float = 60.0
+    #: Image tokens priced by a default may be far from the truth either way (a worst case, or a
+    #: stand-in price): their own weight may range wider.
+    defaulted_low: float = 0.05
+    defaulted_high: float = 50.0
 
     def __post_init__(self) -> None:
         if self.min_samples < 1 or self.window < self.min_samples:
@@ -112,6 +293,8 @@ class CalibrationPolicy:
             raise ValueError("calibration quantile must be between 0.5 and 1")
         if not 0 < self.low <= 1.0 <= self.high:
             raise ValueError("calibration needs 0 < low <= 1 <= high")
+        if self.half_life <= 0:
+            raise ValueError("calibration half_life must be positive")
 
 
 def anchored(anchor: Anchor, text: int, framing: int, images: int, correction: Correction) -> int:
@@ -120,6 +303,16 @@ def anchored(anchor: Anchor, text: int, framing: int, images: int, correction: C
         max(0, text - anchor.text), max(0, framing - anchor.framing), max(0, images - anchor.images)
     )
     return anchor.actual + delta
+
+
+def anchored_estimate(anchor: Anchor, pressure: Pressure, correction: Correction) -> int:
+    """``anchored`` by feature: the increment is priced per content class, message and call."""
+    if len(anchor.features) != _N:
+        p = pressure
+        return anchored(anchor, p.text, p.framing, p.images, correction)
+    now = pressure_features(pressure)
+    delta = [max(0, x - a) for x, a in zip(now, anchor.features, strict=True)]
+    return anchor.actual + correction.price(delta)
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -144,23 +337,102 @@ def _regime(samples: Sequence[Sample], min_samples: int) -> Sequence[Sample]:
     if len(samples) < 2 * min_samples:
         return samples
     recent, older = samples[-min_samples:], samples[:-min_samples]
-    old_ratio = median(s.actual / s.raw for s in older)
+    old_ratio = sorted(s.actual / s.raw for s in older)[len(older) // 2]
     ratios = [s.actual / s.raw for s in recent]
     above = all(r > old_ratio * 1.03 for r in ratios)
     below = all(r < old_ratio * 0.97 for r in ratios)
     return recent if above or below else samples
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    lo = math.floor(position)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (position - lo)
+def _quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
+    """Weighted quantile (the smallest value whose cumulative weight reaches ``q``)."""
+    pairs = sorted(zip(values, weights, strict=True))
+    total = sum(w for _, w in pairs)
+    running = 0.0
+    for value, weight in pairs:
+        running += weight
+        if running >= q * total - 1e-12:
+            return value
+    return pairs[-1][0]
 
 
 def _round_up(value: float, step: float) -> float:
     return round(math.ceil(value / step - 1e-9) * step, 6)
+
+
+def _prior(policy: CalibrationPolicy, exact: bool) -> list[float]:
+    p = 1.0 if exact else policy.prior_inexact
+    return list(_legacy(p, p, 1.0))
+
+
+def _least_squares(
+    rows: Sequence[Sequence[float]],
+    actual: Sequence[float],
+    weights: Sequence[float],
+    prior: Sequence[float],
+    ridge: float,
+) -> list[float]:
+    """Recency-weighted ridge regression towards ``prior``, over the features seen."""
+    cols = [j for j in range(len(prior)) if any(r[j] for r in rows)]
+    wsum = sum(weights)
+    lam = [
+        ridge * (sum(w * r[j] ** 2 for r, w in zip(rows, weights, strict=True)) + wsum)
+        for j in cols
+    ]
+    ata = [
+        [
+            sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True))
+            + (lam[a] if a == b else 0.0)
+            for b, j in enumerate(cols)
+        ]
+        for a, i in enumerate(cols)
+    ]
+    atb = [
+        sum(w * r[i] * y for r, y, w in zip(rows, actual, weights, strict=True)) + lam[a] * prior[i]
+        for a, i in enumerate(cols)
+    ]
+    solved = _solve(ata, atb) if cols else None
+    out = list(prior)
+    if solved is not None:
+        for j, value in zip(cols, solved, strict=True):
+            out[j] = value
+    return out
+
+
+def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, exact: bool) -> None:
+    """Clamp in place: tokens within [low, high] (never below 1 on an exact meter), counts
+    within a few tokens per thing (never negative on an exact meter)."""
+    low = max(policy.low, 1.0) if exact else policy.low
+    for j in range(_N):
+        if j == DEFAULTED:
+            continue
+        if j in _COUNTS:
+            w[j] = min(50.0, max(0.0 if exact else -4.0, w[j])) if seen[j] else 0.0
+        else:
+            w[j] = min(policy.high, max(low, w[j]))
+
+
+def _base(
+    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool
+) -> tuple[list[float], list[bool]]:
+    """Weights of everything the meter priced itself, from samples without defaulted parts."""
+    prior = _prior(policy, exact)
+    clean = [s for s in usable if s.vector[DEFAULTED] == 0]
+    if len(clean) < policy.min_samples:
+        return prior, [False] * _N
+    rows = [[float(x) for x in s.vector] for s in clean]
+    n = len(clean)
+    recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
+    seen = [any(r[j] for r in rows) for j in range(_N)]
+    w = _least_squares(rows, [s.actual for s in clean], recency, _prior(policy, True), policy.ridge)
+    _bounded(w, seen, policy, exact)
+    predicted = [sum(a * b for a, b in zip(w, r, strict=True)) for r in rows]
+    ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
+    kept = [x for x, p in zip(recency, predicted, strict=True) if p > 0]
+    scale = _quantile(ratios, kept, policy.quantile) if ratios else 1.0
+    w = [x * scale for x in w]
+    _bounded(w, seen, policy, exact)
+    return w, seen
 
 
 def fit_correction(
@@ -173,36 +445,45 @@ def fit_correction(
     """
     policy = policy or CalibrationPolicy()
     recent = list(samples)[-policy.window :]
-    usable = [s for s in recent if s.raw > 0 and s.actual > 0]
-    if len(usable) < policy.min_samples:
-        if exact:
-            return Correction()
-        return Correction(text=policy.prior_inexact, framing=policy.prior_inexact)
-    usable = list(_regime(usable, policy.min_samples))
-    rows = [(float(s.text), float(s.framing), float(s.images)) for s in usable]
-    # Ridge towards 1 for each part, scaled by that part's typical size, so a part the samples
-    # say little about (no images seen yet) keeps the meter's own opinion.
-    lam = [policy.ridge * (sum(r[j] ** 2 for r in rows) + len(rows)) for j in range(3)]
-    ata = [
-        [sum(r[i] * r[j] for r in rows) + (lam[i] if i == j else 0.0) for j in range(3)]
-        for i in range(3)
+    usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy.min_samples))
+    w, seen = _base(usable, policy, exact)
+    text_seen = [w[j] for j in _TEXT if seen[j]]
+    for j in _TEXT:  # a class no sample had: the most any seen class costs (or the prior)
+        if not seen[j] and text_seen:
+            w[j] = max(text_seen)
+    w[DEFAULTED] = _defaulted_weight(usable, w, policy)
+    w = [
+        _round_up(x, 0.05 if j in _COUNTS else policy.step) if x >= 0 else -_round_up(-x, 0.05)
+        for j, x in enumerate(w)
     ]
-    atb = [
-        sum(r[i] * s.actual for r, s in zip(rows, usable, strict=True)) + lam[i] for i in range(3)
-    ]
-    solved = _solve(ata, atb) or [1.0, 1.0, 1.0]
-    factors = [min(policy.high, max(policy.low, f)) for f in solved]
-    predicted = [sum(f * x for f, x in zip(factors, r, strict=True)) for r in rows]
-    ratios = [s.actual / p for s, p in zip(usable, predicted, strict=True) if p > 0]
-    scale_up = _quantile(ratios, policy.quantile) if ratios else 1.0
-    # A part no sample contained (no images seen yet) keeps the meter's own opinion: neither
-    # the fit nor the conservative scale-up says anything about it.
-    seen = [any(r[j] for r in rows) for j in range(3)]
-    # An exact meter counts what it knows exactly; what it does not know (tool-call rendering)
-    # can only add tokens. Its factors are never below 1.
-    low = max(policy.low, 1.0) if exact else policy.low
-    text, framing, images = (
-        min(policy.high, max(low, _round_up(f * scale_up, policy.step))) if known else 1.0
-        for f, known in zip(factors, seen, strict=True)
+    fitted = sum(seen) > 0 or w[DEFAULTED] != 1.0
+    if not fitted:
+        legacy = list(_legacy(w[0], w[FRAMING], w[IMAGES]))
+        if w == legacy:
+            return Correction(w[0], w[FRAMING], w[IMAGES], 0)
+    return Correction(
+        text=max(w[j] for j in _TEXT),
+        framing=w[FRAMING],
+        images=w[IMAGES],
+        samples=len(usable),
+        weights=tuple(w),
     )
-    return Correction(text=text, framing=framing, images=images, samples=len(usable))
+
+
+def _defaulted_weight(
+    usable: Sequence[Sample], w: Sequence[float], policy: CalibrationPolicy
+) -> float:
+    """What a defaulted image token really costs: an upper quantile of what the samples with
+    defaulted parts leave over once everything else is priced by ``w``."""
+    dirty = [s for s in usable if s.vector[DEFAULTED] > 0]
+    if len(dirty) < max(2, policy.min_samples // 2):
+        return 1.0  # the meter's own default (a worst case, or the stand-in price)
+    n = len(dirty)
+    recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
+    per = []
+    for s in dirty:
+        v = s.vector
+        rest = sum(a * b for j, (a, b) in enumerate(zip(w, v, strict=True)) if j != DEFAULTED)
+        per.append((s.actual - rest) / v[DEFAULTED])
+    value = _quantile(per, recency, policy.quantile)
+    return min(policy.defaulted_high, max(policy.defaulted_low, value))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from pricing.content import CLASSES, STRUCTURED, classify
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
 from pricing.probe import ImageError, placeholder, probe
@@ -48,6 +49,11 @@ class ImagePrice:
     placeholder: str | None = None
 
 
+#: Image rule kinds whose price is a stand-in rather than the provider's rule (the ``flat``
+#: price of a vision route routefit has no rule for).
+_STAND_IN_RULES = frozenset({"flat"})
+
+
 @dataclass(frozen=True, slots=True)
 class MessagePressure:
     index: int
@@ -55,10 +61,24 @@ class MessagePressure:
     text: int
     framing: int
     images: int
+    #: ``text`` split by content class (``pricing.content.CLASSES``); empty = all prose.
+    classes: tuple[int, ...] = ()
+    #: Assistant tool calls in the message (each has scaffolding a tokenizer may price apart).
+    calls: int = 0
+    #: Of ``images``, the tokens priced by a default rather than from the image: a URL image of
+    #: unknown size at the rule's worst case, or an image on a route with a stand-in rule.
+    #: Calibration keeps them apart so they never move the factors of what was priced.
+    defaulted: int = 0
 
     @property
     def total(self) -> int:
         return self.text + self.framing + self.images
+
+    @property
+    def by_class(self) -> tuple[int, ...]:
+        if self.classes:
+            return self.classes
+        return (self.text, *([0] * (len(CLASSES) - 1)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +102,11 @@ class Pressure:
     @property
     def images(self) -> int:
         return sum(m.images for m in self.messages)
+
+    @property
+    def defaulted(self) -> int:
+        """Image tokens priced by a default, not from the image (reported apart)."""
+        return sum(m.defaulted for m in self.messages)
 
     @property
     def total(self) -> int:
@@ -131,10 +156,14 @@ def measure_message(
     tok = get_tokenizer(route.tokenizer)
     text = 0
     image_tokens = 0
+    defaulted = 0
+    classes = [0] * len(CLASSES)
     images: list[ImagePrice] = []
     for j, part in enumerate(message.parts):
         if isinstance(part, TextPart):
-            text += tok.count(part.text)
+            n = tok.count(part.text)
+            text += n
+            classes[classify(part.text)] += n
         else:
             try:
                 price = price_image(part, route, sizes)
@@ -154,8 +183,20 @@ def measure_message(
             )
             images.append(price)
             image_tokens += price.tokens
+            if not price.sized or price.rule in _STAND_IN_RULES:
+                defaulted += price.tokens
     frame = frame_message(message, route.framing, tok, prev_role)
-    pressure = MessagePressure(index, message.role, text + frame.text, frame.framing, image_tokens)
+    classes[STRUCTURED] += frame.text  # tool-call names and JSON arguments
+    pressure = MessagePressure(
+        index,
+        message.role,
+        text + frame.text,
+        frame.framing,
+        image_tokens,
+        tuple(classes),
+        len(message.tool_calls),
+        defaulted,
+    )
     return pressure, tuple(images)
 
 

@@ -24,7 +24,18 @@ from typing import Any
 import orjson
 import xxhash
 
-from pricing.calibration import Anchor, CalibrationPolicy, Correction, Sample, fit_correction
+from pricing.calibration import (
+    FEATURES,
+    Anchor,
+    CalibrationPolicy,
+    Correction,
+    Sample,
+    anchor_of,
+    checkpoint_anchors,
+    fit_correction,
+    sample_of,
+)
+from pricing.meter import Pressure
 from proxy.metrics import Metrics
 from proxy.store import Store, StoreUnavailable
 
@@ -32,8 +43,11 @@ __all__ = ["Calibrator", "prefix_keys", "summarize"]
 
 log = logging.getLogger("routefit.calibration")
 
-#: How many of the longest prefixes of a request are looked up (a new turn adds a few messages).
+#: How many of the longest prefixes of a request are looked up in a shared store (a new turn
+#: adds a few messages); memory answers for every prefix. Beyond LOOKBACK, up to STORE_KEYS
+#: older prefixes are asked too, so that a head kept through a cut still finds its checkpoint.
 LOOKBACK = 64
+STORE_KEYS = 192
 REFIT_SAMPLES = 16
 REFIT_SECONDS = 1.0
 
@@ -85,6 +99,9 @@ class _AnchorCache:
         return None
 
 
+_Queued = tuple[Sample, bytes | None, Anchor | None, tuple[tuple[bytes, Anchor], ...]]
+
+
 @dataclass(slots=True)
 class _Route:
     samples: deque[Sample]
@@ -112,9 +129,7 @@ class Calibrator:
         self.refresh_seconds = refresh_seconds
         self.anchor_ttl = anchor_ttl
         self.routes: dict[str, _Route] = {}
-        self.queue: asyncio.Queue[tuple[Sample, bytes | None, Anchor | None]] = asyncio.Queue(
-            queue_size
-        )
+        self.queue: asyncio.Queue[_Queued] = asyncio.Queue(queue_size)
         self.store_up = True
         self.dropped = 0
         self.recorded = 0
@@ -135,13 +150,12 @@ class Calibrator:
         store in one round trip."""
         if not keys:
             return None
-        first = max(0, len(keys) - LOOKBACK)
-        candidates = list(reversed(keys[first:]))
+        candidates = list(reversed(keys))
         self.anchor_lookups += 1
         hit = self._anchors.find(route, candidates)
         if hit is None and self.store.shared and self.store_up:
             try:
-                hit = await self.store.find_anchor(route, candidates)
+                hit = await self.store.find_anchor(route, candidates[:STORE_KEYS])
             except StoreUnavailable:
                 self._down("anchor lookup")
                 self.metrics.anchor_lookups.labels("error").inc()
@@ -154,12 +168,43 @@ class Calibrator:
         index, anchor = hit
         return len(keys) - 1 - index, anchor
 
-    def submit(self, sample: Sample, key: bytes | None, anchor: Anchor | None) -> None:
-        """Queue a sample (and the anchor of the prompt it measured); never blocks."""
+    def observe(
+        self,
+        route: str,
+        pressure: Pressure,
+        keys: Sequence[bytes],
+        estimate: int,
+        anchored: bool,
+        actual: int,
+        cached: int = 0,
+    ) -> None:
+        """What the provider counted for a prompt as sent (``keys``: its prefix keys): one
+        sample, the prompt's anchor, and anchors at its checkpoint prefixes (so that a later
+        cut that keeps the head still starts from the provider's count)."""
+        sample = sample_of(route, time.time(), pressure, estimate, anchored, actual, cached)
+        if len(keys) != len(pressure.messages) or not keys:
+            self.submit(sample, None, None)
+            return
+        extra = [
+            (keys[n - 1], anchor)
+            for n, anchor in checkpoint_anchors(pressure, actual, self.correction(route))
+        ]
+        self.submit(sample, keys[-1], anchor_of(pressure, actual), extra)
+
+    def submit(
+        self,
+        sample: Sample,
+        key: bytes | None,
+        anchor: Anchor | None,
+        extra: Sequence[tuple[bytes, Anchor]] = (),
+    ) -> None:
+        """Queue a sample (and the anchors of the prompt it measured); never blocks."""
+        for k, a in extra:
+            self._anchors.put(sample.route, k, a)
         if key is not None and anchor is not None:
             self._anchors.put(sample.route, key, anchor)
         try:
-            self.queue.put_nowait((sample, key, anchor))
+            self.queue.put_nowait((sample, key, anchor, tuple(extra)))
         except asyncio.QueueFull:
             self.dropped += 1
             self.metrics.samples.labels("dropped").inc()
@@ -205,8 +250,8 @@ class Calibrator:
                 for _ in batch:
                     self.queue.task_done()
 
-    async def _write(self, batch: list[tuple[Sample, bytes | None, Anchor | None]]) -> None:
-        for sample, _, _ in batch:
+    async def _write(self, batch: list[_Queued]) -> None:
+        for sample, _, _, _ in batch:
             state = self.routes.setdefault(
                 sample.route, _Route(deque(maxlen=self.policy.window), Correction())
             )
@@ -216,8 +261,9 @@ class Calibrator:
         for state in self.routes.values():
             if state.pending and self._due(state, now):
                 self._refit(state, now)
-        samples = [sample for sample, _, _ in batch]
-        anchors = [(s.route, k, a) for s, k, a in batch if k is not None and a is not None]
+        samples = [sample for sample, _, _, _ in batch]
+        anchors = [(s.route, k, a) for s, _, _, extra in batch for k, a in extra]
+        anchors += [(s.route, k, a) for s, k, a, _ in batch if k is not None and a is not None]
         try:
             await self.store.record_batch(samples, anchors, self.anchor_ttl)
         except StoreUnavailable:
@@ -311,6 +357,7 @@ def summarize(samples: Sequence[Sample], correction: Correction) -> dict[str, An
             "framing": correction.framing,
             "images": correction.images,
         },
+        "weights": dict(zip(FEATURES, correction.vector, strict=True)),
         "fitted_on": correction.samples,
         "relative_error": _percentiles(errors),
         "anchored_share": sum(s.anchored for s in samples) / len(samples) if samples else 0.0,

@@ -22,7 +22,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pricing.calibration import Anchor, Correction, Sample, anchored
+from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, RequestError, message_wire
 from proxy.body import read_json
 from proxy.budgets import Budgets, Held, rate_limit_headers
@@ -156,7 +156,7 @@ class Gateway:
         if hit and estimate > fitted.report.budget:
             # The provider's own count of the prefix says the calibrated estimate was low: fit
             # once more with the correction scaled by how low it was, and anchor that fit.
-            tighter = _scaled(correction, estimate / max(1, fitted.estimate))
+            tighter = correction.scaled(estimate / max(1, fitted.estimate))
             fitted = await self._fit(wire, parsed, rc, policy, tighter, sizes, threaded)
             estimate, keys, hit = await self._anchor(rc, fitted)
         return Prepared(wire, rc, team, policy, parsed, fitted, estimate, started, keys, hit)
@@ -172,7 +172,7 @@ class Gateway:
             return fitted.estimate, keys, False
         pr = fitted.pressure
         correction = self.calibrator.correction(alias)
-        return anchored(hit[1], pr.text, pr.framing, pr.images, correction), keys, True
+        return anchored_estimate(hit[1], pr, correction), keys, True
 
     async def _fit(
         self,
@@ -310,22 +310,15 @@ class Gateway:
         self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)
         error = (p.estimate - usage.prompt_tokens) / usage.prompt_tokens
         self.metrics.estimate_error.labels(route).observe(error)
-        pr = p.fitted.pressure
-        sample = Sample(
-            route=route,
-            time=time.time(),
-            text=pr.text,
-            framing=pr.framing,
-            images=pr.images,
-            image_count=len(pr.image_details),
-            message_count=len(pr.messages),
-            estimate=p.estimate,
-            anchored=p.anchored,
-            actual=usage.prompt_tokens,
-            cached=usage.cached_tokens,
+        self.calibrator.observe(
+            route,
+            p.fitted.pressure,
+            p.keys,
+            p.estimate,
+            p.anchored,
+            usage.prompt_tokens,
+            usage.cached_tokens,
         )
-        anchor = Anchor(pr.text, pr.framing, pr.images, usage.prompt_tokens)
-        self.calibrator.submit(sample, p.keys[-1] if p.keys else None, anchor)
 
     def _count_actions(self, p: Prepared) -> None:
         r = p.fitted.report
@@ -343,10 +336,6 @@ class Gateway:
         self.metrics.requests.labels(route, str(err.status)).inc()
         self.metrics.errors.labels(_kind(err)).inc()
         return wire.error_response(err)
-
-
-def _scaled(c: Correction, s: float) -> Correction:
-    return Correction(c.text * s, c.framing * s, c.images * s, c.samples)
 
 
 def _kind(err: ProxyError) -> str:

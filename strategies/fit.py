@@ -15,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pricing.calibration import Correction
+from pricing.calibration import (
+    DEFAULTED,
+    FEATURES,
+    IMAGES,
+    Correction,
+    message_features,
+)
+from pricing.content import PROSE
 from pricing.messages import ChatRequest, Message, TextPart, message_wire
 from pricing.meter import Memo, Pressure, Sizes, measure_message, measure_messages
 from pricing.route import Route
@@ -107,7 +114,7 @@ class FitError(Exception):
 
 
 def _estimate(pressure: Pressure, correction: Correction) -> int:
-    return correction.apply(pressure.text, pressure.framing, pressure.images)
+    return correction.price_pressure(pressure)
 
 
 @dataclass(slots=True)
@@ -303,24 +310,26 @@ def _unit_costs(
 ) -> list[UnitCosts]:
     first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
     costs = []
-    apply = job.correction.apply
+    price = job.correction.price
     for unit in units:
-        text = framing = images = placeholders = count = 0
+        features = [0] * len(FEATURES)
+        placeholders = count = 0
         fixed = user = False
         for i in range(unit.start, unit.end):
             m, p = messages[i], pressure.messages[i]
-            text += p.text
-            framing += p.framing
-            images += p.images
+            features = [a + b for a, b in zip(features, message_features(p), strict=True)]
             if p.images:
                 placeholders += job.placeholder_tokens(m)
                 count += len(m.images)
             fixed |= m.role in ("system", "developer") or i == first_user
             user |= m.role == "user"
+        offloaded = list(features)
+        offloaded[PROSE] += placeholders  # the placeholder text replaces the image
+        offloaded[IMAGES] = offloaded[DEFAULTED] = 0
         costs.append(
             UnitCosts(
-                full=apply(text, framing, images),
-                offloaded=apply(text + placeholders, framing),
+                full=price(features),
+                offloaded=price(offloaded),
                 images=count,
                 fixed=fixed,
                 user=user,
@@ -333,7 +342,7 @@ def _marker_price(route: Route, correction: Correction) -> int:
     """An upper bound on one marker message's price (its numbers at their widest)."""
     marker = Message(role="user", parts=(TextPart(elision_marker(999_999, 999_999_999)),))
     price, _ = measure_message(marker, route, prev_role="tool")
-    return correction.apply(price.text, price.framing)
+    return correction.price(message_features(price))
 
 
 def _marker_message(next_role: str | None, elided: int, tokens: int) -> Message:

@@ -30,11 +30,11 @@ class FitPolicy:
     #: Images are offloaded oldest-first in steps of this many, so consecutive turns agree.
     image_offload_step: int = 4
     #: When elision must cut, it cuts down to this fraction of the budget (headroom for growth).
-    low_water: float = 0.7
+    low_water: float = 0.8
     #: Cut points are quantised to multiples of this fraction of the budget.
-    checkpoint_quantum: float = 0.25
+    checkpoint_quantum: float = 0.1
     #: The head of the conversation kept verbatim, as a fraction of the budget (0 = drop oldest).
-    pin_fraction: float = 0.5
+    pin_fraction: float = 0.65
     #: An upper bound on the prompt budget (a team's per-request quota); None = the window's.
     max_prompt_tokens: int | None = None
 

@@ -206,10 +206,10 @@ def openai_message_tokens(
 def openai_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -> Prompt:
     """The prompt of a chat-completions request on an ``openai``- or ``deepseek``-format model."""
     if m.chat_format == "deepseek":
-        enc = get_encoder(m.tokenizer, m.token_scale)
+        enc = get_encoder(m.tokenizer, m.token_scale, m.class_rates)
         tokens = enc.encode(deepseek_render(body))
         return Prompt(tokens, {"template": len(tokens)})
-    enc = get_encoder(m.tokenizer, m.token_scale)
+    enc = get_encoder(m.tokenizer, m.token_scale, m.class_rates)
     tokens = openai_tools_tokens(openai_functions(body), m, enc)
     breakdown = {"tools": len(tokens)}
     fmt = body.get("response_format")
@@ -324,7 +324,7 @@ def _tool_choice_forced(body: Mapping[str, Any]) -> bool:
 
 def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -> Prompt:
     """The prompt of a Messages API request, with its cache breakpoints."""
-    enc = get_encoder(m.tokenizer, m.token_scale)
+    enc = get_encoder(m.tokenizer, m.token_scale, m.class_rates)
     tokens: list[int] = []
     points: list[int] = []
     breakdown: dict[str, int] = {}
@@ -395,4 +395,4 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
 
 
 def completion_count(m: SimModel, text: str) -> int:
-    return get_encoder(m.tokenizer, m.token_scale).count(text)
+    return get_encoder(m.tokenizer, m.token_scale, m.class_rates).count(text)

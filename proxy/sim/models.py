@@ -31,6 +31,9 @@ class SimModel:
     max_output: int = 16_384
     tokenizer: str = "o200k_base"
     token_scale: float = 1.0
+    #: Rates per token class (``"word=1.06,punct=1.35,digit=0,script=0.8,space=1.6"``): a
+    #: tokenizer whose ratio to its base varies by content (``proxy.sim.tokens._ByClass``).
+    class_rates: str = ""
     chat_format: ChatFormat = "openai"
     per_message: int = 3
     per_name: int = 1
@@ -120,6 +123,31 @@ _MYSTERY = SimModel(
     image_rule="openai-tile",
     owned_by="mystery-labs",
 )
+#: Harder unknown tokenizers: their ratio to every tokenizer routefit ships varies by content
+#: class, and they add their own per-message and per-tool-call scaffolding.
+_MYSTERY_2 = SimModel(
+    "mystery-2",
+    context_window=32_768,
+    max_output=4096,
+    class_rates="word=1.06,punct=1.35,digit=0,script=0.8,space=1.6",
+    per_message=7,
+    per_tool_call=9,
+    image_rule="openai-tile",
+    owned_by="mystery-labs",
+)
+_MYSTERY_3 = SimModel(
+    "mystery-3",
+    context_window=32_768,
+    max_output=4096,
+    tokenizer="cl100k_base",
+    class_rates="word=1.0,punct=1.2,script=1.5,space=0.5",
+    per_message=5,
+    per_name=2,
+    priming=5,
+    per_tool_call=12,
+    image_rule="openai-tile",
+    owned_by="mystery-labs",
+)
 _CLAUDE = SimModel(
     "claude-sim",
     wire="anthropic",
@@ -146,6 +174,8 @@ BUILTIN_MODELS: dict[str, SimModel] = {
         _GPT_4,
         _DEEPSEEK,
         _MYSTERY,
+        _MYSTERY_2,
+        _MYSTERY_3,
         _CLAUDE,
         small_variant(_GPT_4O),
         small_variant(_DEEPSEEK),

@@ -98,6 +98,9 @@ class _Tiktoken:
     def count(self, text: str) -> int:
         return len(self.enc.encode_ordinary(text)) if text else 0
 
+    def piece(self, tok: int) -> str:
+        return str(self.enc.decode_single_token_bytes(tok).decode("utf-8", "replace"))
+
 
 @dataclass(frozen=True)
 class _HF:
@@ -110,6 +113,9 @@ class _HF:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def piece(self, tok: int) -> str:
+        return str(self.tok.decode([tok]))
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,58 @@ class _Scaled:
         return n + max(0, math.ceil(round(n * (self.factor - 1.0), 9)))
 
 
+_CLASS_NAMES = ("word", "punct", "digit", "script", "space")
+
+
+def _token_class(piece: str) -> str:
+    """The class of one base token's text: digits, other scripts, whitespace, punctuation or
+    (by default) a word piece."""
+    core = piece.strip()
+    if not core:
+        return "space"
+    if any(ch.isdigit() for ch in core):
+        return "digit"
+    if any(ord(ch) > 0x24F and ch.isalpha() for ch in core):
+        return "script"
+    if not any(ch.isalnum() for ch in core):
+        return "punct"
+    return "word"
+
+
+@dataclass(frozen=True)
+class _ByClass:
+    """A tokenizer routefit does not know, whose ratio to its base varies by content: each base
+    token of class ``k`` costs ``rates[k]`` tokens on average (a running sum per class decides,
+    left to right, so a rate below 1 merges tokens and one above splits them); ``digit: 0``
+    means one token per digit (as tokenizers that split numbers digit by digit do)."""
+
+    name: str
+    base: Any  # _Tiktoken or _HF: needs ``decode_piece``
+    rates: tuple[tuple[str, float], ...]
+
+    def encode(self, text: str) -> list[int]:
+        rates = dict(self.rates)
+        acc = dict.fromkeys(_CLASS_NAMES, 0.0)
+        done = dict.fromkeys(_CLASS_NAMES, 0)
+        out: list[int] = []
+        for tok in self.base.encode(text):
+            piece = self.base.piece(tok)
+            k = _token_class(piece)
+            rate = rates.get(k, 1.0)
+            if k == "digit" and rate == 0:
+                rate = float(sum(ch.isdigit() for ch in piece))
+            acc[k] += rate
+            n = math.floor(round(acc[k], 9)) - done[k]
+            done[k] += n
+            if n > 0:
+                out.append(tok)
+                out.extend(specials(SCALE_BASE - tok, n - 1))
+        return out
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
 def _load_tiktoken(name: str) -> Any:
     import tiktoken
 
@@ -166,10 +224,25 @@ def _load_hf(path: Path) -> Any:
     return Tokenizer.from_file(str(path))
 
 
+def parse_classes(spec: str) -> tuple[tuple[str, float], ...]:
+    """``"word=1.06,punct=1.35,digit=0"`` → rates per token class (see ``_ByClass``)."""
+    rates = []
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        name, _, value = item.partition("=")
+        if name not in _CLASS_NAMES:
+            raise ValueError(f"sim: unknown token class {name!r} (known: {_CLASS_NAMES})")
+        rate = float(value)
+        if rate < 0 or (rate == 0 and name != "digit"):
+            raise ValueError(f"sim: token class rate {item!r} must be positive")
+        rates.append((name, rate))
+    return tuple(rates)
+
+
 @cache
-def get_encoder(spec: str, scale: float = 1.0) -> Encoder:
+def get_encoder(spec: str, scale: float = 1.0, classes: str = "") -> Encoder:
     """``o200k_base`` · ``cl100k_base`` · ``p50k_base`` · ``deepseek`` · ``anthropic-legacy`` ·
-    ``hf:PATH``; with ``scale != 1`` the count of every text is ``ceil(count × scale)``."""
+    ``hf:PATH``; with ``scale != 1`` the count of every text is ``ceil(count × scale)``; with
+    ``classes`` (``"word=1.06,digit=0,..."``) each base token costs its class's rate."""
     base: Encoder
     if spec in _TIKTOKEN_URLS:
         base = _Tiktoken(spec, _load_tiktoken(spec))
@@ -180,6 +253,10 @@ def get_encoder(spec: str, scale: float = 1.0) -> Encoder:
     else:
         known = ", ".join([*_TIKTOKEN_URLS, *_HF_FILES, "hf:PATH"])
         raise ValueError(f"sim: unknown tokenizer {spec!r} (known: {known})")
+    if classes:
+        if scale != 1.0:
+            raise ValueError("sim: token_scale and class_rates do not combine")
+        return _ByClass(f"{spec}[{classes}]", base, parse_classes(classes))
     if scale == 1.0:
         return base
     if scale < 1.0:

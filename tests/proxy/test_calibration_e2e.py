@@ -9,6 +9,7 @@ import random
 import subprocess
 import time
 import uuid
+import zlib
 
 import httpx
 import openai
@@ -208,3 +209,193 @@ def test_killing_redis_mid_session_loses_no_response(sim, tmp_path, private_redi
         log = gw.log()
     # logged once when it went down and once when it came back, not per request
     assert log.count("unavailable") <= 2, log
+
+
+# ----------------------------------------------------------------------------------------------
+# Harder unknown tokenizers: mystery-2 and mystery-3 price each kind of text differently from
+# o200k_base (code, JSON, digits, other scripts, whitespace) and add their own per-message and
+# per-tool-call scaffolding. Mixed long tool-heavy sessions through the real proxy.
+
+PROSE = (
+    "the service reads its configuration at start up and keeps a small cache of recent "
+    "answers so that a retry does not reach the backend twice while the operator watches"
+).split()
+CJK = "東京の天気は晴れです今日は会議があります資料を確認してください서울부산데이터분석"
+
+
+def _png(rng: random.Random) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    w, h = rng.choice([(256, 256), (640, 480), (1200, 900), (90, 700)])
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), (rng.randrange(256), 30, 90)).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _prose(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(PROSE) for _ in range(n)).capitalize() + "."
+
+
+def _code(rng: random.Random, n: int) -> str:
+    lines = []
+    for i in range(n):
+        name = rng.choice(PROSE)
+        lines.append(f"def {name}_{i}(items, limit={rng.randint(1, 99)}):")
+        lines.append(f"    result = [x for x in items if x.{name} > limit]")
+        lines.append(f"    return {{'{name}': result, 'count': len(result)}}")
+    return "\n".join(lines)
+
+
+def _json(rng: random.Random, n: int) -> str:
+    import json
+
+    rows = [
+        {"id": rng.randint(1, 10**6), "name": rng.choice(PROSE), "score": rng.random(), "ok": True}
+        for _ in range(n)
+    ]
+    return json.dumps({"results": rows, "total": n}, indent=rng.choice([None, 2]))
+
+
+def _log(rng: random.Random, n: int) -> str:
+    return "\n".join(
+        f"2025-03-{rng.randint(1, 28):02d} {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} "
+        f"worker-{rng.randint(1, 9)} {rng.randint(100, 99999)} items {rng.random() * 100:.2f} ms"
+        for _ in range(n)
+    )
+
+
+def _cjk(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice(CJK) for _ in range(n))
+
+
+def _tool_output(rng: random.Random) -> str:
+    kind = rng.choice([_prose, _code, _json, _log, _cjk])
+    size = {_prose: 400, _code: 25, _json: 30, _log: 60, _cjk: 600}[kind]
+    return kind(rng, rng.randint(size // 10, size))
+
+
+def mixed_session(rng: random.Random, rounds: int) -> list[list[dict]]:
+    """The messages appended before each model call of one agent session."""
+    steps = [
+        [
+            {"role": "system", "content": "You are a coding agent. " + _prose(rng, 80)},
+            {"role": "user", "content": _prose(rng, rng.randint(10, 120))},
+        ]
+    ]
+    for r in range(rounds):
+        new: list[dict] = []
+        if r and r % 5 == 0:
+            content: object = _prose(rng, 30) if rng.random() < 0.5 else _cjk(rng, 80)
+            if rng.random() < 0.4:
+                content = [
+                    {"type": "text", "text": str(content)},
+                    {"type": "image_url", "image_url": {"url": _png(rng)}},
+                ]
+            new += [
+                {"role": "assistant", "content": _prose(rng, 40)},
+                {"role": "user", "content": content},
+            ]
+            steps.append(new)
+            new = []
+        calls = [
+            {
+                "id": f"call_{rng.getrandbits(40):x}",
+                "type": "function",
+                "function": {"name": "run", "arguments": f'{{"cmd": "{_prose(rng, 6)}"}}'},
+            }
+            for _ in range(rng.choice([1, 1, 2]))
+        ]
+        new.append({"role": "assistant", "content": _prose(rng, 20), "tool_calls": calls})
+        new += [
+            {"role": "tool", "tool_call_id": c["id"], "content": _tool_output(rng)} for c in calls
+        ]
+        steps.append(new)
+    return steps
+
+
+RUN_TOOL = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run",
+            "description": "Run a command.",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("model", ["mystery-2", "mystery-3"])
+def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model):
+    alias = "hard"
+    info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
+    # The vision rule is configured (the simulator's); the tokenizer stays unknown.
+    route = sim_route(alias, sim.base_url, model, model_info=info, image_rule="openai-tile")
+    config = gateway_config(tmp_path / "c.yaml", [route])
+    rng = random.Random(zlib.crc32(model.encode()) + 17)
+    # Interleaved sessions: every request is a sample; anchors help within a session only.
+    sessions = [mixed_session(random.Random(rng.random()), 14) for _ in range(5)]
+    order = [(s, i) for i in range(15) for s in range(len(sessions)) if i < len(sessions[s])]
+    histories: list[list[dict]] = [[] for _ in sessions]
+    errors = []
+    with run_routefit(config) as gw:
+        client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
+        for n, (s, i) in enumerate(order):
+            histories[s] += sessions[s][i]
+            raw = client.chat.completions.with_raw_response.create(
+                model=alias, messages=histories[s], tools=RUN_TOOL, max_tokens=64
+            )
+            estimate = int(raw.headers["x-routefit-prompt-tokens"])
+            actual = raw.parse().usage.prompt_tokens
+            errors.append((estimate - actual) / actual)
+            settle_samples(gw.base_url, alias, n + 1)
+    later = errors[30:]
+    assert len(later) >= 30
+    p95 = sorted(abs(e) for e in later)[int(0.95 * len(later))]
+    assert p95 <= 0.03, (p95, [round(e, 4) for e in later])
+    assert min(later) >= -0.01, [round(e, 4) for e in later]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "mystery-2",
+        pytest.param(
+            "mystery-3",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known gap (issue 18): a different base tokenizer (cl100k) leaves a ±3% "
+                "spread per content class that per-part classes do not explain; anchored "
+                "sessions pass, unanchored single requests reach ~6% p95 (over-estimates)",
+            ),
+        ),
+    ],
+)
+def test_content_aware_calibration_without_anchors(sim, tmp_path, model):
+    """Every request a new conversation (no anchor can help): the feature model alone."""
+    alias = "hard"
+    info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
+    # The vision rule is configured (the simulator's); the tokenizer stays unknown.
+    route = sim_route(alias, sim.base_url, model, model_info=info, image_rule="openai-tile")
+    config = gateway_config(tmp_path / "c.yaml", [route])
+    rng = random.Random(zlib.crc32(model.encode()) + 29)
+    errors = []
+    with run_routefit(config) as gw:
+        client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
+        for n in range(70):
+            steps = mixed_session(random.Random(rng.random()), rng.randint(0, 8))
+            messages = [m for step in steps for m in step]
+            raw = client.chat.completions.with_raw_response.create(
+                model=alias, messages=messages, tools=RUN_TOOL, max_tokens=64
+            )
+            estimate = int(raw.headers["x-routefit-prompt-tokens"])
+            actual = raw.parse().usage.prompt_tokens
+            errors.append((estimate - actual) / actual)
+            settle_samples(gw.base_url, alias, n + 1)
+    later = errors[30:]
+    p95 = sorted(abs(e) for e in later)[int(0.95 * len(later))]
+    assert p95 <= 0.03, (p95, [round(e, 4) for e in later])
+    assert min(later) >= -0.01, [round(e, 4) for e in later]
