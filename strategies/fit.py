@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pricing.bounds import bound_pressure
 from pricing.calibration import Correction
 from pricing.messages import ChatRequest, Message, TextPart, message_wire
 from pricing.meter import Memo, Pressure, Sizes, measure_message, measure_messages
@@ -26,7 +27,7 @@ from strategies.offload import offload_images, placeholder_for
 from strategies.policy import FitPolicy, prompt_budget
 from strategies.units import Unit, group_units, protected_units
 
-__all__ = ["Fit", "FitError", "FitReport", "fit"]
+__all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +207,39 @@ def fit(
             )
             return Fit(fitted.body, fitted.messages, fitted.pressure, report, fitted.estimate)
     raise FitError(route.alias, best, budget, route.context_window)
+
+
+def fit_bounded(
+    request: ChatRequest,
+    route: Route,
+    policy: FitPolicy,
+    correction: Correction | None = None,
+    sizes: Sizes | None = None,
+) -> Fit | None:
+    """The transparent fit, proved by a cheap upper bound (``pricing.bounds``) instead of an
+    exact count; None when nothing is proved (no bound for the tokenizer, images to adapt, or
+    the bound over the budget), and ``fit`` must run.
+
+    What it returns is what ``fit`` would return (the client's body, untouched) except that
+    ``estimate`` and ``pressure`` are bounds: ≥ the exact ones, part by part."""
+    budget = prompt_budget(
+        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
+    )
+    images = sum(len(m.images) for m in request.messages)
+    if images and not (
+        route.supports_vision
+        and route.image_rule.visual
+        and images <= route.image_limits.max_images
+    ):
+        return None  # _adapt would offload some: only the exact path knows which
+    pressure = bound_pressure(request.messages, request.tools, route, sizes)
+    if pressure is None:
+        return None
+    estimate = _estimate(pressure, correction or Correction())
+    if estimate > budget:
+        return None
+    report = FitReport(route.alias, budget, estimate, estimate)
+    return Fit(request.body, request.messages, pressure, report, estimate)
 
 
 def _adapt(job: _Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:
