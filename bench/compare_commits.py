@@ -4,7 +4,8 @@
 
 Each revision is checked out into a temporary git worktree and served by this venv's Python with
 that worktree first on ``sys.path`` (the packages' dependencies are the same), one worker each,
-against one simulator. The phases (small c1 added p50, small c16 req/s, stream c1 added p50)
+against one simulator. The phases (small c1 added p50, small c16 req/s, stream c1 added p50,
+a ~28k-token prompt of new text c1 added p50)
 run A, B, A, B ... so that a machine whose speed drifts affects both alike; the report is each
 figure's median over the rounds and the B/A ratio. Default REV_B: the working tree.
 """
@@ -20,9 +21,14 @@ from pathlib import Path
 
 from procs import ROOT, Server, Servers, _ok, free_port, openai_entry, write_yaml
 from proxy_load import run_phase
-from workloads import openai_small
+from workloads import openai_long, openai_small
 
-PHASES = [("small c1", False, 1), ("small c16", False, 16), ("stream c1", True, 1)]
+PHASES = [
+    ("small c1", False, 1),
+    ("small c16", False, 16),
+    ("stream c1", True, 1),
+    ("long c1", False, 1),
+]
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -50,7 +56,8 @@ def serve(servers: Servers, source: Path, config: Path, name: str) -> Server:
 def measure(url: str, sim: Server, server: Server | None, seconds: float) -> dict[str, float]:
     out: dict[str, float] = {}
     for phase, stream, c in PHASES:
-        body = openai_small("gpt-4o", stream=stream)
+        long = phase.startswith("long")
+        body = openai_long("gpt-4o") if long else openai_small("gpt-4o", stream=stream)
         measured = {"sim": sim} if server is None else {"sim": sim, "routefit": server}
         r = run_phase(url, body, {}, c, stream, seconds, 1.0, measured)
         out[phase] = r["p50_ms"] if c == 1 else r["rps"]

@@ -245,6 +245,44 @@ class Servers:
             180,
         )
 
+    def portkey(self, name: str = "portkey") -> Server:
+        """Portkey's gateway (Node), headless: the provider and its host come with each
+        request (``portkey_headers``)."""
+        gateway = portkey_dir()
+        port = free_port()
+        cmd = ["node", str(gateway / "build" / "start-server.js"), f"--port={port}", "--headless"]
+        process, log_path, started = self.spawn(name, cmd)
+        base = f"http://127.0.0.1:{port}"
+        return self.wait_ready(name, process, log_path, started, base, lambda: _listening(port), 60)
+
+
+def portkey_dir() -> Path:
+    """Portkey's gateway package: ``$ROUTEFIT_PORTKEY_DIR`` or where ``.ci/tools.sh`` puts it."""
+    found = os.environ.get("ROUTEFIT_PORTKEY_DIR")
+    path = (
+        Path(found)
+        if found
+        else ROOT / ".ci" / "tools" / "node_modules" / "@portkey-ai" / "gateway"
+    )
+    if not (path / "build" / "start-server.js").is_file():
+        raise RuntimeError(f"Portkey's gateway is not at {path}: run `bash .ci/tools.sh`")
+    return path
+
+
+def portkey_headers(provider: str, host: str, key: str) -> dict[str, str]:
+    """Headers that route one request through Portkey to ``host`` as ``provider``."""
+    return {
+        "x-portkey-provider": provider,
+        "x-portkey-custom-host": host,
+        "Authorization": f"Bearer {key}",
+    }
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
 
 #: What the LiteLLM proxy runs with: the local model cost map (no download at start-up) and
 #: errors-only logging. Nothing else is switched off.

@@ -4,7 +4,13 @@ The same workloads against three targets, one at a time, each with one worker pr
 
 - ``direct``: the simulator itself (the baseline every added latency is measured against);
 - ``routefit``: ``routefit serve --workers 1`` with a route to the simulator's model;
-- ``litellm``: ``litellm --config --num_workers 1`` (its own venv) with the same model.
+- ``litellm``: ``litellm --config --num_workers 1`` (its own venv) with the same model;
+- ``portkey``: Portkey's gateway (Node, ``start-server.js --headless``), routed per request by
+  ``x-portkey-provider`` / ``x-portkey-custom-host`` headers. Its failures are reported as they
+  are (1.15.2 answers streams through a custom host with 500 "TypeError: immutable").
+
+The client wires routefit serves besides chat (``/v1/messages``, ``/v1/responses``) are measured
+against the chat path at c1 when the server answers them (``WIRE_PHASES``).
 
 Two paths: the OpenAI-compatible one (``openai/gpt-4o`` with ``api_base`` = sim ``/v1``; routefit
 forwards it without translation) and the translated one (``anthropic/claude-sonnet-4-5`` with
@@ -25,8 +31,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from procs import ROOT, Server, Servers, anthropic_entry, openai_entry, write_yaml
-from workloads import anthropic_small, openai_long, openai_small
+from procs import (
+    ROOT,
+    Server,
+    Servers,
+    anthropic_entry,
+    openai_entry,
+    portkey_headers,
+    write_yaml,
+)
+from workloads import anthropic_small, openai_long, openai_small, responses_small
 
 LOADGEN = ROOT / "bench" / "loadgen.py"
 BENCH_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
@@ -44,6 +58,13 @@ TRANSLATED_PHASES = [
     ("small c16", "small", 16),
     ("stream c16", "stream", 16),
 ]
+#: routefit's other client wires to the same OpenAI route, vs chat at c1: (phase, path, body).
+WIRE_PHASES = [
+    ("chat small c1", "/v1/chat/completions", "chat"),
+    ("messages small c1", "/v1/messages", "messages"),
+    ("responses small c1", "/v1/responses", "responses"),
+]
+TARGETS = ("routefit", "litellm", "portkey")
 
 
 def loadgen(spec: dict) -> dict:
@@ -213,25 +234,84 @@ def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
         log=log,
     )
 
-    for name in ("routefit", "litellm"):
-        if name == "routefit":
-            server = servers.routefit(rf_config)
-        else:
-            server = servers.litellm(litellm_venv, ll_config)
+    for name in TARGETS:
+        try:
+            server = _start(servers, name, rf_config, ll_config, litellm_venv)
+        except RuntimeError as exc:  # Portkey not installed: the run goes on without it
+            log(f"  {name}: not measured ({exc})")
+            continue
         time.sleep(1.0)
         memory[name] = {"ready_s": server.ready_seconds, "idle_rss_mib": server.rss()}
         url = server.base_url + "/v1/chat/completions"
+        models, headers = ("gpt-4o", "claude"), (auth, auth)
+        if name == "portkey":
+            models = ("gpt-4o", "claude-sonnet-4-5")
+            headers = (
+                portkey_headers("openai", sim.base_url + "/v1", "sk-sim"),
+                portkey_headers("anthropic", sim.base_url + "/v1", "sk-ant-sim"),
+            )
         out["openai"][name] = measure_target(
-            name, url, "gpt-4o", auth, OPENAI_PHASES, sim, server, duration, warmup, log=log
+            name, url, models[0], headers[0], OPENAI_PHASES, sim, server, duration, warmup, log=log
         )
         out["translated"][name] = measure_target(
-            name, url, "claude", auth, TRANSLATED_PHASES, sim, server, duration, warmup, log=log
+            name,
+            url,
+            models[1],
+            headers[1],
+            TRANSLATED_PHASES,
+            sim,
+            server,
+            duration,
+            warmup,
+            log=log,
         )
+        if name == "routefit":
+            out["wires"] = measure_wires(server, sim, auth, duration, warmup, log)
         memory[name]["loaded_rss_mib"] = server.rss()
         servers.stop(server)
     servers.stop(sim)
     out["memory"] = memory
     out["summary"] = summarise(out)
+    return out
+
+
+def _start(
+    servers: Servers, name: str, rf_config: Path, ll_config: Path, litellm_venv: Path
+) -> Server:
+    if name == "routefit":
+        return servers.routefit(rf_config)
+    if name == "litellm":
+        return servers.litellm(litellm_venv, ll_config)
+    return servers.portkey()
+
+
+def _wire_body(kind: str) -> str:
+    if kind == "messages":
+        return anthropic_small("gpt-4o")
+    if kind == "responses":
+        return responses_small("gpt-4o")
+    return openai_small("gpt-4o")
+
+
+def measure_wires(
+    server: Server, sim: Server, auth: dict[str, str], duration: float, warmup: float, log=print
+) -> dict:
+    """Each client wire routefit answers, to the same OpenAI route at c1 (a wire that is not
+    served yet — 404 / 405 — is reported as absent)."""
+    import httpx
+
+    out: dict = {}
+    for phase, path, kind in WIRE_PHASES:
+        url = server.base_url + path
+        body = _wire_body(kind).replace("@@NONCE@@", "0")
+        probe = httpx.post(url, content=body, headers=auth, timeout=30)
+        if probe.status_code in (404, 405):
+            out[phase] = {"absent": True, "status": probe.status_code}
+            log(f"  routefit  {phase:<20} not served (HTTP {probe.status_code})")
+            continue
+        r = run_phase(url, _wire_body(kind), auth, 1, False, duration, warmup, {"sim": sim})
+        out[phase] = r
+        log(f"  routefit  {phase:<20} {r['rps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms")
     return out
 
 
@@ -245,7 +325,7 @@ def summarise(out: dict) -> dict:
                 "direct_rps": direct[phase]["rps"],
                 "direct_p50_ms": direct[phase]["p50_ms"],
             }
-            for name in ("routefit", "litellm"):
+            for name in TARGETS:
                 r = out[path].get(name, {}).get(phase)
                 if r is None:
                     continue
@@ -262,6 +342,21 @@ def summarise(out: dict) -> dict:
                 row["added_p50_ratio"] = row["routefit_added_p50_ms"] / lit if lit > 0 else None
                 lc = row["litellm_cpu_ms_per_request"]
                 row["cpu_ratio"] = row["routefit_cpu_ms_per_request"] / lc if lc else None
+            if row.get("portkey_ok") and row.get("routefit_rps"):
+                row["portkey_throughput_ratio"] = row["routefit_rps"] / row["portkey_rps"]
+                row["portkey_added_p50_diff_ms"] = (
+                    row["routefit_added_p50_ms"] - row["portkey_added_p50_ms"]
+                )
             rows[phase] = row
         summary[path] = rows
+    wires = out.get("wires", {})
+    chat = wires.get("chat small c1", {})
+    summary["wires"] = {
+        phase: (
+            {"absent": True}
+            if r.get("absent")
+            else {"p50_ms": r["p50_ms"], "vs_chat_ms": r["p50_ms"] - chat.get("p50_ms", 0.0)}
+        )
+        for phase, r in wires.items()
+    }
     return summary

@@ -39,19 +39,24 @@ def _plt():
 def plot_proxy(load: dict, path: Path) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    targets = ("direct", "routefit", "litellm")
-    colors = {"direct": "#999999", "routefit": "#1f77b4", "litellm": "#d62728"}
+    targets = ("direct", "routefit", "litellm", "portkey")
+    colors = {
+        "direct": "#999999",
+        "routefit": "#1f77b4",
+        "litellm": "#d62728",
+        "portkey": "#2ca02c",
+    }
     for ax, (path_name, title) in zip(
         axes[:2],
         (("openai", "OpenAI-compatible path"), ("translated", "translated path")),
         strict=True,
     ):
         phases = list(load[path_name]["direct"])
-        width = 0.27
+        width = 0.2
         for k, t in enumerate(targets):
             data = load[path_name].get(t, {})
             ax.bar(
-                [i + (k - 1) * width for i in range(len(phases))],
+                [i + (k - 1.5) * width for i in range(len(phases))],
                 [data.get(p, {}).get("rps", 0) for p in phases],
                 width,
                 label=t,
@@ -65,11 +70,15 @@ def plot_proxy(load: dict, path: Path) -> None:
     ax = axes[2]
     rows = load["summary"]["openai"]
     phases = list(rows)
-    width = 0.38
-    for k, t in enumerate(("routefit", "litellm")):
+    width = 0.27
+    for k, t in enumerate(("routefit", "litellm", "portkey")):
         ax.bar(
-            [i + (k - 0.5) * width for i in range(len(phases))],
-            [max(rows[p].get(f"{t}_added_p50_ms", 0), 0.01) for p in phases],
+            [i + (k - 1) * width for i in range(len(phases))],
+            # a target that failed the phase (Portkey's streams) has no bar
+            [
+                max(rows[p].get(f"{t}_added_p50_ms", 0), 0.01) if rows[p].get(f"{t}_ok") else 0
+                for p in phases
+            ],
             width,
             label=t,
             color=colors[t],
@@ -233,6 +242,78 @@ def _proxy_section(load: dict, lines: list[str], goals: list[tuple[str, str, str
             _mark(t16.get("throughput_ratio", 0) >= PROXY_GOALS["translated_throughput"]),
         )
     )
+    _issue22_goals(load, lines, goals)
+
+
+def _issue22_goals(load: dict, lines: list[str], goals: list[tuple[str, str, str]]) -> None:
+    """Issue 22: ahead of Portkey and LiteLLM on every phase; the translated path's targets;
+    the other client wires within 0.3 ms of chat."""
+    so, st = load["summary"]["openai"], load["summary"]["translated"]
+    lines += [
+        "### Beside Portkey's gateway",
+        "",
+        "| path | phase | routefit added p50 ms | Portkey added p50 ms | routefit req/s "
+        "| Portkey req/s | Portkey answered |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for name, rows in (("OpenAI", so), ("translated", st)):
+        for phase, r in rows.items():
+            if "portkey_rps" not in r:
+                continue
+            ok = "all 200" if r.get("portkey_ok") else "**failed** (see results)"
+            lines.append(
+                f"| {name} | {phase} | {_f(r.get('routefit_added_p50_ms'))} | "
+                f"{_f(r.get('portkey_added_p50_ms'))} | {r.get('routefit_rps', 0):.0f} | "
+                f"{r.get('portkey_rps', 0):.0f} | {ok} |"
+            )
+    lines.append("")
+    for phase, r in so.items():
+        c1 = phase.endswith("c1")
+        mine = r.get("routefit_added_p50_ms") if c1 else r.get("routefit_rps")
+        others = [
+            (t, r.get(f"{t}_added_p50_ms") if c1 else r.get(f"{t}_rps"))
+            for t in ("portkey", "litellm")
+            if r.get(f"{t}_ok")
+        ]
+        if mine is None or not others:
+            continue
+        ahead = all((mine <= v) if c1 else (mine >= v) for _, v in others if v is not None)
+        unit = "added p50 ms" if c1 else "req/s"
+        figures = ", ".join(f"{t} {_f(v)}" for t, v in others)
+        goals.append(
+            (
+                f"issue 22: ahead on {phase} (OpenAI path, {unit}; where the peer answers)",
+                f"routefit {_f(mine)}; {figures}",
+                _mark(ahead),
+            )
+        )
+    c1, c16 = st.get("small c1", {}), st.get("small c16", {})
+    if "routefit_added_p50_ms" in c1:
+        goals.append(
+            (
+                "issue 22: litellm-translated path ≤ 2.5 ms added at c1",
+                f"{_f(c1['routefit_added_p50_ms'])} ms",
+                _mark(c1["routefit_added_p50_ms"] <= 2.5),
+            )
+        )
+    if c16.get("throughput_ratio") is not None:
+        goals.append(
+            (
+                "issue 22: litellm-translated path ≥ 3× LiteLLM's throughput at c16",
+                f"{_f(c16['throughput_ratio'])}×",
+                _mark(c16["throughput_ratio"] >= 3.0),
+            )
+        )
+    for phase, r in load["summary"].get("wires", {}).items():
+        if phase.startswith("chat"):
+            continue
+        goals.append(
+            (
+                f"issue 22: {phase} within 0.3 ms of the chat path",
+                "not served yet" if r.get("absent") else f"{r['vs_chat_ms']:+.2f} ms vs chat",
+                "—" if r.get("absent") else _mark(r["vs_chat_ms"] <= 0.3),
+            )
+        )
 
 
 def _startup_section(st: dict, load: dict, lines: list[str], goals: list) -> None:
@@ -284,6 +365,14 @@ def _startup_section(st: dict, load: dict, lines: list[str], goals: list) -> Non
                 _mark(r <= PROXY_GOALS["idle_rss"]),
             )
         )
+    mixed = servers["routefit (+ a litellm route)"]["median"]["idle_rss_mib"]
+    goals.append(
+        (
+            "issue 22: idle RSS with a litellm route ≤ 130 MiB",
+            f"{mixed:.0f} MiB",
+            _mark(mixed <= 130),
+        )
+    )
 
 
 def _fit_section(fs: dict, lines: list[str], goals: list) -> None:

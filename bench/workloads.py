@@ -78,6 +78,18 @@ def openai_long(model: str, tokens: int = 30_000) -> str:
     return json.dumps(body)
 
 
+def responses_small(model: str, stream: bool = False) -> str:
+    body: dict[str, object] = {
+        "model": model,
+        "instructions": "You are a concise assistant.",
+        "input": SMALL_PROMPT,
+        "max_output_tokens": 64,
+    }
+    if stream:
+        body["stream"] = True
+    return json.dumps(body)
+
+
 def anthropic_small(model: str, stream: bool = False) -> str:
     body: dict[str, object] = {
         "model": model,

@@ -10,6 +10,7 @@ store on the way out.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -37,7 +38,7 @@ from proxy.teams import Team, TeamDirectory
 from proxy.transports import EventStream, Leg, Transports
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
-from strategies.fit import Fit, FitError, FitReport, fit
+from strategies.fit import Fit, FitError, FitReport, fit, fit_bounded
 from strategies.policy import FitPolicy, output_reserve
 
 __all__ = ["Gateway", "Prepared"]
@@ -48,6 +49,10 @@ T = TypeVar("T")
 #: Bodies above this size are priced and fitted in a worker thread so that one huge request
 #: does not stall every other request on the event loop (the tokenizers release the GIL).
 _THREAD_ABOVE = 512 * 1024
+#: Bodies above this size are first proved to fit by a cheap upper bound (``pricing.bounds``);
+#: when the proof holds they go at once and are counted exactly in a thread meanwhile. Smaller
+#: ones cost less to count (and are mostly cached) than to count twice.
+_BOUND_ABOVE = 16 * 1024
 
 
 @dataclass(slots=True)
@@ -68,6 +73,9 @@ class Prepared:
     held: Held | None = None
     #: The route's upstream with the key this request must carry (``ProviderKeys``).
     upstream: Upstream | None = None
+    #: On the bounded path: the exact fit, counted in a thread while the request is forwarded;
+    #: ``fitted`` and ``estimate`` are bounds until ``Gateway.exact`` replaces them.
+    exact: asyncio.Future[Fit] | None = None
 
 
 class Gateway:
@@ -129,7 +137,9 @@ class Gateway:
             found = self._legs[key] = self.transports.leg(rc.upstream, wire.name)
         return found
 
-    async def prepare(self, request: Request, wire: Wire) -> Prepared:
+    async def prepare(self, request: Request, wire: Wire, bound: bool = True) -> Prepared:
+        """Priced and fitted; ``bound``: a big request may be proved to fit by an upper bound
+        and counted exactly off the response path (the dry run wants the exact figures)."""
         started = time.perf_counter()
         team = self.teams.authenticate(request.headers)
         body, size = await read_json(request, self.config.settings.max_body_bytes)
@@ -151,6 +161,23 @@ class Gateway:
             sizes = await self.sizer.sizes(image_urls(parsed), rc.image_fetch)
         correction = self.calibrator.correction(rc.route.alias)
         threaded = size > _THREAD_ABOVE
+        if bound and size > _BOUND_ABOVE:
+            proved = await self._bounded(wire, parsed, rc, policy, correction, sizes)
+            if proved is not None:
+                fitted, estimate, keys, hit, exact = proved
+                return Prepared(
+                    wire,
+                    rc,
+                    team,
+                    policy,
+                    parsed,
+                    fitted,
+                    estimate,
+                    started,
+                    keys,
+                    hit,
+                    exact=exact,
+                )
         fitted = await self._fit(wire, parsed, rc, policy, correction, sizes, threaded)
         estimate, keys, hit = await self._anchor(rc, fitted)
         if hit and estimate > fitted.report.budget:
@@ -160,6 +187,52 @@ class Gateway:
             fitted = await self._fit(wire, parsed, rc, policy, tighter, sizes, threaded)
             estimate, keys, hit = await self._anchor(rc, fitted)
         return Prepared(wire, rc, team, policy, parsed, fitted, estimate, started, keys, hit)
+
+    async def _bounded(
+        self,
+        wire: Wire,
+        parsed: ChatRequest,
+        rc: RouteConfig,
+        policy: FitPolicy,
+        correction: Correction,
+        sizes: dict[str, tuple[int, int]],
+    ) -> tuple[Fit, int, list[bytes], bool, asyncio.Future[Fit]] | None:
+        """(bounded fit, estimate, keys, anchored, exact fit under way) when the bound — anchored
+        on the provider's count of a prefix when one is known — is under the budget; else None.
+        A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
+        try:
+            fitted = fit_bounded(parsed, rc.route, policy, correction, sizes)
+        except RequestError as exc:
+            raise ProxyError(400, exc.message, param=exc.param) from None
+        if fitted is None:
+            return None
+        anchored, keys, hit = await self._anchor(rc, fitted)
+        # The bound prices all its text at the dearest class weight; an anchor prices only what
+        # follows the anchored prefix. Acting on the larger of the two keeps both promises.
+        estimate = max(anchored, fitted.estimate)
+        if estimate > fitted.report.budget:
+            return None
+        exact = asyncio.ensure_future(
+            self._fit(wire, parsed, rc, policy, correction, sizes, threaded=True)
+        )
+        # A request that fails before its usage is learnt leaves this unread: read it anyway.
+        exact.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return fitted, estimate, keys, hit, exact
+
+    async def exact(self, p: Prepared) -> bool:
+        """Replace a bounded request's figures by the exact ones (after forwarding it); False
+        when they could not be had (nothing is then learnt from this request)."""
+        if p.exact is None:
+            return True
+        try:
+            p.fitted = await p.exact
+        except Exception:
+            log.exception("exact count of a bounded request failed on %s", p.rc.route.alias)
+            return False
+        finally:
+            p.exact = None
+        p.estimate, p.keys, p.anchored = await self._anchor(p.rc, p.fitted)
+        return True
 
     async def _anchor(self, rc: RouteConfig, fitted: Fit) -> tuple[int, list[bytes], bool]:
         """(estimate to act on, prefix keys, anchored?): anchored on the provider's count of a
@@ -249,12 +322,17 @@ class Gateway:
         completion = await _from_upstream(leg.transport.complete(upstream, out))
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
         answer = p.wire.answer(p.request, completion, leg.wire)
-        self.on_usage(p, answer.usage)
         self.metrics.requests.labels(route, "200").inc()
         settle = None
-        if p.held is not None and answer.usage is not None:
+        if p.exact is not None:
+            # Bounded: learnt and settled once the exact count is in, after the response.
+            settle = BackgroundTask(self._learn, p, answer.usage)
+        elif p.held is not None and answer.usage is not None:
+            self.on_usage(p, answer.usage)
             # Settled after the response is sent: the client does not wait for the store.
             settle = BackgroundTask(self.budgets.settle, p.held, answer.usage, False)
+        else:
+            self.on_usage(p, answer.usage)
         return Response(
             answer.body, headers=headers, media_type="application/json", background=settle
         )
@@ -270,9 +348,7 @@ class Gateway:
             if not outcome.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
                 await self.budgets.settle(p.held, None, released=True)
-            self.on_usage(p, outcome.usage)
-            if outcome.usage is not None:
-                await self.budgets.settle(p.held, outcome.usage, released=False)
+            await self._learn(p, outcome.usage)
 
         chunks = p.wire.relay(p.request, events, leg.wire, outcome)
         return SSEResponse(chunks, events, headers, done)
@@ -282,7 +358,7 @@ class Gateway:
     async def fit_only(self, request: Request, wire: Wire) -> Response:
         """The fitted request and its report; nothing is forwarded."""
         try:
-            p = await self.prepare(request, wire)
+            p = await self.prepare(request, wire, bound=False)
         except ProxyError as err:
             return wire.error_response(err)
         except Exception:
@@ -296,6 +372,13 @@ class Gateway:
         )
 
     # -- after the provider answered -------------------------------------------------------
+
+    async def _learn(self, p: Prepared, usage: Usage | None) -> None:
+        """Usage into metrics and calibration, and the reservation settled, on exact figures."""
+        if await self.exact(p):
+            self.on_usage(p, usage)
+        if usage is not None:
+            await self.budgets.settle(p.held, usage, released=False)
 
     def on_usage(self, p: Prepared, usage: Usage | None) -> None:
         """Provider usage into metrics and calibration (queued; never waits for the store).

@@ -11,18 +11,21 @@ Pure and deterministic: same request, route, policy and correction → the same 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pricing.bounds import bound_pressure
 from pricing.calibration import (
     DEFAULTED,
     FEATURES,
     IMAGES,
     Correction,
     message_features,
+    pressure_features,
 )
-from pricing.content import PROSE
+from pricing.content import CLASSES, PROSE
 from pricing.messages import ChatRequest, Message, TextPart, message_wire
 from pricing.meter import Memo, Pressure, Sizes, measure_message, measure_messages
 from pricing.route import Route
@@ -33,7 +36,7 @@ from strategies.offload import offload_images, placeholder_for
 from strategies.policy import FitPolicy, prompt_budget
 from strategies.units import Unit, group_units, protected_units
 
-__all__ = ["Fit", "FitError", "FitReport", "fit"]
+__all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +216,58 @@ def fit(
             )
             return Fit(fitted.body, fitted.messages, fitted.pressure, report, fitted.estimate)
     raise FitError(route.alias, best, budget, route.context_window)
+
+
+def fit_bounded(
+    request: ChatRequest,
+    route: Route,
+    policy: FitPolicy,
+    correction: Correction | None = None,
+    sizes: Sizes | None = None,
+) -> Fit | None:
+    """The transparent fit, proved by a cheap upper bound (``pricing.bounds``) instead of an
+    exact count; None when nothing is proved (no bound for the tokenizer, images to adapt, or
+    the bound over the budget), and ``fit`` must run.
+
+    What it returns is what ``fit`` would return (the client's body, untouched) except that
+    ``estimate`` and ``pressure`` are bounds: ≥ the exact ones, part by part."""
+    budget = prompt_budget(
+        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
+    )
+    images = sum(len(m.images) for m in request.messages)
+    if images and not (
+        route.supports_vision
+        and route.image_rule.visual
+        and images <= route.image_limits.max_images
+    ):
+        return None  # _adapt would offload some: only the exact path knows which
+    pressure = bound_pressure(request.messages, request.tools, route, sizes)
+    if pressure is None:
+        return None
+    estimate = _bound_estimate(pressure, correction or Correction())
+    if estimate > budget:
+        return None
+    report = FitReport(route.alias, budget, estimate, estimate)
+    return Fit(request.body, request.messages, pressure, report, estimate)
+
+
+def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
+    """The calibrated price of a bound, itself a bound of the exact estimate: the bound does not
+    know the text's content classes, so all its text is priced at the dearest class weight, and
+    a negative weight (a feature that lowered the fitted count) is read as 0."""
+    features = pressure_features(pressure)
+    if correction.neutral:
+        return correction.price(features)
+    weights = correction.vector
+    classes = range(len(CLASSES))
+    text = sum(features[i] for i in classes)
+    dearest = max(0.0, *(weights[i] for i in classes))
+    rest = sum(
+        max(0.0, w) * x
+        for j, (w, x) in enumerate(zip(weights, features, strict=True))
+        if j not in classes
+    )
+    return math.ceil(text * dearest + rest - 1e-9)
 
 
 def _adapt(job: _Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:

@@ -1,0 +1,225 @@
+"""pricing.bounds: every cheap bound is a true upper bound on what the meter counts, for every
+tokenizer kind routefit ships, for framing and tool schemas, for images by their rule, and after
+any calibration correction; and a bounded fit is exactly the fit it stands for."""
+
+from __future__ import annotations
+
+import base64
+import io
+import unicodedata
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from pricing.bounds import bound_pressure, nfkd_bytes, text_bound, utf8_bytes
+from pricing.calibration import Correction
+from pricing.framing import default_framing
+from pricing.images import default_image_rule
+from pricing.images.kinds import DETAILS
+from pricing.messages import parse_request
+from pricing.meter import measure
+from pricing.route import Route
+from pricing.tokenizers import get_tokenizer
+from strategies.fit import fit, fit_bounded
+from strategies.policy import FitPolicy
+
+SPECS = ["o200k_base", "cl100k_base", "deepseek", "anthropic-legacy", "heuristic:3.5"]
+MODELS = {
+    "o200k_base": "gpt-4o",
+    "cl100k_base": "gpt-4",
+    "deepseek": "deepseek-chat",
+    "anthropic-legacy": "claude-sonnet-4-5",
+    "heuristic:3.5": "mystery-1",
+}
+# Characters that stress each kind of bound: NFKC expansions ("½" → "1⁄2", "㍿" → four CJK
+# characters, U+FDFA → 18 characters), combining marks, CJK, emoji, digits, whitespace runs,
+# special-token look-alikes, and what byte-level merges love (repeated ASCII).
+TRICKY = (
+    "½㍿ﷺﬃ…ǅ\u0301\u0308e日本語テスト한국어🙂👩‍💻0123456789 \t\n\r  <|endoftext|><｜User｜>"
+    "<EOT>aaaaaaaa====----....ĠĊ\u00a0\u2028\ufeff\U0001f600"
+)
+TEXTS = st.one_of(
+    st.text(max_size=400),
+    st.text(alphabet=st.sampled_from(TRICKY), max_size=400),
+    st.lists(st.sampled_from(["the", " ", "token", "½", "㍿", "\n\n", "日本", "🙂", "12345"])).map(
+        "".join
+    ),
+)
+
+
+def route(spec: str, vision: bool = False) -> Route:
+    model = MODELS[spec]
+    return Route(
+        alias="bounds",
+        model=model,
+        context_window=200_000,
+        max_output_tokens=1024,
+        tokenizer=spec,
+        framing=default_framing(model, spec),
+        image_rule=default_image_rule(model, vision),
+        supports_vision=vision,
+    )
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=300, deadline=None)
+@given(text=TEXTS)
+def test_the_text_bound_is_never_below_the_count(spec, text):
+    bound = text_bound(spec)
+    assert bound is not None
+    assert get_tokenizer(spec).count(text) <= bound(text)
+
+
+def test_a_tokenizer_file_of_unknown_kind_gets_no_bound(tmp_path):
+    assert text_bound(f"hf:{tmp_path / 'tokenizer.json'}") is None
+
+
+@given(text=st.text(alphabet=st.sampled_from(TRICKY), max_size=60))
+def test_nfkd_bytes_bound_the_nfkc_of_every_split(text):
+    # The legacy Anthropic tokenizer normalises the pieces between its added tokens one by
+    # one: the bound must hold however the text is cut.
+    for cut in range(len(text) + 1):
+        pieces = (text[:cut], text[cut:])
+        normalised = sum(utf8_bytes(unicodedata.normalize("NFKC", p)) for p in pieces)
+        assert normalised <= nfkd_bytes(text)
+
+
+def test_the_bounds_are_not_vacuous():
+    # Fails if a bound degenerates into "always over budget" (the fast path would never run).
+    text = "The quick brown fox jumps over the lazy dog. " * 200
+    for spec in SPECS:
+        bound = text_bound(spec)
+        assert bound is not None
+        assert bound(text) <= 5 * get_tokenizer(spec).count(text)
+
+
+ROLES = st.sampled_from(["system", "user", "assistant", "tool", "developer"])
+
+
+@st.composite
+def requests(draw, images: bool = False) -> dict:
+    messages: list[dict] = []
+    for i in range(draw(st.integers(1, 6))):
+        role = draw(ROLES)
+        content: object = draw(TEXTS)
+        if images and role == "user" and draw(st.booleans()):
+            size = (draw(st.integers(1, 3000)), draw(st.integers(1, 3000)))
+            detail = draw(st.sampled_from(sorted(DETAILS)))
+            image = {"type": "image_url", "image_url": {"url": png(*size), "detail": detail}}
+            content = [{"type": "text", "text": content}, image]
+        message: dict = {"role": role, "content": content}
+        if role == "assistant" and draw(st.booleans()):
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": draw(st.sampled_from(["run", "ls"])), "arguments": "{}"},
+                }
+            ]
+            message["content"] = None
+        if role == "tool":
+            message["tool_call_id"] = f"call_{i}"
+        if role == "user" and draw(st.booleans()):
+            message["name"] = draw(st.sampled_from(["ada", "bob_½"]))
+        messages.append(message)
+    body: dict = {"model": "m", "messages": messages}
+    if draw(st.booleans()):
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "run",
+                    "description": draw(TEXTS),
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "cmd": {"type": "string", "description": draw(TEXTS)},
+                            "mode": {"type": "string", "enum": ["a", "½", draw(TEXTS)]},
+                        },
+                    },
+                },
+            }
+        ]
+    return body
+
+
+_PNG: dict[tuple[int, int], str] = {}
+
+
+def png(width: int, height: int) -> str:
+    # Only the header is read: a 1x1 PNG with the header rewritten to the wanted size would
+    # not decode, so draw real (tiny-palette) images, cached by size.
+    found = _PNG.get((width, height))
+    if found is None:
+        buf = io.BytesIO()
+        Image.new("P", (width, height)).save(buf, "PNG")
+        found = _PNG[(width, height)] = "data:image/png;base64," + base64.b64encode(
+            buf.getvalue()
+        ).decode("ascii")
+    return found
+
+
+FACTORS = st.floats(min_value=0.0, max_value=3.0, allow_nan=False)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=requests(), text=FACTORS, framing=FACTORS)
+def test_every_part_of_the_bound_is_above_the_meter(spec, body, text, framing):
+    r = route(spec)
+    request = parse_request(body)
+    exact = measure(request, r)
+    bound = bound_pressure(request.messages, request.tools, r)
+    assert bound is not None
+    assert not bound.exact
+    for b, e in zip(bound.messages, exact.messages, strict=True):
+        assert b.text >= e.text and b.framing >= e.framing and b.images >= e.images
+    assert bound.tools >= exact.tools
+    # calibrated: factors are multiplicative and never negative
+    c = Correction(text=text, framing=framing, images=1.0)
+    assert c.apply(bound.text, bound.framing, bound.images) >= c.apply(
+        exact.text, exact.framing, exact.images
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=requests(images=True), images=FACTORS)
+def test_images_are_bounded_by_their_rule(body, images):
+    for spec, vision in (("o200k_base", True), ("anthropic-legacy", True)):
+        r = route(spec, vision)
+        request = parse_request(body)
+        exact = measure(request, r)
+        bound = bound_pressure(request.messages, request.tools, r)
+        assert bound is not None
+        assert bound.images >= exact.images
+        for b in bound.image_details:
+            worst = r.image_rule.worst_case(b.detail)
+            assert worst is None or b.tokens <= worst  # the rule's own bound holds too
+        c = Correction(images=images)
+        assert c.apply(0, 0, bound.images) >= c.apply(0, 0, exact.images)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=requests(), window=st.integers(1_500, 40_000), spec=st.sampled_from(SPECS))
+def test_a_bounded_fit_is_the_transparent_fit_it_stands_for(body, window, spec):
+    r = Route(**{**{f: getattr(route(spec), f) for f in Route.__slots__}, "context_window": window})
+    request = parse_request(body)
+    correction = Correction(text=1.2, framing=1.1)
+    bounded = fit_bounded(request, r, FitPolicy(), correction)
+    if bounded is None:
+        return
+    exact = fit(request, r, FitPolicy(), correction)  # never a FitError: the bound fits
+    assert exact.report.transparent
+    assert exact.body is bounded.body == request.body
+    assert exact.estimate <= bounded.estimate <= bounded.report.budget
+
+
+def test_a_bounded_fit_declines_what_only_the_exact_path_decides():
+    r = route("o200k_base")
+    big = parse_request({"model": "m", "messages": [{"role": "user", "content": "x " * 300_000}]})
+    assert fit_bounded(big, r, FitPolicy()) is None  # over budget by the bound
+    image = {"type": "image_url", "image_url": {"url": png(8, 8)}}
+    text_only = parse_request({"model": "m", "messages": [{"role": "user", "content": [image]}]})
+    assert fit_bounded(text_only, r, FitPolicy()) is None  # the image becomes a placeholder

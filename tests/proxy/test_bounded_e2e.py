@@ -1,0 +1,149 @@
+"""A big new prompt goes on a proof (a cheap upper bound under the budget) instead of an exact
+count, through `routefit serve` between the openai SDK and the simulator; calibration still
+learns from the exact count, and the budget is settled on the provider's figure."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import httpx
+import openai
+import pytest
+from harness import gateway_config, run_routefit, sim_route
+
+WORDS = "alpha beta gamma delta tokens window provider usage naïve café 東京 🚀 42".split()
+TEAM_KEY = "sk-team-bounded-0123456789abcdef"
+ADMIN_KEY = "sk-admin-bounded-0123456789abcdef"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def prose(seed: int, words: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+@pytest.fixture(scope="module")
+def gw(sim, tmp_path_factory):
+    routes = [
+        sim_route("exact", sim.base_url, "gpt-4o"),
+        # 12k window: a 40 KB prompt of ~9k tokens fits exactly, but its bound (bytes) does not
+        sim_route(
+            "tight",
+            sim.base_url,
+            "gpt-4o",
+            model_info={"max_input_tokens": 12_000, "max_output_tokens": 1024},
+        ),
+    ]
+    teams = [{"id": "bounded", "keys": [TEAM_KEY], "quotas": {"tokens_per_day": 10**10}}]
+    config = gateway_config(
+        tmp_path_factory.mktemp("b") / "c.yaml", routes, teams=teams, admin_key=ADMIN_KEY
+    )
+    with run_routefit(config) as running:
+        yield running
+
+
+def ask(gw, alias: str, content: str, stream: bool = False) -> tuple[int, int]:
+    client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0)
+    messages = [{"role": "user", "content": content}]
+    if not stream:
+        raw = client.chat.completions.with_raw_response.create(
+            model=alias, messages=messages, max_tokens=16
+        )
+        return int(raw.headers["x-routefit-prompt-tokens"]), raw.parse().usage.prompt_tokens
+    raw = client.chat.completions.with_raw_response.create(
+        model=alias,
+        messages=messages,
+        max_tokens=16,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = [chunk.usage for chunk in raw.parse() if chunk.usage is not None]
+    return int(raw.headers["x-routefit-prompt-tokens"]), usage[-1].prompt_tokens
+
+
+def route_report(gw, alias: str, samples: int) -> dict:
+    deadline = time.monotonic() + 10
+    while True:
+        report = (
+            httpx.get(gw.base_url + "/routefit/calibration", headers=ADMIN)
+            .json()["routes"]
+            .get(alias, {})
+        )
+        if report.get("samples", 0) >= samples or time.monotonic() > deadline:
+            return report
+        time.sleep(0.05)
+
+
+def metric(gw, name: str, alias: str) -> float:
+    for line in httpx.get(gw.base_url + "/metrics", headers=ADMIN).text.splitlines():
+        if line.startswith(name) and f'route="{alias}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_big_new_prompt_goes_on_the_bound_and_calibration_gets_the_exact_count(gw, stream):
+    alias = "exact"
+    before = route_report(gw, alias, 0).get("samples", 0)
+    estimated = metric(gw, "routefit_prompt_tokens_estimated_total", alias)
+    actual_before = metric(gw, "routefit_prompt_tokens_actual_total", alias)
+    header, actual = ask(gw, alias, prose(1 + stream, 12_000), stream)
+    # On this exact route the exact path's estimate is the provider's count: a header above it
+    # is the bound the request went on (UTF-8 bytes, ~2.5x the tokens of this prose).
+    assert header > 1.5 * actual
+    report = route_report(gw, alias, before + 1)
+    assert report["samples"] == before + 1
+    # The sample and the metrics carry the exact estimate, not the bound: no error at all.
+    assert report["relative_error"]["max"] == 0.0
+    added = metric(gw, "routefit_prompt_tokens_estimated_total", alias) - estimated
+    assert (
+        added == metric(gw, "routefit_prompt_tokens_actual_total", alias) - actual_before == actual
+    )
+
+
+def test_the_dry_run_stays_exact(gw):
+    body = {"model": "exact", "messages": [{"role": "user", "content": prose(5, 12_000)}]}
+    headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+    dry = httpx.post(gw.base_url + "/routefit/fit", json=body, headers=headers, timeout=30)
+    assert dry.status_code == 200
+    _, actual = ask(gw, "exact", prose(5, 12_000))
+    assert int(dry.headers["x-routefit-prompt-tokens"]) == actual
+
+
+def test_a_bound_over_the_budget_falls_back_to_the_exact_count(gw):
+    content = prose(3, 7_000)  # ~9k tokens, ~45 KB: fits the 12k window, its bound does not
+    header, actual = ask(gw, "tight", content)
+    assert header == actual
+
+
+def test_a_known_overflow_is_never_forwarded(gw, sim):
+    client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="tight", messages=[{"role": "user", "content": prose(4, 20_000)}], max_tokens=16
+        )
+    assert caught.value.code == "context_length_exceeded"
+
+
+def test_the_budget_is_settled_on_the_providers_count(gw):
+    def used() -> int:
+        r = httpx.get(
+            gw.base_url + "/routefit/teams/bounded/usage",
+            headers={"Authorization": f"Bearer {TEAM_KEY}"},
+        )
+        assert r.status_code == 200, r.text
+        return next(w["used"] for w in r.json()["windows"] if w["name"] == "tokens_per_day")
+
+    start = used()
+    client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="exact", messages=[{"role": "user", "content": prose(6, 12_000)}], max_tokens=16
+    )
+    usage = raw.parse().usage
+    assert int(raw.headers["x-routefit-prompt-tokens"]) > usage.prompt_tokens  # reserved: bound
+    spent = usage.prompt_tokens + usage.completion_tokens
+    deadline = time.monotonic() + 10
+    while used() - start != spent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert used() - start == spent
