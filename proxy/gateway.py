@@ -50,8 +50,9 @@ T = TypeVar("T")
 #: does not stall every other request on the event loop (the tokenizers release the GIL).
 _THREAD_ABOVE = 512 * 1024
 #: Bodies above this size are first proved to fit by a cheap upper bound (``pricing.bounds``);
-#: when the proof holds they go at once and are counted exactly in a thread meanwhile. Smaller
-#: ones cost less to count (and are mostly cached) than to count twice.
+#: when the proof holds they go at once and are counted exactly in a thread meanwhile, and the
+#: answer waits only for the later of the provider and the count, so its headers, calibration
+#: and metrics are exact. Smaller ones cost less to count (and are mostly cached) than twice.
 _BOUND_ABOVE = 16 * 1024
 
 
@@ -139,7 +140,7 @@ class Gateway:
 
     async def prepare(self, request: Request, wire: Wire, bound: bool = True) -> Prepared:
         """Priced and fitted; ``bound``: a big request may be proved to fit by an upper bound
-        and counted exactly off the response path (the dry run wants the exact figures)."""
+        and counted exactly while it is forwarded (the dry run wants the exact figures)."""
         started = time.perf_counter()
         team = self.teams.authenticate(request.headers)
         body, size = await read_json(request, self.config.settings.max_body_bytes)
@@ -311,34 +312,37 @@ class Gateway:
     async def _forward(self, p: Prepared, request: Request) -> Response:
         leg = self.leg(p.rc, p.wire)
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
-        headers = self.headers(p)
         route = p.rc.route.alias
         upstream = p.upstream or p.rc.upstream
         sent = time.perf_counter()
         if out.stream:
             events = await _from_upstream(leg.transport.stream(upstream, out))
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
-            return self._relay(p, leg, events, headers)
+            try:
+                learnt = await self.exact(p)
+            except BaseException:
+                await events.aclose()
+                raise
+            return self._relay(p, leg, events, self.headers(p), learnt)
         completion = await _from_upstream(leg.transport.complete(upstream, out))
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
+        # A bounded request's exact count ran while the provider worked: it is (nearly always)
+        # in by now, and the answer's headers, calibration and metrics use it.
+        learnt = await self.exact(p)
         answer = p.wire.answer(p.request, completion, leg.wire)
         self.metrics.requests.labels(route, "200").inc()
-        settle = None
-        if p.exact is not None:
-            # Bounded: learnt and settled once the exact count is in, after the response.
-            settle = BackgroundTask(self._learn, p, answer.usage)
-        elif p.held is not None and answer.usage is not None:
+        if learnt:
             self.on_usage(p, answer.usage)
+        settle = None
+        if p.held is not None and answer.usage is not None:
             # Settled after the response is sent: the client does not wait for the store.
             settle = BackgroundTask(self.budgets.settle, p.held, answer.usage, False)
-        else:
-            self.on_usage(p, answer.usage)
         return Response(
-            answer.body, headers=headers, media_type="application/json", background=settle
+            answer.body, headers=self.headers(p), media_type="application/json", background=settle
         )
 
     def _relay(
-        self, p: Prepared, leg: Leg, events: EventStream, headers: dict[str, str]
+        self, p: Prepared, leg: Leg, events: EventStream, headers: dict[str, str], learnt: bool
     ) -> Response:
         outcome = Outcome()
 
@@ -348,7 +352,10 @@ class Gateway:
             if not outcome.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
                 await self.budgets.settle(p.held, None, released=True)
-            await self._learn(p, outcome.usage)
+            if learnt:
+                self.on_usage(p, outcome.usage)
+            if outcome.usage is not None:
+                await self.budgets.settle(p.held, outcome.usage, released=False)
 
         chunks = p.wire.relay(p.request, events, leg.wire, outcome)
         return SSEResponse(chunks, events, headers, done)
@@ -372,13 +379,6 @@ class Gateway:
         )
 
     # -- after the provider answered -------------------------------------------------------
-
-    async def _learn(self, p: Prepared, usage: Usage | None) -> None:
-        """Usage into metrics and calibration, and the reservation settled, on exact figures."""
-        if await self.exact(p):
-            self.on_usage(p, usage)
-        if usage is not None:
-            await self.budgets.settle(p.held, usage, released=False)
 
     def on_usage(self, p: Prepared, usage: Usage | None) -> None:
         """Provider usage into metrics and calibration (queued; never waits for the store).
