@@ -165,6 +165,7 @@ class Gateway:
         if bound and size > _BOUND_ABOVE:
             proved = await self._bounded(wire, parsed, rc, policy, correction, sizes)
             if proved is not None:
+                self.metrics.fit_proofs.labels(rc.route.alias, "bound").inc()
                 fitted, estimate, keys, hit, exact = proved
                 return Prepared(
                     wire,
@@ -179,6 +180,8 @@ class Gateway:
                     hit,
                     exact=exact,
                 )
+        if bound:
+            self.metrics.fit_proofs.labels(rc.route.alias, "count").inc()
         fitted = await self._fit(wire, parsed, rc, policy, correction, sizes, threaded)
         estimate, keys, hit = await self._anchor(rc, fitted)
         if hit and estimate > fitted.report.budget:

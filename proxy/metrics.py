@@ -35,6 +35,13 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.fit_proofs = Counter(
+            "routefit_fit_proofs",
+            "How a request was shown to fit before forwarding: bound (a cheap upper bound, "
+            "counted exactly in parallel) or count (counted before forwarding)",
+            ["route", "proof"],
+            registry=r,
+        )
         self.fit_actions = Counter(
             "routefit_fit_actions",
             "Fitting actions by route and action",

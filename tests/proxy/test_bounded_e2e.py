@@ -75,9 +75,9 @@ def route_report(gw, alias: str, samples: int) -> dict:
         time.sleep(0.05)
 
 
-def metric(gw, name: str, alias: str) -> float:
+def metric(gw, name: str, alias: str, label: str = "") -> float:
     for line in httpx.get(gw.base_url + "/metrics", headers=ADMIN).text.splitlines():
-        if line.startswith(name) and f'route="{alias}"' in line:
+        if line.startswith(name) and f'route="{alias}"' in line and label in line:
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
@@ -88,10 +88,12 @@ def test_a_big_new_prompt_goes_on_the_bound_and_calibration_gets_the_exact_count
     before = route_report(gw, alias, 0).get("samples", 0)
     estimated = metric(gw, "routefit_prompt_tokens_estimated_total", alias)
     actual_before = metric(gw, "routefit_prompt_tokens_actual_total", alias)
+    proofs = metric(gw, "routefit_fit_proofs_total", alias, 'proof="bound"')
     header, actual = ask(gw, alias, prose(1 + stream, 12_000), stream)
-    # On this exact route the exact path's estimate is the provider's count: a header above it
-    # is the bound the request went on (UTF-8 bytes, ~2.5x the tokens of this prose).
-    assert header > 1.5 * actual
+    # It went on the bound (UTF-8 bytes, ~2.5x the tokens of this prose, under the budget) ...
+    assert metric(gw, "routefit_fit_proofs_total", alias, 'proof="bound"') == proofs + 1
+    # ... and its exact count, done while the provider worked, is what the answer says.
+    assert header == actual
     report = route_report(gw, alias, before + 1)
     assert report["samples"] == before + 1
     # The sample and the metrics carry the exact estimate, not the bound: no error at all.
@@ -113,8 +115,10 @@ def test_the_dry_run_stays_exact(gw):
 
 def test_a_bound_over_the_budget_falls_back_to_the_exact_count(gw):
     content = prose(3, 7_000)  # ~9k tokens, ~45 KB: fits the 12k window, its bound does not
+    counted = metric(gw, "routefit_fit_proofs_total", "tight", 'proof="count"')
     header, actual = ask(gw, "tight", content)
     assert header == actual
+    assert metric(gw, "routefit_fit_proofs_total", "tight", 'proof="count"') == counted + 1
 
 
 def test_a_known_overflow_is_never_forwarded(gw, sim):
@@ -136,12 +140,14 @@ def test_the_budget_is_settled_on_the_providers_count(gw):
         return next(w["used"] for w in r.json()["windows"] if w["name"] == "tokens_per_day")
 
     start = used()
+    proofs = metric(gw, "routefit_fit_proofs_total", "exact", 'proof="bound"')
     client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
         model="exact", messages=[{"role": "user", "content": prose(6, 12_000)}], max_tokens=16
     )
     usage = raw.parse().usage
-    assert int(raw.headers["x-routefit-prompt-tokens"]) > usage.prompt_tokens  # reserved: bound
+    # Reserved on the bound (~2.5x the tokens), settled on the provider's figures.
+    assert metric(gw, "routefit_fit_proofs_total", "exact", 'proof="bound"') == proofs + 1
     spent = usage.prompt_tokens + usage.completion_tokens
     deadline = time.monotonic() + 10
     while used() - start != spent and time.monotonic() < deadline:
