@@ -35,6 +35,7 @@ from proxy.state import AppState
 from proxy.store import Store, open_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.wires import CHAT_WIRE
+from proxy.wires.anthropic import ANTHROPIC_WIRE, count_tokens
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -57,6 +58,20 @@ def _state(request: Request) -> AppState:
 
 async def chat_completions(request: Request) -> Response:
     return await _state(request).gateway.serve(request, CHAT_WIRE)
+
+
+async def messages(request: Request) -> Response:
+    """POST /v1/messages (``?beta=true`` as Claude Code sends it is accepted and ignored)."""
+    return await _state(request).gateway.serve(request, ANTHROPIC_WIRE)
+
+
+async def messages_count_tokens(request: Request) -> Response:
+    return await count_tokens(_state(request).gateway, request)
+
+
+async def root(request: Request) -> Response:
+    """HEAD / and GET /: Claude Code probes the base URL before its first request."""
+    return _json({"service": "routefit"})
 
 
 async def fit_only(request: Request) -> Response:
@@ -169,6 +184,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
 ROUTES = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", messages_count_tokens, methods=["POST"]),
+    Route("/", root, methods=["GET", "HEAD"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),
     Route("/routefit/fit", fit_only, methods=["POST"]),
