@@ -53,7 +53,9 @@ _KNOWN_TYPES = frozenset(_TYPES.values()) | {"api_error", "billing_error", "time
 
 
 def _type(err: ProxyError) -> str:
-    if err.type in _KNOWN_TYPES:
+    """The provider's own type for its errors; by status for routefit's (whose ``type`` is
+    OpenAI's vocabulary)."""
+    if err.origin == "upstream" and err.type in _KNOWN_TYPES:
         return err.type
     return _TYPES.get(err.status, "invalid_request_error" if err.status < 500 else "api_error")
 
