@@ -196,10 +196,7 @@ def test_consecutive_fitted_turns_read_the_providers_cache(client, fresh_sim):
         )
         reads.append(reply.usage.cache_read_input_tokens or 0)
         extra = _tool_session(t + 1, 120)[-2:]
-        messages = messages + [
-            {**extra[0]},
-            {**extra[1]},
-        ]
+        messages = [*messages, {**extra[0]}, {**extra[1]}]
     assert reads[-1] > 0  # the breakpoint routefit put at the end of its stable head hit
 
 
@@ -239,12 +236,14 @@ def test_root_answers_head_and_get(gw):
 
 def test_broken_stream_ends_with_an_anthropic_error_event(client, fresh_sim):
     httpx.post(fresh_sim.url("/sim/faults"), json={"faults": [{"fault": "cut-stream:3"}]})
-    with pytest.raises(anthropic.APIStatusError) as info:
-        with client.messages.stream(
+    with (
+        pytest.raises(anthropic.APIStatusError) as info,
+        client.messages.stream(
             model="claude", max_tokens=256, messages=[{"role": "user", "content": "long story"}]
-        ) as stream:
-            for _ in stream:
-                pass
+        ) as stream,
+    ):
+        for _ in stream:
+            pass
     assert "stream" in str(info.value)
 
 
