@@ -39,6 +39,7 @@ from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
 from proxy.wires import CHAT_WIRE, ResponsesWire
 from proxy.wires import responses_store as stored
+from proxy.wires.anthropic import ANTHROPIC_WIRE, count_tokens
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -81,6 +82,20 @@ async def response_delete(request: Request) -> Response:
 async def response_input_items(request: Request) -> Response:
     state = _state(request)
     return await stored.input_items_list(request, state.gateway, state.store)
+
+
+async def messages(request: Request) -> Response:
+    """POST /v1/messages (``?beta=true`` as Claude Code sends it is accepted and ignored)."""
+    return await _state(request).gateway.serve(request, ANTHROPIC_WIRE)
+
+
+async def messages_count_tokens(request: Request) -> Response:
+    return await count_tokens(_state(request).gateway, request)
+
+
+async def root(request: Request) -> Response:
+    """HEAD / and GET /: Claude Code probes the base URL before its first request."""
+    return _json({"service": "routefit"})
 
 
 async def fit_only(request: Request) -> Response:
@@ -198,6 +213,9 @@ ROUTES = [
     Route("/v1/responses/{response_id}", response_get, methods=["GET"]),
     Route("/v1/responses/{response_id}", response_delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"]),
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", messages_count_tokens, methods=["POST"]),
+    Route("/", root, methods=["GET", "HEAD"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),
     Route("/routefit/fit", fit_only, methods=["POST"]),

@@ -118,8 +118,9 @@ def _validate_messages(messages: Any) -> None:
         if not isinstance(msg, Mapping):
             raise _bad(f"{where}: Input should be a valid dictionary")
         role = msg.get("role")
-        if role not in ("user", "assistant"):
-            raise _bad(f"{where}.role: Input should be 'user' or 'assistant'")
+        if role not in ("user", "assistant", "system"):
+            # Claude Code 2.1 sends system entries inside messages; they are accepted (text only)
+            raise _bad(f"{where}.role: Input should be 'user', 'assistant' or 'system'")
         content = msg.get("content")
         if not isinstance(content, str | list):
             raise _bad(f"{where}.content: Input should be a valid string or list")

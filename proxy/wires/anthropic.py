@@ -1,0 +1,241 @@
+"""Anthropic Messages: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+Parsing lives in ``anthropic_parse`` (the body → the fit core's messages), writing the fitted
+conversation back in ``anthropic_render`` (byte-stable, cache breakpoints), translation for
+routes that do not speak Messages in ``anthropic_chat``. This module is the wire itself: which
+provider body goes out, how answers and SSE come back, usage, and Anthropic's error shape
+(``{"type": "error", "error": {"type", "message"}}``) for every failure on these routes.
+
+Native passthrough (the route's provider speaks Messages): the client's own body goes out when
+the fit left it alone — the same object, so the same bytes but ``model`` — with the client's
+``anthropic-version`` and ``anthropic-beta`` headers; SSE events are relayed as the very bytes
+that arrived, and only ``message_start`` / ``message_delta`` are read, for usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pricing.messages import ChatRequest, RequestError
+from pricing.meter import measure
+from proxy.body import read_json
+from proxy.errors import ProxyError
+from proxy.transports import CHAT, MESSAGES, Completion, EventStream, Outbound, StreamBroken
+from proxy.transports.sse import DONE, encode, event_data, event_name
+from proxy.usage import normalize_usage
+from proxy.wires.anthropic_chat import ChatToAnthropic, chat_body, chat_to_message
+from proxy.wires.anthropic_parse import AnthropicRequest, parse_anthropic
+from proxy.wires.anthropic_render import mark_head, render_messages
+from proxy.wires.base import Answer, Outcome
+from strategies.fit import Fit, FitError
+
+__all__ = ["ANTHROPIC_WIRE", "AnthropicWire", "anthropic_error", "count_tokens", "error_event"]
+
+#: Client headers a Messages provider must see.
+_FORWARDED = ("anthropic-version", "anthropic-beta")
+
+#: Anthropic's error types by status (docs.anthropic.com "Errors").
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+_KNOWN_TYPES = frozenset(_TYPES.values()) | {"api_error", "billing_error", "timeout_error"}
+
+
+def _type(err: ProxyError) -> str:
+    """The provider's own type for its errors; by status for routefit's (whose ``type`` is
+    OpenAI's vocabulary)."""
+    if err.origin == "upstream" and err.type in _KNOWN_TYPES:
+        return err.type
+    return _TYPES.get(err.status, "invalid_request_error" if err.status < 500 else "api_error")
+
+
+def anthropic_error(err: ProxyError) -> Response:
+    body = {"type": "error", "error": {"type": _type(err), "message": err.message}}
+    return Response(
+        orjson.dumps(body),
+        status_code=err.status,
+        headers=err.headers,
+        media_type="application/json",
+    )
+
+
+def error_event(message: str, kind: str = "api_error") -> bytes:
+    """A stream's last event when it cannot end normally (Anthropic's ``error`` event)."""
+    return encode({"type": "error", "error": {"type": kind, "message": message}}, "error")
+
+
+def _request(request: ChatRequest) -> AnthropicRequest:
+    assert isinstance(request, AnthropicRequest)
+    return request
+
+
+def native_body(request: AnthropicRequest, fitted: Fit) -> Mapping[str, Any]:
+    """The fitted request as Anthropic JSON: the client's own object when nothing changed."""
+    if fitted.messages is request.messages:
+        return request.body
+    messages, head = render_messages(request, fitted.messages)
+    body = dict(request.body)
+    if head is not None:
+        mark_head(body, messages, head)
+    body["messages"] = messages
+    return body
+
+
+def _usage_of(data: Any, key: str) -> Mapping[str, Any] | None:
+    if not isinstance(data, Mapping):
+        return None
+    holder = data.get(key) if key else data
+    usage = holder.get("usage") if isinstance(holder, Mapping) else None
+    return usage if isinstance(usage, Mapping) else None
+
+
+class AnthropicWire:
+    name = MESSAGES
+
+    def parse(self, body: Any) -> ChatRequest:
+        return parse_anthropic(body)
+
+    def streams(self, request: ChatRequest) -> bool:
+        return bool(request.body.get("stream"))
+
+    def outbound(
+        self, request: ChatRequest, fitted: Fit, wire: str, headers: Mapping[str, str]
+    ) -> Outbound:
+        req = _request(request)
+        stream = self.streams(request)
+        if wire == CHAT:
+            return Outbound(CHAT, chat_body(req, fitted.messages, stream), stream=stream)
+        forwarded = {k: headers[k] for k in _FORWARDED if k in headers}
+        return Outbound(MESSAGES, native_body(req, fitted), forwarded, stream)
+
+    def answer(self, request: ChatRequest, completion: Completion, wire: str) -> Answer:
+        data = completion.data
+        if wire == CHAT:
+            usage = normalize_usage(data.get("usage")) if isinstance(data, Mapping) else None
+            message = chat_to_message(data, request.model, usage)
+            return Answer(orjson.dumps(message), usage)
+        return Answer(completion.body, normalize_usage(_usage_of(data, "")))
+
+    def relay(
+        self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
+    ) -> AsyncGenerator[bytes, None]:
+        if wire == CHAT:
+            return _relay_chat(request.model, events, outcome)
+        return _relay_native(events, outcome)
+
+    def overflow(self, exc: FitError) -> ProxyError:
+        # N is what the prompt needs in the window: routefit's estimate after every strategy,
+        # plus the output reserve and safety margin it must leave (so N > M always holds, and
+        # N - M is what a client's own compaction must free).
+        needed = exc.estimate + (exc.window - exc.budget)
+        return ProxyError(
+            400,
+            f"prompt is too long: {needed} tokens > {exc.window} maximum",
+            code="context_length_exceeded",
+            type="invalid_request_error",
+        )
+
+    def error_response(self, err: ProxyError) -> Response:
+        return anthropic_error(err)
+
+
+async def _relay_native(events: EventStream, outcome: Outcome) -> AsyncGenerator[bytes, None]:
+    usage: dict[str, Any] = {}
+    failed = False
+    try:
+        async for event in events:
+            name = event_name(event)
+            if name in (b"message_start", b"message_delta"):
+                data = event_data(event)
+                try:
+                    parsed = orjson.loads(data) if data else None
+                except orjson.JSONDecodeError:
+                    parsed = None
+                found = _usage_of(parsed, "message" if name == b"message_start" else "")
+                if found:
+                    usage.update({k: v for k, v in found.items() if v is not None})
+                    outcome.usage = normalize_usage(usage) or outcome.usage
+            elif name == b"message_stop":
+                outcome.completed = True
+            elif name == b"error":
+                failed = True
+            yield event
+    except StreamBroken as exc:
+        yield error_event(f"the upstream stream broke off before it was complete: {exc}")
+        return
+    if not outcome.completed and not failed:
+        yield error_event("the upstream stream ended before it was complete")
+
+
+async def _relay_chat(
+    model: str, events: EventStream, outcome: Outcome
+) -> AsyncGenerator[bytes, None]:
+    out = ChatToAnthropic(model)
+    try:
+        async for event in events:
+            data = event_data(event)
+            if data is None:
+                continue
+            if data.strip() == DONE[6:].strip():
+                for chunk in out.finish(outcome.usage):
+                    yield chunk
+                outcome.completed = True
+                continue
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if isinstance(obj.get("error"), Mapping):
+                message = str(obj["error"].get("message") or "upstream error")
+                yield error_event(message)
+                return
+            if obj.get("usage") is not None:
+                outcome.usage = normalize_usage(obj["usage"]) or outcome.usage
+            for chunk in out.chunk(obj):
+                yield chunk
+    except StreamBroken as exc:
+        yield error_event(f"the upstream stream broke off before it was complete: {exc}")
+        return
+    if not outcome.completed:
+        yield error_event("the upstream stream ended before it was complete")
+
+
+async def count_tokens(gateway: Any, request: Request) -> Response:
+    """``POST /v1/messages/count_tokens``: routefit's calibrated estimate of the request as the
+    client sent it, on its route — the number the fit acts on — answered without the provider."""
+    try:
+        team = gateway.teams.authenticate(request.headers)
+        body, _ = await read_json(request, gateway.config.settings.max_body_bytes)
+        try:
+            parsed = parse_anthropic(body, count_only=True)
+            rc = gateway.route_for(parsed)
+            if team is not None and not team.may_use(rc.route.alias):
+                raise ProxyError(403, f"team {team.id!r} may not use model {rc.route.alias!r}")
+            pressure = measure(parsed, rc.route)
+        except RequestError as exc:
+            raise ProxyError(400, exc.message, param=exc.param) from None
+        correction = gateway.calibrator.correction(rc.route.alias)
+        estimate = correction.apply(pressure.text, pressure.framing, pressure.images)
+    except ProxyError as err:
+        return anthropic_error(err)
+    return Response(
+        orjson.dumps({"input_tokens": estimate}),
+        headers={"x-routefit-route": rc.route.alias, "x-routefit-prompt-tokens": str(estimate)},
+        media_type="application/json",
+    )
+
+
+ANTHROPIC_WIRE = AnthropicWire()

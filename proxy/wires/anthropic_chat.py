@@ -1,0 +1,264 @@
+"""Anthropic Messages ↔ chat completions, for routes whose provider does not speak Messages.
+
+A thin mapping of our own rather than litellm's Anthropic adapter (docs/wires.md has the
+measurement): the fitted conversation is already parsed into chat-shaped messages, so the request
+side is a walk over them, and the answer side is one small state machine over chat chunks.
+
+Lost in translation (documented for users): ``thinking`` / ``redacted_thinking`` blocks (a chat
+provider cannot take them; they are dropped from the request), ``cache_control`` (chat providers
+cache prefixes on their own), ``metadata``, ``context_management``, ``output_config``, server
+tools and unknown block types (sent as their JSON text), ``top_k``. Tool results are sent as
+text, their images as user image parts right after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from pricing.messages import ImagePart, Message, TextPart
+from proxy.transports.sse import encode
+from proxy.usage import Usage
+from proxy.wires.anthropic_parse import AnthropicRequest
+
+__all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "usage_block"]
+
+_STOP = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+def _content(message: Message) -> str | list[dict[str, Any]]:
+    if not message.images:
+        return message.text
+    out: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            out.append({"type": "text", "text": part.text})
+        else:
+            out.append({"type": "image_url", "image_url": {"url": part.url}})
+    return out
+
+
+def _assistant(message: Message, original: Mapping[str, Any] | None) -> dict[str, Any]:
+    text = message.text
+    if original is not None and isinstance(original.get("content"), list):
+        # only text blocks: thinking cannot travel to a chat provider
+        text = "".join(
+            b.get("text", "")
+            for b in original["content"]
+            if isinstance(b, Mapping) and b.get("type") == "text"
+        )
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    return out
+
+
+def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    pending_images: list[dict[str, Any]] = []
+    for message in fitted:
+        if message.role != "tool" and pending_images:
+            out.append({"role": "user", "content": pending_images})
+            pending_images = []
+        if message.role == "assistant":
+            pos = request.position(message)
+            original = None
+            if pos is not None:
+                original = request.body["messages"][request.fragments[pos].index]
+            out.append(_assistant(message, original))
+        elif message.role == "tool":
+            out.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+            )
+            pending_images += [
+                {"type": "image_url", "image_url": {"url": p.url}}
+                for p in message.parts
+                if isinstance(p, ImagePart)
+            ]
+        else:
+            out.append({"role": message.role, "content": _content(message)})
+    if pending_images:
+        out.append({"role": "user", "content": pending_images})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if not isinstance(choice, Mapping):
+        return None
+    kind = choice.get("type")
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
+
+
+def chat_body(request: AnthropicRequest, fitted: Sequence[Message], stream: bool) -> dict[str, Any]:
+    """The chat-completions request for a fitted Anthropic conversation."""
+    src = request.body
+    body: dict[str, Any] = {"model": request.model, "messages": chat_messages(request, fitted)}
+    if request.max_output_tokens is not None:
+        body["max_tokens"] = request.max_output_tokens
+    for key in ("temperature", "top_p"):
+        if src.get(key) is not None:
+            body[key] = src[key]
+    if src.get("stop_sequences"):
+        body["stop"] = src["stop_sequences"]
+    tools = [
+        {"type": "function", "function": dict(fn)}
+        for fn in request.tools
+        if isinstance(fn.get("name"), str) and "parameters" in fn
+    ]
+    if tools:
+        body["tools"] = tools
+        choice = _tool_choice(src.get("tool_choice"))
+        if choice is not None:
+            body["tool_choice"] = choice
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def usage_block(usage: Usage | None) -> dict[str, int]:
+    """Anthropic's usage object for a normalised usage (cached tokens read from the cache)."""
+    if usage is None:
+        return {"input_tokens": 0, "output_tokens": 0}
+    return {
+        "input_tokens": usage.prompt_tokens - usage.cached_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "output_tokens": usage.completion_tokens,
+    }
+
+
+def _input(arguments: str) -> Any:
+    try:
+        value = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return {"_raw": arguments}
+    return value if isinstance(value, dict) else {"_value": value}
+
+
+def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any]:
+    """A chat completion as an Anthropic message."""
+    choices = data.get("choices") if isinstance(data, Mapping) else None
+    choice = choices[0] if isinstance(choices, list) and choices else {}
+    msg = choice.get("message") or {}
+    content: list[dict[str, Any]] = []
+    if msg.get("content"):
+        content.append({"type": "text", "text": str(msg["content"])})
+    for call in msg.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        content.append(
+            {
+                "type": "tool_use",
+                "id": str(call.get("id") or ""),
+                "name": str(fn.get("name") or ""),
+                "input": _input(str(fn.get("arguments") or "")),
+            }
+        )
+    return {
+        "id": "msg_" + str(data.get("id") or "routefit"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": _STOP.get(str(choice.get("finish_reason")), "end_turn"),
+        "stop_sequence": None,
+        "usage": usage_block(usage),
+    }
+
+
+class ChatToAnthropic:
+    """Chat chunks in, Anthropic SSE events out (one instance per stream)."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.started = False
+        self.index = -1
+        self.open: str | None = None  # "text" or the chat index of the open tool call
+        self.stop = "end_turn"
+
+    def start(self, chunk_id: str) -> list[bytes]:
+        self.started = True
+        message: dict[str, Any] = {
+            "id": "msg_" + chunk_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return [
+            encode({"type": "message_start", "message": message}, "message_start"),
+            encode({"type": "ping"}, "ping"),
+        ]
+
+    def _close(self) -> list[bytes]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [encode({"type": "content_block_stop", "index": self.index}, "content_block_stop")]
+
+    def _open(self, key: str, block: dict[str, Any]) -> list[bytes]:
+        out = self._close()
+        self.index += 1
+        self.open = key
+        start = {"type": "content_block_start", "index": self.index, "content_block": block}
+        return [*out, encode(start, "content_block_start")]
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        event = {"type": "content_block_delta", "index": self.index, "delta": delta}
+        return encode(event, "content_block_delta")
+
+    def chunk(self, data: Mapping[str, Any]) -> list[bytes]:
+        out = [] if self.started else self.start(str(data.get("id") or "routefit"))
+        for choice in data.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                if self.open != "text":
+                    out += self._open("text", {"type": "text", "text": ""})
+                out.append(self._delta({"type": "text_delta", "text": text}))
+            for call in delta.get("tool_calls") or []:
+                key = f"tool{call.get('index', 0)}"
+                fn = call.get("function") or {}
+                if self.open != key:
+                    block = {
+                        "type": "tool_use",
+                        "id": str(call.get("id") or ""),
+                        "name": str(fn.get("name") or ""),
+                        "input": {},
+                    }
+                    out += self._open(key, block)
+                if fn.get("arguments"):
+                    out.append(
+                        self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})
+                    )
+            if choice.get("finish_reason"):
+                self.stop = _STOP.get(str(choice["finish_reason"]), "end_turn")
+        return out
+
+    def finish(self, usage: Usage | None) -> list[bytes]:
+        out = [] if self.started else self.start("routefit")
+        out += self._close()
+        final = {
+            "type": "message_delta",
+            "delta": {"stop_reason": self.stop, "stop_sequence": None},
+            "usage": usage_block(usage),
+        }
+        out.append(encode(final, "message_delta"))
+        out.append(encode({"type": "message_stop"}, "message_stop"))
+        return out

@@ -1,0 +1,316 @@
+"""An Anthropic Messages body as the conversation pricing and fitting reason about.
+
+The fit core works on chat-shaped ``pricing.messages.Message`` values whose atoms are an
+assistant message with ``tool_calls`` and the ``role="tool"`` messages answering it. Anthropic
+keeps a turn's tool results inside the *next user message*, as ``tool_result`` blocks, so one
+Anthropic message may become several internal messages (a *fragment* each):
+
+* ``system`` (string or text blocks) → one internal ``system`` message (always kept);
+* an assistant message → one internal message: its ``text`` and ``thinking`` /
+  ``redacted_thinking`` blocks priced as text, its ``tool_use`` blocks as ``ToolCall`` values;
+* a user message → one internal ``tool`` message per ``tool_result`` block (``tool_call_id`` =
+  its ``tool_use_id``, so the fit keeps it with its call), then one ``user`` message with the
+  other blocks, if any;
+* ``role: "system"`` entries inside ``messages`` (Claude Code sends them) → a ``system`` message.
+
+Images (``base64`` or ``url`` sources) become ``ImagePart`` values priced by the route's image
+rule; a ``base64`` image is priced from its header through a data URL.
+
+**Other block types** (``document``, ``search_result``, server-tool blocks, ...) are accepted and
+priced by a stated fallback: the compact JSON of the block as text. For a text document that is
+its text plus a few tokens; for a base64 PDF it is an overestimate (base64 tokenizes densely),
+which errs on the side of fitting. They are forwarded verbatim, never altered.
+
+Every internal message remembers where it came from (``Fragment``), so the writer
+(``proxy.wires.anthropic_render``) can send each unchanged Anthropic message as the very object
+the client sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pricing.messages import ChatRequest, ImagePart, Message, Part, RequestError, TextPart, ToolCall
+
+__all__ = ["AnthropicRequest", "Fragment", "image_url", "parse_anthropic"]
+
+#: The fragment kinds: a whole message, one tool_result block, the rest of a user message.
+WHOLE, TOOL, REST, SYSTEM = "whole", "tool", "rest", "system"
+_MEDIA = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    """Where an internal message came from: Anthropic message ``index`` (-1: the ``system``
+    field), its role there, and the blocks of that message it carries."""
+
+    index: int
+    role: str
+    kind: str
+    blocks: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnthropicRequest(ChatRequest):
+    """A ChatRequest that knows the Anthropic message each internal message came from."""
+
+    fragments: tuple[Fragment, ...]
+    #: ``id(message)`` → its position in ``messages`` (the fit keeps unchanged objects).
+    positions: Mapping[int, int]
+    #: Internal messages per Anthropic message (an unchanged message is reused whole).
+    counts: Mapping[int, int]
+
+    def position(self, message: Message) -> int | None:
+        i = self.positions.get(id(message))
+        return i if i is not None and self.messages[i] is message else None
+
+
+def _compact(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def image_url(block: Mapping[str, Any], where: str) -> str:
+    """The URL pricing reads for an image block (a data URL for base64 data)."""
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise RequestError(f"{where}.source must be an object", f"{where}.source")
+    kind = source.get("type")
+    if kind == "base64":
+        media, data = source.get("media_type"), source.get("data")
+        if media not in _MEDIA:
+            raise RequestError(
+                f"{where}.source.media_type must be one of {list(_MEDIA)}", f"{where}.source"
+            )
+        if not isinstance(data, str):
+            raise RequestError(f"{where}.source.data must be a string", f"{where}.source.data")
+        return f"data:{media};base64,{data}"
+    if kind == "url":
+        url = source.get("url")
+        if not isinstance(url, str):
+            raise RequestError(f"{where}.source.url must be a string", f"{where}.source.url")
+        return url
+    raise RequestError(
+        f"{where}.source.type must be 'base64' or 'url' (got {kind!r:.40})", f"{where}.source"
+    )
+
+
+def _blocks(content: Any, where: str) -> tuple[Mapping[str, Any], ...]:
+    if isinstance(content, str):
+        return ({"type": "text", "text": content},)
+    if not isinstance(content, list):
+        raise RequestError(f"{where} must be a string or a list of content blocks", where)
+    for j, block in enumerate(content):
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise RequestError(f"{where}[{j}] must be an object with a type", f"{where}[{j}]")
+    return tuple(content)
+
+
+def _part(block: Mapping[str, Any], where: str) -> Part | None:
+    """The priced part of one non-tool block (None for a tool block, handled apart)."""
+    kind = block["type"]
+    if kind == "text":
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise RequestError(f"{where}.text must be a string", f"{where}.text")
+        return TextPart(text)
+    if kind == "image":
+        return ImagePart(image_url(block, where))
+    if kind == "thinking":
+        return TextPart(str(block.get("thinking") or ""))
+    if kind == "redacted_thinking":
+        return TextPart(str(block.get("data") or ""))
+    if kind in ("tool_use", "tool_result"):
+        return None
+    return TextPart(_compact(block))  # the stated fallback for other block types
+
+
+def _result_parts(block: Mapping[str, Any], where: str) -> tuple[Part, ...]:
+    content = block.get("content")
+    if content is None or content == "":
+        return ()
+    inner = _blocks(content, f"{where}.content")
+    parts = []
+    for k, sub in enumerate(inner):
+        if sub["type"] in ("tool_use", "tool_result"):
+            raise RequestError(
+                f"{where}.content[{k}]: a tool_result cannot contain {sub['type']} blocks",
+                f"{where}.content[{k}]",
+            )
+        part = _part(sub, f"{where}.content[{k}]")
+        assert part is not None
+        parts.append(part)
+    return tuple(parts)
+
+
+def _assistant(
+    raw: Mapping[str, Any], blocks: tuple[Mapping[str, Any], ...], where: str
+) -> Message:
+    parts: list[Part] = []
+    calls: list[ToolCall] = []
+    for j, block in enumerate(blocks):
+        if block["type"] == "tool_result":
+            raise RequestError(
+                f"{where}.content[{j}]: tool_result blocks belong in user messages",
+                f"{where}.content[{j}]",
+            )
+        if block["type"] == "tool_use":
+            name, use_id = block.get("name"), block.get("id")
+            if not isinstance(name, str) or not isinstance(use_id, str):
+                raise RequestError(
+                    f"{where}.content[{j}]: tool_use needs a string id and name",
+                    f"{where}.content[{j}]",
+                )
+            calls.append(ToolCall(use_id, name, _compact(block.get("input", {}))))
+            continue
+        part = _part(block, f"{where}.content[{j}]")
+        assert part is not None
+        parts.append(part)
+    return Message("assistant", tuple(parts), tool_calls=tuple(calls), wire=raw)
+
+
+def _user(
+    raw: Mapping[str, Any], blocks: tuple[Mapping[str, Any], ...], i: int, where: str
+) -> list[tuple[Message, Fragment]]:
+    out: list[tuple[Message, Fragment]] = []
+    rest: list[Mapping[str, Any]] = []
+    parts: list[Part] = []
+    for j, block in enumerate(blocks):
+        at = f"{where}.content[{j}]"
+        if block["type"] == "tool_use":
+            raise RequestError(f"{at}: tool_use blocks belong in assistant messages", at)
+        if block["type"] == "tool_result":
+            use_id = block.get("tool_use_id")
+            if not isinstance(use_id, str):
+                raise RequestError(f"{at}.tool_use_id must be a string", f"{at}.tool_use_id")
+            frag = {"role": "user", "content": [block]}
+            msg = Message("tool", _result_parts(block, at), tool_call_id=use_id, wire=frag)
+            out.append((msg, Fragment(i, "user", TOOL, (block,))))
+            continue
+        part = _part(block, at)
+        assert part is not None
+        parts.append(part)
+        rest.append(block)
+    if rest or not out:
+        whole = not out
+        wire = raw if whole else {"role": "user", "content": rest}
+        kind = WHOLE if whole else REST
+        out.append(
+            (Message("user", tuple(parts), wire=wire), Fragment(i, "user", kind, tuple(rest)))
+        )
+    return out
+
+
+def _message(raw: Any, i: int) -> list[tuple[Message, Fragment]]:
+    where = f"messages[{i}]"
+    if not isinstance(raw, Mapping):
+        raise RequestError(f"{where} must be an object", where)
+    role = raw.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise RequestError(
+            f"{where}.role must be 'user', 'assistant' or 'system' (got {role!r:.40})",
+            f"{where}.role",
+        )
+    if "content" not in raw:
+        raise RequestError(f"{where}.content is required", f"{where}.content")
+    blocks = _blocks(raw["content"], f"{where}.content")
+    if role == "assistant":
+        return [(_assistant(raw, blocks, where), Fragment(i, role, WHOLE, blocks))]
+    if role == "system":
+        parts = []
+        for j, block in enumerate(blocks):
+            part = _part(block, f"{where}.content[{j}]")
+            if part is None:
+                raise RequestError(
+                    f"{where}.content[{j}]: system messages cannot carry tool blocks",
+                    f"{where}.content[{j}]",
+                )
+            parts.append(part)
+        return [(Message("system", tuple(parts), wire=raw), Fragment(i, role, WHOLE, blocks))]
+    return _user(raw, blocks, i, where)
+
+
+def _system(body: Mapping[str, Any]) -> list[tuple[Message, Fragment]]:
+    system = body.get("system")
+    if system is None or system == "" or system == []:
+        return []
+    blocks = _blocks(system, "system")
+    parts = []
+    for j, block in enumerate(blocks):
+        if block["type"] != "text":
+            raise RequestError(f"system[{j}] must be a text block", f"system[{j}]")
+        part = _part(block, f"system[{j}]")
+        assert part is not None
+        parts.append(part)
+    wire = {"role": "system", "content": list(blocks)}
+    return [(Message("system", tuple(parts), wire=wire), Fragment(-1, "system", SYSTEM, blocks))]
+
+
+def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """Tool definitions as pricing reads them: custom tools as ``{name, description,
+    parameters}`` (one shape for every chat family), server tools as they are."""
+    raw = body.get("tools")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RequestError("tools must be a list", "tools")
+    out: list[Mapping[str, Any]] = []
+    for i, tool in enumerate(raw):
+        if not isinstance(tool, Mapping):
+            raise RequestError(f"tools[{i}] must be an object", f"tools[{i}]")
+        if tool.get("type") in (None, "custom"):
+            if not isinstance(tool.get("name"), str):
+                raise RequestError(f"tools[{i}].name must be a string", f"tools[{i}].name")
+            fn = {"name": tool["name"], "parameters": tool.get("input_schema") or {}}
+            if tool.get("description") is not None:
+                fn["description"] = tool["description"]
+            out.append(fn)
+        else:
+            out.append(tool)
+    return tuple(out)
+
+
+def _max_tokens(body: Mapping[str, Any], required: bool) -> int | None:
+    value = body.get("max_tokens")
+    if value is None:
+        if required:
+            raise RequestError("max_tokens is required", "max_tokens")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError("max_tokens must be a positive integer", "max_tokens")
+    return value
+
+
+def parse_anthropic(body: Any, *, count_only: bool = False) -> AnthropicRequest:
+    """Validate a Messages body (``count_only``: a count_tokens body, no ``max_tokens``)."""
+    if not isinstance(body, Mapping):
+        raise RequestError("the request body must be a JSON object")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise RequestError("model must be a string", "model")
+    raw_messages = body.get("messages")
+    if not isinstance(raw_messages, list) or not raw_messages:
+        raise RequestError("messages must be a non-empty list", "messages")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError("stream must be a boolean", "stream")
+    pairs = _system(body)
+    for i, raw in enumerate(raw_messages):
+        pairs.extend(_message(raw, i))
+    messages = tuple(m for m, _ in pairs)
+    counts: dict[int, int] = {}
+    for _, frag in pairs:
+        counts[frag.index] = counts.get(frag.index, 0) + 1
+    return AnthropicRequest(
+        model=model,
+        messages=messages,
+        tools=_tools(body),
+        max_output_tokens=_max_tokens(body, not count_only),
+        body=body,
+        fragments=tuple(f for _, f in pairs),
+        positions={id(m): i for i, m in enumerate(messages)},
+        counts=counts,
+    )

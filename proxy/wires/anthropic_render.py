@@ -1,0 +1,233 @@
+"""The fitted conversation written back as Anthropic messages, with its cache breakpoints.
+
+Unchanged messages are the very objects the client sent (an Anthropic message whose every
+fragment survived untouched is reused whole), so a prefix the provider cached on the previous
+turn is byte-identical on this one. What the fit changed is rendered from its parts:
+
+* a capped or offloaded ``tool_result`` keeps its block's other fields (``is_error``,
+  ``cache_control``) with new content; a user fragment keeps every block the fit did not touch;
+* assistant turns are never rewritten: ``thinking`` blocks carry signatures and ``tool_use``
+  blocks must match their results, so an assistant fragment is always sent as it came (the
+  default policy never alters one; a policy that caps assistant messages does not reach them);
+* an elision marker becomes a text message in the role the fit gave it; consecutive fragments
+  of one role are merged into one message, as Anthropic requires alternation.
+
+**Breakpoints** (``cache_control``, at most 4 per request): client breakpoints in what is kept
+stay where they are (those in elided messages go with them). When the fit elided, routefit adds
+one on the last block before the first marker — the end of its pinned head, which its cut points
+keep stable from turn to turn, so that is where the next turn's cache read will land. It adds
+none when the request already carries 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pricing.messages import ImagePart, Message, Part, TextPart
+from proxy.wires.anthropic_parse import SYSTEM, TOOL, WHOLE, AnthropicRequest, Fragment
+
+__all__ = ["MAX_BREAKPOINTS", "breakpoints", "mark_head", "render_messages"]
+
+MAX_BREAKPOINTS = 4
+_EPHEMERAL = {"type": "ephemeral"}
+_MARKER = "[routefit: "
+
+#: One piece of the output: (anthropic role, blocks or a whole original message, is_marker).
+_Piece = tuple[str, "Mapping[str, Any] | list[Mapping[str, Any]]", bool]
+
+
+def _is_marker(message: Message) -> bool:
+    wire = message.wire
+    return (
+        wire is not None
+        and isinstance(wire.get("content"), str)
+        and str(wire["content"]).startswith(_MARKER)
+        and message.role in ("user", "assistant")
+    )
+
+
+def _part_block(part: Part, original: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A block for a part; the original block when the part still is what it was."""
+    if original is not None:
+        kind = original.get("type")
+        if isinstance(part, ImagePart) and kind == "image":
+            return original
+        if isinstance(part, TextPart) and kind == "text" and original.get("text") == part.text:
+            return original
+        if isinstance(part, TextPart) and kind not in ("text", "image"):
+            return original  # a fallback-priced block is never rewritten
+    if isinstance(part, TextPart):
+        block: dict[str, Any] = {"type": "text", "text": part.text}
+        if original is not None and original.get("cache_control"):
+            block["cache_control"] = original["cache_control"]
+        return block
+    raise AssertionError("images are never created by the fit")
+
+
+def _blocks_for(parts: Sequence[Part], originals: Sequence[Mapping[str, Any]]) -> list[Any]:
+    if len(parts) == len(originals):
+        return [_part_block(p, o) for p, o in zip(parts, originals, strict=True)]
+    return [_part_block(p, None) for p in parts]
+
+
+def _tool_block(message: Message, original: Mapping[str, Any]) -> Mapping[str, Any]:
+    content = original.get("content")
+    inner: list[Mapping[str, Any]]
+    if isinstance(content, list):
+        inner = [b for b in content if isinstance(b, Mapping)]
+    elif isinstance(content, str) and content:
+        inner = [{"type": "text", "text": content}]
+    else:
+        inner = []
+    block = dict(original)
+    block["content"] = _blocks_for(message.parts, inner)
+    return block
+
+
+def _changed(message: Message, frag: Fragment) -> list[Mapping[str, Any]] | Mapping[str, Any]:
+    """The blocks of a fragment the fit changed (capped, images offloaded)."""
+    if frag.kind == TOOL:
+        return [_tool_block(message, frag.blocks[0])]
+    if frag.role in ("assistant", "system") and frag.kind == WHOLE:
+        return list(frag.blocks)  # never rewritten (see the module docstring)
+    return _blocks_for(message.parts, frag.blocks)
+
+
+def _pieces(request: AnthropicRequest, fitted: Sequence[Message]) -> list[_Piece]:
+    """Fitted messages as pieces, the system message left out (it is the ``system`` field).
+
+    Consecutive unchanged fragments that make up a whole Anthropic message collapse back into
+    that message's original object."""
+    pieces: list[_Piece] = []
+    frags = request.fragments
+    raw = request.body["messages"]
+    next_original = 0
+    run: tuple[int, int] | None = None  # (anthropic index, first piece) of unchanged fragments
+    for message in fitted:
+        pos = request.position(message)
+        if pos is None and _is_marker(message):
+            pieces.append((message.role, [{"type": "text", "text": message.text}], True))
+            run = None
+            continue
+        if pos is None:  # a changed copy (capped, offloaded) of a later original
+            pos = _original_of(request, message, next_original)
+            next_original = pos + 1
+            frag = frags[pos]
+            if frag.kind != SYSTEM:
+                pieces.append((frag.role, _changed(message, frag), False))
+            run = None
+            continue
+        next_original = pos + 1
+        frag = frags[pos]
+        if frag.kind == SYSTEM:
+            continue
+        if frag.kind == WHOLE:
+            pieces.append((frag.role, raw[frag.index], False))
+            run = None
+            continue
+        if run is None or run[0] != frag.index:
+            run = (frag.index, len(pieces))
+        pieces.append((frag.role, list(frag.blocks), False))
+        if len(pieces) - run[1] == request.counts[frag.index]:
+            del pieces[run[1] :]
+            pieces.append((frag.role, raw[frag.index], False))
+            run = None
+    return pieces
+
+
+def _original_of(request: AnthropicRequest, message: Message, start: int) -> int:
+    """The position of the original a changed message stands for: the same tool result, else
+    the first later message of its role whose parts line up (offloading keeps their number)."""
+    candidates = [
+        i
+        for i in range(start, len(request.messages))
+        if request.messages[i].role == message.role
+        and request.messages[i].tool_call_id == message.tool_call_id
+    ]
+    for i in candidates:
+        original = request.messages[i]
+        if len(original.parts) == len(message.parts) and all(
+            a == b or isinstance(a, ImagePart)
+            for a, b in zip(original.parts, message.parts, strict=True)
+        ):
+            return i
+    if not candidates:
+        raise ValueError(f"no original for a changed {message.role} message")
+    return candidates[0]
+
+
+def render_messages(
+    request: AnthropicRequest, fitted: Sequence[Message]
+) -> tuple[list[Any], tuple[int, int] | None]:
+    """The Anthropic ``messages`` list for a fitted conversation (pieces of one role merged),
+    and the (message, block) of the last block before the first elision marker, if any."""
+    out: list[Any] = []
+    role: str | None = None
+    blocks: list[Any] | None = None
+    head: tuple[int, int] | None = None
+    for piece_role, content, marker in _pieces(request, fitted):
+        if marker and head is None and out:
+            head = (len(out) - 1, len(_as_blocks(out[-1]["content"])) - 1)
+        if piece_role == role and piece_role != "system":
+            if blocks is None:  # merge into a copy of the previous whole message
+                prev = out[-1]
+                blocks = _as_blocks(prev["content"])
+                out[-1] = {**prev, "content": blocks}
+            blocks.extend(_content_blocks(content))
+            continue
+        role = piece_role
+        if isinstance(content, Mapping):
+            out.append(content)
+            blocks = None
+        else:
+            blocks = list(content)
+            out.append({"role": piece_role, "content": blocks})
+    return out, head
+
+
+def _content_blocks(content: Mapping[str, Any] | list[Mapping[str, Any]]) -> list[Any]:
+    return _as_blocks(content["content"]) if isinstance(content, Mapping) else list(content)
+
+
+def _as_blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content)
+
+
+def breakpoints(body: Mapping[str, Any], messages: Sequence[Any]) -> int:
+    """Blocks with ``cache_control`` in a request with these messages."""
+    found = 0
+    for tool in body.get("tools") or []:
+        found += bool(isinstance(tool, Mapping) and tool.get("cache_control"))
+    system = body.get("system")
+    for block in system if isinstance(system, list) else []:
+        found += bool(isinstance(block, Mapping) and block.get("cache_control"))
+    for message in messages:
+        for block in _blocks_of(message):
+            found += bool(block.get("cache_control"))
+            inner = block.get("content")
+            if block.get("type") == "tool_result" and isinstance(inner, list):
+                found += sum(bool(isinstance(b, Mapping) and b.get("cache_control")) for b in inner)
+    return found
+
+
+def _blocks_of(message: Any) -> list[Mapping[str, Any]]:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return [b for b in content if isinstance(b, Mapping)] if isinstance(content, list) else []
+
+
+def mark_head(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int]) -> bool:
+    """Put a breakpoint on block ``at`` = (message, block) (the message and block become
+    copies), unless the request already has the most it may; whether it did."""
+    if breakpoints(body, messages) >= MAX_BREAKPOINTS:
+        return False
+    i, j = at
+    content = _as_blocks(messages[i]["content"])
+    block = content[j]
+    if block.get("cache_control") or block.get("type") in ("thinking", "redacted_thinking"):
+        return False  # already one there; thinking blocks cannot carry one
+    content[j] = {**block, "cache_control": _EPHEMERAL}
+    messages[i] = {**messages[i], "content": content}
+    return True

@@ -1,0 +1,88 @@
+"""Claude Code itself, through routefit serve, against the simulator on a 32k-window route.
+
+A multi-turn ``claude -p`` / ``--continue`` session whose later turns no longer fit: every turn
+must exit 0, routefit must show that it fitted, and the provider must never have seen an
+overflow or Claude Code's own summarisation request (which it sends after a "prompt is too
+long" answer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import subprocess
+from dataclasses import replace
+
+import httpx
+from agent_clis import agent_cli
+from harness import gateway_config, run_routefit
+
+from proxy.sim.models import get_builtin, small_variant
+
+WINDOW = 32_768
+TURNS = 7
+WORDS = "alpha beta gamma delta river stone cloud paper orange window seven quiet".split()
+
+
+def _prompt(turn: int, rng: random.Random) -> str:
+    notes = " ".join(rng.choice(WORDS) for _ in range(1500))
+    return f"Turn {turn}: remember these notes. {notes} Reply briefly."
+
+
+def test_multi_turn_claude_code_session_is_fitted(sim, tmp_path):
+    claude = agent_cli("claude")
+    model = replace(small_variant(get_builtin("claude-sim"), WINDOW, 8192), name="claude-sim-32k")
+    sim.state.add_model(model)
+    sim.reset()
+    route = {
+        "model_name": "claude-small",
+        "litellm_params": {
+            "model": "anthropic/claude-sim-32k",
+            "api_base": sim.base_url,
+            "api_key": "sk-ant-sim",
+        },
+        "model_info": {"max_input_tokens": WINDOW, "max_output_tokens": 8192},
+    }
+    config = gateway_config(tmp_path / "routefit.yaml", [route])
+    home = tmp_path / "home"
+    project = tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    rng = random.Random(7)
+    with run_routefit(config) as gw:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "ANTHROPIC_BASE_URL": gw.base_url,
+            "ANTHROPIC_API_KEY": "sk-routefit-test",
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
+        }
+        for turn in range(TURNS):
+            cmd = [claude, "-p", _prompt(turn, rng), "--output-format", "json"]
+            cmd += ["--model", "claude-small"] + (["--continue"] if turn else [])
+            done = subprocess.run(
+                cmd, env=env, cwd=project, capture_output=True, text=True, timeout=90
+            )
+            assert done.returncode == 0, (turn, done.stdout[-2000:], done.stderr[-2000:])
+            result = json.loads(done.stdout)
+            assert result["is_error"] is False, result
+        metrics = httpx.get(gw.base_url + "/metrics").text
+    elided = re.search(
+        r'routefit_fit_actions_total\{action="elided_messages",route="claude-small"\} (\S+)',
+        metrics,
+    )
+    assert elided and float(elided[1]) > 0
+    seen = sim.requests(path="/v1/messages")
+    assert len(seen) >= TURNS
+    assert all(entry["status"] == 200 for entry in seen)
+    assert all(entry["prompt_tokens"] <= WINDOW for entry in seen)
+    for entry in seen:
+        text = json.dumps(entry["body"]["messages"][-1:])
+        assert "summary of the conversation" not in text.lower()
+    # the later, fitted turns read the provider's cache
+    assert seen[-1]["cached_tokens"] > 0

@@ -1,0 +1,275 @@
+"""routefit serve, as a real process, between the real anthropic SDK and the simulator."""
+
+from __future__ import annotations
+
+import re
+
+import anthropic
+import httpx
+import pytest
+from harness import gateway_config, run_routefit, sim_route
+
+
+def claude_route(alias: str, sim_url: str, model: str, **info: int) -> dict:
+    entry: dict = {
+        "model_name": alias,
+        "litellm_params": {
+            "model": f"anthropic/{model}",
+            "api_base": sim_url,
+            "api_key": "sk-ant-sim",
+        },
+    }
+    if info:
+        entry["model_info"] = info
+    return entry
+
+
+@pytest.fixture(scope="module")
+def gw(sim, tmp_path_factory):
+    url = sim.base_url
+    routes = [
+        claude_route("claude", url, "claude-sim"),
+        claude_route(
+            "claude-small", url, "claude-sim-small", max_input_tokens=8192, max_output_tokens=4096
+        ),
+        sim_route("gpt-4o", url),
+    ]
+    config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
+    with run_routefit(config) as running:
+        yield running
+
+
+@pytest.fixture
+def client(gw):
+    return anthropic.Anthropic(base_url=gw.base_url, api_key="unused", max_retries=0)
+
+
+def direct(sim) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=sim.base_url, api_key="x", max_retries=0)
+
+
+TOOLS = [
+    {
+        "name": "lookup",
+        "description": "Look something up",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+]
+
+
+def test_non_streaming_is_the_providers_answer_and_body(client, fresh_sim):
+    messages = [{"role": "user", "content": "Say something about tokens."}]
+    raw = client.messages.with_raw_response.create(
+        model="claude",
+        max_tokens=256,
+        messages=messages,
+        stop_sequences=["END"],
+        metadata={"user_id": "u1"},
+    )
+    reply = raw.parse()
+    sent = fresh_sim.last_request("/v1/messages")
+    mine = direct(fresh_sim).messages.create(model="claude-sim", max_tokens=256, messages=messages)
+    assert reply.content[0].text == mine.content[0].text
+    assert sent["body"] == {
+        "model": "claude-sim",
+        "max_tokens": 256,
+        "messages": messages,
+        "stop_sequences": ["END"],
+        "metadata": {"user_id": "u1"},
+    }
+    assert raw.headers["x-routefit-route"] == "claude"
+    assert raw.headers["x-routefit-actions"] == "none"
+    assert reply.usage.input_tokens > 0
+
+
+def test_streaming_relays_anthropic_events_and_usage(client, fresh_sim):
+    messages = [{"role": "user", "content": "Stream a short answer."}]
+    with client.messages.stream(model="claude", max_tokens=256, messages=messages) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert "content_block_delta" in kinds
+    whole = client.messages.create(model="claude", max_tokens=256, messages=messages)
+    assert final.content[0].text == whole.content[0].text
+    assert final.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_client_beta_and_version_headers_reach_the_provider(gw, fresh_sim):
+    headers = {"anthropic-version": "2023-06-01", "anthropic-beta": "prompt-caching-2024-07-31"}
+    body = {"model": "claude", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(gw.base_url + "/v1/messages?beta=true", json=body, headers=headers)
+    assert r.status_code == 200
+    seen = fresh_sim.last_request("/v1/messages")["headers"]
+    assert seen["anthropic-beta"] == "prompt-caching-2024-07-31"
+    assert seen["x-api-key"] == "sk-ant-sim"
+
+
+def test_tool_use_round_trip(client, fresh_sim):
+    messages = [{"role": "user", "content": "please call:lookup now"}]
+    first = client.messages.create(model="claude", max_tokens=256, messages=messages, tools=TOOLS)
+    use = next(b for b in first.content if b.type == "tool_use")
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "42"}],
+        },
+    ]
+    second = client.messages.create(model="claude", max_tokens=256, messages=messages, tools=TOOLS)
+    assert second.stop_reason in ("end_turn", "tool_use")
+    assert fresh_sim.last_request("/v1/messages")["status"] == 200
+
+
+def test_overflow_is_refused_in_anthropics_exact_shape(client, gw, fresh_sim):
+    huge = "word " * 20_000
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(
+            model="claude-small", max_tokens=256, messages=[{"role": "user", "content": huge}]
+        )
+    body = info.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    found = re.fullmatch(
+        r"prompt is too long: (\d+) tokens > (\d+) maximum", body["error"]["message"]
+    )
+    assert found and int(found[1]) > int(found[2]) == 8192
+    assert fresh_sim.requests(path="/v1/messages") == []
+
+
+def _tool_session(turns: int, size: int) -> list[dict]:
+    messages: list[dict] = [{"role": "user", "content": "Investigate the repository."}]
+    for t in range(turns):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": f"step {t}", "signature": f"sig{t}"},
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_{t}",
+                        "name": "lookup",
+                        "input": {"q": str(t)},
+                    },
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{t}",
+                        "content": f"r{t} " * size,
+                    },
+                    {"type": "text", "text": f"note {t}"},
+                ],
+            }
+        )
+    return messages
+
+
+def test_long_tool_session_is_fitted_and_accepted(client, fresh_sim):
+    messages = _tool_session(24, 120)
+    raw = client.messages.with_raw_response.create(
+        model="claude-small", max_tokens=1024, messages=messages, tools=TOOLS
+    )
+    assert "elided_messages=" in raw.headers["x-routefit-actions"]
+    sent = fresh_sim.last_request("/v1/messages")
+    assert sent["status"] == 200  # the simulator checks pairing, roles and breakpoints
+    kept = sent["body"]["messages"]
+    assert kept[0] == messages[0] and kept[-1] == messages[-1]
+    thinking = [
+        b for m in kept for b in m["content"] if isinstance(b, dict) and b["type"] == "thinking"
+    ]
+    originals = [
+        b for m in messages for b in m["content"] if isinstance(b, dict) and b["type"] == "thinking"
+    ]
+    assert thinking and all(b in originals for b in thinking)
+
+
+def test_consecutive_fitted_turns_read_the_providers_cache(client, fresh_sim):
+    messages = _tool_session(24, 120)
+    reads = []
+    for t in range(24, 27):
+        reply = client.messages.create(
+            model="claude-small", max_tokens=1024, messages=messages, tools=TOOLS
+        )
+        reads.append(reply.usage.cache_read_input_tokens or 0)
+        extra = _tool_session(t + 1, 120)[-2:]
+        messages = [*messages, {**extra[0]}, {**extra[1]}]
+    assert reads[-1] > 0  # the breakpoint routefit put at the end of its stable head hit
+
+
+def test_count_tokens_is_the_estimate_the_fit_acts_on(client, fresh_sim):
+    messages = [{"role": "user", "content": "How many tokens is this?"}]
+    counted = client.messages.count_tokens(model="claude", messages=messages, tools=TOOLS)
+    raw = client.messages.with_raw_response.create(
+        model="claude", max_tokens=64, messages=messages, tools=TOOLS
+    )
+    assert counted.input_tokens == int(raw.headers["x-routefit-prompt-tokens"]) > 0
+    assert fresh_sim.requests(path="/v1/messages/count_tokens") == []
+
+
+def test_errors_are_in_anthropics_shape(client, gw):
+    with pytest.raises(anthropic.NotFoundError) as info:
+        client.messages.create(
+            model="nope", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+        )
+    assert info.value.body["type"] == "error"
+    assert info.value.body["error"]["type"] == "not_found_error"
+    for bad in (
+        b"{",
+        b"[]",
+        b'{"model": "claude", "messages": "x", "max_tokens": 5}',
+        b'{"model": "claude", "messages": [{"role": "user", "content": "x"}]}',
+        b'{"model": "claude", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]}',
+    ):
+        r = httpx.post(gw.base_url + "/v1/messages", content=bad)
+        assert r.status_code == 400, bad
+        assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_root_answers_head_and_get(gw):
+    assert httpx.head(gw.base_url + "/").status_code == 200
+    assert httpx.get(gw.base_url + "/").status_code == 200
+
+
+def test_broken_stream_ends_with_an_anthropic_error_event(client, fresh_sim):
+    httpx.post(fresh_sim.url("/sim/faults"), json={"faults": [{"fault": "cut-stream:3"}]})
+    with (
+        pytest.raises(anthropic.APIStatusError) as info,
+        client.messages.stream(
+            model="claude", max_tokens=256, messages=[{"role": "user", "content": "long story"}]
+        ) as stream,
+    ):
+        for _ in stream:
+            pass
+    assert "stream" in str(info.value)
+
+
+def test_translated_route_speaks_anthropic_to_the_client(client, fresh_sim):
+    messages = [{"role": "user", "content": "Say something."}]
+    reply = client.messages.create(
+        model="gpt-4o", max_tokens=128, messages=messages, system="Be brief."
+    )
+    sent = fresh_sim.last_request("/v1/chat/completions")["body"]
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Say something."},
+    ]
+    assert reply.content[0].type == "text" and reply.content[0].text
+    assert reply.usage.input_tokens > 0
+    with client.messages.stream(
+        model="gpt-4o", max_tokens=128, messages=messages, system="Be brief."
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == reply.content[0].text
+    assert final.usage.output_tokens == reply.usage.output_tokens
+    call = client.messages.create(
+        model="gpt-4o",
+        max_tokens=128,
+        messages=[{"role": "user", "content": "please call:lookup"}],
+        tools=TOOLS,
+    )
+    assert any(b.type == "tool_use" and b.name == "lookup" for b in call.content)
