@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -26,10 +27,12 @@ from pricing.tokenizers import get_tokenizer
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, load_config
+from proxy.drain import on_terminate
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
+from proxy.middleware import Guard, ReadLimits
 from proxy.openapi import build_openapi
 from proxy.state import AppState
 from proxy.store import Store, open_store
@@ -116,13 +119,18 @@ async def readyz(request: Request) -> Response:
     needs it, keeps loading in the background: requests to those routes wait for it, requests
     to OpenAI-compatible routes are served at once."""
     state = _state(request)
-    ready = state.readiness.tokenizers
+    store_ok = await state.store.ping()
+    # Fail-closed budgets refuse every budgeted request while the store is away: not ready.
+    closed = state.config.settings.budget_failure_mode == "closed" and not state.teams.open
+    draining = state.readiness.draining
+    ready = state.readiness.tokenizers and not draining and (store_ok or not closed)
+    status = "draining" if draining else ("ready" if ready else "starting")
     body: dict[str, object] = {
-        "status": "ready" if ready else "starting",
+        "status": status,
         "checks": {
-            "tokenizers": ready,
+            "tokenizers": state.readiness.tokenizers,
             "litellm": state.transports.ready,
-            "store": await state.store.ping(),
+            "store": store_ok,
         },
         "store": state.store.name,
         # asyncio tasks alive in this worker: a leak check for operators and tests.
@@ -249,6 +257,11 @@ def _log_start(state: AppState) -> None:
     log.info("routefit ready: %d route(s) from %s", len(config.routes), config.path)
 
 
+def _drain(state: AppState) -> None:
+    state.readiness.draining = True
+    log.info("SIGTERM: draining (not ready; in-flight requests and streams finish)")
+
+
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     state: AppState = app.state.routefit
@@ -257,6 +270,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     exact = {alias: rc.route.exact_text for alias, rc in state.config.routes.items()}
     state.calibrator.start(exact)
     _log_start(state)
+    on_terminate(lambda: _drain(state))
     try:
         yield
     finally:
@@ -271,8 +285,12 @@ def create_app(
     config: Config, store: Store | None = None, transports: Transports | None = None
 ) -> Starlette:
     app = Starlette(
-        routes=ROUTES, lifespan=lifespan, exception_handlers={HTTPException: http_error}
+        routes=ROUTES,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(Guard, limits=ReadLimits.from_env())],
     )
+    app.router.redirect_slashes = False  # never a redirect built from the client's Host
     app.state.routefit = build_state(config, store, transports)
     return app
 

@@ -28,8 +28,10 @@ from proxy.body import read_json
 from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
+from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
 from proxy.fetch import ImageSizer, image_urls
+from proxy.inline import inline_images
 from proxy.metrics import Metrics
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
@@ -233,14 +235,21 @@ class Gateway:
     async def _forward(self, p: Prepared, request: Request) -> Response:
         leg = self.leg(p.rc, p.wire)
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
+        if leg.transport is self.transports.translated:
+            # litellm never fetches a URL: routefit's fetcher does, under the route's policy.
+            out = replace(out, body=await inline_images(out.body, p.rc.route, self.sizer))
         headers = self.headers(p)
         route = p.rc.route.alias
         sent = time.perf_counter()
         if out.stream:
-            events = await _from_upstream(leg.transport.stream(p.rc.upstream, out))
+            events = await until_disconnect(
+                request.receive, _from_upstream(leg.transport.stream(p.rc.upstream, out))
+            )
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
             return self._relay(p, leg, events, headers)
-        completion = await _from_upstream(leg.transport.complete(p.rc.upstream, out))
+        completion = await until_disconnect(
+            request.receive, _from_upstream(leg.transport.complete(p.rc.upstream, out))
+        )
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
         answer = p.wire.answer(p.request, completion, leg.wire)
         self.on_usage(p, answer.usage)
@@ -345,6 +354,8 @@ def _scaled(c: Correction, s: float) -> Correction:
 
 def _kind(err: ProxyError) -> str:
     """The ``kind`` label of routefit_errors_total."""
+    if err.status == CLIENT_CLOSED:
+        return "disconnect"
     if err.origin == "upstream":
         return "upstream"
     if err.code == "context_length_exceeded":
