@@ -27,7 +27,7 @@ from pricing.tokenizers import get_tokenizer
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, load_config
-from proxy.drain import on_terminate
+from proxy.drain import cut_after, drain_seconds, on_terminate
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway
@@ -257,9 +257,11 @@ def _log_start(state: AppState) -> None:
     log.info("routefit ready: %d route(s) from %s", len(config.routes), config.path)
 
 
-def _drain(state: AppState) -> None:
+def _drain(state: AppState, loop: asyncio.AbstractEventLoop) -> None:
     state.readiness.draining = True
-    log.info("SIGTERM: draining (not ready; in-flight requests and streams finish)")
+    seconds = drain_seconds()
+    cut_after(loop, seconds)
+    log.info("SIGTERM: draining for up to %g s (not ready; in-flight requests finish)", seconds)
 
 
 @asynccontextmanager
@@ -270,7 +272,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     exact = {alias: rc.route.exact_text for alias, rc in state.config.routes.items()}
     state.calibrator.start(exact)
     _log_start(state)
-    on_terminate(lambda: _drain(state))
+    loop = asyncio.get_running_loop()
+    on_terminate(lambda: _drain(state, loop))
     try:
         yield
     finally:

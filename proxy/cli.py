@@ -135,6 +135,7 @@ def _log_config(level: str) -> dict[str, Any]:
 
 def _serve_environment(args: argparse.Namespace) -> None:
     """Settings each worker reads at start (uvicorn starts workers from a pickled config)."""
+    from proxy.drain import DRAIN_SECONDS_ENV
     from proxy.middleware import BODY_MIN_RATE_ENV, BODY_TIMEOUT_ENV
     from proxy.protocol import HEADER_TIMEOUT_ENV, MAX_HEADER_BYTES_ENV
 
@@ -142,6 +143,7 @@ def _serve_environment(args: argparse.Namespace) -> None:
     os.environ[MAX_HEADER_BYTES_ENV] = str(args.max_header_bytes)
     os.environ[BODY_TIMEOUT_ENV] = str(args.body_timeout)
     os.environ[BODY_MIN_RATE_ENV] = str(args.body_min_rate)
+    os.environ[DRAIN_SECONDS_ENV] = str(args.drain_seconds)
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each worker is its own process with its own counters; prometheus_client's
         # multiprocess mode shares them through files, so /metrics shows all workers.

@@ -5,7 +5,8 @@ waiting on a slow provider keeps that provider working (and its budget reserved)
 nobody will read. ``until_disconnect`` races a call against the client's ``http.disconnect``: the
 client leaving cancels the call (an HTTP request is cancelled by closing its connection) and
 raises ``client_closed()`` — status 499, counted apart from routefit's and the provider's
-errors, never logged as a traceback.
+errors, never logged as a traceback. The drain's cut (``proxy.drain``) ends the wait too, with
+a 503 the client may retry elsewhere.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from proxy.drain import cut_event
 from proxy.errors import ProxyError
 from proxy.types import Receive
 
@@ -41,14 +43,23 @@ async def until_disconnect(receive: Receive, call: Awaitable[T]) -> T:
     Only for after the body was read: ``receive`` then yields nothing but the disconnect."""
     task = asyncio.ensure_future(call)
     watch = asyncio.ensure_future(_disconnected(receive))
+    cut = asyncio.ensure_future(cut_event().wait())
     try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((task, watch, cut), return_when=asyncio.FIRST_COMPLETED)
     finally:
         watch.cancel()
+        cut.cancel()
         if not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     if task.cancelled():
-        raise client_closed()
+        if watch.done() and not watch.cancelled():
+            raise client_closed()
+        raise ProxyError(
+            503,
+            "routefit is shutting down and its drain deadline passed; retry the request",
+            code="shutting_down",
+            headers={"retry-after": "1"},
+        )
     return task.result()

@@ -7,19 +7,53 @@ closed). Budgets settle inside each response (``proxy.gateway``), so a request t
 within the deadline is settled before the worker exits. This module adds the one thing uvicorn
 cannot know: ``/readyz`` must say "not ready" from the signal on, on connections that are still
 open (a kept-alive probe, a load balancer's health check), so nobody routes new work here.
+
+And it ends what would outlive the deadline on routefit's terms rather than uvicorn's: shortly
+before the deadline (``cut_after``) the *cut* event fires; streams still relaying close their
+upstream and end with their wire's error event, requests still waiting for a provider answer
+503 — instead of being cancelled mid-write with a traceback in the log and a stream that just
+stops. Their reservations are released like any failed request's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["on_terminate"]
+__all__ = ["DRAIN_SECONDS_ENV", "cut_after", "cut_event", "drain_seconds", "on_terminate"]
 
 log = logging.getLogger("routefit")
+
+DRAIN_SECONDS_ENV = "ROUTEFIT_DRAIN_SECONDS"
+_cut: asyncio.Event | None = None
+
+
+def drain_seconds() -> float:
+    """The drain deadline ``routefit serve --drain-seconds`` gave this worker (default 30)."""
+    try:
+        return float(os.environ.get(DRAIN_SECONDS_ENV, "30"))
+    except ValueError:
+        return 30.0
+
+
+def cut_event() -> asyncio.Event:
+    """Set when what is still in flight must end now (one per worker process)."""
+    global _cut
+    if _cut is None:
+        _cut = asyncio.Event()
+    return _cut
+
+
+def cut_after(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    """Fire the cut a little before ``deadline`` seconds from now (safe from a signal handler:
+    the loop is woken through its self-pipe)."""
+    lead = min(1.0, deadline / 2)
+    loop.call_soon_threadsafe(loop.call_later, max(0.0, deadline - lead), cut_event().set)
 
 
 def on_terminate(callback: Callable[[], None]) -> None:

@@ -231,6 +231,11 @@ class Gateway:
                 await self.budgets.settle(p.held, None, released=True)
             error = ProxyError(500, "routefit internal error", code="internal")
             return self._error(wire, route, error)
+        except BaseException:  # cancelled: the drain deadline passed; the reservation goes
+            if p is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.budgets.settle(p.held, None, released=True)
+            raise
 
     async def _forward(self, p: Prepared, request: Request) -> Response:
         leg = self.leg(p.rc, p.wire)

@@ -454,3 +454,70 @@ def test_worker_logs_keep_the_routefit_format(sim, tmp_path: Path):
         log = running.log()
     # Open mode (no teams) warns once per worker, in routefit's own format.
     assert log.count("WARNING routefit: no teams configured") == 2, log
+
+
+def test_work_outliving_the_drain_deadline_ends_cleanly_and_releases_its_budget(
+    fresh_sim, tmp_path: Path
+):
+    sim = fresh_sim
+    store = tmp_path / "store.sqlite3"
+    config = gateway_config(
+        tmp_path / "c.yaml",
+        [sim_route("gpt-4o", sim.base_url)],
+        store_path=str(store),
+        admin_key=ADMIN,
+        teams=[_team(tokens_per_day=10**9)],
+    )
+    sim.state.config.chunk_delay = 1.0  # ~20 events: far longer than the 1 s deadline
+    lines: list[str] = []
+    first = threading.Event()
+
+    def hold(base_url: str) -> None:
+        body = {"model": "gpt-4o", "messages": CHAT, "max_tokens": 20, "stream": True}
+        try:
+            with httpx.stream(
+                "POST", base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60
+            ) as r:
+                for line in r.iter_lines():
+                    if line:
+                        lines.append(line)
+                        first.set()
+        except httpx.HTTPError:
+            pass  # the connection was cut
+
+    answers: list[httpx.Response] = []
+
+    def wait_long(base_url: str) -> None:
+        sim.inject("delay:30")
+        body = {"model": "gpt-4o", "messages": CHAT, "max_tokens": 20}
+        url = base_url + "/v1/chat/completions"
+        answers.append(httpx.post(url, json=body, headers=AUTH, timeout=60))
+
+    try:
+        with run_routefit(config, extra_args=["--drain-seconds", "1"]) as running:
+            holder = threading.Thread(target=hold, args=(running.base_url,))
+            holder.start()
+            assert first.wait(HANG)
+            waiter = threading.Thread(target=wait_long, args=(running.base_url,))
+            waiter.start()
+            deadline = time.monotonic() + HANG
+            while len(sim.requests(path="/v1/chat/completions")) < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            running.process.send_signal(signal.SIGTERM)
+            code = running.process.wait(timeout=HANG)
+            holder.join(timeout=HANG)
+            waiter.join(timeout=HANG)
+            log = running.log()
+    finally:
+        sim.state.config.chunk_delay = 0.0
+    assert code == 0, log
+    assert lines and lines[-1] != "data: [DONE]"
+    error = json.loads(lines[-1].removeprefix("data: "))["error"]  # a well-formed ending
+    assert error["code"] == "upstream_error"
+    # The request still waiting for its provider: a 503 it may retry elsewhere.
+    assert [a.status_code for a in answers] == [503]
+    assert answers[0].json()["error"]["code"] == "shutting_down"
+    assert "Traceback" not in log, log
+    with run_routefit(config) as again:
+        assert _team_used(again.base_url) == 0  # released, not left reserved
