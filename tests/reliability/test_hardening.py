@@ -521,3 +521,23 @@ def test_work_outliving_the_drain_deadline_ends_cleanly_and_releases_its_budget(
     assert "Traceback" not in log, log
     with run_routefit(config) as again:
         assert _team_used(again.base_url) == 0  # released, not left reserved
+
+
+def test_connections_beyond_the_limit_get_503_until_slots_free(sim, tmp_path: Path):
+    config = gateway_config(tmp_path / "c.yaml", [sim_route("gpt-4o", sim.base_url)])
+    args = ["--max-connections", "4", "--header-timeout", "2"]
+    with run_routefit(config, extra_args=args) as running:
+        host, port = running.base_url.removeprefix("http://").split(":")
+        idle = [socket.create_connection((host, int(port)), timeout=HANG) for _ in range(4)]
+        try:
+            for s in idle:
+                s.sendall(b"GET /hea")  # holding a slot, headers unfinished
+            time.sleep(0.2)
+            refused = httpx.get(running.base_url + "/healthz")
+            assert refused.status_code == 503
+            for s in idle:
+                assert _closed_by_server(s) == b""  # the header deadline frees the slots
+        finally:
+            for s in idle:
+                s.close()
+        assert httpx.get(running.base_url + "/healthz").status_code == 200
