@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import signal
+import weakref
 from collections.abc import Callable
 from types import FrameType
 
@@ -30,7 +31,9 @@ __all__ = ["DRAIN_SECONDS_ENV", "cut_after", "cut_event", "drain_seconds", "on_t
 log = logging.getLogger("routefit")
 
 DRAIN_SECONDS_ENV = "ROUTEFIT_DRAIN_SECONDS"
-_cut: asyncio.Event | None = None
+_cuts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Event] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def drain_seconds() -> float:
@@ -42,18 +45,24 @@ def drain_seconds() -> float:
 
 
 def cut_event() -> asyncio.Event:
-    """Set when what is still in flight must end now (one per worker process)."""
-    global _cut
-    if _cut is None:
-        _cut = asyncio.Event()
-    return _cut
+    """Set when what is still in flight must end now (one per event loop: a worker has one;
+    in-process tests run many, and an asyncio.Event belongs to the loop that first waits)."""
+    loop = asyncio.get_running_loop()
+    event = _cuts.get(loop)
+    if event is None:
+        event = _cuts[loop] = asyncio.Event()
+    return event
 
 
 def cut_after(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
     """Fire the cut a little before ``deadline`` seconds from now (safe from a signal handler:
     the loop is woken through its self-pipe)."""
     lead = min(1.0, deadline / 2)
-    loop.call_soon_threadsafe(loop.call_later, max(0.0, deadline - lead), cut_event().set)
+
+    def arm() -> None:
+        loop.call_later(max(0.0, deadline - lead), cut_event().set)
+
+    loop.call_soon_threadsafe(arm)
 
 
 def on_terminate(callback: Callable[[], None]) -> None:
