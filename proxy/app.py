@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -26,11 +27,13 @@ from pricing.tokenizers import get_tokenizer
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, load_config
+from proxy.drain import cut_after, drain_seconds, on_terminate
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
+from proxy.middleware import Guard, ReadLimits
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
 from proxy.state import AppState
@@ -155,13 +158,18 @@ async def readyz(request: Request) -> Response:
     needs it, keeps loading in the background: requests to those routes wait for it, requests
     to OpenAI-compatible routes are served at once."""
     state = _state(request)
-    ready = state.readiness.tokenizers
+    store_ok = await state.store.ping()
+    # Fail-closed budgets refuse every budgeted request while the store is away: not ready.
+    closed = state.config.settings.budget_failure_mode == "closed" and not state.teams.open
+    draining = state.readiness.draining
+    ready = state.readiness.tokenizers and not draining and (store_ok or not closed)
+    status = "draining" if draining else ("ready" if ready else "starting")
     body: dict[str, object] = {
-        "status": "ready" if ready else "starting",
+        "status": status,
         "checks": {
-            "tokenizers": ready,
+            "tokenizers": state.readiness.tokenizers,
             "litellm": state.transports.ready,
-            "store": await state.store.ping(),
+            "store": store_ok,
         },
         "store": state.store.name,
         # asyncio tasks alive in this worker: a leak check for operators and tests.
@@ -308,6 +316,13 @@ def _log_start(state: AppState) -> None:
     log.info("routefit ready: %d route(s) from %s", len(config.routes), config.path)
 
 
+def _drain(state: AppState, loop: asyncio.AbstractEventLoop) -> None:
+    state.readiness.draining = True
+    seconds = drain_seconds()
+    cut_after(loop, seconds)
+    log.info("SIGTERM: draining for up to %g s (not ready; in-flight requests finish)", seconds)
+
+
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     state: AppState = app.state.routefit
@@ -319,6 +334,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     exact = {alias: rc.route.exact_text for alias, rc in state.config.routes.items()}
     state.calibrator.start(exact)
     _log_start(state)
+    loop = asyncio.get_running_loop()
+    on_terminate(lambda: _drain(state, loop))
     try:
         yield
     finally:
@@ -339,7 +356,9 @@ def create_app(
         routes=[*ROUTES, *state.dashboard.routes()],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(Guard, limits=ReadLimits.from_env())],
     )
+    app.router.redirect_slashes = False  # never a redirect built from the client's Host
     app.state.routefit = state
     return app
 

@@ -4,21 +4,34 @@ The body is read in chunks and refused as soon as it passes ``max_body_bytes``, 
 ``Content-Length`` claims, and it must be JSON that routefit can write back (orjson reads 1024
 levels of nesting but writes only 254, and routefit writes the body again to forward it and to
 key anchors): refused now as a 400 rather than as a 500 later.
+
+``Content-Encoding: gzip`` or ``deflate`` bodies are inflated as they arrive, and the *inflated*
+size is held to the same limit: a few kilobytes that inflate to gigabytes (a zip bomb) are refused
+with a 413 after at most ``limit`` bytes of output, never inflated whole. Other encodings are
+refused with a 415 naming the ones routefit reads.
+
+A client that goes away while sending its body is not routefit's error: it is a 499 (the status
+nginx made the name for), and one that stops sending is a 408 (``proxy.middleware``).
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
+from proxy.disconnect import client_closed
 from proxy.errors import ProxyError
+from proxy.middleware import BodyTimeout
 
 __all__ = ["read_json"]
 
 #: Nesting orjson can write back (it reads deeper JSON than it writes).
 _MAX_DEPTH = 254
+_ENCODINGS = ("gzip", "deflate", "identity")
 
 
 def _too_large(limit: int) -> ProxyError:
@@ -27,19 +40,92 @@ def _too_large(limit: int) -> ProxyError:
     )
 
 
-async def read_json(request: Request, limit: int) -> tuple[Any, int]:
-    """(the parsed body, its size in bytes)."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise _too_large(limit)
-    chunks = []
+def _decoder(encoding: str) -> Any:
+    """A streaming inflater for ``encoding`` (None: identity)."""
+    if encoding in ("", "identity"):
+        return None
+    if encoding == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        # RFC 9110 "deflate" is zlib-wrapped; some clients send raw deflate: accept both.
+        return _Deflate()
+    raise ProxyError(
+        415,
+        f"Content-Encoding {encoding!r} is not supported; send the body as it is, "
+        f"or encoded with one of: {', '.join(_ENCODINGS)}",
+        code="unsupported_content_encoding",
+    )
+
+
+class _Deflate:
+    """zlib-wrapped deflate, or raw deflate when the first bytes are no zlib header."""
+
+    def __init__(self) -> None:
+        self._inner: Any = None
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        if self._inner is None:
+            raw = not data or (data[0] & 0x0F) != 8 or ((data[0] << 8) | data[1]) % 31 != 0
+            self._inner = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
+        out: bytes = self._inner.decompress(data, max_length)
+        return out
+
+    @property
+    def unconsumed_tail(self) -> bytes:
+        return b"" if self._inner is None else bytes(self._inner.unconsumed_tail)
+
+    @property
+    def eof(self) -> bool:
+        return self._inner is not None and bool(self._inner.eof)
+
+
+async def _chunks(request: Request) -> AsyncIterator[bytes]:
+    """The raw body; a departed client becomes a 499 and a stalled one a 408."""
+    try:
+        async for chunk in request.stream():
+            yield chunk
+    except ClientDisconnect:
+        raise client_closed() from None
+    except BodyTimeout as exc:
+        raise ProxyError(408, str(exc), code="request_timeout") from None
+
+
+async def _read(request: Request, limit: int) -> tuple[bytes, int]:
+    """(the decoded body, its size on the wire)."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    decoder = _decoder(encoding)
+    out = bytearray()
     size = 0
-    async for chunk in request.stream():
+    async for chunk in _chunks(request):
         size += len(chunk)
         if size > limit:
             raise _too_large(limit)
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+        if decoder is None:
+            out += chunk
+            continue
+        data = chunk
+        while data:
+            try:
+                # Never more output than the limit allows: a bomb stops here.
+                out += decoder.decompress(data, limit + 1 - len(out))
+            except zlib.error as exc:
+                raise ProxyError(
+                    400, f"the {encoding} request body is corrupt: {exc}", code="invalid_body"
+                ) from None
+            if len(out) > limit:
+                raise _too_large(limit)
+            data = decoder.unconsumed_tail
+    if decoder is not None and size and not decoder.eof:
+        raise ProxyError(400, f"the {encoding} request body is truncated", code="invalid_body")
+    return bytes(out), size
+
+
+async def read_json(request: Request, limit: int) -> tuple[Any, int]:
+    """(the parsed body, its size in bytes once decoded)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise _too_large(limit)
+    raw, _ = await _read(request, limit)
     if not raw:
         raise ProxyError(
             400, "the request body is empty; expected a JSON object", code="invalid_json"
@@ -58,4 +144,4 @@ async def read_json(request: Request, limit: int) -> tuple[Any, int]:
             f"the request body is nested more than {_MAX_DEPTH} levels deep",
             code="invalid_json",
         ) from None
-    return body, size
+    return body, len(raw)

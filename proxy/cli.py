@@ -137,20 +137,36 @@ def _fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import logging
+def _log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging config with routefit's format (``LEVEL logger: message``) on the root
+    logger: applied in every worker process (``logging.basicConfig`` in the parent would reach
+    only the parent, and ``--workers N`` lost the prefix)."""
+    from uvicorn.config import LOGGING_CONFIG
 
-    import uvicorn
+    config = json.loads(json.dumps(LOGGING_CONFIG))
+    config["formatters"]["routefit"] = {"format": "%(levelname)s %(name)s: %(message)s"}
+    config["handlers"]["routefit"] = {
+        "formatter": "routefit",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+    }
+    config["root"] = {"handlers": ["routefit"], "level": level.upper()}
+    # One line per image fetch is noise.
+    config["loggers"]["httpx"] = {"level": "WARNING"}
+    return dict(config)
 
-    from proxy.app import CONFIG_ENV
-    from proxy.config import ConfigError, load_config
 
-    path = os.path.abspath(args.config)
-    try:
-        config = load_config(path)  # fail here, with exit 2, rather than in every worker
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-    os.environ[CONFIG_ENV] = path
+def _serve_environment(args: argparse.Namespace) -> None:
+    """Settings each worker reads at start (uvicorn starts workers from a pickled config)."""
+    from proxy.drain import DRAIN_SECONDS_ENV
+    from proxy.middleware import BODY_MIN_RATE_ENV, BODY_TIMEOUT_ENV
+    from proxy.protocol import HEADER_TIMEOUT_ENV, MAX_HEADER_BYTES_ENV
+
+    os.environ[HEADER_TIMEOUT_ENV] = str(args.header_timeout)
+    os.environ[MAX_HEADER_BYTES_ENV] = str(args.max_header_bytes)
+    os.environ[BODY_TIMEOUT_ENV] = str(args.body_timeout)
+    os.environ[BODY_MIN_RATE_ENV] = str(args.body_min_rate)
+    os.environ[DRAIN_SECONDS_ENV] = str(args.drain_seconds)
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each worker is its own process with its own counters; prometheus_client's
         # multiprocess mode shares them through files, so /metrics shows all workers.
@@ -161,24 +177,50 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_dir = tempfile.mkdtemp(prefix="routefit-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per image fetch is noise
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging.config
+    import signal
+
+    import uvicorn
+
+    from proxy.app import CONFIG_ENV
+    from proxy.config import ConfigError, load_config
+    from proxy.protocol import HeaderDeadlineProtocol
+
+    path = os.path.abspath(args.config)
+    try:
+        config = load_config(path)  # fail here, with exit 2, rather than in every worker
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    os.environ[CONFIG_ENV] = path
+    _serve_environment(args)
+    log_config = _log_config(args.log_level)
+    logging.config.dictConfig(log_config)
     print(
         f"routefit: serving {len(config.routes)} route(s) on http://{args.host}:{args.port} "
         f"with {args.workers} worker(s)",
         file=sys.stderr,
     )
+    # uvicorn re-raises the SIGTERM it drained on once it is done; a drained shutdown is a
+    # clean exit (status 0), not a death by signal.
+    signal.signal(signal.SIGTERM, lambda sig, frame: None)
     uvicorn.run(
         "proxy.app:create_app_from_env",
         factory=True,
         host=args.host,
         port=args.port,
         workers=args.workers,
+        http=HeaderDeadlineProtocol,
         log_level=args.log_level,
+        log_config=log_config,
         access_log=args.access_log,
         proxy_headers=False,
         server_header=False,
-        timeout_graceful_shutdown=30,
+        timeout_keep_alive=args.keep_alive,
+        limit_concurrency=args.max_connections or None,
+        timeout_graceful_shutdown=args.drain_seconds,
     )
     return 0
 
@@ -450,6 +492,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     serve.add_argument("--access-log", action="store_true", help="log every request")
+    limits = serve.add_argument_group("connection limits (per worker)")
+    for flag, default, helps in (
+        ("--header-timeout", 10.0, "seconds a connection may take to send its request headers"),
+        ("--body-timeout", 30.0, "seconds of silence allowed while a request body arrives"),
+        ("--body-min-rate", 1024.0, "bytes/s a body must average after --body-timeout (0: any)"),
+        ("--keep-alive", 5.0, "seconds an idle kept-alive connection stays open"),
+        ("--drain-seconds", 30.0, "after SIGTERM, seconds in-flight requests may take to finish"),
+    ):
+        limits.add_argument(
+            flag, type=float, default=default, help=f"{helps} (default {default:g})"
+        )
+    limits.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=65536,
+        help="size of a request's headers before it gets 431 (default 65536)",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        default=2048,
+        help="connections plus requests in flight before new requests get 503 (0: no limit)",
+    )
     serve.set_defaults(run=_serve)
 
     # `routefit sim ...` is handed to the simulator's own parser (see main); listed here for help.

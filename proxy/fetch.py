@@ -311,6 +311,33 @@ class ImageSizer:
         results = await asyncio.gather(*(self._size(u, policy) for u in wanted))
         return {u: size for u, size in zip(wanted, results, strict=True) if size is not None}
 
+    def allowed(self, url: str, policy: ImageFetchPolicy) -> bool:
+        """Whether ``policy`` lets this URL be fetched at all (scheme and host)."""
+        return policy.enabled and self._allowed(url, policy)
+
+    async def fetch_image(
+        self, url: str, policy: ImageFetchPolicy, limit: int
+    ) -> tuple[str, bytes]:
+        """(content type, bytes) of a whole image under ``policy``'s fences, for a transport
+        that must be handed images inline. At most ``limit`` bytes; raises ``FetchRefused``
+        with the reason when the policy refuses it or the fetch fails."""
+        if not self.allowed(url, policy):
+            raise FetchRefused("its host is not on the route's image_fetch.allow_hosts")
+        try:
+            async with asyncio.timeout(policy.timeout_s), self._gate:
+                self.fetches += 1
+                response = await self._final(url, policy, whole=limit)
+                if response is None:
+                    raise FetchRefused("it did not answer with an image")
+                try:
+                    return await _read_whole(response, limit)
+                finally:
+                    await response.aclose()
+        except FetchRefused:
+            raise
+        except Exception as exc:
+            raise FetchRefused(f"it could not be fetched: {type(exc).__name__}") from None
+
     @staticmethod
     def _allowed(url: str, policy: ImageFetchPolicy) -> bool:
         try:
@@ -348,9 +375,22 @@ class ImageSizer:
         return size
 
     async def _follow(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
+        response = await self._final(url, policy)
+        if response is None:
+            return None
+        try:
+            return await self._read_size(response, policy)
+        finally:
+            await response.aclose()
+
+    async def _final(
+        self, url: str, policy: ImageFetchPolicy, whole: int = 0
+    ) -> httpx.Response | None:
+        """The open 200/206 response at the end of the checked redirects (None: none)."""
         target = httpx.URL(url)
         for _ in range(policy.max_redirects + 1):
-            response = await self._send_pinned(target, policy)
+            response = await self._send_pinned(target, policy, whole)
+            keep = False
             try:
                 if response.is_redirect:
                     location = response.headers.get("location")
@@ -360,17 +400,21 @@ class ImageSizer:
                     continue
                 if response.status_code not in (200, 206):
                     return None
-                return await self._read_size(response, policy)
+                keep = True
+                return response
             finally:
-                await response.aclose()
+                if not keep:
+                    await response.aclose()
         raise FetchRefused(f"more than {policy.max_redirects} redirect(s)")
 
-    async def _send_pinned(self, target: httpx.URL, policy: ImageFetchPolicy) -> httpx.Response:
+    async def _send_pinned(
+        self, target: httpx.URL, policy: ImageFetchPolicy, whole: int = 0
+    ) -> httpx.Response:
         """GET ``target`` from one of its host's checked addresses, tried in resolver order."""
         addresses = await self._checked_addresses(target, policy)
         failure: Exception | None = None
         for ip in addresses:
-            request = self._pinned_request(target, ip, policy)
+            request = self._pinned_request(target, ip, policy, whole)
             try:
                 return await self._client.send(request, stream=True, follow_redirects=False)
             except httpx.ConnectError as exc:  # e.g. ::1 first while the server is on 127.0.0.1
@@ -400,16 +444,18 @@ class ImageSizer:
         return checked
 
     def _pinned_request(
-        self, target: httpx.URL, ip: IPAddress, policy: ImageFetchPolicy
+        self, target: httpx.URL, ip: IPAddress, policy: ImageFetchPolicy, whole: int = 0
     ) -> httpx.Request:
-        """A request to the checked ``ip``, carrying ``target``'s name for Host and TLS."""
+        """A request to the checked ``ip``, carrying ``target``'s name for Host and TLS; for
+        the first ``policy.max_bytes`` bytes, or the whole image when ``whole`` > 0."""
         headers = {
             "Host": target.netloc.decode("ascii"),
             "Accept": "image/*",
             "Accept-Encoding": "identity",
-            "Range": f"bytes=0-{policy.max_bytes - 1}",
             "User-Agent": "routefit-image-sizer",
         }
+        if not whole:
+            headers["Range"] = f"bytes=0-{policy.max_bytes - 1}"
         extensions: dict[str, Any] = {}
         if target.scheme == "https":
             extensions["sni_hostname"] = target.raw_host.decode("ascii")
@@ -445,3 +491,18 @@ class ImageSizer:
             if need > policy.max_bytes or len(data) >= policy.max_bytes:
                 return None  # the header lies beyond what this route lets us read
         return None
+
+
+async def _read_whole(response: httpx.Response, limit: int) -> tuple[str, bytes]:
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise FetchRefused(f"it came {encoding}-encoded")
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not kind.startswith("image/"):
+        raise FetchRefused(f"it is not an image ({kind or 'no content type'})")
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) > limit:
+            raise FetchRefused(f"it is larger than {limit:,} bytes")
+    return kind, bytes(data)

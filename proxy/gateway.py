@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import anyio
@@ -29,8 +29,10 @@ from proxy.body import read_json
 from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig, Upstream
+from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
 from proxy.fetch import ImageSizer, image_urls
+from proxy.inline import inline_images
 from proxy.metrics import Metrics
 from proxy.provider_keys import ProviderKeys
 from proxy.streaming import SSEResponse
@@ -311,15 +313,25 @@ class Gateway:
                 await self.budgets.settle(p.held, None, released=True)
             error = ProxyError(500, "routefit internal error", code="internal")
             return self._error(wire, route, error)
+        except BaseException:  # cancelled: the drain deadline passed; the reservation goes
+            if p is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.budgets.settle(p.held, None, released=True)
+            raise
 
     async def _forward(self, p: Prepared, request: Request) -> Response:
         leg = self.leg(p.rc, p.wire)
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
+        if leg.transport is self.transports.translated:
+            # litellm never fetches a URL: routefit's fetcher does, under the route's policy.
+            out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))
         route = p.rc.route.alias
         upstream = p.upstream or p.rc.upstream
         sent = time.perf_counter()
         if out.stream:
-            events = await _from_upstream(leg.transport.stream(upstream, out))
+            events = await until_disconnect(
+                request.receive, _from_upstream(leg.transport.stream(upstream, out))
+            )
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
             try:
                 learnt = await self.exact(p)
@@ -327,7 +339,9 @@ class Gateway:
                 await events.aclose()
                 raise
             return self._relay(p, leg, events, self.headers(p), learnt)
-        completion = await _from_upstream(leg.transport.complete(upstream, out))
+        completion = await until_disconnect(
+            request.receive, _from_upstream(leg.transport.complete(upstream, out))
+        )
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
         # in by now, and the answer's headers, calibration and metrics use it.
@@ -426,6 +440,8 @@ class Gateway:
 
 def _kind(err: ProxyError) -> str:
     """The ``kind`` label of routefit_errors_total."""
+    if err.status == CLIENT_CLOSED:
+        return "disconnect"
     if err.origin == "upstream":
         return "upstream"
     if err.code == "context_length_exceeded":

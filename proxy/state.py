@@ -23,10 +23,12 @@ __all__ = ["AppState", "Readiness"]
 
 @dataclass(slots=True)
 class Readiness:
-    """Whether the route tokenizers are loaded (the one thing /readyz waits for)."""
+    """Whether the route tokenizers are loaded (the one thing /readyz waits for), and whether
+    the worker is draining (SIGTERM: not ready again)."""
 
     tokenizers: bool = False
     error: str | None = None
+    draining: bool = False
 
 
 @dataclass(slots=True)

@@ -3,7 +3,9 @@
 A plain ASGI response rather than Starlette's StreamingResponse, because two things must be
 deterministic: a client that disconnects must cancel the upstream request at once (not at the
 next chunk, which for a slow model may be seconds away), and the upstream connection must be
-closed and the completion hook run exactly once, however the stream ends.
+closed and the completion hook run exactly once, however the stream ends — a stream the
+drain cuts included (``proxy.drain``: it ends with its wire's error event and its reservation is
+released; one uvicorn cancels after that is counted with the disconnects, not as a 502).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 import anyio
 from starlette.responses import Response
 
+from proxy.drain import cut_event
 from proxy.transports import EventStream
 from proxy.types import Receive, Scope, Send
 
@@ -56,9 +59,18 @@ class SSEResponse(Response):
                     cancel.cancel()
                     return
 
+        async def cut() -> None:
+            # The drain deadline is near: drop the provider's stream, so the relay ends with
+            # its wire's error event (StreamBroken) instead of being cancelled mid-write.
+            nonlocal disconnected
+            await cut_event().wait()
+            disconnected = True  # counted with the streams that did not finish, not as a 502
+            await self.source.aclose()
+
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(watch, tg.cancel_scope)
+                tg.start_soon(cut)
                 try:
                     await send(
                         {"type": "http.response.start", "status": 200, "headers": self.sse_headers}
@@ -69,6 +81,11 @@ class SSEResponse(Response):
                 except OSError:  # ASGI 2.4: send() raises once the client is gone
                     disconnected = True
                 tg.cancel_scope.cancel()
+        except BaseException:
+            # Cancelled from outside: the server's drain deadline cut the stream. Not the
+            # provider's failure; counted with the streams whose client went away.
+            disconnected = True
+            raise
         finally:
             with anyio.CancelScope(shield=True):
                 await self.chunks.aclose()

@@ -3,13 +3,20 @@
 Tests talk to real services. Redis: ``REDIS_URL`` when set (CI exports it), else 127.0.0.1:6379
 when it answers, else a ``redis-server`` started on a free port for the session (the Debian
 package ``redis-server`` is the one system prerequisite of the tests).
+
+A shared server is someone else's: the session claims a database of its own on it (the first of
+15..1 that is empty, claimed with ``SET NX`` so two sessions never share one), and empties it
+at the end, so no test key is left behind and no stranger's key is touched.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import PrivateRedis, redis_answers
@@ -20,14 +27,50 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+_CLAIM = "routefit-tests:claimed"
+
+
+def _claim_database(url: str) -> tuple[str, Any] | None:
+    """(URL of an empty database this session now owns, its client), or None."""
+    import redis
+
+    base = url.rsplit("/", 1)[0] if url.count("/") > 2 else url.rstrip("/")
+    token = uuid.uuid4().hex
+    for db in range(15, 0, -1):
+        client = redis.Redis.from_url(f"{base}/{db}")
+        try:
+            if client.set(_CLAIM, token, nx=True, ex=6 * 3600):
+                if client.dbsize() == 1:
+                    return f"{base}/{db}", client
+                client.delete(_CLAIM)  # keys of someone else's: not ours to empty
+        except redis.RedisError:
+            pass
+        client.close()
+    return None
+
+
+@contextmanager
+def _own_database(url: str) -> Iterator[str]:
+    claimed = _claim_database(url)
+    if claimed is None:  # no free database (or SELECT refused): share, as before
+        yield url
+        return
+    own, client = claimed
+    try:
+        yield own
+    finally:
+        client.flushdb()
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     url = os.environ.get("REDIS_URL")
+    if not url and redis_answers(6379):
+        url = "redis://127.0.0.1:6379/0"
     if url:
-        yield url
-        return
-    if redis_answers(6379):
-        yield "redis://127.0.0.1:6379/0"
+        with _own_database(url) as own:
+            yield own
         return
     try:
         server = PrivateRedis()

@@ -8,6 +8,7 @@ would have seen from the provider.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
@@ -22,7 +23,19 @@ from proxy.usage import normalize_usage
 from proxy.wires.base import Answer, Outcome
 from strategies.fit import Fit, FitError
 
-__all__ = ["ChatWire", "error_event"]
+__all__ = ["ChatWire", "as_alias", "error_event"]
+
+#: The first ``"model": "..."`` member of a JSON text (a key: a quote inside a string is escaped).
+_MODEL = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
+
+
+def as_alias(data: bytes, alias: str) -> bytes:
+    """``data`` answering as the client's alias: the provider names its own model (litellm's
+    upstream name, a dated snapshot), the client asked for the route's alias and gets it back."""
+    if not alias:
+        return data
+    member = b'"model":' + orjson.dumps(alias)
+    return _MODEL.sub(lambda _: member, data, count=1)
 
 
 def error_event(message: str, code: str = "upstream_error") -> bytes:
@@ -84,7 +97,7 @@ class ChatWire:
     def answer(self, request: ChatRequest, completion: Completion, wire: str) -> Answer:
         data = completion.data
         usage = normalize_usage(data.get("usage")) if isinstance(data, dict) else None
-        return Answer(completion.body, usage)
+        return Answer(as_alias(completion.body, request.model), usage)
 
     async def relay(
         self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
@@ -94,7 +107,7 @@ class ChatWire:
             async for event in events:
                 out = inspect(event, outcome, wants_usage)
                 if out:
-                    yield out
+                    yield as_alias(out, request.model)
         except StreamBroken as exc:
             yield error_event(f"the upstream stream broke off before it was complete: {exc}")
             return

@@ -239,8 +239,9 @@ def test_fail_closed_outage_is_a_clear_503_and_recovers(sim, tmp_path):
             check_error_shape(r.status_code, r.content, "closed", allow_5xx=True)
             assert r.json()["error"]["code"] == "store_unavailable"
             assert r.headers["retry-after"] == "1"
+        # Fail-closed budgets cannot serve while the store is away: not ready (issue 19).
         ready = httpx.get(gw.base_url + "/readyz")
-        assert ready.status_code == 200 and ready.json()["checks"]["store"] is False
+        assert ready.status_code == 503 and ready.json()["checks"]["store"] is False
         redis.start()
         deadline = time.monotonic() + 5
         while (r := httpx.post(url, json=body, headers=AUTH)).status_code != 200:

@@ -1,0 +1,96 @@
+"""uvicorn's HTTP protocol with a deadline on the request headers.
+
+uvicorn bounds the silence *between* requests on a kept-alive connection (``timeout_keep_alive``)
+but not the wait for a request's headers: a client that opens a connection and sends half a
+request line holds that socket for ever (measured: still open after 76 s). This protocol closes
+a connection whose request headers are not complete ``header_timeout`` seconds after it started
+waiting for them — after the connection was made, or after the previous response when the
+client starts another request. The body's own deadline is ``proxy.middleware``'s.
+
+It also bounds their size: httptools puts no limit on the header block (measured: 1.7 GB of
+``X-Pad`` headers accepted in 10 s, every one kept in memory), so once more than
+``max_header_bytes`` arrived without completing the headers the client gets a 431 and the
+connection is closed.
+
+The limits are read from ``ROUTEFIT_HEADER_TIMEOUT`` and ``ROUTEFIT_MAX_HEADER_BYTES``
+(``routefit serve --header-timeout / --max-header-bytes`` set them), because uvicorn builds the
+protocol in each worker process from its own config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = ["HEADER_TIMEOUT_ENV", "MAX_HEADER_BYTES_ENV", "HeaderDeadlineProtocol"]
+
+HEADER_TIMEOUT_ENV = "ROUTEFIT_HEADER_TIMEOUT"
+MAX_HEADER_BYTES_ENV = "ROUTEFIT_MAX_HEADER_BYTES"
+
+_TOO_LARGE = b'{"error":{"message":"request headers too large","type":"invalid_request_error","param":null,"code":"headers_too_large"}}'  # noqa: E501
+_431 = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: " + str(len(_TOO_LARGE)).encode() + b"\r\n\r\n"
+) + _TOO_LARGE
+
+
+def _env(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class HeaderDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol; a connection waiting too long for headers is closed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timeout = _env(HEADER_TIMEOUT_ENV, 10.0)
+        self._max_header_bytes = int(_env(MAX_HEADER_BYTES_ENV, 65536))
+        self._header_timer: asyncio.TimerHandle | None = None
+        #: Bytes received since the headers being waited for began (chunks that did not end them).
+        self._header_bytes = 0
+
+    def _waiting_for_headers(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self._header_timer is None and self._header_timeout > 0:
+            self._header_timer = self.loop.call_later(self._header_timeout, self._expire)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _expire(self) -> None:
+        self._header_timer = None
+        if self._waiting_for_headers() and not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        before = self.cycle
+        super().data_received(data)
+        if self.cycle is not before:
+            self._disarm()  # a request's headers are in
+            self._header_bytes = 0
+        elif self._waiting_for_headers() and not self.transport.is_closing():
+            self._arm()  # the first bytes of the next request on a kept-alive connection
+            self._header_bytes += len(data)
+            if 0 < self._max_header_bytes < self._header_bytes:
+                self.transport.write(_431)
+                self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
