@@ -294,7 +294,8 @@ class Gateway:
             p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
             if self.on_fit is not None:
                 self.on_fit(p.fitted.report)
-            reserve = output_reserve(
+            # Every completion the request can produce may use the whole output reservation.
+            reserve = p.request.choices * output_reserve(
                 p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
             )
             p.held = await self.budgets.reserve(p.team, p.rc, p.estimate, reserve)
