@@ -507,6 +507,45 @@ def _sessions_section(se: dict, lines: list[str], goals: list) -> None:
             _mark(rf["cache_hit_ratio"] >= PROXY_GOALS["cache_hit"]),
         )
     )
+    if se.get("frontier"):
+        _frontier_lines(se["frontier"], lines, goals)
+
+
+def _frontier_lines(fr: dict, lines: list[str], goals: list) -> None:
+    """The cut schedule's cache-hit / window-use frontier over the fit policy knobs."""
+    lines += [
+        "### The cut schedule's frontier",
+        "",
+        "The same sessions through routefit once per point of the cut-schedule knobs "
+        "(`pin_fraction`, `low_water`, `checkpoint_quantum`); ★ marks the points no other "
+        "point beats on both cache-hit and median window use, **bold** the default.",
+        "",
+        "| pin_fraction | low_water | checkpoint_quantum | cache-hit | median window use "
+        "| overflow | invalid | frontier |",
+        "|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for p in sorted(fr["points"], key=lambda p: -p["median_window_use"]):
+        bold = "**" if p["default"] else ""
+        lines.append(
+            f"| {bold}{p['pin_fraction']:.2f}{bold} | {bold}{p['low_water']:.2f}{bold} | "
+            f"{bold}{p['checkpoint_quantum']:.2f}{bold} | {p['cache_hit_ratio']:.1%} | "
+            f"{p['median_window_use']:.0%} | {p['overflow']} | {p['invalid']} | "
+            f"{'★' if p['on_frontier'] else ''} |"
+        )
+    default = next(p for p in fr["points"] if p["default"])
+    lines.append("")
+    goals.append(
+        (
+            "window use ≥ 0.80 at cache-hit ≥ 80%, the default on the frontier (issue 18)",
+            f"default: {default['median_window_use']:.0%} at {default['cache_hit_ratio']:.1%}"
+            f"{', on the frontier' if default['on_frontier'] else ', off the frontier'}",
+            _mark(
+                default["median_window_use"] >= 0.80
+                and default["cache_hit_ratio"] >= 0.80
+                and default["on_frontier"]
+            ),
+        )
+    )
 
 
 PROFILE_NOTES = [

@@ -16,6 +16,11 @@ Every request asks for ``max_tokens`` 256. Counted per strategy: requests reject
 an orphaned tool result / unanswered tool call), the provider cache-hit ratio (cached / prompt
 tokens, summed over accepted requests) and billed input tokens with cached tokens at 10%.
 The simulator's caches are reset between strategies; sessions never share content.
+
+The frontier: the same sessions through routefit once per point of the cut-schedule knobs
+(``pin_fraction``, ``low_water``, ``checkpoint_quantum``), each point's cache-hit ratio against
+its median window use; the points no other beats on both are the frontier, and the report says
+whether the default is on it.
 """
 
 from __future__ import annotations
@@ -155,13 +160,20 @@ def classify(status: int, body: dict) -> str:
     return f"error {status}"
 
 
-def replay(strategy: str, steps: list[list[dict]], client: httpx.Client, url: str, trim) -> list:
+def replay(
+    strategy: str,
+    steps: list[list[dict]],
+    client: httpx.Client,
+    url: str,
+    trim,
+    alias: str = "small",
+) -> list:
     history: list[dict] = []
     records = []
     for step in steps:
         history.extend(step)
         if strategy == "routefit":
-            messages, model = history, "small"
+            messages, model = history, alias
         elif strategy == "trim_messages":
             messages, model = trim(history, model="gpt-4o", max_tokens=TRIM_TO), "gpt-4o-small"
         else:
@@ -207,6 +219,100 @@ def summarise(records: list[dict]) -> dict:
         "median_window_use": statistics.median(r["prompt"] / WINDOW for r in ok) if ok else 0.0,
         "error_samples": [r["error"] for r in records if r["error"]][:3],
     }
+
+
+#: The fit policy's cut-schedule knobs and the route default (strategies.policy.FitPolicy).
+KNOBS = ("pin_fraction", "low_water", "checkpoint_quantum")
+DEFAULT = (0.65, 0.8, 0.1)
+
+
+def policy_grid(quick: bool) -> list[tuple[float, float, float]]:
+    """Points of the knob space: each knob moved alone around the default (quick), or the
+    whole grid (full); the default is always one of them."""
+    pins, lows, quanta = (0.0, 0.5, 0.65, 0.8), (0.7, 0.8, 0.9), (0.05, 0.1, 0.2)
+    if not quick:
+        return sorted({(p, lw, q) for p in pins for lw in lows for q in quanta} | {DEFAULT})
+    pin, low, quantum = DEFAULT
+    points = {DEFAULT}
+    points |= {(p, low, quantum) for p in pins}
+    points |= {(pin, lw, quantum) for lw in lows}
+    points |= {(pin, low, q) for q in quanta}
+    points |= {(0.8, 0.9, 0.05), (0.5, 0.7, 0.2)}
+    return sorted(points)
+
+
+def pareto(points: list[dict]) -> list[dict]:
+    """The points no other point beats on both cache-hit and window use (higher is better)."""
+    return [
+        p
+        for p in points
+        if not any(
+            q["cache_hit_ratio"] >= p["cache_hit_ratio"]
+            and q["median_window_use"] >= p["median_window_use"]
+            and (
+                q["cache_hit_ratio"] > p["cache_hit_ratio"]
+                or q["median_window_use"] > p["median_window_use"]
+            )
+            for q in points
+        )
+    ]
+
+
+def frontier(servers: Servers, sessions: list[list[list[dict]]], quick: bool, log=print) -> dict:
+    """Cache-hit / window-use over the cut-schedule knobs: one routefit, one route per point
+    of the grid (same simulator model), every session replayed on each, caches reset between."""
+    sim: Server = servers.sim()
+    grid = policy_grid(quick)
+    aliases = {point: f"small-{i}" for i, point in enumerate(grid)}
+    config = write_yaml(
+        servers.dir / "routefit-frontier.yaml",
+        {
+            "model_list": [
+                openai_entry(
+                    alias,
+                    sim.base_url,
+                    "gpt-4o-small",
+                    model_info={"max_input_tokens": WINDOW, "max_output_tokens": 4096},
+                    routefit={"fit": dict(zip(KNOBS, point, strict=True))},
+                )
+                for point, alias in aliases.items()
+            ],
+            "routefit_settings": {"store_path": ":memory:", "max_body_bytes": 64_000_000},
+        },
+    )
+    rf = servers.routefit(config)
+    points = []
+    with httpx.Client(timeout=60) as client:
+        for point, alias in aliases.items():
+            client.post(sim.base_url + "/sim/reset")
+            records = []
+            for steps in sessions:
+                records += replay(
+                    "routefit", steps, client, rf.base_url + "/v1/chat/completions", None, alias
+                )
+            s = summarise(records)
+            row = {
+                **dict(zip(KNOBS, point, strict=True)),
+                "default": point == DEFAULT,
+                "cache_hit_ratio": s["cache_hit_ratio"],
+                "median_window_use": s["median_window_use"],
+                "overflow": s["overflow"],
+                "invalid": s["invalid"],
+            }
+            points.append(row)
+            log(
+                f"  pin {point[0]:.2f} low {point[1]:.2f} quantum {point[2]:.2f}: cache hit "
+                f"{row['cache_hit_ratio']:6.1%}  median window use {row['median_window_use']:.0%}"
+                f"  overflow {row['overflow']}  invalid {row['invalid']}"
+                + ("  (default)" if row["default"] else "")
+            )
+    servers.stop(rf)
+    servers.stop(sim)
+    front = pareto(points)
+    for p in points:
+        p["on_frontier"] = p in front
+    default = next(p for p in points if p["default"])
+    return {"knobs": list(KNOBS), "points": points, "default_on_frontier": default["on_frontier"]}
 
 
 class _Counter(logging.Handler):
@@ -288,6 +394,8 @@ def run(servers: Servers, quick: bool, log=print) -> dict:
     out["trim_internal_errors"] = counter.count
     servers.stop(rf)
     servers.stop(sim)
+    log("  the cut schedule's frontier (routefit, per fit policy):")
+    out["frontier"] = frontier(servers, sessions, quick, log)
     return out
 
 

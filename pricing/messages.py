@@ -90,6 +90,9 @@ class ChatRequest:
     #: The client's output reservation (``max_completion_tokens`` or ``max_tokens``), if any.
     max_output_tokens: int | None
     body: Mapping[str, Any]
+    #: How many completions the request asks for (chat's ``n``): each may use the whole output
+    #: reservation, so a quota must hold ``choices × max_output_tokens``.
+    choices: int = field(default=1, kw_only=True)
 
 
 def _show(value: Any) -> str:
@@ -211,6 +214,15 @@ def _max_output(body: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _choices(body: Mapping[str, Any]) -> int:
+    value = body.get("n")
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(f"n must be a positive integer, not {_show(value)}", "n")
+    return value
+
+
 def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     tools: list[Mapping[str, Any]] = []
     raw_tools = body.get("tools")
@@ -256,6 +268,7 @@ def parse_request(body: Any) -> ChatRequest:
         tools=_tools(body),
         max_output_tokens=_max_output(body),
         body=body,
+        choices=_choices(body),
     )
 
 

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import anyio
@@ -34,10 +34,11 @@ from proxy.errors import ProxyError
 from proxy.fetch import ImageSizer, image_urls
 from proxy.inline import inline_images
 from proxy.metrics import Metrics
+from proxy.overflow import provider_count
 from proxy.provider_keys import ProviderKeys
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
-from proxy.transports import EventStream, Leg, Transports
+from proxy.transports import EventStream, Leg, Outbound, Transports
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
 from strategies.fit import Fit, FitError, FitReport, fit, fit_bounded
@@ -56,6 +57,10 @@ _THREAD_ABOVE = 512 * 1024
 #: answer waits only for the later of the provider and the count, so its headers, calibration
 #: and metrics are exact. Smaller ones cost less to count (and are mostly cached) than twice.
 _BOUND_ABOVE = 16 * 1024
+#: After a provider overflow the correction is scaled to the provider's count and this much
+#: more: the refit gets one more attempt, and the part the count does not pin down (what the
+#: cut removes and the marker adds) is priced by the scaled weights.
+_REFIT_SLACK = 1.02
 
 
 @dataclass(slots=True)
@@ -79,6 +84,8 @@ class Prepared:
     #: On the bounded path: the exact fit, counted in a thread while the request is forwarded;
     #: ``fitted`` and ``estimate`` are bounds until ``Gateway.exact`` replaces them.
     exact: asyncio.Future[Fit] | None = None
+    #: Image sizes fetched for this request (a refit after a provider overflow reuses them).
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class Gateway:
@@ -181,6 +188,7 @@ class Gateway:
                     keys,
                     hit,
                     exact=exact,
+                    sizes=sizes,
                 )
         if bound:
             self.metrics.fit_proofs.labels(rc.route.alias, "count").inc()
@@ -192,7 +200,9 @@ class Gateway:
             tighter = correction.scaled(estimate / max(1, fitted.estimate))
             fitted = await self._fit(wire, parsed, rc, policy, tighter, sizes, threaded)
             estimate, keys, hit = await self._anchor(rc, fitted)
-        return Prepared(wire, rc, team, policy, parsed, fitted, estimate, started, keys, hit)
+        return Prepared(
+            wire, rc, team, policy, parsed, fitted, estimate, started, keys, hit, sizes=sizes
+        )
 
     async def _bounded(
         self,
@@ -296,7 +306,8 @@ class Gateway:
             p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
             if self.on_fit is not None:
                 self.on_fit(p.fitted.report)
-            reserve = output_reserve(
+            # Every completion the request can produce may use the whole output reservation.
+            reserve = p.request.choices * output_reserve(
                 p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
             )
             p.held = await self.budgets.reserve(p.team, p.rc, p.estimate, reserve)
@@ -321,17 +332,10 @@ class Gateway:
 
     async def _forward(self, p: Prepared, request: Request) -> Response:
         leg = self.leg(p.rc, p.wire)
-        out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
-        if leg.transport is self.transports.translated:
-            # litellm never fetches a URL: routefit's fetcher does, under the route's policy.
-            out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))
         route = p.rc.route.alias
-        upstream = p.upstream or p.rc.upstream
         sent = time.perf_counter()
-        if out.stream:
-            events = await until_disconnect(
-                request.receive, _from_upstream(leg.transport.stream(upstream, out))
-            )
+        if p.wire.streams(p.request):
+            events = await self._send(p, leg, request, leg.transport.stream)
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
             try:
                 learnt = await self.exact(p)
@@ -339,9 +343,7 @@ class Gateway:
                 await events.aclose()
                 raise
             return self._relay(p, leg, events, self.headers(p), learnt)
-        completion = await until_disconnect(
-            request.receive, _from_upstream(leg.transport.complete(upstream, out))
-        )
+        completion = await self._send(p, leg, request, leg.transport.complete)
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
         # in by now, and the answer's headers, calibration and metrics use it.
@@ -357,6 +359,70 @@ class Gateway:
         return Response(
             answer.body, headers=self.headers(p), media_type="application/json", background=settle
         )
+
+    async def _send(
+        self,
+        p: Prepared,
+        leg: Leg,
+        request: Request,
+        call: Callable[[Upstream, Outbound], Awaitable[T]],
+    ) -> T:
+        """Forward the fitted request; when the provider refuses it for context length and
+        states its count, learn that count, refit and forward once more (a stream is opened
+        before any byte goes to the client, so this holds for streams too)."""
+        upstream = p.upstream or p.rc.upstream
+
+        async def attempt() -> T:
+            out = await self._outbound(p, leg, request)
+            return await until_disconnect(request.receive, _from_upstream(call(upstream, out)))
+
+        try:
+            return await attempt()
+        except ProxyError as err:
+            counted = provider_count(err)
+            if counted is None or not await self._refit(p, counted):
+                raise
+        self.metrics.overflow_refits.labels(p.rc.route.alias).inc()
+        return await attempt()
+
+    async def _outbound(self, p: Prepared, leg: Leg, request: Request) -> Outbound:
+        out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
+        if leg.transport is self.transports.translated:
+            # litellm never fetches a URL: routefit's fetcher does, under the route's policy.
+            out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))
+        return out
+
+    async def _refit(self, p: Prepared, counted: int) -> bool:
+        """The provider counted ``counted`` tokens for what was sent: record that as an exact
+        sample (and anchors) for the prompt, then fit again with the route's correction scaled
+        by how far it was below the count. False when there is nothing to correct."""
+        if not await self.exact(p):
+            return False
+        route = p.rc.route.alias
+        if counted <= p.estimate:
+            return False  # not an under-estimate of ours: the provider's 400 stands
+        self.calibrator.observe(
+            route, p.fitted.pressure, p.keys, p.estimate, p.anchored, counted, 0
+        )
+        self.metrics.estimate_error.labels(route).observe((p.estimate - counted) / counted)
+        current = self.calibrator.correction(route)
+        priced = current.price_pressure(p.fitted.pressure)
+        # Only one more attempt: err a little high rather than be refused twice.
+        corrected = current.scaled(max(1.0, counted / max(1, priced)) * _REFIT_SLACK)
+        fitted = await self._fit(p.wire, p.request, p.rc, p.policy, corrected, p.sizes, False)
+        anchored, keys, hit = await self._anchor(p.rc, fitted)
+        # The anchors just recorded give the head its true count; the tail is priced by the
+        # corrected weights. Acting on the larger of the two keeps both promises.
+        estimate = max(anchored, fitted.estimate)
+        if estimate > fitted.report.budget:
+            tighter = corrected.scaled(estimate / max(1, fitted.estimate))
+            fitted = await self._fit(p.wire, p.request, p.rc, p.policy, tighter, p.sizes, False)
+            anchored, keys, hit = await self._anchor(p.rc, fitted)
+            estimate = max(anchored, fitted.estimate)
+        p.fitted, p.estimate, p.keys, p.anchored = fitted, estimate, keys, hit
+        if self.on_fit is not None:
+            self.on_fit(fitted.report)
+        return True
 
     def _relay(
         self, p: Prepared, leg: Leg, events: EventStream, headers: dict[str, str], learnt: bool

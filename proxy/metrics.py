@@ -42,6 +42,13 @@ class Metrics:
             ["route", "proof"],
             registry=r,
         )
+        self.overflow_refits = Counter(
+            "routefit_overflow_refits",
+            "Requests the provider refused for context length with its own count, refitted to "
+            "that count and sent once more (routefit had under-estimated them)",
+            ["route"],
+            registry=r,
+        )
         self.fit_actions = Counter(
             "routefit_fit_actions",
             "Fitting actions by route and action",

@@ -101,19 +101,48 @@ class Fit:
 
 class FitError(Exception):
     """Nothing the policy allows makes the request fit; the proxy answers 400
-    ``context_length_exceeded`` with these figures."""
+    ``context_length_exceeded`` with these figures.
 
-    def __init__(self, route: str, estimate: int, budget: int, window: int) -> None:
+    ``team_limit`` is set when the budget is the team's per-request prompt quota
+    (``max_prompt_tokens``) rather than what the window leaves: the refusal must then name the
+    team's limit, not the model's window."""
+
+    def __init__(
+        self, route: str, estimate: int, budget: int, window: int, team_limit: int | None = None
+    ) -> None:
         self.route = route
         self.estimate = estimate
         self.budget = budget
         self.window = window
+        self.team_limit = team_limit
+        if team_limit is not None:
+            limit = (
+                f"but the team's per-request prompt limit (max_prompt_tokens) is {budget:,} "
+                f"tokens (the model's window, {window:,}, would allow more)"
+            )
+        else:
+            limit = (
+                f"but its budget is {budget:,} (context window {window:,} minus the output "
+                f"reserve and safety margin)"
+            )
         super().__init__(
             f"route {route!r}: the request needs about {estimate:,} prompt tokens after fitting "
-            f"but its budget is {budget:,} (context window {window:,} minus the output reserve "
-            f"and safety margin); the protected messages (system, first and last user message, "
-            f"newest turn) alone do not fit"
+            f"{limit}; the protected messages (system, first and last user message, newest "
+            f"turn) alone do not fit"
         )
+
+
+def _team_limit(route: Route, policy: FitPolicy, request: ChatRequest, budget: int) -> int | None:
+    """The team's ``max_prompt_tokens`` when it, not the window, set ``budget``."""
+    if policy.max_prompt_tokens is None:
+        return None
+    window_budget = prompt_budget(
+        route.context_window,
+        route.max_output_tokens,
+        replace(policy, max_prompt_tokens=None),
+        request.max_output_tokens,
+    )
+    return budget if budget < window_budget else None
 
 
 def _estimate(pressure: Pressure, correction: Correction) -> int:
@@ -215,7 +244,8 @@ def fit(
                 r.elided_tokens,
             )
             return Fit(fitted.body, fitted.messages, fitted.pressure, report, fitted.estimate)
-    raise FitError(route.alias, best, budget, route.context_window)
+    limit = _team_limit(route, policy, request, budget)
+    raise FitError(route.alias, best, budget, route.context_window, limit)
 
 
 def fit_bounded(

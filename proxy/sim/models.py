@@ -148,6 +148,35 @@ _MYSTERY_3 = SimModel(
     image_rule="openai-tile",
     owned_by="mystery-labs",
 )
+#: Tokenizers that count far more than any estimate routefit can make before it has learnt the
+#: route (half again over what it ships, six tokens a message), behind a small window: the first
+#: long request overflows at the provider, whose error states its count (the overflow refit).
+_MYSTERY_DENSE = SimModel(
+    "mystery-dense",
+    context_window=8192,
+    max_output=2048,
+    token_scale=1.5,
+    per_message=6,
+    image_rule="openai-tile",
+    owned_by="mystery-labs",
+)
+_CLAUDE_DENSE = SimModel(
+    "claude-dense",
+    wire="anthropic",
+    context_window=8192,
+    max_output=2048,
+    tokenizer="anthropic-legacy",
+    token_scale=1.5,
+    chat_format="anthropic",
+    per_message=6,
+    per_name=0,
+    priming=3,
+    per_tool_call=6,
+    tool_system_tokens=346,
+    tool_system_tokens_forced=313,
+    image_rule="anthropic",
+    owned_by="anthropic",
+)
 _CLAUDE = SimModel(
     "claude-sim",
     wire="anthropic",
@@ -176,7 +205,9 @@ BUILTIN_MODELS: dict[str, SimModel] = {
         _MYSTERY,
         _MYSTERY_2,
         _MYSTERY_3,
+        _MYSTERY_DENSE,
         _CLAUDE,
+        _CLAUDE_DENSE,
         small_variant(_GPT_4O),
         small_variant(_DEEPSEEK),
         small_variant(_MYSTERY),

@@ -139,9 +139,16 @@ class AnthropicWire:
         # plus the output reserve and safety margin it must leave (so N > M always holds, and
         # N - M is what a client's own compaction must free).
         needed = exc.estimate + (exc.window - exc.budget)
+        message = f"prompt is too long: {needed} tokens > {exc.window} maximum"
+        if exc.team_limit is not None:
+            # The team's quota is the maximum here, not the window: N and M are the prompt's.
+            message = (
+                f"prompt is too long: {exc.estimate} tokens > {exc.team_limit} maximum "
+                f"(your team's per-request prompt limit, max_prompt_tokens)"
+            )
         return ProxyError(
             400,
-            f"prompt is too long: {needed} tokens > {exc.window} maximum",
+            message,
             code="context_length_exceeded",
             type="invalid_request_error",
         )

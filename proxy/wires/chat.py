@@ -117,7 +117,12 @@ class ChatWire:
     def overflow(self, exc: FitError) -> ProxyError:
         return ProxyError(
             400,
-            f"This model's maximum context length is {exc.window:,} tokens. {exc}",
+            (
+                f"This request exceeds your team's per-request prompt limit of "
+                f"{exc.team_limit:,} tokens. {exc}"
+                if exc.team_limit is not None
+                else f"This model's maximum context length is {exc.window:,} tokens. {exc}"
+            ),
             param="messages",
             code="context_length_exceeded",
         )

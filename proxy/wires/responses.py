@@ -180,7 +180,13 @@ class ResponsesWire:
     def overflow(self, exc: FitError) -> ProxyError:
         return ProxyError(
             400,
-            f"Your input exceeds the context window of this model ({exc.window:,} tokens). {exc}",
+            (
+                f"Your input exceeds your team's per-request prompt limit "
+                f"({exc.team_limit:,} tokens). {exc}"
+                if exc.team_limit is not None
+                else f"Your input exceeds the context window of this model "
+                f"({exc.window:,} tokens). {exc}"
+            ),
             param="input",
             code="context_length_exceeded",
         )
