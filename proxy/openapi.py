@@ -458,7 +458,12 @@ def _root_paths() -> dict[str, Any]:
 def _ui_paths(security: Security) -> dict[str, Any]:
     """The operator's dashboard (``proxy.ui``): its page and files need no key, its figures the
     admin key (bearer) or the session cookie ``POST /routefit/ui/session`` sets."""
-    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    name = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]+[.][a-z]+$"},
+    }
     text = {"schema": {"type": "string"}}
     files = {
         "description": "A file of the page",

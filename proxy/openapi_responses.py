@@ -177,7 +177,12 @@ def responses_schemas(model: dict[str, Any]) -> dict[str, Any]:
 
 
 def responses_paths(security: Security) -> dict[str, Any]:
-    rid = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    rid = {
+        "name": "response_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1},
+    }
     order = {
         "name": "order",
         "in": "query",
