@@ -40,9 +40,9 @@ from proxy.state import AppState
 from proxy.store import ObservedStore, Store, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
-from proxy.wires import CHAT_WIRE, ResponsesWire
+from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, ResponsesWire
 from proxy.wires import responses_store as stored
-from proxy.wires.anthropic import ANTHROPIC_WIRE, count_tokens
+from proxy.wires.anthropic import anthropic_error, count_tokens
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -102,8 +102,19 @@ async def root(request: Request) -> Response:
 
 
 async def fit_only(request: Request) -> Response:
-    """POST /routefit/fit: the fitted chat request and its report; nothing is forwarded."""
-    return await _state(request).gateway.fit_only(request, CHAT_WIRE)
+    """POST /routefit/fit: the fitted request and its report; nothing is forwarded.
+    ``?wire=messages`` or ``?wire=responses`` dry-runs those wires' bodies (chat by default)."""
+    state = _state(request)
+    wire = request.query_params.get("wire", "chat")
+    if wire == "messages":
+        return await state.gateway.fit_only(request, ANTHROPIC_WIRE)
+    if wire == "responses":
+        return await stored.fit_only(request, state.gateway, state.store, RESPONSES_WIRE)
+    if wire != "chat":
+        return error_response(
+            ProxyError(400, "wire must be chat, messages or responses", param="wire")
+        )
+    return await state.gateway.fit_only(request, CHAT_WIRE)
 
 
 # -- routefit's own endpoints ----------------------------------------------------------------
@@ -203,14 +214,15 @@ async def http_error(request: Request, exc: Exception) -> Response:
         404: f"unknown path {request.url.path}",
         405: f"method {request.method} not allowed on {request.url.path}",
     }
-    return error_response(
-        ProxyError(
-            exc.status_code,
-            message.get(exc.status_code, str(exc.detail)),
-            code="not_found" if exc.status_code == 404 else None,
-        ),
+    err = ProxyError(
+        exc.status_code,
+        message.get(exc.status_code, str(exc.detail)),
+        code="not_found" if exc.status_code == 404 else None,
         headers=exc.headers,
     )
+    if request.url.path.startswith("/v1/messages"):  # Anthropic's clients read their own shape
+        return anthropic_error(err)
+    return error_response(err)
 
 
 ROUTES = [

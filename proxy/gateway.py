@@ -474,6 +474,7 @@ class Gateway:
         route = p.rc.route.alias
         self.metrics.estimated_tokens.labels(route).inc(p.estimate)
         self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)
+        self.metrics.cached_tokens.labels(route).inc(usage.cached_tokens)
         error = (p.estimate - usage.prompt_tokens) / usage.prompt_tokens
         self.metrics.estimate_error.labels(route).observe(error)
         self.calibrator.observe(

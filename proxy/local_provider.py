@@ -7,11 +7,16 @@ rules, so everything routefit does — pricing, fitting, calibration, budgets, t
 runs for real against it; only the answers are synthetic.
 
 How: :func:`attach` runs before the app builds its upstreams. It binds a loopback socket on a
-free port and rewrites every ``sim://`` route to ``http://127.0.0.1:PORT/v1`` (the OpenAI
-passthrough), so nothing downstream knows the provider is local. The app's lifespan then calls
-:meth:`LocalProvider.start` / :meth:`LocalProvider.stop`. The simulator runs on its own thread
-and event loop, so its work never blocks routefit's loop and its server never touches
-routefit's signal handlers. Each worker process gets its own simulator.
+free port and rewrites every ``sim://`` route to ``http://127.0.0.1:PORT/v1`` (an ``openai/``
+model: the OpenAI passthrough, chat and Responses) or ``http://127.0.0.1:PORT`` (an
+``anthropic/`` model: Messages natively, chat by litellm's Anthropic adapter), so nothing
+downstream knows the provider is local. Every client wire works on either kind: the openai SDK
+(chat, Responses), the anthropic SDK, Claude Code and Codex. A route without a key gets a
+placeholder one (the simulator takes any; litellm refuses to call without one).
+
+The app's lifespan calls :meth:`LocalProvider.start` / :meth:`LocalProvider.stop`. The simulator
+runs on its own thread and event loop, so its work never blocks routefit's loop and its server
+never touches routefit's signal handlers. Each worker process gets its own simulator.
 """
 
 from __future__ import annotations
@@ -94,11 +99,23 @@ def _check_model(alias: str, rc: RouteConfig, path: str) -> None:
             f"{path}: model_list[{alias}].litellm_params.model: {rc.upstream.model!r} is not a "
             f"simulator model (api_base {rc.upstream.api_base}); known: {', '.join(sorted(known))}"
         )
-    if rc.upstream.transport != "openai":
+    if rc.upstream.provider != "anthropic" and rc.upstream.transport != "openai":
         raise ConfigError(
             f"{path}: model_list[{alias}].routefit.transport: a sim:// route speaks the "
-            "openai transport (use an openai/<model> name)"
+            "openai transport (use an openai/<model> or anthropic/<model> name)"
         )
+
+
+#: The key of a keyless sim:// route (the simulator does not check keys).
+PLACEHOLDER_KEY = "sk-sim-local"
+
+
+def _local_upstream(rc: RouteConfig, base_url: str) -> RouteConfig:
+    up = rc.upstream
+    api_base = base_url if up.provider == "anthropic" else f"{base_url}/v1"
+    return replace(
+        rc, upstream=replace(up, api_base=api_base, api_key=up.api_key or PLACEHOLDER_KEY)
+    )
 
 
 def attach(config: Config, host: str = "127.0.0.1") -> tuple[Config, LocalProvider | None]:
@@ -116,9 +133,8 @@ def attach(config: Config, host: str = "127.0.0.1") -> tuple[Config, LocalProvid
     sock.listen(128)
     sock.setblocking(False)
     provider = LocalProvider(sock, tuple(local))
-    base = f"{provider.base_url}/v1"
     routes = {
-        alias: replace(rc, upstream=replace(rc.upstream, api_base=base)) if alias in local else rc
+        alias: _local_upstream(rc, provider.base_url) if alias in local else rc
         for alias, rc in config.routes.items()
     }
     return replace(config, routes=routes), provider

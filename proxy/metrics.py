@@ -73,6 +73,13 @@ class Metrics:
             ["route"],
             registry=r,
         )
+        self.cached_tokens = Counter(
+            "routefit_prompt_tokens_cached",
+            "Provider-reported prompt tokens read from the provider's prompt cache (a part of "
+            "routefit_prompt_tokens_actual): the cache-hit ratio is their quotient",
+            ["route"],
+            registry=r,
+        )
         self.estimate_error = Histogram(
             "routefit_estimate_relative_error",
             "(estimate - actual) / actual per completed request; negative = underestimate",

@@ -1,18 +1,23 @@
 """An OpenAPI 3.1 description of routefit's endpoints, built from the config.
 
 Served at ``GET /openapi.json``. It exists so that clients and schema-driven fuzzers
-(schemathesis, in ``tests/reliability``) know what routefit accepts and answers:
+(schemathesis, in ``tests/reliability``) know what routefit accepts and answers. Paths are
+described per concern, each wire's in its own module:
 
 - ``POST /v1/chat/completions`` with a faithful subset of OpenAI's request schema: messages by
   role with their content parts (text, image_url, refusal), assistant tool calls, tools,
   tool_choice, response_format, max_tokens / max_completion_tokens, stream and stream_options,
   the sampling parameters. ``model`` is one of the aliases this deployment routes.
-- ``POST /routefit/fit`` (same body; the fitted request and its report),
-  ``GET /v1/models``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
-  ``GET /routefit/calibration`` (admin), ``GET /routefit/teams/{team}/usage`` (admin or that team).
+- ``POST /v1/messages`` and ``/v1/messages/count_tokens`` (``proxy.openapi_messages``), errors in
+  Anthropic's shape; ``POST /v1/responses`` and the stored responses
+  (``proxy.openapi_responses``), errors in OpenAI's shape.
+- ``POST /routefit/fit`` (any wire's body, ``?wire=``; the fitted request and its report),
+  ``GET /v1/models``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``, ``HEAD``/``GET /``,
+  ``GET /routefit/calibration`` (admin), ``GET /routefit/teams/{team}/usage`` (admin or that
+  team), the dashboard under ``/routefit/ui``.
 
-Every error is documented in OpenAI's shape. The description holds no secret: aliases and
-team ids only, never a provider key, an API key or an upstream URL.
+The description holds no secret: aliases and team ids only, never a provider key, an API key or
+an upstream URL.
 """
 
 from __future__ import annotations
@@ -20,54 +25,39 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.config import Config
+from proxy.openapi_messages import messages_paths, messages_schemas
+from proxy.openapi_parts import (
+    NAME,
+    Security,
+    get,
+    json_ok,
+    nullable,
+    obj,
+    ref,
+    responses,
+    sse_ok,
+)
+from proxy.openapi_responses import responses_paths, responses_schemas
 
 __all__ = ["build_openapi"]
 
-_ERROR_STATUSES = {
-    "400": "Invalid request (OpenAI's invalid_request_error), or context_length_exceeded",
-    "401": "Missing or invalid API key",
-    "403": "The key may not use this model or endpoint",
-    "404": "Unknown model, path or team",
-    "405": "Method not allowed",
-    "413": "Request body above the configured limit",
-    "429": "Team quota exhausted, or the provider's rate limit (Retry-After)",
-    "500": "routefit internal error (a bug: never expected)",
-    "502": "The provider failed, answered malformed, or is unreachable",
-    "503": "The provider is unavailable, or the budget store is down in fail-closed mode",
-    "504": "The provider timed out",
-}
 
-_NAME = {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-def _obj(
-    properties: dict[str, Any], required: list[str] | None = None, *, extra: bool = False
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        out["required"] = required
-    if not extra:
-        out["additionalProperties"] = False
-    return out
+def _model(aliases: list[str]) -> dict[str, Any]:
+    model: dict[str, Any] = {"type": "string", "description": "A model alias of this deployment"}
+    if aliases:
+        model["enum"] = aliases
+    return model
 
 
 def _schemas(aliases: list[str]) -> dict[str, Any]:
-    text_part = _obj(
+    text_part = obj(
         {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}},
         ["type", "text"],
     )
-    image_part = _obj(
+    image_part = obj(
         {
             "type": {"type": "string", "enum": ["image_url"]},
-            "image_url": _obj(
+            "image_url": obj(
                 {
                     "url": {
                         "type": "string",
@@ -81,28 +71,26 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
         },
         ["type", "image_url"],
     )
-    refusal_part = _obj(
+    refusal_part = obj(
         {"type": {"type": "string", "enum": ["refusal"]}, "refusal": {"type": "string"}},
         ["type", "refusal"],
     )
     text_content = {
         "anyOf": [
             {"type": "string"},
-            {"type": "array", "minItems": 1, "items": _ref("TextPart")},
+            {"type": "array", "minItems": 1, "items": ref("TextPart")},
         ]
     }
-    tool_call = _obj(
+    tool_call = obj(
         {
             "id": {"type": "string"},
             "type": {"type": "string", "enum": ["function"]},
-            "function": _obj(
-                {"name": _NAME, "arguments": {"type": "string"}}, ["name", "arguments"]
-            ),
+            "function": obj({"name": NAME, "arguments": {"type": "string"}}, ["name", "arguments"]),
         },
         ["id", "type", "function"],
     )
     messages = {
-        "SystemMessage": _obj(
+        "SystemMessage": obj(
             {
                 "role": {"type": "string", "enum": ["system"]},
                 "content": text_content,
@@ -110,7 +98,7 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
             },
             ["role", "content"],
         ),
-        "DeveloperMessage": _obj(
+        "DeveloperMessage": obj(
             {
                 "role": {"type": "string", "enum": ["developer"]},
                 "content": text_content,
@@ -118,7 +106,7 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
             },
             ["role", "content"],
         ),
-        "UserMessage": _obj(
+        "UserMessage": obj(
             {
                 "role": {"type": "string", "enum": ["user"]},
                 "content": {
@@ -127,7 +115,7 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
                         {
                             "type": "array",
                             "minItems": 1,
-                            "items": {"anyOf": [_ref("TextPart"), _ref("ImagePart")]},
+                            "items": {"anyOf": [ref("TextPart"), ref("ImagePart")]},
                         },
                     ]
                 },
@@ -135,28 +123,28 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
             },
             ["role", "content"],
         ),
-        "AssistantMessage": _obj(
+        "AssistantMessage": obj(
             {
                 "role": {"type": "string", "enum": ["assistant"]},
-                "content": _nullable(
+                "content": nullable(
                     {
                         "anyOf": [
                             {"type": "string"},
                             {
                                 "type": "array",
                                 "minItems": 1,
-                                "items": {"anyOf": [_ref("TextPart"), _ref("RefusalPart")]},
+                                "items": {"anyOf": [ref("TextPart"), ref("RefusalPart")]},
                             },
                         ]
                     }
                 ),
                 "name": {"type": "string"},
-                "refusal": _nullable({"type": "string"}),
-                "tool_calls": {"type": "array", "items": _ref("ToolCall")},
+                "refusal": nullable({"type": "string"}),
+                "tool_calls": {"type": "array", "items": ref("ToolCall")},
             },
             ["role"],
         ),
-        "ToolMessage": _obj(
+        "ToolMessage": obj(
             {
                 "role": {"type": "string", "enum": ["tool"]},
                 "content": text_content,
@@ -165,15 +153,15 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
             ["role", "content", "tool_call_id"],
         ),
     }
-    tool = _obj(
+    tool = obj(
         {
             "type": {"type": "string", "enum": ["function"]},
-            "function": _obj(
+            "function": obj(
                 {
-                    "name": _NAME,
+                    "name": NAME,
                     "description": {"type": "string"},
                     "parameters": {"type": "object"},
-                    "strict": _nullable({"type": "boolean"}),
+                    "strict": nullable({"type": "boolean"}),
                 },
                 ["name"],
             ),
@@ -183,10 +171,10 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
     tool_choice = {
         "anyOf": [
             {"type": "string", "enum": ["none", "auto", "required"]},
-            _obj(
+            obj(
                 {
                     "type": {"type": "string", "enum": ["function"]},
-                    "function": _obj({"name": _NAME}, ["name"]),
+                    "function": obj({"name": NAME}, ["name"]),
                 },
                 ["type", "function"],
             ),
@@ -194,16 +182,16 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
     }
     response_format = {
         "anyOf": [
-            _obj({"type": {"type": "string", "enum": ["text", "json_object"]}}, ["type"]),
-            _obj(
+            obj({"type": {"type": "string", "enum": ["text", "json_object"]}}, ["type"]),
+            obj(
                 {
                     "type": {"type": "string", "enum": ["json_schema"]},
-                    "json_schema": _obj(
+                    "json_schema": obj(
                         {
-                            "name": _NAME,
+                            "name": NAME,
                             "description": {"type": "string"},
                             "schema": {"type": "object"},
-                            "strict": _nullable({"type": "boolean"}),
+                            "strict": nullable({"type": "boolean"}),
                         },
                         ["name"],
                     ),
@@ -212,25 +200,23 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
             ),
         ]
     }
-    model: dict[str, Any] = {"type": "string", "description": "A model alias of this deployment"}
-    if aliases:
-        model["enum"] = aliases
-    request = _obj(
+    model = _model(aliases)
+    request = obj(
         {
             "model": model,
             "messages": {
                 "type": "array",
                 "minItems": 1,
-                "items": {"anyOf": [_ref(name) for name in messages]},
+                "items": {"anyOf": [ref(name) for name in messages]},
             },
-            "max_tokens": _nullable({"type": "integer", "minimum": 1}),
-            "max_completion_tokens": _nullable({"type": "integer", "minimum": 1}),
-            "stream": _nullable({"type": "boolean"}),
-            "stream_options": _nullable(_obj({"include_usage": {"type": "boolean"}})),
-            "temperature": _nullable({"type": "number", "minimum": 0, "maximum": 2}),
-            "top_p": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
-            "n": _nullable({"type": "integer", "minimum": 1, "maximum": 8}),
-            "stop": _nullable(
+            "max_tokens": nullable({"type": "integer", "minimum": 1}),
+            "max_completion_tokens": nullable({"type": "integer", "minimum": 1}),
+            "stream": nullable({"type": "boolean"}),
+            "stream_options": nullable(obj({"include_usage": {"type": "boolean"}})),
+            "temperature": nullable({"type": "number", "minimum": 0, "maximum": 2}),
+            "top_p": nullable({"type": "number", "minimum": 0, "maximum": 1}),
+            "n": nullable({"type": "integer", "minimum": 1, "maximum": 8}),
+            "stop": nullable(
                 {
                     "anyOf": [
                         {"type": "string"},
@@ -238,52 +224,52 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
                     ]
                 }
             ),
-            "presence_penalty": _nullable({"type": "number", "minimum": -2, "maximum": 2}),
-            "frequency_penalty": _nullable({"type": "number", "minimum": -2, "maximum": 2}),
-            "seed": _nullable({"type": "integer"}),
+            "presence_penalty": nullable({"type": "number", "minimum": -2, "maximum": 2}),
+            "frequency_penalty": nullable({"type": "number", "minimum": -2, "maximum": 2}),
+            "seed": nullable({"type": "integer"}),
             "user": {"type": "string"},
-            "metadata": _nullable(
+            "metadata": nullable(
                 {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 16}
             ),
-            "tools": {"type": "array", "items": _ref("Tool")},
+            "tools": {"type": "array", "items": ref("Tool")},
             "tool_choice": tool_choice,
             "parallel_tool_calls": {"type": "boolean"},
             "response_format": response_format,
         },
         ["model", "messages"],
     )
-    error = _obj(
+    error = obj(
         {
-            "error": _obj(
+            "error": obj(
                 {
                     "message": {"type": "string"},
                     "type": {"type": "string"},
-                    "param": _nullable({"type": "string"}),
-                    "code": _nullable({"type": "string"}),
+                    "param": nullable({"type": "string"}),
+                    "code": nullable({"type": "string"}),
                 },
                 ["message", "type", "param", "code"],
             )
         },
         ["error"],
     )
-    completion = _obj(
+    completion = obj(
         {
             "id": {"type": "string"},
             "object": {"type": "string"},
             "model": {"type": "string"},
             "choices": {"type": "array"},
-            "usage": _nullable({"type": "object"}),
+            "usage": nullable({"type": "object"}),
         },
         ["choices"],
         extra=True,
     )
-    fit = _obj({"request": {"type": "object"}, "report": {"type": "object"}}, ["request", "report"])
-    models = _obj(
+    fit = obj({"request": {"type": "object"}, "report": {"type": "object"}}, ["request", "report"])
+    models = obj(
         {
             "object": {"type": "string", "enum": ["list"]},
             "data": {
                 "type": "array",
-                "items": _obj(
+                "items": obj(
                     {
                         "id": {"type": "string"},
                         "object": {"type": "string"},
@@ -297,12 +283,12 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
         },
         ["object", "data"],
     )
-    usage = _obj(
+    usage = obj(
         {
             "team": {"type": "string"},
             "windows": {
                 "type": "array",
-                "items": _obj(
+                "items": obj(
                     {
                         "name": {"type": "string"},
                         "limit": {"type": "integer"},
@@ -329,8 +315,8 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
         "ModelList": models,
         "TeamUsage": usage,
         "Error": error,
-        "Health": _obj({"status": {"type": "string"}}, ["status"], extra=True),
-        "StreamEvent": _obj(
+        "Health": obj({"status": {"type": "string"}}, ["status"], extra=True),
+        "StreamEvent": obj(
             {
                 "data": {
                     "type": "string",
@@ -347,34 +333,11 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
     }
 
 
-def _responses(ok: dict[str, Any], *errors: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"200": ok}
-    for status in errors:
-        out[status] = {
-            "description": _ERROR_STATUSES[status],
-            "content": {"application/json": {"schema": _ref("Error")}},
-        }
-    return out
-
-
-def _json_ok(description: str, schema: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ref(schema)}}}
-
-
-def _chat_paths(security: list[dict[str, list[str]]]) -> dict[str, Any]:
-    """The chat-completions wire and its dry run."""
+def _chat_paths(security: Security) -> dict[str, Any]:
+    """The chat-completions wire."""
     chat_body = {
         "required": True,
-        "content": {"application/json": {"schema": _ref("ChatCompletionRequest")}},
-    }
-    answer = {
-        "description": "The provider's completion (JSON), or its SSE stream",
-        "content": {
-            "application/json": {"schema": _ref("ChatCompletion")},
-            # one server-sent event (OpenAPI 3.2's itemSchema; schemathesis reads a 3.1
-            # event-stream schema the same way)
-            "text/event-stream": {"schema": _ref("StreamEvent")},
-        },
+        "content": {"application/json": {"schema": ref("ChatCompletionRequest")}},
     }
     chat_errors = ("400", "401", "403", "404", "413", "429", "502", "503", "504")
     return {
@@ -384,29 +347,53 @@ def _chat_paths(security: list[dict[str, list[str]]]) -> dict[str, Any]:
                 "summary": "Price, fit and forward a chat completion (stream or not)",
                 "security": security,
                 "requestBody": chat_body,
-                "responses": _responses(answer, *chat_errors),
-            }
-        },
-        "/routefit/fit": {
-            "post": {
-                "operationId": "fitChatCompletion",
-                "summary": "Dry run: the fitted request and its report; nothing is forwarded",
-                "security": security,
-                "requestBody": chat_body,
-                "responses": _responses(
-                    _json_ok("The fitted request and its FitReport", "FitResult"),
-                    *("400", "401", "403", "404", "413"),
+                "responses": responses(
+                    sse_ok(
+                        "The provider's completion (JSON), or its SSE stream",
+                        "ChatCompletion",
+                        "StreamEvent",
+                    ),
+                    *chat_errors,
                 ),
             }
         },
     }
 
 
-def _get(operation: str, summary: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
-    return {"get": {"operationId": operation, "summary": summary, **more, "responses": responses}}
+def _fit_paths(security: Security) -> dict[str, Any]:
+    """The dry run, for every wire: ``?wire=`` names the body's wire (chat by default); its
+    errors come in that wire's shape."""
+    wire = {
+        "name": "wire",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "enum": ["chat", "messages", "responses"]},
+    }
+    body = {
+        "anyOf": [ref("ChatCompletionRequest"), ref("MessagesRequest"), ref("ResponsesRequest")]
+    }
+    return {
+        "/routefit/fit": {
+            "post": {
+                "operationId": "fitRequest",
+                "summary": "Dry run: the fitted request and its report; nothing is forwarded",
+                "security": security,
+                "parameters": [wire],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": body}},
+                },
+                "responses": responses(
+                    json_ok("The fitted request and its FitReport", "FitResult"),
+                    *("400", "401", "403", "404", "413", "503"),
+                    error="AnyError",
+                ),
+            }
+        },
+    }
 
 
-def _routefit_paths(security: list[dict[str, list[str]]]) -> dict[str, Any]:
+def _routefit_paths(security: Security) -> dict[str, Any]:
     """Models, calibration and team usage: what callers may read."""
     team = {
         "name": "team",
@@ -415,22 +402,22 @@ def _routefit_paths(security: list[dict[str, list[str]]]) -> dict[str, Any]:
         "schema": {"type": "string", "minLength": 1},
     }
     return {
-        "/v1/models": _get(
+        "/v1/models": get(
             "listModels",
             "The model aliases the caller may use",
-            _responses(_json_ok("The models", "ModelList"), "401"),
+            responses(json_ok("The models", "ModelList"), "401"),
             security=security,
         ),
-        "/routefit/calibration": _get(
+        "/routefit/calibration": get(
             "getCalibration",
             "What routefit has learnt per route (admin key)",
-            _responses(_json_ok("Calibration per route", "Object"), "401", "403"),
+            responses(json_ok("Calibration per route", "Object"), "401", "403"),
             security=security,
         ),
-        "/routefit/teams/{team}/usage": _get(
+        "/routefit/teams/{team}/usage": get(
             "getTeamUsage",
             "A team's budget windows (admin key, or that team's own key)",
-            _responses(_json_ok("The team's windows", "TeamUsage"), "401", "403", "404", "503"),
+            responses(json_ok("The team's windows", "TeamUsage"), "401", "403", "404", "503"),
             security=security,
             parameters=[team],
         ),
@@ -444,32 +431,139 @@ def _probe_paths() -> dict[str, Any]:
         "content": {"text/plain": {"schema": {"type": "string"}}},
     }
     return {
-        "/healthz": _get("healthz", "The process answers", {"200": _json_ok("Alive", "Health")}),
-        "/readyz": _get(
+        "/healthz": get("healthz", "The process answers", {"200": json_ok("Alive", "Health")}),
+        "/readyz": get(
             "readyz",
             "It can serve (route tokenizers loaded); store state in checks",
-            {"200": _json_ok("Ready", "Health"), "503": _json_ok("Starting", "Health")},
+            {"200": json_ok("Ready", "Health"), "503": json_ok("Starting", "Health")},
         ),
-        "/metrics": _get("metrics", "Prometheus metrics", {"200": text}),
+        "/metrics": get("metrics", "Prometheus metrics", {"200": text}),
+    }
+
+
+def _root_paths() -> dict[str, Any]:
+    """``HEAD /`` and ``GET /``: Claude Code probes the base URL before its first request."""
+    return {
+        "/": {
+            **get("root", "The service answers", {"200": json_ok("routefit", "Service")}),
+            "head": {
+                "operationId": "rootHead",
+                "summary": "The service answers (no body)",
+                "responses": {"200": {"description": "routefit"}},
+            },
+        }
+    }
+
+
+def _ui_paths(security: Security) -> dict[str, Any]:
+    """The operator's dashboard (``proxy.ui``): its page and files need no key, its figures the
+    admin key (bearer) or the session cookie ``POST /routefit/ui/session`` sets."""
+    name = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]+[.][a-z]+$"},
+    }
+    text = {"schema": {"type": "string"}}
+    files = {
+        "description": "A file of the page",
+        "content": {
+            media: text
+            for media in (
+                "text/html; charset=utf-8",
+                "text/javascript; charset=utf-8",
+                "text/css; charset=utf-8",
+                "image/svg+xml",
+            )
+        },
+    }
+    page = {"description": "The page", "content": {"text/html; charset=utf-8": text}}
+    login = obj({"key": {"type": "string", "minLength": 1}}, ["key"])
+    done = {"description": "Session cookie set (POST) or cleared (DELETE)"}
+    session = get(
+        "getDashboardSession",
+        "Whether this browser may read the figures",
+        {"200": json_ok("The session state", "DashboardSession")},
+    )
+    session["post"] = {
+        "operationId": "openDashboardSession",
+        "summary": "Exchange the admin key for the session cookie",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": login}}},
+        "responses": {"204": done, **responses({}, "400", "401", "403")},
+    }
+    del session["post"]["responses"]["200"]
+    session["delete"] = {
+        "operationId": "closeDashboardSession",
+        "summary": "End the session",
+        "responses": {"204": done},
+    }
+    return {
+        "/routefit/ui": get("dashboard", "The dashboard page", {"200": page}),
+        "/routefit/ui/static/{name}": get(
+            "dashboardFile",
+            "The page's script, style sheet and images",
+            {"200": files, **responses({}, "404")},
+            parameters=[name],
+        ),
+        "/routefit/ui/data": get(
+            "dashboardData",
+            "The dashboard's figures (admin key or session cookie)",
+            responses(json_ok("The figures", "Object"), "401", "403"),
+            security=security,
+        ),
+        "/routefit/ui/session": session,
+    }
+
+
+def _wire_schemas(aliases: list[str]) -> dict[str, Any]:
+    model = _model(aliases)
+    return {
+        **messages_schemas(model),
+        **responses_schemas(model),
+        "AnyError": {"anyOf": [ref("Error"), ref("AnthropicError")]},
+        "Service": obj({"service": {"type": "string"}}, ["service"]),
+        "DashboardSession": obj(
+            {
+                "authorized": {"type": "boolean"},
+                "open": {"type": "boolean"},
+                "session": {"type": "boolean"},
+            },
+            ["authorized", "open", "session"],
+        ),
     }
 
 
 def build_openapi(config: Config) -> dict[str, Any]:
     """The OpenAPI 3.1 document of a routefit deployment with this config."""
     secured = bool(config.teams) or config.settings.admin_key_hash is not None
-    security: list[dict[str, list[str]]] = [{"bearer": []}] if secured else []
-    paths = {**_chat_paths(security), **_routefit_paths(security), **_probe_paths()}
+    # Anthropic clients send their key as x-api-key (or a bearer): both name the team.
+    security: Security = [{"bearer": []}, {"apiKey": []}] if secured else []
+    paths = {
+        **_chat_paths(security),
+        **messages_paths(security),
+        **responses_paths(security),
+        **_fit_paths(security),
+        **_routefit_paths(security),
+        **_ui_paths(security),
+        **_probe_paths(),
+        **_root_paths(),
+    }
+    aliases = sorted(config.routes)
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "routefit",
             "version": "0.1.0",
-            "description": "OpenAI-compatible LLM gateway that prices each request the way its "
-            "route counts it and fits it to the route's context budget.",
+            "description": "LLM gateway (OpenAI chat and Responses, Anthropic Messages) that "
+            "prices each request the way its route counts it and fits it to the route's "
+            "context budget.",
         },
         "paths": paths,
-        "components": {"schemas": _schemas(sorted(config.routes))},
+        "components": {"schemas": {**_schemas(aliases), **_wire_schemas(aliases)}},
     }
     if secured:
-        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+        }
     return doc

@@ -7,10 +7,21 @@ anything leaves, with an OpenAI-shaped error that names the variable to set; sta
 WARNING per such route.
 
 Exceptions: a route with ``routefit: {forward_client_key: true}`` forwards the client's own key
-(the ``Authorization: Bearer`` key when routefit runs open; the ``x-provider-key`` header when
-teams are configured, since the bearer is then the team's routefit key). A route that names no
-key at all (a local vLLM, a litellm provider that reads its own environment variable) is left
-alone: only an ``os.environ/NAME`` that resolved to nothing is a known mistake.
+(BYOK). A route that names no key at all (a local vLLM, a litellm provider that reads its own
+environment variable) is left alone: only an ``os.environ/NAME`` that resolved to nothing is a
+known mistake.
+
+Which header is the provider key (the same rule on every wire; the team key is always
+``teams.presented_key``: ``Authorization: Bearer`` first, else ``x-api-key``):
+
+- ``x-provider-key``, when sent, always (Claude Code: ``ANTHROPIC_CUSTOM_HEADERS``; Codex:
+  ``env_http_headers``; any SDK: extra headers);
+- open gateway (no teams, so no team key): the key the client presents — ``Authorization:
+  Bearer`` (OpenAI SDKs, Codex, Claude Code with ``ANTHROPIC_AUTH_TOKEN``) or ``x-api-key``
+  (Anthropic SDK, Claude Code with ``ANTHROPIC_API_KEY``);
+- gateway with teams: ``x-api-key`` beside an ``Authorization: Bearer`` team key (the Anthropic
+  SDK with ``auth_token=<team key>, api_key=<provider key>``). A lone ``x-api-key`` or bearer is
+  the team's routefit key and is never forwarded.
 """
 
 from __future__ import annotations
@@ -140,16 +151,17 @@ class ProviderKeys:
         alias = rc.route.alias
         source = self.sources.get(alias)
         if source is not None and source.forward_client_key:
-            key = self._client_key(headers)
+            key = self.client_key(headers)
             if key is None:
                 raise ProxyError(
                     401,
                     f"model {alias!r} forwards your own provider key: send it as "
                     + (
-                        "'Authorization: Bearer <key>'"
+                        "'Authorization: Bearer <key>', 'x-api-key: <key>'"
                         if self.teams_open
-                        else f"the {CLIENT_KEY_HEADER} header"
-                    ),
+                        else "'x-api-key: <key>' beside 'Authorization: Bearer <team key>'"
+                    )
+                    + f" or the {CLIENT_KEY_HEADER} header",
                     code="provider_key_required",
                 )
             return replace(rc.upstream, api_key=key)
@@ -158,9 +170,14 @@ class ProviderKeys:
             raise provider_key_missing(alias, missing.env)
         return rc.upstream
 
-    def _client_key(self, headers: Mapping[str, str]) -> str | None:
-        if not self.teams_open:
-            return headers.get(CLIENT_KEY_HEADER) or None
+    def client_key(self, headers: Mapping[str, str]) -> str | None:
+        """The client's own provider key, by the rule in the module docstring."""
+        explicit = headers.get(CLIENT_KEY_HEADER, "").strip()
+        if explicit:
+            return explicit
         auth = headers.get("authorization", "")
-        key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        return key or headers.get(CLIENT_KEY_HEADER) or None
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        api_key = headers.get("x-api-key", "").strip()
+        if self.teams_open:
+            return bearer or api_key or None
+        return api_key if bearer and api_key else None

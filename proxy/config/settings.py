@@ -31,12 +31,15 @@ SETTINGS_KEYS = frozenset(STORE_KEYS) | frozenset(
         "budget_failure_mode",
         "calibration",
         "upstream_retries",
+        "responses_ttl_seconds",
     }
 )
 _CALIBRATION_EXTRA = frozenset({"refresh_seconds", "anchor_ttl"})
 _CALIBRATION_KEYS = frozenset(CalibrationPolicy.__dataclass_fields__) | _CALIBRATION_EXTRA
 _STORE_PATH = "routefit.sqlite3"
 _MAX_BODY = 32 * 1024 * 1024
+#: OpenAI keeps a stored response 30 days.
+_RESPONSES_TTL = 30 * 86_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,8 @@ class Settings:
     calibration_refresh: float = 5.0
     #: Seconds a prefix anchor lives in the store.
     anchor_ttl: float = 3600.0
+    #: Seconds a stored ``/v1/responses`` answer can be named by ``previous_response_id``.
+    responses_ttl_seconds: int = _RESPONSES_TTL
 
 
 def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, float, float]:
@@ -109,4 +114,7 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         calibration=calibration,
         calibration_refresh=refresh,
         anchor_ttl=anchor_ttl,
+        responses_ttl_seconds=rd.integer(
+            raw.get("responses_ttl_seconds", _RESPONSES_TTL), f"{where}.responses_ttl_seconds", 1
+        ),
     )

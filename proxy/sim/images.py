@@ -1,10 +1,10 @@
 """Image sizes and image token rules, as the simulated provider sees them.
 
-:func:`image_tokens` is the one place a rule is applied. The rules whose numbers are published
-and stable (``openai-tile``, ``anthropic``, ``flat:N``) are implemented here from
-docs/images.md § Sources and published vectors; any other rule name is delegated, lazily,
-to ``pricing.images`` (tested against the published vectors on its own), so the simulator
-follows that module as it grows.
+:func:`image_tokens` is the one place a rule is applied. The rules (``openai-tile[:base/tile]``,
+``anthropic[:edge/limit]``, ``flat:N``) are implemented here from docs/images.md § Sources and
+published vectors, independently of ``pricing.images``: the simulator is the tests' oracle, so
+it never borrows the code it checks. Those are the rules its models use; any other name is
+refused (a model's rule is the simulator's own configuration).
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ def image_tokens(rule: str, width: int, height: int, detail: str = "auto") -> in
     if kind == "anthropic":
         edge, limit = (int(x) for x in args.split("/")) if args else (1568, 1568)
         return _anthropic(width, height, edge, limit)
-    from pricing.images import parse_image_rule  # lazy: that module is being rewritten
-
-    return int(parse_image_rule(rule).tokens(width, height, detail))
+    raise ValueError(
+        f"the simulator has no image rule {rule!r} "
+        "(it knows openai-tile[:base/tile], anthropic[:edge/limit] and flat:N)"
+    )
 
 
 def _fit(width: int, height: int, box: float) -> tuple[int, int]:

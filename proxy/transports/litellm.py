@@ -142,9 +142,14 @@ def _litellm_error(exc: Exception, up: Upstream) -> ProxyError:
         return ProxyError(400, message, code="context_length_exceeded")
     if name == "Timeout" or "Timeout" in name:
         return ProxyError(504, f"upstream {up.model} timed out", code="upstream_timeout")
-    if name in ("APIConnectionError", "ServiceUnavailableError") and not isinstance(status, int):
+    # litellm's APIConnectionError is its catch-all (always status 500, message with a Python
+    # traceback): never the provider's answer, and a traceback never reaches a client.
+    if name == "APIConnectionError" or (
+        name == "ServiceUnavailableError" and not isinstance(status, int)
+    ):
+        first = message.split("\n", 1)[0]
         return Transient(
-            502, f"upstream {up.model} is unreachable: {message}", code="upstream_unreachable"
+            502, f"upstream {up.model} is unreachable: {first}", code="upstream_unreachable"
         )
     if isinstance(status, int) and 400 <= status < 600:
         response = getattr(exc, "response", None)

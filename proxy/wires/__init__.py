@@ -1,13 +1,16 @@
-"""Client wires: the incoming seam (see ``proxy.wires.base``)."""
+"""Client wires: the incoming seam (see ``proxy.wires.base``), one singleton per stateless wire."""
 
+from proxy.wires.anthropic import AnthropicWire
 from proxy.wires.base import Answer, Outcome, Wire
 from proxy.wires.chat import ChatWire
 from proxy.wires.responses import ResponsesWire
 
 __all__ = [
+    "ANTHROPIC_WIRE",
     "CHAT_WIRE",
     "RESPONSES_WIRE",
     "Answer",
+    "AnthropicWire",
     "ChatWire",
     "Outcome",
     "ResponsesWire",
@@ -15,5 +18,7 @@ __all__ = [
 ]
 
 CHAT_WIRE = ChatWire()
-#: Stateless (no storage): the dry run. ``POST /v1/responses`` makes one per request.
+ANTHROPIC_WIRE = AnthropicWire()
+#: Stateless (no storage): the dry run. ``POST /v1/responses`` makes one per request, with the
+#: request's ``responses_store.Keeper``.
 RESPONSES_WIRE = ResponsesWire()

@@ -34,7 +34,7 @@ from proxy.wires.anthropic_render import mark_head, render_messages
 from proxy.wires.base import Answer, Outcome
 from strategies.fit import Fit, FitError
 
-__all__ = ["ANTHROPIC_WIRE", "AnthropicWire", "anthropic_error", "count_tokens", "error_event"]
+__all__ = ["AnthropicWire", "anthropic_error", "count_tokens", "error_event"]
 
 #: Client headers a Messages provider must see.
 _FORWARDED = ("anthropic-version", "anthropic-beta")
@@ -243,6 +243,3 @@ async def count_tokens(gateway: Any, request: Request) -> Response:
         headers={"x-routefit-route": rc.route.alias, "x-routefit-prompt-tokens": str(estimate)},
         media_type="application/json",
     )
-
-
-ANTHROPIC_WIRE = AnthropicWire()

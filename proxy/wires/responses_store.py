@@ -32,12 +32,10 @@ if TYPE_CHECKING:
     from proxy.gateway import Gateway
     from proxy.wires.responses import ResponsesWire
 
-__all__ = ["RESPONSE_TTL_SECONDS", "Keeper", "create", "delete", "input_items_list", "retrieve"]
+__all__ = ["Keeper", "create", "delete", "fit_only", "input_items_list", "retrieve"]
 
 log = logging.getLogger("routefit")
 
-#: How long a stored response can be named by ``previous_response_id`` (OpenAI keeps 30 days).
-RESPONSE_TTL_SECONDS = 30 * 86_400
 #: Team key of an open gateway (no teams configured).
 OPEN_TEAM = "-"
 
@@ -48,7 +46,8 @@ class Keeper:
 
     store: Store
     team: str
-    ttl: int = RESPONSE_TTL_SECONDS
+    #: Seconds the record lives (``routefit_settings.responses_ttl_seconds``).
+    ttl: int
     enabled: bool = False
     input: list[Any] = field(default_factory=list)
     pending: dict[str, Any] | None = None
@@ -159,19 +158,34 @@ async def create(
     make_wire: Callable[[Keeper], ResponsesWire],
 ) -> Response:
     """POST /v1/responses: resolve the chain, serve through the gateway, store the answer."""
-    probe = make_wire(Keeper(store, OPEN_TEAM))
+    ttl = gateway.config.settings.responses_ttl_seconds
+    probe = make_wire(Keeper(store, OPEN_TEAM, ttl))
     try:
         team = team_key(gateway, request)
         raw = await _read(request, gateway.config.settings.max_body_bytes)
         raw = await _chained(store, team, raw)
     except ProxyError as err:
         return probe.error_response(err)
-    wire = make_wire(Keeper(store, team))
+    wire = make_wire(Keeper(store, team, ttl))
     response = await gateway.serve(_replay(request, raw), wire)
     keeper = wire.keeper
     if keeper is not None and keeper.pending is not None and response.status_code == 200:
         await keeper.save(keeper.pending)
     return response
+
+
+async def fit_only(
+    request: Request, gateway: Gateway, store: Store, wire: ResponsesWire
+) -> Response:
+    """POST /routefit/fit?wire=responses: the dry run of a Responses body, its
+    ``previous_response_id`` resolved as ``create`` would (nothing is forwarded or stored)."""
+    try:
+        team = team_key(gateway, request)
+        raw = await _read(request, gateway.config.settings.max_body_bytes)
+        raw = await _chained(store, team, raw)
+    except ProxyError as err:
+        return wire.error_response(err)
+    return await gateway.fit_only(_replay(request, raw), wire)
 
 
 async def _guarded(request: Request, gateway: Gateway, op: Callable[[str], Awaitable[Any]]) -> Any:

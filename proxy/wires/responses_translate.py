@@ -36,7 +36,10 @@ __all__ = [
     "sse_event",
 ]
 
-_SAMPLING = ("temperature", "top_p", "parallel_tool_calls", "prompt_cache_key", "user")
+#: Carried over to chat. Not ``prompt_cache_key`` (Codex always sends it): translated routes are
+#: never OpenAI's (those speak Responses natively), and other providers refuse it (litellm's
+#: Anthropic adapter answers UnsupportedParamsError).
+_SAMPLING = ("temperature", "top_p", "parallel_tool_calls", "user")
 
 
 def new_response_id() -> str:

@@ -1,11 +1,14 @@
-"""Bad input, fuzzed: every answer of ``routefit serve`` is below 500, OpenAI-shaped when it is
-an error, never a traceback, never a hang — and memory stays bounded.
+"""Bad input, fuzzed: every answer of ``routefit serve`` is below 500, in the client wire's own
+shape when it is an error (Anthropic's under ``/v1/messages``, OpenAI's elsewhere), never a
+traceback, never a hang — and memory stays bounded.
 
 Property-based (hypothesis) over real HTTP to a real ``routefit serve`` in front of the provider
 simulator: mutated chat bodies (any JSON value at any field), raw bytes and invalid UTF-8,
 absurd nesting, huge strings, negative and enormous ``max_tokens``, malformed, truncated,
 oversized and unsupported images, pixel bombs, broken data URLs, thousands of messages and
-tools, and every endpoint with every method. ``RELIABILITY_SCALE`` multiplies the budgets.
+tools, mutated Anthropic Messages bodies (native to an Anthropic route and translated) and
+Responses bodies (with stored responses), and every endpoint with every method.
+``RELIABILITY_SCALE`` multiplies the budgets.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 from relkit import SCALE, Proc, Tally, check_error_shape, record
+from wire_shapes import check_wire_error_shape
 
 MAX_BODY = 2_000_000
 #: A request that takes longer than this is a hang.
@@ -47,6 +51,16 @@ def gw(sim, tmp_path_factory):
             image_limits=limits,
         ),
         sim_route("text", url, "gpt-4", model_info={"max_input_tokens": 8192}, image_limits=limits),
+        {
+            "model_name": "claude",
+            "litellm_params": {
+                "model": "anthropic/claude-sim",
+                "api_base": url,
+                "api_key": "sk-ant-sim",
+            },
+            "model_info": {"max_input_tokens": 16384, "max_output_tokens": 4096},
+            "routefit": {"image_limits": limits},
+        },
     ]
     config = gateway_config(
         tmp_path_factory.mktemp("fuzz") / "c.yaml", routes, max_body_bytes=MAX_BODY
@@ -114,7 +128,9 @@ def send(
     elapsed = time.monotonic() - started
     tally.add(r.status_code, r.content, elapsed)
     assert elapsed < HANG_S, f"{what}: took {elapsed:.1f}s"
-    check_error_shape(r.status_code, r.content, what or path)
+    bare, _, query = path.partition("?")
+    wire = "messages" if "wire=messages" in query else None
+    check_wire_error_shape(bare, r.status_code, r.content, what or path, wire)
     return r
 
 
@@ -604,6 +620,21 @@ ENDPOINTS = [
     "/readyz",
     "/metrics",
     "/openapi.json",
+    "/",
+    "/v1/messages",
+    "/v1/messages?beta=true",
+    "/v1/messages/count_tokens",
+    "/v1/messages/batches",
+    "/v1/responses",
+    "/responses",
+    "/v1/responses/resp_nope",
+    "/v1/responses/resp_nope/input_items",
+    "/routefit/ui",
+    "/routefit/ui/",
+    "/routefit/ui/data",
+    "/routefit/ui/session",
+    "/routefit/ui/static/dashboard.js",
+    "/routefit/ui/static/../../etc/passwd",
 ]
 
 
@@ -618,6 +649,8 @@ ENDPOINTS = [
         st.sampled_from(ENDPOINTS),
         st.text(max_size=30).map(lambda t: "/routefit/teams/" + quote(t, safe="") + "/usage"),
         st.text(max_size=40).map(lambda t: "/" + quote(t, safe="/")),
+        st.text(max_size=20).map(lambda t: "/v1/messages/" + quote(t, safe="/")),
+        st.text(max_size=20).map(lambda t: "/v1/responses/" + quote(t, safe="/")),
     ),
     query=st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=3),
     body=st.binary(max_size=200),
@@ -630,4 +663,265 @@ def test_every_endpoint_and_method(http, tally, method, path, query, body):
         assert r.status_code < 500
         return
     if r.headers.get("content-type", "").startswith("application/json") or r.status_code >= 400:
-        check_error_shape(r.status_code, r.content, f"{method} {path}")
+        check_wire_error_shape(path, r.status_code, r.content, f"{method} {path}")
+
+
+# -- the Anthropic Messages and Responses wires -----------------------------------------------
+
+
+def messages_body() -> dict[str, Any]:
+    """What Claude Code sends, in small: system blocks with cache_control, a tool round trip,
+    thinking, an image, metadata."""
+    return {
+        "model": "claude",
+        "max_tokens": 64,
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "tools": [
+            {
+                "name": "lookup",
+                "description": "Look a word up",
+                "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+            }
+        ],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Look at this"},
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/png",
+                            "data": base64.b64encode(PNG).decode(),
+                        },
+                    },
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "a"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "found a"},
+                    {"type": "text", "text": "And now?", "cache_control": {"type": "ephemeral"}},
+                ],
+            },
+        ],
+        "metadata": {"user_id": "u1"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+
+
+MESSAGES_PATHS: list[tuple[Any, ...]] = [
+    (),
+    ("model",),
+    ("max_tokens",),
+    ("system",),
+    ("system", 0),
+    ("system", 0, "cache_control"),
+    ("tools",),
+    ("tools", 0),
+    ("tools", 0, "name"),
+    ("tools", 0, "input_schema"),
+    ("messages",),
+    ("messages", 0),
+    ("messages", 0, "role"),
+    ("messages", 0, "content"),
+    ("messages", 0, "content", 0),
+    ("messages", 0, "content", 1, "source"),
+    ("messages", 0, "content", 1, "source", "type"),
+    ("messages", 0, "content", 1, "source", "media_type"),
+    ("messages", 0, "content", 1, "source", "data"),
+    ("messages", 1, "content"),
+    ("messages", 1, "content", 0),
+    ("messages", 1, "content", 0, "signature"),
+    ("messages", 1, "content", 1, "id"),
+    ("messages", 1, "content", 1, "input"),
+    ("messages", 2, "content", 0),
+    ("messages", 2, "content", 0, "tool_use_id"),
+    ("messages", 2, "content", 0, "content"),
+    ("messages", 2, "content", 1, "cache_control"),
+    ("stream",),
+    ("metadata",),
+    ("thinking",),
+    ("tool_choice",),
+    ("stop_sequences",),
+]
+
+
+def responses_body() -> dict[str, Any]:
+    """What Codex sends, in small: a developer message, a function call round trip with a
+    reasoning item, an image, a namespace tool."""
+    return {
+        "model": "gpt-4o",
+        "store": False,
+        "stream": False,
+        # without it, litellm's Anthropic adapter asks the simulator for more output than
+        # claude-sim allows (reported: the translation does not bound it by the route)
+        "max_output_tokens": 64,
+        "instructions": "Be brief.",
+        "prompt_cache_key": "k",
+        "include": ["reasoning.encrypted_content"],
+        "tools": [
+            {
+                "type": "function",
+                "name": "lookup",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+            {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "f"}]},
+        ],
+        "input": [
+            {"type": "message", "role": "developer", "content": "You are terse."},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Look at this"},
+                    {"type": "input_image", "image_url": data_url(PNG), "detail": "low"},
+                ],
+            },
+            {"type": "reasoning", "summary": [], "encrypted_content": "opaque"},
+            {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "found"},
+            {"role": "user", "content": "And now?"},
+        ],
+    }
+
+
+RESPONSES_PATHS: list[tuple[Any, ...]] = [
+    (),
+    ("model",),
+    ("input",),
+    ("input", 0),
+    ("input", 0, "role"),
+    ("input", 0, "content"),
+    ("input", 1, "content"),
+    ("input", 1, "content", 1),
+    ("input", 1, "content", 1, "image_url"),
+    ("input", 1, "content", 1, "detail"),
+    ("input", 2),
+    ("input", 2, "summary"),
+    ("input", 2, "type"),
+    ("input", 3, "call_id"),
+    ("input", 3, "arguments"),
+    ("input", 4),
+    ("input", 4, "output"),
+    ("input", 5, "role"),
+    ("instructions",),
+    ("tools",),
+    ("tools", 0),
+    ("tools", 1, "tools"),
+    ("stream",),
+    ("store",),
+    ("previous_response_id",),
+    ("max_output_tokens",),
+    ("reasoning",),
+    ("text",),
+]
+
+
+@settings(
+    max_examples=120 * SCALE,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    path=st.sampled_from(MESSAGES_PATHS),
+    value=json_values,
+    delete=st.booleans(),
+    model=st.sampled_from(["claude", "gpt-4o", "nope"]),
+    endpoint=st.sampled_from(
+        [
+            "/v1/messages",
+            "/v1/messages?beta=true",
+            "/v1/messages/count_tokens",
+            "/routefit/fit?wire=messages",
+        ]
+    ),
+)
+def test_mutated_messages_bodies_are_answered_in_anthropics_shape(
+    http, tally, path, value, delete, model, endpoint
+):
+    body = messages_body()
+    body["model"] = model
+    mutated = mutate(body, path, value, delete)
+    send(http, tally, endpoint, json.dumps(mutated).encode(), what=f"{path}={value!r}"[:200])
+
+
+@settings(
+    max_examples=120 * SCALE,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    path=st.sampled_from(RESPONSES_PATHS),
+    value=json_values,
+    delete=st.booleans(),
+    model=st.sampled_from(["gpt-4o", "small", "claude", "nope"]),
+    endpoint=st.sampled_from(["/v1/responses", "/responses", "/routefit/fit?wire=responses"]),
+)
+def test_mutated_responses_bodies_are_answered_in_openais_shape(
+    http, tally, path, value, delete, model, endpoint
+):
+    body = responses_body()
+    body["model"] = model
+    mutated = mutate(body, path, value, delete)
+    send(http, tally, endpoint, json.dumps(mutated).encode(), what=f"{path}={value!r}"[:200])
+
+
+def test_good_messages_and_responses_bodies_are_served(http, tally):
+    for model in ("claude", "gpt-4o"):
+        for stream in (False, True):
+            body = {**messages_body(), "model": model, "stream": stream}
+            r = send(http, tally, "/v1/messages", json.dumps(body).encode(), what=model)
+            assert r.status_code == 200, (model, stream, r.text)
+        body = {**responses_body(), "model": model}
+        del body["input"][1]["content"][1]  # the simulator's Responses wire takes no images
+        r = send(http, tally, "/v1/responses", json.dumps(body).encode(), what=model)
+        assert r.status_code == 200, (model, r.text)
+
+
+@settings(
+    max_examples=40 * SCALE,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    raw=st.binary(max_size=2000),
+    endpoint=st.sampled_from(
+        [
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/v1/responses",
+            "/routefit/fit?wire=messages",
+            "/routefit/fit?wire=responses",
+            "/routefit/fit?wire=nope",
+        ]
+    ),
+)
+def test_raw_bytes_on_every_wire_are_answered_cleanly(http, tally, raw, endpoint):
+    r = send(http, tally, endpoint, raw)
+    assert 400 <= r.status_code < 500 or r.status_code == 200
+
+
+@pytest.mark.parametrize("name", sorted(BAD_IMAGES))
+def test_bad_images_on_the_messages_wire_are_4xx_in_anthropics_shape(http, tally, name):
+    url = BAD_IMAGES[name]
+    media, _, data = url.partition(";base64,")
+    for model in ("claude", "gpt-4o"):
+        body = messages_body()
+        body["model"] = model
+        body["messages"][0]["content"][1]["source"] = {
+            "type": "base64",
+            "media_type": media[5:] or "image/png",
+            "data": data,
+        }
+        r = send(http, tally, "/v1/messages", json.dumps(body).encode(), what=name)
+        if name.startswith(("pixel", "zero", "oversized")):
+            assert 400 <= r.status_code < 500, (name, model, r.text)

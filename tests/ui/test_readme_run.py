@@ -1,5 +1,6 @@
 """The README's run command, in a fresh clone with no provider keys, gives a proxy a newcomer
-can chat with (the example config's ``sim-gpt-4o`` route), and a real-provider route without
+can chat with on every wire (the example config's ``sim-gpt-4o`` and ``sim-claude`` routes:
+chat, Responses and Anthropic Messages), and a real-provider route without
 its key answers ``provider_key_missing`` instead of forwarding keyless.
 
 Slow (a fresh venv and ``pip install -e .``, as the README says); needs the committed tree.
@@ -14,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -63,6 +65,17 @@ def test_readme_run_command_chats_without_provider_keys(tmp_path: Path) -> None:
             model="sim-gpt-4o", messages=[{"role": "user", "content": "Hello"}]
         )
         assert reply.choices[0].message.content and reply.usage.prompt_tokens == 8
+        # the other wires, as the anthropic SDK / Claude Code and Codex speak them
+        claude = anthropic.Anthropic(
+            base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0
+        )
+        for model in ("sim-claude", "sim-gpt-4o"):
+            message = claude.messages.create(
+                model=model, max_tokens=64, messages=[{"role": "user", "content": "Hello"}]
+            )
+            assert message.content[0].text and message.usage.input_tokens > 0
+            answer = client.responses.create(model=model, input="Hello")
+            assert answer.output_text and answer.usage.input_tokens > 0
         with pytest.raises(openai.APIStatusError) as info:
             client.chat.completions.create(
                 model="gpt-4o", messages=[{"role": "user", "content": "Hello"}]

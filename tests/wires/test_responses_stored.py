@@ -59,3 +59,25 @@ def test_stored_responses_survive_a_restart_on_the_embedded_store(sim, tmp_path)
         sent = sim.last_request("/v1/responses")["body"]["input"]
         assert sent[0]["content"] == "remember me" and sent[1]["type"] == "message"
         assert sent[-1]["content"] == "again"
+
+
+def test_stored_responses_live_for_the_configured_ttl(sim, redis_url, tmp_path):
+    """``routefit_settings.responses_ttl_seconds`` is the stored record's TTL in the store."""
+    import redis
+
+    db = redis_url.rsplit("/", 1)[0] + "/" + str(5 + secrets.randbelow(9))
+    routes = [sim_route("gpt-4o", sim.base_url)]
+    config = gateway_config(
+        tmp_path / "routefit.yaml", routes, redis_url=db, responses_ttl_seconds=321
+    )
+    with run_routefit(config) as gw:
+        c = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
+        rid = c.responses.create(model="gpt-4o", input="keep me a while").id
+    client = redis.Redis.from_url(db)
+    try:
+        keys = list(client.scan_iter(match=f"*:resp:{rid}"))
+        assert len(keys) == 1
+        assert 0 < client.ttl(keys[0]) <= 321
+    finally:
+        client.delete(*keys)
+        client.close()

@@ -1,0 +1,49 @@
+"""Each client wire's own error shape: Anthropic's under ``/v1/messages`` (its SDK and Claude
+Code read ``{"type": "error", "error": {"type", "message"}}``), OpenAI's everywhere else."""
+
+from __future__ import annotations
+
+import json
+
+from relkit import check_error_shape
+
+ANTHROPIC_PREFIX = "/v1/messages"
+
+
+def check_anthropic_error_shape(status: int, body: bytes, what: str = "") -> None:
+    """Raise AssertionError unless the answer is a non-5xx and, when an error, Anthropic's."""
+    text = body.decode("utf-8", "replace")
+    assert status < 500, f"{what}: HTTP {status}: {text[:500]}"
+    assert "Traceback" not in text, f"{what}: traceback in the answer: {text[:500]}"
+    if status < 400:
+        return
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise AssertionError(f"{what}: HTTP {status} answer is not JSON: {text[:300]}") from None
+    assert isinstance(data, dict) and set(data) == {"type", "error"}, f"{what}: {text[:300]}"
+    assert data["type"] == "error", f"{what}: {text[:300]}"
+    err = data["error"]
+    assert isinstance(err, dict) and set(err) == {"type", "message"}, f"{what}: {text[:300]}"
+    assert isinstance(err["type"], str) and err["type"], f"{what}: {text[:300]}"
+    assert isinstance(err["message"], str) and err["message"], f"{what}: {text[:300]}"
+
+
+def wire_of(path: str, wire: object = None) -> str:
+    """``messages`` when the answer to ``path`` is Anthropic-shaped (``wire``: the dry run's
+    ``?wire=`` parameter)."""
+    if path.startswith(ANTHROPIC_PREFIX):
+        return "messages"
+    if path.startswith("/routefit/fit") and wire == "messages":
+        return "messages"
+    return "openai"
+
+
+def check_wire_error_shape(
+    path: str, status: int, body: bytes, what: str = "", wire: object = None
+) -> None:
+    """The error shape of the wire ``path`` belongs to."""
+    if wire_of(path, wire) == "messages":
+        check_anthropic_error_shape(status, body, what or path)
+    else:
+        check_error_shape(status, body, what or path)
