@@ -443,6 +443,42 @@ def pressure_table(pressure: Any, route: Any) -> str:
     return "\n".join(lines)
 
 
+def _add_serve(serve: argparse.ArgumentParser) -> None:
+    """``routefit serve``'s options: where to listen, and the limits on slow or many clients."""
+    serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=4000, help="port (default 4000)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    limits = serve.add_argument_group("connection limits (per worker)")
+    for flag, default, helps in (
+        ("--header-timeout", 10.0, "seconds a connection may take to send its request headers"),
+        ("--body-timeout", 30.0, "seconds of silence allowed while a request body arrives"),
+        ("--body-min-rate", 1024.0, "bytes/s a body must average after --body-timeout (0: any)"),
+        ("--keep-alive", 5.0, "seconds an idle kept-alive connection stays open"),
+        ("--drain-seconds", 30.0, "after SIGTERM, seconds in-flight requests may take to finish"),
+    ):
+        limits.add_argument(
+            flag, type=float, default=default, help=f"{helps} (default {default:g})"
+        )
+    limits.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=65536,
+        help="size of a request's headers before it gets 431 (default 65536)",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        default=2048,
+        help="connections plus requests in flight before new requests get 503 (0: no limit)",
+    )
+    serve.set_defaults(run=_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="routefit",
@@ -483,39 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(run=_check)
 
-    serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=4000, help="port (default 4000)")
-    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    serve.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
-    )
-    serve.add_argument("--access-log", action="store_true", help="log every request")
-    limits = serve.add_argument_group("connection limits (per worker)")
-    for flag, default, helps in (
-        ("--header-timeout", 10.0, "seconds a connection may take to send its request headers"),
-        ("--body-timeout", 30.0, "seconds of silence allowed while a request body arrives"),
-        ("--body-min-rate", 1024.0, "bytes/s a body must average after --body-timeout (0: any)"),
-        ("--keep-alive", 5.0, "seconds an idle kept-alive connection stays open"),
-        ("--drain-seconds", 30.0, "after SIGTERM, seconds in-flight requests may take to finish"),
-    ):
-        limits.add_argument(
-            flag, type=float, default=default, help=f"{helps} (default {default:g})"
-        )
-    limits.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=65536,
-        help="size of a request's headers before it gets 431 (default 65536)",
-    )
-    limits.add_argument(
-        "--max-connections",
-        type=int,
-        default=2048,
-        help="connections plus requests in flight before new requests get 503 (0: no limit)",
-    )
-    serve.set_defaults(run=_serve)
+    _add_serve(sub.add_parser("serve", help="run the proxy"))
 
     # `routefit sim ...` is handed to the simulator's own parser (see main); listed here for help.
     sub.add_parser(
