@@ -228,14 +228,14 @@ async def count_tokens(gateway: Any, request: Request) -> Response:
         body, _ = await read_json(request, gateway.config.settings.max_body_bytes)
         try:
             parsed = parse_anthropic(body, count_only=True)
-            rc = gateway.route_for(parsed)
+            rc = gateway.preparer.route_for(parsed)
             if team is not None and not team.may_use(rc.route.alias):
                 raise ProxyError(403, f"team {team.id!r} may not use model {rc.route.alias!r}")
             pressure = measure(parsed, rc.route)
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         correction = gateway.calibrator.correction(rc.route.alias)
-        estimate = correction.apply(pressure.text, pressure.framing, pressure.images)
+        estimate = correction.price_pressure(pressure)
     except ProxyError as err:
         return anthropic_error(err)
     return Response(

@@ -1,0 +1,263 @@
+"""Preparing one request: read → parse (its wire) → route → team → price and fit → anchor.
+
+Everything here runs before a byte goes to the provider and is routefit's own overhead. Three
+ways to reach the figures the request goes on, cheapest first:
+
+* **proved by a bound** (bodies over ``_BOUND_ABOVE``): a cheap upper bound (``pricing.bounds``)
+  under the budget lets the request go untouched at once, and the exact fit is counted in a
+  thread meanwhile (``Preparer.exact`` swaps it in once the provider answered);
+* **counted** (every other request): the exact fit, anchored on the provider's own count of a
+  prefix when one is known — and fitted once more when that anchor says the estimate was low;
+* **refitted** after the provider itself refused for context length and stated its count
+  (``Preparer.refit``, driven by the gateway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import anyio
+from starlette.requests import Request
+
+from pricing.calibration import Correction, anchored_estimate
+from pricing.messages import ChatRequest, RequestError, message_wire
+from proxy.body import read_json
+from proxy.budgets import Held
+from proxy.calibrator import Calibrator, prefix_keys
+from proxy.config import Config, RouteConfig, Upstream
+from proxy.errors import ProxyError
+from proxy.fetch import ImageSizer, image_urls
+from proxy.metrics import Metrics
+from proxy.teams import Team, TeamDirectory
+from proxy.wires import Wire
+from strategies.fit import Fit, FitError, fit, fit_bounded
+from strategies.policy import FitPolicy
+
+__all__ = ["Job", "Prepared", "Preparer"]
+
+log = logging.getLogger("routefit")
+
+#: Bodies above this size are priced and fitted in a worker thread so that one huge request
+#: does not stall every other request on the event loop (the tokenizers release the GIL).
+_THREAD_ABOVE = 512 * 1024
+#: Bodies above this size are first proved to fit by a cheap upper bound (``pricing.bounds``);
+#: when the proof holds they go at once and are counted exactly in a thread meanwhile, and the
+#: answer waits only for the later of the provider and the count, so its headers, calibration
+#: and metrics are exact. Smaller ones cost less to count (and are mostly cached) than twice.
+_BOUND_ABOVE = 16 * 1024
+
+Sizes = dict[str, tuple[int, int]]
+Anchored = tuple[int, list[bytes], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What fitting one request needs, whichever way it is fitted."""
+
+    wire: Wire
+    request: ChatRequest
+    rc: RouteConfig
+    policy: FitPolicy
+    #: Image sizes fetched for this request (URL images, when the route allows fetching).
+    sizes: Sizes
+
+    def fit(self, correction: Correction) -> Fit:
+        """The exact fit; the wire's own refusal when nothing the policy allows fits."""
+        try:
+            return fit(self.request, self.rc.route, self.policy, correction, self.sizes)
+        except RequestError as exc:  # an image that cannot be priced, found while pricing
+            raise ProxyError(400, exc.message, param=exc.param) from None
+        except FitError as exc:
+            raise self.wire.overflow(exc) from None
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request priced and fitted, ready to forward."""
+
+    job: Job
+    team: Team | None
+    fitted: Fit
+    estimate: int
+    started: float
+    #: Chained digests of the fitted message prefixes (anchor keys).
+    keys: list[bytes]
+    anchored: bool = False
+    held: Held | None = None
+    #: The route's upstream with the key this request must carry (``ProviderKeys``).
+    upstream: Upstream | None = None
+    #: On the bounded path: the exact fit, counted in a thread while the request is forwarded;
+    #: ``fitted`` and ``estimate`` are bounds until ``Preparer.exact`` replaces them.
+    exact: asyncio.Future[Fit] | None = field(default=None)
+
+    @property
+    def wire(self) -> Wire:
+        return self.job.wire
+
+    @property
+    def rc(self) -> RouteConfig:
+        return self.job.rc
+
+    @property
+    def request(self) -> ChatRequest:
+        return self.job.request
+
+    @property
+    def policy(self) -> FitPolicy:
+        return self.job.policy
+
+
+class Preparer:
+    def __init__(
+        self,
+        config: Config,
+        teams: TeamDirectory,
+        calibrator: Calibrator,
+        sizer: ImageSizer,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.teams = teams
+        self.calibrator = calibrator
+        self.sizer = sizer
+        self.metrics = metrics
+        self._policies: dict[tuple[str, str], FitPolicy] = {}
+
+    def route_for(self, request: ChatRequest) -> RouteConfig:
+        rc = self.config.route(request.model)
+        if rc is None:
+            if not request.model:
+                raise ProxyError(400, "model is required", param="model", code="missing_model")
+            raise ProxyError(
+                404,
+                f"The model '{request.model}' does not exist or you do not have access to it.",
+                param="model",
+                code="model_not_found",
+            )
+        return rc
+
+    def policy_for(self, rc: RouteConfig, team: Team | None) -> FitPolicy:
+        """The route's fit policy with the team's overrides and per-request prompt quota."""
+        if team is None:
+            return rc.policy
+        key = (team.id, rc.route.alias)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = self._policies[key] = team.fit_policy(rc.policy)
+        return policy
+
+    async def prepare(self, request: Request, wire: Wire, bound: bool = True) -> Prepared:
+        """Priced and fitted; ``bound``: a big request may be proved to fit by an upper bound
+        and counted exactly while it is forwarded (the dry run wants the exact figures)."""
+        started = time.perf_counter()
+        team = self.teams.authenticate(request.headers)
+        body, size = await read_json(request, self.config.settings.max_body_bytes)
+        job = await self._job(wire, body, team)
+        alias = job.rc.route.alias
+        correction = self.calibrator.correction(alias)
+        if bound and size > _BOUND_ABOVE:
+            proved = await self._bounded(job, correction, team, started)
+            if proved is not None:
+                self.metrics.fit_proofs.labels(alias, "bound").inc()
+                return proved
+        if bound:
+            self.metrics.fit_proofs.labels(alias, "count").inc()
+        fitted = await self._fit(job, correction, threaded=size > _THREAD_ABOVE)
+        estimate, keys, hit = await self._anchor(job.rc, fitted)
+        if hit and estimate > fitted.report.budget:
+            # The provider's own count of the prefix says the calibrated estimate was low: fit
+            # once more with the correction scaled by how low it was, and anchor that fit.
+            tighter = correction.scaled(estimate / max(1, fitted.estimate))
+            fitted = await self._fit(job, tighter, threaded=size > _THREAD_ABOVE)
+            estimate, keys, hit = await self._anchor(job.rc, fitted)
+        return Prepared(job, team, fitted, estimate, started, keys, hit)
+
+    async def _job(self, wire: Wire, body: object, team: Team | None) -> Job:
+        try:
+            parsed = wire.parse(body)
+        except RequestError as exc:
+            raise ProxyError(400, exc.message, param=exc.param) from None
+        rc = self.route_for(parsed)
+        if team is not None and not team.may_use(rc.route.alias):
+            raise ProxyError(
+                403,
+                f"team {team.id!r} may not use model {rc.route.alias!r}",
+                param="model",
+                code="model_not_allowed",
+            )
+        sizes: Sizes = {}
+        if rc.image_fetch.enabled:
+            sizes = await self.sizer.sizes(image_urls(parsed), rc.image_fetch)
+        return Job(wire, parsed, rc, self.policy_for(rc, team), sizes)
+
+    async def _bounded(
+        self, job: Job, correction: Correction, team: Team | None, started: float
+    ) -> Prepared | None:
+        """The request as its bound proves it, with its exact fit under way — when the bound
+        (anchored on the provider's count of a prefix when one is known) is under the budget.
+        A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
+        try:
+            fitted = fit_bounded(job.request, job.rc.route, job.policy, correction, job.sizes)
+        except RequestError as exc:
+            raise ProxyError(400, exc.message, param=exc.param) from None
+        if fitted is None:
+            return None
+        anchored, keys, hit = await self._anchor(job.rc, fitted)
+        # The bound prices all its text at the dearest class weight; an anchor prices only what
+        # follows the anchored prefix. Acting on the larger of the two keeps both promises.
+        estimate = max(anchored, fitted.estimate)
+        if estimate > fitted.report.budget:
+            return None
+        exact = asyncio.ensure_future(self._fit(job, correction, threaded=True))
+        # A request that fails before its usage is learnt leaves this unread: read it anyway.
+        exact.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return Prepared(job, team, fitted, estimate, started, keys, hit, exact=exact)
+
+    async def exact(self, p: Prepared) -> bool:
+        """Replace a bounded request's figures by the exact ones (after forwarding it); False
+        when they could not be had (nothing is then learnt from this request)."""
+        if p.exact is None:
+            return True
+        try:
+            p.fitted = await p.exact
+        except Exception:
+            log.exception("exact count of a bounded request failed on %s", p.rc.route.alias)
+            return False
+        finally:
+            p.exact = None
+        p.estimate, p.keys, p.anchored = await self._anchor(p.rc, p.fitted)
+        return True
+
+    async def refit(self, p: Prepared, corrected: Correction) -> None:
+        """Fit ``p`` again with a correction the provider's own count has raised."""
+        fitted = await self._fit(p.job, corrected, threaded=False)
+        anchored, keys, hit = await self._anchor(p.rc, fitted)
+        # The anchors just recorded give the head its true count; the tail is priced by the
+        # corrected weights. Acting on the larger of the two keeps both promises.
+        estimate = max(anchored, fitted.estimate)
+        if estimate > fitted.report.budget:
+            tighter = corrected.scaled(estimate / max(1, fitted.estimate))
+            fitted = await self._fit(p.job, tighter, threaded=False)
+            anchored, keys, hit = await self._anchor(p.rc, fitted)
+            estimate = max(anchored, fitted.estimate)
+        p.fitted, p.estimate, p.keys, p.anchored = fitted, estimate, keys, hit
+
+    async def _anchor(self, rc: RouteConfig, fitted: Fit) -> Anchored:
+        """(estimate to act on, prefix keys, anchored?): anchored on the provider's count of a
+        prefix when one is known, else the calibrated estimate."""
+        alias = rc.route.alias
+        wire = [message_wire(m) for m in fitted.messages]
+        keys = prefix_keys(alias, rc.upstream.model, fitted.body.get("tools"), wire)
+        hit = await self.calibrator.find_anchor(alias, keys)
+        if hit is None:
+            return fitted.estimate, keys, False
+        correction = self.calibrator.correction(alias)
+        return anchored_estimate(hit[1], fitted.pressure, correction), keys, True
+
+    async def _fit(self, job: Job, correction: Correction, threaded: bool) -> Fit:
+        if threaded:
+            return await anyio.to_thread.run_sync(job.fit, correction)
+        return job.fit(correction)
