@@ -27,7 +27,7 @@ from proxy.disconnect import client_closed
 from proxy.errors import ProxyError
 from proxy.middleware import BodyTimeout
 
-__all__ = ["read_json"]
+__all__ = ["read_body", "read_json"]
 
 #: Nesting orjson can write back (it reads deeper JSON than it writes).
 _MAX_DEPTH = 254
@@ -90,8 +90,11 @@ async def _chunks(request: Request) -> AsyncIterator[bytes]:
         raise ProxyError(408, str(exc), code="request_timeout") from None
 
 
-async def _read(request: Request, limit: int) -> tuple[bytes, int]:
-    """(the decoded body, its size on the wire)."""
+async def read_body(request: Request, limit: int) -> tuple[bytes, int]:
+    """(the decoded body, its size on the wire), within the limit whatever it claims."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise _too_large(limit)
     encoding = request.headers.get("content-encoding", "").strip().lower()
     decoder = _decoder(encoding)
     out = bytearray()
@@ -122,10 +125,7 @@ async def _read(request: Request, limit: int) -> tuple[bytes, int]:
 
 async def read_json(request: Request, limit: int) -> tuple[Any, int]:
     """(the parsed body, its size in bytes once decoded)."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise _too_large(limit)
-    raw, _ = await _read(request, limit)
+    raw, _ = await read_body(request, limit)
     if not raw:
         raise ProxyError(
             400, "the request body is empty; expected a JSON object", code="invalid_json"

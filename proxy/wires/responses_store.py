@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive
 
+from proxy.body import read_body
 from proxy.errors import ProxyError, error_response
 from proxy.store import Store
 from proxy.store.base import StoreUnavailable
@@ -96,25 +97,19 @@ def _output_items(response: Mapping[str, Any]) -> list[Any]:
 
 
 async def _read(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length")
-    too_large = ProxyError(
-        413, f"request body exceeds the limit of {limit:,} bytes", code="request_too_large"
-    )
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise too_large
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return (await read_body(request, limit))[0]
 
 
 def _replay(request: Request, raw: bytes) -> Request:
-    """The request again, its body ``raw`` (later receives report the client's disconnect)."""
+    """The request again, its body ``raw`` — decoded, so its headers lose any content-encoding —
+    (later receives report the client's disconnect)."""
     sent = False
+    scope = dict(request.scope)
+    scope["headers"] = [
+        (k, v)
+        for k, v in request.scope["headers"]
+        if k.lower() not in (b"content-encoding", b"content-length")
+    ] + [(b"content-length", str(len(raw)).encode())]
     receive: Receive = request.receive
 
     async def replay() -> Message:
@@ -124,7 +119,7 @@ def _replay(request: Request, raw: bytes) -> Request:
             return {"type": "http.request", "body": raw, "more_body": False}
         return await receive()
 
-    return Request(request.scope, replay)
+    return Request(scope, replay)
 
 
 async def _chained(store: Store, team: str, raw: bytes) -> bytes:

@@ -214,3 +214,22 @@ def test_unknown_item_types_are_priced_and_kept(client, fresh_sim):
     )
     assert reply.output_text
     assert fresh_sim.last_request("/v1/responses")["body"]["input"][1] == odd
+
+
+def test_a_gzip_body_chains_its_previous_response(client, gw, fresh_sim):
+    import gzip
+    import json
+
+    first = client.responses.create(model="gpt-4o", input="Remember the word kestrel.")
+    body = {"model": "gpt-4o", "input": "Which word?", "previous_response_id": first.id}
+    resp = httpx.post(
+        gw.v1 + "/responses",
+        content=gzip.compress(json.dumps(body).encode()),
+        headers={"content-type": "application/json", "content-encoding": "gzip"},
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    sent = fresh_sim.last_request("/v1/responses")["body"]
+    texts = json.dumps(sent["input"])
+    assert "kestrel" in texts and "Which word?" in texts  # the chain was resolved
+    assert "previous_response_id" not in sent
