@@ -83,9 +83,94 @@ def _check_auth(state: SimState, request: Request, wire: str) -> SimError | None
     return None
 
 
+def _decode_body(raw: bytes) -> tuple[Any, str | None]:
+    """(the JSON body, why it could not be parsed): a bad body is reported only after auth and
+    faults, as the providers do, so it is kept rather than raised here."""
+    try:
+        return (json.loads(raw), None) if raw else (None, "empty body")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return None, str(exc)
+
+
+def _log_request(
+    state: SimState, request: Request, number: int, raw: bytes, body: Any, parse_error: str | None
+) -> dict[str, Any]:
+    """Record the request before anything can refuse it, so tests see refused requests too."""
+    model = body.get("model") if isinstance(body, dict) else None
+    entry: dict[str, Any] = {
+        "id": number,
+        "time": time.time(),
+        "method": request.method,
+        "path": request.url.path,
+        "headers": dict(request.headers),
+        "body": body,
+        "raw": raw.decode("utf-8", "replace") if parse_error else None,
+        "model": model if isinstance(model, str) else None,
+        "faults": [],
+        "status": None,
+    }
+    request.scope["sim.entry"] = entry
+    state.record(entry)
+    with state.lock:
+        state.stats.by_path[request.url.path] += 1
+        if entry["model"]:
+            state.stats.by_model[entry["model"]] += 1
+    return entry
+
+
+def _check_headers(state: SimState, request: Request, wire: str) -> None:
+    err = _check_auth(state, request, wire)
+    if err is not None:
+        raise err
+    needs_version = wire == "anthropic" and state.config.require_anthropic_version
+    if needs_version and "anthropic-version" not in request.headers:
+        raise SimError(400, "anthropic-version: header is required")
+
+
+def _plan_request_faults(state: SimState, request: Request, entry: dict[str, Any]) -> FaultPlan:
+    """The faults this request asked for (``x-sim-fault``) plus those queued for it."""
+    try:
+        faults = parse_faults(request.headers.get("x-sim-fault"))
+    except ValueError as exc:
+        raise SimError(400, f"x-sim-fault: {exc}", code="sim_bad_fault") from None
+    faults += state.faults.take(entry["model"], request.url.path)
+    plan = plan_faults(faults)
+    entry["faults"] = list(plan.names)
+    if plan.any:
+        with state.lock:
+            for name in plan.names:
+                state.stats.faults[name.split(":")[0]] += 1
+    return plan
+
+
+def _unparsable(wire: str, parse_error: str) -> SimError:
+    """Each provider's own words for a body that is not JSON."""
+    if wire == "anthropic":
+        return SimError(400, f"There was an error parsing the body of your request: {parse_error}")
+    return SimError(
+        400,
+        "We could not parse the JSON body of your request. (HINT: This likely means "
+        "you aren't using your HTTP library correctly. The OpenAI API expects a JSON "
+        "payload, but what was sent was not valid JSON. If you have trouble figuring "
+        "out how to fix this, please open an issue at "
+        "https://github.com/openai/openai-python.)",
+    )
+
+
+def _chunk_delay(state: SimState, request: Request) -> float:
+    if "x-sim-chunk-delay" not in request.headers:
+        return state.config.chunk_delay
+    try:
+        return float(request.headers["x-sim-chunk-delay"])
+    except ValueError:
+        raise SimError(400, "x-sim-chunk-delay must be a number of seconds") from None
+
+
 def _provider_endpoint(
     state: SimState, wire: str, handler: Handler
 ) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a wire's handler in what every provider request goes through, in the providers'
+    order: logged, then auth, then injected faults, then the body's JSON, then the handler."""
     render = anthropic_error if wire == "anthropic" else openai_error
 
     async def endpoint(request: Request) -> Response:
@@ -93,86 +178,23 @@ def _provider_endpoint(
         raw = await request.body()
         watch: DisconnectWatch = request.scope["sim.watch"]
         watch.start()  # the body is read: from now on receive() only reports a disconnect
+        body, parse_error = _decode_body(raw)
+        entry = _log_request(state, request, number, raw, body, parse_error)
         try:
-            body: Any = json.loads(raw) if raw else None
-            parse_error = None if raw else "empty body"
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            body, parse_error = None, str(exc)
-        model = body.get("model") if isinstance(body, dict) else None
-        entry: dict[str, Any] = {
-            "id": number,
-            "time": time.time(),
-            "method": request.method,
-            "path": request.url.path,
-            "headers": dict(request.headers),
-            "body": body,
-            "raw": raw.decode("utf-8", "replace") if parse_error else None,
-            "model": model if isinstance(model, str) else None,
-            "faults": [],
-            "status": None,
-        }
-        request.scope["sim.entry"] = entry
-        state.record(entry)
-        with state.lock:
-            state.stats.by_path[request.url.path] += 1
-            if entry["model"]:
-                state.stats.by_model[entry["model"]] += 1
-        request_id = f"req_sim{number:06d}"
-
-        def fail(err: SimError) -> Response:
-            return render(err, request_id)
-
-        err = _check_auth(state, request, wire)
-        if err is not None:
-            return fail(err)
-        needs_version = wire == "anthropic" and state.config.require_anthropic_version
-        if needs_version and "anthropic-version" not in request.headers:
-            return fail(SimError(400, "anthropic-version: header is required"))
-        try:
-            faults = parse_faults(request.headers.get("x-sim-fault"))
-        except ValueError as exc:
-            return fail(SimError(400, f"x-sim-fault: {exc}", code="sim_bad_fault"))
-        faults += state.faults.take(entry["model"], request.url.path)
-        plan = plan_faults(faults)
-        entry["faults"] = list(plan.names)
-        if plan.any:
-            with state.lock:
-                for name in plan.names:
-                    state.stats.faults[name.split(":")[0]] += 1
-        if plan.delay and await watch.sleep(plan.delay):
-            return DropConnection()  # the client gave up while we were "thinking"
-        if plan.reset:
-            return DropConnection()
-        if plan.status is not None:
-            return fail(fault_error(wire, plan.status))
-        if parse_error is not None:
-            if wire == "anthropic":
-                return fail(
-                    SimError(
-                        400, f"There was an error parsing the body of your request: {parse_error}"
-                    )
-                )
-            return fail(
-                SimError(
-                    400,
-                    "We could not parse the JSON body of your request. (HINT: This likely means "
-                    "you aren't using your HTTP library correctly. The OpenAI API expects a JSON "
-                    "payload, but what was sent was not valid JSON. If you have trouble figuring "
-                    "out how to fix this, please open an issue at "
-                    "https://github.com/openai/openai-python.)",
-                )
-            )
-        delay = state.config.chunk_delay
-        if "x-sim-chunk-delay" in request.headers:
-            try:
-                delay = float(request.headers["x-sim-chunk-delay"])
-            except ValueError:
-                return fail(SimError(400, "x-sim-chunk-delay must be a number of seconds"))
-        ctx = Ctx(state, request, body, number, plan, delay, entry)
-        try:
+            _check_headers(state, request, wire)
+            plan = _plan_request_faults(state, request, entry)
+            if plan.delay and await watch.sleep(plan.delay):
+                return DropConnection()  # the client gave up while we were "thinking"
+            if plan.reset:
+                return DropConnection()
+            if plan.status is not None:
+                raise fault_error(wire, plan.status)
+            if parse_error is not None:
+                raise _unparsable(wire, parse_error)
+            ctx = Ctx(state, request, body, number, plan, _chunk_delay(state, request), entry)
             return await handler(ctx)
         except SimError as exc:
-            return fail(exc)
+            return render(exc, f"req_sim{number:06d}")
 
     return endpoint
 
@@ -184,8 +206,49 @@ def _json_body(raw: bytes) -> Any:
         raise SimError(400, f"invalid JSON: {exc}") from None
 
 
-def _control_routes(state: SimState) -> list[Route]:
-    async def models(request: Request) -> Response:
+def _bad_control(exc: Exception) -> Response:
+    return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}}, 400)
+
+
+async def _image(request: Request) -> Response:
+    """A generated image of any size, for image-URL tests (``/sim/images/640x480.png``)."""
+    import io
+
+    from PIL import Image
+
+    width, height = request.path_params["width"], request.path_params["height"]
+    fmt = request.path_params["fmt"].lower()
+    formats = {"png": "PNG", "jpg": "JPEG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP"}
+    if fmt not in formats or not (0 < width <= 8192 and 0 < height <= 8192):
+        return JSONResponse({"error": {"message": "no such image"}}, 404)
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (width % 256, height % 256, 128)).save(buf, formats[fmt])
+    media = "image/jpeg" if formats[fmt] == "JPEG" else f"image/{fmt}"
+    return Response(buf.getvalue(), media_type=media)
+
+
+async def _health(request: Request) -> Response:
+    return JSONResponse({"ok": True})
+
+
+def _fault_rules(raw: Any) -> tuple[list[FaultRule], bool]:
+    """(the rules in a ``POST /sim/faults`` body, whether they replace the queue)."""
+    replace = False
+    if isinstance(raw, dict):
+        replace = bool(raw.get("replace"))
+        raw = raw.get("faults")
+    if not isinstance(raw, list):
+        raise ValueError('expected a list of faults or {"faults": [...]}')
+    return [FaultRule.from_json(r) for r in raw], replace
+
+
+class _Controls:
+    """The endpoints that are not a provider's: model listing and the ``/sim/*`` controls."""
+
+    def __init__(self, state: SimState) -> None:
+        self.state = state
+
+    async def models(self, request: Request) -> Response:
         data = [
             {
                 "id": m.name,
@@ -196,13 +259,13 @@ def _control_routes(state: SimState) -> list[Route]:
                 "max_output_tokens": m.max_output,
                 "wire": m.wire,
             }
-            for m in state.models.values()
+            for m in self.state.models.values()
         ]
         return JSONResponse({"object": "list", "data": data})
 
-    async def model(request: Request) -> Response:
+    async def model(self, request: Request) -> Response:
         name = request.path_params["name"]
-        m = state.model(name)
+        m = self.state.model(name)
         if m is None:
             return openai_error(
                 SimError(
@@ -211,74 +274,45 @@ def _control_routes(state: SimState) -> list[Route]:
             )
         return JSONResponse({"id": m.name, "object": "model", "created": 0, "owned_by": m.owned_by})
 
-    async def image(request: Request) -> Response:
-        """A generated image of any size, for image-URL tests (``/sim/images/640x480.png``)."""
-        import io
-
-        from PIL import Image
-
-        width, height = request.path_params["width"], request.path_params["height"]
-        fmt = request.path_params["fmt"].lower()
-        formats = {"png": "PNG", "jpg": "JPEG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP"}
-        if fmt not in formats or not (0 < width <= 8192 and 0 < height <= 8192):
-            return JSONResponse({"error": {"message": "no such image"}}, 404)
-        buf = io.BytesIO()
-        Image.new("RGB", (width, height), (width % 256, height % 256, 128)).save(buf, formats[fmt])
-        media = "image/jpeg" if formats[fmt] == "JPEG" else f"image/{fmt}"
-        return Response(buf.getvalue(), media_type=media)
-
-    async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True})
-
-    async def requests(request: Request) -> Response:
+    async def requests(self, request: Request) -> Response:
         limit = request.query_params.get("limit")
         path = request.query_params.get("path")
-        return JSONResponse({"requests": state.requests(int(limit) if limit else None, path)})
+        return JSONResponse({"requests": self.state.requests(int(limit) if limit else None, path)})
 
-    async def stats(request: Request) -> Response:
-        return JSONResponse(state.stats_json())
+    async def stats(self, request: Request) -> Response:
+        return JSONResponse(self.state.stats_json())
 
-    async def reset(request: Request) -> Response:
-        state.reset()
+    async def reset(self, request: Request) -> Response:
+        self.state.reset()
         return JSONResponse({"ok": True})
 
-    async def faults(request: Request) -> Response:
+    async def faults(self, request: Request) -> Response:
         if request.method == "DELETE":
-            state.faults.clear()
+            self.state.faults.clear()
         elif request.method == "POST":
             try:
-                raw = _json_body(await request.body())
-                replace = False
-                if isinstance(raw, dict):
-                    replace = bool(raw.get("replace"))
-                    raw = raw.get("faults")
-                if not isinstance(raw, list):
-                    raise ValueError('expected a list of faults or {"faults": [...]}')
-                rules = [FaultRule.from_json(r) for r in raw]
+                rules, replace = _fault_rules(_json_body(await request.body()))
             except (ValueError, SimError) as exc:
-                return JSONResponse(
-                    {"error": {"message": str(exc), "type": "invalid_request_error"}}, 400
-                )
+                return _bad_control(exc)
             if replace:
-                state.faults.clear()
-            state.faults.add(rules)
-        return JSONResponse({"faults": state.faults.as_json()})
+                self.state.faults.clear()
+            self.state.faults.add(rules)
+        return JSONResponse({"faults": self.state.faults.as_json()})
 
-    async def config(request: Request) -> Response:
+    async def config(self, request: Request) -> Response:
         if request.method == "POST":
             try:
                 values = _json_body(await request.body())
                 if not isinstance(values, dict):
                     raise ValueError("expected a JSON object")
-                state.config.update(values)
+                self.state.config.update(values)
             except (ValueError, TypeError, SimError) as exc:
-                return JSONResponse(
-                    {"error": {"message": str(exc), "type": "invalid_request_error"}}, 400
-                )
-        return JSONResponse(state.config.as_json())
+                return _bad_control(exc)
+        return JSONResponse(self.state.config.as_json())
 
-    async def count(request: Request) -> Response:
+    async def count(self, request: Request) -> Response:
         """The prompt size the simulator would bill, without answering or touching the cache."""
+        state = self.state
         try:
             body = _json_body(await request.body())
             m = state.model(body.get("model", "")) if isinstance(body, dict) else None
@@ -298,17 +332,20 @@ def _control_routes(state: SimState) -> list[Route]:
             {"model": m.name, "prompt_tokens": prompt.total, "breakdown": prompt.breakdown}
         )
 
+
+def _control_routes(state: SimState) -> list[Route]:
+    c = _Controls(state)
     return [
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/models/{name:path}", model, methods=["GET"]),
-        Route("/sim/health", health, methods=["GET"]),
-        Route("/sim/images/{width:int}x{height:int}.{fmt}", image, methods=["GET"]),
-        Route("/sim/requests", requests, methods=["GET"]),
-        Route("/sim/stats", stats, methods=["GET"]),
-        Route("/sim/reset", reset, methods=["POST"]),
-        Route("/sim/faults", faults, methods=["GET", "POST", "DELETE"]),
-        Route("/sim/config", config, methods=["GET", "POST"]),
-        Route("/sim/count", count, methods=["POST"]),
+        Route("/v1/models", c.models, methods=["GET"]),
+        Route("/v1/models/{name:path}", c.model, methods=["GET"]),
+        Route("/sim/health", _health, methods=["GET"]),
+        Route("/sim/images/{width:int}x{height:int}.{fmt}", _image, methods=["GET"]),
+        Route("/sim/requests", c.requests, methods=["GET"]),
+        Route("/sim/stats", c.stats, methods=["GET"]),
+        Route("/sim/reset", c.reset, methods=["POST"]),
+        Route("/sim/faults", c.faults, methods=["GET", "POST", "DELETE"]),
+        Route("/sim/config", c.config, methods=["GET", "POST"]),
+        Route("/sim/count", c.count, methods=["POST"]),
     ]
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 
 from proxy.sim.completion import Answer, answer
-from proxy.sim.counting import anthropic_prompt
+from proxy.sim.counting import Prompt, anthropic_prompt
 from proxy.sim.errors import SimError
 from proxy.sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
 from proxy.sim.models import SimModel
@@ -373,15 +373,16 @@ def _stream_events(
     return events
 
 
-async def messages(ctx: Ctx) -> Response:
-    body = ctx.body
+def _messages_model(state: SimState, body: Any) -> SimModel:
+    """The Anthropic model a valid request names; an unknown model is a 404 before any
+    validation, as at Anthropic."""
     if isinstance(body, Mapping) and isinstance(body.get("model"), str):
-        model = ctx.state.model(body["model"])
+        model = state.model(body["model"])
         if model is None or model.wire != "anthropic":
             raise SimError(404, f"model: {body['model']}", "not_found_error")
-    validate(body, strict=ctx.state.config.strict_params)
+    validate(body, strict=state.config.strict_params)
     name = body["model"]
-    model = ctx.state.model(name)
+    model = state.model(name)
     assert model is not None
     max_tokens = body["max_tokens"]
     if max_tokens > model.max_output:
@@ -389,9 +390,18 @@ async def messages(ctx: Ctx) -> Response:
             f"max_tokens: {max_tokens} > {model.max_output}, which is the maximum allowed "
             f"number of output tokens for {name}"
         )
+    return model
+
+
+async def _count_and_cache(
+    ctx: Ctx, body: Mapping[str, Any], model: SimModel
+) -> tuple[Prompt, int, int]:
+    """(the prompt, its tokens read from the cache, its tokens written to it): counted, checked
+    against the context window, then looked up and stored at its cache breakpoints."""
     pictures = await collect_pictures(ctx.state, body, model)
     prompt = anthropic_prompt(body, model, lambda block: pictures[image_key(block)])
     window = model.context_window
+    max_tokens = body["max_tokens"]
     if prompt.total > window:
         raise _bad(f"prompt is too long: {prompt.total} tokens > {window} maximum")
     if prompt.total + max_tokens > window:
@@ -402,12 +412,15 @@ async def messages(ctx: Ctx) -> Response:
     read, creation = ctx.state.breakpoint_caches[model.name].lookup_and_store(
         prompt.tokens, prompt.breakpoints
     )
-    input_tokens = prompt.total - read - creation
     ctx.entry["prompt_tokens"] = prompt.total
     ctx.entry["cached_tokens"] = read
+    return prompt, read, creation
 
-    msgs = body["messages"]
-    last = msgs[-1]
+
+def _answer(body: Mapping[str, Any], model: SimModel, prompt_total: int) -> Answer:
+    """The reply to the last message: a tool call is wanted only after a user's own words,
+    not after a tool result."""
+    last = body["messages"][-1]
     last_text = " ".join(
         b["text"]
         for b in _blocks(last["content"])
@@ -423,31 +436,24 @@ async def messages(ctx: Ctx) -> Response:
         for t in body.get("tools") or []
         if isinstance(t, Mapping) and isinstance(t.get("name"), str)
     ]
-    ans = answer(
+    return answer(
         model,
         last_user=last_text,
         tools=[] if choice.get("type") == "none" else offered,
         forced=forced,
         wants_call=wants_call,
-        max_tokens=max_tokens,
-        room=window - prompt.total,
+        max_tokens=body["max_tokens"],
+        room=model.context_window - prompt_total,
         id_prefix="toolu_",
     )
-    usage = _usage(input_tokens, read, creation, ans.completion_tokens)
-    message: dict[str, Any] = {
-        "id": f"msg_sim{ctx.number:06d}",
-        "type": "message",
-        "role": "assistant",
-        "model": name,
-        "content": _content(ans),
-        "stop_reason": _STOP[ans.finish],
-        "stop_sequence": None,
-        "usage": usage,
-    }
+
+
+def _reply(ctx: Ctx, message: dict[str, Any], ans: Answer, headers: dict[str, str]) -> Response:
+    """The message as JSON or SSE, bent by the request's faults: no usage, a torn event or
+    truncated JSON, a cut."""
     plan = ctx.plan
-    headers = {"request-id": ctx.request_id, "x-sim-prompt-tokens": str(prompt.total)}
-    if body.get("stream"):
-        events = _stream_events(message, ans, None if plan.no_usage else usage)
+    if ctx.body.get("stream"):
+        events = _stream_events(message, ans, None if plan.no_usage else message["usage"])
         if plan.malformed:
             events.insert(
                 1, b'event: content_block_start\ndata: {"type": "content_block_start", "index\n\n'
@@ -464,3 +470,23 @@ async def messages(ctx: Ctx) -> Response:
     if plan.cut_after is not None:
         return CutBody(_dump(message).encode())
     return JSONResponse(message, headers=headers)
+
+
+async def messages(ctx: Ctx) -> Response:
+    body = ctx.body
+    model = _messages_model(ctx.state, body)
+    prompt, read, creation = await _count_and_cache(ctx, body, model)
+    ans = _answer(body, model, prompt.total)
+    usage = _usage(prompt.total - read - creation, read, creation, ans.completion_tokens)
+    message: dict[str, Any] = {
+        "id": f"msg_sim{ctx.number:06d}",
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": _content(ans),
+        "stop_reason": _STOP[ans.finish],
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    headers = {"request-id": ctx.request_id, "x-sim-prompt-tokens": str(prompt.total)}
+    return _reply(ctx, message, ans, headers)

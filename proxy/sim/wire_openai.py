@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 
 from proxy.sim.completion import Answer, answer
-from proxy.sim.counting import openai_functions, openai_prompt
+from proxy.sim.counting import Prompt, openai_functions, openai_prompt
 from proxy.sim.errors import SimError
 from proxy.sim.images import ImageProblem, Picture, resolve_url
 from proxy.sim.models import SimModel
@@ -572,11 +572,11 @@ def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-async def chat_completions(ctx: Ctx) -> Response:
-    body = ctx.body
-    validate_chat(body, strict=ctx.state.config.strict_params)
+def _chat_model(state: SimState, body: Any) -> SimModel:
+    """The OpenAI model a valid request names (404 for any other, as OpenAI does)."""
+    validate_chat(body, strict=state.config.strict_params)
     name = body["model"]
-    model = ctx.state.model(name)
+    model = state.model(name)
     if model is None or model.wire != "openai":
         raise SimError(
             404,
@@ -584,7 +584,12 @@ async def chat_completions(ctx: Ctx) -> Response:
             param=None,
             code="model_not_found",
         )
-    max_out = body.get("max_completion_tokens") or body.get("max_tokens")
+    return model
+
+
+def _max_out(body: Mapping[str, Any], model: SimModel) -> int | None:
+    """The completion budget asked for, refused when it is past the model's output limit."""
+    max_out: int | None = body.get("max_completion_tokens") or body.get("max_tokens")
     if max_out is not None and max_out > model.max_output:
         key = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
         raise SimError(
@@ -594,6 +599,14 @@ async def chat_completions(ctx: Ctx) -> Response:
             param=key,
             code="invalid_value",
         )
+    return max_out
+
+
+async def _count_and_cache(
+    ctx: Ctx, body: Mapping[str, Any], model: SimModel, max_out: int | None
+) -> tuple[Prompt, int]:
+    """(the prompt, its tokens served from the prefix cache): counted, checked against the
+    context window, then looked up and stored, as billing at OpenAI would see it."""
     pictures = await collect_pictures(ctx.state, body, model)
     prompt = openai_prompt(body, model, lambda part: pictures[part["image_url"]["url"]])
     tools_tokens = prompt.breakdown.get("tools", 0)
@@ -602,12 +615,17 @@ async def chat_completions(ctx: Ctx) -> Response:
     cached = ctx.state.prefix_caches[model.name].lookup_and_store(prompt.tokens)
     ctx.entry["prompt_tokens"] = prompt.total
     ctx.entry["cached_tokens"] = cached
+    return prompt, cached
 
-    messages = body["messages"]
-    last_user, ends_with_user = _last_user(messages)
+
+def _answers(
+    body: Mapping[str, Any], model: SimModel, prompt_total: int, max_out: int | None
+) -> list[Answer]:
+    """The ``n`` choices, each from its own seed so that they differ."""
+    last_user, ends_with_user = _last_user(body["messages"])
     offered = [(str(fn.get("name")), fn.get("parameters") or {}) for fn in openai_functions(body)]
     no_tools = body.get("tool_choice") == "none"
-    answers = [
+    return [
         answer(
             model,
             last_user=last_user + (f"\x00{i}" if i else ""),
@@ -615,49 +633,63 @@ async def chat_completions(ctx: Ctx) -> Response:
             forced=_forced(body),
             wants_call=ends_with_user,
             max_tokens=max_out,
-            room=model.context_window - prompt.total,
+            room=model.context_window - prompt_total,
         )
         for i in range(body.get("n") or 1)
     ]
-    completion = sum(a.completion_tokens for a in answers)
-    usage = _usage(model, prompt.total, cached, completion)
-    created = int(time.time())
-    rid = f"chatcmpl-sim{ctx.number:06d}"
-    headers = {"x-request-id": ctx.request_id, "x-sim-prompt-tokens": str(prompt.total)}
+
+
+def _stream(
+    ctx: Ctx,
+    body: Mapping[str, Any],
+    ident: dict[str, Any],
+    answers: list[Answer],
+    usage: dict[str, Any],
+    headers: dict[str, str],
+) -> Response:
+    """The SSE reply, bent by the request's faults: a torn chunk, no usage chunk, a cut."""
     plan = ctx.plan
-
-    if body.get("stream"):
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        base = {
-            "id": rid,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": name,
-            "system_fingerprint": "fp_sim",
-        }
-        chunks: list[dict[str, Any]] = []
-        for i, ans in enumerate(answers):
-            chunks += _chunks(base, i, ans, include_usage)
-        events = [sse(_dump(c)) for c in chunks]
-        if plan.malformed:
-            events.insert(
-                1,
-                b'data: {"id": "'
-                + rid.encode()
-                + b'", "choices": [{"delta": {"content": "oops\n\n',
-            )
-        if include_usage and not plan.no_usage:
-            events.append(sse(_dump({**base, "choices": [], "usage": usage})))
-        events.append(b"data: [DONE]\n\n")
-        return EventStream(
-            ctx.state, events, delay=ctx.chunk_delay, cut_after=plan.cut_after, headers=headers
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    base = {
+        "id": ident["id"],
+        "object": "chat.completion.chunk",
+        "created": ident["created"],
+        "model": ident["model"],
+        "system_fingerprint": "fp_sim",
+    }
+    chunks: list[dict[str, Any]] = []
+    for i, ans in enumerate(answers):
+        chunks += _chunks(base, i, ans, include_usage)
+    events = [sse(_dump(c)) for c in chunks]
+    if plan.malformed:
+        events.insert(
+            1,
+            b'data: {"id": "'
+            + str(base["id"]).encode()
+            + b'", "choices": [{"delta": {"content": "oops\n\n',
         )
+    if include_usage and not plan.no_usage:
+        events.append(sse(_dump({**base, "choices": [], "usage": usage})))
+    events.append(b"data: [DONE]\n\n")
+    return EventStream(
+        ctx.state, events, delay=ctx.chunk_delay, cut_after=plan.cut_after, headers=headers
+    )
 
+
+def _completion(
+    ctx: Ctx,
+    ident: dict[str, Any],
+    answers: list[Answer],
+    usage: dict[str, Any],
+    headers: dict[str, str],
+) -> Response:
+    """The JSON reply, bent by the request's faults: truncated JSON, no usage, a cut body."""
+    plan = ctx.plan
     payload: dict[str, Any] = {
-        "id": rid,
+        "id": ident["id"],
         "object": "chat.completion",
-        "created": created,
-        "model": name,
+        "created": ident["created"],
+        "model": ident["model"],
         "system_fingerprint": "fp_sim",
         "service_tier": "default",
         "choices": [
@@ -674,3 +706,22 @@ async def chat_completions(ctx: Ctx) -> Response:
     if plan.cut_after is not None:
         return CutBody(_dump(payload).encode())
     return JSONResponse(payload, headers=headers)
+
+
+async def chat_completions(ctx: Ctx) -> Response:
+    body = ctx.body
+    model = _chat_model(ctx.state, body)
+    max_out = _max_out(body, model)
+    prompt, cached = await _count_and_cache(ctx, body, model, max_out)
+    answers = _answers(body, model, prompt.total, max_out)
+    completion = sum(a.completion_tokens for a in answers)
+    usage = _usage(model, prompt.total, cached, completion)
+    ident = {  # what names this completion in every chunk or body
+        "id": f"chatcmpl-sim{ctx.number:06d}",
+        "created": int(time.time()),
+        "model": body["model"],
+    }
+    headers = {"x-request-id": ctx.request_id, "x-sim-prompt-tokens": str(prompt.total)}
+    if body.get("stream"):
+        return _stream(ctx, body, ident, answers, usage, headers)
+    return _completion(ctx, ident, answers, usage, headers)
