@@ -55,6 +55,7 @@ def connect_store(settings: StoreSettings, observer: StoreObserver | None = None
             max_connections=max_connections,
             failover_seconds=settings.redis_failover_seconds,
             observer=observer,
+            replicas=1 if settings.redis_mode == "sentinel" else 0,
         )
     else:
         from proxy.store.sqlite import SqliteStore

@@ -245,6 +245,7 @@ class RedisStore:
         sample_ttl: float = 30 * 86_400,
         failover_seconds: float = 0.0,
         observer: StoreObserver | None = None,
+        replicas: int = 0,
     ) -> None:
         if sample_cap < 1:
             raise ValueError("sample_cap must be >= 1")
@@ -257,6 +258,11 @@ class RedisStore:
         self._deadline = 2 * timeout
         self._failover = failover_seconds
         self._observer = observer
+        #: Replicas a budget write waits for (WAIT) before it is acknowledged: with Sentinel, a
+        #: failover promotes a replica, and a reservation the old master had not passed on
+        #: would be forgotten there — admitting past the quota. Bounded by the timeout: a
+        #: replica that is down delays a write by at most that, never refuses it.
+        self._replicas = replicas
         self._sample_ttl_ms = int(sample_ttl * 1000)
         self._redis, self._close = client
         # Cluster nodes refuse (rather than queue) past their pool size: in-flight calls are
@@ -283,8 +289,19 @@ class RedisStore:
                 raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
 
     async def _budget(self, op: str, keys: list[str], args: list[str | int]) -> list[int]:
-        result: list[int] = await self._call(op, lambda: self._script(keys=keys, args=args))
-        return result
+        if not self._replicas or op == "usage":
+            result: list[int] = await self._call(op, lambda: self._script(keys=keys, args=args))
+            return result
+
+        async def replicated() -> list[int]:
+            # One connection for both: WAIT covers the writes made on its own connection.
+            async with self._redis.pipeline(transaction=False) as pipe:
+                await self._script(keys=keys, args=args, client=pipe)  # type: ignore[arg-type]
+                pipe.wait(self._replicas, int(self._timeout * 1000))
+                written, _acked = await pipe.execute()
+            return list(written)
+
+        return await self._call(op, replicated)
 
     # -- calibration -----------------------------------------------------------------------
     async def record_sample(self, sample: Sample) -> None:

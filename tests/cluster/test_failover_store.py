@@ -96,6 +96,7 @@ async def test_sentinel_master_killed_mid_reservations(redis_sentinel: LocalSent
             client=sentinel_client(sentinels, redis_sentinel.master_name, None, 0.5),
             failover_seconds=20.0,
             observer=metrics,
+            replicas=1,  # as connect_store opens it in sentinel mode
         ),
         metrics,
     )

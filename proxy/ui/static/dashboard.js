@@ -184,7 +184,8 @@ function teamCard(team) {
     const share = w.limit ? Math.min(1, w.used / w.limit) : 0;
     const money = w.name === "usd_per_month";
     const show = (v) => (money ? "$" + (v / 1e6).toFixed(2) : fmt.int(v));
-    card.append(el("div", { class: "window" }, el("span", {}, w.name.replace(/_/g, " ")),
+    card.append(el("div", { class: "window", "data-window": w.name },
+      el("span", {}, w.name.replace(/_/g, " ")),
       el("span", { "data-figure": "usage" }, `${show(w.used)} / ${show(w.limit)} (${fmt.pct(share)})`)));
     const fill = el("div", { class: share >= 1 ? "full" : share >= 0.8 ? "warn" : "" });
     fill.style.width = (share * 100).toFixed(1) + "%";
