@@ -20,6 +20,7 @@ pytestmark = pytest.mark.anyio
 
 AMOUNT = 10
 ALLOWED = 60  # reservations that fit the quota
+KILL_AFTER = 10  # admissions before the master is killed
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ async def reserve_through(store: ObservedStore, team: str, kill: object) -> tupl
     admitted = unavailable = 0
     killer: asyncio.Task[None] | None = None
     for _ in range(10 * ALLOWED):
-        if admitted == 10 and killer is None:
+        if admitted == KILL_AFTER and killer is None:
             killer = asyncio.create_task(asyncio.to_thread(kill))  # type: ignore[arg-type]
         try:
             r = await store.reserve(team, [(window, AMOUNT)])
@@ -106,7 +107,10 @@ async def test_sentinel_master_killed_mid_reservations(redis_sentinel: LocalSent
         )
         assert redis_sentinel.master() != victim
         assert unavailable == 0
-        assert 10 < admitted <= ALLOWED
+        # Sentinel replication is asynchronous: the promoted replica may lack what the dead
+        # master had not passed on — at most the KILL_AFTER reservations it admitted before
+        # the kill (docs/operations.md § Redis topologies). Never more.
+        assert 10 < admitted <= ALLOWED + KILL_AFTER
         assert retries(metrics, "reserve") >= 1
     finally:
         await store.close()
