@@ -16,8 +16,9 @@ so "vs chat" compares the time routefit adds, not the simulator's cost per wire.
 
 Two paths: the OpenAI-compatible one (``openai/gpt-4o`` with ``api_base`` = sim ``/v1``; routefit
 forwards it without translation) and the translated one (``anthropic/claude-sonnet-4-5`` with
-``api_base`` = the sim; both proxies go through litellm's Anthropic adapter; "direct" there is
-the Anthropic wire request the adapter would produce).
+``api_base`` = the sim, an OpenAI chat client: LiteLLM goes through its Anthropic adapter,
+routefit through its own chat↔Messages mapping over its aiohttp client, Portkey through its
+anthropic provider; "direct" there is the equivalent Anthropic wire request).
 
 Each phase runs the load generator (bench/loadgen.py, its own process) for a fixed time after a
 warm-up, and reads the server's and the simulator's CPU time from /proc before and after, so CPU

@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -60,6 +61,11 @@ _SHORT = 64
 # A parallel batch pays for its threads only when there is enough text to share out.
 _BATCH_MIN_CHARS = 64 * 1024
 _THREADS = max(1, min(8, os.cpu_count() or 1))
+#: A text at least this long is counted in pieces on ``_THREADS`` threads (``split_for_count``).
+_SPLIT_ABOVE = 32 * 1024
+#: Where a text may be cut for counting: before an ASCII space that follows a printable ASCII
+#: character (see ``split_for_count``).
+_CUT = re.compile(r"[!-~] ")
 
 
 def _worth_batching(texts: Sequence[str]) -> bool:
@@ -163,6 +169,38 @@ class CountCache:
         return len(self._data) + len(self._short)
 
 
+def split_for_count(text: str, parts: int) -> list[str]:
+    r"""``text`` in at most ``parts`` pieces of about equal length whose counts add up to the
+    count of the whole, for every tokenizer routefit ships (tests/pricing/test_split_count.py
+    checks it against counting the whole on generated text).
+
+    Each cut is before an ASCII space whose preceding character is printable ASCII. Why counts
+    add there: every tokenizer here first splits the text with a pre-tokenizer regex and encodes
+    the pieces independently, so it is enough that the pieces of the whole are the pieces of the
+    two halves. No alternative of those regexes (tiktoken's ``o200k_base`` / ``cl100k_base``,
+    GPT-2's byte-level one behind the legacy Anthropic file, DeepSeek's split sequence) lets a
+    piece run on from a non-space character into a following space, and the only lookahead
+    (``\s+(?!\S)``) closes a piece that ends in whitespace, which the character before a cut is
+    not. So a piece starts at the space in the whole text, as it does at the start of the second
+    half; the regexes have no lookbehind, so from there on both match alike. The characters at
+    a cut are ASCII, which NFKC (the Anthropic file) leaves alone and never composes with, and no
+    added token of the shipped files contains a space or strips one."""
+    if parts <= 1:
+        return [text]
+    step = len(text) // parts
+    out: list[str] = []
+    start = 0
+    for k in range(1, parts):
+        found = _CUT.search(text, max(start, k * step))
+        if found is None:
+            break
+        cut = found.start() + 1
+        out.append(text[start:cut])
+        start = cut
+    out.append(text[start:])
+    return out
+
+
 @dataclass
 class _Tiktoken:
     name: str
@@ -170,7 +208,11 @@ class _Tiktoken:
     cache: CountCache = field(default_factory=CountCache)
 
     def _count(self, text: str) -> int:
-        return len(self._enc.encode_ordinary(text))
+        if len(text) < _SPLIT_ABOVE or _THREADS == 1:
+            return len(self._enc.encode_ordinary(text))
+        # a big new prompt: its pieces on parallel threads (tiktoken releases the GIL)
+        pieces = split_for_count(text, _THREADS)
+        return sum(map(len, self._enc.encode_ordinary_batch(pieces, num_threads=_THREADS)))
 
     def count(self, text: str) -> int:
         if not text:
@@ -200,8 +242,16 @@ class _HuggingFace:
     _tok: Any
     cache: CountCache = field(default_factory=CountCache)
 
+    #: Whether ``split_for_count`` holds for this file (checked for the files routefit ships;
+    #: an operator's file may pre-tokenize in ways a cut would change, e.g. a leading ``▁``).
+    splittable: bool = False
+
     def _count(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
+        if not self.splittable or len(text) < _SPLIT_ABOVE or _THREADS == 1:
+            return len(self._tok.encode(text, add_special_tokens=False).ids)
+        pieces = split_for_count(text, _THREADS)
+        encoded = self._tok.encode_batch(pieces, add_special_tokens=False)
+        return sum(len(enc.ids) for enc in encoded)
 
     def count(self, text: str) -> int:
         if not text:
@@ -383,7 +433,8 @@ def get_tokenizer(spec: str) -> Tokenizer:
     if spec in _TIKTOKEN_URLS:
         found: Tokenizer = _Tiktoken(spec, _load_tiktoken(spec))
     elif spec in _HF_SHIPPED:
-        found = _HuggingFace(spec, _load_hf(litellm_tokenizer_dir() / _HF_SHIPPED[spec]))
+        path = litellm_tokenizer_dir() / _HF_SHIPPED[spec]
+        found = _HuggingFace(spec, _load_hf(path), splittable=True)
     else:
         found = _HuggingFace(spec, _load_hf(Path(spec[3:]).expanduser()))
     _return_freed_memory()
