@@ -9,13 +9,16 @@ The same workloads against three targets, one at a time, each with one worker pr
   ``x-portkey-provider`` / ``x-portkey-custom-host`` headers. Its failures are reported as they
   are (1.15.2 answers streams through a custom host with 500 "TypeError: immutable").
 
-The client wires routefit serves besides chat (``/v1/messages``, ``/v1/responses``) are measured
-against the chat path at c1 when the server answers them (``WIRE_PHASES``).
+The client wires routefit serves besides chat are measured at c1 on their native passthrough
+routes (``WIRE_PHASES``): ``/v1/messages`` to the Anthropic route, ``/v1/responses`` to the
+OpenAI route, chat to the OpenAI route; each against the simulator's own endpoint for that wire,
+so "vs chat" compares the time routefit adds, not the simulator's cost per wire.
 
 Two paths: the OpenAI-compatible one (``openai/gpt-4o`` with ``api_base`` = sim ``/v1``; routefit
 forwards it without translation) and the translated one (``anthropic/claude-sonnet-4-5`` with
-``api_base`` = the sim; both proxies go through litellm's Anthropic adapter; "direct" there is
-the Anthropic wire request the adapter would produce).
+``api_base`` = the sim, an OpenAI chat client: LiteLLM goes through its Anthropic adapter,
+routefit through its own chat↔Messages mapping over its aiohttp client, Portkey through its
+anthropic provider; "direct" there is the equivalent Anthropic wire request).
 
 Each phase runs the load generator (bench/loadgen.py, its own process) for a fixed time after a
 warm-up, and reads the server's and the simulator's CPU time from /proc before and after, so CPU
@@ -58,11 +61,12 @@ TRANSLATED_PHASES = [
     ("small c16", "small", 16),
     ("stream c16", "stream", 16),
 ]
-#: routefit's other client wires to the same OpenAI route, vs chat at c1: (phase, path, body).
+#: routefit's client wires at c1, each on a route that speaks it natively:
+#: (phase, path, body kind, routefit alias, simulator model).
 WIRE_PHASES = [
-    ("chat small c1", "/v1/chat/completions", "chat"),
-    ("messages small c1", "/v1/messages", "messages"),
-    ("responses small c1", "/v1/responses", "responses"),
+    ("chat small c1", "/v1/chat/completions", "chat", "gpt-4o", "gpt-4o"),
+    ("messages small c1", "/v1/messages", "messages", "claude", "claude-sonnet-4-5"),
+    ("responses small c1", "/v1/responses", "responses", "gpt-4o", "gpt-4o"),
 ]
 TARGETS = ("routefit", "litellm", "portkey")
 
@@ -285,33 +289,50 @@ def _start(
     return servers.portkey()
 
 
-def _wire_body(kind: str) -> str:
+def _wire_body(kind: str, model: str) -> str:
     if kind == "messages":
-        return anthropic_small("gpt-4o")
+        return anthropic_small(model)
     if kind == "responses":
-        return responses_small("gpt-4o")
-    return openai_small("gpt-4o")
+        return responses_small(model)
+    return openai_small(model)
 
 
 def measure_wires(
     server: Server, sim: Server, auth: dict[str, str], duration: float, warmup: float, log=print
 ) -> dict:
-    """Each client wire routefit answers, to the same OpenAI route at c1 (a wire that is not
-    served yet — 404 / 405 — is reported as absent)."""
+    """Each client wire routefit answers, on its passthrough route at c1, and the simulator's
+    own endpoint for that wire (a wire that is not served — 404 / 405 — is reported absent)."""
     import httpx
 
+    anth = {"x-api-key": "sk-ant-sim", "anthropic-version": "2023-06-01"}
     out: dict = {}
-    for phase, path, kind in WIRE_PHASES:
+    for phase, path, kind, alias, model in WIRE_PHASES:
         url = server.base_url + path
-        body = _wire_body(kind).replace("@@NONCE@@", "0")
-        probe = httpx.post(url, content=body, headers=auth, timeout=30)
+        body = _wire_body(kind, alias)
+        probe = httpx.post(url, content=body.replace("@@NONCE@@", "0"), headers=auth, timeout=30)
         if probe.status_code in (404, 405):
             out[phase] = {"absent": True, "status": probe.status_code}
             log(f"  routefit  {phase:<20} not served (HTTP {probe.status_code})")
             continue
-        r = run_phase(url, _wire_body(kind), auth, 1, False, duration, warmup, {"sim": sim})
+        direct_headers = anth if kind == "messages" else auth
+        d = run_phase(
+            sim.base_url + path,
+            _wire_body(kind, model),
+            direct_headers,
+            1,
+            False,
+            duration,
+            warmup,
+            {"sim": sim},
+        )
+        r = run_phase(url, body, auth, 1, False, duration, warmup, {"sim": sim})
+        r["direct_p50_ms"] = d["p50_ms"]
+        r["added_p50_ms"] = r["p50_ms"] - d["p50_ms"]
         out[phase] = r
-        log(f"  routefit  {phase:<20} {r['rps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms")
+        log(
+            f"  routefit  {phase:<20} {r['rps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms  "
+            f"(direct {d['p50_ms']:.2f}, added {r['added_p50_ms']:+.2f} ms)"
+        )
     return out
 
 
@@ -355,7 +376,11 @@ def summarise(out: dict) -> dict:
         phase: (
             {"absent": True}
             if r.get("absent")
-            else {"p50_ms": r["p50_ms"], "vs_chat_ms": r["p50_ms"] - chat.get("p50_ms", 0.0)}
+            else {
+                "p50_ms": r["p50_ms"],
+                "added_p50_ms": r["added_p50_ms"],
+                "vs_chat_ms": r["added_p50_ms"] - chat.get("added_p50_ms", 0.0),
+            }
         )
         for phase, r in wires.items()
     }

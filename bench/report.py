@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import fit_scaling
+from startup import ANTHROPIC, LITELLM_ONLY
 
 PROXY_GOALS = {
     "added_p50": 1 / 8,  # routefit's added p50 <= 1/8 of LiteLLM's (OpenAI path)
@@ -287,6 +288,34 @@ def _issue22_goals(load: dict, lines: list[str], goals: list[tuple[str, str, str
                 _mark(ahead),
             )
         )
+    wires = load["summary"].get("wires", {})
+    if wires:
+        lines += [
+            "### Client wires at c1 (each on a route that speaks it natively)",
+            "",
+            "Chat and Responses to the OpenAI route, Messages to the Anthropic route; *added* is "
+            "against the simulator's own endpoint for that wire.",
+            "",
+            "| wire | routefit p50 ms | added p50 ms | vs chat ms |",
+            "|---|---:|---:|---:|",
+        ]
+        for phase, r in wires.items():
+            if r.get("absent"):
+                lines.append(f"| {phase} | not served | | |")
+                continue
+            lines.append(
+                f"| {phase} | {_f(r['p50_ms'])} | {_f(r.get('added_p50_ms'))} | "
+                f"{_f(r.get('vs_chat_ms'))} |"
+            )
+        lines.append("")
+    lines += [
+        "Before issue 22's translated-path work (its recorded run): the litellm-translated path "
+        "added 5.9 ms at c1 and did 2.4× LiteLLM's throughput at c16; idle RSS with a litellm "
+        "route was 197 MiB (117 without). routefit now translates chat ↔ Anthropic Messages "
+        "itself over its aiohttp client and imports litellm only for routes or requests its "
+        "mapping does not cover.",
+        "",
+    ]
     c1, c16 = st.get("small c1", {}), st.get("small c16", {})
     if "routefit_added_p50_ms" in c1:
         goals.append(
@@ -338,7 +367,8 @@ def _startup_section(st: dict, load: dict, lines: list[str], goals: list) -> Non
     if mem:
         lines += [
             "",
-            "RSS around the load test (section 1 config: one OpenAI route and one litellm route):",
+            "RSS around the load test (section 1 config: one OpenAI route and one "
+            "`anthropic/` route):",
             "",
             "| server | idle MiB | after the load phases MiB |",
             "|---|---:|---:|",
@@ -347,7 +377,15 @@ def _startup_section(st: dict, load: dict, lines: list[str], goals: list) -> Non
             lines.append(f"| {name} | {m['idle_rss_mib']:.0f} | {m['loaded_rss_mib']:.0f} |")
     lines.append("")
     ll = servers["litellm proxy"]["median"]
-    for name in ("routefit (OpenAI routes only)", "routefit (+ a litellm route)"):
+    names = (
+        "routefit (OpenAI routes only)",
+        ANTHROPIC,
+        LITELLM_ONLY,
+        "routefit (+ a litellm route)",
+    )
+    for name in names:
+        if name not in servers:
+            continue
         m = servers[name]["median"]
         r = m["ready_s"] / ll["ready_s"]
         goals.append(
@@ -365,11 +403,18 @@ def _startup_section(st: dict, load: dict, lines: list[str], goals: list) -> Non
                 _mark(r <= PROXY_GOALS["idle_rss"]),
             )
         )
-    mixed = servers["routefit (+ a litellm route)"]["median"]["idle_rss_mib"]
+    mixed_name = ANTHROPIC if ANTHROPIC in servers else "routefit (+ a litellm route)"
+    mixed = servers[mixed_name]["median"]["idle_rss_mib"]
+    only = servers.get(LITELLM_ONLY, {}).get("median", {}).get("idle_rss_mib")
     goals.append(
         (
-            "issue 22: idle RSS with a litellm route ≤ 130 MiB",
-            f"{mixed:.0f} MiB",
+            "issue 22: idle RSS with a litellm route (`anthropic/claude-…`) ≤ 130 MiB",
+            f"{mixed:.0f} MiB"
+            + (
+                f" (with a route only litellm serves, e.g. `gemini/`: {only:.0f} MiB)"
+                if only
+                else ""
+            ),
             _mark(mixed <= 130),
         )
     )

@@ -5,9 +5,10 @@ from launch to the first 200 on its readiness endpoint (routefit ``/readyz``; Li
 ``/health/readiness``), then the time of the first and second proxied request (small, to the
 simulator's gpt-4o), and the RSS of the server process tree one second after ready (idle).
 
-routefit is measured with two configs: OpenAI-compatible routes only (litellm is never
-imported), and with one route that needs litellm's translation (imported in the background at
-start-up; ``/readyz`` waits for it).
+routefit is measured with three configs: OpenAI-compatible routes only; plus an
+``anthropic/claude-…`` route (a "litellm route" in LiteLLM's config, translated by routefit's own
+mapping, so litellm is not imported); plus a ``gemini/…`` route that only litellm translates
+(imported in the background at start-up; ``/readyz`` waits for it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ import httpx
 from procs import Servers, anthropic_entry, openai_entry, write_yaml
 from proxy_load import BENCH_KEY
 from workloads import openai_small
+
+#: Config names, read by bench/report.py.
+ANTHROPIC = "routefit (+ an anthropic/ route)"
+LITELLM_ONLY = "routefit (+ a gemini/ route: litellm)"
 
 
 def _first_requests(base: str) -> list[float]:
@@ -45,12 +50,29 @@ def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
             servers.dir / "rf-openai.yaml",
             {"model_list": [openai_entry("gpt-4o", sim.base_url)], "routefit_settings": teams},
         ),
-        "routefit (+ a litellm route)": write_yaml(
+        ANTHROPIC: write_yaml(
             servers.dir / "rf-mixed.yaml",
             {
                 "model_list": [
                     openai_entry("gpt-4o", sim.base_url),
                     anthropic_entry("claude", sim.base_url),
+                ],
+                "routefit_settings": teams,
+            },
+        ),
+        LITELLM_ONLY: write_yaml(
+            servers.dir / "rf-gemini.yaml",
+            {
+                "model_list": [
+                    openai_entry("gpt-4o", sim.base_url),
+                    anthropic_entry("claude", sim.base_url),
+                    {
+                        "model_name": "gemini",
+                        "litellm_params": {
+                            "model": "gemini/gemini-2.0-flash",
+                            "api_key": "unused",
+                        },
+                    },
                 ],
                 "routefit_settings": teams,
             },

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
+import ctypes.util
 import gc
 import hashlib
 import importlib.util
 import math
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -58,6 +62,11 @@ _SHORT = 64
 # A parallel batch pays for its threads only when there is enough text to share out.
 _BATCH_MIN_CHARS = 64 * 1024
 _THREADS = max(1, min(8, os.cpu_count() or 1))
+#: A text at least this long is counted in pieces on ``_THREADS`` threads (``split_for_count``).
+_SPLIT_ABOVE = 32 * 1024
+#: Where a text may be cut for counting: before an ASCII space that follows a printable ASCII
+#: character (see ``split_for_count``).
+_CUT = re.compile(r"[!-~] ")
 
 
 def _worth_batching(texts: Sequence[str]) -> bool:
@@ -161,6 +170,53 @@ class CountCache:
         return len(self._data) + len(self._short)
 
 
+def split_for_count(text: str, parts: int) -> list[str]:
+    r"""``text`` in at most ``parts`` pieces of about equal length whose counts add up to the
+    count of the whole, for every tokenizer routefit ships (tests/pricing/test_split_count.py
+    checks it against counting the whole on generated text).
+
+    Each cut is before an ASCII space whose preceding character is printable ASCII. Why counts
+    add there: every tokenizer here first splits the text with a pre-tokenizer regex and encodes
+    the pieces independently, so it is enough that the pieces of the whole are the pieces of the
+    two halves. No alternative of those regexes (tiktoken's ``o200k_base`` / ``cl100k_base``,
+    GPT-2's byte-level one behind the legacy Anthropic file, DeepSeek's split sequence) lets a
+    piece run on from a non-space character into a following space, and the only lookahead
+    (``\s+(?!\S)``) closes a piece that ends in whitespace, which the character before a cut is
+    not. So a piece starts at the space in the whole text, as it does at the start of the second
+    half; the regexes have no lookbehind, so from there on both match alike. The characters at
+    a cut are ASCII, which NFKC (the Anthropic file) leaves alone and never composes with, and no
+    added token of the shipped files contains a space or strips one."""
+    if parts <= 1:
+        return [text]
+    step = len(text) // parts
+    out: list[str] = []
+    start = 0
+    for k in range(1, parts):
+        found = _CUT.search(text, max(start, k * step))
+        if found is None:
+            break
+        cut = found.start() + 1
+        out.append(text[start:cut])
+        start = cut
+    out.append(text[start:])
+    return out
+
+
+@cache
+def _pool() -> ThreadPoolExecutor:
+    """Threads kept for counting pieces: tiktoken's batch call starts new threads every time,
+    which cost more than the count they share out on a loaded machine."""
+    return ThreadPoolExecutor(max_workers=_THREADS - 1, thread_name_prefix="routefit-count")
+
+
+def _count_pieces(pieces: list[str], encode: Callable[[str], Sequence[int]]) -> int:
+    """Tokens in ``pieces``: the first counted here, the rest on the pool (the encoders release
+    the GIL while they work)."""
+    rest = [_pool().submit(encode, piece) for piece in pieces[1:]]
+    total = len(encode(pieces[0]))
+    return total + sum(len(f.result()) for f in rest)
+
+
 @dataclass
 class _Tiktoken:
     name: str
@@ -168,7 +224,10 @@ class _Tiktoken:
     cache: CountCache = field(default_factory=CountCache)
 
     def _count(self, text: str) -> int:
-        return len(self._enc.encode_ordinary(text))
+        if len(text) < _SPLIT_ABOVE or _THREADS == 1:
+            return len(self._enc.encode_ordinary(text))
+        # a big new prompt: its pieces on parallel threads (tiktoken releases the GIL)
+        return _count_pieces(split_for_count(text, _THREADS), self._enc.encode_ordinary)
 
     def count(self, text: str) -> int:
         if not text:
@@ -198,8 +257,18 @@ class _HuggingFace:
     _tok: Any
     cache: CountCache = field(default_factory=CountCache)
 
+    #: Whether ``split_for_count`` holds for this file (checked for the files routefit ships;
+    #: an operator's file may pre-tokenize in ways a cut would change, e.g. a leading ``▁``).
+    splittable: bool = False
+
     def _count(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
+        if not self.splittable or len(text) < _SPLIT_ABOVE or _THREADS == 1:
+            return len(self._tok.encode(text, add_special_tokens=False).ids)
+        return _count_pieces(split_for_count(text, _THREADS), self._encode)
+
+    def _encode(self, text: str) -> list[int]:
+        ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
+        return ids
 
     def count(self, text: str) -> int:
         if not text:
@@ -376,13 +445,39 @@ def parse_tokenizer_spec(spec: str) -> str:
 def get_tokenizer(spec: str) -> Tokenizer:
     """The process-wide tokenizer for a spec; loaded once, then shared with its count cache."""
     spec = parse_tokenizer_spec(spec)
+    if spec.startswith("heuristic:"):
+        return _Heuristic(spec, float(spec.split(":", 1)[1]))
     if spec in _TIKTOKEN_URLS:
-        return _Tiktoken(spec, _load_tiktoken(spec))
-    if spec in _HF_SHIPPED:
-        return _HuggingFace(spec, _load_hf(litellm_tokenizer_dir() / _HF_SHIPPED[spec]))
-    if spec.startswith("hf:"):
-        return _HuggingFace(spec, _load_hf(Path(spec[3:]).expanduser()))
-    return _Heuristic(spec, float(spec.split(":", 1)[1]))
+        found: Tokenizer = _Tiktoken(spec, _load_tiktoken(spec))
+    elif spec in _HF_SHIPPED:
+        path = litellm_tokenizer_dir() / _HF_SHIPPED[spec]
+        found = _HuggingFace(spec, _load_hf(path), splittable=True)
+    else:
+        found = _HuggingFace(spec, _load_hf(Path(spec[3:]).expanduser()))
+    _return_freed_memory()
+    return found
+
+
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+def _return_freed_memory() -> None:
+    """Give the heap that loading a tokenizer freed back to the OS.
+
+    Building an encoding parses a rank or JSON file of megabytes into temporaries that are freed
+    at once, but glibc keeps freed heap mapped: measured, an idle worker with an o200k and a
+    legacy Anthropic route held 16 MiB less after ``malloc_trim`` (bench/REPORT.md, section 2).
+    A no-op where the C library has no ``malloc_trim`` (musl, macOS)."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def default_tokenizer(model: str) -> str:

@@ -1,7 +1,9 @@
 """Provider transports: the outgoing seam (see ``proxy.transports.base``).
 
 ``Transports`` is the set one app uses, chosen once from the config: the passthrough for
-providers that speak a wire natively, litellm for translation, both wrapped in bounded retries.
+providers that speak a wire natively, routefit's own chat→Messages translation for Anthropic
+providers, litellm for the rest, each wrapped in bounded retries. litellm is imported only when
+a configured route needs it.
 ``route_plan`` answers, once per (route, client wire), which transport carries the request and
 in which provider wire.
 """
@@ -12,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from proxy.config import Upstream
+from proxy.transports.anthropic import AnthropicChat, covers
 from proxy.transports.base import (
     CHAT,
     MESSAGES,
@@ -53,10 +56,12 @@ class Leg:
 
 @dataclass(slots=True)
 class Transports:
-    """The transports of one app: ``direct`` speaks wires natively, ``translated`` speaks chat."""
+    """The transports of one app: ``direct`` speaks wires natively, ``translated`` speaks chat
+    through litellm, ``anthropic`` speaks chat to Anthropic providers (litellm as its fallback)."""
 
     direct: Transport
     translated: Transport
+    anthropic: Transport
 
     @classmethod
     def default(
@@ -65,29 +70,36 @@ class Transports:
         retry: RetryPolicy,
         on_retry: Callable[[str], None] | None = None,
     ) -> Transports:
-        needs_litellm = any(up.transport == "litellm" for up in upstreams)
+        needs_litellm = any(up.transport == "litellm" and not covers(up) for up in upstreams)
+        passthrough, litellm = Passthrough(), LiteLLM(needs_litellm)
         return cls(
-            Retrying(Passthrough(), retry, on_retry),
-            Retrying(LiteLLM(needs_litellm), retry, on_retry),
+            Retrying(passthrough, retry, on_retry),
+            Retrying(litellm, retry, on_retry),
+            Retrying(AnthropicChat(passthrough, litellm), retry, on_retry),
         )
 
     def leg(self, up: Upstream, client_wire: str) -> Leg:
         """The client's own wire when the provider speaks it; else chat, directly to an
-        OpenAI-compatible provider or through litellm."""
+        OpenAI-compatible provider, translated by routefit to an Anthropic one, or through
+        litellm."""
         if client_wire in self.direct.speaks(up):
             return Leg(self.direct, client_wire)
         if up.transport == "openai" and CHAT in self.direct.speaks(up):
             return Leg(self.direct, CHAT)
+        if covers(up):
+            return Leg(self.anthropic, CHAT)
         return Leg(self.translated, CHAT)
 
     def start(self) -> None:
         self.direct.start()
         self.translated.start()
+        self.anthropic.start()
 
     @property
     def ready(self) -> bool:
-        return self.direct.ready and self.translated.ready
+        return self.direct.ready and self.translated.ready and self.anthropic.ready
 
     async def aclose(self) -> None:
         await self.direct.aclose()
         await self.translated.aclose()
+        await self.anthropic.aclose()

@@ -16,22 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from pricing.messages import ImagePart, Message, TextPart
+from proxy.transports.anthropic_terms import ANTHROPIC_STOP as _STOP
+from proxy.transports.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.transports.sse import encode
 from proxy.usage import Usage
 from proxy.wires.anthropic_parse import AnthropicRequest
 
 __all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "usage_block"]
-
-_STOP = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
-    "content_filter": "refusal",
-}
 
 
 def _content(message: Message) -> str | list[dict[str, Any]]:
@@ -99,7 +91,7 @@ def _tool_choice(choice: Any) -> Any:
     kind = choice.get("type")
     if kind == "tool":
         return {"type": "function", "function": {"name": choice.get("name")}}
-    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
+    return CHAT_TOOL_CHOICE.get(str(kind))
 
 
 def chat_body(request: AnthropicRequest, fitted: Sequence[Message], stream: bool) -> dict[str, Any]:
@@ -141,14 +133,6 @@ def usage_block(usage: Usage | None) -> dict[str, int]:
     }
 
 
-def _input(arguments: str) -> Any:
-    try:
-        value = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return {"_raw": arguments}
-    return value if isinstance(value, dict) else {"_value": value}
-
-
 def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any]:
     """A chat completion as an Anthropic message."""
     choices = data.get("choices") if isinstance(data, Mapping) else None
@@ -164,7 +148,7 @@ def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any
                 "type": "tool_use",
                 "id": str(call.get("id") or ""),
                 "name": str(fn.get("name") or ""),
-                "input": _input(str(fn.get("arguments") or "")),
+                "input": tool_input(str(fn.get("arguments") or "")),
             }
         )
     return {

@@ -1,0 +1,214 @@
+"""A chat-completions request as an Anthropic Messages request (the request half of the
+translated Anthropic path; ``proxy.transports.messages_to_chat`` is the answer half).
+
+Our own mapping rather than litellm's ``AnthropicConfig.transform_request``: litellm costs
+seconds and ~80 MiB to import, and its transformation costs more per request than the proxy's
+whole added time (bench/REPORT.md). The mapping covers what chat clients send to Claude —
+system and developer messages, text and image parts, tool definitions, tool calls and their
+results, tool choice, sampling and stop parameters — and raises ``Unmapped`` for anything else
+(``response_format``, ``reasoning_effort``, audio or file parts, ...), which the transport then
+hands to litellm, the one that knows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.transports.anthropic_terms import ANTHROPIC_TOOL_CHOICE, tool_input
+
+__all__ = ["Unmapped", "messages_body"]
+
+#: chat fields the mapping carries (or, like ``stream_options``, knows it may drop: Anthropic's
+#: stream always reports usage).
+_KNOWN = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop",
+        "stream",
+        "stream_options",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "user",
+        "n",
+        "response_format",
+    }
+)
+
+
+class Unmapped(Exception):
+    """The request uses something this mapping does not translate (litellm may)."""
+
+
+def _image(part: Mapping[str, Any]) -> dict[str, Any]:
+    ref = part.get("image_url")
+    url = ref.get("url") if isinstance(ref, Mapping) else ref
+    if not isinstance(url, str):
+        raise Unmapped("image_url without a url")
+    if url.startswith("data:"):
+        head, _, data = url.partition(",")
+        media = head[5:].split(";", 1)[0]
+        if not head.endswith(";base64") or not media:
+            raise Unmapped("a data URL that is not base64")
+        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    """A chat message's content as Anthropic blocks (empty text dropped: Anthropic refuses it)."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if not isinstance(content, list):
+        raise Unmapped("content that is neither text nor a list of parts")
+    out: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text":
+            if part.get("text"):
+                block: dict[str, Any] = {"type": "text", "text": str(part["text"])}
+                if isinstance(part.get("cache_control"), Mapping):
+                    block["cache_control"] = dict(part["cache_control"])
+                out.append(block)
+        elif kind == "image_url":
+            out.append(_image(part))
+        else:
+            raise Unmapped(f"content part {kind!r}")
+    return out
+
+
+def _assistant(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    blocks = _blocks(msg.get("content"))
+    for call in msg.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):
+            raise Unmapped("a tool call that is not a function call")
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": str(call.get("id") or ""),
+                "name": str(fn.get("name") or ""),
+                "input": tool_input(str(fn.get("arguments") or "")),
+            }
+        )
+    return blocks
+
+
+def _tool_result(msg: Mapping[str, Any]) -> dict[str, Any]:
+    content = msg.get("content")
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": str(msg.get("tool_call_id"))}
+    if isinstance(content, list):
+        result["content"] = _blocks(content)
+    elif content:
+        result["content"] = str(content)
+    return result
+
+
+def _conversation(messages: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system blocks, messages): system and developer messages lifted out, wherever they were;
+    consecutive messages of one role merged, so every tool result sits in the one user message
+    that follows its tool calls (Anthropic's pairing rule)."""
+    if not isinstance(messages, list):
+        raise Unmapped("messages is not a list")
+    system: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        role = msg.get("role") if isinstance(msg, Mapping) else None
+        if role in ("system", "developer"):
+            system += _blocks(msg.get("content"))
+            continue
+        if role == "tool":
+            role, blocks = "user", [_tool_result(msg)]
+        elif role == "assistant":
+            blocks = _assistant(msg)
+        elif role == "user":
+            blocks = _blocks(msg.get("content"))
+        else:
+            raise Unmapped(f"role {role!r}")
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] += blocks
+        else:
+            out.append({"role": role, "content": blocks})
+    return system, out
+
+
+def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    for tool in body.get("tools") or []:
+        fn = tool.get("function") if isinstance(tool, Mapping) else None
+        if tool.get("type") != "function" or not isinstance(fn, Mapping):
+            raise Unmapped("a tool that is not a function")
+        out: dict[str, Any] = {
+            "name": str(fn.get("name")),
+            "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if fn.get("description"):
+            out["description"] = fn["description"]
+        tools.append(out)
+    return tools
+
+
+def _tool_choice(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    choice = body.get("tool_choice")
+    out: dict[str, Any] | None = None
+    if isinstance(choice, str) and choice in ANTHROPIC_TOOL_CHOICE:
+        out = {"type": ANTHROPIC_TOOL_CHOICE[choice]}
+    elif isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
+        out = {"type": "tool", "name": str(choice["function"].get("name"))}
+    elif choice is not None:
+        raise Unmapped("tool_choice")
+    if body.get("parallel_tool_calls") is False:
+        out = out or {"type": "auto"}
+        if out["type"] != "none":
+            out["disable_parallel_tool_use"] = True
+    return out
+
+
+def _check(body: Mapping[str, Any]) -> None:
+    unknown = set(body) - _KNOWN
+    if unknown:
+        raise Unmapped(", ".join(sorted(unknown)))
+    if body.get("n") not in (None, 1):
+        raise Unmapped("n")
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
+        raise Unmapped("response_format")
+
+
+def messages_body(body: Mapping[str, Any], default_max_tokens: int) -> dict[str, Any]:
+    """The Anthropic Messages body for a chat body (``model`` is set by the transport).
+
+    ``default_max_tokens`` is used when the client named no limit (Anthropic requires one)."""
+    _check(body)
+    system, messages = _conversation(body.get("messages"))
+    limit = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
+    out: dict[str, Any] = {"model": body.get("model"), "messages": messages, "max_tokens": limit}
+    if system:
+        out["system"] = system
+    for key in ("temperature", "top_p", "top_k"):
+        if body.get(key) is not None:
+            out[key] = body[key]
+    stop = body.get("stop")
+    if stop:
+        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    tools = _tools(body)
+    if tools:
+        out["tools"] = tools
+    choice = _tool_choice(body)
+    if choice is not None and tools:
+        out["tool_choice"] = choice
+    if isinstance(body.get("user"), str):
+        out["metadata"] = {"user_id": body["user"]}
+    if body.get("stream"):
+        out["stream"] = True
+    return out

@@ -1,0 +1,177 @@
+"""An Anthropic Messages answer as a chat completion, whole or streamed (the answer half of the
+translated Anthropic path; ``proxy.transports.chat_to_messages`` is the request half).
+
+The chat wire then reads it exactly as it reads an OpenAI-compatible provider's answer: usage in
+OpenAI's shape (``prompt_tokens`` is the whole prompt — input plus cache reads and writes —
+with ``cached_tokens`` the cache reads, as ``proxy.usage`` expects), a usage-only chunk and
+``[DONE]`` at the end of a stream. ``thinking`` text becomes ``reasoning_content``, the field
+OpenAI-compatible clients of Claude already read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from proxy.transports.anthropic_terms import CHAT_FINISH
+
+__all__ = ["MessagesToChat", "chat_completion", "chat_usage"]
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def chat_usage(usage: Any) -> dict[str, Any] | None:
+    """Anthropic's usage in chat's shape, cache fields kept beside it."""
+    if not isinstance(usage, Mapping):
+        return None
+    read = _int(usage.get("cache_read_input_tokens"))
+    written = _int(usage.get("cache_creation_input_tokens"))
+    prompt = _int(usage.get("input_tokens")) + read + written
+    output = _int(usage.get("output_tokens"))
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "total_tokens": prompt + output,
+        "prompt_tokens_details": {"cached_tokens": read},
+        "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": written,
+    }
+
+
+def chat_completion(data: Any) -> dict[str, Any]:
+    """A whole Anthropic message as a chat completion."""
+    blocks = data.get("content") if isinstance(data, Mapping) else None
+    text: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks if isinstance(blocks, list) else []:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            text.append(str(block.get("text") or ""))
+        elif kind == "thinking":
+            thinking.append(str(block.get("thinking") or ""))
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": str(block.get("id") or ""),
+                    "type": "function",
+                    "function": {
+                        "name": str(block.get("name") or ""),
+                        "arguments": orjson.dumps(block.get("input") or {}).decode(),
+                    },
+                }
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        message["tool_calls"] = calls
+    if thinking:
+        message["reasoning_content"] = "".join(thinking)
+    out: dict[str, Any] = {
+        "id": str(data.get("id") or "msg_routefit") if isinstance(data, Mapping) else "",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(data.get("model") or "") if isinstance(data, Mapping) else "",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": CHAT_FINISH.get(str(data.get("stop_reason")), "stop"),
+            }
+        ],
+    }
+    usage = chat_usage(data.get("usage"))
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+class MessagesToChat:
+    """Anthropic stream events in, chat chunks out (one instance per stream).
+
+    ``event`` returns the chunks to send for one Anthropic event's data; ``error`` is set when
+    the provider sent an ``error`` event (the stream then broke)."""
+
+    def __init__(self) -> None:
+        self.id = "msg_routefit"
+        self.model = ""
+        self.created = int(time.time())
+        self.usage: dict[str, Any] = {}
+        self.tools: dict[int, int] = {}  # Anthropic block index → chat tool call index
+        self.error: str | None = None
+        self.stopped = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        chunk = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def event(self, data: Mapping[str, Any]) -> list[bytes]:
+        kind = data.get("type")
+        if kind == "content_block_delta":
+            return self._delta(data)
+        if kind == "message_start":
+            message = data.get("message") or {}
+            self.id = str(message.get("id") or self.id)
+            self.model = str(message.get("model") or "")
+            self.usage.update(message.get("usage") or {})
+            return [self._chunk({"role": "assistant", "content": ""})]
+        if kind == "content_block_start":
+            return self._start(data)
+        if kind == "message_delta":
+            self.usage.update(data.get("usage") or {})
+            reason = (data.get("delta") or {}).get("stop_reason")
+            return [self._chunk({}, CHAT_FINISH.get(str(reason), "stop"))]
+        if kind == "message_stop":
+            self.stopped = True
+            return [self._usage_chunk()] if self.usage else []
+        if kind == "error":
+            error = data.get("error") or {}
+            self.error = str(error.get("message") or error.get("type") or "provider error")
+        return []
+
+    def _start(self, data: Mapping[str, Any]) -> list[bytes]:
+        block = data.get("content_block") or {}
+        if block.get("type") != "tool_use":
+            return []
+        index = self.tools[_int(data.get("index"))] = len(self.tools)
+        call = {
+            "index": index,
+            "id": str(block.get("id") or ""),
+            "type": "function",
+            "function": {"name": str(block.get("name") or ""), "arguments": ""},
+        }
+        return [self._chunk({"tool_calls": [call]})]
+
+    def _delta(self, data: Mapping[str, Any]) -> list[bytes]:
+        delta = data.get("delta") or {}
+        kind = delta.get("type")
+        if kind == "text_delta":
+            return [self._chunk({"content": delta.get("text") or ""})]
+        if kind == "input_json_delta":
+            index = self.tools.get(_int(data.get("index")), 0)
+            call = {"index": index, "function": {"arguments": delta.get("partial_json") or ""}}
+            return [self._chunk({"tool_calls": [call]})]
+        if kind == "thinking_delta":
+            return [self._chunk({"reasoning_content": delta.get("thinking") or ""})]
+        return []
+
+    def _usage_chunk(self) -> bytes:
+        chunk = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": chat_usage(self.usage),
+        }
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"

@@ -1,0 +1,61 @@
+"""Counting a big text in pieces (``split_for_count``) gives exactly the count of the whole, for
+every tokenizer routefit ships: the property the parallel count of a big new prompt rests on."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pricing.tokenizers import get_tokenizer, split_for_count
+
+SHIPPED = ("o200k_base", "cl100k_base", "deepseek", "anthropic-legacy")
+
+#: Fragments chosen to sit next to a cut in every way the pre-tokenizers care about: words,
+#: contractions, digit runs, punctuation runs, whitespace runs and newlines, characters NFKC
+#: changes (NBSP, "½", fullwidth, ligatures), combining marks, CJK and kana, emoji, added-token
+#: look-alikes.
+FRAGMENTS = [
+    "a", "Word", "word", "ÉTÉ", "'s", "'LL", "12", "1234567", "3.14", ".", ",", "!?", "...", "/",
+    "//", "-", "(", ")", "\"", " ", "  ", "\t", "\n", "\n\n", "\r\n", " \n", "\u00a0", "\u2009",
+    "½", "Ａ", "ﬁ", "\u0301", "e\u0301", "中文", "ひらがな", "カタカナ", "🙂", "<EOT>",
+    "<|endoftext|>", "naïve", "Привет", "مرحبا", "_", "__init__", "$x", "#", "`code`",
+]  # fmt: skip
+
+texts = st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=80).map("".join)
+
+
+def _encode(spec: str, text: str) -> int:
+    tok = get_tokenizer(spec)
+    enc = getattr(tok, "_enc", None)
+    if enc is not None:
+        return len(enc.encode_ordinary(text))
+    return len(tok._tok.encode(text, add_special_tokens=False).ids)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("spec", SHIPPED)
+@settings(max_examples=300, deadline=None)
+@given(text=texts, parts=st.integers(2, 9))
+def test_pieces_add_up_to_the_whole(spec, text, parts):
+    pieces = split_for_count(text, parts)
+    assert "".join(pieces) == text
+    assert all(pieces)
+    assert sum(_encode(spec, p) for p in pieces) == _encode(spec, text)
+
+
+@pytest.mark.parametrize("spec", SHIPPED)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_big_text_is_counted_exactly_however_it_is_counted(spec, seed):
+    """Through the tokenizer's own count: long enough to take the parallel path (fragments
+    mostly space-separated, as prose is: BPE is quadratic in the length of one piece)."""
+    rnd = random.Random(seed)
+    text = "".join(rnd.choice(FRAGMENTS) + rnd.choice(" \n ") for _ in range(12_000))
+    assert len(text) >= 32 * 1024
+    assert get_tokenizer(spec)._count(text) == _encode(spec, text)  # type: ignore[attr-defined]
+
+
+def test_a_text_without_a_cut_stays_whole():
+    assert split_for_count("x" * 100, 4) == ["x" * 100]
+    assert split_for_count("a b", 1) == ["a b"]
