@@ -189,8 +189,9 @@ class Gateway:
 
     async def _outbound(self, p: Prepared, leg: Leg, request: Request) -> Outbound:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
-        if leg.transport is self.transports.translated:
-            # litellm never fetches a URL: routefit's fetcher does, under the route's policy.
+        if leg.transport is not self.transports.direct:
+            # A translated request's URL images are fetched by routefit's fetcher, under the
+            # route's policy (or refused), never by litellm inside this process.
             out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))
         return out
 

@@ -82,8 +82,10 @@ async def test_cluster_master_killed_mid_reservations(redis_cluster: LocalRedisC
         assert redis_cluster.master_of(team_tag(team)) != victim  # a replica took over
         assert unavailable == 0  # every call waited out the failover
         # A reservation whose reply was lost is retried (charged twice, conservative); never
-        # more than the quota is admitted.
-        assert 10 < admitted <= ALLOWED
+        # more than the quota is admitted — but for what the dead master had not replicated
+        # (replication is asynchronous): at most the KILL_AFTER reservations before the kill
+        # and the one in flight (docs/operations.md § Redis topologies).
+        assert 10 < admitted <= ALLOWED + KILL_AFTER + 1
         assert retries(metrics, "reserve") >= 1
     finally:
         await store.close()
@@ -120,7 +122,7 @@ async def test_sentinel_master_killed_mid_reservations(redis_sentinel: LocalSent
         # Sentinel replication is asynchronous: the promoted replica may lack what the dead
         # master had not passed on — at most the KILL_AFTER reservations it admitted before
         # the kill (docs/operations.md § Redis topologies). Never more.
-        assert 10 < admitted <= ALLOWED + KILL_AFTER
+        assert 10 < admitted <= ALLOWED + KILL_AFTER + 1  # and the one in flight
         assert retries(metrics, "reserve") >= 1
     finally:
         await store.close()
