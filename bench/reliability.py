@@ -887,7 +887,7 @@ BUGS = [
         "`_show()`: strings cut to 64 characters, containers shown by type",
     ),
     (
-        "`proxy/chat.py` `read_json`",
+        "`proxy/body.py` `read_json`",
         "orjson reads 1,024 levels of nesting but writes only 254: a body nested 255-1,024 "
         "deep (in any field) passed validation and failed when forwarded or keyed: HTTP 500",
         "refused up front (400 `invalid_json`) by writing the body once (~0.1 ms per MB)",
@@ -900,19 +900,19 @@ BUGS = [
         "400 `functions must be a list`, like `tools`",
     ),
     (
-        "`proxy/upstream.py` `_upstream_error`, `_litellm_error`",
+        "`proxy/transports/provider_errors.py` `upstream_error`, `proxy/transports/litellm.py` `_litellm_error`",
         "provider error messages were relayed verbatim: a provider echoing routefit's key "
         "(OpenAI's `Incorrect API key provided: sk-…`) leaked it, or its tail, to clients",
         "`redact()`: the route's key and anything key-like (`sk-…`, masked `***` forms)",
     ),
     (
-        "`proxy/upstream.py` `complete`",
+        "`proxy/transports/passthrough.py` `Passthrough.complete`",
         "a response whose body broke off was reported as `upstream … is unreachable` (the "
         "connection had worked)",
         "502 `upstream_incomplete`, never retried",
     ),
     (
-        "`proxy/upstream.py` `_litellm_stream`",
+        "`proxy/transports/litellm.py` `_Chunks.aclose`",
         "the litellm stream wrapper was not closed when the client left: the provider's "
         "connection was only freed by garbage collection",
         "the wrapper's `aclose` is the stream's closer",

@@ -598,7 +598,7 @@ PROFILE_NOTES = [
     "load, and an experiment; not re-run by run.py, figures from one run on this machine, "
     "before the changes they led to):",
     "",
-    "- With httpx as the passthrough client, the HTTP client dominated: `Upstreams.complete` "
+    "- With httpx as the passthrough client, the HTTP client dominated: the passthrough's `complete` "
     "was 57% of the main thread's samples, of which httpx `AsyncClient.send` 44% and "
     "httpcore's pool scan (a poll per pooled connection, on every request) 21%; routefit's own "
     "work (parse, price, fit, anchor lookup) 10.5%. The same app with an aiohttp POST instead: "
