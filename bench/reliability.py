@@ -900,7 +900,8 @@ BUGS = [
         "400 `functions must be a list`, like `tools`",
     ),
     (
-        "`proxy/transports/provider_errors.py` `upstream_error`, `proxy/transports/litellm.py` `_litellm_error`",
+        "`proxy/transports/provider_errors.py` `upstream_error`, "
+        "`proxy/transports/litellm.py` `_litellm_error`",
         "provider error messages were relayed verbatim: a provider echoing routefit's key "
         "(OpenAI's `Incorrect API key provided: sk-…`) leaked it, or its tail, to clients",
         "`redact()`: the route's key and anything key-like (`sk-…`, masked `***` forms)",

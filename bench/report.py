@@ -598,8 +598,8 @@ PROFILE_NOTES = [
     "load, and an experiment; not re-run by run.py, figures from one run on this machine, "
     "before the changes they led to):",
     "",
-    "- With httpx as the passthrough client, the HTTP client dominated: the passthrough's `complete` "
-    "was 57% of the main thread's samples, of which httpx `AsyncClient.send` 44% and "
+    "- With httpx as the passthrough client, the HTTP client dominated: the passthrough's "
+    "`complete` was 57% of the main thread's samples, of which httpx `AsyncClient.send` 44% and "
     "httpcore's pool scan (a poll per pooled connection, on every request) 21%; routefit's own "
     "work (parse, price, fit, anchor lookup) 10.5%. The same app with an aiohttp POST instead: "
     "958 vs 232 req/s at c16, 0.61 vs 2.65 ms of CPU per request. routefit's passthrough now "
