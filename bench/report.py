@@ -352,15 +352,20 @@ def _startup_section(st: dict, load: dict, lines: list[str], goals: list) -> Non
         "",
         f"Median of {st['repetitions']} cold starts each: launch → first 200 on the readiness "
         "endpoint (`/readyz`; LiteLLM `/health/readiness`), idle RSS of the process tree 1 s "
-        "after ready, then the first two proxied requests.",
+        "after ready (for routefit, after litellm has loaded too when a route needs it: "
+        "`/readyz` does not wait for it), then the first two proxied requests and the RSS "
+        "after them.",
         "",
-        "| server | ready s | idle RSS MiB | first request ms | second request ms |",
-        "|---|---:|---:|---:|---:|",
+        "| server | ready s | idle RSS MiB | RSS after 2 requests MiB | first request ms | "
+        "second request ms |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, s in servers.items():
         m = s["median"]
+        after = m.get("after_requests_rss_mib")
         lines.append(
             f"| {name} | {m['ready_s']:.2f} | {m['idle_rss_mib']:.0f} | "
+            f"{'—' if after is None else f'{after:.0f}'} | "
             f"{m['first_request_ms']:.0f} | {m['second_request_ms']:.1f} |"
         )
     mem = load.get("memory", {})

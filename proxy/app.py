@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pricing.tokenizers import get_tokenizer
+from proxy import modelmap
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, load_config
@@ -255,6 +256,7 @@ def build_state(
 ) -> AppState:
     """Every long-lived part of one app, wired once from the config."""
     config, local = attach(config)  # sim:// routes → the in-process simulator's port
+    modelmap.release()  # the routes are read: their entries stay, the whole map goes
     metrics = Metrics()
     settings = config.settings
     if transports is None:
