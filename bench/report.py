@@ -410,19 +410,24 @@ def _startup_section(st: dict, load: dict, lines: list[str], goals: list) -> Non
         )
     mixed_name = ANTHROPIC if ANTHROPIC in servers else "routefit (+ a litellm route)"
     mixed = servers[mixed_name]["median"]["idle_rss_mib"]
-    only = servers.get(LITELLM_ONLY, {}).get("median", {}).get("idle_rss_mib")
+    after = servers[mixed_name]["median"].get("after_requests_rss_mib")
     goals.append(
         (
             "issue 22: idle RSS with a litellm route (`anthropic/claude-…`) ≤ 130 MiB",
-            f"{mixed:.0f} MiB"
-            + (
-                f" (with a route only litellm serves, e.g. `gemini/`: {only:.0f} MiB)"
-                if only
-                else ""
-            ),
+            f"{mixed:.0f} MiB" + (f" ({after:.0f} after the first requests)" if after else ""),
             _mark(mixed <= 130),
         )
     )
+    only = servers.get(LITELLM_ONLY, {}).get("median", {}).get("idle_rss_mib")
+    if only:
+        goals.append(
+            (
+                "issue 22: the same with a route only litellm serves (`gemini/…`; "
+                "`import litellm` alone is ~150 MiB, see proxy/transports/litellm.py)",
+                f"{only:.0f} MiB",
+                _mark(only <= 130),
+            )
+        )
 
 
 def _fit_section(fs: dict, lines: list[str], goals: list) -> None:
