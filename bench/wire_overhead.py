@@ -8,6 +8,10 @@ wires. Here one client at c1 cycles through every target request by request — 
 to the simulator's endpoint for it, and through routefit — so every target sees the same
 conditions, and "added" for a wire is its p50 through routefit minus its p50 direct.
 
+The order is shuffled every cycle (seeded): a server's work after it answered (calibration
+writes, budget settlement) overlaps whatever request comes next, so a fixed order would charge
+one target's background work to the target after it.
+
 SPEC: ``targets`` (a list of ``{"name", "url", "body", "headers"}``; bodies may contain
 ``@@NONCE@@``), ``seconds`` (measurement), ``warmup`` (seconds, discarded). Output: per target
 ``p50_ms`` / ``p90_ms`` / ``mean_ms`` / ``requests`` / ``statuses``.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import sys
 import time
 from itertools import count
@@ -39,8 +44,10 @@ async def run(spec: dict) -> dict:
     start = time.perf_counter()
     measure_from = start + float(spec.get("warmup", 1.0))
     stop_at = measure_from + float(spec["seconds"])
+    order = random.Random(0)
     try:
         while time.perf_counter() < stop_at:
+            order.shuffle(targets)
             for name, conn, head, body in targets:
                 b = body.replace(NONCE, b"%09d" % next(serial)) if NONCE in body else body
                 data = head + b"Content-Length: %d\r\n\r\n" % len(b) + b
