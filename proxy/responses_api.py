@@ -71,10 +71,10 @@ async def create(request: Request, gateway: Gateway, store: Store) -> Response:
         team, raw = await _chained(gateway, store, request)
     except ProxyError as err:
         return error_response(err)
-    wire = ResponsesWire(Keeper(store, team, gateway.config.settings.responses_ttl_seconds))
-    response = await gateway.serve(_replay(request, raw), wire)
-    assert wire.keeper is not None
-    await wire.keeper.saved()
+    keeper = Keeper(store, team, gateway.config.settings.responses_ttl_seconds)
+    response = await gateway.serve(_replay(request, raw), ResponsesWire(keeper))
+    if response.status_code == 200:  # an answer the client will see: kept before it goes out
+        await keeper.saved()
     return response
 
 
