@@ -43,7 +43,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pricing.content import CLASSES
+from pricing.content import CLASSES, STATS
 from pricing.meter import MessagePressure, Pressure
 
 __all__ = [
@@ -63,23 +63,41 @@ __all__ = [
 ]
 
 #: The features of a prompt, in this order: text tokens per content class, framing tokens,
-#: messages, tool calls, image tokens priced from the image, image tokens priced by a default.
-FEATURES = (*CLASSES, "framing", "messages", "calls", "images", "defaulted")
+#: messages, tool calls, image tokens priced from the image, image tokens priced by a default,
+#: the request itself (1: overhead per prompt), then counts of the characters tokenizers
+#: disagree on (``pricing.content.STATS``).
+FEATURES = (*CLASSES, "framing", "messages", "calls", "images", "defaulted", "requests", *STATS)
 _N = len(FEATURES)
 _TEXT = range(len(CLASSES))
-FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED = range(len(CLASSES), _N)
+FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED, REQUESTS = range(len(CLASSES), len(CLASSES) + 6)
+#: Features counted in characters (their weight is tokens per character, neutral 0).
+_CHARS = range(REQUESTS + 1, _N)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
-_COUNTS = (MESSAGES, CALLS)
+_THINGS = (MESSAGES, CALLS, REQUESTS)
+_COUNTS = frozenset((*_THINGS, *_CHARS))
+#: Features of samples recorded before the request and character features existed.
+_OLD_N = REQUESTS
+_NO_STATS = (0,) * len(STATS)
 Vector = tuple[float, ...]
 
 
 def _legacy(text: float, framing: float, images: float, messages: float = 0.0) -> Vector:
-    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images)
+    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images, 0.0, *_NO_STATS)
 
 
 def message_features(mp: MessagePressure) -> tuple[int, ...]:
     """One message's features (see ``FEATURES``)."""
-    return (*mp.by_class, mp.framing, 1, mp.calls, mp.images - mp.defaulted, mp.defaulted)
+    stats = mp.stats or _NO_STATS
+    return (
+        *mp.by_class,
+        mp.framing,
+        1,
+        mp.calls,
+        mp.images - mp.defaulted,
+        mp.defaulted,
+        0,
+        *stats,
+    )
 
 
 def _add(a: Sequence[float], b: Sequence[float]) -> list[float]:
@@ -93,6 +111,7 @@ def pressure_features(p: Pressure, upto: int | None = None) -> tuple[int, ...]:
     for mp in p.messages[:upto]:
         total = [x + y for x, y in zip(total, message_features(mp), strict=True)]
     total[FRAMING] += p.tools + p.priming
+    total[REQUESTS] = 1
     return tuple(total)
 
 
@@ -117,6 +136,15 @@ class Correction:
     @property
     def neutral(self) -> bool:
         return self.vector == _legacy(1.0, 1.0, 1.0)
+
+    @property
+    def dearest_text(self) -> float:
+        """The most one token of text of unknown content can cost: the dearest class weight
+        plus every positive per-character weight (each character count is at most the text's
+        length, itself at least its token count). What a bound of the text is priced at."""
+        w = self.vector
+        dearest = max(0.0, *(w[j] for j in _TEXT))
+        return dearest + sum(max(0.0, w[j]) for j in _CHARS)
 
     def apply(self, text: int, framing: int = 0, images: int = 0) -> int:
         """Price of plain parts (text of unknown class, at the highest class weight)."""
@@ -178,7 +206,10 @@ class Sample:
     def vector(self) -> tuple[int, ...]:
         if len(self.features) == _N:
             return self.features
-        return (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
+        if len(self.features) == _OLD_N:  # before requests and characters were features
+            return (*self.features, 1, *_NO_STATS)
+        old = (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
+        return (*old, 1, *_NO_STATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +278,7 @@ def checkpoint_anchors(
     out: list[tuple[int, Anchor]] = []
     running = [0.0] * _N
     running[FRAMING] = pressure.tools + pressure.priming
+    running[REQUESTS] = 1
     mark = correction.price(running) // step
     for i, mp in enumerate(pressure.messages[:-1]):
         running = _add(running, message_features(mp))
@@ -272,6 +304,9 @@ class CalibrationPolicy:
     #: Upper quantile of actual / fitted over the window, the conservative scale-up.
     quantile: float = 0.98
     ridge: float = 0.001
+    #: The pull of the per-character weights towards 0: they are second-order corrections to
+    #: the per-class token weights, and should move only for what those leave unexplained.
+    ridge_chars: float = 0.01
     low: float = 0.5
     high: float = 3.0
     step: float = 0.005
@@ -370,13 +405,13 @@ def _least_squares(
     actual: Sequence[float],
     weights: Sequence[float],
     prior: Sequence[float],
-    ridge: float,
+    ridge: Sequence[float],
 ) -> list[float]:
     """Recency-weighted ridge regression towards ``prior``, over the features seen."""
     cols = [j for j in range(len(prior)) if any(r[j] for r in rows)]
     wsum = sum(weights)
     lam = [
-        ridge * (sum(w * r[j] ** 2 for r, w in zip(rows, weights, strict=True)) + wsum)
+        ridge[j] * (sum(w * r[j] ** 2 for r, w in zip(rows, weights, strict=True)) + wsum)
         for j in cols
     ]
     ata = [
@@ -399,15 +434,22 @@ def _least_squares(
     return out
 
 
+#: Range of the weights of counted features on a route whose meter is not exact (on an exact
+#: one they are never negative: what the meter does not know can only add tokens).
+_COUNT_RANGE = {MESSAGES: (-4.0, 50.0), CALLS: (-4.0, 50.0), REQUESTS: (-64.0, 1024.0)}
+_CHAR_RANGE = (-2.0, 4.0)
+
+
 def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, exact: bool) -> None:
     """Clamp in place: tokens within [low, high] (never below 1 on an exact meter), counts
-    within a few tokens per thing (never negative on an exact meter)."""
+    within a few tokens per thing or character (never negative on an exact meter)."""
     low = max(policy.low, 1.0) if exact else policy.low
     for j in range(_N):
         if j == DEFAULTED:
             continue
         if j in _COUNTS:
-            w[j] = min(50.0, max(0.0 if exact else -4.0, w[j])) if seen[j] else 0.0
+            least, most = _COUNT_RANGE.get(j, _CHAR_RANGE)
+            w[j] = min(most, max(0.0 if exact else least, w[j])) if seen[j] else 0.0
         else:
             w[j] = min(policy.high, max(low, w[j]))
 
@@ -424,7 +466,8 @@ def _base(
     n = len(clean)
     recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
     seen = [any(r[j] for r in rows) for j in range(_N)]
-    w = _least_squares(rows, [s.actual for s in clean], recency, _prior(policy, True), policy.ridge)
+    ridge = [policy.ridge_chars if j in _CHARS else policy.ridge for j in range(_N)]
+    w = _least_squares(rows, [s.actual for s in clean], recency, _prior(policy, True), ridge)
     _bounded(w, seen, policy, exact)
     predicted = [sum(a * b for a, b in zip(w, r, strict=True)) for r in rows]
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
@@ -452,10 +495,9 @@ def fit_correction(
         if not seen[j] and text_seen:
             w[j] = max(text_seen)
     w[DEFAULTED] = _defaulted_weight(usable, w, policy)
-    w = [
-        _round_up(x, 0.05 if j in _COUNTS else policy.step) if x >= 0 else -_round_up(-x, 0.05)
-        for j, x in enumerate(w)
-    ]
+    # Rounded up (towards more tokens, negative weights too): per thing in 0.05 steps, per token
+    # and per character in the policy's step.
+    w = [_round_up(x, 0.05 if j in _THINGS else policy.step) for j, x in enumerate(w)]
     fitted = sum(seen) > 0 or w[DEFAULTED] != 1.0
     if not fitted:
         legacy = list(_legacy(w[0], w[FRAMING], w[IMAGES]))
