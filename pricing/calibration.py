@@ -118,7 +118,8 @@ def pressure_features(p: Pressure, upto: int | None = None) -> tuple[int, ...]:
 @dataclass(frozen=True, slots=True)
 class Correction:
     """Weights per feature of the raw estimate. ``text``/``framing``/``images`` are the
-    summary (the highest text-class weight); ``weights``, when fitted, says it per feature."""
+    summary (``text``: what one token of the route's text costs, on average over the window);
+    ``weights``, when fitted, says it per feature."""
 
     text: float = 1.0
     framing: float = 1.0
@@ -306,7 +307,7 @@ class CalibrationPolicy:
     ridge: float = 0.001
     #: The pull of the per-character weights towards 0: they are second-order corrections to
     #: the per-class token weights, and should move only for what those leave unexplained.
-    ridge_chars: float = 0.01
+    ridge_chars: float = 0.001
     low: float = 0.5
     high: float = 3.0
     step: float = 0.005
@@ -467,7 +468,10 @@ def _base(
     recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
     seen = [any(r[j] for r in rows) for j in range(_N)]
     ridge = [policy.ridge_chars if j in _CHARS else policy.ridge for j in range(_N)]
-    w = _least_squares(rows, [s.actual for s in clean], recency, _prior(policy, True), ridge)
+    # Relative errors are what matter (a 40-token miss is nothing on 8,000, a lot on 200):
+    # each sample weighs 1 / actual², so small prompts are fitted as well as large ones.
+    relative = [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
+    w = _least_squares(rows, [s.actual for s in clean], relative, _prior(policy, True), ridge)
     _bounded(w, seen, policy, exact)
     predicted = [sum(a * b for a, b in zip(w, r, strict=True)) for r in rows]
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
@@ -504,12 +508,25 @@ def fit_correction(
         if w == legacy:
             return Correction(w[0], w[FRAMING], w[IMAGES], 0)
     return Correction(
-        text=max(w[j] for j in _TEXT),
+        text=_text_ratio(usable, w),
         framing=w[FRAMING],
         images=w[IMAGES],
         samples=len(usable),
         weights=tuple(w),
     )
+
+
+def _text_ratio(usable: Sequence[Sample], w: Sequence[float]) -> float:
+    """The summary text factor: what the fitted weights make of one token of the route's text,
+    per-character corrections included (class weights alone no longer say it), over the
+    window; the highest class weight when no sample has text features."""
+    dearest = max(w[j] for j in _TEXT)
+    rows = [s.vector for s in usable if s.vector[DEFAULTED] == 0]
+    tokens = sum(r[j] for r in rows for j in _TEXT)
+    if not tokens:
+        return dearest
+    priced = sum(w[j] * r[j] for r in rows for j in (*_TEXT, *_CHARS))
+    return _round_up(max(0.0, priced / tokens), 0.005)
 
 
 def _defaulted_weight(
