@@ -10,7 +10,12 @@ module turns those samples into a ``Correction``:
    messages, tool calls and images, fitted by recency-weighted least squares on the route's
    recent samples with a ridge pull towards the meter's own opinion. A tokenizer that counts
    code 30% above the meter's, CJK 40% below it *and* adds 6 tokens per message is captured
-   feature by feature rather than smeared into one ratio that is wrong for every mix.
+   feature by feature rather than smeared into one ratio that is wrong for every mix. Inside a
+   class, tokenizers still disagree on whitespace runs, digit splits, punctuation merges and
+   characters outside ASCII: those are counted per part (``pricing.content.profile``) and get a
+   weight in tokens per character, pulled towards 0; a per-prompt feature carries the overhead
+   every request pays (priming, the tool schema's rendering). The fit minimises *relative*
+   errors (a sample weighs 1/actual²), the ones the estimate is judged by.
    Image tokens priced by a default (a URL image of unknown size at the rule's worst case, a
    stand-in rule) are a feature of their own, fitted *after* the others on what they leave
    over: no factor moves because of tokens the meter did not price.
@@ -41,7 +46,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from operator import mul
 
 from pricing.content import CLASSES, STATS
 from pricing.meter import MessagePressure, Pressure
@@ -298,6 +304,20 @@ def checkpoint_anchors(
     return out
 
 
+_MODELS = ("features", "classes", "one-factor")
+
+
+def _project(v: Sequence[int], model: str) -> tuple[int, ...]:
+    """A sample's features as an older model of the bias saw them (``CalibrationPolicy.model``)."""
+    if model == "classes":
+        return (*v[:REQUESTS], 0, *_NO_STATS)
+    if model == "one-factor":
+        text = sum(v[j] for j in _TEXT)
+        old = (text, 0, 0, 0, 0, v[FRAMING], v[MESSAGES], 0, v[IMAGES] + v[DEFAULTED], 0)
+        return (*old, 0, *_NO_STATS)
+    return tuple(v)
+
+
 @dataclass(frozen=True, slots=True)
 class CalibrationPolicy:
     min_samples: int = 8
@@ -321,6 +341,12 @@ class CalibrationPolicy:
     #: stand-in price): their own weight may range wider.
     defaulted_low: float = 0.05
     defaulted_high: float = 50.0
+    #: Which model of the bias is fitted: ``features`` (this module's); for comparison only
+    #: (bench/accuracy.py's before/after), ``classes`` (per-class token weights, framing,
+    #: messages, calls and images, no request or per-character features, absolute errors) and
+    #: ``one-factor`` (one text factor, framing, messages, and images with the tokens priced by a
+    #: default among them: the calibration before issue 18).
+    model: str = "features"
 
     def __post_init__(self) -> None:
         if self.min_samples < 1 or self.window < self.min_samples:
@@ -331,6 +357,8 @@ class CalibrationPolicy:
             raise ValueError("calibration needs 0 < low <= 1 <= high")
         if self.half_life <= 0:
             raise ValueError("calibration half_life must be positive")
+        if self.model not in _MODELS:
+            raise ValueError(f"calibration model must be one of {', '.join(_MODELS)}")
 
 
 def anchored(anchor: Anchor, text: int, framing: int, images: int, correction: Correction) -> int:
@@ -408,25 +436,22 @@ def _least_squares(
     prior: Sequence[float],
     ridge: Sequence[float],
 ) -> list[float]:
-    """Recency-weighted ridge regression towards ``prior``, over the features seen."""
+    """Recency-weighted ridge regression towards ``prior``, over the features seen.
+
+    Column by column with ``map`` (C loops): a refit runs on the event loop, in the
+    calibration writer, so a full window of 17 features must stay a few milliseconds."""
     cols = [j for j in range(len(prior)) if any(r[j] for r in rows)]
     wsum = sum(weights)
-    lam = [
-        ridge[j] * (sum(w * r[j] ** 2 for r, w in zip(rows, weights, strict=True)) + wsum)
-        for j in cols
-    ]
-    ata = [
-        [
-            sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True))
-            + (lam[a] if a == b else 0.0)
-            for b, j in enumerate(cols)
-        ]
-        for a, i in enumerate(cols)
-    ]
-    atb = [
-        sum(w * r[i] * y for r, y, w in zip(rows, actual, weights, strict=True)) + lam[a] * prior[i]
-        for a, i in enumerate(cols)
-    ]
+    x = [[r[j] for r in rows] for j in cols]
+    wx = [list(map(mul, weights, col)) for col in x]
+    lam = [ridge[j] * (sum(map(mul, wx[a], x[a])) + wsum) for a, j in enumerate(cols)]
+    k = len(cols)
+    ata = [[0.0] * k for _ in range(k)]
+    for a in range(k):
+        for b in range(a, k):
+            ata[a][b] = ata[b][a] = sum(map(mul, wx[a], x[b]))
+        ata[a][a] += lam[a]
+    atb = [sum(map(mul, wx[a], actual)) + lam[a] * prior[j] for a, j in enumerate(cols)]
     solved = _solve(ata, atb) if cols else None
     out = list(prior)
     if solved is not None:
@@ -471,6 +496,8 @@ def _base(
     # Relative errors are what matter (a 40-token miss is nothing on 8,000, a lot on 200):
     # each sample weighs 1 / actual², so small prompts are fitted as well as large ones.
     relative = [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
+    if policy.model != "features":  # the older models fitted absolute errors
+        relative = recency
     w = _least_squares(rows, [s.actual for s in clean], relative, _prior(policy, True), ridge)
     _bounded(w, seen, policy, exact)
     predicted = [sum(a * b for a, b in zip(w, r, strict=True)) for r in rows]
@@ -492,13 +519,17 @@ def fit_correction(
     """
     policy = policy or CalibrationPolicy()
     recent = list(samples)[-policy.window :]
+    if policy.model != "features":
+        recent = [replace(s, features=_project(s.vector, policy.model)) for s in recent]
     usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy.min_samples))
     w, seen = _base(usable, policy, exact)
     text_seen = [w[j] for j in _TEXT if seen[j]]
     for j in _TEXT:  # a class no sample had: the most any seen class costs (or the prior)
         if not seen[j] and text_seen:
             w[j] = max(text_seen)
-    w[DEFAULTED] = _defaulted_weight(usable, w, policy)
+    w[DEFAULTED] = (
+        w[IMAGES] if policy.model == "one-factor" else _defaulted_weight(usable, w, policy)
+    )
     # Rounded up (towards more tokens, negative weights too): per thing in 0.05 steps, per token
     # and per character in the policy's step.
     w = [_round_up(x, 0.05 if j in _THINGS else policy.step) for j, x in enumerate(w)]
