@@ -515,6 +515,47 @@ def _accuracy_section(acc: dict, lines: list[str]) -> None:
                 f"{e['worst_over_pct']:.2f} | {e['under_share']:.0%} |"
             )
     lines += ["", "![estimation accuracy](plots/accuracy.png)", ""]
+    if acc.get("models"):
+        _models_rows(acc["models"], lines)
+
+
+def _models_rows(mo: dict, lines: list[str]) -> None:
+    """Section 4b: the same request streams under each model of the bias (before / after)."""
+    models = mo["models"]
+    lines += [
+        "### 4b. Models of the bias, before and after (issue 18)",
+        "",
+        "Replayed in-process (bench/accuracy_models.py): routefit's meter against the "
+        "simulator's counting rules, calibration refitted after every request under each model "
+        "(`CalibrationPolicy.model`): raw = no calibration; one-factor = the calibration before "
+        "issue 18; classes = per-class weights and per-message overhead; features = classes "
+        "plus per-prompt overhead and per-character weights, relative errors (now). Cells: p95 "
+        "abs error % / worst under-estimate %, after 30 requests. Goal: ≤ 3% / ≥ −1%.",
+        "",
+        "| scenario | " + " | ".join(models) + " |",
+        "|---|" + "---:|" * len(models),
+    ]
+    for kind, label in (("unanchored", "unanchored"), ("sessions", "anchored sessions")):
+        for alias, row in mo[kind].items():
+            cells = [
+                f"{row[m]['p95_abs_pct']:.1f} / {row[m]['worst_under_pct']:.1f}" for m in models
+            ]
+            lines.append(f"| {alias}, {label} | " + " | ".join(cells) + " |")
+    for alias, row in mo["poisoning"].items():
+        cells = [
+            f"{row[m]['p95_abs_pct']:.1f} / {row[m]['worst_under_pct']:.1f} "
+            f"(text ×{row[m]['text_factor']})"
+            for m in models
+        ]
+        lines.append(f"| poisoning {alias}: plain ~8k prompt | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Poisoning: 11 requests with 1-3 URL images of unknown size (URL sizing off), then plain "
+        "~8k-token prompts. On `gpt-4o-mini` / `gpt-4o` the meter prices such an image at the "
+        "rule's worst case (above the provider's count); `gpt-4o-mini~flat` is the same provider "
+        "behind a vision rule routefit does not know (a 1,600-token stand-in, far below it).",
+        "",
+    ]
 
 
 def _sessions_section(se: dict, lines: list[str], goals: list) -> None:
