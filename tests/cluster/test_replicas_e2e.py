@@ -147,11 +147,15 @@ def test_calibration_learnt_on_one_replica_is_used_by_another(sim, tmp_path, red
             client.chat.completions.create(
                 model=alias, messages=[{"role": "user", "content": text}], max_tokens=16
             )
-        deadline = time.monotonic() + 60  # a bound on waiting for the store, not a timing check
+        # A bound on waiting for the store, not a timing check. Both sides converge: a holds its
+        # 25 samples at once but refits from them only when a refit is due (its next refresh
+        # from the store at the latest), b once its refresh has read them.
+        deadline = time.monotonic() + 60
         while True:
             ra = httpx.get(a.base_url + "/routefit/calibration").json()["routes"][alias]
             rb = httpx.get(b.base_url + "/routefit/calibration").json()["routes"][alias]
-            if ra["samples"] == rb["samples"] == 25 or time.monotonic() > deadline:
+            agreed = ra["samples"] == rb["samples"] == 25 and ra["factors"] == rb["factors"]
+            if agreed or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
     assert ra["samples"] == rb["samples"] == 25  # b served nothing: it read a's samples
