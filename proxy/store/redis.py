@@ -30,7 +30,6 @@ from redis.exceptions import (
     ClusterDownError,
     ClusterError,
     ReadOnlyError,
-    RedisClusterException,
     RedisError,
     TryAgainError,
 )
@@ -205,12 +204,6 @@ def _window_prefix(team: str, name: str) -> str:
 
 #: Errors a failover produces (a dead node, a slot in flight, a demoted master, a promotion in
 #: progress): retried within ``failover_seconds``. Any other Redis error is reported at once.
-#: None of them may escape as anything but ``StoreUnavailable`` (a 503 or an unbudgeted request,
-#: per ``budget_failure_mode``; never a 500) — two did, both seen with a cluster master killed
-#: under load: the cluster client's topology refresh raises ``RedisClusterException`` (not a
-#: ``RedisError``) while no node it asks can serve every slot, and under uvloop, writing to a
-#: connection the dead node closed raises ``RuntimeError`` (redis-py maps only ``OSError``; it
-#: drops the connection, so a retry reconnects).
 _TRANSIENT: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
@@ -219,10 +212,24 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     TryAgainError,
     AskError,  # MovedError too (a subclass): redis-py follows them itself, up to a TTL
     ReadOnlyError,
-    RedisClusterException,  # SlotNotCoveredError included
-    RuntimeError,
-    OSError,  # TimeoutError (our per-attempt cut) included
 )
+
+
+def _transient(e: Exception) -> bool:
+    """Whether a failed attempt may succeed when retried. Besides the Redis errors above, any
+    exception that is not a ``RedisError`` is the client failing, not Redis refusing — and must
+    still reach the caller as ``StoreUnavailable`` (a 503 or an unbudgeted request, per
+    ``budget_failure_mode``; never a 500). Three were seen with a cluster master killed under
+    load: the cluster client's slot-map refresh raises ``RedisClusterException`` while no node
+    it asks serves every slot; under uvloop, writing to a connection the dead node closed
+    raises ``RuntimeError`` (redis-py maps only ``OSError``); and a refresh that fails closes
+    every node's connections, in use or not, so a command being sent on one meets
+    ``AttributeError`` (its writer gone). Each drops the connection, so a retry reconnects.
+    ``OSError`` covers ``TimeoutError``, our per-attempt cut. (``ValueError`` and ``TypeError``
+    — a bad argument — never get here: ``_call`` lets them through unchanged.)"""
+    return isinstance(e, _TRANSIENT) or not isinstance(e, RedisError)
+
+
 _FIRST_BACKOFF = 0.05
 _MAX_BACKOFF = 0.4
 
@@ -300,16 +307,16 @@ class RedisStore:
                 async with asyncio.timeout(self._deadline):
                     async with self._slots:
                         return await attempt()
-            except _TRANSIENT as e:
-                if not relearn and time.monotonic() + delay > give_up:
+            except (ValueError, TypeError):
+                raise  # a bad argument (encoding a sample, say): no retry can fix it
+            except Exception as e:
+                if not _transient(e) or (not relearn and time.monotonic() + delay > give_up):
                     raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
                 relearn = False
                 if self._observer is not None:
                     self._observer.store_retry(op, type(e).__name__)
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, _MAX_BACKOFF)
-            except RedisError as e:
-                raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
 
     async def _budget(self, op: str, keys: list[str], args: list[str | int]) -> list[int]:
         if not self._replicas or op == "usage":
