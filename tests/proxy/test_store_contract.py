@@ -305,8 +305,10 @@ async def test_concurrent_reserves_admit_exactly_k(make: Callable[..., Any]) -> 
     await wait_clear_of_day_boundary()
     # two instances = two pools (two replicas) for Redis; the same for SQLite is one database
     # per instance, so SQLite gets one store hammered by all tasks.
-    first = make()
-    second = make() if isinstance(first, RedisStore) else first
+    # 200 calls at once open their connections together: a generous timeout, so that a loaded
+    # machine's slow connects are not mistaken for the atomicity this test is about.
+    first = make(timeout=3.0)
+    second = make(timeout=3.0) if isinstance(first, RedisStore) else first
     team = uid("team")
     k, amount = 37, 7
     window = BudgetWindow("tpd", "day", k * amount + amount - 1)
