@@ -363,12 +363,20 @@ def _compile(
         step=policy.image_offload_step,
         pin_fraction=policy.pin_fraction,
     )
-    # When the replayed plan overflows (a huge new turn), try the most the policy allows: first
-    # keeping the pinned head, then only the protected head.
-    candidates = [replayed] + [
-        plan_max(costs, overhead=overhead, marker=marker, offload=offload, elide=elide, head=h)
-        for h in (replayed.head, _protected_head(costs))
-    ]
+    # When the replayed plan overflows (a huge new turn), try the most the policy allows with
+    # the longest head that fits: the pinned head, else a shorter prefix of it (still cached),
+    # down to the protected head.
+    fallback = plan_max(
+        costs,
+        overhead=overhead,
+        marker=marker,
+        offload=offload,
+        elide=elide,
+        head=replayed.head,
+        floor=_protected_head(costs),
+        budget=job.budget,
+    )
+    candidates = [replayed, fallback]
     for n, candidate in enumerate(candidates):
         # A plan's own estimate is an upper bound (markers at their widest, units rounded up):
         # build only the plans that can fit, and on the last strategy the last plan.
