@@ -581,7 +581,7 @@ def _frontier_lines(fr: dict, lines: list[str], goals: list) -> None:
         bold = "**" if p["default"] else ""
         note = "default" if p["default"] else ("_previous_" if knobs == previous else "")
         lines.append(
-            f"| {bold}{p['pin_fraction']:.2f}{bold} | {bold}{p['low_water']:.2f}{bold} | "
+            f"| {bold}{p['pin_fraction']:.3g}{bold} | {bold}{p['low_water']:.3g}{bold} | "
             f"{bold}{p['checkpoint_quantum']:.3g}{bold} | "
             f"{p.get('recent_tail', max(0.0, knobs[1] - knobs[0])):.3g} | "
             f"{p['cache_hit_ratio']:.1%} | "

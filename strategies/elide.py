@@ -47,6 +47,8 @@ class UnitCosts:
     images: int  # number of images in the unit
     fixed: bool  # protected whatever the prefix: system/developer, the first user message
     user: bool  # a user message (the last one of a prefix is protected)
+    #: A user message right after a tool round: as a prefix's newest unit it protects that round.
+    answers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,8 @@ class _Sums:
     def estimate(self, e: int, head: int, offload: int, cut: int) -> int:
         """Price of prefix ``[0, e)`` under a plan (``e`` units, the newest one protected)."""
         dynamic = {e - 1}
+        if self.units[e - 1].answers:
+            dynamic.add(e - 2)
         lu = self.last_user[e - 1]
         if lu is not None:
             dynamic.add(lu)

@@ -34,7 +34,7 @@ from strategies.cap import cap_oversized
 from strategies.elide import Plan, UnitCosts, elision_marker, plan, plan_max
 from strategies.offload import offload_images, placeholder_for
 from strategies.policy import FitPolicy, prompt_budget
-from strategies.units import Unit, group_units, protected_units
+from strategies.units import Unit, answers_tool_round, group_units, protected_units
 
 __all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded"]
 
@@ -404,7 +404,7 @@ def _unit_costs(
     first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
     costs = []
     price = job.correction.price
-    for unit in units:
+    for u, unit in enumerate(units):
         features = [0] * len(FEATURES)
         placeholders = count = 0
         fixed = user = False
@@ -426,6 +426,7 @@ def _unit_costs(
                 images=count,
                 fixed=fixed,
                 user=user,
+                answers=answers_tool_round(messages, units, u),
             )
         )
     return costs

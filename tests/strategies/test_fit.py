@@ -292,6 +292,36 @@ def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
     assert [m.get("tool_call_id") for m in sent[-3:]] == ["big_0", "big_1", "big_2"]
 
 
+def test_a_user_message_after_a_tool_round_keeps_that_round():
+    # An Anthropic client's last turn is tool results plus text: on the chat side the results
+    # join the call's unit, which must stay with the user message that answers it, even when
+    # the pinned head leaves no room for it (the head shrinks instead).
+    r = route(24000)
+    budget = prompt_budget(r.context_window, r.max_output_tokens, FitPolicy(), None)
+    calls = [
+        {"id": f"last{k}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+        for k in range(2)
+    ]
+    outputs = [  # ~10% of the budget each
+        {
+            "role": "tool",
+            "tool_call_id": f"last{k}",
+            "content": " ".join(f"out{k}-{i} v" for i in range(int(budget * 0.1 / 4))),
+        }
+        for k in range(2)
+    ]
+    messages = [
+        *agent_session(150)[-1]["messages"],
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *outputs,
+        {"role": "user", "content": "note: look at that output"},
+    ]
+    result = fit(parse_request({"model": "test", "messages": messages}), r, FitPolicy())
+    assert result.report.estimate_after <= budget
+    check_no_orphans(result.body["messages"])
+    assert result.body["messages"][-4:] == messages[-4:]
+
+
 def test_a_text_only_route_gets_placeholders_not_images():
     body = {
         "messages": [
