@@ -16,6 +16,12 @@ miss. routefit's cuts are therefore a function of the append-only conversation t
   older one's end: the later request keeps the earlier one's cut unless its new turns force a jump.
 * **Cut late.** Every jump re-sends, uncached, everything after the cut, so the head of the
   conversation (up to ``pin_fraction × budget``) stays pinned and units are elided from the middle.
+  A jump costs the tail it keeps after the head, once per headroom of growth: misses per turn
+  ≈ new tokens × (1 + tail / headroom), window use ≈ budget − headroom / 2 (docs/fitting.md,
+  "Choosing the schedule"), so the head takes all but a quantum of tail and a quantum of headroom.
+* **Shrink the head, do not drop it.** When a new turn is too big for the room the pinned head
+  leaves, the head is cut back to the longest prefix of itself that fits: a prefix of the pinned
+  head is still the provider's cached prefix, where the protected head alone would re-send it.
 
 Everything here works on per-unit prices (already calibrated) and returns cut indices; building
 the messages is ``strategies.fit``'s job.
@@ -41,6 +47,8 @@ class UnitCosts:
     images: int  # number of images in the unit
     fixed: bool  # protected whatever the prefix: system/developer, the first user message
     user: bool  # a user message (the last one of a prefix is protected)
+    #: A user message right after a tool round: as a prefix's newest unit it protects that round.
+    answers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +102,8 @@ class _Sums:
     def estimate(self, e: int, head: int, offload: int, cut: int) -> int:
         """Price of prefix ``[0, e)`` under a plan (``e`` units, the newest one protected)."""
         dynamic = {e - 1}
+        if self.units[e - 1].answers:
+            dynamic.add(e - 2)
         lu = self.last_user[e - 1]
         if lu is not None:
             dynamic.add(lu)
@@ -203,12 +213,31 @@ def plan_max(
     offload: bool,
     elide: bool,
     head: int,
+    floor: int | None = None,
+    budget: int | None = None,
 ) -> Plan:
     """The most the policy allows: every unprotected image offloaded, every unprotected unit
-    after ``head`` elided. Used when the replayed plan still overflows (a huge new turn)."""
+    after the head elided. Used when the replayed plan still overflows (a huge new turn).
+
+    The head is ``head`` when that fits ``budget``; otherwise the longest head in
+    ``[floor, head]`` that does (``floor`` when none does). A shorter head is a prefix of the
+    pinned one, so it is still the provider's cached prefix: shrinking it re-sends only what
+    follows it, where falling back to the protected head would re-send the whole pinned head."""
     n = len(units)
+    if not n:
+        return Plan(head, 0, head, overhead)
     sums = _Sums(units, overhead, marker)
     off = n - 1 if offload else 0
-    cut = n - 1 if elide else head
-    cut = max(cut, head)
-    return Plan(head, off, cut, sums.estimate(n, head, off, cut) if n else overhead)
+
+    def at(h: int) -> Plan:
+        cut = max(n - 1 if elide else h, h)
+        return Plan(h, off, cut, sums.estimate(n, h, off, cut))
+
+    best = at(head)
+    if floor is None or budget is None:
+        return best
+    for h in range(head - 1, min(floor, head) - 1, -1):
+        if best.estimate <= budget:
+            break
+        best = at(h)
+    return best

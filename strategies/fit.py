@@ -34,7 +34,7 @@ from strategies.cap import cap_oversized
 from strategies.elide import Plan, UnitCosts, elision_marker, plan, plan_max
 from strategies.offload import offload_images, placeholder_for
 from strategies.policy import FitPolicy, prompt_budget
-from strategies.units import Unit, group_units, protected_units
+from strategies.units import Unit, answers_tool_round, group_units, protected_units
 
 __all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded"]
 
@@ -363,12 +363,20 @@ def _compile(
         step=policy.image_offload_step,
         pin_fraction=policy.pin_fraction,
     )
-    # When the replayed plan overflows (a huge new turn), try the most the policy allows: first
-    # keeping the pinned head, then only the protected head.
-    candidates = [replayed] + [
-        plan_max(costs, overhead=overhead, marker=marker, offload=offload, elide=elide, head=h)
-        for h in (replayed.head, _protected_head(costs))
-    ]
+    # When the replayed plan overflows (a huge new turn), try the most the policy allows with
+    # the longest head that fits: the pinned head, else a shorter prefix of it (still cached),
+    # down to the protected head.
+    fallback = plan_max(
+        costs,
+        overhead=overhead,
+        marker=marker,
+        offload=offload,
+        elide=elide,
+        head=replayed.head,
+        floor=_protected_head(costs),
+        budget=job.budget,
+    )
+    candidates = [replayed, fallback]
     for n, candidate in enumerate(candidates):
         # A plan's own estimate is an upper bound (markers at their widest, units rounded up):
         # build only the plans that can fit, and on the last strategy the last plan.
@@ -396,7 +404,7 @@ def _unit_costs(
     first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
     costs = []
     price = job.correction.price
-    for unit in units:
+    for u, unit in enumerate(units):
         features = [0] * len(FEATURES)
         placeholders = count = 0
         fixed = user = False
@@ -418,6 +426,7 @@ def _unit_costs(
                 images=count,
                 fixed=fixed,
                 user=user,
+                answers=answers_tool_round(messages, units, u),
             )
         )
     return costs

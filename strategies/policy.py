@@ -29,12 +29,18 @@ class FitPolicy:
     cap_roles: frozenset[str] = frozenset({"tool"})
     #: Images are offloaded oldest-first in steps of this many, so consecutive turns agree.
     image_offload_step: int = 4
+    # The cut schedule (docs/fitting.md, "Choosing the schedule"). A jump re-sends uncached
+    # what it keeps after the head, about (low_water − pin_fraction) × budget, and buys
+    # (1 − low_water) × budget of growth before the next one; the window use between jumps is
+    # about 1 − (1 − low_water) / 2. The defaults take the smallest headroom that still lets a
+    # jump re-send no more than the growth it buys (low_water − pin_fraction = 1 − low_water),
+    # so every token is sent uncached at most twice, and a quantum no wider than that tail.
     #: When elision must cut, it cuts down to this fraction of the budget (headroom for growth).
-    low_water: float = 0.8
+    low_water: float = 0.95
     #: Cut points are quantised to multiples of this fraction of the budget.
-    checkpoint_quantum: float = 0.1
+    checkpoint_quantum: float = 0.05
     #: The head of the conversation kept verbatim, as a fraction of the budget (0 = drop oldest).
-    pin_fraction: float = 0.65
+    pin_fraction: float = 0.9
     #: An upper bound on the prompt budget (a team's per-request quota); None = the window's.
     max_prompt_tokens: int | None = None
 

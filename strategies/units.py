@@ -5,7 +5,8 @@ gone, so an assistant message with ``tool_calls`` and the tool messages that fol
 unit: fitting removes units, never single messages. Every other message is a unit of its own.
 
 Protected, never removed: system and developer messages, the first user message (the task), the
-last user message, and the newest unit (what the model must answer now). Agent loops run many
+last user message, and the newest unit (what the model must answer now) with, when it is a user
+message, the tool round just before it. Agent loops run many
 tool calls after one user message; the units between that message and the newest unit are not
 protected.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from pricing.messages import Message
 
-__all__ = ["Unit", "group_units", "protected_units"]
+__all__ = ["Unit", "answers_tool_round", "group_units", "protected_units"]
 
 _TOOL_ROLES = ("tool", "function")
 
@@ -72,4 +73,15 @@ def protected_units(messages: Sequence[Message], units: Sequence[Unit]) -> froze
                     first_user = u
                 last_user = u
     keep.update(u for u in (first_user, last_user) if u is not None)
+    if answers_tool_round(messages, units, len(units) - 1):
+        keep.add(len(units) - 2)
     return frozenset(keep)
+
+
+def answers_tool_round(messages: Sequence[Message], units: Sequence[Unit], u: int) -> bool:
+    """Whether unit ``u`` is a user message right after a tool round: the results the user (or
+    an Anthropic client, whose one user turn carries tool results and text) is answering are
+    part of what the model must answer now, so they are as protected as the newest unit."""
+    if u < 1 or not any(m.role == "user" for m in messages[units[u].start : units[u].end]):
+        return False
+    return bool(messages[units[u - 1].start].tool_calls)

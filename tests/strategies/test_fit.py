@@ -126,7 +126,7 @@ settings_ = settings(max_examples=120, deadline=None, suppress_health_check=[Hea
     messages=conversations(),
     window=st.integers(1500, 40000),
     vision=st.booleans(),
-    pin=st.sampled_from([0.0, 0.3, 0.5]),
+    pin=st.sampled_from([0.0, 0.3, 0.5, FitPolicy().pin_fraction]),
     factor=st.sampled_from([1.0, 1.13]),
 )
 def test_fit_invariants(messages, window, vision, pin, factor):
@@ -260,6 +260,66 @@ def test_cut_is_late_with_a_pinned_head():
     oldest_marker = next(i for i, m in enumerate(oldest) if "[routefit:" in str(m.get("content")))
     assert marker_at > oldest_marker
     assert pinned[:marker_at] == body["messages"][:marker_at]
+
+
+def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
+    # A turn too big for the room the pinned head leaves: the head shrinks to the longest prefix
+    # of itself that fits (still the provider's cached prefix), not to the protected head.
+    r = route(24000)
+    policy = FitPolicy()
+    budget = prompt_budget(r.context_window, r.max_output_tokens, policy, None)
+    before = agent_session(150)[-1]
+    sent_before = fit(parse_request(before), r, policy).body["messages"]
+    calls = [
+        {"id": f"big_{k}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+        for k in range(3)
+    ]
+    messages = [*before["messages"], {"role": "assistant", "content": None, "tool_calls": calls}]
+    for k in range(3):  # each one just under the tool-output cap: together ~40% of the budget
+        output = " ".join(f"big{k}-{i} value" for i in range(int(budget * 0.13 / 4)))
+        messages.append({"role": "tool", "tool_call_id": f"big_{k}", "content": output})
+    result = fit(parse_request({"model": "test", "messages": messages}), r, policy)
+    assert result.report.estimate_after <= budget
+    sent = result.body["messages"]
+    check_no_orphans(sent)
+    marker = next(i for i, m in enumerate(sent) if "[routefit:" in str(m.get("content")))
+    head_before = next(
+        i for i, m in enumerate(sent_before) if "[routefit:" in str(m.get("content"))
+    )
+    assert 2 < marker < head_before  # more than the protected head, less than the pinned one
+    assert sent[:marker] == sent_before[:marker] == before["messages"][:marker]
+    assert sent[-4] == messages[-4]  # the newest unit is all there (its outputs maybe capped)
+    assert [m.get("tool_call_id") for m in sent[-3:]] == ["big_0", "big_1", "big_2"]
+
+
+def test_a_user_message_after_a_tool_round_keeps_that_round():
+    # An Anthropic client's last turn is tool results plus text: on the chat side the results
+    # join the call's unit, which must stay with the user message that answers it, even when
+    # the pinned head leaves no room for it (the head shrinks instead).
+    r = route(24000)
+    budget = prompt_budget(r.context_window, r.max_output_tokens, FitPolicy(), None)
+    calls = [
+        {"id": f"last{k}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+        for k in range(2)
+    ]
+    outputs = [  # ~10% of the budget each
+        {
+            "role": "tool",
+            "tool_call_id": f"last{k}",
+            "content": " ".join(f"out{k}-{i} v" for i in range(int(budget * 0.1 / 4))),
+        }
+        for k in range(2)
+    ]
+    messages = [
+        *agent_session(150)[-1]["messages"],
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *outputs,
+        {"role": "user", "content": "note: look at that output"},
+    ]
+    result = fit(parse_request({"model": "test", "messages": messages}), r, FitPolicy())
+    assert result.report.estimate_after <= budget
+    check_no_orphans(result.body["messages"])
+    assert result.body["messages"][-4:] == messages[-4:]
 
 
 def test_a_text_only_route_gets_placeholders_not_images():
