@@ -29,6 +29,16 @@ meter's framing. Images are priced by their rule exactly as the meter prices the
 of a data URL, the fetched size, or the rule's worst case): that is already cheap, and it keeps
 the meter's checks on image data (a bad image is still a 400).
 
+A bound over the budget is not the end: ``Proof`` tightens it by counting the biggest texts
+exactly, a piece at a time. ``split_for_count`` cuts a text where the counts of the pieces add up
+to the count of the whole (for every tokenizer that has a bound here), so a text counted up to a
+cut is bounded by that exact head plus the bound of its tail. Prose has four or five bytes a
+token: a new prompt whose bytes exceed the budget by a quarter is proved by counting about a
+third of it, not all of it, and the rest is counted after it was forwarded (``Proof.complete``,
+which memoises the whole count so the exact fit that follows reuses it). The pieces themselves
+are never memoised: a text is reused whole, and a cache of pieces would only flatter a benchmark
+whose "new" prompts differ in their first line.
+
 The bounds bound the *meter*, not the provider: the provider's own count is the calibration's
 business, and the correction (multiplicative factors ≥ 0) is applied to the bound as it is to the
 meter's count, so a calibrated bound is never below the calibrated estimate.
@@ -46,11 +56,19 @@ from pricing.messages import Message, TextPart
 from pricing.meter import ImagePrice, MessagePressure, Pressure, Sizes, price_image
 from pricing.probe import ImageError
 from pricing.route import Route
-from pricing.tokenizers import parse_tokenizer_spec
+from pricing.tokenizers import (
+    Tokenizer,
+    count_apart,
+    get_tokenizer,
+    parse_tokenizer_spec,
+    remember,
+    split_for_count,
+)
 
 __all__ = [
     "BYTE_LEVEL",
     "BYTE_LEVEL_NFKC",
+    "Proof",
     "bound_pressure",
     "nfkd_bytes",
     "text_bound",
@@ -107,20 +125,145 @@ class _Bounding:
         raise NotImplementedError("a bound cannot cut text")
 
 
+#: Texts are counted for a proof in pieces of about this many characters (a piece of prose
+#: takes a tenth of a millisecond to count; finer pieces would count less beyond the need but
+#: pay more per piece).
+_PIECE = 4096
+#: What a proof expects a byte of bound to save when counted, before it has counted any (prose
+#: saves about 0.8; a guess too high costs one more round, one too low counts pieces for nothing).
+_SAVING = 0.75
+#: Texts shorter than this are left at their bound (counting them saves next to nothing).
+_SHORTEST = 256
+
+
+@dataclass(slots=True)
+class _Counted:
+    """One text being counted for a proof: its pieces, how many are counted, their count."""
+
+    text: str
+    pieces: list[str]
+    bounds: list[int]
+    counted: int = 0
+    head: int = 0
+
+    @property
+    def tail(self) -> int:
+        return sum(self.bounds[self.counted :])
+
+    @property
+    def bound(self) -> int:
+        return self.head + self.tail
+
+    def next(self, n: int) -> list[str]:
+        """The next ``n`` pieces not counted yet."""
+        return self.pieces[self.counted : self.counted + n]
+
+
+class Proof:
+    """The text bounds of one request, tightened on demand by counting texts exactly.
+
+    Not thread-safe: one request's proof is used by one thread at a time (tightened before the
+    request is forwarded, completed after)."""
+
+    def __init__(self, route: Route) -> None:
+        spec = parse_tokenizer_spec(route.tokenizer)
+        self.bound = text_bound(spec)
+        #: The tokenizer a text may be counted in pieces with (None: the bound cannot tighten).
+        self.tok: Tokenizer | None = None
+        if spec in BYTE_LEVEL or spec in BYTE_LEVEL_NFKC:
+            self.tok = get_tokenizer(spec)
+        self._texts: dict[int, _Counted] = {}
+
+    def __call__(self, text: str) -> int:
+        """The text's bound as tightened so far (≥ its count)."""
+        found = self._texts.get(id(text))
+        if found is not None and found.text is text:
+            return found.bound
+        return self.bound(text) if self.bound is not None and text else 0
+
+    def tighten(self, texts: Sequence[str], need: int) -> bool:
+        """Count pieces of the biggest of ``texts`` until their bounds fell by ``need`` tokens
+        (about: the caller checks again); False when that cannot happen (nothing left to count,
+        or what counting saved so far says the rest will not save enough)."""
+        if self.tok is None:
+            return False
+        todo = list({id(t): self._counted(t) for t in texts if len(t) >= _SHORTEST}.values())
+        todo.sort(key=lambda c: c.tail, reverse=True)
+        saved = bounded = 0
+        while saved < need:
+            ratio = saved / bounded if bounded else _SAVING
+            left = sum(c.tail for c in todo)
+            if not left or (bounded and saved + ratio * left < need):
+                return False  # hopeless: the exact path counts it all anyway
+            batch = _batch(todo, ratio, need - saved)
+            counts = iter(count_apart(self.tok, [p for c, n in batch for p in c.next(n)]))
+            for c, n in batch:
+                before = sum(c.bounds[c.counted : c.counted + n])
+                tokens = sum(next(counts) for _ in range(n))
+                c.head += tokens
+                c.counted += n
+                saved += before - tokens
+                bounded += before
+        return True
+
+    def complete(self) -> None:
+        """Count what the proof left uncounted and memoise each text's whole count, so that the
+        exact fit which follows finds it."""
+        if self.tok is None:
+            return
+        for c in self._texts.values():
+            rest = c.next(len(c.pieces))
+            c.head += sum(count_apart(self.tok, rest)) if rest else 0
+            c.counted = len(c.pieces)
+            remember(self.tok, c.text, c.head)
+
+    def _counted(self, text: str) -> _Counted:
+        found = self._texts.get(id(text))
+        if found is None or found.text is not text:
+            bound = self.bound
+            assert bound is not None
+            pieces = split_for_count(text, -(-len(text) // _PIECE))
+            found = _Counted(text, pieces, [bound(p) for p in pieces])
+            self._texts[id(text)] = found
+        return found
+
+
+def _batch(todo: Sequence[_Counted], ratio: float, need: float) -> list[tuple[_Counted, int]]:
+    """The next pieces to count, biggest texts first: as many as ``ratio`` says will save
+    ``need``, and at least two (they are counted side by side)."""
+    batch: list[tuple[_Counted, int]] = []
+    want = 0.0
+    pieces = 0
+    for c in todo:
+        take = c.counted
+        while take < len(c.pieces) and (want < need or pieces < 2):
+            want += ratio * c.bounds[take]
+            take += 1
+            pieces += 1
+        if take > c.counted:
+            batch.append((c, take - c.counted))
+        if want >= need and pieces >= 2:
+            break
+    return batch
+
+
 def bound_pressure(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, object]],
     route: Route,
     sizes: Sizes | None = None,
+    proof: Proof | None = None,
 ) -> Pressure | None:
     """A Pressure whose every part is ≥ the meter's for the same messages (``exact`` False);
-    None when the route's tokenizer has no cheap bound.
+    None when the route's tokenizer has no cheap bound. ``proof``: the texts' bounds as a proof
+    has tightened them (else their cheap bounds).
 
     Raises ImageError for an image the meter would refuse (the same check, the same message)."""
     bound = text_bound(route.tokenizer)
     if bound is None:
         return None
     tok = _Bounding(route.tokenizer, bound)
+    text_of = bound if proof is None else proof
     per_message: list[MessagePressure] = []
     details: list[ImagePrice] = []
     prev_role: str | None = None
@@ -128,7 +271,7 @@ def bound_pressure(
         text = images = 0
         for j, part in enumerate(message.parts):
             if isinstance(part, TextPart):
-                text += bound(part.text) if part.text else 0
+                text += text_of(part.text) if part.text else 0
                 continue
             try:
                 price = price_image(part, route, sizes)

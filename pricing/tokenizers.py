@@ -38,10 +38,12 @@ __all__ = [
     "CountCache",
     "Tokenizer",
     "TokenizerError",
+    "count_apart",
     "default_tokenizer",
     "get_tokenizer",
     "litellm_tokenizer_dir",
     "parse_tokenizer_spec",
+    "remember",
     "tiktoken_file",
 ]
 
@@ -215,6 +217,31 @@ def _count_pieces(pieces: list[str], encode: Callable[[str], Sequence[int]]) -> 
     rest = [_pool().submit(encode, piece) for piece in pieces[1:]]
     total = len(encode(pieces[0]))
     return total + sum(len(f.result()) for f in rest)
+
+
+def count_apart(tok: Tokenizer, texts: Sequence[str]) -> list[int]:
+    """Each text's count, side by side on the counting threads and not memoised: the pieces of a
+    text that a proof counts (``pricing.bounds.Proof``) are worth nothing to the cache — the whole
+    text's count is what another request can reuse (``remember``)."""
+    encode = _encoder(tok)
+    if encode is None:
+        return [tok.count(text) for text in texts]
+    away = {i: _pool().submit(encode, t) for i, t in enumerate(texts) if i % _THREADS}
+    here = {i: len(encode(t)) for i, t in enumerate(texts) if not i % _THREADS}
+    return [here[i] if i in here else len(away[i].result()) for i in range(len(texts))]
+
+
+def remember(tok: Tokenizer, text: str, n: int) -> None:
+    """Memoise ``n`` as the count of ``text`` (counted another way, e.g. piece by piece)."""
+    if isinstance(tok, _Tiktoken | _HuggingFace) and text:
+        tok.cache.put(text, n)
+
+
+def _encoder(tok: Tokenizer) -> Callable[[str], Sequence[int]] | None:
+    if isinstance(tok, _Tiktoken):
+        encode: Callable[[str], Sequence[int]] = tok._enc.encode_ordinary
+        return encode
+    return tok._encode if isinstance(tok, _HuggingFace) else None
 
 
 @dataclass

@@ -5,7 +5,9 @@ ways to reach the figures the request goes on, cheapest first:
 
 * **proved by a bound** (bodies over ``_BOUND_ABOVE``): a cheap upper bound (``pricing.bounds``)
   under the budget lets the request go untouched at once, and the exact fit is counted in a
-  thread meanwhile (``Preparer.exact`` swaps it in once the provider answered);
+  thread meanwhile (``Preparer.exact`` swaps it in once the provider answered). A bound over the
+  budget is first tightened by counting the biggest texts in part (``pricing.bounds.Proof``):
+  a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
 * **counted** (every other request): the exact fit, anchored on the provider's own count of a
   prefix when one is known — and fitted once more when that anchor says the estimate was low;
 * **refitted** after the provider itself refused for context length and stated its count
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 import anyio
 from starlette.requests import Request
 
+from pricing.bounds import Proof
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, RequestError, message_wire
 from proxy.body import read_json
@@ -159,10 +162,12 @@ class Preparer:
         alias = job.rc.route.alias
         correction = self.calibrator.correction(alias)
         if bound and size > _BOUND_ABOVE:
-            proved = await self._bounded(job, correction, team, started)
+            proof = Proof(job.rc.route)
+            proved = await self._bounded(job, correction, team, started, proof)
             if proved is not None:
                 self.metrics.fit_proofs.labels(alias, "bound").inc()
                 return proved
+            proof.complete()  # what the proof counted, the exact fit below reuses
         if bound:
             self.metrics.fit_proofs.labels(alias, "count").inc()
         fitted = await self._fit(job, correction, threaded=size > _THREAD_ABOVE)
@@ -194,13 +199,14 @@ class Preparer:
         return Job(wire, parsed, rc, self.policy_for(rc, team), sizes)
 
     async def _bounded(
-        self, job: Job, correction: Correction, team: Team | None, started: float
+        self, job: Job, correction: Correction, team: Team | None, started: float, proof: Proof
     ) -> Prepared | None:
         """The request as its bound proves it, with its exact fit under way — when the bound
         (anchored on the provider's count of a prefix when one is known) is under the budget.
         A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
+        route = job.rc.route
         try:
-            fitted = fit_bounded(job.request, job.rc.route, job.policy, correction, job.sizes)
+            fitted = fit_bounded(job.request, route, job.policy, correction, job.sizes, proof)
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         if fitted is None:
@@ -211,7 +217,7 @@ class Preparer:
         estimate = max(anchored, fitted.estimate)
         if estimate > fitted.report.budget:
             return None
-        exact = asyncio.ensure_future(self._fit(job, correction, threaded=True))
+        exact = asyncio.ensure_future(anyio.to_thread.run_sync(_exact_fit, job, correction, proof))
         # A request that fails before its usage is learnt leaves this unread: read it anyway.
         exact.add_done_callback(lambda f: f.cancelled() or f.exception())
         return Prepared(job, team, fitted, estimate, started, keys, hit, exact=exact)
@@ -261,3 +267,10 @@ class Preparer:
         if threaded:
             return await anyio.to_thread.run_sync(job.fit, correction)
         return job.fit(correction)
+
+
+def _exact_fit(job: Job, correction: Correction, proof: Proof) -> Fit:
+    """The exact fit of a request its proof let go: the texts the proof counted in part are
+    counted to the end first (the fit then finds their whole counts memoised)."""
+    proof.complete()
+    return job.fit(correction)
