@@ -13,7 +13,16 @@ What holds, per tokenizer kind routefit ships:
 ``byte-level BPE`` (tiktoken ``o200k_base`` / ``cl100k_base``; the DeepSeek Hugging Face file:
     byte-level pre-tokenizer, no normalizer, no prefix space): every token is a non-empty byte
     string and the tokens of a text concatenate to its UTF-8 bytes, so tokens ≤ bytes. Added
-    (special) tokens matched in the text only merge bytes further.
+    (special) tokens matched in the text only merge bytes further. One byte less for every space
+    followed by an ASCII letter (``byte_level_bound``): each of these pre-tokenizers starts a
+    piece at such a space and keeps the letter in it (the optional leading character of their
+    letter alternatives; no alternative ends on a space before a non-space), and each merges
+    that pair (``" x"`` is a token, or a merge, of all three for all 52 letters). BPE stops only
+    when no two neighbouring tokens merge, so the two bytes are not both one-byte tokens: the
+    space's token continues into the letter, or the letter's token continues to the right. Either
+    way a gap between two bytes is not a token boundary, and the gaps of two such pairs are
+    different (a pair's gaps are the two after its space), so tokens ≤ bytes − pairs. No added
+    token of the DeepSeek file starts with a letter or ends with a space.
 ``byte-level BPE after NFKC`` (the legacy Anthropic file): NFKC can lengthen text ("½" is 2 bytes,
     its NFKC "1⁄2" five), so the bound is the UTF-8 length of the text's NFKD: decomposition is
     character by character, and composition and reordering never lengthen, so however the
@@ -47,6 +56,7 @@ meter's count, so a calibrated bound is never below the calibrated estimate.
 from __future__ import annotations
 
 import math
+import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +80,7 @@ __all__ = [
     "BYTE_LEVEL_NFKC",
     "Proof",
     "bound_pressure",
+    "byte_level_bound",
     "nfkd_bytes",
     "text_bound",
     "utf8_bytes",
@@ -86,6 +97,17 @@ def utf8_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+#: ASCII letters → ``a``: a space before a letter is then ``b" a"``, counted at C speed.
+_LETTERS = bytes.maketrans(string.ascii_letters.encode(), b"a" * len(string.ascii_letters))
+
+
+def byte_level_bound(text: str) -> int:
+    """UTF-8 length of ``text`` less one per space followed by an ASCII letter (see the module
+    doc: such a pair never ends up as two tokens of a byte-level BPE routefit ships)."""
+    data = text.encode("ascii") if text.isascii() else text.encode("utf-8", "surrogatepass")
+    return len(data) - data.translate(_LETTERS).count(b" a")
+
+
 def nfkd_bytes(text: str) -> int:
     """UTF-8 length of the text's compatibility decomposition (ASCII is its own)."""
     if text.isascii():
@@ -98,7 +120,7 @@ def text_bound(spec: str) -> Callable[[str], int] | None:
     None when routefit knows no cheap bound for it (the exact count is then the only proof)."""
     spec = parse_tokenizer_spec(spec)
     if spec in BYTE_LEVEL:
-        return utf8_bytes
+        return byte_level_bound
     if spec in BYTE_LEVEL_NFKC:
         return nfkd_bytes
     if spec.startswith("heuristic:"):
@@ -206,14 +228,16 @@ class Proof:
                 bounded += before
         return True
 
-    def complete(self) -> None:
+    def complete(self, side_by_side: bool = True) -> None:
         """Count what the proof left uncounted and memoise each text's whole count, so that the
-        exact fit which follows finds it."""
+        exact fit which follows finds it. ``side_by_side``: on every counting thread (a request
+        waiting for it), else in this thread only (a request whose provider is working: the
+        count has time, and the other cores are the provider's and the other requests')."""
         if self.tok is None:
             return
         for c in self._texts.values():
             rest = c.next(len(c.pieces))
-            c.head += sum(count_apart(self.tok, rest)) if rest else 0
+            c.head += sum(count_apart(self.tok, rest, side_by_side)) if rest else 0
             c.counted = len(c.pieces)
             remember(self.tok, c.text, c.head)
 

@@ -219,13 +219,16 @@ def _count_pieces(pieces: list[str], encode: Callable[[str], Sequence[int]]) -> 
     return total + sum(len(f.result()) for f in rest)
 
 
-def count_apart(tok: Tokenizer, texts: Sequence[str]) -> list[int]:
-    """Each text's count, side by side on the counting threads and not memoised: the pieces of a
-    text that a proof counts (``pricing.bounds.Proof``) are worth nothing to the cache — the whole
-    text's count is what another request can reuse (``remember``)."""
+def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
+    """Each text's count, not memoised: the pieces of a text that a proof counts
+    (``pricing.bounds.Proof``) are worth nothing to the cache — the whole text's count is what
+    another request can reuse (``remember``). ``side_by_side``: on the counting threads at once
+    (else all in this thread)."""
     encode = _encoder(tok)
     if encode is None:
         return [tok.count(text) for text in texts]
+    if not side_by_side:
+        return [len(encode(text)) for text in texts]
     away = {i: _pool().submit(encode, t) for i, t in enumerate(texts) if i % _THREADS}
     here = {i: len(encode(t)) for i, t in enumerate(texts) if not i % _THREADS}
     return [here[i] if i in here else len(away[i].result()) for i in range(len(texts))]

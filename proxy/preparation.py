@@ -272,5 +272,5 @@ class Preparer:
 def _exact_fit(job: Job, correction: Correction, proof: Proof) -> Fit:
     """The exact fit of a request its proof let go: the texts the proof counted in part are
     counted to the end first (the fit then finds their whole counts memoised)."""
-    proof.complete()
+    proof.complete(side_by_side=False)
     return job.fit(correction)

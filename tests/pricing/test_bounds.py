@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import pricing.bounds
-from pricing.bounds import Proof, bound_pressure, nfkd_bytes, text_bound, utf8_bytes
+from pricing.bounds import (
+    Proof,
+    bound_pressure,
+    byte_level_bound,
+    nfkd_bytes,
+    text_bound,
+    utf8_bytes,
+)
 from pricing.calibration import Correction
 from pricing.framing import default_framing
 from pricing.images import default_image_rule
@@ -71,6 +78,49 @@ def test_the_text_bound_is_never_below_the_count(spec, text):
     bound = text_bound(spec)
     assert bound is not None
     assert get_tokenizer(spec).count(text) <= bound(text)
+
+
+# Spaces before letters next to everything that could split them off or merge them away:
+# other whitespace, digits, apostrophes, combining marks, CJK, case changes, special tokens.
+SPACED = st.lists(
+    st.sampled_from(
+        [
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            " a",
+            " Z",
+            " q",
+            "x",
+            "Q",
+            "'s",
+            "'S",
+            "1",
+            "12 ",
+            " 7",
+            "é",
+            "\u0301",
+            "日本",
+            " 日",
+            "<|endoftext|>",
+            "<｜User｜>",
+            " <",
+            "\u00a0",
+            ".",
+            "_",
+            "🙂",
+        ]
+    ),
+    max_size=120,
+).map("".join)
+
+
+@pytest.mark.parametrize("spec", ["o200k_base", "cl100k_base", "deepseek"])
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(SPACED, TEXTS))
+def test_a_space_before_a_letter_is_never_two_tokens(spec, text):
+    assert get_tokenizer(spec).count(text) <= byte_level_bound(text) <= utf8_bytes(text)
 
 
 def test_a_tokenizer_file_of_unknown_kind_gets_no_bound(tmp_path):
