@@ -154,23 +154,33 @@ _PIECE = 4096
 #: What a proof expects a byte of bound to save when counted, before it has counted any (prose
 #: saves about 0.8; a guess too high costs one more round, one too low counts pieces for nothing).
 _SAVING = 0.75
+#: A batch of at least this many pieces is counted on every counting thread.
+_SIDE_BY_SIDE = 4
 #: Texts shorter than this are left at their bound (counting them saves next to nothing).
 _SHORTEST = 256
 
 
 @dataclass(slots=True)
 class _Counted:
-    """One text being counted for a proof: its pieces, how many are counted, their count."""
+    """One text being counted for a proof: its pieces, how many are counted, their count.
+
+    The bounds here are additive at the cuts (a cut is before a space that follows a printable
+    character: no UTF-8 sequence, decomposition or space-before-letter pair spans it), so the
+    uncounted tail is bounded by the whole text's bound less the counted pieces' bounds, and
+    the text is read once for its bound, not once more piece by piece."""
 
     text: str
     pieces: list[str]
-    bounds: list[int]
+    #: The bound of the whole text.
+    total: int
     counted: int = 0
+    #: Tokens of the counted pieces, and their bounds.
     head: int = 0
+    spent: int = 0
 
     @property
     def tail(self) -> int:
-        return sum(self.bounds[self.counted :])
+        return self.total - self.spent
 
     @property
     def bound(self) -> int:
@@ -195,19 +205,28 @@ class Proof:
         if spec in BYTE_LEVEL or spec in BYTE_LEVEL_NFKC:
             self.tok = get_tokenizer(spec)
         self._texts: dict[int, _Counted] = {}
+        #: Bounds of the long texts, computed once however often the request is bounded.
+        self._bounds: dict[int, tuple[str, int]] = {}
 
     def __call__(self, text: str) -> int:
         """The text's bound as tightened so far (≥ its count)."""
         found = self._texts.get(id(text))
         if found is not None and found.text is text:
             return found.bound
-        return self.bound(text) if self.bound is not None and text else 0
+        if self.bound is None or not text:
+            return 0
+        if len(text) < _SHORTEST:
+            return self.bound(text)
+        known = self._bounds.get(id(text))
+        if known is None or known[0] is not text:
+            known = self._bounds[id(text)] = (text, self.bound(text))
+        return known[1]
 
     def tighten(self, texts: Sequence[str], need: int) -> bool:
         """Count pieces of the biggest of ``texts`` until their bounds fell by ``need`` tokens
         (about: the caller checks again); False when that cannot happen (nothing left to count,
         or what counting saved so far says the rest will not save enough)."""
-        if self.tok is None:
+        if self.tok is None or self.bound is None:
             return False
         todo = list({id(t): self._counted(t) for t in texts if len(t) >= _SHORTEST}.values())
         todo.sort(key=lambda c: c.tail, reverse=True)
@@ -217,12 +236,14 @@ class Proof:
             left = sum(c.tail for c in todo)
             if not left or (bounded and saved + ratio * left < need):
                 return False  # hopeless: the exact path counts it all anyway
-            batch = _batch(todo, ratio, need - saved)
-            counts = iter(count_apart(self.tok, [p for c, n in batch for p in c.next(n)]))
-            for c, n in batch:
-                before = sum(c.bounds[c.counted : c.counted + n])
+            batch = _batch(todo, ratio, need - saved, self.bound)
+            pieces = [p for c, n, _ in batch for p in c.next(n)]
+            # a thread's wake-up costs about as much as counting a piece: worth it for several
+            counts = iter(count_apart(self.tok, pieces, side_by_side=len(pieces) >= _SIDE_BY_SIDE))
+            for c, n, before in batch:
                 tokens = sum(next(counts) for _ in range(n))
                 c.head += tokens
+                c.spent += before
                 c.counted += n
                 saved += before - tokens
                 bounded += before
@@ -238,35 +259,34 @@ class Proof:
         for c in self._texts.values():
             rest = c.next(len(c.pieces))
             c.head += sum(count_apart(self.tok, rest, side_by_side)) if rest else 0
-            c.counted = len(c.pieces)
+            c.counted, c.spent = len(c.pieces), c.total
             remember(self.tok, c.text, c.head)
 
     def _counted(self, text: str) -> _Counted:
         found = self._texts.get(id(text))
         if found is None or found.text is not text:
-            bound = self.bound
-            assert bound is not None
             pieces = split_for_count(text, -(-len(text) // _PIECE))
-            found = _Counted(text, pieces, [bound(p) for p in pieces])
-            self._texts[id(text)] = found
+            found = self._texts[id(text)] = _Counted(text, pieces, self(text))
         return found
 
 
-def _batch(todo: Sequence[_Counted], ratio: float, need: float) -> list[tuple[_Counted, int]]:
-    """The next pieces to count, biggest texts first: as many as ``ratio`` says will save
-    ``need``, and at least two (they are counted side by side)."""
-    batch: list[tuple[_Counted, int]] = []
+def _batch(
+    todo: Sequence[_Counted], ratio: float, need: float, bound: Callable[[str], int]
+) -> list[tuple[_Counted, int, int]]:
+    """The next pieces to count, biggest texts first, as many as ``ratio`` says will save
+    ``need``: as (text, pieces, their bound)."""
+    batch: list[tuple[_Counted, int, int]] = []
     want = 0.0
-    pieces = 0
     for c in todo:
-        take = c.counted
-        while take < len(c.pieces) and (want < need or pieces < 2):
-            want += ratio * c.bounds[take]
+        take, before = c.counted, 0
+        while take < len(c.pieces) and want < need:
+            b = bound(c.pieces[take])
+            before += b
+            want += ratio * b
             take += 1
-            pieces += 1
         if take > c.counted:
-            batch.append((c, take - c.counted))
-        if want >= need and pieces >= 2:
+            batch.append((c, take - c.counted, before))
+        if want >= need:
             break
     return batch
 
