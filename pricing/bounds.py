@@ -70,6 +70,7 @@ from pricing.tokenizers import (
     Tokenizer,
     count_apart,
     get_tokenizer,
+    memoised,
     parse_tokenizer_spec,
     remember,
     split_for_count,
@@ -206,7 +207,7 @@ class Proof:
             self.tok = get_tokenizer(spec)
         self._texts: dict[int, _Counted] = {}
         #: Bounds of the long texts, computed once however often the request is bounded.
-        self._bounds: dict[int, tuple[str, int]] = {}
+        self._bounds: dict[int, tuple[str, int, bool]] = {}
 
     def __call__(self, text: str) -> int:
         """The text's bound as tightened so far (≥ its count)."""
@@ -217,10 +218,19 @@ class Proof:
             return 0
         if len(text) < _SHORTEST:
             return self.bound(text)
+        return self._bound(text)[0]
+
+    def _bound(self, text: str) -> tuple[int, bool]:
+        """(bound of a long text, whether it is its memoised count), computed once."""
+        assert self.bound is not None
         known = self._bounds.get(id(text))
         if known is None or known[0] is not text:
-            known = self._bounds[id(text)] = (text, self.bound(text))
-        return known[1]
+            # a text counted before (a retry, a document sent again) is its own bound
+            counted = None if self.tok is None else memoised(self.tok, text)
+            exact = counted is not None
+            known = (text, counted if counted is not None else self.bound(text), exact)
+            self._bounds[id(text)] = known
+        return known[1], known[2]
 
     def tighten(self, texts: Sequence[str], need: int) -> bool:
         """Count pieces of the biggest of ``texts`` until their bounds fell by ``need`` tokens
@@ -237,6 +247,8 @@ class Proof:
             if not left or (bounded and saved + ratio * left < need):
                 return False  # hopeless: the exact path counts it all anyway
             batch = _batch(todo, ratio, need - saved, self.bound)
+            if not batch:
+                return False
             pieces = [p for c, n, _ in batch for p in c.next(n)]
             # a thread's wake-up costs about as much as counting a piece: worth it for several
             counts = iter(count_apart(self.tok, pieces, side_by_side=len(pieces) >= _SIDE_BY_SIDE))
@@ -265,8 +277,12 @@ class Proof:
     def _counted(self, text: str) -> _Counted:
         found = self._texts.get(id(text))
         if found is None or found.text is not text:
-            pieces = split_for_count(text, -(-len(text) // _PIECE))
-            found = self._texts[id(text)] = _Counted(text, pieces, self(text))
+            bound, exact = self._bound(text)
+            if exact:  # nothing left to count
+                found = _Counted(text, [], bound, head=bound, spent=bound)
+            else:
+                found = _Counted(text, split_for_count(text, -(-len(text) // _PIECE)), bound)
+            self._texts[id(text)] = found
         return found
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "default_tokenizer",
     "get_tokenizer",
     "litellm_tokenizer_dir",
+    "memoised",
     "parse_tokenizer_spec",
     "remember",
     "tiktoken_file",
@@ -140,6 +141,12 @@ class CountCache:
         self.put(text, n)
         return n
 
+    def peek(self, text: str) -> int | None:
+        """The memoised count of ``text``, if any (nothing is counted)."""
+        if len(text) < _SHORT:
+            return self._short.get(text)
+        return self._data.get(self.key(text))
+
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The distinct texts among ``texts`` that are not cached yet.
 
@@ -232,6 +239,13 @@ def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True)
     away = {i: _pool().submit(encode, t) for i, t in enumerate(texts) if i % _THREADS}
     here = {i: len(encode(t)) for i, t in enumerate(texts) if not i % _THREADS}
     return [here[i] if i in here else len(away[i].result()) for i in range(len(texts))]
+
+
+def memoised(tok: Tokenizer, text: str) -> int | None:
+    """The memoised count of ``text`` when there is one (nothing is counted)."""
+    if isinstance(tok, _Tiktoken | _HuggingFace):
+        return tok.cache.peek(text)
+    return None
 
 
 def remember(tok: Tokenizer, text: str, n: int) -> None:

@@ -347,3 +347,13 @@ def test_a_tightened_fit_is_the_transparent_fit_it_stands_for(body, window, spec
     assert exact.report.transparent
     assert exact.body is bounded.body == request.body
     assert exact.estimate <= bounded.estimate <= bounded.report.budget
+
+
+def test_a_text_counted_before_is_its_own_bound():
+    r = route("o200k_base")
+    text = " ".join(f"again{i}" for i in range(3_000))
+    count = get_tokenizer("o200k_base").count(text)  # memoised, as a retried prompt's is
+    proof = Proof(r)
+    assert proof(text) == count < utf8_bytes(text)
+    assert not proof.tighten([text], 1)  # nothing left to count
+    assert proof(text) == count
