@@ -155,6 +155,9 @@ _PIECE = 4096
 #: What a proof expects a byte of bound to save when counted, before it has counted any (prose
 #: saves about 0.8; a guess too high costs one more round, one too low counts pieces for nothing).
 _SAVING = 0.75
+#: At most this many pieces are counted before the saving they show says whether the proof can
+#: succeed (a prompt far over its budget is not counted twice, once in vain).
+_FIRST_BATCH = 8
 #: A batch of at least this many pieces is counted on every counting thread.
 _SIDE_BY_SIDE = 4
 #: Texts shorter than this are left at their bound (counting them saves next to nothing).
@@ -293,16 +296,19 @@ def _batch(
     ``need``: as (text, pieces, their bound)."""
     batch: list[tuple[_Counted, int, int]] = []
     want = 0.0
+    first = all(c.counted == 0 for c in todo)  # the ratio is a guess: a first look only
+    pieces = 0
     for c in todo:
         take, before = c.counted, 0
-        while take < len(c.pieces) and want < need:
+        while take < len(c.pieces) and want < need and not (first and pieces >= _FIRST_BATCH):
             b = bound(c.pieces[take])
             before += b
             want += ratio * b
             take += 1
+            pieces += 1
         if take > c.counted:
             batch.append((c, take - c.counted, before))
-        if want >= need:
+        if want >= need or (first and pieces >= _FIRST_BATCH):
             break
     return batch
 
