@@ -20,6 +20,9 @@ actual = ``usage.prompt_tokens``:
 - litellm: ``litellm.token_counter(model, messages, tools)`` on the test set.
 
 A negative error is an under-estimate: the dangerous side (an overflow the proxy did not see).
+
+Then section 4b (``accuracy_models``): the mystery-2 / mystery-3 routes and the poisoning scenario
+replayed in-process under each model of the bias, before and after issue 18.
 """
 
 from __future__ import annotations
@@ -220,6 +223,10 @@ def run(servers: Servers, quick: bool, log=print) -> dict:
     out["routes"] = routes
     servers.stop(rf)
     servers.stop(sim)
+    import accuracy_models
+
+    log("  models of the bias, before / after (in-process replay):")
+    out["models"] = accuracy_models.run(quick, log)
     return out
 
 

@@ -71,6 +71,8 @@ def ensure(log=print) -> Path:
 
 
 def version() -> str:
+    if not python().is_file():  # not created yet (only proxy_load / startup need it)
+        return "not installed"
     out = subprocess.run(
         [str(python()), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
         capture_output=True,

@@ -12,7 +12,10 @@ The same workloads against three targets, one at a time, each with one worker pr
 The client wires routefit serves besides chat are measured at c1 on their native passthrough
 routes (``WIRE_PHASES``): ``/v1/messages`` to the Anthropic route, ``/v1/responses`` to the
 OpenAI route, chat to the OpenAI route; each against the simulator's own endpoint for that wire,
-so "vs chat" compares the time routefit adds, not the simulator's cost per wire.
+so "vs chat" compares the time routefit adds, not the simulator's cost per wire. They run
+interleaved request by request in one client (bench/wire_overhead.py); Responses is measured
+with ``store: false`` (like-for-like with chat) and with ``store: true`` (a stored response
+written per request) separately.
 
 Two paths: the OpenAI-compatible one (``openai/gpt-4o`` with ``api_base`` = sim ``/v1``; routefit
 forwards it without translation) and the translated one (``anthropic/claude-sonnet-4-5`` with
@@ -46,6 +49,7 @@ from procs import (
 from workloads import anthropic_small, openai_long, openai_small, responses_small
 
 LOADGEN = ROOT / "bench" / "loadgen.py"
+WIRE_OVERHEAD = ROOT / "bench" / "wire_overhead.py"
 BENCH_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
 
 # (phase, workload, concurrency)
@@ -62,11 +66,14 @@ TRANSLATED_PHASES = [
     ("stream c16", "stream", 16),
 ]
 #: routefit's client wires at c1, each on a route that speaks it natively:
-#: (phase, path, body kind, routefit alias, simulator model).
+#: (phase, path, body kind, routefit alias, simulator model). ``store: false`` is the Responses
+#: request like-for-like with chat (nothing kept); ``store: true`` (the API's default) also
+#: writes a stored response per request and is reported beside it, not as the wire's cost.
 WIRE_PHASES = [
     ("chat small c1", "/v1/chat/completions", "chat", "gpt-4o", "gpt-4o"),
     ("messages small c1", "/v1/messages", "messages", "claude", "claude-sonnet-4-5"),
     ("responses small c1", "/v1/responses", "responses", "gpt-4o", "gpt-4o"),
+    ("responses store=true small c1", "/v1/responses", "responses-stored", "gpt-4o", "gpt-4o"),
 ]
 TARGETS = ("routefit", "litellm", "portkey")
 
@@ -293,7 +300,9 @@ def _wire_body(kind: str, model: str) -> str:
     if kind == "messages":
         return anthropic_small(model)
     if kind == "responses":
-        return responses_small(model)
+        return responses_small(model, store=False)
+    if kind == "responses-stored":
+        return responses_small(model, store=True)
     return openai_small(model)
 
 
@@ -301,39 +310,81 @@ def measure_wires(
     server: Server, sim: Server, auth: dict[str, str], duration: float, warmup: float, log=print
 ) -> dict:
     """Each client wire routefit answers, on its passthrough route at c1, and the simulator's
-    own endpoint for that wire (a wire that is not served — 404 / 405 — is reported absent)."""
+    own endpoint for that wire, all interleaved request by request (bench/wire_overhead.py) so
+    the machine's drift lands on every wire alike (a wire that is not served — 404 / 405 — is
+    reported absent)."""
+    return measure_wires_of({"routefit": server}, sim, auth, duration, warmup, log)["routefit"]
+
+
+def measure_wires_of(
+    named: dict[str, Server],
+    sim: Server,
+    auth: dict[str, str],
+    duration: float,
+    warmup: float,
+    log=print,
+) -> dict[str, dict]:
+    """``measure_wires`` for several routefit servers at once (a before/after: each wire
+    through every server, and direct, in the same interleaved cycle); per server name."""
     import httpx
 
     anth = {"x-api-key": "sk-ant-sim", "anthropic-version": "2023-06-01"}
-    out: dict = {}
+    targets: list[dict] = []
+    out: dict[str, dict] = {name: {} for name in named}
     for phase, path, kind, alias, model in WIRE_PHASES:
-        url = server.base_url + path
         body = _wire_body(kind, alias)
-        probe = httpx.post(url, content=body.replace("@@NONCE@@", "0"), headers=auth, timeout=30)
-        if probe.status_code in (404, 405):
-            out[phase] = {"absent": True, "status": probe.status_code}
-            log(f"  routefit  {phase:<20} not served (HTTP {probe.status_code})")
-            continue
-        direct_headers = anth if kind == "messages" else auth
-        d = run_phase(
-            sim.base_url + path,
-            _wire_body(kind, model),
-            direct_headers,
-            1,
-            False,
-            duration,
-            warmup,
-            {"sim": sim},
-        )
-        r = run_phase(url, body, auth, 1, False, duration, warmup, {"sim": sim})
-        r["direct_p50_ms"] = d["p50_ms"]
-        r["added_p50_ms"] = r["p50_ms"] - d["p50_ms"]
-        out[phase] = r
-        log(
-            f"  routefit  {phase:<20} {r['rps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms  "
-            f"(direct {d['p50_ms']:.2f}, added {r['added_p50_ms']:+.2f} ms)"
-        )
+        served = []
+        for name, server in named.items():
+            url = server.base_url + path
+            probe = httpx.post(
+                url, content=body.replace("@@NONCE@@", "0"), headers=auth, timeout=30
+            )
+            if probe.status_code in (404, 405):
+                out[name][phase] = {"absent": True, "status": probe.status_code}
+                log(f"  {name:<9} {phase:<30} not served (HTTP {probe.status_code})")
+                continue
+            served.append({"name": f"{phase}|{name}", "url": url, "body": body, "headers": auth})
+        if served:
+            direct = {"url": sim.base_url + path, "body": _wire_body(kind, model)}
+            direct["headers"] = anth if kind == "messages" else auth
+            targets += [{"name": f"{phase}|direct", **direct}, *served]
+    # every target gets about as many requests as one phase of its own would
+    spec = {"targets": targets, "seconds": duration * len(targets), "warmup": warmup}
+    result = wire_overhead(spec)
+    for name, phases in out.items():
+        for phase, *_ in WIRE_PHASES:
+            if phase in phases:
+                continue
+            r, d = result[f"{phase}|{name}"], result[f"{phase}|direct"]
+            r["direct_p50_ms"] = d["p50_ms"]
+            r["added_p50_ms"] = r["p50_ms"] - d["p50_ms"]
+            phases[phase] = r
+            log(
+                f"  {name:<9} {phase:<30} p50 {r['p50_ms']:7.3f} ms  "
+                f"(direct {d['p50_ms']:.3f}, added {r['added_p50_ms']:+.3f} ms, "
+                f"{r['requests']} requests)"
+            )
     return out
+
+
+def wire_overhead(spec: dict) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+        path = f.name
+    try:
+        done = subprocess.run(
+            [sys.executable, str(WIRE_OVERHEAD), path],
+            capture_output=True,
+            text=True,
+            timeout=spec["seconds"] + spec["warmup"] + 120,
+            check=False,
+        )
+    finally:
+        Path(path).unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"wire_overhead failed: {done.stderr[-2000:]}")
+    result: dict = json.loads(done.stdout)
+    return result
 
 
 def summarise(out: dict) -> dict:

@@ -1,58 +1,74 @@
-"""Added latency of ``/v1/responses`` (native passthrough) vs ``/v1/chat/completions`` at c=1.
+"""The client wires' added latency at c1, alone (the wire part of bench/run.py's section 1).
 
-Both go through ``routefit serve`` to the simulator; "added" is the median through routefit
-minus the median straight to the simulator, per path. Usage: ``python bench/responses_latency.py``.
+    python bench/responses_latency.py [--against REV] [--seconds 4] [--warmup 1.5]
+
+Starts the simulator and ``routefit serve --workers 1`` with the benchmark's routes (``gpt-4o``
+OpenAI, ``claude`` Anthropic) and runs ``proxy_load.measure_wires``: chat, Messages, Responses
+(``store: false``, and ``store: true`` beside it), each direct to the simulator's endpoint for
+that wire and through routefit, interleaved request by request in one client. Prints each wire's
+added p50 and its difference from chat's. ``--against REV`` serves that revision too (checked
+out as ``compare_commits`` does) in the same interleaved cycle: a before/after in one run.
 """
 
 from __future__ import annotations
 
-import statistics
+import argparse
+import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from harness import gateway_config, run_routefit, sim_route
-
-from proxy.sim.server import run_sim
-
-N = 400
-CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello there"}]}
-RESP = {"model": "gpt-4o", "input": [{"role": "user", "content": "hello there"}], "store": False}
+from compare_commits import checkout, serve
+from procs import ROOT, Server, Servers, anthropic_entry, openai_entry, write_yaml
+from proxy_load import BENCH_KEY, measure_wires_of
 
 
-def median_ms(client: httpx.Client, url: str, body: dict) -> float:
-    for _ in range(50):
-        client.post(url, json=body)
-    times = []
-    for _ in range(N):
-        t = time.perf_counter()
-        r = client.post(url, json=body)
-        times.append(time.perf_counter() - t)
-        assert r.status_code == 200, r.text
-    return statistics.median(times) * 1000
+def _print(name: str, wires: dict) -> None:
+    chat = wires["chat small c1"]["added_p50_ms"]
+    for phase, r in wires.items():
+        if not r.get("absent") and not phase.startswith("chat"):
+            print(f"{name:<9} {phase:<30} {r['added_p50_ms'] - chat:+.3f} ms vs chat")
 
 
 def main() -> None:
-    with run_sim() as sim, tempfile.TemporaryDirectory() as tmp:
-        config = gateway_config(Path(tmp) / "rf.yaml", [sim_route("gpt-4o", sim.base_url)])
-        with run_routefit(config) as gw, httpx.Client(timeout=10) as client:
-            out = {}
-            for name, path, body in (
-                ("chat", "/chat/completions", CHAT),
-                ("responses", "/responses", RESP),
-            ):
-                direct = median_ms(client, sim.url("/v1") + path, body)
-                via = median_ms(client, gw.v1 + path, body)
-                out[name] = via - direct
-                print(
-                    f"{name:10s} direct {direct:.3f} ms  via routefit {via:.3f} ms  "
-                    f"added {via - direct:.3f} ms"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--against", help="a revision to measure beside the working tree")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per target")
+    parser.add_argument("--warmup", type=float, default=1.5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, Servers() as servers:
+        source = checkout(args.against, Path(tmp) / "a") if args.against else None
+        try:
+            sim = servers.sim()
+            config = write_yaml(
+                servers.dir / "routefit-wires.yaml",
+                {
+                    "model_list": [
+                        openai_entry("gpt-4o", sim.base_url),
+                        anthropic_entry("claude", sim.base_url),
+                    ],
+                    "routefit_settings": {
+                        "store_path": ":memory:",
+                        "teams": [{"id": "bench", "keys": [BENCH_KEY]}],
+                    },
+                },
+            )
+            named: dict[str, Server] = {}
+            if source is not None:
+                named["before"] = serve(servers, source, config, "before")
+            named["routefit"] = servers.routefit(config)
+            auth = {"Authorization": f"Bearer {BENCH_KEY}"}
+            result = measure_wires_of(named, sim, auth, args.seconds, args.warmup)
+        finally:
+            if source is not None:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(source)],
+                    capture_output=True,
                 )
-            print(f"responses - chat added: {out['responses'] - out['chat']:+.3f} ms")
+    for name, wires in result.items():
+        _print(name, wires)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,11 @@ simulator's gpt-4o), and the RSS of the server process tree one second after rea
 
 routefit is measured with three configs: OpenAI-compatible routes only; plus an
 ``anthropic/claude-…`` route (a "litellm route" in LiteLLM's config, translated by routefit's own
-mapping, so litellm is not imported); plus a ``gemini/…`` route that only litellm translates
-(imported in the background at start-up; ``/readyz`` waits for it).
+mapping, so litellm is not imported); plus a ``gemini/…`` route that only litellm translates.
+litellm is imported in the background at start-up and ``/readyz`` does not wait for it (OpenAI
+routes serve at once), so the idle RSS is read one second after ``/readyz`` also reports
+``checks.litellm`` true: read earlier, it would catch the import half done. The RSS after the two
+first requests is reported beside it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,17 @@ def _first_requests(base: str) -> list[float]:
             if resp.status_code != 200:
                 raise RuntimeError(f"{base}: HTTP {resp.status_code}: {resp.text[:300]}")
     return out
+
+
+def _settled(base: str, timeout: float = 120.0) -> None:
+    """Wait until everything the routes need is loaded (litellm included, when one needs it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        resp = httpx.get(base + "/readyz", timeout=5)
+        if resp.status_code == 200 and resp.json().get("checks", {}).get("litellm", True):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{base}: litellm still loading after {timeout:.0f} s")
 
 
 def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
@@ -95,6 +109,7 @@ def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
         for _ in range(reps):
             if name.startswith("routefit"):
                 server = servers.routefit(config)
+                _settled(server.base_url)
             else:
                 server = servers.litellm(litellm_venv, config)
             time.sleep(1.0)
@@ -104,6 +119,7 @@ def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
                 {
                     "ready_s": server.ready_seconds,
                     "idle_rss_mib": idle,
+                    "after_requests_rss_mib": server.rss(),
                     "first_request_ms": first * 1e3,
                     "second_request_ms": second * 1e3,
                 }

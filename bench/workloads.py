@@ -78,13 +78,16 @@ def openai_long(model: str, tokens: int = 30_000) -> str:
     return json.dumps(body)
 
 
-def responses_small(model: str, stream: bool = False) -> str:
+def responses_small(model: str, stream: bool = False, store: bool | None = None) -> str:
+    """``store`` absent means the API's default (true: the response is kept)."""
     body: dict[str, object] = {
         "model": model,
         "instructions": "You are a concise assistant.",
         "input": SMALL_PROMPT,
         "max_output_tokens": 64,
     }
+    if store is not None:
+        body["store"] = store
     if stream:
         body["stream"] = True
     return json.dumps(body)

@@ -10,7 +10,12 @@ module turns those samples into a ``Correction``:
    messages, tool calls and images, fitted by recency-weighted least squares on the route's
    recent samples with a ridge pull towards the meter's own opinion. A tokenizer that counts
    code 30% above the meter's, CJK 40% below it *and* adds 6 tokens per message is captured
-   feature by feature rather than smeared into one ratio that is wrong for every mix.
+   feature by feature rather than smeared into one ratio that is wrong for every mix. Inside a
+   class, tokenizers still disagree on whitespace runs, digit splits, punctuation merges and
+   characters outside ASCII: those are counted per part (``pricing.content.profile``) and get a
+   weight in tokens per character, pulled towards 0; a per-prompt feature carries the overhead
+   every request pays (priming, the tool schema's rendering). The fit minimises *relative*
+   errors (a sample weighs 1/actual²), the ones the estimate is judged by.
    Image tokens priced by a default (a URL image of unknown size at the rule's worst case, a
    stand-in rule) are a feature of their own, fitted *after* the others on what they leave
    over: no factor moves because of tokens the meter did not price.
@@ -41,9 +46,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from operator import mul
 
-from pricing.content import CLASSES
+from pricing.content import CLASSES, STATS
 from pricing.meter import MessagePressure, Pressure
 
 __all__ = [
@@ -63,23 +69,41 @@ __all__ = [
 ]
 
 #: The features of a prompt, in this order: text tokens per content class, framing tokens,
-#: messages, tool calls, image tokens priced from the image, image tokens priced by a default.
-FEATURES = (*CLASSES, "framing", "messages", "calls", "images", "defaulted")
+#: messages, tool calls, image tokens priced from the image, image tokens priced by a default,
+#: the request itself (1: overhead per prompt), then counts of the characters tokenizers
+#: disagree on (``pricing.content.STATS``).
+FEATURES = (*CLASSES, "framing", "messages", "calls", "images", "defaulted", "requests", *STATS)
 _N = len(FEATURES)
 _TEXT = range(len(CLASSES))
-FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED = range(len(CLASSES), _N)
+FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED, REQUESTS = range(len(CLASSES), len(CLASSES) + 6)
+#: Features counted in characters (their weight is tokens per character, neutral 0).
+_CHARS = range(REQUESTS + 1, _N)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
-_COUNTS = (MESSAGES, CALLS)
+_THINGS = (MESSAGES, CALLS, REQUESTS)
+_COUNTS = frozenset((*_THINGS, *_CHARS))
+#: Features of samples recorded before the request and character features existed.
+_OLD_N = REQUESTS
+_NO_STATS = (0,) * len(STATS)
 Vector = tuple[float, ...]
 
 
 def _legacy(text: float, framing: float, images: float, messages: float = 0.0) -> Vector:
-    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images)
+    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images, 0.0, *_NO_STATS)
 
 
 def message_features(mp: MessagePressure) -> tuple[int, ...]:
     """One message's features (see ``FEATURES``)."""
-    return (*mp.by_class, mp.framing, 1, mp.calls, mp.images - mp.defaulted, mp.defaulted)
+    stats = mp.stats or _NO_STATS
+    return (
+        *mp.by_class,
+        mp.framing,
+        1,
+        mp.calls,
+        mp.images - mp.defaulted,
+        mp.defaulted,
+        0,
+        *stats,
+    )
 
 
 def _add(a: Sequence[float], b: Sequence[float]) -> list[float]:
@@ -93,13 +117,15 @@ def pressure_features(p: Pressure, upto: int | None = None) -> tuple[int, ...]:
     for mp in p.messages[:upto]:
         total = [x + y for x, y in zip(total, message_features(mp), strict=True)]
     total[FRAMING] += p.tools + p.priming
+    total[REQUESTS] = 1
     return tuple(total)
 
 
 @dataclass(frozen=True, slots=True)
 class Correction:
     """Weights per feature of the raw estimate. ``text``/``framing``/``images`` are the
-    summary (the highest text-class weight); ``weights``, when fitted, says it per feature."""
+    summary (``text``: what one token of the route's text costs, on average over the window);
+    ``weights``, when fitted, says it per feature."""
 
     text: float = 1.0
     framing: float = 1.0
@@ -117,6 +143,15 @@ class Correction:
     @property
     def neutral(self) -> bool:
         return self.vector == _legacy(1.0, 1.0, 1.0)
+
+    @property
+    def dearest_text(self) -> float:
+        """The most one token of text of unknown content can cost: the dearest class weight
+        plus every positive per-character weight (each character count is at most the text's
+        length, itself at least its token count). What a bound of the text is priced at."""
+        w = self.vector
+        dearest = max(0.0, *(w[j] for j in _TEXT))
+        return dearest + sum(max(0.0, w[j]) for j in _CHARS)
 
     def apply(self, text: int, framing: int = 0, images: int = 0) -> int:
         """Price of plain parts (text of unknown class, at the highest class weight)."""
@@ -178,7 +213,10 @@ class Sample:
     def vector(self) -> tuple[int, ...]:
         if len(self.features) == _N:
             return self.features
-        return (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
+        if len(self.features) == _OLD_N:  # before requests and characters were features
+            return (*self.features, 1, *_NO_STATS)
+        old = (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
+        return (*old, 1, *_NO_STATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +285,7 @@ def checkpoint_anchors(
     out: list[tuple[int, Anchor]] = []
     running = [0.0] * _N
     running[FRAMING] = pressure.tools + pressure.priming
+    running[REQUESTS] = 1
     mark = correction.price(running) // step
     for i, mp in enumerate(pressure.messages[:-1]):
         running = _add(running, message_features(mp))
@@ -265,6 +304,20 @@ def checkpoint_anchors(
     return out
 
 
+_MODELS = ("features", "classes", "one-factor")
+
+
+def _project(v: Sequence[int], model: str) -> tuple[int, ...]:
+    """A sample's features as an older model of the bias saw them (``CalibrationPolicy.model``)."""
+    if model == "classes":
+        return (*v[:REQUESTS], 0, *_NO_STATS)
+    if model == "one-factor":
+        text = sum(v[j] for j in _TEXT)
+        old = (text, 0, 0, 0, 0, v[FRAMING], v[MESSAGES], 0, v[IMAGES] + v[DEFAULTED], 0)
+        return (*old, 0, *_NO_STATS)
+    return tuple(v)
+
+
 @dataclass(frozen=True, slots=True)
 class CalibrationPolicy:
     min_samples: int = 8
@@ -272,6 +325,9 @@ class CalibrationPolicy:
     #: Upper quantile of actual / fitted over the window, the conservative scale-up.
     quantile: float = 0.98
     ridge: float = 0.001
+    #: The pull of the per-character weights towards 0: they are second-order corrections to
+    #: the per-class token weights, and should move only for what those leave unexplained.
+    ridge_chars: float = 0.001
     low: float = 0.5
     high: float = 3.0
     step: float = 0.005
@@ -285,6 +341,12 @@ class CalibrationPolicy:
     #: stand-in price): their own weight may range wider.
     defaulted_low: float = 0.05
     defaulted_high: float = 50.0
+    #: Which model of the bias is fitted: ``features`` (this module's); for comparison only
+    #: (bench/accuracy.py's before/after), ``classes`` (per-class token weights, framing,
+    #: messages, calls and images, no request or per-character features, absolute errors) and
+    #: ``one-factor`` (one text factor, framing, messages, and images with the tokens priced by a
+    #: default among them: the calibration before issue 18).
+    model: str = "features"
 
     def __post_init__(self) -> None:
         if self.min_samples < 1 or self.window < self.min_samples:
@@ -295,6 +357,8 @@ class CalibrationPolicy:
             raise ValueError("calibration needs 0 < low <= 1 <= high")
         if self.half_life <= 0:
             raise ValueError("calibration half_life must be positive")
+        if self.model not in _MODELS:
+            raise ValueError(f"calibration model must be one of {', '.join(_MODELS)}")
 
 
 def anchored(anchor: Anchor, text: int, framing: int, images: int, correction: Correction) -> int:
@@ -370,27 +434,24 @@ def _least_squares(
     actual: Sequence[float],
     weights: Sequence[float],
     prior: Sequence[float],
-    ridge: float,
+    ridge: Sequence[float],
 ) -> list[float]:
-    """Recency-weighted ridge regression towards ``prior``, over the features seen."""
+    """Recency-weighted ridge regression towards ``prior``, over the features seen.
+
+    Column by column with ``map`` (C loops): a refit runs on the event loop, in the
+    calibration writer, so a full window of 17 features must stay a few milliseconds."""
     cols = [j for j in range(len(prior)) if any(r[j] for r in rows)]
     wsum = sum(weights)
-    lam = [
-        ridge * (sum(w * r[j] ** 2 for r, w in zip(rows, weights, strict=True)) + wsum)
-        for j in cols
-    ]
-    ata = [
-        [
-            sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True))
-            + (lam[a] if a == b else 0.0)
-            for b, j in enumerate(cols)
-        ]
-        for a, i in enumerate(cols)
-    ]
-    atb = [
-        sum(w * r[i] * y for r, y, w in zip(rows, actual, weights, strict=True)) + lam[a] * prior[i]
-        for a, i in enumerate(cols)
-    ]
+    x = [[r[j] for r in rows] for j in cols]
+    wx = [list(map(mul, weights, col)) for col in x]
+    lam = [ridge[j] * (sum(map(mul, wx[a], x[a])) + wsum) for a, j in enumerate(cols)]
+    k = len(cols)
+    ata = [[0.0] * k for _ in range(k)]
+    for a in range(k):
+        for b in range(a, k):
+            ata[a][b] = ata[b][a] = sum(map(mul, wx[a], x[b]))
+        ata[a][a] += lam[a]
+    atb = [sum(map(mul, wx[a], actual)) + lam[a] * prior[j] for a, j in enumerate(cols)]
     solved = _solve(ata, atb) if cols else None
     out = list(prior)
     if solved is not None:
@@ -399,15 +460,22 @@ def _least_squares(
     return out
 
 
+#: Range of the weights of counted features on a route whose meter is not exact (on an exact
+#: one they are never negative: what the meter does not know can only add tokens).
+_COUNT_RANGE = {MESSAGES: (-4.0, 50.0), CALLS: (-4.0, 50.0), REQUESTS: (-64.0, 1024.0)}
+_CHAR_RANGE = (-2.0, 4.0)
+
+
 def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, exact: bool) -> None:
     """Clamp in place: tokens within [low, high] (never below 1 on an exact meter), counts
-    within a few tokens per thing (never negative on an exact meter)."""
+    within a few tokens per thing or character (never negative on an exact meter)."""
     low = max(policy.low, 1.0) if exact else policy.low
     for j in range(_N):
         if j == DEFAULTED:
             continue
         if j in _COUNTS:
-            w[j] = min(50.0, max(0.0 if exact else -4.0, w[j])) if seen[j] else 0.0
+            least, most = _COUNT_RANGE.get(j, _CHAR_RANGE)
+            w[j] = min(most, max(0.0 if exact else least, w[j])) if seen[j] else 0.0
         else:
             w[j] = min(policy.high, max(low, w[j]))
 
@@ -424,7 +492,13 @@ def _base(
     n = len(clean)
     recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
     seen = [any(r[j] for r in rows) for j in range(_N)]
-    w = _least_squares(rows, [s.actual for s in clean], recency, _prior(policy, True), policy.ridge)
+    ridge = [policy.ridge_chars if j in _CHARS else policy.ridge for j in range(_N)]
+    # Relative errors are what matter (a 40-token miss is nothing on 8,000, a lot on 200):
+    # each sample weighs 1 / actual², so small prompts are fitted as well as large ones.
+    relative = [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
+    if policy.model != "features":  # the older models fitted absolute errors
+        relative = recency
+    w = _least_squares(rows, [s.actual for s in clean], relative, _prior(policy, True), ridge)
     _bounded(w, seen, policy, exact)
     predicted = [sum(a * b for a, b in zip(w, r, strict=True)) for r in rows]
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
@@ -445,29 +519,45 @@ def fit_correction(
     """
     policy = policy or CalibrationPolicy()
     recent = list(samples)[-policy.window :]
+    if policy.model != "features":
+        recent = [replace(s, features=_project(s.vector, policy.model)) for s in recent]
     usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy.min_samples))
     w, seen = _base(usable, policy, exact)
     text_seen = [w[j] for j in _TEXT if seen[j]]
     for j in _TEXT:  # a class no sample had: the most any seen class costs (or the prior)
         if not seen[j] and text_seen:
             w[j] = max(text_seen)
-    w[DEFAULTED] = _defaulted_weight(usable, w, policy)
-    w = [
-        _round_up(x, 0.05 if j in _COUNTS else policy.step) if x >= 0 else -_round_up(-x, 0.05)
-        for j, x in enumerate(w)
-    ]
+    w[DEFAULTED] = (
+        w[IMAGES] if policy.model == "one-factor" else _defaulted_weight(usable, w, policy)
+    )
+    # Rounded up (towards more tokens, negative weights too): per thing in 0.05 steps, per token
+    # and per character in the policy's step.
+    w = [_round_up(x, 0.05 if j in _THINGS else policy.step) for j, x in enumerate(w)]
     fitted = sum(seen) > 0 or w[DEFAULTED] != 1.0
     if not fitted:
         legacy = list(_legacy(w[0], w[FRAMING], w[IMAGES]))
         if w == legacy:
             return Correction(w[0], w[FRAMING], w[IMAGES], 0)
     return Correction(
-        text=max(w[j] for j in _TEXT),
+        text=_text_ratio(usable, w),
         framing=w[FRAMING],
         images=w[IMAGES],
         samples=len(usable),
         weights=tuple(w),
     )
+
+
+def _text_ratio(usable: Sequence[Sample], w: Sequence[float]) -> float:
+    """The summary text factor: what the fitted weights make of one token of the route's text,
+    per-character corrections included (class weights alone no longer say it), over the
+    window; the highest class weight when no sample has text features."""
+    dearest = max(w[j] for j in _TEXT)
+    rows = [s.vector for s in usable if s.vector[DEFAULTED] == 0]
+    tokens = sum(r[j] for r in rows for j in _TEXT)
+    if not tokens:
+        return dearest
+    priced = sum(w[j] * r[j] for r in rows for j in (*_TEXT, *_CHARS))
+    return _round_up(max(0.0, priced / tokens), 0.005)
 
 
 def _defaulted_weight(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from pricing.content import CLASSES, STRUCTURED, classify
+from pricing.content import CLASSES, STATS, STRUCTURED, classify, profile
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
 from pricing.probe import ImageError, placeholder, probe
@@ -69,6 +69,8 @@ class MessagePressure:
     #: unknown size at the rule's worst case, or an image on a route with a stand-in rule.
     #: Calibration keeps them apart so they never move the factors of what was priced.
     defaulted: int = 0
+    #: Characters tokenizers disagree on, summed over the message's text (``content.STATS``).
+    stats: tuple[int, ...] = ()
 
     @property
     def total(self) -> int:
@@ -158,7 +160,12 @@ def measure_message(
     image_tokens = 0
     defaulted = 0
     classes = [0] * len(CLASSES)
+    stats = [0] * len(STATS)
     images: list[ImagePrice] = []
+    texts = [p.text for p in message.parts if isinstance(p, TextPart)]
+    texts += [s for c in message.tool_calls for s in (c.name, c.arguments)]
+    for t in texts:
+        stats = [a + b for a, b in zip(stats, profile(t), strict=True)]
     for j, part in enumerate(message.parts):
         if isinstance(part, TextPart):
             n = tok.count(part.text)
@@ -196,6 +203,7 @@ def measure_message(
         tuple(classes),
         len(message.tool_calls),
         defaulted,
+        tuple(stats),
     )
     return pressure, tuple(images)
 

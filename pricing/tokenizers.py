@@ -491,6 +491,7 @@ def get_tokenizer(spec: str) -> Tokenizer:
     spec = parse_tokenizer_spec(spec)
     if spec.startswith("heuristic:"):
         return _Heuristic(spec, float(spec.split(":", 1)[1]))
+    _fix_mmap_threshold()
     if spec in _TIKTOKEN_URLS:
         found: Tokenizer = _Tiktoken(spec, _load_tiktoken(spec))
     elif spec in _HF_SHIPPED:
@@ -503,12 +504,46 @@ def get_tokenizer(spec: str) -> Tokenizer:
 
 
 @cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _glibc() -> Any:
+    """The C library when it is glibc (the only one whose ``mallopt`` numbers are used here)."""
     name = ctypes.util.find_library("c")
     try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+        libc = ctypes.CDLL(name) if name else None
     except OSError:
         return None
+    return libc if libc is not None and hasattr(libc, "gnu_get_libc_version") else None
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    libc = _glibc()
+    return getattr(libc, "malloc_trim", None) if libc is not None else None
+
+
+# glibc's mallopt parameters (malloc.h) and the fixed thresholds routefit sets.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD = 4 << 20
+
+
+@cache
+def _fix_mmap_threshold() -> None:
+    """Pin glibc's mmap threshold at 4 MiB before the first tokenizer file is loaded.
+
+    glibc raises the threshold to the size of the largest mapped block freed so far (up to 32
+    MiB), and building an encoding frees multi-MB temporaries (the rank table, hash tables
+    rehashed while they grow). From then on the multi-MB tables are carved from a heap arena
+    between long-lived blocks, where what they leave when freed stays resident: measured, an
+    idle worker with an ``o200k_base`` and an ``anthropic-legacy`` route (loaded in a thread,
+    as at start-up) held 4 MiB more, 134 against 130 MiB. With the threshold pinned, a block
+    of 4 MiB or more is its own mapping and goes back to the OS whole when freed; smaller
+    blocks are served as before (the trim threshold is set to the 2x glibc would pair with it,
+    so the heap top is not returned and re-grown under load). Process-wide, once; a no-op on
+    other C libraries."""
+    libc = _glibc()
+    if libc is None:
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+    libc.mallopt(_M_TRIM_THRESHOLD, 2 * _MMAP_THRESHOLD)
 
 
 def _return_freed_memory() -> None:

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pricing.tokenizers import get_tokenizer
+from proxy import modelmap, responses_api
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, load_config
@@ -40,8 +41,7 @@ from proxy.state import AppState
 from proxy.store import ObservedStore, Store, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
-from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, ResponsesWire
-from proxy.wires import responses_store as stored
+from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE
 from proxy.wires.anthropic import anthropic_error, count_tokens
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -69,22 +69,22 @@ async def chat_completions(request: Request) -> Response:
 
 async def responses(request: Request) -> Response:
     state = _state(request)
-    return await stored.create(request, state.gateway, state.store, ResponsesWire)
+    return await responses_api.create(request, state.gateway, state.store)
 
 
 async def response_get(request: Request) -> Response:
     state = _state(request)
-    return await stored.retrieve(request, state.gateway, state.store)
+    return await responses_api.retrieve(request, state.gateway, state.store)
 
 
 async def response_delete(request: Request) -> Response:
     state = _state(request)
-    return await stored.delete(request, state.gateway, state.store)
+    return await responses_api.delete(request, state.gateway, state.store)
 
 
 async def response_input_items(request: Request) -> Response:
     state = _state(request)
-    return await stored.input_items_list(request, state.gateway, state.store)
+    return await responses_api.input_items_list(request, state.gateway, state.store)
 
 
 async def messages(request: Request) -> Response:
@@ -109,7 +109,7 @@ async def fit_only(request: Request) -> Response:
     if wire == "messages":
         return await state.gateway.fit_only(request, ANTHROPIC_WIRE)
     if wire == "responses":
-        return await stored.fit_only(request, state.gateway, state.store, RESPONSES_WIRE)
+        return await responses_api.fit_only(request, state.gateway, state.store)
     if wire != "chat":
         return error_response(
             ProxyError(400, "wire must be chat, messages or responses", param="wire")
@@ -255,6 +255,7 @@ def build_state(
 ) -> AppState:
     """Every long-lived part of one app, wired once from the config."""
     config, local = attach(config)  # sim:// routes → the in-process simulator's port
+    modelmap.release()  # the routes are read: their entries stay, the whole map goes
     metrics = Metrics()
     settings = config.settings
     if transports is None:

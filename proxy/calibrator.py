@@ -302,7 +302,7 @@ class Calibrator:
 
     def _due(self, state: _Route, now: float) -> bool:
         """Refit while a route is still learning, then at most every ``REFIT_SAMPLES`` samples
-        or ``REFIT_SECONDS``: a fit costs about a millisecond, which must not land on every
+        or ``REFIT_SECONDS``: a fit costs a few milliseconds, which must not land on every
         request of a busy route."""
         return (
             len(state.samples) < 2 * self.policy.min_samples

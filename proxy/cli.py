@@ -213,6 +213,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         http=HeaderDeadlineProtocol,
+        ws="none",  # no WebSocket routes: uvicorn's websockets stack stays unimported (1.3 MiB)
         log_level=args.log_level,
         log_config=log_config,
         access_log=args.access_log,

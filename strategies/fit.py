@@ -299,7 +299,7 @@ def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
     weights = correction.vector
     classes = range(len(CLASSES))
     text = sum(features[i] for i in classes)
-    dearest = max(0.0, *(weights[i] for i in classes))
+    dearest = correction.dearest_text  # per-character weights included: a bound has no profile
     rest = sum(
         max(0.0, w) * x
         for j, (w, x) in enumerate(zip(weights, features, strict=True))

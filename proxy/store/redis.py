@@ -31,7 +31,6 @@ from redis.exceptions import (
     ClusterError,
     ReadOnlyError,
     RedisError,
-    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -213,9 +212,24 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     TryAgainError,
     AskError,  # MovedError too (a subclass): redis-py follows them itself, up to a TTL
     ReadOnlyError,
-    SlotNotCoveredError,
-    OSError,  # TimeoutError (our per-attempt cut) included
 )
+
+
+def _transient(e: Exception) -> bool:
+    """Whether a failed attempt may succeed when retried. Besides the Redis errors above, any
+    exception that is not a ``RedisError`` is the client failing, not Redis refusing — and must
+    still reach the caller as ``StoreUnavailable`` (a 503 or an unbudgeted request, per
+    ``budget_failure_mode``; never a 500). Three were seen with a cluster master killed under
+    load: the cluster client's slot-map refresh raises ``RedisClusterException`` while no node
+    it asks serves every slot; under uvloop, writing to a connection the dead node closed
+    raises ``RuntimeError`` (redis-py maps only ``OSError``); and a refresh that fails closes
+    every node's connections, in use or not, so a command being sent on one meets
+    ``AttributeError`` (its writer gone). Each drops the connection, so a retry reconnects.
+    ``OSError`` covers ``TimeoutError``, our per-attempt cut. (``ValueError`` and ``TypeError``
+    — a bad argument — never get here: ``_call`` lets them through unchanged.)"""
+    return isinstance(e, _TRANSIENT) or not isinstance(e, RedisError)
+
+
 _FIRST_BACKOFF = 0.05
 _MAX_BACKOFF = 0.4
 
@@ -229,6 +243,14 @@ class RedisStore:
     errors, MOVED/ASK beyond redis-py's own handling, CLUSTERDOWN, TRYAGAIN, READONLY) are
     retried with a short backoff for ``failover_seconds`` (0: one attempt), so a failover of a
     few seconds does not fail calls; after that the call raises ``StoreUnavailable``.
+
+    With ``failover_seconds`` > 0 a call is retried at least once, however long its first
+    attempt took: the client learns a failover only from a failure (the cluster client
+    refreshes its slot map after a connection error, a Sentinel pool asks the sentinels again
+    for a new connection), so the first attempt after a promotion may fail on the old master;
+    the second runs on the topology that failure made the client re-learn. Without it, a first
+    attempt slowed down by a loaded host could use up a short ``failover_seconds`` and fail a
+    call after the cluster already had its new master.
     """
 
     name = "redis"
@@ -260,9 +282,15 @@ class RedisStore:
         self._observer = observer
         #: Replicas a budget write waits for (WAIT) before it is acknowledged: with Sentinel, a
         #: failover promotes a replica, and a reservation the old master had not passed on
-        #: would be forgotten there — admitting past the quota. Bounded by the timeout: a
-        #: replica that is down delays a write by at most that, never refuses it.
+        #: would be forgotten there — admitting past the quota. A replica that is down (the
+        #: old master, right after a failover) delays a write by at most ``_wait_ms``, never
+        #: refuses it: WAIT answers at its own timeout, and that answer has to arrive well
+        #: inside the socket read timeout (``timeout``) — a WAIT as long as the read timeout
+        #: timed every write out once the promoted master had no replica left, retried it
+        #: (charging it again) and never recovered. Half the timeout leaves the other half for
+        #: Redis's timer granularity and a loaded host.
         self._replicas = replicas
+        self._wait_ms = max(1, int(timeout * 1000 / 2))
         self._sample_ttl_ms = int(sample_ttl * 1000)
         self._redis, self._close = client
         # Cluster nodes refuse (rather than queue) past their pool size: in-flight calls are
@@ -273,20 +301,22 @@ class RedisStore:
     async def _call(self, op: str, attempt: Callable[[], Awaitable[T]]) -> T:
         give_up = time.monotonic() + self._failover
         delay = _FIRST_BACKOFF
+        relearn = self._failover > 0  # the one retry owed to a re-learnt topology
         while True:
             try:
                 async with asyncio.timeout(self._deadline):
                     async with self._slots:
                         return await attempt()
-            except _TRANSIENT as e:
-                if time.monotonic() + delay > give_up:
+            except (ValueError, TypeError):
+                raise  # a bad argument (encoding a sample, say): no retry can fix it
+            except Exception as e:
+                if not _transient(e) or (not relearn and time.monotonic() + delay > give_up):
                     raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
+                relearn = False
                 if self._observer is not None:
                     self._observer.store_retry(op, type(e).__name__)
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, _MAX_BACKOFF)
-            except RedisError as e:
-                raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
 
     async def _budget(self, op: str, keys: list[str], args: list[str | int]) -> list[int]:
         if not self._replicas or op == "usage":
@@ -297,7 +327,7 @@ class RedisStore:
             # One connection for both: WAIT covers the writes made on its own connection.
             async with self._redis.pipeline(transaction=False) as pipe:
                 await self._script(keys=keys, args=args, client=pipe)  # type: ignore[arg-type]
-                pipe.wait(self._replicas, int(self._timeout * 1000))
+                pipe.wait(self._replicas, self._wait_ms)
                 written, _acked = await pipe.execute()
             return list(written)
 

@@ -63,8 +63,15 @@ def sentinel_client(
     timeout: float,
 ) -> Client:
     """A client of the master the sentinels name. Every new connection asks them again, and a
-    connection to a demoted master (READONLY) is dropped, so the client follows a failover."""
+    connection to a demoted master (READONLY) is dropped, so the client follows a failover.
+
+    The sentinels are asked without retries: redis-py asks them in turn and moves on when one
+    does not answer, but its default retry policy (ten backed-off attempts, ~4 s) spent longer
+    on a dead first sentinel than a store attempt may take — the attempt was cut before the
+    next sentinel was asked, and so was every later one, for as long as that sentinel stayed
+    down (a sentinel often runs beside the master it watches, and dies with it)."""
     bounded: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    sentinel_kwargs: dict[str, Any] = {**bounded, "retry": Retry(NoBackoff(), 0)}
     master_kwargs: dict[str, Any] = dict(bounded)
     if url:
         parsed = dict(parse_url(url))
@@ -73,7 +80,7 @@ def sentinel_client(
             if parsed.get(key) is not None:
                 master_kwargs[key] = parsed[key]
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        list(sentinels), sentinel_kwargs=dict(bounded), **master_kwargs
+        list(sentinels), sentinel_kwargs=sentinel_kwargs, **master_kwargs
     )
     client: Redis = sentinel.master_for(master_name, **master_kwargs)
 

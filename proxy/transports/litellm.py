@@ -1,10 +1,19 @@
 """Translation through litellm: the only module that imports it.
 
-For providers that need translation (Anthropic from a chat client, Gemini, Bedrock, ...):
-``litellm.acompletion``, which speaks the chat-completions wire on routefit's side. litellm costs
-seconds to import, so it is imported in the background at start-up only when a configured route
-needs it, never on the passthrough path. Its answers come back as chat-completions JSON and SSE
-events, so the chat wire reads them exactly as it reads a passthrough provider's.
+For providers that need translation (Gemini, Bedrock, Vertex, Cohere, an Anthropic route with
+extra litellm_params, ...): ``litellm.acompletion``, which speaks the chat-completions wire on
+routefit's side. Its answers come back as chat-completions JSON and SSE events, so the chat wire
+reads them exactly as it reads a passthrough provider's.
+
+What it costs, and when it is paid: ``import litellm`` is ~150 MiB of resident memory (3,200
+modules, most of them pydantic models of every provider's API; importing any one provider's
+transformation module runs the package's ``__init__`` and costs the same) and seconds of CPU
+(bench/REPORT.md, section 2: a worker with a ``gemini/`` route idles at ~275 MiB, one without
+at ~110-130). So it is imported only when a configured route needs it (OpenAI-compatible and
+plain Anthropic routes never do: tests/transports/test_imports.py), and then at start-up, in a
+thread, not under the first request to such a route: deferring it would show a lower idle
+figure right after start, but the first request would wait seconds for the import and the
+worker would hold the same memory from then on.
 """
 
 from __future__ import annotations

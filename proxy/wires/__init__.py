@@ -19,6 +19,6 @@ __all__ = [
 
 CHAT_WIRE = ChatWire()
 ANTHROPIC_WIRE = AnthropicWire()
-#: Stateless (no storage): the dry run. ``POST /v1/responses`` makes one per request, with the
-#: request's ``responses_store.Keeper``.
+#: Stateless (no storage). ``POST /v1/responses`` makes one per request, with the request's
+#: ``responses_store.Keeper`` (``proxy.responses_api``).
 RESPONSES_WIRE = ResponsesWire()

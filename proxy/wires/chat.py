@@ -23,7 +23,7 @@ from proxy.usage import normalize_usage
 from proxy.wires.base import Answer, Outcome
 from strategies.fit import Fit, FitError
 
-__all__ = ["ChatWire", "as_alias", "error_event"]
+__all__ = ["ChatWire", "Renamer", "as_alias", "error_event"]
 
 #: The first ``"model": "..."`` member of a JSON text (a key: a quote inside a string is escaped).
 _MODEL = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
@@ -36,6 +36,37 @@ def as_alias(data: bytes, alias: str) -> bytes:
         return data
     member = b'"model":' + orjson.dumps(alias)
     return _MODEL.sub(lambda _: member, data, count=1)
+
+
+class Renamer:
+    """``as_alias`` over a stream's events, at a byte comparison per event: the provider's own
+    ``"model"`` member is learnt from the first event that has one, and an event whose first
+    ``"model"`` key is that same member is rewritten by slicing (a regex search per event cost
+    ~5 µs, ~0.3 ms over a 64-token stream). Anything else goes through ``as_alias``."""
+
+    __slots__ = ("alias", "member", "seen")
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.member = b'"model":' + orjson.dumps(alias) if alias else b""
+        self.seen: bytes | None = None
+
+    def __call__(self, data: bytes) -> bytes:
+        if not self.alias:
+            return data
+        seen = self.seen
+        at = data.find(b'"model"')
+        if at < 0:
+            return data  # no model key: as_alias would not change it either
+        if seen is not None and data.startswith(seen, at):
+            if seen == self.member:
+                return data
+            return data[:at] + self.member + data[at + len(seen) :]
+        found = _MODEL.search(data)
+        if found is None:
+            return data
+        self.seen = found.group(0)
+        return data[: found.start()] + self.member + data[found.end() :]
 
 
 def error_event(message: str, code: str = "upstream_error") -> bytes:
@@ -52,6 +83,8 @@ def _wants_usage(body: Mapping[str, Any]) -> bool:
 def inspect(event: bytes, outcome: Outcome, wants_usage: bool) -> bytes:
     """Capture usage and completion from one event; drop or trim the usage the client did not
     ask for. Events without usage pass through as the very same bytes."""
+    if b'"usage"' not in event and b"[DONE]" not in event:
+        return event  # the usual content chunk: nothing to read or change
     data = event_data(event)
     if data is None:
         return event
@@ -103,11 +136,12 @@ class ChatWire:
         self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
     ) -> AsyncGenerator[bytes, None]:
         wants_usage = _wants_usage(request.body)
+        rename = Renamer(request.model)
         try:
             async for event in events:
                 out = inspect(event, outcome, wants_usage)
                 if out:
-                    yield as_alias(out, request.model)
+                    yield rename(out)
         except StreamBroken as exc:
             yield error_event(f"the upstream stream broke off before it was complete: {exc}")
             return

@@ -4,7 +4,8 @@ OpenAI routes get the fitted body natively (the client's own body, byte for byte
 had to change; else the body with ``input`` rewritten from the fitted items); the provider's
 bytes come back unchanged, and usage is read from ``response.completed``. Other routes are
 translated to chat completions and back (``responses_translate``). Items map onto fitting's
-units as ``responses_items`` describes; stored responses live in ``responses_store``.
+units as ``responses_items`` describes; stored responses live in ``responses_store`` (its HTTP
+endpoints in ``proxy.responses_api``).
 
 Unknown item types: kept verbatim, priced as their JSON, grouped with the model-side items around
 them (so removed only with their whole turn); an unknown ``*_call_output`` pairs with its
@@ -100,8 +101,8 @@ class ResponsesWire:
         return Answer(completion.body, None)
 
     def _keep(self, response: dict[str, Any]) -> None:
-        if self.keeper is not None and self.keeper.enabled:
-            self.keeper.pending = response
+        if self.keeper is not None:
+            self.keeper.keep(response)
 
     async def _final(self, response: Any, outcome: Outcome) -> None:
         if not isinstance(response, dict):

@@ -246,8 +246,11 @@ def response_tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
             if not isinstance(tool.get("name"), str):
                 raise RequestError(f"{at}.name must be a string", f"{at}.name")
             out.append(tool)
-        elif kind == "namespace" and isinstance(tool.get("tools"), list):
-            for j, inner in enumerate(tool["tools"]):
+        elif kind == "namespace":
+            inner_tools = tool.get("tools")
+            if not isinstance(inner_tools, list):
+                raise RequestError(f"{at}.tools must be a list", f"{at}.tools")
+            for j, inner in enumerate(inner_tools):
                 add(inner, f"{at}.tools[{j}]")
         else:
             out.append({"type": kind, kind: tool})  # no top-level name: priced as JSON

@@ -212,3 +212,105 @@ def test_checkpoint_anchors_give_the_head_its_share_of_the_truth():
         assert abs(share - (pressure_features(p, n)[0] + 4 * n + 3) / p.total) < 0.01
     counts = [n for n, _ in anchors]
     assert counts == sorted(set(counts))
+
+
+# -- per-character features: tokenizers that disagree inside a content class -------------------
+
+import json  # noqa: E402
+import re  # noqa: E402
+
+from pricing.content import STATS, profile  # noqa: E402
+from pricing.messages import parse_request  # noqa: E402
+from pricing.meter import measure  # noqa: E402
+from pricing.route import Route  # noqa: E402
+from pricing.tokenizers import get_tokenizer  # noqa: E402
+
+_ROUTE = Route(alias="unknown", model="acme-7")  # o200k and OpenAI framing, inexact
+_WORDS = "the cache keeps recent answers so a retry never reaches the backend twice".split()
+
+
+def _unknown_count(text: str) -> int:
+    """A tokenizer routefit does not ship, built from one it does by what real ones disagree
+    on: indentation merges into one token, digits split one by one, and every character
+    outside ASCII costs a token more. Its ratio to o200k depends on the mix inside a part,
+    not only on the part's class."""
+    merged = re.sub(r"[ \t]{2,}", " ", text)
+    split = re.sub(r"(\d)", r" \1", merged)
+    return get_tokenizer("o200k_base").count(split) + sum(ord(c) > 127 for c in text)
+
+
+def _part(rng: random.Random) -> str:
+    words = " ".join(rng.choices(_WORDS, k=rng.randint(5, 300)))
+    rows = [{"id": rng.randint(1, 10**6), "name": rng.choice(_WORDS)} for _ in range(20)]
+    kinds = [
+        lambda: words,
+        lambda: json.dumps(rows, indent=rng.choice([None, 2, 4])),
+        lambda: "\n".join(f"    x_{i} = f({i}, {rng.random():.3f})" for i in range(30)),
+        lambda: words + " " + "東京の天気は晴れです" * rng.randint(0, 20),
+        lambda: "\n".join(f"2025-01-{d:02d} {rng.randint(0, 10**5)} ms" for d in range(1, 28)),
+    ]
+    return rng.choice(kinds)()
+
+
+def _request(rng: random.Random) -> tuple[tuple[int, ...], int]:
+    """(features as routefit measures them, the unknown provider's count)."""
+    messages = [{"role": "user", "content": _part(rng)} for _ in range(rng.randint(1, 6))]
+    pressure = measure(parse_request({"model": "unknown", "messages": messages}), _ROUTE)
+    truth = sum(_unknown_count(m["content"]) for m in messages) + 6 * len(messages) + 5
+    return pressure_features(pressure), truth
+
+
+def test_a_tokenizer_that_disagrees_within_classes_is_learnt_within_3_percent():
+    rng = random.Random(18)
+    train = (_request(rng) for _ in range(60))  # 17 features: a few samples for each
+    samples = [_sample(f, truth, i) for i, (f, truth) in enumerate(train)]
+    learnt = fit_correction(samples, exact=False)
+    errors = [(learnt.price(f) - truth) / truth for f, truth in (_request(rng) for _ in range(200))]
+    assert min(errors) >= -0.01, min(errors)
+    assert sorted(abs(e) for e in errors)[189] <= 0.03, sorted(abs(e) for e in errors)[189]
+    w = dict(zip(FEATURES, learnt.vector, strict=True))
+    assert w["digits"] > 0.2 and w["nonascii"] > 0.2  # what the class weights cannot carry
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=20_000), st.text(max_size=50))
+def test_character_counts_never_exceed_the_length(text, tail):
+    counts = profile(text)
+    assert len(counts) == len(STATS)
+    assert all(0 <= c <= len(text) for c in counts)
+    assert profile(text) == counts  # deterministic: the same text always costs the same
+    if len(text) + len(tail) <= 2048:  # exact below the sample size: counts add up
+        joined = profile(text + "\n" + tail)
+        assert joined[STATS.index("nonascii")] == counts[-1] + profile(tail)[-1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 5000), min_size=len(FEATURES), max_size=len(FEATURES)),
+            st.floats(0.3, 1.0),
+        ),
+        min_size=8,
+        max_size=40,
+    )
+)
+def test_an_exact_meter_is_never_priced_below_its_count(rows):
+    """Whatever the provider reports, on an exact route every token weight stays >= 1 and every
+    per-thing and per-character weight >= 0: the estimate never drops under the meter's count."""
+    samples = []
+    for i, (f, ratio) in enumerate(rows):
+        f = list(f)
+        f[_I["defaulted"]] = 0
+        f[_I["requests"]] = 1
+        raw = sum(x for j, x in enumerate(f) if FEATURES[j] not in _NOT_TOKENS)
+        samples.append(_sample(tuple(f), max(1, int(raw * ratio)), i))
+    learnt = fit_correction(samples, exact=True)
+    for name, w in zip(FEATURES, learnt.vector, strict=True):
+        assert w >= (0.0 if name in _NOT_TOKENS else 1.0), (name, w)
+    for f, _ in rows:
+        raw = sum(x for j, x in enumerate(f) if FEATURES[j] not in _NOT_TOKENS)
+        assert learnt.price(f) >= raw
+
+
+_NOT_TOKENS = {"messages", "calls", "requests", *STATS}

@@ -359,21 +359,7 @@ def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model):
     assert min(later) >= -0.01, [round(e, 4) for e in later]
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        "mystery-2",
-        pytest.param(
-            "mystery-3",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known gap (issue 18): a different base tokenizer (cl100k) leaves a ±3% "
-                "spread per content class that per-part classes do not explain; anchored "
-                "sessions pass, unanchored single requests reach ~6% p95 (over-estimates)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("model", ["mystery-2", "mystery-3"])
 def test_content_aware_calibration_without_anchors(sim, tmp_path, model):
     """Every request a new conversation (no anchor can help): the feature model alone."""
     alias = "hard"

@@ -197,6 +197,10 @@ def test_history_is_fitted_and_the_provider_sees_no_overflow(client, fresh_sim):
         ({"model": "gpt-4o", "input": "x", "max_output_tokens": -1}, "max_output_tokens"),
         ({"model": "gpt-4o", "input": "x", "previous_response_id": 5}, "previous_response_id"),
         ({"model": "gpt-4o", "input": "x", "tools": [{"name": "t"}]}, "tools[0]"),
+        (
+            {"model": "gpt-4o", "input": "x", "tools": [{"type": "namespace", "tools": True}]},
+            "tools[0].tools",
+        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_parameter(gw, body, param):

@@ -1,0 +1,102 @@
+"""A worker imports only what its configured routes need (issue 22: idle memory).
+
+Each case starts a fresh interpreter that builds the app from a config and runs its start-up
+(lifespan) until the routes' tokenizers — and litellm, when a route needs it — are loaded, then
+reports which heavy packages it holds. litellm alone is ~150 MiB and seconds of import; the
+Hugging Face ``tokenizers`` package is loaded only for a route counting with one of its files.
+The last case shows the probe sees litellm when a route does need it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+HEAVY = ("litellm", "tokenizers", "openai", "anthropic", "tiktoken")
+
+_PROBE = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from proxy import app as app_module, modelmap
+    from proxy.config import load_config
+
+    async def main():
+        app = app_module.create_app(load_config(sys.argv[1]))
+        state = app.state.routefit
+        async with app_module.lifespan(app):
+            for _ in range(1200):
+                if state.readiness.error:
+                    raise SystemExit(state.readiness.error)
+                if state.readiness.tokenizers and state.transports.ready:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise SystemExit("not ready after 120 s")
+            heavy = sys.argv[2].split(",")
+            print(json.dumps({
+                "modules": sorted(m for m in heavy if m in sys.modules),
+                "model_map_kept": modelmap._kept is not None,
+            }))
+
+    asyncio.run(main())
+    """
+)
+
+
+def _route(alias: str, model: str, **params: object) -> dict[str, object]:
+    return {
+        "model_name": alias,
+        "litellm_params": {"model": model, "api_key": "sk-unused", **params},
+    }
+
+
+OPENAI = _route("gpt-4o", "openai/gpt-4o", api_base="http://127.0.0.1:9/v1")
+CLAUDE = _route("claude", "anthropic/claude-sonnet-4-5", api_base="http://127.0.0.1:9")
+GEMINI = _route("gemini", "gemini/gemini-2.0-flash")
+
+
+def _probe(tmp_path: Path, routes: list[dict[str, object]]) -> dict[str, object]:
+    config = tmp_path / "routefit.yaml"
+    config.write_text(
+        yaml.safe_dump({"model_list": routes, "routefit_settings": {"store_path": ":memory:"}})
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(config), ",".join(HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={"PATH": "/usr/bin:/bin", "ROUTEFIT_REDIS_URL": ""},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    found: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.mark.parametrize(
+    ("routes", "expected"),
+    [
+        pytest.param([OPENAI], ["tiktoken"], id="openai-only"),
+        pytest.param([OPENAI, CLAUDE], ["tiktoken", "tokenizers"], id="openai+anthropic"),
+        pytest.param([CLAUDE], ["tokenizers"], id="anthropic-only"),
+    ],
+)
+def test_routes_without_litellm_never_import_it(
+    tmp_path: Path, routes: list[dict[str, object]], expected: list[str]
+) -> None:
+    found = _probe(tmp_path, routes)
+    assert found["modules"] == sorted(expected)
+    # The model map (litellm's 3 MB price file) is read for the routes, then let go.
+    assert found["model_map_kept"] is False
+
+
+def test_a_route_only_litellm_serves_does_import_it(tmp_path: Path) -> None:
+    found = _probe(tmp_path, [OPENAI, GEMINI])
+    modules = found["modules"]
+    assert isinstance(modules, list)
+    assert "litellm" in modules
