@@ -91,10 +91,6 @@ class _AnchorCache:
         while len(self._data) > self.maxsize:
             self._data.popitem(last=False)
 
-    def has(self, route: str, key: bytes) -> bool:
-        found = self._data.get((route, key))
-        return found is not None and found[0] > time.monotonic()
-
     def find(self, route: str, candidates: Sequence[bytes]) -> tuple[int, Anchor] | None:
         now = time.monotonic()
         for i, key in enumerate(candidates):
@@ -191,12 +187,9 @@ class Calibrator:
         if len(keys) != len(pressure.messages) or not keys:
             self.submit(sample, None, None)
             return
-        # A prefix anchored already keeps its anchor (maybe the provider's own count of it, not
-        # a share) and is not written again on every turn of a growing conversation.
         extra = [
             (keys[n - 1], anchor)
             for n, anchor in checkpoint_anchors(pressure, actual, self.correction(route))
-            if not self._anchors.has(route, keys[n - 1])
         ]
         self.submit(sample, keys[-1], anchor_of(pressure, actual), extra)
 
