@@ -53,11 +53,16 @@ def serve(servers: Servers, source: Path, config: Path, name: str) -> Server:
     )
 
 
-def measure(url: str, sim: Server, server: Server | None, seconds: float) -> dict[str, float]:
+def measure(
+    url: str, sim: Server, server: Server | None, seconds: float, tag: str
+) -> dict[str, float]:
     out: dict[str, float] = {}
     for phase, stream, c in PHASES:
         long = phase.startswith("long")
         body = openai_long("gpt-4o") if long else openai_small("gpt-4o", stream=stream)
+        # The load generator numbers its requests from 0 on every run: without a tag per run,
+        # round 2 would re-send round 1's "new" prompts (and B A's, to the simulator's cache).
+        body = body.replace("@@NONCE@@", f"{tag}{len(out)}-@@NONCE@@")
         measured = {"sim": sim} if server is None else {"sim": sim, "routefit": server}
         r = run_phase(url, body, {}, c, stream, seconds, 1.0, measured)
         out[phase] = r["p50_ms"] if c == 1 else r["rps"]
@@ -82,11 +87,12 @@ def main() -> int:
             a = serve(servers, a_src, config, "a")
             b = serve(servers, b_src, config, "b")
             rows: dict[str, list[list[float]]] = {p: [[], [], []] for p, _, _ in PHASES}
-            for _ in range(args.rounds):
-                direct = measure(sim.base_url + "/v1/chat/completions", sim, None, args.seconds)
+            for n in range(args.rounds):
+                direct = measure(sim.base_url + "/v1/chat/completions", sim, None, args.seconds, n)
                 for i, server in enumerate((a, b)):
+                    tag = f"r{n}{'ab'[i]}"
                     got = measure(
-                        server.base_url + "/v1/chat/completions", sim, server, args.seconds
+                        server.base_url + "/v1/chat/completions", sim, server, args.seconds, tag
                     )
                     for phase, value in got.items():
                         rows[phase][i + 1].append(value)

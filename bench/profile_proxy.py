@@ -70,11 +70,30 @@ def breakdown(path: Path) -> list[tuple[str, float]]:
     return [*rows, ("idle (event loop waiting)", idle / max(1, total))]
 
 
+def top(path: Path, n: int) -> list[tuple[str, float, float]]:
+    """The ``n`` functions with the most main-thread samples under them (idle excluded): (name,
+    share with callees, share in the function itself)."""
+    under: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    busy = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if "MainThread" not in frames[0] or frames[-1].startswith("Runner.run (asyncio/"):
+            continue
+        busy += int(count)
+        for frame in set(frames[1:]):
+            under[frame] += int(count)
+        own[frames[-1]] += int(count)
+    return [(f, c / max(1, busy), own[f] / max(1, busy)) for f, c in under.most_common(n)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=("small", "long", "stream"), default="small")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--top", type=int, default=0, help="also list the N costliest functions")
     args = parser.parse_args()
     if (
         importlib.util.find_spec("py_spy") is None
@@ -126,6 +145,8 @@ def main() -> int:
         if profile.exists():
             for label, share in breakdown(profile):
                 print(f"    {share:6.1%}  {label}")
+            for name, share, own in top(profile, args.top):
+                print(f"    {share:6.1%} {own:6.1%} own  {name}")
         servers.stop(server)
     return 0
 

@@ -13,7 +13,16 @@ What holds, per tokenizer kind routefit ships:
 ``byte-level BPE`` (tiktoken ``o200k_base`` / ``cl100k_base``; the DeepSeek Hugging Face file:
     byte-level pre-tokenizer, no normalizer, no prefix space): every token is a non-empty byte
     string and the tokens of a text concatenate to its UTF-8 bytes, so tokens ≤ bytes. Added
-    (special) tokens matched in the text only merge bytes further.
+    (special) tokens matched in the text only merge bytes further. One byte less for every space
+    followed by an ASCII letter (``byte_level_bound``): each of these pre-tokenizers starts a
+    piece at such a space and keeps the letter in it (the optional leading character of their
+    letter alternatives; no alternative ends on a space before a non-space), and each merges
+    that pair (``" x"`` is a token, or a merge, of all three for all 52 letters). BPE stops only
+    when no two neighbouring tokens merge, so the two bytes are not both one-byte tokens: the
+    space's token continues into the letter, or the letter's token continues to the right. Either
+    way a gap between two bytes is not a token boundary, and the gaps of two such pairs are
+    different (a pair's gaps are the two after its space), so tokens ≤ bytes − pairs. No added
+    token of the DeepSeek file starts with a letter or ends with a space.
 ``byte-level BPE after NFKC`` (the legacy Anthropic file): NFKC can lengthen text ("½" is 2 bytes,
     its NFKC "1⁄2" five), so the bound is the UTF-8 length of the text's NFKD: decomposition is
     character by character, and composition and reordering never lengthen, so however the
@@ -29,6 +38,16 @@ meter's framing. Images are priced by their rule exactly as the meter prices the
 of a data URL, the fetched size, or the rule's worst case): that is already cheap, and it keeps
 the meter's checks on image data (a bad image is still a 400).
 
+A bound over the budget is not the end: ``Proof`` tightens it by counting the biggest texts
+exactly, a piece at a time. ``split_for_count`` cuts a text where the counts of the pieces add up
+to the count of the whole (for every tokenizer that has a bound here), so a text counted up to a
+cut is bounded by that exact head plus the bound of its tail. Prose has four or five bytes a
+token: a new prompt whose bytes exceed the budget by a quarter is proved by counting about a
+third of it, not all of it, and the rest is counted after it was forwarded (``Proof.complete``,
+which memoises the whole count so the exact fit that follows reuses it). The pieces themselves
+are never memoised: a text is reused whole, and a cache of pieces would only flatter a benchmark
+whose "new" prompts differ in their first line.
+
 The bounds bound the *meter*, not the provider: the provider's own count is the calibration's
 business, and the correction (multiplicative factors ≥ 0) is applied to the bound as it is to the
 meter's count, so a calibrated bound is never below the calibrated estimate.
@@ -37,6 +56,7 @@ meter's count, so a calibrated bound is never below the calibrated estimate.
 from __future__ import annotations
 
 import math
+import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,12 +66,22 @@ from pricing.messages import Message, TextPart
 from pricing.meter import ImagePrice, MessagePressure, Pressure, Sizes, price_image
 from pricing.probe import ImageError
 from pricing.route import Route
-from pricing.tokenizers import parse_tokenizer_spec
+from pricing.tokenizers import (
+    Tokenizer,
+    count_apart,
+    get_tokenizer,
+    memoised,
+    parse_tokenizer_spec,
+    remember,
+    split_for_count,
+)
 
 __all__ = [
     "BYTE_LEVEL",
     "BYTE_LEVEL_NFKC",
+    "Proof",
     "bound_pressure",
+    "byte_level_bound",
     "nfkd_bytes",
     "text_bound",
     "utf8_bytes",
@@ -68,6 +98,17 @@ def utf8_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+#: ASCII letters → ``a``: a space before a letter is then ``b" a"``, counted at C speed.
+_LETTERS = bytes.maketrans(string.ascii_letters.encode(), b"a" * len(string.ascii_letters))
+
+
+def byte_level_bound(text: str) -> int:
+    """UTF-8 length of ``text`` less one per space followed by an ASCII letter (see the module
+    doc: such a pair never ends up as two tokens of a byte-level BPE routefit ships)."""
+    data = text.encode("ascii") if text.isascii() else text.encode("utf-8", "surrogatepass")
+    return len(data) - data.translate(_LETTERS).count(b" a")
+
+
 def nfkd_bytes(text: str) -> int:
     """UTF-8 length of the text's compatibility decomposition (ASCII is its own)."""
     if text.isascii():
@@ -80,7 +121,7 @@ def text_bound(spec: str) -> Callable[[str], int] | None:
     None when routefit knows no cheap bound for it (the exact count is then the only proof)."""
     spec = parse_tokenizer_spec(spec)
     if spec in BYTE_LEVEL:
-        return utf8_bytes
+        return byte_level_bound
     if spec in BYTE_LEVEL_NFKC:
         return nfkd_bytes
     if spec.startswith("heuristic:"):
@@ -107,20 +148,188 @@ class _Bounding:
         raise NotImplementedError("a bound cannot cut text")
 
 
+#: Texts are counted for a proof in pieces of about this many characters (a piece of prose
+#: takes a tenth of a millisecond to count; finer pieces would count less beyond the need but
+#: pay more per piece).
+_PIECE = 4096
+#: What a proof expects a byte of bound to save when counted, before it has counted any (prose
+#: saves about 0.8; a guess too high costs one more round, one too low counts pieces for nothing).
+_SAVING = 0.75
+#: At most this many pieces are counted before the saving they show says whether the proof can
+#: succeed (a prompt far over its budget is not counted twice, once in vain).
+_FIRST_BATCH = 8
+#: A batch of at least this many pieces is counted on every counting thread.
+_SIDE_BY_SIDE = 4
+#: Texts shorter than this are left at their bound (counting them saves next to nothing).
+_SHORTEST = 256
+
+
+@dataclass(slots=True)
+class _Counted:
+    """One text being counted for a proof: its pieces, how many are counted, their count.
+
+    The bounds here are additive at the cuts (a cut is before a space that follows a printable
+    character: no UTF-8 sequence, decomposition or space-before-letter pair spans it), so the
+    uncounted tail is bounded by the whole text's bound less the counted pieces' bounds, and
+    the text is read once for its bound, not once more piece by piece."""
+
+    text: str
+    pieces: list[str]
+    #: The bound of the whole text.
+    total: int
+    counted: int = 0
+    #: Tokens of the counted pieces, and their bounds.
+    head: int = 0
+    spent: int = 0
+
+    @property
+    def tail(self) -> int:
+        return self.total - self.spent
+
+    @property
+    def bound(self) -> int:
+        return self.head + self.tail
+
+    def next(self, n: int) -> list[str]:
+        """The next ``n`` pieces not counted yet."""
+        return self.pieces[self.counted : self.counted + n]
+
+
+class Proof:
+    """The text bounds of one request, tightened on demand by counting texts exactly.
+
+    Not thread-safe: one request's proof is used by one thread at a time (tightened before the
+    request is forwarded, completed after)."""
+
+    def __init__(self, route: Route) -> None:
+        spec = parse_tokenizer_spec(route.tokenizer)
+        self.bound = text_bound(spec)
+        #: The tokenizer a text may be counted in pieces with (None: the bound cannot tighten).
+        self.tok: Tokenizer | None = None
+        if spec in BYTE_LEVEL or spec in BYTE_LEVEL_NFKC:
+            self.tok = get_tokenizer(spec)
+        self._texts: dict[int, _Counted] = {}
+        #: Bounds of the long texts, computed once however often the request is bounded.
+        self._bounds: dict[int, tuple[str, int, bool]] = {}
+
+    def __call__(self, text: str) -> int:
+        """The text's bound as tightened so far (≥ its count)."""
+        found = self._texts.get(id(text))
+        if found is not None and found.text is text:
+            return found.bound
+        if self.bound is None or not text:
+            return 0
+        if len(text) < _SHORTEST:
+            return self.bound(text)
+        return self._bound(text)[0]
+
+    def _bound(self, text: str) -> tuple[int, bool]:
+        """(bound of a long text, whether it is its memoised count), computed once."""
+        assert self.bound is not None
+        known = self._bounds.get(id(text))
+        if known is None or known[0] is not text:
+            # a text counted before (a retry, a document sent again) is its own bound
+            counted = None if self.tok is None else memoised(self.tok, text)
+            exact = counted is not None
+            known = (text, counted if counted is not None else self.bound(text), exact)
+            self._bounds[id(text)] = known
+        return known[1], known[2]
+
+    def tighten(self, texts: Sequence[str], need: int) -> bool:
+        """Count pieces of the biggest of ``texts`` until their bounds fell by ``need`` tokens
+        (about: the caller checks again); False when that cannot happen (nothing left to count,
+        or what counting saved so far says the rest will not save enough)."""
+        if self.tok is None or self.bound is None:
+            return False
+        todo = list({id(t): self._counted(t) for t in texts if len(t) >= _SHORTEST}.values())
+        todo.sort(key=lambda c: c.tail, reverse=True)
+        saved = bounded = 0
+        while saved < need:
+            ratio = saved / bounded if bounded else _SAVING
+            left = sum(c.tail for c in todo)
+            if not left or (bounded and saved + ratio * left < need):
+                return False  # hopeless: the exact path counts it all anyway
+            batch = _batch(todo, ratio, need - saved, self.bound)
+            if not batch:
+                return False
+            pieces = [p for c, n, _ in batch for p in c.next(n)]
+            # a thread's wake-up costs about as much as counting a piece: worth it for several
+            counts = iter(count_apart(self.tok, pieces, side_by_side=len(pieces) >= _SIDE_BY_SIDE))
+            for c, n, before in batch:
+                tokens = sum(next(counts) for _ in range(n))
+                c.head += tokens
+                c.spent += before
+                c.counted += n
+                saved += before - tokens
+                bounded += before
+        return True
+
+    def complete(self, side_by_side: bool = True) -> None:
+        """Count what the proof left uncounted and memoise each text's whole count, so that the
+        exact fit which follows finds it. ``side_by_side``: on every counting thread (a request
+        waiting for it), else in this thread only (a request whose provider is working: the
+        count has time, and the other cores are the provider's and the other requests')."""
+        if self.tok is None:
+            return
+        for c in self._texts.values():
+            rest = c.next(len(c.pieces))
+            c.head += sum(count_apart(self.tok, rest, side_by_side)) if rest else 0
+            c.counted, c.spent = len(c.pieces), c.total
+            remember(self.tok, c.text, c.head)
+
+    def _counted(self, text: str) -> _Counted:
+        found = self._texts.get(id(text))
+        if found is None or found.text is not text:
+            bound, exact = self._bound(text)
+            if exact:  # nothing left to count
+                found = _Counted(text, [], bound, head=bound, spent=bound)
+            else:
+                found = _Counted(text, split_for_count(text, -(-len(text) // _PIECE)), bound)
+            self._texts[id(text)] = found
+        return found
+
+
+def _batch(
+    todo: Sequence[_Counted], ratio: float, need: float, bound: Callable[[str], int]
+) -> list[tuple[_Counted, int, int]]:
+    """The next pieces to count, biggest texts first, as many as ``ratio`` says will save
+    ``need``: as (text, pieces, their bound)."""
+    batch: list[tuple[_Counted, int, int]] = []
+    want = 0.0
+    first = all(c.counted == 0 for c in todo)  # the ratio is a guess: a first look only
+    pieces = 0
+    for c in todo:
+        take, before = c.counted, 0
+        while take < len(c.pieces) and want < need and not (first and pieces >= _FIRST_BATCH):
+            b = bound(c.pieces[take])
+            before += b
+            want += ratio * b
+            take += 1
+            pieces += 1
+        if take > c.counted:
+            batch.append((c, take - c.counted, before))
+        if want >= need or (first and pieces >= _FIRST_BATCH):
+            break
+    return batch
+
+
 def bound_pressure(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, object]],
     route: Route,
     sizes: Sizes | None = None,
+    proof: Proof | None = None,
 ) -> Pressure | None:
     """A Pressure whose every part is ≥ the meter's for the same messages (``exact`` False);
-    None when the route's tokenizer has no cheap bound.
+    None when the route's tokenizer has no cheap bound. ``proof``: the texts' bounds as a proof
+    has tightened them (else their cheap bounds).
 
     Raises ImageError for an image the meter would refuse (the same check, the same message)."""
     bound = text_bound(route.tokenizer)
     if bound is None:
         return None
     tok = _Bounding(route.tokenizer, bound)
+    text_of = bound if proof is None else proof
     per_message: list[MessagePressure] = []
     details: list[ImagePrice] = []
     prev_role: str | None = None
@@ -128,7 +337,7 @@ def bound_pressure(
         text = images = 0
         for j, part in enumerate(message.parts):
             if isinstance(part, TextPart):
-                text += bound(part.text) if part.text else 0
+                text += text_of(part.text) if part.text else 0
                 continue
             try:
                 price = price_image(part, route, sizes)

@@ -38,10 +38,13 @@ __all__ = [
     "CountCache",
     "Tokenizer",
     "TokenizerError",
+    "count_apart",
     "default_tokenizer",
     "get_tokenizer",
     "litellm_tokenizer_dir",
+    "memoised",
     "parse_tokenizer_spec",
+    "remember",
     "tiktoken_file",
 ]
 
@@ -138,6 +141,12 @@ class CountCache:
         self.put(text, n)
         return n
 
+    def peek(self, text: str) -> int | None:
+        """The memoised count of ``text``, if any (nothing is counted)."""
+        if len(text) < _SHORT:
+            return self._short.get(text)
+        return self._data.get(self.key(text))
+
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The distinct texts among ``texts`` that are not cached yet.
 
@@ -215,6 +224,41 @@ def _count_pieces(pieces: list[str], encode: Callable[[str], Sequence[int]]) -> 
     rest = [_pool().submit(encode, piece) for piece in pieces[1:]]
     total = len(encode(pieces[0]))
     return total + sum(len(f.result()) for f in rest)
+
+
+def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
+    """Each text's count, not memoised: the pieces of a text that a proof counts
+    (``pricing.bounds.Proof``) are worth nothing to the cache — the whole text's count is what
+    another request can reuse (``remember``). ``side_by_side``: on the counting threads at once
+    (else all in this thread)."""
+    encode = _encoder(tok)
+    if encode is None:
+        return [tok.count(text) for text in texts]
+    if not side_by_side:
+        return [len(encode(text)) for text in texts]
+    away = {i: _pool().submit(encode, t) for i, t in enumerate(texts) if i % _THREADS}
+    here = {i: len(encode(t)) for i, t in enumerate(texts) if not i % _THREADS}
+    return [here[i] if i in here else len(away[i].result()) for i in range(len(texts))]
+
+
+def memoised(tok: Tokenizer, text: str) -> int | None:
+    """The memoised count of ``text`` when there is one (nothing is counted)."""
+    if isinstance(tok, _Tiktoken | _HuggingFace):
+        return tok.cache.peek(text)
+    return None
+
+
+def remember(tok: Tokenizer, text: str, n: int) -> None:
+    """Memoise ``n`` as the count of ``text`` (counted another way, e.g. piece by piece)."""
+    if isinstance(tok, _Tiktoken | _HuggingFace) and text:
+        tok.cache.put(text, n)
+
+
+def _encoder(tok: Tokenizer) -> Callable[[str], Sequence[int]] | None:
+    if isinstance(tok, _Tiktoken):
+        encode: Callable[[str], Sequence[int]] = tok._enc.encode_ordinary
+        return encode
+    return tok._encode if isinstance(tok, _HuggingFace) else None
 
 
 @dataclass

@@ -12,7 +12,8 @@ a 503 the client may retry elsewhere.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import inspect
+import weakref
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -20,7 +21,7 @@ from proxy.drain import cut_event
 from proxy.errors import ProxyError
 from proxy.types import Receive
 
-__all__ = ["CLIENT_CLOSED", "client_closed", "until_disconnect"]
+__all__ = ["CLIENT_CLOSED", "client_closed", "shutting_down", "until_disconnect"]
 
 T = TypeVar("T")
 
@@ -32,34 +33,80 @@ def client_closed() -> ProxyError:
     return ProxyError(CLIENT_CLOSED, "the client closed the request", code="client_closed")
 
 
-async def _disconnected(receive: Receive) -> None:
+def shutting_down() -> ProxyError:
+    return ProxyError(
+        503,
+        "routefit is shutting down and its drain deadline passed; retry the request",
+        code="shutting_down",
+        headers={"retry-after": "1"},
+    )
+
+
+class _Stop:
+    """Why a request's call was stopped (None: it was not), and the task to stop."""
+
+    __slots__ = ("task", "why")
+
+    def __init__(self, task: asyncio.Task[object]) -> None:
+        self.task = task
+        self.why: ProxyError | None = None
+
+    def __call__(self, why: ProxyError) -> None:
+        if self.why is None:
+            self.why = why
+            self.task.cancel()
+
+
+#: Per event loop: the calls the drain's cut stops, and the one task that waits for the cut.
+_waiting: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, tuple[set[_Stop], asyncio.Task[None]]
+] = weakref.WeakKeyDictionary()
+
+
+def _cut_stops() -> set[_Stop]:
+    loop = asyncio.get_running_loop()
+    found = _waiting.get(loop)
+    if found is None:
+        stops: set[_Stop] = set()
+        found = _waiting[loop] = (stops, loop.create_task(_on_cut(cut_event(), stops)))
+    return found[0]
+
+
+async def _on_cut(cut: asyncio.Event, stops: set[_Stop]) -> None:
+    await cut.wait()
+    for stop in list(stops):
+        stop(shutting_down())
+
+
+async def _watch(receive: Receive, stop: _Stop) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+    stop(client_closed())
 
 
 async def until_disconnect(receive: Receive, call: Awaitable[T]) -> T:
-    """``call``'s result, unless the client disconnects first (then ``client_closed()``).
+    """``call``'s result, unless the client disconnects first (then ``client_closed()``) or the
+    drain's cut comes first (then ``shutting_down()``).
 
-    Only for after the body was read: ``receive`` then yields nothing but the disconnect."""
-    task = asyncio.ensure_future(call)
-    watch = asyncio.ensure_future(_disconnected(receive))
-    cut = asyncio.ensure_future(cut_event().wait())
+    Only for after the body was read: ``receive`` then yields nothing but the disconnect. The
+    call runs in the caller's task, which the watch cancels: one task per request (the watch)
+    instead of one for the call, one for the watch and one for the cut."""
+    task = asyncio.current_task()
+    assert task is not None
+    stops = _cut_stops()
+    if cut_event().is_set():
+        if inspect.iscoroutine(call):
+            call.close()  # never started: nothing to cancel
+        raise shutting_down()
+    stop = _Stop(task)
+    stops.add(stop)
+    watch = asyncio.ensure_future(_watch(receive, stop))
     try:
-        await asyncio.wait((task, watch, cut), return_when=asyncio.FIRST_COMPLETED)
+        return await call
+    except asyncio.CancelledError:
+        if stop.why is None or task.uncancel() > 0:
+            raise  # cancelled from outside (the drain deadline): not ours to answer
+        raise stop.why from None
     finally:
+        stops.discard(stop)
         watch.cancel()
-        cut.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if task.cancelled():
-        if watch.done() and not watch.cancelled():
-            raise client_closed()
-        raise ProxyError(
-            503,
-            "routefit is shutting down and its drain deadline passed; retry the request",
-            code="shutting_down",
-            headers={"retry-after": "1"},
-        )
-    return task.result()

@@ -5,7 +5,9 @@ ways to reach the figures the request goes on, cheapest first:
 
 * **proved by a bound** (bodies over ``_BOUND_ABOVE``): a cheap upper bound (``pricing.bounds``)
   under the budget lets the request go untouched at once, and the exact fit is counted in a
-  thread meanwhile (``Preparer.exact`` swaps it in once the provider answered);
+  thread meanwhile (``Preparer.exact`` swaps it in once the provider answered). A bound over the
+  budget is first tightened by counting the biggest texts in part (``pricing.bounds.Proof``):
+  a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
 * **counted** (every other request): the exact fit, anchored on the provider's own count of a
   prefix when one is known — and fitted once more when that anchor says the estimate was low;
 * **refitted** after the provider itself refused for context length and stated its count
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 import anyio
 from starlette.requests import Request
 
+from pricing.bounds import Proof
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, RequestError, message_wire
 from proxy.body import read_json
@@ -158,20 +161,24 @@ class Preparer:
         job = await self._job(wire, body, team)
         alias = job.rc.route.alias
         correction = self.calibrator.correction(alias)
+        threaded = size > _THREAD_ABOVE
+        proof: Proof | None = None
         if bound and size > _BOUND_ABOVE:
-            proved = await self._bounded(job, correction, team, started)
+            proof = Proof(job.rc.route)
+            proved = await self._bounded(job, correction, team, started, proof, threaded)
             if proved is not None:
                 self.metrics.fit_proofs.labels(alias, "bound").inc()
                 return proved
         if bound:
             self.metrics.fit_proofs.labels(alias, "count").inc()
-        fitted = await self._fit(job, correction, threaded=size > _THREAD_ABOVE)
+        # what a failed proof counted, the exact fit reuses (``Proof.complete``)
+        fitted = await self._fit(job, correction, threaded, proof)
         estimate, keys, hit = await self._anchor(job.rc, fitted)
         if hit and estimate > fitted.report.budget:
             # The provider's own count of the prefix says the calibrated estimate was low: fit
             # once more with the correction scaled by how low it was, and anchor that fit.
             tighter = correction.scaled(estimate / max(1, fitted.estimate))
-            fitted = await self._fit(job, tighter, threaded=size > _THREAD_ABOVE)
+            fitted = await self._fit(job, tighter, threaded)
             estimate, keys, hit = await self._anchor(job.rc, fitted)
         return Prepared(job, team, fitted, estimate, started, keys, hit)
 
@@ -194,13 +201,24 @@ class Preparer:
         return Job(wire, parsed, rc, self.policy_for(rc, team), sizes)
 
     async def _bounded(
-        self, job: Job, correction: Correction, team: Team | None, started: float
+        self,
+        job: Job,
+        correction: Correction,
+        team: Team | None,
+        started: float,
+        proof: Proof,
+        threaded: bool,
     ) -> Prepared | None:
         """The request as its bound proves it, with its exact fit under way — when the bound
         (anchored on the provider's count of a prefix when one is known) is under the budget.
         A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
+        args = (job.request, job.rc.route, job.policy, correction, job.sizes, proof)
         try:
-            fitted = fit_bounded(job.request, job.rc.route, job.policy, correction, job.sizes)
+            # a proof may count (part of) the texts: off the loop where a fit would be
+            if threaded:
+                fitted = await anyio.to_thread.run_sync(fit_bounded, *args)
+            else:
+                fitted = fit_bounded(*args)
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         if fitted is None:
@@ -211,7 +229,7 @@ class Preparer:
         estimate = max(anchored, fitted.estimate)
         if estimate > fitted.report.budget:
             return None
-        exact = asyncio.ensure_future(self._fit(job, correction, threaded=True))
+        exact = asyncio.ensure_future(anyio.to_thread.run_sync(_exact_fit, job, correction, proof))
         # A request that fails before its usage is learnt leaves this unread: read it anyway.
         exact.add_done_callback(lambda f: f.cancelled() or f.exception())
         return Prepared(job, team, fitted, estimate, started, keys, hit, exact=exact)
@@ -233,14 +251,14 @@ class Preparer:
 
     async def refit(self, p: Prepared, corrected: Correction) -> None:
         """Fit ``p`` again with a correction the provider's own count has raised."""
-        fitted = await self._fit(p.job, corrected, threaded=False)
+        fitted = await self._fit(p.job, corrected, False)
         anchored, keys, hit = await self._anchor(p.rc, fitted)
         # The anchors just recorded give the head its true count; the tail is priced by the
         # corrected weights. Acting on the larger of the two keeps both promises.
         estimate = max(anchored, fitted.estimate)
         if estimate > fitted.report.budget:
             tighter = corrected.scaled(estimate / max(1, fitted.estimate))
-            fitted = await self._fit(p.job, tighter, threaded=False)
+            fitted = await self._fit(p.job, tighter, False)
             anchored, keys, hit = await self._anchor(p.rc, fitted)
             estimate = max(anchored, fitted.estimate)
         p.fitted, p.estimate, p.keys, p.anchored = fitted, estimate, keys, hit
@@ -257,7 +275,24 @@ class Preparer:
         correction = self.calibrator.correction(alias)
         return anchored_estimate(hit[1], fitted.pressure, correction), keys, True
 
-    async def _fit(self, job: Job, correction: Correction, threaded: bool) -> Fit:
+    async def _fit(
+        self, job: Job, correction: Correction, threaded: bool, proof: Proof | None = None
+    ) -> Fit:
         if threaded:
-            return await anyio.to_thread.run_sync(job.fit, correction)
-        return job.fit(correction)
+            return await anyio.to_thread.run_sync(_counted_fit, job, correction, proof)
+        return _counted_fit(job, correction, proof)
+
+
+def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:
+    """The exact fit; the texts a failed proof counted in part are counted to the end first,
+    on every counting thread (the request waits for it)."""
+    if proof is not None:
+        proof.complete()
+    return job.fit(correction)
+
+
+def _exact_fit(job: Job, correction: Correction, proof: Proof) -> Fit:
+    """The exact fit of a request its proof let go: the texts the proof counted in part are
+    counted to the end first (the fit then finds their whole counts memoised)."""
+    proof.complete(side_by_side=False)
+    return job.fit(correction)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pricing.bounds import bound_pressure
+from pricing.bounds import Proof, bound_pressure
 from pricing.calibration import (
     DEFAULTED,
     FEATURES,
@@ -254,10 +254,12 @@ def fit_bounded(
     policy: FitPolicy,
     correction: Correction | None = None,
     sizes: Sizes | None = None,
+    proof: Proof | None = None,
 ) -> Fit | None:
     """The transparent fit, proved by a cheap upper bound (``pricing.bounds``) instead of an
     exact count; None when nothing is proved (no bound for the tokenizer, images to adapt, or
-    the bound over the budget), and ``fit`` must run.
+    the bound over the budget), and ``fit`` must run. ``proof``: a bound over the budget may be
+    tightened by counting the biggest texts in part (``Proof.tighten``).
 
     What it returns is what ``fit`` would return (the client's body, untouched) except that
     ``estimate`` and ``pressure`` are bounds: ≥ the exact ones, part by part."""
@@ -271,10 +273,16 @@ def fit_bounded(
         and images <= route.image_limits.max_images
     ):
         return None  # _adapt would offload some: only the exact path knows which
-    pressure = bound_pressure(request.messages, request.tools, route, sizes)
+    pressure = bound_pressure(request.messages, request.tools, route, sizes, proof)
     if pressure is None:
         return None
     estimate = _bound_estimate(pressure, correction or Correction())
+    if estimate > budget and proof is not None:
+        texts = [p.text for m in request.messages for p in m.parts if isinstance(p, TextPart)]
+        while estimate > budget and proof.tighten(texts, estimate - budget):
+            pressure = bound_pressure(request.messages, request.tools, route, sizes, proof)
+            assert pressure is not None
+            estimate = _bound_estimate(pressure, correction or Correction())
     if estimate > budget:
         return None
     report = FitReport(route.alias, budget, estimate, estimate)

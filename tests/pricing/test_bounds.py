@@ -13,7 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from pricing.bounds import bound_pressure, nfkd_bytes, text_bound, utf8_bytes
+import pricing.bounds
+from pricing.bounds import (
+    Proof,
+    bound_pressure,
+    byte_level_bound,
+    nfkd_bytes,
+    text_bound,
+    utf8_bytes,
+)
 from pricing.calibration import Correction
 from pricing.framing import default_framing
 from pricing.images import default_image_rule
@@ -21,7 +29,7 @@ from pricing.images.kinds import DETAILS
 from pricing.messages import parse_request
 from pricing.meter import measure
 from pricing.route import Route
-from pricing.tokenizers import get_tokenizer
+from pricing.tokenizers import count_apart, get_tokenizer
 from strategies.fit import fit, fit_bounded
 from strategies.policy import FitPolicy
 
@@ -70,6 +78,49 @@ def test_the_text_bound_is_never_below_the_count(spec, text):
     bound = text_bound(spec)
     assert bound is not None
     assert get_tokenizer(spec).count(text) <= bound(text)
+
+
+# Spaces before letters next to everything that could split them off or merge them away:
+# other whitespace, digits, apostrophes, combining marks, CJK, case changes, special tokens.
+SPACED = st.lists(
+    st.sampled_from(
+        [
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            " a",
+            " Z",
+            " q",
+            "x",
+            "Q",
+            "'s",
+            "'S",
+            "1",
+            "12 ",
+            " 7",
+            "é",
+            "\u0301",
+            "日本",
+            " 日",
+            "<|endoftext|>",
+            "<｜User｜>",
+            " <",
+            "\u00a0",
+            ".",
+            "_",
+            "🙂",
+        ]
+    ),
+    max_size=120,
+).map("".join)
+
+
+@pytest.mark.parametrize("spec", ["o200k_base", "cl100k_base", "deepseek"])
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(SPACED, TEXTS))
+def test_a_space_before_a_letter_is_never_two_tokens(spec, text):
+    assert get_tokenizer(spec).count(text) <= byte_level_bound(text) <= utf8_bytes(text)
 
 
 def test_a_tokenizer_file_of_unknown_kind_gets_no_bound(tmp_path):
@@ -223,3 +274,86 @@ def test_a_bounded_fit_declines_what_only_the_exact_path_decides():
     image = {"type": "image_url", "image_url": {"url": png(8, 8)}}
     text_only = parse_request({"model": "m", "messages": [{"role": "user", "content": [image]}]})
     assert fit_bounded(text_only, r, FitPolicy()) is None  # the image becomes a placeholder
+
+
+# -- proofs tightened by counting texts in part ------------------------------------------------
+
+PROSE = st.lists(
+    st.sampled_from(
+        ["the", " ", "token", " window", "½", "㍿", "\n\n", "日本", "🙂", "12345", ". "]
+    ),
+    min_size=50,
+    max_size=400,
+).map("".join)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(st.one_of(PROSE, TEXTS), min_size=1, max_size=4), need=st.integers(1, 900))
+def test_a_tightened_bound_is_never_below_the_count(spec, texts, need):
+    tok = get_tokenizer(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pricing.bounds, "_PIECE", 64)  # many pieces from short texts
+        mp.setattr(pricing.bounds, "_SHORTEST", 1)
+        proof = Proof(route(spec))
+        while True:
+            for text in texts:
+                assert count_apart(tok, [text])[0] <= proof(text)
+            if not proof.tighten(texts, need):
+                break
+        proof.complete()
+    for text in texts:
+        exact = count_apart(tok, [text])[0]  # counted afresh, never from the memo
+        assert proof(text) == exact == tok.count(text)  # the memo holds the whole count
+
+
+def test_a_proof_counts_only_what_it_needs():
+    # Prose has several bytes a token: a prompt whose bytes are over the budget by a fifth is
+    # proved by counting part of it, and a bound that is not tightened proves nothing.
+    text = " ".join(f"word{i % 97} and prose" for i in range(8_000))
+    request = parse_request({"model": "m", "messages": [{"role": "user", "content": text}]})
+    spec = "o200k_base"
+    window = int(utf8_bytes(text) / 1.2)
+    r = Route(**{**{f: getattr(route(spec), f) for f in Route.__slots__}, "context_window": window})
+    assert fit_bounded(request, r, FitPolicy()) is None
+    proof = Proof(r)
+    bounded = fit_bounded(request, r, FitPolicy(), proof=proof)
+    assert bounded is not None
+    exact = fit(request, r, FitPolicy())
+    assert exact.estimate <= bounded.estimate <= bounded.report.budget
+    # less than half the text was counted: more than half of what counting could save is left
+    count = get_tokenizer(spec).count(text)
+    assert proof(text) - count > (utf8_bytes(text) - count) / 2
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=requests(),
+    window=st.integers(300, 40_000),
+    spec=st.sampled_from(SPECS),
+    weight=st.floats(0.5, 2.0),
+)
+def test_a_tightened_fit_is_the_transparent_fit_it_stands_for(body, window, spec, weight):
+    r = Route(**{**{f: getattr(route(spec), f) for f in Route.__slots__}, "context_window": window})
+    request = parse_request(body)
+    correction = Correction(text=weight, framing=1.1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pricing.bounds, "_PIECE", 64)
+        mp.setattr(pricing.bounds, "_SHORTEST", 1)
+        bounded = fit_bounded(request, r, FitPolicy(), correction, proof=Proof(r))
+    if bounded is None:
+        return
+    exact = fit(request, r, FitPolicy(), correction)  # never a FitError: the bound fits
+    assert exact.report.transparent
+    assert exact.body is bounded.body == request.body
+    assert exact.estimate <= bounded.estimate <= bounded.report.budget
+
+
+def test_a_text_counted_before_is_its_own_bound():
+    r = route("o200k_base")
+    text = " ".join(f"again{i}" for i in range(3_000))
+    count = get_tokenizer("o200k_base").count(text)  # memoised, as a retried prompt's is
+    proof = Proof(r)
+    assert proof(text) == count < utf8_bytes(text)
+    assert not proof.tighten([text], 1)  # nothing left to count
+    assert proof(text) == count

@@ -113,11 +113,31 @@ def test_the_dry_run_stays_exact(gw):
     assert int(dry.headers["x-routefit-prompt-tokens"]) == actual
 
 
-def test_a_bound_over_the_budget_falls_back_to_the_exact_count(gw):
-    content = prose(3, 7_000)  # ~9k tokens, ~45 KB: fits the 12k window, its bound does not
-    counted = metric(gw, "routefit_fit_proofs_total", "tight", 'proof="count"')
+def test_a_bound_over_the_budget_is_tightened_by_counting_part_of_the_prompt(gw):
+    # ~9k tokens, ~45 KB: fits the 12k window, its bytes do not; counting a part of it proves it
+    content = prose(3, 7_000)
+    before = route_report(gw, "tight", 0).get("samples", 0)
+    proofs = metric(gw, "routefit_fit_proofs_total", "tight", 'proof="bound"')
     header, actual = ask(gw, "tight", content)
+    assert metric(gw, "routefit_fit_proofs_total", "tight", 'proof="bound"') == proofs + 1
+    # the rest was counted after forwarding: the answer and the sample carry the exact count
     assert header == actual
+    report = route_report(gw, "tight", before + 1)
+    assert report["samples"] == before + 1
+    assert report["relative_error"]["max"] == 0.0
+
+
+def test_a_bound_that_counting_cannot_tighten_falls_back_to_the_exact_count(gw):
+    # Many short messages (each left at its bound: counting one saves next to nothing) whose
+    # bytes exceed the 12k window though their tokens fit: the exact count decides.
+    messages = [{"role": "user", "content": prose(100 + i, 30)} for i in range(150)]
+    assert sum(len(m["content"].encode()) for m in messages) > 16_000
+    counted = metric(gw, "routefit_fit_proofs_total", "tight", 'proof="count"')
+    client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="tight", messages=messages, max_tokens=16
+    )
+    assert int(raw.headers["x-routefit-prompt-tokens"]) == raw.parse().usage.prompt_tokens
     assert metric(gw, "routefit_fit_proofs_total", "tight", 'proof="count"') == counted + 1
 
 
