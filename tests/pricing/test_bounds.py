@@ -252,19 +252,30 @@ def test_images_are_bounded_by_their_rule(body, images):
         assert c.apply(0, 0, bound.images) >= c.apply(0, 0, exact.images)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(body=requests(), window=st.integers(1_500, 40_000), spec=st.sampled_from(SPECS))
-def test_a_bounded_fit_is_the_transparent_fit_it_stands_for(body, window, spec):
-    r = Route(**{**{f: getattr(route(spec), f) for f in Route.__slots__}, "context_window": window})
-    request = parse_request(body)
-    correction = Correction(text=1.2, framing=1.1)
-    bounded = fit_bounded(request, r, FitPolicy(), correction)
+def windowed(spec: str, window: int) -> Route:
+    return Route(
+        **{**{f: getattr(route(spec), f) for f in Route.__slots__}, "context_window": window}
+    )
+
+
+def assert_stands_for_the_exact_fit(bounded, request, r: Route, correction: Correction) -> None:
+    """A bounded fit (when there is one) is the transparent exact fit, with an estimate above it."""
     if bounded is None:
         return
     exact = fit(request, r, FitPolicy(), correction)  # never a FitError: the bound fits
     assert exact.report.transparent
     assert exact.body is bounded.body == request.body
     assert exact.estimate <= bounded.estimate <= bounded.report.budget
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=requests(), window=st.integers(1_500, 40_000), spec=st.sampled_from(SPECS))
+def test_a_bounded_fit_is_the_transparent_fit_it_stands_for(body, window, spec):
+    r = windowed(spec, window)
+    request = parse_request(body)
+    correction = Correction(text=1.2, framing=1.1)
+    bounded = fit_bounded(request, r, FitPolicy(), correction)
+    assert_stands_for_the_exact_fit(bounded, request, r, correction)
 
 
 def test_a_bounded_fit_declines_what_only_the_exact_path_decides():
@@ -314,7 +325,7 @@ def test_a_proof_counts_only_what_it_needs():
     request = parse_request({"model": "m", "messages": [{"role": "user", "content": text}]})
     spec = "o200k_base"
     window = int(utf8_bytes(text) / 1.2)
-    r = Route(**{**{f: getattr(route(spec), f) for f in Route.__slots__}, "context_window": window})
+    r = windowed(spec, window)
     assert fit_bounded(request, r, FitPolicy()) is None
     proof = Proof(r)
     bounded = fit_bounded(request, r, FitPolicy(), proof=proof)
@@ -334,19 +345,14 @@ def test_a_proof_counts_only_what_it_needs():
     weight=st.floats(0.5, 2.0),
 )
 def test_a_tightened_fit_is_the_transparent_fit_it_stands_for(body, window, spec, weight):
-    r = Route(**{**{f: getattr(route(spec), f) for f in Route.__slots__}, "context_window": window})
+    r = windowed(spec, window)
     request = parse_request(body)
     correction = Correction(text=weight, framing=1.1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pricing.bounds, "_PIECE", 64)
         mp.setattr(pricing.bounds, "_SHORTEST", 1)
         bounded = fit_bounded(request, r, FitPolicy(), correction, proof=Proof(r))
-    if bounded is None:
-        return
-    exact = fit(request, r, FitPolicy(), correction)  # never a FitError: the bound fits
-    assert exact.report.transparent
-    assert exact.body is bounded.body == request.body
-    assert exact.estimate <= bounded.estimate <= bounded.report.budget
+    assert_stands_for_the_exact_fit(bounded, request, r, correction)
 
 
 def test_a_text_counted_before_is_its_own_bound():
