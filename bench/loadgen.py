@@ -22,6 +22,7 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from itertools import count
 from urllib.parse import urlsplit
 
@@ -197,7 +198,9 @@ async def run(spec: dict) -> dict:
     }
 
 
-def main() -> int:
+def run_spec_file(run: Callable[[dict], Awaitable[dict]]) -> int:
+    """A load generator's process: its spec from the JSON file named by argv[1], its result as
+    JSON on stdout, on uvloop when installed (as the servers are)."""
     with open(sys.argv[1]) as f:
         spec = json.load(f)
     try:
@@ -206,9 +209,12 @@ def main() -> int:
         uvloop.install()
     except ImportError:
         pass
-    result = asyncio.run(run(spec))
-    json.dump(result, sys.stdout)
+    json.dump(asyncio.run(run(spec)), sys.stdout)
     return 0
+
+
+def main() -> int:
+    return run_spec_file(run)
 
 
 if __name__ == "__main__":

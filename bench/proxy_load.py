@@ -182,24 +182,26 @@ def measure_target(
     return results
 
 
-def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
-    duration, warmup = (2.5, 0.5) if quick else (8.0, 1.5)
-    sim = servers.sim()
-    log(f"  simulator at {sim.base_url}")
-    rf_config = write_yaml(
-        servers.dir / "routefit-load.yaml",
+def routefit_config(path: Path, upstream: str) -> Path:
+    """routefit as the bench runs it: an OpenAI and an Anthropic route to ``upstream``, and one
+    team with a key and no quotas (requests are authenticated, as on LiteLLM)."""
+    return write_yaml(
+        path,
         {
-            "model_list": [
-                openai_entry("gpt-4o", sim.base_url),
-                anthropic_entry("claude", sim.base_url),
-            ],
-            # one team with a key and no quotas: requests are authenticated, as on LiteLLM
+            "model_list": [openai_entry("gpt-4o", upstream), anthropic_entry("claude", upstream)],
             "routefit_settings": {
                 "store_path": ":memory:",
                 "teams": [{"id": "bench", "keys": [BENCH_KEY]}],
             },
         },
     )
+
+
+def run(servers: Servers, litellm_venv: Path, quick: bool, log=print) -> dict:
+    duration, warmup = (2.5, 0.5) if quick else (8.0, 1.5)
+    sim = servers.sim()
+    log(f"  simulator at {sim.base_url}")
+    rf_config = routefit_config(servers.dir / "routefit-load.yaml", sim.base_url)
     ll_config = write_yaml(
         servers.dir / "litellm-load.yaml",
         {

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_commits import checkout, serve
-from procs import ROOT, Server, Servers, anthropic_entry, openai_entry, write_yaml
-from proxy_load import BENCH_KEY, measure_wires_of
+from procs import ROOT, Server, Servers
+from proxy_load import BENCH_KEY, measure_wires_of, routefit_config
 
 
 def _print(name: str, wires: dict) -> None:
@@ -42,19 +42,7 @@ def main() -> None:
         source = checkout(args.against, Path(tmp) / "a") if args.against else None
         try:
             sim = servers.sim()
-            config = write_yaml(
-                servers.dir / "routefit-wires.yaml",
-                {
-                    "model_list": [
-                        openai_entry("gpt-4o", sim.base_url),
-                        anthropic_entry("claude", sim.base_url),
-                    ],
-                    "routefit_settings": {
-                        "store_path": ":memory:",
-                        "teams": [{"id": "bench", "keys": [BENCH_KEY]}],
-                    },
-                },
-            )
+            config = routefit_config(servers.dir / "routefit-wires.yaml", sim.base_url)
             named: dict[str, Server] = {}
             if source is not None:
                 named["before"] = serve(servers, source, config, "before")

@@ -19,8 +19,6 @@ SPEC: ``targets`` (a list of ``{"name", "url", "body", "headers"}``; bodies may 
 
 from __future__ import annotations
 
-import asyncio
-import json
 import random
 import sys
 import time
@@ -29,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loadgen import NONCE, Conn, build_request, percentile
+from loadgen import NONCE, Conn, build_request, percentile, run_spec_file
 
 
 async def run(spec: dict) -> dict:
@@ -78,16 +76,7 @@ async def run(spec: dict) -> dict:
 
 
 def main() -> int:
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    json.dump(asyncio.run(run(spec)), sys.stdout)
-    return 0
+    return run_spec_file(run)
 
 
 if __name__ == "__main__":
