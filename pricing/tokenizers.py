@@ -218,12 +218,17 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=_THREADS - 1, thread_name_prefix="routefit-count")
 
 
+def _counts(pieces: Sequence[str], encode: Callable[[str], Sequence[int]]) -> list[int]:
+    """Each piece's count, shared out between this thread and the pool, a piece each in turn
+    (the encoders release the GIL while they work)."""
+    away = {i: _pool().submit(encode, p) for i, p in enumerate(pieces) if i % _THREADS}
+    here = {i: len(encode(p)) for i, p in enumerate(pieces) if not i % _THREADS}
+    return [here[i] if i in here else len(away[i].result()) for i in range(len(pieces))]
+
+
 def _count_pieces(pieces: list[str], encode: Callable[[str], Sequence[int]]) -> int:
-    """Tokens in ``pieces``: the first counted here, the rest on the pool (the encoders release
-    the GIL while they work)."""
-    rest = [_pool().submit(encode, piece) for piece in pieces[1:]]
-    total = len(encode(pieces[0]))
-    return total + sum(len(f.result()) for f in rest)
+    """Tokens in ``pieces`` (one text cut where counts add up), counted side by side."""
+    return sum(_counts(pieces, encode))
 
 
 def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
@@ -236,9 +241,7 @@ def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True)
         return [tok.count(text) for text in texts]
     if not side_by_side:
         return [len(encode(text)) for text in texts]
-    away = {i: _pool().submit(encode, t) for i, t in enumerate(texts) if i % _THREADS}
-    here = {i: len(encode(t)) for i, t in enumerate(texts) if not i % _THREADS}
-    return [here[i] if i in here else len(away[i].result()) for i in range(len(texts))]
+    return _counts(texts, encode)
 
 
 def memoised(tok: Tokenizer, text: str) -> int | None:
