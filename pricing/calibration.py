@@ -154,7 +154,8 @@ class Correction:
         return dearest + sum(max(0.0, w[j]) for j in _CHARS)
 
     def apply(self, text: int, framing: int = 0, images: int = 0) -> int:
-        """Price of plain parts (text of unknown class, at the highest class weight)."""
+        """Price of plain parts: text of unknown content at the summary weight ``text`` (the
+        window's average; a bound, which must not be under, is priced at ``dearest_text``)."""
         if self.neutral:
             return text + framing + images
         return math.ceil(text * self.text + framing * self.framing + images * self.images)
@@ -495,10 +496,13 @@ def _base(
     ridge = [policy.ridge_chars if j in _CHARS else policy.ridge for j in range(_N)]
     # Relative errors are what matter (a 40-token miss is nothing on 8,000, a lot on 200):
     # each sample weighs 1 / actual², so small prompts are fitted as well as large ones.
-    relative = [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
-    if policy.model != "features":  # the older models fitted absolute errors
-        relative = recency
-    w = _least_squares(rows, [s.actual for s in clean], relative, _prior(policy, True), ridge)
+    # The older models (``policy.model``, for comparison) fitted absolute errors.
+    weights = (
+        [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
+        if policy.model == "features"
+        else recency
+    )
+    w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)
     _bounded(w, seen, policy, exact)
     predicted = [sum(a * b for a, b in zip(w, r, strict=True)) for r in rows]
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
