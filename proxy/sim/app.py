@@ -6,7 +6,6 @@ import json
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -17,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.sim import wire_anthropic, wire_openai
 from proxy.sim.counting import anthropic_prompt, openai_prompt
+from proxy.sim.ctx import Ctx, Handler
 from proxy.sim.errors import SimError, anthropic_error, fault_error, openai_error
 from proxy.sim.faults import FaultPlan, FaultRule, parse_faults, plan_faults
 from proxy.sim.state import SimState
@@ -25,28 +25,7 @@ from proxy.sim.wire_anthropic import messages as anthropic_messages
 from proxy.sim.wire_openai import chat_completions
 from proxy.sim.wire_responses import responses
 
-__all__ = ["Ctx", "SimApp", "create_app"]
-
-
-@dataclass
-class Ctx:
-    """One provider request being handled."""
-
-    state: SimState
-    request: Request
-    body: Any
-    number: int
-    plan: FaultPlan
-    chunk_delay: float
-    #: The request's entry in the request log (handlers add prompt_tokens, cached_tokens).
-    entry: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def request_id(self) -> str:
-        return f"req_sim{self.number:06d}"
-
-
-Handler = Callable[[Ctx], Awaitable[Response]]
+__all__ = ["SimApp", "create_app"]
 
 
 def _check_auth(state: SimState, request: Request, wire: str) -> SimError | None:

@@ -19,7 +19,7 @@ from proxy.sim.streaming import CutBody, EventStream, sse
 from proxy.sim.tokens import digest
 
 if TYPE_CHECKING:
-    from proxy.sim.app import Ctx
+    from proxy.sim.ctx import Ctx
 
 __all__ = ["messages"]
 

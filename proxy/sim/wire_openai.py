@@ -19,7 +19,7 @@ from proxy.sim.state import SimState
 from proxy.sim.streaming import CutBody, EventStream, sse
 
 if TYPE_CHECKING:
-    from proxy.sim.app import Ctx
+    from proxy.sim.ctx import Ctx
 
 __all__ = ["chat_completions", "validate_chat"]
 

@@ -29,7 +29,7 @@ from proxy.sim.errors import SimError
 from proxy.sim.streaming import EventStream, sse
 
 if TYPE_CHECKING:
-    from proxy.sim.app import Ctx
+    from proxy.sim.ctx import Ctx
 
 __all__ = ["responses", "to_chat"]
 
