@@ -1,13 +1,17 @@
 """Two commits of routefit side by side on the same load: a before/after for a change.
 
-    python bench/compare_commits.py REV_A [REV_B] [--rounds 3] [--seconds 4]
+    python bench/compare_commits.py REV_A [REV_B] [--rounds 4] [--seconds 4]
 
 Each revision is checked out into a temporary git worktree and served by this venv's Python with
 that worktree first on ``sys.path`` (the packages' dependencies are the same), one worker each,
 against one simulator. The phases (small c1 added p50, small c16 req/s, stream c1 added p50,
-a ~28k-token prompt of new text c1 added p50)
-run A, B, A, B ... so that a machine whose speed drifts affects both alike; the report is each
-figure's median over the rounds and the B/A ratio. Default REV_B: the working tree.
+a ~28k-token prompt of new text c1 added p50) run A then B in even rounds and B then A in odd
+ones: whichever runs second in a round was measured slower by 5-14% on the same code (HEAD
+against itself), so a fixed order would credit or blame a change with the position. The report is
+each figure's median over the rounds and the B/A ratio, with the server's CPU per request beside
+each (steadier than latency on a shared machine); use an even number of rounds.
+Both serve run.py's routefit config (bench/proxy_load.py ``routefit_config``).
+Default REV_B: the working tree.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from procs import ROOT, Server, Servers, _ok, free_port, openai_entry, write_yaml
-from proxy_load import run_phase
+from procs import ROOT, Server, Servers, _ok, free_port
+from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_small
 
 PHASES = [
@@ -55,8 +59,9 @@ def serve(servers: Servers, source: Path, config: Path, name: str) -> Server:
 
 def measure(
     url: str, sim: Server, server: Server | None, seconds: float, tag: str
-) -> dict[str, float]:
-    out: dict[str, float] = {}
+) -> dict[str, tuple[float, float]]:
+    """Per phase: (added p50 ms at c1 or req/s, server CPU ms per request)."""
+    out: dict[str, tuple[float, float]] = {}
     for phase, stream, c in PHASES:
         long = phase.startswith("long")
         body = openai_long("gpt-4o") if long else openai_small("gpt-4o", stream=stream)
@@ -64,8 +69,10 @@ def measure(
         # round 2 would re-send round 1's "new" prompts (and B A's, to the simulator's cache).
         body = body.replace("@@NONCE@@", f"{tag}{len(out)}-@@NONCE@@")
         measured = {"sim": sim} if server is None else {"sim": sim, "routefit": server}
-        r = run_phase(url, body, {}, c, stream, seconds, 1.0, measured)
-        out[phase] = r["p50_ms"] if c == 1 else r["rps"]
+        headers = {} if server is None else {"Authorization": f"Bearer {BENCH_KEY}"}
+        r = run_phase(url, body, headers, c, stream, seconds, 1.0, measured)
+        cpu = float(r.get("routefit_cpu_ms_per_request") or 0.0)
+        out[phase] = (r["p50_ms"] if c == 1 else r["rps"], cpu)
     return out
 
 
@@ -73,7 +80,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rev_a")
     parser.add_argument("rev_b", nargs="?", default=None)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=4.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, Servers() as servers:
@@ -81,22 +88,23 @@ def main() -> int:
         b_src = checkout(args.rev_b, Path(tmp) / "b") if args.rev_b else ROOT
         try:
             sim = servers.sim()
-            config = write_yaml(
-                Path(tmp) / "c.yaml", {"model_list": [openai_entry("gpt-4o", sim.base_url)]}
-            )
+            config = routefit_config(Path(tmp) / "c.yaml", sim.base_url)
             a = serve(servers, a_src, config, "a")
             b = serve(servers, b_src, config, "b")
             rows: dict[str, list[list[float]]] = {p: [[], [], []] for p, _, _ in PHASES}
+            cpus: dict[str, list[list[float]]] = {p: [[], []] for p, _, _ in PHASES}
             for n in range(args.rounds):
                 direct = measure(sim.base_url + "/v1/chat/completions", sim, None, args.seconds, n)
-                for i, server in enumerate((a, b)):
+                for i in (0, 1) if n % 2 == 0 else (1, 0):
+                    server = (a, b)[i]
                     tag = f"r{n}{'ab'[i]}"
                     got = measure(
                         server.base_url + "/v1/chat/completions", sim, server, args.seconds, tag
                     )
-                    for phase, value in got.items():
+                    for phase, (value, cpu) in got.items():
                         rows[phase][i + 1].append(value)
-                for phase, value in direct.items():
+                        cpus[phase][i].append(cpu)
+                for phase, (value, _) in direct.items():
                     rows[phase][0].append(value)
         finally:
             for src in (a_src, b_src if args.rev_b else None):
@@ -106,13 +114,19 @@ def main() -> int:
                         capture_output=True,
                     )
     print(f"A = {args.rev_a}, B = {args.rev_b or 'working tree'}; medians of {args.rounds} rounds")
-    print(f"{'phase':<12} {'direct':>9} {'A':>9} {'B':>9}   figure")
+    print(f"{'phase':<12} {'direct':>9} {'A':>9} {'B':>9}   figure{'':<20} CPU ms/request A, B")
     for phase, (d, a_vals, b_vals) in rows.items():
         dm, am, bm = (statistics.median(v) for v in (d, a_vals, b_vals))
+        ca, cb = (statistics.median(v) for v in cpus[phase])
+        cpu = f"{ca:6.2f} {cb:6.2f} (B/A {cb / ca:.3f})" if ca else ""
         if phase.endswith("c1"):
-            print(f"{phase:<12} {dm:9.2f} {am - dm:+9.2f} {bm - dm:+9.2f}   added p50 ms")
+            print(
+                f"{phase:<12} {dm:9.2f} {am - dm:+9.2f} {bm - dm:+9.2f}   "
+                f"added p50 ms{'':<14} {cpu}"
+            )
         else:
-            print(f"{phase:<12} {dm:9.0f} {am:9.0f} {bm:9.0f}   req/s (B/A {bm / am:.3f})")
+            ratio = f"req/s (B/A {bm / am:.3f})"
+            print(f"{phase:<12} {dm:9.0f} {am:9.0f} {bm:9.0f}   {ratio:<26} {cpu}")
     return 0
 
 

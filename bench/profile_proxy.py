@@ -25,8 +25,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from procs import Servers, _ok, free_port, openai_entry, write_yaml
-from proxy_load import run_phase
+from procs import Server, Servers, _ok, free_port, openai_entry, write_yaml
+from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_small
 
 APP = """
@@ -88,12 +88,44 @@ def top(path: Path, n: int) -> list[tuple[str, float, float]]:
     return [(f, c / max(1, busy), own[f] / max(1, busy)) for f, c in under.most_common(n)]
 
 
+def serve_minimal(servers: Servers, upstream: str, app_file: Path) -> Server:
+    config = write_yaml(
+        servers.dir / "profile.yaml",
+        {
+            "model_list": [openai_entry("gpt-4o", upstream)],
+            "routefit_settings": {"store_path": ":memory:"},
+        },
+    )
+    port = free_port()
+    cmd = [sys.executable, str(app_file), str(config), str(port)]
+    process, log_path, started = servers.spawn("routefit-app", cmd)
+    base = f"http://127.0.0.1:{port}"
+    server = servers.wait_ready(
+        "routefit-app", process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
+    )
+    server.base_url = base
+    return server
+
+
+def worker_pid(pid: int) -> int:
+    """The process serving requests: ``routefit serve --workers 1`` may run one child under a
+    supervisor, and py-spy must watch the child."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(children[0]) if children else pid
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=("small", "long", "stream"), default="small")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--top", type=int, default=0, help="also list the N costliest functions")
+    parser.add_argument(
+        "--as-bench",
+        action="store_true",
+        help="serve with `routefit serve` and run.py's config (team key, two routes), not the "
+        "in-process minimal app",
+    )
     args = parser.parse_args()
     if (
         importlib.util.find_spec("py_spy") is None
@@ -107,24 +139,24 @@ def main() -> int:
     body = openai_long("gpt-4o") if args.workload == "long" else openai_small("gpt-4o", stream)
     with Servers() as servers:
         sim = servers.sim()
-        config = write_yaml(
-            servers.dir / "profile.yaml",
-            {
-                "model_list": [openai_entry("gpt-4o", sim.base_url)],
-                "routefit_settings": {"store_path": ":memory:"},
-            },
-        )
-        port = free_port()
-        cmd = [sys.executable, str(app_file), str(config), str(port)]
-        process, log_path, started = servers.spawn("routefit-app", cmd)
-        base = f"http://127.0.0.1:{port}"
-        server = servers.wait_ready(
-            "routefit-app", process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
-        )
-        url = base + "/v1/chat/completions"
-        run_phase(url, body, {}, 4, stream, 1.0, 0.0, {})  # prime
+        headers: dict[str, str] = {}
+        if args.as_bench:
+            server = servers.routefit(routefit_config(servers.dir / "bench.yaml", sim.base_url))
+            headers = {"Authorization": f"Bearer {BENCH_KEY}"}
+        else:
+            server = serve_minimal(servers, sim.base_url, app_file)
+        url = server.base_url + "/v1/chat/completions"
+        run_phase(url, body, headers, 4, stream, 1.0, 0.0, {})  # prime
         profile = servers.dir / "profile.txt"
-        record = ["record", "-p", str(server.pid), "-d", str(int(args.seconds)), "-r", "250"]
+        record = [
+            "record",
+            "-p",
+            str(worker_pid(server.pid)),
+            "-d",
+            str(int(args.seconds)),
+            "-r",
+            "250",
+        ]
         spy = subprocess.Popen(
             [spy_exe, *record, "--idle", "--threads", "-f", "raw", "-o", str(profile)],
             stdout=subprocess.DEVNULL,
@@ -132,7 +164,14 @@ def main() -> int:
         )
         time.sleep(0.3)
         r = run_phase(
-            url, body, {}, args.concurrency, stream, args.seconds - 0.5, 0.2, {"server": server}
+            url,
+            body,
+            headers,
+            args.concurrency,
+            stream,
+            args.seconds - 0.5,
+            0.2,
+            {"server": server},
         )
         ok = r["statuses"].get("200", 0) == r["requests"] and not r["errors"]
         print(

@@ -152,15 +152,18 @@ class Gateway:
         learnt = await self.preparer.exact(p)
         answer = p.wire.answer(p.request, completion, leg.wire)
         self.metrics.requests.labels(route, "200").inc()
-        if learnt:
-            self.on_usage(p, answer.usage)
-        settle = None
-        if p.held is not None and answer.usage is not None:
-            # Settled after the response is sent: the client does not wait for the store.
-            settle = BackgroundTask(self.budgets.settle, p.held, answer.usage, False)
+        # Learnt and settled after the response is sent: the client waits for neither the
+        # calibration nor the store (nothing awaits before ``on_usage`` runs, so a client's
+        # next request still finds it learnt).
+        after = BackgroundTask(self._after, p, answer.usage if learnt else None, answer.usage)
         return Response(
-            answer.body, headers=self.headers(p), media_type="application/json", background=settle
+            answer.body, headers=self.headers(p), media_type="application/json", background=after
         )
+
+    async def _after(self, p: Prepared, learnt: Usage | None, usage: Usage | None) -> None:
+        self.on_usage(p, learnt)
+        if p.held is not None and usage is not None:
+            await self.budgets.settle(p.held, usage, False)
 
     async def _send(
         self,

@@ -17,11 +17,10 @@ anyone who can make a client send a forged ``Host``.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import time
-
-import anyio
 
 from proxy.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -110,15 +109,18 @@ class Guard:
             wait = self.limits.wait(started, received, time.monotonic())
             if wait <= 0:
                 raise BodyTimeout(self.limits.body_timeout)
-            with anyio.move_on_after(wait):
-                message = await receive()
-                if message["type"] == "http.request":
-                    received += len(message.get("body", b""))
-                    pending = bool(message.get("more_body", False))
-                else:
-                    pending = False
-                return message
-            raise BodyTimeout(self.limits.body_timeout)
+            try:
+                # asyncio's own timeout: half the cost of anyio's scope, on every body chunk
+                async with asyncio.timeout(None if math.isinf(wait) else wait):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(self.limits.body_timeout) from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                pending = bool(message.get("more_body", False))
+            else:
+                pending = False
+            return message
 
         async def closing_send(message: Message) -> None:
             if message["type"] == "http.response.start" and pending:
