@@ -40,14 +40,14 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 
 COMPONENTS = [
     ("routefit handler (Gateway.serve)", "Gateway.serve"),
-    ("  prepare: parse, price, fit, anchor (Gateway.prepare)", "Gateway.prepare"),
+    ("  prepare: parse, price, fit, anchor (Preparer.prepare)", "Preparer.prepare"),
     ("    bounded fit (pricing.bounds)", "bound_pressure"),
     ("    exact fit (strategies.fit)", "fit (strategies"),
     ("    anchor lookup (Calibrator.find_anchor)", "Calibrator.find_anchor"),
     ("  upstream call (Passthrough.complete)", "Passthrough.complete"),
     ("  upstream stream (Passthrough.stream)", "Passthrough.stream"),
     ("  relaying a stream (Wire.relay)", ".relay ("),
-    ("  after the answer (Gateway.on_usage)", "Gateway.on_usage"),
+    ("learning from the usage, after the answer (Gateway.on_usage)", "Gateway.on_usage"),
     ("sending the response (uvicorn RequestResponseCycle.send)", "RequestResponseCycle.send"),
 ]
 
