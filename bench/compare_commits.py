@@ -5,11 +5,11 @@
 Each revision is checked out into a temporary git worktree and served by this venv's Python with
 that worktree first on ``sys.path`` (the packages' dependencies are the same), one worker each,
 against one simulator. The phases (small c1 added p50, small c16 req/s, stream c1 added p50,
-a ~28k-token prompt of new text c1 added p50) run A then B in even rounds and B then A in odd
-ones: whichever runs second in a round was measured slower by 5-14% on the same code (HEAD
-against itself), so a fixed order would credit or blame a change with the position. The report is
-each figure's median over the rounds and the B/A ratio, with the server's CPU per request beside
-each (steadier than latency on a shared machine); use an even number of rounds.
+stream c16 req/s, a ~28k-token prompt of new text c1 added p50) run A then B in even rounds and
+B then A in odd ones: whichever runs second in a round was measured slower by 5-14% on the same
+code (HEAD against itself), so a fixed order would credit or blame a change with the position.
+The report is each figure's median over the rounds and the B/A ratio, with the server's CPU per
+request beside each (steadier than latency on a shared machine); use an even number of rounds.
 Both serve run.py's routefit config (bench/proxy_load.py ``routefit_config``).
 Default REV_B: the working tree.
 """
@@ -31,6 +31,7 @@ PHASES = [
     ("small c1", False, 1),
     ("small c16", False, 16),
     ("stream c1", True, 1),
+    ("stream c16", True, 16),
     ("long c1", False, 1),
 ]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import importlib.util
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--top", type=int, default=0, help="also list the N costliest functions")
+    parser.add_argument("--keep", type=Path, help="copy py-spy's raw profile (stacks) here")
     parser.add_argument(
         "--as-bench",
         action="store_true",
@@ -182,6 +184,8 @@ def main() -> int:
         )
         spy.wait()
         if profile.exists():
+            if args.keep:
+                shutil.copyfile(profile, args.keep)
             for label, share in breakdown(profile):
                 print(f"    {share:6.1%}  {label}")
             for name, share, own in top(profile, args.top):

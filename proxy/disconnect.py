@@ -12,18 +12,29 @@ a 503 the client may retry elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import weakref
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from proxy.drain import cut_event
 from proxy.errors import ProxyError
 from proxy.types import Receive
 
-__all__ = ["CLIENT_CLOSED", "client_closed", "shutting_down", "until_disconnect"]
+__all__ = [
+    "CLIENT_CLOSED",
+    "Stop",
+    "TaskStop",
+    "client_closed",
+    "shutting_down",
+    "until_disconnect",
+    "watching",
+]
 
 T = TypeVar("T")
+#: Told why a request is to stop (``client_closed()`` or ``shutting_down()``).
+Stop = Callable[[ProxyError], None]
 
 #: The status of a request whose client went away before the answer (nginx's convention).
 CLIENT_CLOSED = 499
@@ -42,7 +53,7 @@ def shutting_down() -> ProxyError:
     )
 
 
-class _Stop:
+class TaskStop:
     """Why a request's call was stopped (None: it was not), and the task to stop."""
 
     __slots__ = ("task", "why")
@@ -59,29 +70,46 @@ class _Stop:
 
 #: Per event loop: the calls the drain's cut stops, and the one task that waits for the cut.
 _waiting: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, tuple[set[_Stop], asyncio.Task[None]]
+    asyncio.AbstractEventLoop, tuple[set[Stop], asyncio.Task[None]]
 ] = weakref.WeakKeyDictionary()
 
 
-def _cut_stops() -> set[_Stop]:
+def _cut_stops() -> set[Stop]:
     loop = asyncio.get_running_loop()
     found = _waiting.get(loop)
     if found is None:
-        stops: set[_Stop] = set()
+        stops: set[Stop] = set()
         found = _waiting[loop] = (stops, loop.create_task(_on_cut(cut_event(), stops)))
     return found[0]
 
 
-async def _on_cut(cut: asyncio.Event, stops: set[_Stop]) -> None:
+async def _on_cut(cut: asyncio.Event, stops: set[Stop]) -> None:
     await cut.wait()
     for stop in list(stops):
         stop(shutting_down())
 
 
-async def _watch(receive: Receive, stop: _Stop) -> None:
+async def _watch(receive: Receive, stop: Stop) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     stop(client_closed())
+
+
+@contextlib.contextmanager
+def watching(receive: Receive, on_leave: Stop, on_cut: Stop) -> Iterator[None]:
+    """While the block runs, the client leaving calls ``on_leave`` and the drain's cut (also one
+    that came before) calls ``on_cut``: one task per request, the watch on ``receive`` (only
+    for after the body was read, when ``receive`` yields nothing but the disconnect)."""
+    stops = _cut_stops()
+    stops.add(on_cut)
+    watch = asyncio.ensure_future(_watch(receive, on_leave))
+    try:
+        if cut_event().is_set():
+            on_cut(shutting_down())
+        yield
+    finally:
+        stops.discard(on_cut)
+        watch.cancel()
 
 
 async def until_disconnect(receive: Receive, call: Awaitable[T]) -> T:
@@ -93,20 +121,15 @@ async def until_disconnect(receive: Receive, call: Awaitable[T]) -> T:
     instead of one for the call, one for the watch and one for the cut."""
     task = asyncio.current_task()
     assert task is not None
-    stops = _cut_stops()
     if cut_event().is_set():
         if inspect.iscoroutine(call):
             call.close()  # never started: nothing to cancel
         raise shutting_down()
-    stop = _Stop(task)
-    stops.add(stop)
-    watch = asyncio.ensure_future(_watch(receive, stop))
+    stop = TaskStop(task)
     try:
-        return await call
+        with watching(receive, stop, stop):
+            return await call
     except asyncio.CancelledError:
         if stop.why is None or task.uncancel() > 0:
             raise  # cancelled from outside (the drain deadline): not ours to answer
         raise stop.why from None
-    finally:
-        stops.discard(stop)
-        watch.cancel()

@@ -10,12 +10,13 @@ released; one uvicorn cancels after that is counted with the disconnects, not as
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 
-import anyio
 from starlette.responses import Response
 
-from proxy.drain import cut_event
+from proxy.disconnect import TaskStop, watching
+from proxy.errors import ProxyError
 from proxy.transports import EventStream
 from proxy.types import Receive, Scope, Send
 
@@ -46,48 +47,47 @@ class SSEResponse(Response):
             *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
         ]
         self.on_done = on_done
+        self._closing: asyncio.Future[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        disconnected = False
+        task = asyncio.current_task()
+        assert task is not None
+        # The client leaving cancels the relay at once (not at the next chunk).
+        left = TaskStop(task)
+        cut = False
 
-        async def watch(cancel: anyio.CancelScope) -> None:
-            nonlocal disconnected
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    disconnected = True
-                    cancel.cancel()
-                    return
-
-        async def cut() -> None:
+        def on_cut(_: ProxyError) -> None:
             # The drain deadline is near: drop the provider's stream, so the relay ends with
             # its wire's error event (StreamBroken) instead of being cancelled mid-write.
-            nonlocal disconnected
-            await cut_event().wait()
-            disconnected = True  # counted with the streams that did not finish, not as a 502
-            await self.source.aclose()
+            nonlocal cut
+            if not cut:
+                cut = True
+                self._closing = asyncio.ensure_future(self.source.aclose())
 
+        disconnected = False
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(watch, tg.cancel_scope)
-                tg.start_soon(cut)
-                try:
-                    await send(
-                        {"type": "http.response.start", "status": 200, "headers": self.sse_headers}
-                    )
-                    async for chunk in self.chunks:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                except OSError:  # ASGI 2.4: send() raises once the client is gone
-                    disconnected = True
-                tg.cancel_scope.cancel()
+            with watching(receive, left, on_cut):
+                await send(
+                    {"type": "http.response.start", "status": 200, "headers": self.sse_headers}
+                )
+                async for chunk in self.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # ASGI 2.4: send() raises once the client is gone
+            disconnected = True
+        except asyncio.CancelledError:
+            disconnected = True
+            if left.why is None or task.uncancel() > 0:
+                raise  # cancelled from outside: the server's drain deadline cut the stream
         except BaseException:
-            # Cancelled from outside: the server's drain deadline cut the stream. Not the
-            # provider's failure; counted with the streams whose client went away.
             disconnected = True
             raise
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.chunks.aclose()
-                await self.source.aclose()
-                await self.on_done(disconnected)
+            # A stream the drain cut is counted with the ones whose client went away, not as
+            # the provider's failure. Shielded: a cancellation now must not skip the hook.
+            await asyncio.shield(self._finish(disconnected or cut))
+
+    async def _finish(self, disconnected: bool) -> None:
+        await self.chunks.aclose()
+        await self.source.aclose()
+        await self.on_done(disconnected)
