@@ -739,13 +739,17 @@ def _findings(sections: dict) -> list[str]:
         )
     load = sections.get("proxy_load", {}).get("summary", {})
     t = load.get("translated", {}).get("stream c16")
+    native = load.get("openai", {}).get("stream c16") or {}
     if t and t.get("throughput_ratio") is not None:
+        beside = native.get("routefit_cpu_ms_per_request")
+        passthrough = f" (a passthrough stream: {beside:.2f})" if beside is not None else ""
         lines.append(
-            f"- Translated streaming (litellm path, c16): routefit {t['routefit_rps']:.0f} vs "
-            f"LiteLLM {t['litellm_rps']:.0f} req/s ({t['throughput_ratio']:.2f}×), CPU "
-            f"{t['routefit_cpu_ms_per_request']:.1f} vs {t['litellm_cpu_ms_per_request']:.1f} "
-            "ms/request: nearly all of it inside litellm's stream wrapper (routefit's own "
-            "re-serialisation of a chunk, `model_dump` + `orjson.dumps`, measures ~4 µs)."
+            f"- Translated streaming (chat client → Anthropic route, c16): routefit "
+            f"{t['routefit_rps']:.0f} vs LiteLLM {t['litellm_rps']:.0f} req/s "
+            f"({t['throughput_ratio']:.2f}×), CPU {t['routefit_cpu_ms_per_request']:.2f} vs "
+            f"{t['litellm_cpu_ms_per_request']:.1f} ms/request{passthrough}. routefit's own "
+            "mapping reads every Anthropic event and writes it as a chat chunk "
+            "(proxy/transports/anthropic.py); litellm is not imported for this route."
         )
     o = load.get("openai", {}).get("small c16")
     if o and o.get("cpu_ratio") is not None:
