@@ -56,7 +56,7 @@ async def test_samples_held_back_by_the_refit_gap_are_fitted_once_traffic_stops(
         for n in range(learning):
             calibrator.submit(_sample(n), None, None)
         await calibrator.queue.join()
-        assert calibrator.correction("r").samples == learning
+        assert await _fitted_on(calibrator, learning, time.monotonic() + 20 * REFIT_GAP)
 
         for n in range(learning, learning + 3):
             calibrator.submit(_sample(n), None, None)
