@@ -108,13 +108,6 @@ def serve_minimal(servers: Servers, upstream: str, app_file: Path) -> Server:
     return server
 
 
-def worker_pid(pid: int) -> int:
-    """The process serving requests: ``routefit serve --workers 1`` may run one child under a
-    supervisor, and py-spy must watch the child."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return int(children[0]) if children else pid
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=("small", "long", "stream"), default="small")
@@ -153,7 +146,7 @@ def main() -> int:
         record = [
             "record",
             "-p",
-            str(worker_pid(server.pid)),
+            str(server.pid),
             "-d",
             str(int(args.seconds)),
             "-r",

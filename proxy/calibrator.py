@@ -261,18 +261,20 @@ class Calibrator:
 
     async def _next(self) -> _Queued:
         """The next queued sample. While a route holds samples its last refit was too recent to
-        take (``REFIT_GAP``), a quiet spell refits it first, so no sample waits for traffic."""
-        deferred = [state for state in self.routes.values() if state.pending]
-        if not deferred:
-            return await self.queue.get()
-        wait = min(state.fitted_at for state in deferred) + REFIT_GAP - time.monotonic()
-        try:
-            return await asyncio.wait_for(self.queue.get(), max(0.0, wait))
-        except TimeoutError:
-            now = time.monotonic()
-            for state in deferred:
-                self._refit(state, now)
-            return await self.queue.get()
+        take (``REFIT_GAP``), a quiet spell refits it once the gap has passed, so no sample
+        waits for traffic."""
+        while True:
+            deferred = [state for state in self.routes.values() if state.pending]
+            if not deferred:
+                return await self.queue.get()
+            wait = min(state.fitted_at for state in deferred) + REFIT_GAP - time.monotonic()
+            try:
+                return await asyncio.wait_for(self.queue.get(), max(0.0, wait))
+            except TimeoutError:
+                now = time.monotonic()
+                for state in deferred:
+                    if now - state.fitted_at >= REFIT_GAP:
+                        self._refit(state, now)
 
     async def _write(self, batch: list[_Queued]) -> None:
         for sample, _, _, _ in batch:

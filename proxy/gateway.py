@@ -155,13 +155,14 @@ class Gateway:
         # Learnt and settled after the response is sent: the client waits for neither the
         # calibration nor the store (nothing awaits before ``on_usage`` runs, so a client's
         # next request still finds it learnt).
-        after = BackgroundTask(self._after, p, answer.usage if learnt else None, answer.usage)
+        after = BackgroundTask(self._after, p, answer.usage, learnt)
         return Response(
             answer.body, headers=self.headers(p), media_type="application/json", background=after
         )
 
-    async def _after(self, p: Prepared, learnt: Usage | None, usage: Usage | None) -> None:
-        self.on_usage(p, learnt)
+    async def _after(self, p: Prepared, usage: Usage | None, learnt: bool) -> None:
+        if learnt:
+            self.on_usage(p, usage)
         if p.held is not None and usage is not None:
             await self.budgets.settle(p.held, usage, False)
 

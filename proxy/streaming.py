@@ -54,14 +54,11 @@ class SSEResponse(Response):
         assert task is not None
         # The client leaving cancels the relay at once (not at the next chunk).
         left = TaskStop(task)
-        cut = False
 
         def on_cut(_: ProxyError) -> None:
             # The drain deadline is near: drop the provider's stream, so the relay ends with
             # its wire's error event (StreamBroken) instead of being cancelled mid-write.
-            nonlocal cut
-            if not cut:
-                cut = True
+            if self._closing is None:
                 self._closing = asyncio.ensure_future(self.source.aclose())
 
         disconnected = False
@@ -85,7 +82,7 @@ class SSEResponse(Response):
         finally:
             # A stream the drain cut is counted with the ones whose client went away, not as
             # the provider's failure. Shielded: a cancellation now must not skip the hook.
-            await asyncio.shield(self._finish(disconnected or cut))
+            await asyncio.shield(self._finish(disconnected or self._closing is not None))
 
     async def _finish(self, disconnected: bool) -> None:
         await self.chunks.aclose()
