@@ -183,6 +183,8 @@ async def readyz(request: Request) -> Response:
             "store": store_ok,
         },
         "store": state.store.name,
+        # "open": no auth configured, every request admitted (local use); "keys": a key needed.
+        "auth": "open" if state.teams.open else "keys",
         # asyncio tasks alive in this worker: a leak check for operators and tests.
         "tasks": len(asyncio.all_tasks()),
     }
@@ -278,8 +280,7 @@ def build_state(
     )
     budgets = Budgets(store, metrics, settings.budget_failure_mode)
     sizer = ImageSizer()
-    teams_open = not config.teams
-    keys = ProviderKeys.from_file(config, teams_open=teams_open)
+    keys = ProviderKeys.from_file(config, teams_open=config.open)
     gateway = Gateway(config, metrics, transports, calibrator, budgets, sizer, keys)
     dashboard = Dashboard(config, metrics, calibrator, budgets, gateway.teams)
     gateway.on_fit = dashboard.record
@@ -321,7 +322,12 @@ def _log_start(state: AppState) -> None:
     config = state.config
     log.info("store: %s", state.store.name)
     if state.teams.open:
-        log.warning("no teams configured: routefit is running OPEN (no keys, no budgets)")
+        log.warning(
+            "no teams, admin key or master key configured: routefit is running OPEN "
+            "(every request admitted, no budgets; /readyz says auth=open)"
+        )
+    elif not state.teams.has_keys:
+        log.warning("auth is configured but no key is set: every request will answer 401")
     for warning in config.warnings:
         log.warning("%s", warning)
     for key in config.missing_env:

@@ -535,7 +535,7 @@ def _wire_schemas(aliases: list[str]) -> dict[str, Any]:
 
 def build_openapi(config: Config) -> dict[str, Any]:
     """The OpenAPI 3.1 document of a routefit deployment with this config."""
-    secured = bool(config.teams) or config.settings.admin_key_hash is not None
+    secured = not config.open
     # Anthropic clients send their key as x-api-key (or a bearer): both name the team.
     security: Security = [{"bearer": []}, {"apiKey": []}] if secured else []
     paths = {
