@@ -90,11 +90,9 @@ def image_chat(gw: Running, url: str, key: str | None = None) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def master_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    """Only LiteLLM's ``general_settings.master_key``; the local simulator told to fetch."""
+    """Only LiteLLM's ``general_settings.master_key`` (it used to load with a warning, open)."""
     path = write_config(
-        tmp_path_factory.mktemp("master") / "c.yaml",
-        {"simulator": {"fetch_loopback_images": True}},
-        general_settings={"master_key": MASTER},
+        tmp_path_factory.mktemp("master") / "c.yaml", {}, general_settings={"master_key": MASTER}
     )
     with run_routefit(path) as running:
         yield running
@@ -154,12 +152,14 @@ def test_a_config_with_no_keys_runs_open_and_says_so(tmp_path, images):
         assert images.hits == []  # the simulator priced the URL, it did not fetch it
 
 
-def test_the_local_simulator_fetches_only_when_its_setting_says_so(master_gw, images):
-    images.hits.clear()
-    url = images.url(f"/told-{uuid.uuid4().hex}.png")
-    r = image_chat(master_gw, url, MASTER)
-    assert r.status_code == 400 and "Error while downloading" in r.text  # a provider's 400
-    assert [h for h in images.hits if "told-" in h]
+def test_the_local_simulator_fetches_only_when_its_setting_says_so(tmp_path, images):
+    path = write_config(tmp_path / "c.yaml", {"simulator": {"fetch_loopback_images": True}})
+    with run_routefit(path) as gw:
+        images.hits.clear()
+        url = images.url(f"/told-{uuid.uuid4().hex}.png")
+        r = image_chat(gw, url)
+        assert r.status_code == 400 and "Error while downloading" in r.text  # a provider's 400
+        assert [h for h in images.hits if "told-" in h]
 
 
 def test_an_auth_key_whose_variable_is_unset_never_opens_the_door(tmp_path):
@@ -227,6 +227,8 @@ def ui_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     "cookie",
     [
         b"routefit_ui=\xc3\xa9t\xc3\xa9",
+        b"routefit_ui=9999999999.\xc3\xa9",  # a well-formed expiry, a non-ASCII MAC
+        "routefit_ui=1.é".encode("latin-1"),
         b"routefit_ui=\xff\xfe",
         "routefit_ui=é".encode("latin-1"),
         b"routefit_ui=" + b"a" * 43,
