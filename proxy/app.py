@@ -323,7 +323,7 @@ def _log_start(state: AppState) -> None:
     log.info("store: %s", state.store.name)
     if state.teams.open:
         log.warning(
-            "no teams, admin key or master key configured: routefit is running OPEN "
+            "no teams configured (nor an admin or master key): routefit is running OPEN "
             "(every request admitted, no budgets; /readyz says auth=open)"
         )
     elif not state.teams.has_keys:

@@ -483,19 +483,20 @@ def _ui_paths(security: Security) -> dict[str, Any]:
     session = get(
         "getDashboardSession",
         "Whether this browser may read the figures",
-        {"200": json_ok("The session state", "DashboardSession")},
+        {**responses({}, "503"), "200": json_ok("The session state", "DashboardSession")},
     )
     session["post"] = {
         "operationId": "openDashboardSession",
         "summary": "Exchange the admin key for the session cookie",
         "requestBody": {"required": True, "content": {"application/json": {"schema": login}}},
-        "responses": {"204": done, **responses({}, "400", "401", "403")},
+        # 429: too many failed admin-key attempts from this client; 503: the session store
+        "responses": {"204": done, **responses({}, "400", "401", "403", "429", "503")},
     }
     del session["post"]["responses"]["200"]
     session["delete"] = {
         "operationId": "closeDashboardSession",
-        "summary": "End the session",
-        "responses": {"204": done},
+        "summary": "End the session (revoked server-side)",
+        "responses": {"204": done, **responses({}, "503")},
     }
     return {
         "/routefit/ui": get("dashboard", "The dashboard page", {"200": page}),
@@ -508,7 +509,7 @@ def _ui_paths(security: Security) -> dict[str, Any]:
         "/routefit/ui/data": get(
             "dashboardData",
             "The dashboard's figures (admin key or session cookie)",
-            responses(json_ok("The figures", "Object"), "401", "403"),
+            responses(json_ok("The figures", "Object"), "401", "403", "429", "503"),
             security=security,
         ),
         "/routefit/ui/session": session,
