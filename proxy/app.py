@@ -55,6 +55,12 @@ def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
+def _client(request: Request) -> str:
+    """The client's address as the server resolved it (a trusted proxy's X-Forwarded-For):
+    whose admin-key failures are counted (``proxy.throttle``)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
 def _state(request: Request) -> AppState:
     state: AppState = request.app.state.routefit
     return state
@@ -138,7 +144,9 @@ async def team_usage(request: Request) -> Response:
     """GET /routefit/teams/{id}/usage: the admin key, or that team's own key."""
     state = _state(request)
     try:
-        team = state.teams.usage_reader(request.headers, request.path_params["team"])
+        team = state.teams.usage_reader(
+            request.headers, request.path_params["team"], _client(request)
+        )
         windows = await state.budgets.usage(team)
     except ProxyError as err:
         return error_response(err)
@@ -200,7 +208,7 @@ async def openapi(request: Request) -> Response:
 async def calibration(request: Request) -> Response:
     state = _state(request)
     try:
-        state.teams.authorize_admin(request.headers)
+        state.teams.authorize_admin(request.headers, _client(request))
     except ProxyError as err:
         return error_response(err)
     return _json(state.calibrator.report())

@@ -26,6 +26,7 @@ from typing import Any
 
 from proxy.errors import ProxyError
 from proxy.store import BudgetWindow
+from proxy.throttle import LoginThrottle
 from strategies.policy import FitPolicy
 
 __all__ = [
@@ -113,6 +114,7 @@ class TeamDirectory:
         admin_hash: bytes | None,
         master_hash: bytes | None = None,
         auth_required: bool | None = None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.teams = {t.id: t for t in teams}
         self.master = (
@@ -125,6 +127,8 @@ class TeamDirectory:
         if auth_required is None:
             auth_required = bool(teams) or admin_hash is not None or master_hash is not None
         self._required = auth_required
+        #: Failed admin-key attempts per client, on every admin door (``proxy.throttle``).
+        self.admin_throttle = throttle or LoginThrottle()
 
     @property
     def open(self) -> bool:
@@ -164,17 +168,26 @@ class TeamDirectory:
             )
         return team
 
-    def authorize_admin(self, headers: Mapping[str, str]) -> None:
+    def check_admin_key(self, key: str, client: str | None) -> None:
+        """The admin (or master) key, else 403; throttled per ``client`` (429 while it is
+        locked out, without looking at the key). ``client`` None: an unthrottled caller."""
+        if client is not None:
+            self.admin_throttle.check(client)
+        if not self.is_admin(key):
+            if client is not None:
+                self.admin_throttle.failed(client)
+            raise ProxyError(403, "this endpoint needs the admin key", code="admin_key_required")
+        if client is not None:
+            self.admin_throttle.succeeded(client)
+
+    def authorize_admin(self, headers: Mapping[str, str], client: str | None = None) -> None:
         """Admin endpoints: the admin (or master) key; open only when routefit runs open."""
         if self.open:
             return
         key = presented_key(headers)
-        if not key or not self.is_admin(key):
-            raise ProxyError(
-                401 if not key else 403,
-                "this endpoint needs the admin key",
-                code="admin_key_required",
-            )
+        if not key:
+            raise ProxyError(401, "this endpoint needs the admin key", code="admin_key_required")
+        self.check_admin_key(key, client)
 
     @property
     def has_keys(self) -> bool:
@@ -186,14 +199,25 @@ class TeamDirectory:
         """Whether any admin key (admin or master) exists to sign in with."""
         return self._admin is not None or self._master is not None
 
-    def usage_reader(self, headers: Mapping[str, str], team_id: str) -> Team:
-        """The team whose usage the caller may read: any with the admin key, else its own."""
+    def usage_reader(
+        self, headers: Mapping[str, str], team_id: str, client: str | None = None
+    ) -> Team:
+        """The team whose usage the caller may read: any with the admin key, else its own.
+        A key that is neither counts as a failed admin-key attempt of ``client``."""
         if self.open:
             raise ProxyError(404, "no teams are configured", code="not_found")
+        key = presented_key(headers)
+        if client is not None and key:
+            self.admin_throttle.check(client)
         try:
             self.authorize_admin(headers)
         except ProxyError:
-            caller = self.authenticate(headers)
+            try:
+                caller = self.authenticate(headers)
+            except ProxyError:
+                if client is not None and key:
+                    self.admin_throttle.failed(client)
+                raise
             if caller is None or caller.id != team_id:
                 raise ProxyError(
                     403, "a team key can only read its own usage", code="forbidden"

@@ -938,6 +938,7 @@ def test_python_dash_m_proxy_sim_runs_standalone() -> None:
             "gpt-4o",
             "--model-json",
             '{"base": "gpt-4o", "name": "gpt-4o-tiny", "context_window": 100}',
+            "--fetch-loopback-images",
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -951,6 +952,7 @@ def test_python_dash_m_proxy_sim_runs_standalone() -> None:
         assert url, line
         models = httpx.get(url.group(0) + "/v1/models").json()["data"]
         assert [m["id"] for m in models] == ["gpt-4o", "gpt-4o-tiny"]
+        assert httpx.get(url.group(0) + "/sim/config").json()["fetch_loopback_images"] is True
         resp = httpx.post(
             url.group(0) + "/v1/chat/completions", json={**SIMPLE, "model": "gpt-4o-tiny"}
         )

@@ -31,7 +31,6 @@ from proxy.metrics import Metrics
 from proxy.teams import TeamDirectory
 from proxy.ui.auth import COOKIE, SESSION_SECONDS, Sessions
 from proxy.ui.data import DashboardData
-from proxy.ui.throttle import LoginThrottle
 from strategies.fit import FitReport
 
 __all__ = ["Dashboard"]
@@ -80,9 +79,7 @@ class Dashboard:
         self.data = DashboardData(config, metrics, calibrator, budgets, teams)
         access = config.settings.access
         admins = (config.settings.admin_key_hash, access.master_key_hash)
-        self.sessions = Sessions(
-            teams, tuple(h for h in admins if h is not None), budgets.store, LoginThrottle()
-        )
+        self.sessions = Sessions(teams, tuple(h for h in admins if h is not None), budgets.store)
         self.files = _static_files()
 
     def record(self, report: FitReport) -> None:

@@ -21,7 +21,7 @@ hashed and compared as fixed-length digests with ``hmac.compare_digest``.
 The cookie is ``HttpOnly`` (scripts cannot read it), ``SameSite=Strict`` (no cross-site request
 carries it), scoped to ``/routefit/ui``, and ``Secure`` when the request came over TLS (directly,
 or through a trusted proxy's ``X-Forwarded-Proto: https``). Admin-key guesses are throttled per
-client (``proxy.ui.throttle``).
+client, on this door and every other admin one (``proxy.throttle``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import orjson
 from proxy.errors import ProxyError
 from proxy.store import Store, StoreUnavailable
 from proxy.teams import RESERVED_TEAMS, TeamDirectory, hash_key, presented_key
-from proxy.ui.throttle import LoginThrottle
 
 __all__ = ["COOKIE", "SESSION_NAMESPACE", "SESSION_SECONDS", "Sessions"]
 
@@ -66,12 +65,10 @@ class Sessions:
         teams: TeamDirectory,
         admin_hashes: tuple[bytes, ...],
         store: Store,
-        throttle: LoginThrottle | None = None,
     ) -> None:
         self.teams = teams
         self.bindings = tuple(_binding(h) for h in admin_hashes)
         self.store = store
-        self.throttle = throttle or LoginThrottle()
 
     @property
     def open(self) -> bool:
@@ -103,14 +100,6 @@ class Sessions:
             known |= hmac.compare_digest(bound, binding)
         return known and expires > (time.time() if now is None else now)
 
-    def _check_key(self, key: str, client: str) -> None:
-        """The admin (or master) key, throttled per client; 403 otherwise."""
-        self.throttle.check(client)
-        if not self.teams.is_admin(key):
-            self.throttle.failed(client)
-            raise ProxyError(403, "not the admin key", code="admin_key_required")
-        self.throttle.succeeded(client)
-
     async def authorize(
         self, headers: Mapping[str, str], cookies: Mapping[str, str], client: str
     ) -> None:
@@ -120,7 +109,7 @@ class Sessions:
             return
         key = presented_key(headers)
         if key:
-            self._check_key(key, client)
+            self.teams.check_admin_key(key, client)
             return
         if await self.valid(cookies.get(COOKIE)):
             return
@@ -134,7 +123,7 @@ class Sessions:
 
     async def login(self, key: str, client: str) -> str:
         """A new session for the admin key; 403 for any other key, 429 while locked out."""
-        self._check_key(key, client)
+        self.teams.check_admin_key(key, client)
         token = secrets.token_urlsafe(32)
         binding = _binding(hash_key(key))
         record = {"binding": binding.hex(), "expires": time.time() + SESSION_SECONDS}

@@ -290,6 +290,9 @@ def test_admin_key_guesses_are_throttled_per_client_and_spoofing_does_not_help(u
     assert right.status_code == 429  # the key is not even looked at while locked out
     bearer = httpx.get(ui_gw.base_url + UI + "/data", headers={"authorization": f"Bearer {ADMIN}"})
     assert bearer.status_code == 429  # the bearer path is the same door
+    for path in ("/routefit/calibration", "/routefit/teams/t/usage"):  # and so are the others
+        other = httpx.get(ui_gw.base_url + path, headers={"authorization": f"Bearer {ADMIN}"})
+        assert other.status_code == 429, path
     record("login_throttle", attempts=len(statuses), keys_checked=checked)
 
 

@@ -19,8 +19,8 @@ from proxy.store import Store
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
 from proxy.teams import TeamDirectory, hash_key
+from proxy.throttle import LoginThrottle
 from proxy.ui.auth import SESSION_SECONDS, Sessions
-from proxy.ui.throttle import LoginThrottle
 
 
 def _config(model: str):
@@ -78,7 +78,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
 def _sessions(store: Store, admin: str = "admin", master: str | None = None) -> Sessions:
     hashes = tuple(hash_key(k) for k in (admin, master) if k is not None)
     directory = TeamDirectory([], hash_key(admin), hash_key(master) if master else None)
-    return Sessions(directory, hashes, store, LoginThrottle(clock=lambda: 0.0))
+    return Sessions(directory, hashes, store)
 
 
 @pytest.mark.anyio
@@ -111,7 +111,7 @@ async def test_sessions_need_the_admin_key_expire_and_end_at_logout(store: Store
 )
 def test_no_cookie_or_key_makes_the_check_raise_anything_but_a_refusal(cookie, key) -> None:
     """Any text as a cookie or a key (non-ASCII, lone surrogates, empty, 100k characters) is
-    refused with 401/403 — never a TypeError or a 500."""
+    refused (401/403, or 429 once locked out) — never a TypeError or a 500."""
 
     async def check() -> None:
         store = SqliteStore(":memory:")
@@ -121,11 +121,11 @@ def test_no_cookie_or_key_makes_the_check_raise_anything_but_a_refusal(cookie, k
                 try:
                     await sessions.authorize(headers, {"routefit_ui": cookie}, "c")
                 except ProxyError as err:
-                    assert err.status in (401, 403), err.message
+                    assert err.status in (401, 403, 429), err.message
             try:
                 await sessions.login(key, "c")
             except ProxyError as err:
-                assert err.status in (400, 403)
+                assert err.status in (400, 403, 429)
             assert not await sessions.valid(cookie)
             await sessions.logout(cookie)
         finally:
@@ -137,12 +137,8 @@ def test_no_cookie_or_key_makes_the_check_raise_anything_but_a_refusal(cookie, k
 def test_the_login_throttle_locks_a_client_out_exponentially() -> None:
     now = [1000.0]
     throttle = LoginThrottle(free=5, base=1.0, cap=60.0, clock=lambda: now[0])
-    sessions = Sessions(
-        TeamDirectory([], hash_key("admin")),
-        (hash_key("admin"),),
-        SqliteStore(":memory:"),
-        throttle,
-    )
+    directory = TeamDirectory([], hash_key("admin"), throttle=throttle)
+    sessions = Sessions(directory, (hash_key("admin"),), SqliteStore(":memory:"))
 
     def attempt(key: str, client: str = "198.51.100.7") -> int:
         try:

@@ -1,16 +1,20 @@
 """A per-client brake on admin-key guesses: a few free failures, then exponential lock-outs.
 
 Measured before it existed: 146 admin-key guesses per second from one client against
-``POST /routefit/ui/session``. Now each client (its address as ``routefit serve`` resolves it:
-the peer, or the ``X-Forwarded-For`` of a trusted proxy) gets ``free`` failures; each further
-failure locks it out for ``base * 2**k`` seconds (capped at ``cap``), during which every attempt
-is answered 429 with ``Retry-After`` *without looking at the key* — so guessing during a
-lock-out learns nothing. A success clears the client's record.
+``POST /routefit/ui/session``. One throttle per process guards every admin door: the
+dashboard's login and data endpoint, ``/routefit/calibration``, a team's usage.
 
-The record is per process: N replicas behind a balancer let a client make N times the attempts,
-still a handful per lock-out window (a key of 128 bits is out of reach either way; the brake is
-for weak operator-chosen keys and noisy scanners). It holds at most ``max_clients`` entries,
-least recently failed dropped first, so a flood of addresses cannot grow it without bound.
+Each client (its address as ``routefit serve`` resolves it: the peer, or the
+``X-Forwarded-For`` of a trusted proxy) gets ``free`` failures; each further failure locks it
+out for ``base * 2**k`` seconds (at most ``cap``), during which every attempt is answered 429
+with ``Retry-After`` *without looking at the key*, so guessing during a lock-out learns
+nothing. A success clears the client's record.
+
+The record is per process: N replicas behind a balancer let a client make N times the
+attempts, still a handful per lock-out window (a key of 128 bits is out of reach either way;
+the brake is for weak operator-chosen keys and noisy scanners). It holds at most
+``max_clients`` entries, least recently failed dropped first, so a flood of addresses cannot
+grow it without bound.
 """
 
 from __future__ import annotations
