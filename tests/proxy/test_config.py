@@ -323,7 +323,8 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
             tmp_path,
             _model(
                 "model_info: {mode: chat, base_model: gpt-4o}\n            tpm: 1000",
-                "litellm_settings: {drop_params: true}\n        general_settings: {store_model_in_db: x}\n"
+                "litellm_settings: {drop_params: true}\n"
+                "        general_settings: {store_model_in_db: x}\n"
                 "        router_settings: {routing_strategy: simple-shuffle}",
             ),
         ),
