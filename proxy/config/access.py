@@ -74,8 +74,9 @@ def _given(block: Any, key: str) -> bool:
     return isinstance(block, Mapping) and block.get(key) is not None
 
 
-def _general(raw: Any, rd: Reader) -> Mapping[str, Any]:
-    """``general_settings`` resolved; refused auth settings are errors, unused ones warn."""
+def _master_key(raw: Any, rd: Reader) -> str | None:
+    """``general_settings.master_key`` resolved; refused auth settings are errors, keys routefit
+    does not use warn (and are not resolved: their variables are none of routefit's business)."""
     where = "general_settings"
     block = rd.mapping(raw, where)
     for key in block:
@@ -86,8 +87,8 @@ def _general(raw: Any, rd: Reader) -> Mapping[str, Any]:
                 "(routefit_settings.teams gives each team its keys and routes)",
             )
     rd.loose(block, _GENERAL_USED | _GENERAL_REFUSED.keys(), where)
-    resolved: Mapping[str, Any] = rd.resolve(dict(block), where)
-    return resolved
+    master = rd.resolve(block.get("master_key"), f"{where}.master_key")
+    return None if master is None else rd.string(str(master), f"{where}.master_key")
 
 
 def _tls(raw: Any, where: str, rd: Reader) -> tuple[str | None, str | None, str | None]:
@@ -129,10 +130,7 @@ def read_access(settings: Mapping[str, Any], unresolved: Any, general: Any, rd: 
     (an ``os.environ/NAME`` key still asks for auth when its variable is unset), ``general``
     LiteLLM's ``general_settings`` as written."""
     where = "routefit_settings"
-    block = _general(general, rd)
-    master = block.get("master_key")
-    if master is not None:
-        master = rd.string(str(master), "general_settings.master_key")
+    master = _master_key(general, rd)
     cert, key, password = _tls(settings.get("tls"), f"{where}.tls", rd)
     sim = rd.strict(settings.get("simulator"), _SIM_KEYS, f"{where}.simulator")
     fetch = sim.get("fetch_loopback_images", False)
