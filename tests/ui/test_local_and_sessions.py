@@ -4,6 +4,7 @@ expire and end at logout; admin-key guesses are throttled per client."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 
@@ -162,3 +163,24 @@ def test_the_login_throttle_locks_a_client_out_exponentially() -> None:
     now[0] += 60
     assert attempt("admin") == 204
     assert attempt("guess") == 403  # a success cleared the record: free attempts again
+
+
+@settings(max_examples=300, deadline=None)
+@given(gaps=st.lists(st.floats(min_value=0, max_value=120), max_size=300))
+def test_a_guessing_client_gets_logarithmically_few_keys_checked(gaps) -> None:
+    """Whatever the pace of its attempts, a client gets at most the free failures, one per
+    doubling of the elapsed time, then one per capped lock-out: an invariant, not a schedule."""
+    now = [0.0]
+    throttle = LoginThrottle(free=5, base=1.0, cap=900.0, clock=lambda: now[0])
+    checked = 0
+    for gap in gaps:
+        now[0] += gap
+        try:
+            throttle.check("203.0.113.9")
+        except ProxyError as err:
+            assert err.status == 429 and int(err.headers["retry-after"]) >= 1
+            continue
+        checked += 1
+        throttle.failed("203.0.113.9")
+    elapsed = now[0]
+    assert checked <= 5 + 2 + math.log2(elapsed + 1) + elapsed / 900
