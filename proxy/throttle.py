@@ -56,6 +56,10 @@ class LoginThrottle:
         self.clock = clock
         self._clients: OrderedDict[str, _Record] = OrderedDict()
 
+    def __len__(self) -> int:
+        """Clients on record (at most ``max_clients``)."""
+        return len(self._clients)
+
     def check(self, client: str) -> None:
         """Raise 429 (with Retry-After) while ``client`` is locked out."""
         record = self._clients.get(client)

@@ -184,3 +184,12 @@ def test_a_guessing_client_gets_logarithmically_few_keys_checked(gaps) -> None:
         throttle.failed("203.0.113.9")
     elapsed = now[0]
     assert checked <= 5 + 2 + math.log2(elapsed + 1) + elapsed / 900
+
+
+def test_a_flood_of_addresses_cannot_grow_the_throttle_without_bound() -> None:
+    throttle = LoginThrottle(max_clients=100, clock=lambda: 0.0)
+    for i in range(10_000):
+        throttle.failed(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}")
+    assert len(throttle) == 100
+    throttle.failed("10.0.39.15")  # the newest are kept, the oldest dropped
+    assert len(throttle) == 100
