@@ -128,7 +128,7 @@ class TeamDirectory:
             auth_required = bool(teams) or admin_hash is not None or master_hash is not None
         self._required = auth_required
         #: Failed admin-key attempts per client, on every admin door (``proxy.throttle``).
-        self.admin_throttle = throttle or LoginThrottle()
+        self.admin_throttle = throttle if throttle is not None else LoginThrottle()
 
     @property
     def open(self) -> bool:
