@@ -411,13 +411,15 @@ def _routefit_paths(security: Security) -> dict[str, Any]:
         "/routefit/calibration": get(
             "getCalibration",
             "What routefit has learnt per route (admin key)",
-            responses(json_ok("Calibration per route", "Object"), "401", "403"),
+            responses(json_ok("Calibration per route", "Object"), "401", "403", "429"),
             security=security,
         ),
         "/routefit/teams/{team}/usage": get(
             "getTeamUsage",
             "A team's budget windows (admin key, or that team's own key)",
-            responses(json_ok("The team's windows", "TeamUsage"), "401", "403", "404", "503"),
+            responses(
+                json_ok("The team's windows", "TeamUsage"), "401", "403", "404", "429", "503"
+            ),
             security=security,
             parameters=[team],
         ),
