@@ -332,7 +332,7 @@ def fit_table(result: Any, sent_before: int) -> str:
 def _check(args: argparse.Namespace) -> int:
     from pricing.tokenizers import TokenizerError, get_tokenizer
     from proxy.config import ConfigError, load_config
-    from proxy.config.describe import describe
+    from proxy.config.describe import describe, window_problems
 
     try:
         config = load_config(args.config)
@@ -343,6 +343,9 @@ def _check(args: argparse.Namespace) -> int:
             get_tokenizer(rc.route.tokenizer)
         except TokenizerError as exc:
             raise UsageError(f"{config.path}: route {alias!r}: {exc}") from None
+    errors, _ = window_problems(config)  # what every request to a route would fail on
+    if errors:
+        raise UsageError("\nroutefit: ".join(errors))
     info = describe(config)
     if args.json:
         print(json.dumps(info, indent=2))
@@ -357,7 +360,7 @@ def check_text(info: dict[str, Any]) -> str:
     for alias, r in info["routes"].items():
         rule = r["image_rule"]["kind"]
         fetch = ", ".join(r["image_fetch"]["allow_hosts"]) or "off"
-        fit = r["fit"]
+        fit, out = r["fit"], r["output"]
         lines += [
             f"route {alias} -> {r['model']}",
             f"  transport {r['transport']}  api base {r['api_base'] or '(litellm default)'}"
@@ -366,8 +369,8 @@ def check_text(info: dict[str, Any]) -> str:
             f"  tokenizer {r['tokenizer']}  framing {r['framing']['family']}",
             f"  images {rule}  vision {'yes' if r['supports_vision'] else 'no'}  fetch {fetch}",
             f"  fit strategies {','.join(fit['strategies'])}  output reserve "
-            f"{fit['output_reserve'] if fit['output_reserve'] is not None else 'default'}"
-            f"  pin {fit['pin_fraction']}  low water {fit['low_water']}",
+            f"{out['reserve']:,} (shrinks to {out['min_reserve']:,})  safety margin "
+            f"{out['safety_margin']:,}  pin {fit['pin_fraction']}  low water {fit['low_water']}",
         ]
     if not info["teams"]:
         lines.append(f"teams: none, {info['mode']}")
