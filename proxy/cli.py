@@ -121,17 +121,20 @@ def _price(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace) -> int:
     from pricing.messages import RequestError
-    from strategies.fit import FitError, fit
+    from proxy.wires.base import capped_output
+    from strategies.fit import FitError
+    from strategies.output import fit_output
 
     _, rc, request = _load(args)
     try:
-        result = fit(request, rc.route, rc.policy)
+        result = fit_output(request, rc.route, rc.policy)
     except RequestError as exc:
         raise UsageError(f"{args.file}: {exc.message}") from None
     except FitError as exc:
         raise UsageError(f"context_length_exceeded: {exc}") from None
     if args.json:
-        print(json.dumps({"request": result.body, "report": result.report.as_dict()}, indent=2))
+        body = capped_output(result.body, result, ("max_completion_tokens", "max_tokens"))
+        print(json.dumps({"request": body, "report": result.report.as_dict()}, indent=2))
         return 0
     print(fit_table(result, len(request.messages)))
     return 0
@@ -306,6 +309,8 @@ def fit_table(result: Any, sent_before: int) -> str:
         f"{r.estimate_after:,}",
         f"actions: {r.actions()}",
     ]
+    if r.output is not None and r.output.lowered:
+        lines.append(f"  output cap {r.output.describe()} (docs/fitting.md, Output limits)")
     if r.capped:
         lines.append(f"  capped {r.capped} message(s), {r.capped_tokens:,} tokens removed")
     if r.offloaded_images:

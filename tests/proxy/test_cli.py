@@ -328,3 +328,28 @@ def test_check_warns_when_the_window_holds_only_the_shrunk_reserve(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "warning: route 'tiny': its context window of 3,000 tokens" in out.stdout
     assert "output reserve 4,096 (shrinks to 1,024)  safety margin 32" in out.stdout
+
+
+def test_fit_shows_the_output_cap_it_would_send(tmp_path, example_config):
+    body = tmp_path / "claude-code.json"
+    body.write_text(
+        json.dumps(
+            {
+                "model": "sim-gpt-4o",
+                "max_tokens": 32000,
+                "messages": [{"role": "user", "content": "Hi"}],
+            }
+        )
+    )
+    out = run("fit", str(body), "--config", str(example_config), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["request"]["max_tokens"] == 16384
+    assert data["report"]["output"] == {
+        "requested": 32000,
+        "route_limit": 16384,
+        "reserve": 16384,
+        "sent": 16384,
+    }
+    text = run("fit", str(body), "--config", str(example_config)).stdout
+    assert "output cap 32000->16384" in text
