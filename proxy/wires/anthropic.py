@@ -122,9 +122,11 @@ class AnthropicWire:
             body = capped_output(chat_body(req, fitted.messages, stream), fitted, _CAP)
             return Outbound(CHAT, body, stream=stream)
         forwarded = {k: headers[k] for k in _FORWARDED if k in headers}
-        return Outbound(
-            MESSAGES, capped_output(native_body(req, fitted), fitted, _CAP), forwarded, stream
-        )
+        native = native_body(req, fitted)
+        body = capped_output(native, fitted, _CAP)
+        if body is not native:  # the cap was lowered: a thinking budget goes under it
+            body = _thinking_within(body)
+        return Outbound(MESSAGES, body, forwarded, stream)
 
     def answer(self, request: ChatRequest, completion: Completion, wire: str) -> Answer:
         data = completion.data
@@ -169,6 +171,20 @@ class AnthropicWire:
 
     def error_response(self, err: ProxyError) -> Response:
         return anthropic_error(err)
+
+
+def _thinking_within(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A thinking budget under the lowered cap: Anthropic counts thinking within
+    ``max_tokens`` and refuses ``budget_tokens >= max_tokens``, so a cap routefit clamped or
+    shrunk below the client's thinking budget takes the budget down with it."""
+    thinking = body.get("thinking")
+    cap = body.get("max_tokens")
+    if not (isinstance(thinking, Mapping) and thinking.get("type") == "enabled"):
+        return body
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or not isinstance(cap, int) or budget < cap:
+        return body
+    return {**body, "thinking": {**thinking, "budget_tokens": cap - 1}}
 
 
 def _reserve_message(exc: OutputReserveError) -> str:

@@ -145,6 +145,21 @@ def test_messages_cap_above_the_limit_is_clamped(claude, fresh_sim, model, limit
     assert fresh_sim.last_request(path)["body"]["max_tokens"] == limit
 
 
+def test_messages_thinking_budget_goes_under_a_clamped_cap(claude, fresh_sim):
+    # Anthropic counts thinking within max_tokens and refuses a budget that is not below it
+    raw = claude.messages.with_raw_response.create(
+        model="claude-small",
+        max_tokens=32_000,
+        thinking={"type": "enabled", "budget_tokens": 20_000},
+        messages=_user("Hi"),
+        timeout=60,
+    )
+    assert raw.parse().content
+    sent = fresh_sim.last_request("/v1/messages")["body"]
+    assert sent["max_tokens"] == LIMIT
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": LIMIT - 1}
+
+
 def test_messages_cap_is_shrunk_to_the_room_beside_the_prompt(claude, fresh_sim):
     raw = claude.messages.with_raw_response.create(
         model="claude-small", max_tokens=LIMIT, messages=_user(SHRINKS)
@@ -171,6 +186,28 @@ def test_messages_refusal_is_anthropics_own_and_names_the_cap_that_fits(claude, 
     assert f"to {window - prompt:,} or less" in message
     assert "prompt is too long" not in message
     assert fresh_sim.requests() == []
+
+
+def test_the_simulator_refuses_a_cap_above_the_limit_on_every_wire(fresh_sim):
+    """What makes the tests above honest: the provider simulator refuses what routefit clamps."""
+    base = fresh_sim.url("/v1")
+    oai = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="max_tokens is too large"):
+        oai.chat.completions.create(model="gpt-4o-small", messages=_user("Hi"), max_tokens=32_000)
+    with pytest.raises(openai.BadRequestError, match="max_output_tokens"):
+        oai.responses.create(model="gpt-4o-small", input="Hi", max_output_tokens=32_000)
+    direct = anthropic.Anthropic(base_url=fresh_sim.base_url, api_key="x", max_retries=0)
+    with pytest.raises(anthropic.BadRequestError, match="maximum allowed"):
+        direct.messages.create(
+            model="claude-sim-small", max_tokens=32_000, messages=_user("Hi"), timeout=60
+        )
+    with pytest.raises(anthropic.BadRequestError, match=r"thinking\.budget_tokens"):
+        direct.messages.create(
+            model="claude-sim-small",
+            max_tokens=2000,
+            thinking={"type": "enabled", "budget_tokens": 2000},
+            messages=_user("Hi"),
+        )
 
 
 # -- Responses -----------------------------------------------------------------------------
