@@ -48,6 +48,13 @@ def gw(sim, tmp_path_factory):
         sim_route("big", url, "gpt-4o"),  # 128k window, 16,384 output (litellm's map)
         sim_route("small", url, "gpt-4o-small", model_info=info),
         claude_route("claude-small", url, "claude-sim-small", **info),
+        # issue 31's example: a window smaller than the route's own output limit
+        sim_route(
+            "cramped",
+            url,
+            "gpt-4o-small",
+            model_info={"max_input_tokens": 3000, "max_output_tokens": LIMIT},
+        ),
     ]
     config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
     with run_routefit(config) as running:
@@ -143,6 +150,19 @@ def test_messages_cap_above_the_limit_is_clamped(claude, fresh_sim, model, limit
     assert raw.parse().content[0].text
     assert raw.headers["x-routefit-output-clamped"] == f"32000->{limit}"
     assert fresh_sim.last_request(path)["body"]["max_tokens"] == limit
+
+
+@pytest.mark.parametrize("asked", [32_000, LIMIT])
+def test_a_short_prompt_beside_a_cap_larger_than_the_window_is_served(claude, fresh_sim, asked):
+    # issue 31: "prompt is too long: 3009 tokens > 3000 maximum" for a 9-token prompt
+    raw = claude.messages.with_raw_response.create(
+        model="cramped", max_tokens=asked, messages=_user("Hi"), timeout=60
+    )
+    assert raw.parse().content[0].text
+    sent = fresh_sim.last_request("/v1/chat/completions")["body"]["max_tokens"]
+    prompt = int(raw.headers["x-routefit-prompt-tokens"])
+    assert sent == 3000 - 32 - prompt  # all the room the prompt leaves, less the margin
+    assert raw.headers["x-routefit-output-clamped"] == f"{asked}->{sent}"
 
 
 def test_messages_thinking_budget_goes_under_a_clamped_cap(claude, fresh_sim):
