@@ -51,13 +51,15 @@ class OutputReserveError(FitError):
         self.floor = floor
         #: The largest output cap that would fit beside the prompt (≥ 1).
         self.fits = fits
-        asked = limit.requested if limit.requested is not None else limit.reserve
+        if limit.requested is not None:
+            asked = f"this request's output cap is {limit.requested:,}"
+        else:
+            asked = f"this request sets no output cap and the route reserves {limit.reserve:,}"
         self.args = (
             f"route {exc.route!r}: the prompt (about {exc.estimate:,} tokens) fits the context "
             f"window of {exc.window:,} tokens only beside an output reservation of at most "
-            f"{fits:,} tokens; this request reserves {asked:,} for the reply, and routefit "
-            f"shrinks a reservation to no less than {floor:,}. Set the output cap (max_tokens) "
-            f"to {fits:,} or less",
+            f"{fits:,} tokens; {asked}, and routefit shrinks a reservation to no less than "
+            f"{floor:,}. Set an output cap of {fits:,} or less",
         )
 
 

@@ -153,7 +153,8 @@ class ChatWire:
         if isinstance(exc, OutputReserveError):  # the reply's reservation, not the prompt
             return ProxyError(
                 400,
-                f"This model's maximum context length is {exc.window:,} tokens. {exc}",
+                f"This model's maximum context length is {exc.window:,} tokens, and the "
+                f"output reservation (max_tokens) leaves too little of it: {exc}",
                 param="max_tokens",
                 code="context_length_exceeded",
             )

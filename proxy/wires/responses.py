@@ -187,7 +187,8 @@ class ResponsesWire:
             return ProxyError(
                 400,
                 f"Your input and max_output_tokens exceed the context window of this model "
-                f"({exc.window:,} tokens). {exc}",
+                f"({exc.window:,} tokens): the output reservation (max_output_tokens) leaves "
+                f"too little of it. {exc}",
                 param="max_output_tokens",
                 code="context_length_exceeded",
             )

@@ -123,13 +123,10 @@ def test_chat_refusal_names_the_reservation_and_the_cap_that_fits(oai, fresh_sim
         oai.chat.completions.create(model="small", messages=_user(REFUSED), max_tokens=LIMIT)
     error = info.value.body
     assert error["code"] == "context_length_exceeded" and error["param"] == "max_tokens"
-    fits = int(
-        re.search(r"Set the output cap \(max_tokens\) to ([\d,]+) or less", error["message"])[
-            1
-        ].replace(",", "")
-    )
-    assert 1 <= fits < 1024
-    assert "output reservation" in error["message"]
+    found = re.search(r"Set an output cap of ([\d,]+) or less", error["message"])
+    assert found, error["message"]
+    assert 1 <= int(found[1].replace(",", "")) < 1024
+    assert "output reservation (max_tokens)" in error["message"]
     assert fresh_sim.requests() == []  # never forwarded to fail at the provider
 
 
@@ -203,7 +200,7 @@ def test_messages_refusal_is_anthropics_own_and_names_the_cap_that_fits(claude, 
     assert found, message
     prompt, asked, window = map(int, found.groups())
     assert (asked, window) == (LIMIT, WINDOW) and prompt + 1024 > window
-    assert f"to {window - prompt:,} or less" in message
+    assert f"Set an output cap of {window - prompt:,} or less" in message
     assert "prompt is too long" not in message
     assert fresh_sim.requests() == []
 
@@ -261,5 +258,6 @@ def test_responses_refusal_names_the_reservation(oai, fresh_sim):
     error = info.value.body
     assert error["code"] == "context_length_exceeded"
     assert error["param"] == "max_output_tokens"
-    assert re.search(r"Set the output cap \(max_tokens\) to [\d,]+ or less", error["message"])
+    assert re.search(r"Set an output cap of [\d,]+ or less", error["message"])
+    assert "output reservation (max_output_tokens)" in error["message"]
     assert fresh_sim.requests() == []

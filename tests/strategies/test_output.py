@@ -149,7 +149,8 @@ def test_a_prompt_that_fits_only_beside_a_cap_below_the_floor_names_the_cap():
     exc = info.value
     assert 1 <= exc.fits < 1024 and exc.floor == 1024
     assert exc.estimate + exc.fits + safety_margin(8192, FitPolicy()) == 8192
-    assert f"to {exc.fits:,} or less" in str(exc) and "reservation" in str(exc)
+    assert f"Set an output cap of {exc.fits:,} or less" in str(exc)
+    assert "output reservation" in str(exc)
 
 
 def test_a_client_cap_below_the_floor_is_not_shrunk_but_named():
