@@ -338,10 +338,21 @@ class CalibrationPolicy:
     prior_inexact: float = 1.1
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
-    #: Image tokens priced by a default may be far from the truth either way (a worst case, or a
-    #: stand-in price): their own weight may range wider.
-    defaulted_low: float = 0.05
+    #: Image tokens priced by a default (an image of unknown size at the rule's worst case, a
+    #: stand-in rule's price) are never priced below that default: the next unknown image may be
+    #: the largest, whatever the last ones were. Above it, their weight may range wide.
+    defaulted_low: float = 1.0
     defaulted_high: float = 50.0
+    #: A sample whose actual / fitted is more than this factor from the median of the others is
+    #: an outlier, left out of the fit (``_plausible``): honest samples of a fitted route are
+    #: within a few percent of it.
+    outlier_band: float = 1.15
+    #: The most a run of newest samples may rise before it is taken for a new model at once
+    #: (``_regime``); a larger rise, or a fall, must hold for ``outlier_share`` of the window.
+    regime_band: float = 1.5
+    #: Outliers are left out only while they are at most this share of the samples: up to it,
+    #: lying answers cannot move the correction beyond the band (docs/calibration.md).
+    outlier_share: float = 0.25
     #: Which model of the bias is fitted: ``features`` (this module's); for comparison only
     #: (bench/accuracy.py's before/after), ``classes`` (per-class token weights, framing,
     #: messages, calls and images, no request or per-character features, absolute errors) and
@@ -397,16 +408,82 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def _regime(samples: Sequence[Sample], min_samples: int) -> Sequence[Sample]:
-    """Drop the older samples when the newest ones consistently disagree with them."""
-    if len(samples) < 2 * min_samples:
-        return samples
-    recent, older = samples[-min_samples:], samples[:-min_samples]
-    old_ratio = sorted(s.actual / s.raw for s in older)[len(older) // 2]
-    ratios = [s.actual / s.raw for s in recent]
-    above = all(r > old_ratio * 1.03 for r in ratios)
-    below = all(r < old_ratio * 0.97 for r in ratios)
-    return recent if above or below else samples
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def _regime(samples: Sequence[Sample], policy: CalibrationPolicy) -> Sequence[Sample]:
+    """Follow a change of model behind the alias: the newest samples consistently disagree with
+    the older ones.
+
+    A moderate rise (at most ``regime_band``), seen in the newest ``min_samples``, is followed at
+    once by scaling the older samples' counts to the new level: the side where waiting means
+    overflows, and the shape of the bias is still learnt from the whole window — a few lying
+    answers in a row can raise prices by ``regime_band`` at most. A fall, or a larger rise, must
+    hold for more than ``outlier_share`` of the samples; then the older ones are dropped."""
+    n = len(samples)
+    slow = max(policy.min_samples, math.floor(policy.outlier_share * n) + 1)
+    for k in (policy.min_samples, slow):
+        if n < 2 * k:
+            return samples
+        recent, older = samples[-k:], samples[:-k]
+        old_ratio = _median([s.actual / s.raw for s in older])
+        ratios = [s.actual / s.raw for s in recent]
+        rise = _median(ratios) / old_ratio
+        if all(r > old_ratio * 1.03 for r in ratios) and rise <= policy.regime_band:
+            return [*(replace(s, actual=math.ceil(s.actual * rise)) for s in older), *recent]
+        if k == slow and (
+            all(r > old_ratio * 1.03 for r in ratios) or all(r < old_ratio * 0.97 for r in ratios)
+        ):
+            return recent
+    return samples
+
+
+def _plausible(usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool) -> list[Sample]:
+    """The samples that are not outliers: a provider's usage is a claim, and a few lying ones
+    (up to ``outlier_share`` of the window) must not move the correction far.
+
+    Each sample is compared with what the others say it should cost: a first fit on the samples
+    within a wide band of the median actual/raw ratio, then each sample's actual / fitted around
+    the median of those. A sample more than ``outlier_band`` away is left out — unless more than
+    ``outlier_share`` of the samples would be: that is not a few liars, and the fit takes all."""
+    clean = [s for s in usable if s.vector[DEFAULTED] == 0]
+    if len(clean) < policy.min_samples:
+        return list(usable)
+    wide = policy.regime_band**2
+    middle = _median([s.actual / s.raw for s in clean])
+    kept = [s for s in clean if middle / wide <= s.actual / s.raw <= middle * wide]
+    for _ in range(2):  # the second fit, on the first's inliers, sees the liars more clearly
+        w, _ = _base(kept, replace(policy, quantile=0.5), exact)
+        kept = _inliers(usable, w, policy.outlier_band)
+    return kept if len(usable) - len(kept) <= policy.outlier_share * len(usable) else list(usable)
+
+
+def _inliers(usable: Sequence[Sample], w: Sequence[float], band: float) -> list[Sample]:
+    """The samples within ``band`` of what ``w`` prices them at, relative to the median sample
+    (a sample with defaulted image tokens: between its price without them and with them)."""
+    fitted = [_dot(w, s.vector) for s in usable]
+    residual = [
+        s.actual / f
+        for s, f in zip(usable, fitted, strict=True)
+        if f > 0 and not s.vector[DEFAULTED]
+    ]
+    centre = _median(residual) if residual else 1.0
+    out = []
+    for s, f in zip(usable, fitted, strict=True):
+        actual = s.actual / centre
+        if s.vector[DEFAULTED]:
+            bare = f - w[DEFAULTED] * s.vector[DEFAULTED]
+            if bare / band <= actual <= f * band:
+                out.append(s)
+        elif f > 0 and f / band <= actual <= f * band:
+            out.append(s)
+    return out
+
+
+def _dot(w: Sequence[float], v: Sequence[float]) -> float:
+    return sum(a * b for a, b in zip(w, v, strict=True))
 
 
 def _quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
@@ -525,7 +602,8 @@ def fit_correction(
     recent = list(samples)[-policy.window :]
     if policy.model != "features":
         recent = [replace(s, features=_project(s.vector, policy.model)) for s in recent]
-    usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy.min_samples))
+    usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy))
+    usable = _plausible(usable, policy, exact)
     w, seen = _base(usable, policy, exact)
     text_seen = [w[j] for j in _TEXT if seen[j]]
     for j in _TEXT:  # a class no sample had: the most any seen class costs (or the prior)
@@ -579,5 +657,10 @@ def _defaulted_weight(
         v = s.vector
         rest = sum(a * b for j, (a, b) in enumerate(zip(w, v, strict=True)) if j != DEFAULTED)
         per.append((s.actual - rest) / v[DEFAULTED])
+    # A few lying answers cannot raise it beyond the band over the median (or the default).
+    ceiling = max(1.0, _median(per)) * policy.regime_band
+    if sum(v > ceiling for v in per) <= policy.outlier_share * n:
+        kept = [(v, r) for v, r in zip(per, recency, strict=True) if v <= ceiling]
+        per, recency = [v for v, _ in kept], [r for _, r in kept]
     value = _quantile(per, recency, policy.quantile)
     return min(policy.defaulted_high, max(policy.defaulted_low, value))
