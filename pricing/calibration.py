@@ -26,7 +26,8 @@ module turns those samples into a ``Correction``:
 3. **Never below an exact meter**: on a route whose meter follows the provider's published
    rules, a factor is never below 1 (what the meter does not know can only add tokens).
 4. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
-   whose meter is exact, a conservative prior (1.1 on text and framing) on one that is not.
+   whose meter is exact, a prior meant to over-estimate on one that is not (text and framing
+   ×1.4, 8 tokens a message, 12 a tool call, 16 a request: docs/calibration.md).
 5. **Quick to follow a change** (a new model version behind the same alias): when the newest
    samples disagree consistently with the older ones, the older ones are dropped.
 6. **Clamped** to a sane range, and **quantised** (0.5% steps, rounded up) so that a factor does
@@ -332,10 +333,14 @@ class CalibrationPolicy:
     low: float = 0.5
     high: float = 3.0
     step: float = 0.005
-    #: Before a route whose meter is not exact has ``min_samples`` samples, its text and framing
-    #: are scaled by this prior (closed tokenizers mostly count more than the ones available
-    #: offline; erring high costs a little window, erring low costs an overflow).
-    prior_inexact: float = 1.1
+    #: Before a route whose meter is not exact has ``min_samples`` samples, it is priced by a prior
+    #: meant to over-estimate every tokenizer of the family docs/calibration.md states: text and
+    #: framing scaled by ``prior_inexact``, plus scaffolding per message, per tool call and per
+    #: request (erring high costs a little window for a few requests, erring low an overflow).
+    prior_inexact: float = 1.4
+    prior_messages: float = 8.0
+    prior_calls: float = 12.0
+    prior_requests: float = 16.0
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
     #: Image tokens priced by a default (an image of unknown size at the rule's worst case, a
@@ -455,7 +460,7 @@ def _plausible(usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool)
     middle = _median([s.actual / s.raw for s in clean])
     kept = [s for s in clean if middle / wide <= s.actual / s.raw <= middle * wide]
     for _ in range(2):  # the second fit, on the first's inliers, sees the liars more clearly
-        w, _ = _base(kept, replace(policy, quantile=0.5), exact)
+        w, _ = _base(kept, replace(policy, quantile=0.5), exact, loo=False)
         kept = _inliers(usable, w, policy.outlier_band)
     return kept if len(usable) - len(kept) <= policy.outlier_share * len(usable) else list(usable)
 
@@ -483,7 +488,7 @@ def _inliers(usable: Sequence[Sample], w: Sequence[float], band: float) -> list[
 
 
 def _dot(w: Sequence[float], v: Sequence[float]) -> float:
-    return sum(a * b for a, b in zip(w, v, strict=True))
+    return float(sum(map(mul, w, v)))
 
 
 def _quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
@@ -503,8 +508,13 @@ def _round_up(value: float, step: float) -> float:
 
 
 def _prior(policy: CalibrationPolicy, exact: bool) -> list[float]:
-    p = 1.0 if exact else policy.prior_inexact
-    return list(_legacy(p, p, 1.0))
+    if exact:
+        return list(_legacy(1.0, 1.0, 1.0))
+    p = policy.prior_inexact
+    out = list(_legacy(p, p, 1.0))
+    out[MESSAGES], out[CALLS] = policy.prior_messages, policy.prior_calls
+    out[REQUESTS] = policy.prior_requests
+    return out
 
 
 def _least_squares(
@@ -513,8 +523,11 @@ def _least_squares(
     weights: Sequence[float],
     prior: Sequence[float],
     ridge: Sequence[float],
-) -> list[float]:
-    """Recency-weighted ridge regression towards ``prior``, over the features seen.
+    leverage: bool = False,
+) -> tuple[list[float], list[float]]:
+    """Recency-weighted ridge regression towards ``prior``, over the features seen; and, when
+    asked, each sample's leverage (its share in its own fitted value: the diagonal of the hat
+    matrix), from which its leave-one-out residual follows.
 
     Column by column with ``map`` (C loops): a refit runs on the event loop, in the
     calibration writer, so a full window of 17 features must stay a few milliseconds."""
@@ -535,7 +548,32 @@ def _least_squares(
     if solved is not None:
         for j, value in zip(cols, solved, strict=True):
             out[j] = value
-    return out
+    inverse = _inverse(ata) if leverage and solved is not None else None
+    if inverse is None:
+        return out, [0.0] * len(rows)
+    h = []
+    for i, row in enumerate(rows):
+        r = [row[j] for j in cols]
+        h.append(weights[i] * sum(map(mul, r, [sum(map(mul, inv, r)) for inv in inverse])))
+    return out, h
+
+
+def _inverse(a: list[list[float]]) -> list[list[float]] | None:
+    """Gauss-Jordan inverse of a small dense matrix (None when singular)."""
+    n = len(a)
+    m = [[*row, *(1.0 if i == j else 0.0 for j in range(n))] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-300:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        inv = 1.0 / m[col][col]
+        m[col] = [v * inv for v in m[col]]
+        for r in range(n):
+            if r != col and m[r][col]:
+                f = m[r][col]
+                m[r] = [v - f * p for v, p in zip(m[r], m[col], strict=True)]
+    return [row[n:] for row in m]
 
 
 #: Range of the weights of counted features on a route whose meter is not exact (on an exact
@@ -559,9 +597,10 @@ def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, ex
 
 
 def _base(
-    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool
+    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool, loo: bool = True
 ) -> tuple[list[float], list[bool]]:
-    """Weights of everything the meter priced itself, from samples without defaulted parts."""
+    """Weights of everything the meter priced itself, from samples without defaulted parts
+    (``loo``: scaled up on leave-one-out residuals, else on in-sample ones)."""
     prior = _prior(policy, exact)
     clean = [s for s in usable if s.vector[DEFAULTED] == 0]
     if len(clean) < policy.min_samples:
@@ -579,9 +618,16 @@ def _base(
         if policy.model == "features"
         else recency
     )
-    w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)
+    actual = [s.actual for s in clean]
+    w, h = _least_squares(rows, actual, weights, _prior(policy, True), ridge, leverage=loo)
     _bounded(w, seen, policy, exact)
-    predicted = [sum(a * b for a, b in zip(w, r, strict=True)) for r in rows]
+    # The scale-up is judged on each sample as if it had not been fitted on (leave-one-out:
+    # residual / (1 − leverage)): in-sample residuals of 17 weights fitted on a few dozen
+    # samples flatter the fit, and the next request is one it has not seen.
+    predicted = [
+        a - (a - _dot(w, r)) / (1.0 - min(lev, 0.9))
+        for a, r, lev in zip(actual, rows, h, strict=True)
+    ]
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
     kept = [x for x, p in zip(recency, predicted, strict=True) if p > 0]
     scale = _quantile(ratios, kept, policy.quantile) if ratios else 1.0

@@ -395,3 +395,30 @@ def test_an_image_of_unknown_size_is_never_priced_below_the_worst_case():
     one = [0] * len(FEATURES)
     one[DEFAULTED] = worst
     assert learnt.price(one) >= worst
+
+
+def test_a_new_route_is_priced_above_any_tokenizer_of_the_stated_family():
+    """Before a route whose meter is not exact has learnt, its prior over-estimates every
+    tokenizer of the family docs/calibration.md states (per token kind x0.75-1.25 of o200k or
+    cl100k, up to 8 tokens a message, 12 a tool call, 8 of priming): drawn at random here, with
+    the simulator's counting rules as the provider."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    import accuracy_heldout as heldout
+
+    from pricing.calibration import fit_correction
+    from pricing.messages import parse_request
+    from pricing.meter import measure
+    from proxy.sim.counting import openai_prompt
+
+    route = heldout._routes().route("mystery-2").route
+    prior = fit_correction((), CalibrationPolicy(), exact=False)
+    rng = random.Random(31)
+    for i in range(4):
+        sim = heldout.random_tokenizer(rng, i)
+        for body in heldout._bodies(6, seed=rng.randrange(10**6)):
+            actual = len(openai_prompt(body, sim, heldout._picture).tokens)
+            estimate = prior.price_pressure(measure(parse_request(body), route))
+            assert estimate >= actual * 0.99, (sim.class_rates, estimate, actual)
