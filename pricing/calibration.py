@@ -460,7 +460,7 @@ def _plausible(usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool)
     middle = _median([s.actual / s.raw for s in clean])
     kept = [s for s in clean if middle / wide <= s.actual / s.raw <= middle * wide]
     for _ in range(2):  # the second fit, on the first's inliers, sees the liars more clearly
-        w, _ = _base(kept, replace(policy, quantile=0.5), exact, loo=False)
+        w, _ = _base(kept, replace(policy, quantile=0.5), exact)
         kept = _inliers(usable, w, policy.outlier_band)
     return kept if len(usable) - len(kept) <= policy.outlier_share * len(usable) else list(usable)
 
@@ -523,11 +523,8 @@ def _least_squares(
     weights: Sequence[float],
     prior: Sequence[float],
     ridge: Sequence[float],
-    leverage: bool = False,
-) -> tuple[list[float], list[float]]:
-    """Recency-weighted ridge regression towards ``prior``, over the features seen; and, when
-    asked, each sample's leverage (its share in its own fitted value: the diagonal of the hat
-    matrix), from which its leave-one-out residual follows.
+) -> list[float]:
+    """Recency-weighted ridge regression towards ``prior``, over the features seen.
 
     Column by column with ``map`` (C loops): a refit runs on the event loop, in the
     calibration writer, so a full window of 17 features must stay a few milliseconds."""
@@ -548,32 +545,7 @@ def _least_squares(
     if solved is not None:
         for j, value in zip(cols, solved, strict=True):
             out[j] = value
-    inverse = _inverse(ata) if leverage and solved is not None else None
-    if inverse is None:
-        return out, [0.0] * len(rows)
-    h = []
-    for i, row in enumerate(rows):
-        r = [row[j] for j in cols]
-        h.append(weights[i] * sum(map(mul, r, [sum(map(mul, inv, r)) for inv in inverse])))
-    return out, h
-
-
-def _inverse(a: list[list[float]]) -> list[list[float]] | None:
-    """Gauss-Jordan inverse of a small dense matrix (None when singular)."""
-    n = len(a)
-    m = [[*row, *(1.0 if i == j else 0.0 for j in range(n))] for i, row in enumerate(a)]
-    for col in range(n):
-        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
-        if abs(m[pivot][col]) < 1e-300:
-            return None
-        m[col], m[pivot] = m[pivot], m[col]
-        inv = 1.0 / m[col][col]
-        m[col] = [v * inv for v in m[col]]
-        for r in range(n):
-            if r != col and m[r][col]:
-                f = m[r][col]
-                m[r] = [v - f * p for v, p in zip(m[r], m[col], strict=True)]
-    return [row[n:] for row in m]
+    return out
 
 
 #: Range of the weights of counted features on a route whose meter is not exact (on an exact
@@ -597,10 +569,9 @@ def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, ex
 
 
 def _base(
-    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool, loo: bool = True
+    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool
 ) -> tuple[list[float], list[bool]]:
-    """Weights of everything the meter priced itself, from samples without defaulted parts
-    (``loo``: scaled up on leave-one-out residuals, else on in-sample ones)."""
+    """Weights of everything the meter priced itself, from samples without defaulted parts."""
     prior = _prior(policy, exact)
     clean = [s for s in usable if s.vector[DEFAULTED] == 0]
     if len(clean) < policy.min_samples:
@@ -618,16 +589,9 @@ def _base(
         if policy.model == "features"
         else recency
     )
-    actual = [s.actual for s in clean]
-    w, h = _least_squares(rows, actual, weights, _prior(policy, True), ridge, leverage=loo)
+    w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)
     _bounded(w, seen, policy, exact)
-    # The scale-up is judged on each sample as if it had not been fitted on (leave-one-out:
-    # residual / (1 − leverage)): in-sample residuals of 17 weights fitted on a few dozen
-    # samples flatter the fit, and the next request is one it has not seen.
-    predicted = [
-        a - (a - _dot(w, r)) / (1.0 - min(lev, 0.9))
-        for a, r, lev in zip(actual, rows, h, strict=True)
-    ]
+    predicted = [_dot(w, r) for r in rows]
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
     kept = [x for x, p in zip(recency, predicted, strict=True) if p > 0]
     scale = _quantile(ratios, kept, policy.quantile) if ratios else 1.0
