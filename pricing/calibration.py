@@ -29,8 +29,14 @@ module turns those samples into a ``Correction``:
    whose meter is exact, a prior meant to over-estimate on one that is not (text and framing
    ×1.4, 8 tokens a message, 12 a tool call, 16 a request: docs/calibration.md).
 5. **Quick to follow a change** (a new model version behind the same alias): when the newest
-   samples disagree consistently with the older ones, the older ones are dropped.
-6. **Clamped** to a sane range, and **quantised** (0.5% steps, rounded up) so that a factor does
+   samples consistently sit above the older ones by a moderate rise, the older ones are scaled
+   to it at once; a fall or a larger rise must hold for a quarter of the window, then the older
+   ones are dropped (``_regime``).
+6. **Untrusted**: a provider's count is a claim. Samples more than ``outlier_band`` from what the
+   others say they should cost are left out while they are at most ``outlier_share`` of the
+   window (``_plausible``), so up to 20% lying samples keep every honest request's price
+   within [0.99, 1.5]× of the honest fit (property-tested).
+7. **Clamped** to a sane range, and **quantised** (0.5% steps, rounded up) so that a factor does
    not jitter between requests: fitting's cut points are computed on calibrated prices, and a
    factor that moved every request would move them too.
 
