@@ -61,6 +61,7 @@ from pricing.meter import MessagePressure, Pressure
 
 __all__ = [
     "FEATURES",
+    "IMAGE_FEATURES",
     "Anchor",
     "CalibrationPolicy",
     "Correction",
@@ -76,15 +77,29 @@ __all__ = [
 ]
 
 #: The features of a prompt, in this order: text tokens per content class, framing tokens,
-#: messages, tool calls, image tokens priced from the image, image tokens priced by a default,
-#: the request itself (1: overhead per prompt), then counts of the characters tokenizers
-#: disagree on (``pricing.content.STATS``).
-FEATURES = (*CLASSES, "framing", "messages", "calls", "images", "defaulted", "requests", *STATS)
+#: messages, tool calls, image tokens priced from the image, image tokens priced by a stand-in
+#: rule, the request itself (1: overhead per prompt), counts of the characters tokenizers
+#: disagree on (``pricing.content.STATS``), and image tokens of unknown size priced at the
+#: rule's worst case (last: samples recorded before it existed lack it).
+FEATURES = (
+    *CLASSES,
+    "framing",
+    "messages",
+    "calls",
+    "images",
+    "defaulted",
+    "requests",
+    *STATS,
+    "unsized",
+)
 _N = len(FEATURES)
 _TEXT = range(len(CLASSES))
 FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED, REQUESTS = range(len(CLASSES), len(CLASSES) + 6)
 #: Features counted in characters (their weight is tokens per character, neutral 0).
-_CHARS = range(REQUESTS + 1, _N)
+_CHARS = range(REQUESTS + 1, REQUESTS + 1 + len(STATS))
+UNSIZED = _N - 1
+#: The features an image's tokens may fall in (an offloaded image leaves all of them).
+IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
 _THINGS = (MESSAGES, CALLS, REQUESTS)
 _COUNTS = frozenset((*_THINGS, *_CHARS))
@@ -95,7 +110,7 @@ Vector = tuple[float, ...]
 
 
 def _legacy(text: float, framing: float, images: float, messages: float = 0.0) -> Vector:
-    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images, 0.0, *_NO_STATS)
+    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images, 0.0, *_NO_STATS, images)
 
 
 def message_features(mp: MessagePressure) -> tuple[int, ...]:
@@ -107,9 +122,10 @@ def message_features(mp: MessagePressure) -> tuple[int, ...]:
         1,
         mp.calls,
         mp.images - mp.defaulted,
-        mp.defaulted,
+        mp.defaulted - mp.unsized,
         0,
         *stats,
+        mp.unsized,
     )
 
 
@@ -221,10 +237,12 @@ class Sample:
     def vector(self) -> tuple[int, ...]:
         if len(self.features) == _N:
             return self.features
+        if len(self.features) == _N - 1:  # before unsized images were a feature of their own
+            return (*self.features, 0)
         if len(self.features) == _OLD_N:  # before requests and characters were features
-            return (*self.features, 1, *_NO_STATS)
+            return (*self.features, 1, *_NO_STATS, 0)
         old = (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
-        return (*old, 1, *_NO_STATS)
+        return (*old, 1, *_NO_STATS, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +324,9 @@ def checkpoint_anchors(
             out.append(
                 (
                     i + 1,
-                    Anchor(text, feats[FRAMING], feats[IMAGES] + feats[DEFAULTED], share, feats),
+                    Anchor(
+                        text, feats[FRAMING], sum(feats[j] for j in IMAGE_FEATURES), share, feats
+                    ),
                 )
             )
     return out
@@ -318,11 +338,12 @@ _MODELS = ("features", "classes", "one-factor")
 def _project(v: Sequence[int], model: str) -> tuple[int, ...]:
     """A sample's features as an older model of the bias saw them (``CalibrationPolicy.model``)."""
     if model == "classes":
-        return (*v[:REQUESTS], 0, *_NO_STATS)
+        return (*v[:REQUESTS], 0, *_NO_STATS, v[UNSIZED])
     if model == "one-factor":
         text = sum(v[j] for j in _TEXT)
-        old = (text, 0, 0, 0, 0, v[FRAMING], v[MESSAGES], 0, v[IMAGES] + v[DEFAULTED], 0)
-        return (*old, 0, *_NO_STATS)
+        images = v[IMAGES] + v[DEFAULTED] + v[UNSIZED]
+        old = (text, 0, 0, 0, 0, v[FRAMING], v[MESSAGES], 0, images, 0)
+        return (*old, 0, *_NO_STATS, 0)
     return tuple(v)
 
 
@@ -349,11 +370,13 @@ class CalibrationPolicy:
     prior_requests: float = 16.0
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
-    #: Image tokens priced by a default (an image of unknown size at the rule's worst case, a
-    #: stand-in rule's price) are never priced below that default: the next unknown image may be
-    #: the largest, whatever the last ones were. Above it, their weight may range wide.
-    defaulted_low: float = 1.0
+    #: Image tokens priced by a stand-in rule may be far from the truth either way: their weight
+    #: ranges wide.
+    defaulted_low: float = 0.05
     defaulted_high: float = 50.0
+    #: Image tokens of unknown size, priced at the rule's worst case, are never priced below it:
+    #: the next unknown image may be the largest, whatever the last ones were.
+    unsized_low: float = 1.0
     #: A sample whose actual / fitted is more than this factor from the median of the others is
     #: an outlier, left out of the fit (``_plausible``): honest samples of a fitted route are
     #: within a few percent of it.
@@ -459,7 +482,7 @@ def _plausible(usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool)
     within a wide band of the median actual/raw ratio, then each sample's actual / fitted around
     the median of those. A sample more than ``outlier_band`` away is left out — unless more than
     ``outlier_share`` of the samples would be: that is not a few liars, and the fit takes all."""
-    clean = [s for s in usable if s.vector[DEFAULTED] == 0]
+    clean = [s for s in usable if not _dirty(s.vector)]
     if len(clean) < policy.min_samples:
         return list(usable)
     wide = policy.regime_band**2
@@ -476,21 +499,24 @@ def _inliers(usable: Sequence[Sample], w: Sequence[float], band: float) -> list[
     (a sample with defaulted image tokens: between its price without them and with them)."""
     fitted = [_dot(w, s.vector) for s in usable]
     residual = [
-        s.actual / f
-        for s, f in zip(usable, fitted, strict=True)
-        if f > 0 and not s.vector[DEFAULTED]
+        s.actual / f for s, f in zip(usable, fitted, strict=True) if f > 0 and not _dirty(s.vector)
     ]
     centre = _median(residual) if residual else 1.0
     out = []
     for s, f in zip(usable, fitted, strict=True):
         actual = s.actual / centre
-        if s.vector[DEFAULTED]:
-            bare = f - w[DEFAULTED] * s.vector[DEFAULTED]
+        if _dirty(s.vector):
+            bare = f - w[DEFAULTED] * s.vector[DEFAULTED] - w[UNSIZED] * s.vector[UNSIZED]
             if bare / band <= actual <= f * band:
                 out.append(s)
         elif f > 0 and f / band <= actual <= f * band:
             out.append(s)
     return out
+
+
+def _dirty(v: Sequence[int]) -> bool:
+    """Whether a sample has image tokens priced by a default (fitted apart, afterwards)."""
+    return bool(v[DEFAULTED] or v[UNSIZED])
 
 
 def _dot(w: Sequence[float], v: Sequence[float]) -> float:
@@ -565,7 +591,7 @@ def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, ex
     within a few tokens per thing or character (never negative on an exact meter)."""
     low = max(policy.low, 1.0) if exact else policy.low
     for j in range(_N):
-        if j == DEFAULTED:
+        if j in (DEFAULTED, UNSIZED):
             continue
         if j in _COUNTS:
             least, most = _COUNT_RANGE.get(j, _CHAR_RANGE)
@@ -579,7 +605,7 @@ def _base(
 ) -> tuple[list[float], list[bool]]:
     """Weights of everything the meter priced itself, from samples without defaulted parts."""
     prior = _prior(policy, exact)
-    clean = [s for s in usable if s.vector[DEFAULTED] == 0]
+    clean = [s for s in usable if not _dirty(s.vector)]
     if len(clean) < policy.min_samples:
         return prior, [False] * _N
     rows = [[float(x) for x in s.vector] for s in clean]
@@ -625,13 +651,15 @@ def fit_correction(
     for j in _TEXT:  # a class no sample had: the most any seen class costs (or the prior)
         if not seen[j] and text_seen:
             w[j] = max(text_seen)
-    w[DEFAULTED] = (
-        w[IMAGES] if policy.model == "one-factor" else _defaulted_weight(usable, w, policy)
-    )
+    if policy.model == "one-factor":
+        w[DEFAULTED] = w[UNSIZED] = w[IMAGES]
+    else:
+        w[DEFAULTED] = _leftover_weight(usable, w, policy, DEFAULTED, policy.defaulted_low)
+        w[UNSIZED] = _leftover_weight(usable, w, policy, UNSIZED, policy.unsized_low)
     # Rounded up (towards more tokens, negative weights too): per thing in 0.05 steps, per token
     # and per character in the policy's step.
     w = [_round_up(x, 0.05 if j in _THINGS else policy.step) for j, x in enumerate(w)]
-    fitted = sum(seen) > 0 or w[DEFAULTED] != 1.0
+    fitted = sum(seen) > 0 or w[DEFAULTED] != 1.0 or w[UNSIZED] != 1.0
     if not fitted:
         legacy = list(_legacy(w[0], w[FRAMING], w[IMAGES]))
         if w == legacy:
@@ -650,7 +678,7 @@ def _text_ratio(usable: Sequence[Sample], w: Sequence[float]) -> float:
     per-character corrections included (class weights alone no longer say it), over the
     window; the highest class weight when no sample has text features."""
     dearest = max(w[j] for j in _TEXT)
-    rows = [s.vector for s in usable if s.vector[DEFAULTED] == 0]
+    rows = [s.vector for s in usable if not _dirty(s.vector)]
     tokens = sum(r[j] for r in rows for j in _TEXT)
     if not tokens:
         return dearest
@@ -658,25 +686,27 @@ def _text_ratio(usable: Sequence[Sample], w: Sequence[float]) -> float:
     return _round_up(max(0.0, priced / tokens), 0.005)
 
 
-def _defaulted_weight(
-    usable: Sequence[Sample], w: Sequence[float], policy: CalibrationPolicy
+def _leftover_weight(
+    usable: Sequence[Sample], w: Sequence[float], policy: CalibrationPolicy, j: int, low: float
 ) -> float:
-    """What a defaulted image token really costs: an upper quantile of what the samples with
-    defaulted parts leave over once everything else is priced by ``w``."""
-    dirty = [s for s in usable if s.vector[DEFAULTED] > 0]
+    """What a token of feature ``j`` (image tokens priced by a default) really costs: an upper
+    quantile of what the samples with such tokens leave over once everything else is priced by
+    ``w`` (stand-in tokens are fitted first, on samples without unsized images), at least
+    ``low``."""
+    dirty = [s for s in usable if s.vector[j] > 0 and (j == UNSIZED or not s.vector[UNSIZED])]
     if len(dirty) < max(2, policy.min_samples // 2):
-        return 1.0  # the meter's own default (a worst case, or the stand-in price)
+        return max(low, 1.0)  # the meter's own default (a worst case, or the stand-in price)
     n = len(dirty)
     recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
     per = []
     for s in dirty:
         v = s.vector
-        rest = sum(a * b for j, (a, b) in enumerate(zip(w, v, strict=True)) if j != DEFAULTED)
-        per.append((s.actual - rest) / v[DEFAULTED])
+        rest = sum(a * b for k, (a, b) in enumerate(zip(w, v, strict=True)) if k != j)
+        per.append((s.actual - rest) / v[j])
     # A few lying answers cannot raise it beyond the band over the median (or the default).
     ceiling = max(1.0, _median(per)) * policy.regime_band
     if sum(v > ceiling for v in per) <= policy.outlier_share * n:
         kept = [(v, r) for v, r in zip(per, recency, strict=True) if v <= ceiling]
         per, recency = [v for v, _ in kept], [r for _, r in kept]
     value = _quantile(per, recency, policy.quantile)
-    return min(policy.defaulted_high, max(policy.defaulted_low, value))
+    return min(policy.defaulted_high, max(low, value))

@@ -371,7 +371,7 @@ def test_an_image_of_unknown_size_is_never_priced_below_the_worst_case():
     """URL images of unknown size are priced at the rule's most for one image; when the ones
     seen so far were small, the next may still be the largest (issue 31: 25% under on a route
     whose unknown images had been learnt to be small)."""
-    from pricing.calibration import DEFAULTED, FEATURES
+    from pricing.calibration import FEATURES, UNSIZED
 
     rng = random.Random(3)
     worst = 1105  # the rule's most for one image
@@ -383,17 +383,15 @@ def test_an_image_of_unknown_size_is_never_priced_below_the_worst_case():
         v[FEATURES.index("messages")] = 1
         v[FEATURES.index("requests")] = 1
         images = rng.randint(1, 3)
-        v[DEFAULTED] = images * worst
+        v[UNSIZED] = images * worst
         small = sum(rng.randint(85, 300) for _ in range(images))  # what the provider counted
         samples.append(
-            Sample(
-                "r", i, v[0], 7, v[DEFAULTED], images, 1, 0, False, v[0] + 7 + small, 0, tuple(v)
-            )
+            Sample("r", i, v[0], 7, v[UNSIZED], images, 1, 0, False, v[0] + 7 + small, 0, tuple(v))
         )
     learnt = fit_correction(samples, exact=True)
-    assert learnt.vector[DEFAULTED] >= 1.0
+    assert learnt.vector[UNSIZED] >= 1.0
     one = [0] * len(FEATURES)
-    one[DEFAULTED] = worst
+    one[UNSIZED] = worst
     assert learnt.price(one) >= worst
 
 
