@@ -32,9 +32,10 @@ import os
 import random
 import statistics
 import time
+from typing import Any
 
 import httpx
-from procs import Server, Servers, anthropic_entry, openai_entry, write_yaml
+from procs import Server, Servers, anthropic_entry, free_port, openai_entry, write_yaml
 from sessions import TOOLS
 from workloads import png_data_url, text_tokens
 
@@ -124,49 +125,33 @@ def _send(client: httpx.Client, url: str, body: dict) -> tuple[int, int, dict]:
     return estimate, int(data["usage"]["prompt_tokens"]), data
 
 
-def run(servers: Servers, quick: bool, log=print) -> dict:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+def _routefit(servers: Servers, exe: str, config: Any) -> Server:
+    """``routefit serve`` from another checkout's executable (the code before a change)."""
+    port = free_port()
+    cmd = [exe, "serve", "--config", str(config), "--port", str(port), "--workers", "1"]
+    process, log_path, started = servers.spawn(
+        "routefit-before", [*cmd, "--log-level", "warning"], {}
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(base + "/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return servers.wait_ready("routefit-before", process, log_path, started, base, ready, 60)
+
+
+def _measure(base_url: str, cfg: Any, sizes: tuple[int, int, int, int], log: Any) -> dict:
+    """Train, test and session errors per route, through the routefit at ``base_url``."""
     import litellm
 
     from pricing.messages import parse_request
     from pricing.meter import measure
-    from proxy.config import load_config
 
-    n_train, n_test, n_sessions, turns = (16, 16, 3, 4) if quick else (40, 40, 6, 6)
-    sim: Server = servers.sim()
-    url = sim.base_url
-    config = write_yaml(
-        servers.dir / "routefit-accuracy.yaml",
-        {
-            "model_list": [
-                openai_entry("gpt-4o", url),
-                openai_entry(
-                    "mystery",
-                    url,
-                    "mystery-1",
-                    # unknown to litellm's map: a user states the window and that it sees images
-                    model_info={
-                        "max_input_tokens": 32768,
-                        "max_output_tokens": 4096,
-                        "supports_vision": True,
-                    },
-                ),
-                anthropic_entry("claude", url),
-                openai_entry(
-                    "deepseek",
-                    url,
-                    "deepseek-chat",
-                    model_info={"max_input_tokens": 65536, "max_output_tokens": 8192},
-                    routefit={"tokenizer": "deepseek", "framing": "deepseek"},
-                ),
-            ],
-            "routefit_settings": {"store_path": ":memory:"},
-        },
-    )
-    cfg = load_config(str(config))
-    rf = servers.routefit(config)
-    chat = rf.base_url + "/v1/chat/completions"
-    out: dict = {"train": n_train, "test": n_test, "sessions": n_sessions, "turns": turns}
+    n_train, n_test, n_sessions, turns = sizes
+    chat = base_url + "/v1/chat/completions"
     routes: dict = {}
     with httpx.Client(timeout=120) as client:
         for alias in ROUTES:
@@ -218,8 +203,57 @@ def run(servers: Servers, quick: bool, log=print) -> dict:
                 f" anch {r['anchored']['worst_under_pct']:.1f}%  litellm "
                 f"{r['litellm_token_counter']['worst_under_pct']:.1f}%"
             )
-        calib = client.get(rf.base_url + "/routefit/calibration")
-        out["calibration_endpoint"] = calib.json() if calib.status_code == 200 else calib.text
+    return routes
+
+
+def run(servers: Servers, quick: bool, log=print) -> dict:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from proxy.config import load_config
+
+    n_train, n_test, n_sessions, turns = (16, 16, 3, 4) if quick else (40, 40, 6, 6)
+    sim: Server = servers.sim()
+    url = sim.base_url
+    config = write_yaml(
+        servers.dir / "routefit-accuracy.yaml",
+        {
+            "model_list": [
+                openai_entry("gpt-4o", url),
+                openai_entry(
+                    "mystery",
+                    url,
+                    "mystery-1",
+                    # unknown to litellm's map: a user states the window and that it sees images
+                    model_info={
+                        "max_input_tokens": 32768,
+                        "max_output_tokens": 4096,
+                        "supports_vision": True,
+                    },
+                ),
+                anthropic_entry("claude", url),
+                openai_entry(
+                    "deepseek",
+                    url,
+                    "deepseek-chat",
+                    model_info={"max_input_tokens": 65536, "max_output_tokens": 8192},
+                    routefit={"tokenizer": "deepseek", "framing": "deepseek"},
+                ),
+            ],
+            "routefit_settings": {"store_path": ":memory:"},
+        },
+    )
+    cfg = load_config(str(config))
+    out: dict = {"train": n_train, "test": n_test, "sessions": n_sessions, "turns": turns}
+    before = os.environ.get("ROUTEFIT_BEFORE")  # a routefit executable of the code before
+    if before:
+        log(f"  before ({before}):")
+        rf = _routefit(servers, before, config)
+        out["before"] = _measure(rf.base_url, cfg, (n_train, n_test, n_sessions, turns), log)
+        servers.stop(rf)
+        log("  after (this checkout):")
+    rf = servers.routefit(config)
+    routes = _measure(rf.base_url, cfg, (n_train, n_test, n_sessions, turns), log)
+    calib = httpx.get(rf.base_url + "/routefit/calibration", timeout=60)
+    out["calibration_endpoint"] = calib.json() if calib.status_code == 200 else calib.text
     out["routes"] = routes
     servers.stop(rf)
     servers.stop(sim)
@@ -227,6 +261,10 @@ def run(servers: Servers, quick: bool, log=print) -> dict:
 
     log("  models of the bias, before / after (in-process replay):")
     out["models"] = accuracy_models.run(quick, log)
+    import accuracy_heldout
+
+    log("  held-out unknown tokenizers, before / after (in-process replay):")
+    out["heldout"] = accuracy_heldout.run(4 if quick else 10, log=log)
     return out
 
 

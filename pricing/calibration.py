@@ -26,10 +26,17 @@ module turns those samples into a ``Correction``:
 3. **Never below an exact meter**: on a route whose meter follows the provider's published
    rules, a factor is never below 1 (what the meter does not know can only add tokens).
 4. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
-   whose meter is exact, a conservative prior (1.1 on text and framing) on one that is not.
+   whose meter is exact, a prior meant to over-estimate on one that is not (text and framing
+   ×1.4, 8 tokens a message, 12 a tool call, 16 a request: docs/calibration.md).
 5. **Quick to follow a change** (a new model version behind the same alias): when the newest
-   samples disagree consistently with the older ones, the older ones are dropped.
-6. **Clamped** to a sane range, and **quantised** (0.5% steps, rounded up) so that a factor does
+   samples consistently sit above the older ones by a moderate rise, the older ones are scaled
+   to it at once; a fall or a larger rise must hold for a quarter of the window, then the older
+   ones are dropped (``_regime``).
+6. **Untrusted**: a provider's count is a claim. Samples more than ``outlier_band`` from what the
+   others say they should cost are left out while they are at most ``outlier_share`` of the
+   window (``_plausible``), so up to 20% lying samples keep every honest request's price
+   within [0.99, 1.5]× of the honest fit (property-tested).
+7. **Clamped** to a sane range, and **quantised** (0.5% steps, rounded up) so that a factor does
    not jitter between requests: fitting's cut points are computed on calibrated prices, and a
    factor that moved every request would move them too.
 
@@ -54,6 +61,7 @@ from pricing.meter import MessagePressure, Pressure
 
 __all__ = [
     "FEATURES",
+    "IMAGE_FEATURES",
     "Anchor",
     "CalibrationPolicy",
     "Correction",
@@ -69,15 +77,29 @@ __all__ = [
 ]
 
 #: The features of a prompt, in this order: text tokens per content class, framing tokens,
-#: messages, tool calls, image tokens priced from the image, image tokens priced by a default,
-#: the request itself (1: overhead per prompt), then counts of the characters tokenizers
-#: disagree on (``pricing.content.STATS``).
-FEATURES = (*CLASSES, "framing", "messages", "calls", "images", "defaulted", "requests", *STATS)
+#: messages, tool calls, image tokens priced from the image, image tokens priced by a stand-in
+#: rule, the request itself (1: overhead per prompt), counts of the characters tokenizers
+#: disagree on (``pricing.content.STATS``), and image tokens of unknown size priced at the
+#: rule's worst case (last: samples recorded before it existed lack it).
+FEATURES = (
+    *CLASSES,
+    "framing",
+    "messages",
+    "calls",
+    "images",
+    "defaulted",
+    "requests",
+    *STATS,
+    "unsized",
+)
 _N = len(FEATURES)
 _TEXT = range(len(CLASSES))
 FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED, REQUESTS = range(len(CLASSES), len(CLASSES) + 6)
 #: Features counted in characters (their weight is tokens per character, neutral 0).
-_CHARS = range(REQUESTS + 1, _N)
+_CHARS = range(REQUESTS + 1, REQUESTS + 1 + len(STATS))
+UNSIZED = _N - 1
+#: The features an image's tokens may fall in (an offloaded image leaves all of them).
+IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
 _THINGS = (MESSAGES, CALLS, REQUESTS)
 _COUNTS = frozenset((*_THINGS, *_CHARS))
@@ -88,7 +110,7 @@ Vector = tuple[float, ...]
 
 
 def _legacy(text: float, framing: float, images: float, messages: float = 0.0) -> Vector:
-    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images, 0.0, *_NO_STATS)
+    return (*(text for _ in _TEXT), framing, messages, 0.0, images, images, 0.0, *_NO_STATS, images)
 
 
 def message_features(mp: MessagePressure) -> tuple[int, ...]:
@@ -100,9 +122,10 @@ def message_features(mp: MessagePressure) -> tuple[int, ...]:
         1,
         mp.calls,
         mp.images - mp.defaulted,
-        mp.defaulted,
+        mp.defaulted - mp.unsized,
         0,
         *stats,
+        mp.unsized,
     )
 
 
@@ -214,10 +237,12 @@ class Sample:
     def vector(self) -> tuple[int, ...]:
         if len(self.features) == _N:
             return self.features
+        if len(self.features) == _N - 1:  # before unsized images were a feature of their own
+            return (*self.features, 0)
         if len(self.features) == _OLD_N:  # before requests and characters were features
-            return (*self.features, 1, *_NO_STATS)
+            return (*self.features, 1, *_NO_STATS, 0)
         old = (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
-        return (*old, 1, *_NO_STATS)
+        return (*old, 1, *_NO_STATS, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +324,9 @@ def checkpoint_anchors(
             out.append(
                 (
                     i + 1,
-                    Anchor(text, feats[FRAMING], feats[IMAGES] + feats[DEFAULTED], share, feats),
+                    Anchor(
+                        text, feats[FRAMING], sum(feats[j] for j in IMAGE_FEATURES), share, feats
+                    ),
                 )
             )
     return out
@@ -311,11 +338,12 @@ _MODELS = ("features", "classes", "one-factor")
 def _project(v: Sequence[int], model: str) -> tuple[int, ...]:
     """A sample's features as an older model of the bias saw them (``CalibrationPolicy.model``)."""
     if model == "classes":
-        return (*v[:REQUESTS], 0, *_NO_STATS)
+        return (*v[:REQUESTS], 0, *_NO_STATS, v[UNSIZED])
     if model == "one-factor":
         text = sum(v[j] for j in _TEXT)
-        old = (text, 0, 0, 0, 0, v[FRAMING], v[MESSAGES], 0, v[IMAGES] + v[DEFAULTED], 0)
-        return (*old, 0, *_NO_STATS)
+        images = v[IMAGES] + v[DEFAULTED] + v[UNSIZED]
+        old = (text, 0, 0, 0, 0, v[FRAMING], v[MESSAGES], 0, images, 0)
+        return (*old, 0, *_NO_STATS, 0)
     return tuple(v)
 
 
@@ -332,16 +360,33 @@ class CalibrationPolicy:
     low: float = 0.5
     high: float = 3.0
     step: float = 0.005
-    #: Before a route whose meter is not exact has ``min_samples`` samples, its text and framing
-    #: are scaled by this prior (closed tokenizers mostly count more than the ones available
-    #: offline; erring high costs a little window, erring low costs an overflow).
-    prior_inexact: float = 1.1
+    #: Before a route whose meter is not exact has ``min_samples`` samples, it is priced by a prior
+    #: meant to over-estimate every tokenizer of the family docs/calibration.md states: text and
+    #: framing scaled by ``prior_inexact``, plus scaffolding per message, per tool call and per
+    #: request (erring high costs a little window for a few requests, erring low an overflow).
+    prior_inexact: float = 1.4
+    prior_messages: float = 8.0
+    prior_calls: float = 12.0
+    prior_requests: float = 16.0
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
-    #: Image tokens priced by a default may be far from the truth either way (a worst case, or a
-    #: stand-in price): their own weight may range wider.
+    #: Image tokens priced by a stand-in rule may be far from the truth either way: their weight
+    #: ranges wide.
     defaulted_low: float = 0.05
     defaulted_high: float = 50.0
+    #: Image tokens of unknown size, priced at the rule's worst case, are never priced below it:
+    #: the next unknown image may be the largest, whatever the last ones were.
+    unsized_low: float = 1.0
+    #: A sample whose actual / fitted is more than this factor from the median of the others is
+    #: an outlier, left out of the fit (``_plausible``): honest samples of a fitted route are
+    #: within a few percent of it.
+    outlier_band: float = 1.15
+    #: The most a run of newest samples may rise before it is taken for a new model at once
+    #: (``_regime``); a larger rise, or a fall, must hold for ``outlier_share`` of the window.
+    regime_band: float = 1.5
+    #: Outliers are left out only while they are at most this share of the samples: up to it,
+    #: lying answers cannot move the correction beyond the band (docs/calibration.md).
+    outlier_share: float = 0.25
     #: Which model of the bias is fitted: ``features`` (this module's); for comparison only
     #: (bench/accuracy.py's before/after), ``classes`` (per-class token weights, framing,
     #: messages, calls and images, no request or per-character features, absolute errors) and
@@ -397,16 +442,85 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def _regime(samples: Sequence[Sample], min_samples: int) -> Sequence[Sample]:
-    """Drop the older samples when the newest ones consistently disagree with them."""
-    if len(samples) < 2 * min_samples:
-        return samples
-    recent, older = samples[-min_samples:], samples[:-min_samples]
-    old_ratio = sorted(s.actual / s.raw for s in older)[len(older) // 2]
-    ratios = [s.actual / s.raw for s in recent]
-    above = all(r > old_ratio * 1.03 for r in ratios)
-    below = all(r < old_ratio * 0.97 for r in ratios)
-    return recent if above or below else samples
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def _regime(samples: Sequence[Sample], policy: CalibrationPolicy) -> Sequence[Sample]:
+    """Follow a change of model behind the alias: the newest samples consistently disagree with
+    the older ones.
+
+    A moderate rise (at most ``regime_band``), seen in the newest ``min_samples``, is followed at
+    once by scaling the older samples' counts to the new level: the side where waiting means
+    overflows, and the shape of the bias is still learnt from the whole window — a few lying
+    answers in a row can raise prices by ``regime_band`` at most. A fall, or a larger rise, must
+    hold for more than ``outlier_share`` of the samples; then the older ones are dropped."""
+    n = len(samples)
+    slow = max(policy.min_samples, math.floor(policy.outlier_share * n) + 1)
+    for k in (policy.min_samples, slow):
+        if n < 2 * k:
+            return samples
+        recent, older = samples[-k:], samples[:-k]
+        old_ratio = _median([s.actual / s.raw for s in older])
+        ratios = [s.actual / s.raw for s in recent]
+        rise = _median(ratios) / old_ratio
+        if all(r > old_ratio * 1.03 for r in ratios) and rise <= policy.regime_band:
+            return [*(replace(s, actual=math.ceil(s.actual * rise)) for s in older), *recent]
+        if k == slow and (
+            all(r > old_ratio * 1.03 for r in ratios) or all(r < old_ratio * 0.97 for r in ratios)
+        ):
+            return recent
+    return samples
+
+
+def _plausible(usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool) -> list[Sample]:
+    """The samples that are not outliers: a provider's usage is a claim, and a few lying ones
+    (up to ``outlier_share`` of the window) must not move the correction far.
+
+    Each sample is compared with what the others say it should cost: a first fit on the samples
+    within a wide band of the median actual/raw ratio, then each sample's actual / fitted around
+    the median of those. A sample more than ``outlier_band`` away is left out — unless more than
+    ``outlier_share`` of the samples would be: that is not a few liars, and the fit takes all."""
+    clean = [s for s in usable if not _dirty(s.vector)]
+    if len(clean) < policy.min_samples:
+        return list(usable)
+    wide = policy.regime_band**2
+    middle = _median([s.actual / s.raw for s in clean])
+    kept = [s for s in clean if middle / wide <= s.actual / s.raw <= middle * wide]
+    for _ in range(2):  # the second fit, on the first's inliers, sees the liars more clearly
+        w, _ = _base(kept, replace(policy, quantile=0.5), exact)
+        kept = _inliers(usable, w, policy.outlier_band)
+    return kept if len(usable) - len(kept) <= policy.outlier_share * len(usable) else list(usable)
+
+
+def _inliers(usable: Sequence[Sample], w: Sequence[float], band: float) -> list[Sample]:
+    """The samples within ``band`` of what ``w`` prices them at, relative to the median sample
+    (a sample with defaulted image tokens: between its price without them and with them)."""
+    fitted = [_dot(w, s.vector) for s in usable]
+    residual = [
+        s.actual / f for s, f in zip(usable, fitted, strict=True) if f > 0 and not _dirty(s.vector)
+    ]
+    centre = _median(residual) if residual else 1.0
+    out = []
+    for s, f in zip(usable, fitted, strict=True):
+        actual = s.actual / centre
+        if _dirty(s.vector):
+            bare = f - w[DEFAULTED] * s.vector[DEFAULTED] - w[UNSIZED] * s.vector[UNSIZED]
+            if bare / band <= actual <= f * band:
+                out.append(s)
+        elif f > 0 and f / band <= actual <= f * band:
+            out.append(s)
+    return out
+
+
+def _dirty(v: Sequence[int]) -> bool:
+    """Whether a sample has image tokens priced by a default (fitted apart, afterwards)."""
+    return bool(v[DEFAULTED] or v[UNSIZED])
+
+
+def _dot(w: Sequence[float], v: Sequence[float]) -> float:
+    return float(sum(map(mul, w, v)))
 
 
 def _quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
@@ -426,8 +540,13 @@ def _round_up(value: float, step: float) -> float:
 
 
 def _prior(policy: CalibrationPolicy, exact: bool) -> list[float]:
-    p = 1.0 if exact else policy.prior_inexact
-    return list(_legacy(p, p, 1.0))
+    if exact:
+        return list(_legacy(1.0, 1.0, 1.0))
+    p = policy.prior_inexact
+    out = list(_legacy(p, p, 1.0))
+    out[MESSAGES], out[CALLS] = policy.prior_messages, policy.prior_calls
+    out[REQUESTS] = policy.prior_requests
+    return out
 
 
 def _least_squares(
@@ -472,7 +591,7 @@ def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, ex
     within a few tokens per thing or character (never negative on an exact meter)."""
     low = max(policy.low, 1.0) if exact else policy.low
     for j in range(_N):
-        if j == DEFAULTED:
+        if j in (DEFAULTED, UNSIZED):
             continue
         if j in _COUNTS:
             least, most = _COUNT_RANGE.get(j, _CHAR_RANGE)
@@ -486,7 +605,7 @@ def _base(
 ) -> tuple[list[float], list[bool]]:
     """Weights of everything the meter priced itself, from samples without defaulted parts."""
     prior = _prior(policy, exact)
-    clean = [s for s in usable if s.vector[DEFAULTED] == 0]
+    clean = [s for s in usable if not _dirty(s.vector)]
     if len(clean) < policy.min_samples:
         return prior, [False] * _N
     rows = [[float(x) for x in s.vector] for s in clean]
@@ -504,7 +623,7 @@ def _base(
     )
     w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)
     _bounded(w, seen, policy, exact)
-    predicted = [sum(a * b for a, b in zip(w, r, strict=True)) for r in rows]
+    predicted = [_dot(w, r) for r in rows]
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
     kept = [x for x, p in zip(recency, predicted, strict=True) if p > 0]
     scale = _quantile(ratios, kept, policy.quantile) if ratios else 1.0
@@ -525,19 +644,22 @@ def fit_correction(
     recent = list(samples)[-policy.window :]
     if policy.model != "features":
         recent = [replace(s, features=_project(s.vector, policy.model)) for s in recent]
-    usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy.min_samples))
+    usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy))
+    usable = _plausible(usable, policy, exact)
     w, seen = _base(usable, policy, exact)
     text_seen = [w[j] for j in _TEXT if seen[j]]
     for j in _TEXT:  # a class no sample had: the most any seen class costs (or the prior)
         if not seen[j] and text_seen:
             w[j] = max(text_seen)
-    w[DEFAULTED] = (
-        w[IMAGES] if policy.model == "one-factor" else _defaulted_weight(usable, w, policy)
-    )
+    if policy.model == "one-factor":
+        w[DEFAULTED] = w[UNSIZED] = w[IMAGES]
+    else:
+        w[DEFAULTED] = _leftover_weight(usable, w, policy, DEFAULTED, policy.defaulted_low)
+        w[UNSIZED] = _leftover_weight(usable, w, policy, UNSIZED, policy.unsized_low)
     # Rounded up (towards more tokens, negative weights too): per thing in 0.05 steps, per token
     # and per character in the policy's step.
     w = [_round_up(x, 0.05 if j in _THINGS else policy.step) for j, x in enumerate(w)]
-    fitted = sum(seen) > 0 or w[DEFAULTED] != 1.0
+    fitted = sum(seen) > 0 or w[DEFAULTED] != 1.0 or w[UNSIZED] != 1.0
     if not fitted:
         legacy = list(_legacy(w[0], w[FRAMING], w[IMAGES]))
         if w == legacy:
@@ -556,7 +678,7 @@ def _text_ratio(usable: Sequence[Sample], w: Sequence[float]) -> float:
     per-character corrections included (class weights alone no longer say it), over the
     window; the highest class weight when no sample has text features."""
     dearest = max(w[j] for j in _TEXT)
-    rows = [s.vector for s in usable if s.vector[DEFAULTED] == 0]
+    rows = [s.vector for s in usable if not _dirty(s.vector)]
     tokens = sum(r[j] for r in rows for j in _TEXT)
     if not tokens:
         return dearest
@@ -564,20 +686,27 @@ def _text_ratio(usable: Sequence[Sample], w: Sequence[float]) -> float:
     return _round_up(max(0.0, priced / tokens), 0.005)
 
 
-def _defaulted_weight(
-    usable: Sequence[Sample], w: Sequence[float], policy: CalibrationPolicy
+def _leftover_weight(
+    usable: Sequence[Sample], w: Sequence[float], policy: CalibrationPolicy, j: int, low: float
 ) -> float:
-    """What a defaulted image token really costs: an upper quantile of what the samples with
-    defaulted parts leave over once everything else is priced by ``w``."""
-    dirty = [s for s in usable if s.vector[DEFAULTED] > 0]
+    """What a token of feature ``j`` (image tokens priced by a default) really costs: an upper
+    quantile of what the samples with such tokens leave over once everything else is priced by
+    ``w`` (stand-in tokens are fitted first, on samples without unsized images), at least
+    ``low``."""
+    dirty = [s for s in usable if s.vector[j] > 0 and (j == UNSIZED or not s.vector[UNSIZED])]
     if len(dirty) < max(2, policy.min_samples // 2):
-        return 1.0  # the meter's own default (a worst case, or the stand-in price)
+        return max(low, 1.0)  # the meter's own default (a worst case, or the stand-in price)
     n = len(dirty)
     recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
     per = []
     for s in dirty:
         v = s.vector
-        rest = sum(a * b for j, (a, b) in enumerate(zip(w, v, strict=True)) if j != DEFAULTED)
-        per.append((s.actual - rest) / v[DEFAULTED])
+        rest = sum(a * b for k, (a, b) in enumerate(zip(w, v, strict=True)) if k != j)
+        per.append((s.actual - rest) / v[j])
+    # A few lying answers cannot raise it beyond the band over the median (or the default).
+    ceiling = max(1.0, _median(per)) * policy.regime_band
+    if sum(v > ceiling for v in per) <= policy.outlier_share * n:
+        kept = [(v, r) for v, r in zip(per, recency, strict=True) if v <= ceiling]
+        per, recency = [v for v, _ in kept], [r for _, r in kept]
     value = _quantile(per, recency, policy.quantile)
-    return min(policy.defaulted_high, max(policy.defaulted_low, value))
+    return min(policy.defaulted_high, max(low, value))

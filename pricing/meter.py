@@ -71,6 +71,10 @@ class MessagePressure:
     defaulted: int = 0
     #: Characters tokenizers disagree on, summed over the message's text (``content.STATS``).
     stats: tuple[int, ...] = ()
+    #: Of ``defaulted``, the tokens of images of unknown size, priced at the rule's worst case
+    #: (the rest is a stand-in rule's price of images whose size is known). Calibration never
+    #: prices these below that worst case: the next unknown image may be the largest.
+    unsized: int = 0
 
     @property
     def total(self) -> int:
@@ -158,7 +162,7 @@ def measure_message(
     tok = get_tokenizer(route.tokenizer)
     text = 0
     image_tokens = 0
-    defaulted = 0
+    defaulted = unsized = 0
     classes = [0] * len(CLASSES)
     stats = [0] * len(STATS)
     images: list[ImagePrice] = []
@@ -192,6 +196,8 @@ def measure_message(
             image_tokens += price.tokens
             if not price.sized or price.rule in _STAND_IN_RULES:
                 defaulted += price.tokens
+            if not price.sized:
+                unsized += price.tokens
     frame = frame_message(message, route.framing, tok, prev_role)
     classes[STRUCTURED] += frame.text  # tool-call names and JSON arguments
     pressure = MessagePressure(
@@ -204,6 +210,7 @@ def measure_message(
         len(message.tool_calls),
         defaulted,
         tuple(stats),
+        unsized,
     )
     return pressure, tuple(images)
 

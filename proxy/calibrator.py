@@ -63,14 +63,21 @@ def _digest(value: Any) -> bytes:
 
 
 def prefix_keys(
-    route: str, model: str, tools: Any, messages: Sequence[Mapping[str, Any]]
+    route: str,
+    model: str,
+    tools: Any,
+    messages: Sequence[Mapping[str, Any]],
+    scope: str | None = None,
 ) -> list[bytes]:
     """Chained digests of every message prefix, index i = the first i+1 messages.
 
     The chain starts from the route, the upstream model and the tool definitions, so an anchor
-    only matches a prompt with the same tools sent to the same model.
+    only matches a prompt with the same tools sent to the same model — and from ``scope``, the
+    team that sent it: an anchor is a fact about a prompt (the provider's count of it), and
+    nothing derived from one team's prompt may show in another team's estimates
+    (docs/security.md, "Isolation of prompt-derived facts"). None: no teams, one tenant.
     """
-    h = _digest([route, model, tools])
+    h = _digest([route, model, tools] if scope is None else [route, model, tools, scope])
     keys = []
     for message in messages:
         h = xxhash.xxh3_128_digest(h + _digest(message))
@@ -139,6 +146,8 @@ class Calibrator:
         self.store_up = True
         self.dropped = 0
         self.recorded = 0
+        #: Provider counts not believed (``proxy.usage.usage_fault``; absurd sample figures).
+        self.rejected = 0
         self.anchor_hits = 0
         self.anchor_lookups = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -204,7 +213,13 @@ class Calibrator:
         anchor: Anchor | None,
         extra: Sequence[tuple[bytes, Anchor]] = (),
     ) -> None:
-        """Queue a sample (and the anchors of the prompt it measured); never blocks."""
+        """Queue a sample (and the anchors of the prompt it measured); never blocks. A sample
+        with a figure no store can hold is refused here (counted), not lost with its batch."""
+        if not _sane(sample):
+            self.rejected += 1
+            self.metrics.samples.labels("rejected").inc()
+            log.warning("calibration sample refused on %s: absurd figures", sample.route)
+            return
         for k, a in extra:
             self._anchors.put(sample.route, k, a)
         if key is not None and anchor is not None:
@@ -255,6 +270,8 @@ class Calibrator:
                 await self._write(batch)
             except Exception:  # a bug here must not kill the writer
                 log.exception("calibration writer failed on a batch")
+                self.dropped += len(batch)
+                self.metrics.samples.labels("dropped").inc(len(batch))
             finally:
                 for _ in batch:
                     self.queue.task_done()
@@ -364,12 +381,25 @@ class Calibrator:
             "store": {"name": self.store.name, "up": self.store_up},
             "samples_recorded": self.recorded,
             "samples_dropped": self.dropped,
+            "samples_rejected": self.rejected,
             "anchor_lookups": self.anchor_lookups,
             "anchor_hit_rate": self.anchor_hits / self.anchor_lookups
             if self.anchor_lookups
             else 0.0,
             "time": time.time(),
         }
+
+
+#: The largest figure a sample may carry: far above any window, far below what a store's integer
+#: (SQLite's and Redis's 64 bits) or a float's exact range can hold.
+_MOST = 2**40
+
+
+def _sane(sample: Sample) -> bool:
+    figures = (sample.text, sample.framing, sample.images, sample.estimate, sample.actual)
+    return all(
+        isinstance(x, int) and 0 <= x <= _MOST for x in (*figures, sample.cached, *sample.features)
+    )
 
 
 def summarize(samples: Sequence[Sample], correction: Correction) -> dict[str, Any]:

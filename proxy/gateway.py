@@ -36,7 +36,7 @@ from proxy.provider_keys import ProviderKeys
 from proxy.streaming import SSEResponse
 from proxy.teams import TeamDirectory
 from proxy.transports import EventStream, Leg, Outbound, Transports
-from proxy.usage import Usage
+from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Outcome, Wire
 from strategies.fit import FitReport
 from strategies.policy import output_reserve
@@ -172,10 +172,25 @@ class Gateway:
         )
 
     async def _after(self, p: Prepared, usage: Usage | None, learnt: bool) -> None:
-        if learnt:
-            self.on_usage(p, usage)
-        if p.held is not None and usage is not None:
-            await self.budgets.settle(p.held, usage, False)
+        """Learn from the provider's usage and settle the team's reservation to it — when it is
+        credible (``proxy.usage.usage_fault``). One that is not is logged and counted, teaches
+        nothing, and the team is charged what routefit reserved: its own prompt estimate plus
+        the output reservation (docs/security.md, "Untrusted provider usage")."""
+        charged = usage
+        if usage is not None:
+            reserve = p.request.choices * output_reserve(
+                p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
+            )
+            fault = usage_fault(usage, usage_limit(p.rc.route, p.request.choices, reserve))
+            if fault is not None:
+                self.metrics.samples.labels("rejected").inc()
+                self.calibrator.rejected += 1
+                log.warning("provider usage rejected on %s: %s", p.rc.route.alias, fault)
+                charged = Usage(p.estimate, reserve)
+            elif learnt:
+                self.on_usage(p, usage)
+        if p.held is not None and charged is not None:
+            await self.budgets.settle(p.held, charged, False)
 
     async def _send(
         self,
@@ -219,6 +234,13 @@ class Gateway:
         route = p.rc.route.alias
         if counted <= p.estimate:
             return False  # not an under-estimate of ours: the provider's 400 stands
+        if counted > 2 * p.rc.route.context_window:
+            # An overflow is a prompt a little over the window, or one we misjudged by a fraction
+            # of it: a count beyond twice the window is not believed (and not learnt from).
+            self.metrics.samples.labels("rejected").inc()
+            self.calibrator.rejected += 1
+            log.warning("provider overflow count rejected on %s: %d tokens", route, counted)
+            return False
         self.calibrator.observe(
             route, p.fitted.pressure, p.keys, p.estimate, p.anchored, counted, 0
         )
@@ -243,10 +265,7 @@ class Gateway:
             if not outcome.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
                 await self.budgets.settle(p.held, None, released=True)
-            if learnt:
-                self.on_usage(p, outcome.usage)
-            if outcome.usage is not None:
-                await self.budgets.settle(p.held, outcome.usage, released=False)
+            await self._after(p, outcome.usage, learnt)
 
         chunks = p.wire.relay(p.request, events, leg.wire, outcome)
         return SSEResponse(chunks, events, headers, done)
@@ -277,7 +296,7 @@ class Gateway:
         No usage (a provider that omits it): nothing is learnt, and the budget reservation is
         not settled, so it stays charged as reserved — the conservative reading of "served,
         cost unknown"."""
-        if usage is None or usage.prompt_tokens <= 0:
+        if usage is None or usage.prompt_tokens <= 0 or usage.invalid:
             return
         route = p.rc.route.alias
         self.metrics.estimated_tokens.labels(route).inc(p.estimate)

@@ -12,15 +12,23 @@ one would learn that prompts are tiny and overflow:
   ``prompt_tokens`` smaller than the cache fields it should contain gets them added.
 * Gemini (native): ``promptTokenCount`` includes ``cachedContentTokenCount``.
 * OpenAI Responses: ``input_tokens`` includes ``input_tokens_details.cached_tokens``.
+
+Usage is a provider's claim, not a fact (docs/security.md, "Untrusted provider usage"): a count
+that is not a whole number (a fraction, NaN, an infinity, a string, a boolean) makes the usage
+``invalid`` here, and ``usage_fault`` says whether a well-formed one is credible for the request
+it answers. An invalid or incredible usage is neither learnt from nor settled to.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Usage", "normalize_usage"]
+from pricing.route import Route
+
+__all__ = ["Usage", "normalize_usage", "usage_fault", "usage_limit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,20 +36,67 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    #: Why the provider's usage object could not be read as counts ("" when it could).
+    invalid: str = ""
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
 
+class _NotACount(ValueError):
+    pass
+
+
 def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+    """A count as a Python int: absent (None) is 0; anything but a whole number is not a count
+    (a float is accepted only when it is integral and finite, as some JSON encoders write 12.0)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _NotACount(f"a count of type {type(value).__name__}")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise _NotACount(f"a count of {value!r}")
+    return int(value)
+
+
+def usage_limit(route: Route, choices: int, reserved_output: int) -> int:
+    """The most any count in a credible usage can be: the route's window plus every completion
+    at the most it may produce (the route's output limit, or what the request reserved when
+    that is more)."""
+    return route.context_window + max(reserved_output, choices * route.max_output_tokens)
+
+
+def usage_fault(usage: Usage, limit: int) -> str | None:
+    """Why ``usage`` cannot be the truth for a request whose counts are at most ``limit`` (the
+    route's window plus the output it may produce), or None when it can. Every count must be a
+    whole number in [0, limit]; the cached part of the prompt cannot exceed the prompt."""
+    if usage.invalid:
+        return usage.invalid
+    for name, value in (
+        ("prompt", usage.prompt_tokens),
+        ("completion", usage.completion_tokens),
+        ("cached", usage.cached_tokens),
+    ):
+        if not 0 <= value <= limit:
+            return f"{name} tokens {value} outside [0, {limit}]"
+    if usage.cached_tokens > usage.prompt_tokens:
+        return f"cached tokens {usage.cached_tokens} above prompt tokens {usage.prompt_tokens}"
+    return None
 
 
 def normalize_usage(usage: Any) -> Usage | None:
-    """A Usage from any provider's usage object, or None when there is none."""
+    """A Usage from any provider's usage object, or None when there is none; an ``invalid``
+    one (all counts 0) when a count in it is not a whole number."""
     if not isinstance(usage, Mapping):
         return None
+    try:
+        return _normalize(usage)
+    except _NotACount as exc:
+        return Usage(0, 0, 0, invalid=f"usage with {exc}")
+
+
+def _normalize(usage: Mapping[str, Any]) -> Usage | None:
     if "promptTokenCount" in usage:  # Gemini native
         return Usage(
             _int(usage.get("promptTokenCount")),

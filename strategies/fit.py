@@ -18,9 +18,8 @@ from typing import Any
 
 from pricing.bounds import Proof, bound_pressure
 from pricing.calibration import (
-    DEFAULTED,
     FEATURES,
-    IMAGES,
+    IMAGE_FEATURES,
     Correction,
     message_features,
     pressure_features,
@@ -436,7 +435,8 @@ def _unit_costs(
             user |= m.role == "user"
         offloaded = list(features)
         offloaded[PROSE] += placeholders  # the placeholder text replaces the image
-        offloaded[IMAGES] = offloaded[DEFAULTED] = 0
+        for j in IMAGE_FEATURES:  # every image token leaves with the image
+            offloaded[j] = 0
         costs.append(
             UnitCosts(
                 full=price(features),

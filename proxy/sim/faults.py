@@ -9,10 +9,14 @@ Syntax of one fault (several may be joined with commas, e.g. ``delay:2,status:50
 ``cut-stream:N``  streams stop after N events, no ``[DONE]`` / ``message_stop``, connection closed
                   (a non-stream request answers with a truncated JSON body, connection closed)
 ``no-usage``      omit usage (non-stream ``usage`` key; the stream's usage chunk / fields)
+``lie-usage:X``   report X prompt tokens (any finite number: negative, fractional, 1e30) in the
+                  usage of a chat completion or a Message, streamed or not — a provider whose
+                  usage must not be believed
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +24,7 @@ from typing import Any
 
 __all__ = ["Fault", "FaultPlan", "FaultQueue", "FaultRule", "parse_faults", "plan_faults"]
 
-KINDS = ("status", "delay", "reset", "malformed", "cut-stream", "no-usage")
+KINDS = ("status", "delay", "reset", "malformed", "cut-stream", "no-usage", "lie-usage")
 
 
 @dataclass(frozen=True)
@@ -31,8 +35,8 @@ class Fault:
     def __str__(self) -> str:
         if self.kind in ("status", "cut-stream"):
             return f"{self.kind}:{int(self.value)}"
-        if self.kind == "delay":
-            return f"delay:{self.value:g}"
+        if self.kind in ("delay", "lie-usage"):
+            return f"{self.kind}:{self.value:g}"
         return self.kind
 
 
@@ -53,6 +57,8 @@ def parse_fault(text: str) -> Fault:
         raise ValueError(f"status fault must be an HTTP status 400-599: {text!r}")
     if kind == "cut-stream" and not (value.is_integer() and value >= 0):
         raise ValueError(f"cut-stream needs a whole number of events: {text!r}")
+    if kind == "lie-usage" and not math.isfinite(value):
+        raise ValueError(f"lie-usage needs a finite number (JSON has no other): {text!r}")
     if kind == "delay" and not 0 <= value <= 3600:
         raise ValueError(f"delay must be 0-3600 seconds: {text!r}")
     return Fault(kind, value)
@@ -146,6 +152,8 @@ class FaultPlan:
     cut_after: int | None = None
     no_usage: bool = False
     names: tuple[str, ...] = ()
+    #: The prompt token count the usage reports instead of the truth (``lie-usage``).
+    lie: int | float | None = None
 
     @property
     def any(self) -> bool:
@@ -155,6 +163,7 @@ class FaultPlan:
 def plan_faults(faults: Iterable[Fault]) -> FaultPlan:
     delay, status, cut = 0.0, None, None
     reset = malformed = no_usage = False
+    lie: int | float | None = None
     names = []
     for f in faults:
         names.append(str(f))
@@ -170,4 +179,6 @@ def plan_faults(faults: Iterable[Fault]) -> FaultPlan:
             cut = int(f.value)
         elif f.kind == "no-usage":
             no_usage = True
-    return FaultPlan(delay, status, reset, malformed, cut, no_usage, tuple(names))
+        elif f.kind == "lie-usage":
+            lie = int(f.value) if f.value.is_integer() else f.value
+    return FaultPlan(delay, status, reset, malformed, cut, no_usage, tuple(names), lie)

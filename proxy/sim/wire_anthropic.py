@@ -483,6 +483,8 @@ async def messages(ctx: Ctx) -> Response:
     prompt, read, creation = await _count_and_cache(ctx, body, model)
     ans = _answer(body, model, prompt.total)
     usage = _usage(prompt.total - read - creation, read, creation, ans.completion_tokens)
+    if ctx.plan.lie is not None:
+        usage["input_tokens"] = ctx.plan.lie
     message: dict[str, Any] = {
         "id": f"msg_sim{ctx.number:06d}",
         "type": "message",

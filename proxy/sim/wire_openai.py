@@ -716,6 +716,8 @@ async def chat_completions(ctx: Ctx) -> Response:
     answers = _answers(body, model, prompt.total, max_out)
     completion = sum(a.completion_tokens for a in answers)
     usage = _usage(model, prompt.total, cached, completion)
+    if ctx.plan.lie is not None:
+        usage["prompt_tokens"] = ctx.plan.lie
     ident = {  # what names this completion in every chunk or body
         "id": f"chatcmpl-sim{ctx.number:06d}",
         "created": int(time.time()),

@@ -20,6 +20,7 @@ from proxy.store.base import MONTH, PERIODS, BudgetWindow
 
 __all__ = [
     "BUCKET_SLACK",
+    "MAX_AMOUNT",
     "ReservedBucket",
     "check_amounts",
     "check_kind",
@@ -110,6 +111,11 @@ def decode_token(token: str) -> tuple[str, list[ReservedBucket]]:
     return token_id, buckets
 
 
+#: The most one reservation or settlement may charge a window: far above any real request, far
+#: below a 64-bit counter's range (SQLite's and Redis's integers), so no sum of them overflows.
+MAX_AMOUNT = 2**50
+
+
 def check_amounts(windows: Sequence[tuple[BudgetWindow, int]]) -> None:
     """Reject what no store can honour: unknown kinds, negative amounts, a window named twice
     (two windows sharing one counter would each be checked against the same old value)."""
@@ -118,6 +124,8 @@ def check_amounts(windows: Sequence[tuple[BudgetWindow, int]]) -> None:
         check_kind(window.kind)
         if amount < 0:
             raise ValueError(f"negative amount {amount} for window {window.name!r}")
+        if amount > MAX_AMOUNT:
+            raise ValueError(f"amount {amount} for window {window.name!r} above {MAX_AMOUNT}")
         if window.name in names:
             raise ValueError(f"window {window.name!r} given twice")
         names.add(window.name)

@@ -57,7 +57,16 @@ def gw(sim, tmp_path_factory):
         sim_route("dense", sim.base_url, "mystery-dense", model_info=SMALL),
         claude_route("claude-dense", sim.base_url, "claude-dense"),
     ]
-    config = gateway_config(tmp_path_factory.mktemp("overflow") / "c.yaml", routes)
+    # The prior a new route is priced by covers tokenizers up to ~x1.4 (docs/calibration.md);
+    # these routes must be ones it does not cover, so that only the provider can say "too long":
+    # the prior of a deployment that assumes tokenizers close to the ones routefit ships.
+    # (the config takes positive numbers: 0.05 tokens a message is none)
+    none = 0.05
+    modest = {"prior_inexact": 1.1, "prior_messages": none, "prior_calls": none}
+    modest["prior_requests"] = none
+    config = gateway_config(
+        tmp_path_factory.mktemp("overflow") / "c.yaml", routes, calibration=modest
+    )
     with run_routefit(config) as running:
         yield running
 
