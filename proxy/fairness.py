@@ -22,6 +22,7 @@ Callers without a team (an open deployment) are keyed by their address.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -90,7 +91,7 @@ class Fairness:
         tokens = min(self.burst, tokens + (now - then) * self.rate)
         if tokens < 1.0:
             self._buckets[who] = (tokens, now)
-            retry = max(1, int((1.0 - tokens) / self.rate + 0.999))
+            retry = max(1, math.ceil((1.0 - tokens) / self.rate))
             raise ProxyError(
                 429,
                 f"too many count and dry-run requests: at most "
