@@ -86,7 +86,7 @@ def test_an_unterminated_event_is_refused_once_past_the_bound():
 
 SECRET = "sk-live-0123456789abcdefghij"
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
     max_leaves=12,
 )
