@@ -287,12 +287,7 @@ class Gateway:
         output = seen.completion_tokens if seen is not None else 0
         text = outcome.relayed_text()
         if text:
-            tokenizer = get_tokenizer(p.rc.route.tokenizer)
-            if len(text) > _THREAD_ABOVE:
-                counted = await anyio.to_thread.run_sync(tokenizer.count, text)
-            else:
-                counted = tokenizer.count(text)
-            output = max(output, counted)
+            output = max(output, await _count_relayed(p.rc.route.tokenizer, text))
         cached = seen.cached_tokens if seen is not None else 0
         return Usage(prompt, output, min(cached, prompt))
 
@@ -372,6 +367,19 @@ def _kind(err: ProxyError) -> str:
     if err.code in ("rate_limit_exceeded", "store_unavailable"):
         return "budget"
     return "internal" if err.status >= 500 else "client"
+
+
+async def _count_relayed(spec: str, text: str) -> int:
+    """``text``'s tokens by the route's tokenizer (off the loop when long); its UTF-8 bytes, a
+    bound on any byte-level tokenizer's count, if the tokenizer fails."""
+    try:
+        tokenizer = get_tokenizer(spec)
+        if len(text) > _THREAD_ABOVE:
+            return await anyio.to_thread.run_sync(tokenizer.count, text)
+        return tokenizer.count(text)
+    except Exception:
+        log.exception("counting a relayed answer failed; charging its bytes")
+        return len(text.encode())
 
 
 async def _from_upstream(call: Awaitable[T]) -> T:

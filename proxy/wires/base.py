@@ -11,7 +11,7 @@ same pipeline for every wire; adding a wire is one module here plus its routes i
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,14 +26,25 @@ from strategies.fit import Fit, FitError
 
 __all__ = ["Answer", "Outcome", "Wire", "noting_relayed"]
 
-_STRING = rb'\s*:\s*"((?:[^"\\]|\\.)*)"'
+#: A JSON string value after its key: its escaped contents (the unrolled form: no alternation
+#: per character).
+_STRING = rb'\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)"'
 #: Where each client wire's stream events carry generated text: the *delta* fields only (a
 #: Responses ``*.done`` event or ``response.completed`` repeats the whole text: never counted).
+#: A quoted key cannot occur inside a JSON string (its quotes would be escaped there).
 _GENERATED = {
     CHAT: re.compile(rb'"(?:content|reasoning_content|refusal|arguments)"' + _STRING),
     MESSAGES: re.compile(rb'"(?:text|partial_json|thinking)"' + _STRING),
     RESPONSES: re.compile(rb'"delta"' + _STRING),
 }
+
+
+def generated(chunk: bytes, wire: str) -> Iterator[bytes]:
+    """The escaped contents of every generated-text value in one of ``wire``'s events."""
+    pattern = _GENERATED.get(wire)
+    if pattern is not None:
+        for found in pattern.finditer(chunk):
+            yield found.group(1)
 
 
 @dataclass(slots=True)
