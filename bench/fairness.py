@@ -70,14 +70,25 @@ def poll(base: str, seconds: float) -> list[float]:
     return out
 
 
-def loaded(base: str, seconds: float, clients: int, size: int) -> tuple[list[float], int]:
-    """Health-check latencies while ``clients`` threads price big bodies; and how many bodies."""
+def phases(size: int) -> dict[str, dict[str, bytes]]:
+    """Per phase, the big bodies its clients send in turn, by path."""
+    return {
+        "count and dry run": {
+            "/v1/messages/count_tokens": big_body("claude", size),
+            "/routefit/fit": big_body("gpt-4o", size),
+        },
+        "forwarded (fitted to the window, then answered)": {
+            "/v1/chat/completions": big_body("gpt-4o", size),
+        },
+    }
+
+
+def loaded(
+    base: str, seconds: float, clients: int, bodies: dict[str, bytes]
+) -> tuple[list[float], int]:
+    """Health-check latencies while ``clients`` threads send big bodies; and how many went."""
     stop = threading.Event()
     done = [0]
-    bodies = {
-        "/v1/messages/count_tokens": big_body("claude", size),
-        "/routefit/fit": big_body("gpt-4o", size),
-    }
     headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
 
     def load(i: int) -> None:
@@ -105,14 +116,12 @@ def loaded(base: str, seconds: float, clients: int, size: int) -> tuple[list[flo
 
 def measure(server: Server, seconds: float, clients: int, size: int) -> dict:
     idle = percentiles(poll(server.base_url, min(5.0, seconds)))
-    samples, bodies = loaded(server.base_url, seconds, clients, size)
-    busy = percentiles(samples)
-    return {
-        "idle": idle,
-        "loaded": busy,
-        "bodies_priced": bodies,
-        "p99_ratio": busy["p99_ms"] / idle["p99_ms"],
-    }
+    out: dict = {"idle": idle}
+    for phase, bodies in phases(size).items():
+        samples, sent = loaded(server.base_url, seconds, clients, bodies)
+        busy = percentiles(samples)
+        out[phase] = {**busy, "bodies": sent, "p99_ratio": busy["p99_ms"] / idle["p99_ms"]}
+    return out
 
 
 def main() -> None:

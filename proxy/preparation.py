@@ -196,13 +196,13 @@ class Preparer:
             self.metrics.fit_proofs.labels(alias, "count").inc()
         # what a failed proof counted, the exact fit reuses (``Proof.complete``)
         fitted = await self._fit(job, correction, threaded, proof)
-        estimate, keys, hit = await self._anchor(job.rc, fitted)
+        estimate, keys, hit = await self._anchor(job, fitted)
         if hit and estimate > fitted.report.budget:
             # The provider's own count of the prefix says the calibrated estimate was low: fit
             # once more with the correction scaled by how low it was, and anchor that fit.
             tighter = correction.scaled(estimate / max(1, fitted.estimate))
             fitted = await self._fit(job, tighter, threaded)
-            estimate, keys, hit = await self._anchor(job.rc, fitted)
+            estimate, keys, hit = await self._anchor(job, fitted)
         return Prepared(job, team, fitted, estimate, started, keys, hit)
 
     async def _job(self, wire: Wire, body: object, team: Team | None, who: str, size: int) -> Job:
@@ -247,7 +247,7 @@ class Preparer:
             raise ProxyError(400, exc.message, param=exc.param) from None
         if fitted is None:
             return None
-        anchored, keys, hit = await self._anchor(job.rc, fitted)
+        anchored, keys, hit = await self._anchor(job, fitted)
         # The bound prices all its text at the dearest class weight; an anchor prices only what
         # follows the anchored prefix. Acting on the larger of the two keeps both promises.
         estimate = max(anchored, fitted.estimate)
@@ -274,29 +274,33 @@ class Preparer:
             return False
         finally:
             p.exact = None
-        p.estimate, p.keys, p.anchored = await self._anchor(p.rc, p.fitted)
+        p.estimate, p.keys, p.anchored = await self._anchor(p.job, p.fitted)
         return True
 
     async def refit(self, p: Prepared, corrected: Correction) -> None:
         """Fit ``p`` again with a correction the provider's own count has raised."""
         fitted = await self._fit(p.job, corrected, p.job.size > _THREAD_ABOVE)
-        anchored, keys, hit = await self._anchor(p.rc, fitted)
+        anchored, keys, hit = await self._anchor(p.job, fitted)
         # The anchors just recorded give the head its true count; the tail is priced by the
         # corrected weights. Acting on the larger of the two keeps both promises.
         estimate = max(anchored, fitted.estimate)
         if estimate > fitted.report.budget:
             tighter = corrected.scaled(estimate / max(1, fitted.estimate))
             fitted = await self._fit(p.job, tighter, p.job.size > _THREAD_ABOVE)
-            anchored, keys, hit = await self._anchor(p.rc, fitted)
+            anchored, keys, hit = await self._anchor(p.job, fitted)
             estimate = max(anchored, fitted.estimate)
         p.fitted, p.estimate, p.keys, p.anchored = fitted, estimate, keys, hit
 
-    async def _anchor(self, rc: RouteConfig, fitted: Fit) -> Anchored:
+    async def _anchor(self, job: Job, fitted: Fit) -> Anchored:
         """(estimate to act on, prefix keys, anchored?): anchored on the provider's count of a
         prefix when one is known, else the calibrated estimate."""
+        rc = job.rc
         alias = rc.route.alias
-        wire = [message_wire(m) for m in fitted.messages]
-        keys = prefix_keys(alias, rc.upstream.model, fitted.body.get("tools"), wire)
+        if job.size > _THREAD_ABOVE:  # hashing every prefix of a big body: ~20 ms per 9 MB
+            limiter = self.fairness.limiter(job.who)
+            keys = await anyio.to_thread.run_sync(_prefix_keys, rc, fitted, limiter=limiter)
+        else:
+            keys = _prefix_keys(rc, fitted)
         hit = await self.calibrator.find_anchor(alias, keys)
         if hit is None:
             return fitted.estimate, keys, False
@@ -312,6 +316,11 @@ class Preparer:
                 _counted_fit, job, correction, proof, limiter=limiter
             )
         return _counted_fit(job, correction, proof)
+
+
+def _prefix_keys(rc: RouteConfig, fitted: Fit) -> list[bytes]:
+    wire = [message_wire(m) for m in fitted.messages]
+    return prefix_keys(rc.route.alias, rc.upstream.model, fitted.body.get("tools"), wire)
 
 
 def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:
