@@ -55,6 +55,12 @@ def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
+def _client(request: Request) -> str:
+    """The client's address as the server resolved it (a trusted proxy's X-Forwarded-For):
+    whose admin-key failures are counted (``proxy.throttle``)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
 def _state(request: Request) -> AppState:
     state: AppState = request.app.state.routefit
     return state
@@ -138,7 +144,9 @@ async def team_usage(request: Request) -> Response:
     """GET /routefit/teams/{id}/usage: the admin key, or that team's own key."""
     state = _state(request)
     try:
-        team = state.teams.usage_reader(request.headers, request.path_params["team"])
+        team = state.teams.usage_reader(
+            request.headers, request.path_params["team"], _client(request)
+        )
         windows = await state.budgets.usage(team)
     except ProxyError as err:
         return error_response(err)
@@ -183,6 +191,8 @@ async def readyz(request: Request) -> Response:
             "store": store_ok,
         },
         "store": state.store.name,
+        # "open": no auth configured, every request admitted (local use); "keys": a key needed.
+        "auth": "open" if state.teams.open else "keys",
         # asyncio tasks alive in this worker: a leak check for operators and tests.
         "tasks": len(asyncio.all_tasks()),
     }
@@ -198,7 +208,7 @@ async def openapi(request: Request) -> Response:
 async def calibration(request: Request) -> Response:
     state = _state(request)
     try:
-        state.teams.authorize_admin(request.headers)
+        state.teams.authorize_admin(request.headers, _client(request))
     except ProxyError as err:
         return error_response(err)
     return _json(state.calibrator.report())
@@ -280,8 +290,7 @@ def build_state(
     )
     budgets = Budgets(store, metrics, settings.budget_failure_mode)
     sizer = ImageSizer()
-    teams_open = not config.teams
-    keys = ProviderKeys.from_file(config, teams_open=teams_open)
+    keys = ProviderKeys.from_file(config, teams_open=config.open)
     gateway = Gateway(config, metrics, transports, calibrator, budgets, sizer, keys)
     dashboard = Dashboard(config, metrics, calibrator, budgets, gateway.teams)
     gateway.on_fit = dashboard.record
@@ -323,7 +332,12 @@ def _log_start(state: AppState) -> None:
     config = state.config
     log.info("store: %s", state.store.name)
     if state.teams.open:
-        log.warning("no teams configured: routefit is running OPEN (no keys, no budgets)")
+        log.warning(
+            "no teams configured (nor an admin or master key): routefit is running OPEN "
+            "(every request admitted, no budgets; /readyz says auth=open)"
+        )
+    elif not state.teams.has_keys:
+        log.warning("auth is configured but no key is set: every request will answer 401")
     for warning in config.warnings:
         log.warning("%s", warning)
     for key in config.missing_env:

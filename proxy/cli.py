@@ -179,6 +179,41 @@ def _serve_environment(args: argparse.Namespace) -> None:
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
 
 
+def _tls_and_proxies(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    """uvicorn's TLS and forwarded-header options: the command line's, else the config's
+    (``routefit_settings.tls`` / ``trusted_proxies``). Forwarded headers are believed only from
+    the listed peers: from anyone else they would let a client pick its own address (and so
+    escape the login throttle) or claim https."""
+    from proxy.config.access import check_proxy_entry
+
+    access = config.settings.access
+    cert = args.ssl_certfile or access.tls_certfile
+    key = args.ssl_keyfile or access.tls_keyfile
+    if (cert is None) != (key is None):
+        raise UsageError("--ssl-certfile and --ssl-keyfile go together")
+    for path in (cert, key):
+        if path is not None and not os.path.isfile(path):
+            raise UsageError(f"{path}: no such file")
+    trusted = list(access.trusted_proxies)
+    if args.forwarded_allow_ips is not None:
+        try:
+            trusted = [
+                check_proxy_entry(i) for i in args.forwarded_allow_ips.split(",") if i.strip()
+            ]
+        except ValueError as exc:
+            raise UsageError(f"--forwarded-allow-ips: {exc}") from None
+    options: dict[str, Any] = {"proxy_headers": bool(trusted)}
+    if trusted:
+        options["forwarded_allow_ips"] = trusted
+    if cert is not None:
+        options.update(
+            ssl_certfile=cert,
+            ssl_keyfile=key,
+            ssl_keyfile_password=args.ssl_keyfile_password or access.tls_keyfile_password,
+        )
+    return options
+
+
 def _serve(args: argparse.Namespace) -> int:
     import logging.config
     import signal
@@ -194,13 +229,16 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(path)  # fail here, with exit 2, rather than in every worker
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    network = _tls_and_proxies(args, config)
     os.environ[CONFIG_ENV] = path
     _serve_environment(args)
     log_config = _log_config(args.log_level)
     logging.config.dictConfig(log_config)
+    scheme = "https" if "ssl_certfile" in network else "http"
+    auth = "OPEN (no keys configured)" if config.open else "keys required"
     print(
-        f"routefit: serving {len(config.routes)} route(s) on http://{args.host}:{args.port} "
-        f"with {args.workers} worker(s)",
+        f"routefit: serving {len(config.routes)} route(s) on {scheme}://{args.host}:{args.port} "
+        f"with {args.workers} worker(s); auth: {auth}",
         file=sys.stderr,
     )
     # uvicorn re-raises the SIGTERM it drained on once it is done; a drained shutdown is a
@@ -217,11 +255,11 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         log_config=log_config,
         access_log=args.access_log,
-        proxy_headers=False,
         server_header=False,
         timeout_keep_alive=args.keep_alive,
         limit_concurrency=args.max_connections or None,
         timeout_graceful_shutdown=args.drain_seconds,
+        **network,
     )
     return 0
 
@@ -476,6 +514,17 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
         type=int,
         default=2048,
         help="connections plus requests in flight before new requests get 503 (0: no limit)",
+    )
+    net = serve.add_argument_group(
+        "TLS and proxies (default: routefit_settings.tls / trusted_proxies)"
+    )
+    net.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM)")
+    net.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
+    net.add_argument("--ssl-keyfile-password", help="the private key's password, if any")
+    net.add_argument(
+        "--forwarded-allow-ips",
+        help="comma-separated proxy addresses or networks ('*': any) whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed (default: none)",
     )
     serve.set_defaults(run=_serve)
 

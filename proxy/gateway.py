@@ -89,7 +89,13 @@ class Gateway:
         self.keys = keys
         #: Told of every fit that is forwarded (the dashboard's recent reports).
         self.on_fit = on_fit
-        self.teams = TeamDirectory(config.teams, config.settings.admin_key_hash)
+        access = config.settings.access
+        self.teams = TeamDirectory(
+            config.teams,
+            config.settings.admin_key_hash,
+            access.master_key_hash,
+            auth_required=access.auth_required,
+        )
         self.preparer = Preparer(config, self.teams, calibrator, sizer, metrics)
         #: Per-caller pricing threads and count/dry-run rate (``proxy.fairness``).
         self.fairness = self.preparer.fairness

@@ -48,6 +48,9 @@ class LocalProvider:
 
     sock: socket.socket
     aliases: tuple[str, ...]
+    #: ``routefit_settings.simulator.fetch_loopback_images``: off unless the config says so (a
+    #: simulator fetching for any client would let every client probe this host's ports).
+    fetch_loopback_images: bool = False
     _thread: threading.Thread | None = None
     _server: object | None = None
 
@@ -62,7 +65,8 @@ class LocalProvider:
         from proxy.sim.server import build_server
         from proxy.sim.state import SimConfig, SimState
 
-        server = build_server(create_app(SimState(None, SimConfig())))
+        sim = SimConfig(fetch_loopback_images=self.fetch_loopback_images)
+        server = build_server(create_app(SimState(None, sim)))
         self._server = server
         self._thread = threading.Thread(
             target=server.run, kwargs={"sockets": [self.sock]}, name="routefit-sim", daemon=True
@@ -132,7 +136,8 @@ def attach(config: Config, host: str = "127.0.0.1") -> tuple[Config, LocalProvid
     sock.bind((host, 0))
     sock.listen(128)
     sock.setblocking(False)
-    provider = LocalProvider(sock, tuple(local))
+    fetch = config.settings.access.sim_fetch_loopback_images
+    provider = LocalProvider(sock, tuple(local), fetch_loopback_images=fetch)
     routes = {
         alias: _local_upstream(rc, provider.base_url) if alias in local else rc
         for alias, rc in config.routes.items()

@@ -411,13 +411,15 @@ def _routefit_paths(security: Security) -> dict[str, Any]:
         "/routefit/calibration": get(
             "getCalibration",
             "What routefit has learnt per route (admin key)",
-            responses(json_ok("Calibration per route", "Object"), "401", "403"),
+            responses(json_ok("Calibration per route", "Object"), "401", "403", "429"),
             security=security,
         ),
         "/routefit/teams/{team}/usage": get(
             "getTeamUsage",
             "A team's budget windows (admin key, or that team's own key)",
-            responses(json_ok("The team's windows", "TeamUsage"), "401", "403", "404", "503"),
+            responses(
+                json_ok("The team's windows", "TeamUsage"), "401", "403", "404", "429", "503"
+            ),
             security=security,
             parameters=[team],
         ),
@@ -483,19 +485,20 @@ def _ui_paths(security: Security) -> dict[str, Any]:
     session = get(
         "getDashboardSession",
         "Whether this browser may read the figures",
-        {"200": json_ok("The session state", "DashboardSession")},
+        {**responses({}, "503"), "200": json_ok("The session state", "DashboardSession")},
     )
     session["post"] = {
         "operationId": "openDashboardSession",
         "summary": "Exchange the admin key for the session cookie",
         "requestBody": {"required": True, "content": {"application/json": {"schema": login}}},
-        "responses": {"204": done, **responses({}, "400", "401", "403")},
+        # 429: too many failed admin-key attempts from this client; 503: the session store
+        "responses": {"204": done, **responses({}, "400", "401", "403", "429", "503")},
     }
     del session["post"]["responses"]["200"]
     session["delete"] = {
         "operationId": "closeDashboardSession",
-        "summary": "End the session",
-        "responses": {"204": done},
+        "summary": "End the session (revoked server-side)",
+        "responses": {"204": done, **responses({}, "503")},
     }
     return {
         "/routefit/ui": get("dashboard", "The dashboard page", {"200": page}),
@@ -508,7 +511,7 @@ def _ui_paths(security: Security) -> dict[str, Any]:
         "/routefit/ui/data": get(
             "dashboardData",
             "The dashboard's figures (admin key or session cookie)",
-            responses(json_ok("The figures", "Object"), "401", "403"),
+            responses(json_ok("The figures", "Object"), "401", "403", "429", "503"),
             security=security,
         ),
         "/routefit/ui/session": session,
@@ -535,7 +538,7 @@ def _wire_schemas(aliases: list[str]) -> dict[str, Any]:
 
 def build_openapi(config: Config) -> dict[str, Any]:
     """The OpenAPI 3.1 document of a routefit deployment with this config."""
-    secured = bool(config.teams) or config.settings.admin_key_hash is not None
+    secured = not config.open
     # Anthropic clients send their key as x-api-key (or a bearer): both name the team.
     security: Security = [{"bearer": []}, {"apiKey": []}] if secured else []
     paths = {

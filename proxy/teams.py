@@ -6,7 +6,14 @@ Keys are never kept in memory in the clear: config gives plain keys (usually
 ``os.environ/NAME``) or their SHA-256 hashes (``sha256:<hex>``); routefit keeps only hashes, and a
 presented key is hashed and compared against every known hash in constant time, without an early
 exit, so response timing says nothing about which key or how much of it matched. Only a short
-fingerprint (the first 8 hex digits of the hash) ever appears in logs or errors.
+fingerprint (the first 8 hex digits of the hash) ever appears in logs or errors. A presented
+key is any string (non-ASCII, empty, megabytes long): it is hashed as UTF-8 and only fixed-length
+digests are compared, so no input raises and none takes a different path.
+
+Open mode (every request admitted, no budgets) is for a config that asks for no auth at all; a
+config that names teams, an admin key or LiteLLM's ``master_key`` is never open, even when
+every key it names resolves to nothing (then nobody gets in). The master key is one more team,
+``MASTER_TEAM``: every route, no quotas — and an admin key.
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ from typing import Any
 
 from proxy.errors import ProxyError
 from proxy.store import BudgetWindow
+from proxy.throttle import LoginThrottle
 from strategies.policy import FitPolicy
 
 __all__ = [
+    "MASTER_TEAM",
+    "RESERVED_TEAMS",
     "Quotas",
     "Team",
     "TeamDirectory",
@@ -31,8 +41,21 @@ __all__ = [
 ]
 
 
+#: The team id of LiteLLM's ``general_settings.master_key`` (reserved: no configured team has it).
+MASTER_TEAM = "master-key"
+#: Team ids no configured team may take: the master key's, and the store namespace of dashboard
+#: sessions (``proxy.ui.auth``).
+RESERVED_TEAMS = {
+    MASTER_TEAM: "general_settings.master_key's team",
+    "routefit-ui-sessions": "dashboard sessions",
+}
+#: Compared against when a hash is absent, so the work per key does not say which keys exist.
+_NO_KEY = bytes(32)
+
+
 def hash_key(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8")).digest()
+    # surrogatepass: a str from a JSON body may hold lone surrogates; never raise on a key
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
 def fingerprint(key_hash: bytes) -> str:
@@ -85,15 +108,32 @@ class Team:
 class TeamDirectory:
     """Key → team, in constant time per known key."""
 
-    def __init__(self, teams: Sequence[Team], admin_hash: bytes | None) -> None:
+    def __init__(
+        self,
+        teams: Sequence[Team],
+        admin_hash: bytes | None,
+        master_hash: bytes | None = None,
+        auth_required: bool | None = None,
+        throttle: LoginThrottle | None = None,
+    ) -> None:
         self.teams = {t.id: t for t in teams}
-        self._keys = [(h, t) for t in teams for h in t.key_hashes]
+        self.master = (
+            Team(MASTER_TEAM, (master_hash,), None, Quotas()) if master_hash is not None else None
+        )
+        members = [*teams, self.master] if self.master is not None else list(teams)
+        self._keys = [(h, t) for t in members for h in t.key_hashes]
         self._admin = admin_hash
+        self._master = master_hash
+        if auth_required is None:
+            auth_required = bool(teams) or admin_hash is not None or master_hash is not None
+        self._required = auth_required
+        #: Failed admin-key attempts per client, on every admin door (``proxy.throttle``).
+        self.admin_throttle = throttle if throttle is not None else LoginThrottle()
 
     @property
     def open(self) -> bool:
-        """No teams configured: every request is admitted (local use)."""
-        return not self.teams
+        """No auth asked for: every request is admitted (local use)."""
+        return not self._required
 
     def team_for(self, key: str) -> Team | None:
         presented = hash_key(key)
@@ -104,9 +144,11 @@ class TeamDirectory:
         return found
 
     def is_admin(self, key: str) -> bool:
-        if self._admin is None:
-            return False
-        return hmac.compare_digest(hash_key(key), self._admin)
+        """The admin key or the master key (both compared, whichever is set)."""
+        presented = hash_key(key)
+        admin = hmac.compare_digest(presented, self._admin or _NO_KEY) and self._admin is not None
+        master = hmac.compare_digest(presented, self._master or _NO_KEY)
+        return admin or (master and self._master is not None)
 
     def authenticate(self, headers: Mapping[str, str]) -> Team | None:
         """The team a request belongs to (None in open mode); 401 for a missing or wrong key."""
@@ -126,26 +168,56 @@ class TeamDirectory:
             )
         return team
 
-    def authorize_admin(self, headers: Mapping[str, str]) -> None:
-        """Admin endpoints: the admin key; with no teams and no admin key, routefit runs open."""
-        if self.open and self._admin is None:
+    def check_admin_key(self, key: str, client: str | None) -> None:
+        """The admin (or master) key, else 403; throttled per ``client`` (429 while it is
+        locked out, without looking at the key). ``client`` None: an unthrottled caller."""
+        if client is not None:
+            self.admin_throttle.check(client)
+        if not self.is_admin(key):
+            if client is not None:
+                self.admin_throttle.failed(client)
+            raise ProxyError(403, "this endpoint needs the admin key", code="admin_key_required")
+        if client is not None:
+            self.admin_throttle.succeeded(client)
+
+    def authorize_admin(self, headers: Mapping[str, str], client: str | None = None) -> None:
+        """Admin endpoints: the admin (or master) key; open only when routefit runs open."""
+        if self.open:
             return
         key = presented_key(headers)
-        if not key or not self.is_admin(key):
-            raise ProxyError(
-                401 if not key else 403,
-                "this endpoint needs the admin key",
-                code="admin_key_required",
-            )
+        if not key:
+            raise ProxyError(401, "this endpoint needs the admin key", code="admin_key_required")
+        self.check_admin_key(key, client)
 
-    def usage_reader(self, headers: Mapping[str, str], team_id: str) -> Team:
-        """The team whose usage the caller may read: any with the admin key, else its own."""
+    @property
+    def has_keys(self) -> bool:
+        """Whether any key at all (a team's, the admin's, the master's) could get in."""
+        return bool(self._keys) or self._admin is not None
+
+    @property
+    def has_admin(self) -> bool:
+        """Whether any admin key (admin or master) exists to sign in with."""
+        return self._admin is not None or self._master is not None
+
+    def usage_reader(
+        self, headers: Mapping[str, str], team_id: str, client: str | None = None
+    ) -> Team:
+        """The team whose usage the caller may read: any with the admin key, else its own.
+        A key that is neither counts as a failed admin-key attempt of ``client``."""
         if self.open:
             raise ProxyError(404, "no teams are configured", code="not_found")
+        key = presented_key(headers)
+        if client is not None and key:
+            self.admin_throttle.check(client)
         try:
             self.authorize_admin(headers)
         except ProxyError:
-            caller = self.authenticate(headers)
+            try:
+                caller = self.authenticate(headers)
+            except ProxyError:
+                if client is not None and key:
+                    self.admin_throttle.failed(client)
+                raise
             if caller is None or caller.id != team_id:
                 raise ProxyError(
                     403, "a team key can only read its own usage", code="forbidden"

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -171,7 +172,10 @@ def run_routefit(
     workers: int = 1,
     timeout: float = 30.0,
     extra_args: list[str] | None = None,
+    tls_ca: Path | None = None,
 ) -> Iterator[Running]:
+    """``tls_ca``: routefit serves HTTPS (its config or ``extra_args`` say how) with a
+    certificate this CA file verifies; ``base_url`` is then https."""
     port = port or free_port()
     logdir = Path(tempfile.mkdtemp(prefix="routefit-log-"))
     log_path = logdir / "routefit.log"
@@ -200,14 +204,19 @@ def run_routefit(
             stderr=subprocess.STDOUT,
             env=environment,
         )
-    running = Running(f"http://127.0.0.1:{port}", process, log_path)
+    scheme = "https" if tls_ca is not None else "http"
+    running = Running(f"{scheme}://127.0.0.1:{port}", process, log_path)
+    verify: ssl.SSLContext | bool = (
+        ssl.create_default_context(cafile=str(tls_ca)) if tls_ca is not None else True
+    )
     try:
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"routefit exited early:\n{running.log()}")
             try:
-                if httpx.get(running.base_url + "/readyz", timeout=1).status_code == 200:
+                ready = httpx.get(running.base_url + "/readyz", timeout=1, verify=verify)
+                if ready.status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

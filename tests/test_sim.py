@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -167,23 +168,7 @@ def test_image_tokens_follow_the_models_rule(fresh_sim: SimServer) -> None:
     assert cost("gpt-4o", data_url(1024, 1024)) == 765
     assert cost("gpt-4o", data_url(1024, 1024), "low") == 85
     assert cost("gpt-4o", "https://example.com/big.png#2048x4096") == 1105  # size hint, no fetch
-    assert cost("gpt-4o", fresh_sim.url("/sim/images/1024x1024.png")) == 765  # fetched (loopback)
     assert cost("gpt-4o-mini", data_url(512, 512)) == 2833 + 5667
-    missing = post(
-        fresh_sim,
-        {
-            "model": "gpt-4o",
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": fresh_sim.url("/no.png")}}
-                    ],
-                }
-            ],
-        },
-    )
-    assert missing.status_code == 400 and missing.json()["error"]["code"] == "invalid_image_url"
     resp = post(
         fresh_sim,
         {
@@ -547,6 +532,124 @@ def test_anthropic_messages_shape_and_cache_usage(fresh_sim: SimServer) -> None:
     assert versionless.status_code == 400 and "anthropic-version" in versionless.text
 
 
+def _image_prompts(sim: SimServer, url: str) -> tuple[httpx.Response, httpx.Response]:
+    """One user image by URL on each image-taking wire: OpenAI chat, Anthropic Messages."""
+    chat = post(
+        sim,
+        {
+            "model": "gpt-4o",
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}
+            ],
+        },
+    )
+    block = {"type": "image", "source": {"type": "url", "url": url}}
+    messages = messages_post(
+        sim,
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 5,
+            "messages": [{"role": "user", "content": [block, {"type": "text", "text": "?"}]}],
+        },
+    )
+    return chat, messages
+
+
+class _Images:
+    """A loopback HTTP server that counts every request: ``/img.png`` (64x32), ``/text``."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from threading import Thread
+
+        hits: list[str] = []
+        self.hits = hits
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                hits.append(self.path)
+                body = png(64, 32) if self.path == "/img.png" else b"plain text"
+                self.send_response(200 if self.path in ("/img.png", "/text") else 404)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def images() -> Iterator[_Images]:
+    server = _Images()
+    yield server
+    server.close()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_simulator_fetches_no_url_unless_started_to(
+    fresh_sim: SimServer, images: _Images
+) -> None:
+    """Off by default on both wires: a loopback image URL is priced at the assumed size, never
+    fetched, whatever is (or is not) listening behind it; no client can turn fetching on."""
+    assumed = None
+    for url in (
+        images.url("/img.png"),
+        images.url("/text"),
+        f"http://127.0.0.1:{_closed_port()}/a.png",
+        "http://localhost:6379/",
+    ):
+        chat, messages = _image_prompts(fresh_sim, url)
+        assert chat.status_code == messages.status_code == 200, (url, chat.text, messages.text)
+        usage = (chat.json()["usage"]["prompt_tokens"], messages.json()["usage"]["input_tokens"])
+        assert assumed in (None, usage), url
+        assumed = usage
+    assert images.hits == []
+    r = httpx.post(fresh_sim.url("/sim/config"), json={"fetch_loopback_images": True})
+    assert r.status_code == 400 and "not over HTTP" in r.text
+    assert fresh_sim.config.fetch_loopback_images is False
+
+
+def test_a_fetching_simulator_tells_no_port_from_another(
+    fresh_sim: SimServer, images: _Images
+) -> None:
+    """Started to fetch (in process here; ``--fetch-loopback-images`` on the command line), it
+    reads a real image exactly, and answers every failure with one message: a closed port, a
+    404, a non-image body and a port that does not speak HTTP are indistinguishable."""
+    fresh_sim.state.config.fetch_loopback_images = True
+    ok, ok_messages = _image_prompts(fresh_sim, images.url("/img.png"))
+    assert ok.status_code == ok_messages.status_code == 200
+    assert images.hits == ["/img.png", "/img.png"]
+    seen: dict[str, set[str]] = {"chat": set(), "messages": set()}
+    for url in (
+        f"http://127.0.0.1:{_closed_port()}/x.png",  # closed
+        images.url("/no-such.png"),  # open, 404
+        images.url("/text"),  # open, 200, not an image
+        "http://127.0.0.1:6379/x.png",  # open, not HTTP (Redis)
+    ):
+        chat, messages = _image_prompts(fresh_sim, url)
+        assert chat.status_code == messages.status_code == 400, (url, chat.text)
+        seen["chat"].add(chat.json()["error"]["message"].replace(url, "<url>"))
+        seen["messages"].add(messages.json()["error"]["message"].replace(url, "<url>"))
+    assert len(seen["chat"]) == 1 and len(seen["messages"]) == 1, seen
+
+
 def test_anthropic_images_and_breakpoint_limit(fresh_sim: SimServer) -> None:
     def block(data: bytes, media: str = "image/png") -> dict[str, Any]:
         source = {"type": "base64", "media_type": media, "data": base64.b64encode(data).decode()}
@@ -835,6 +938,7 @@ def test_python_dash_m_proxy_sim_runs_standalone() -> None:
             "gpt-4o",
             "--model-json",
             '{"base": "gpt-4o", "name": "gpt-4o-tiny", "context_window": 100}',
+            "--fetch-loopback-images",
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -848,6 +952,7 @@ def test_python_dash_m_proxy_sim_runs_standalone() -> None:
         assert url, line
         models = httpx.get(url.group(0) + "/v1/models").json()["data"]
         assert [m["id"] for m in models] == ["gpt-4o", "gpt-4o-tiny"]
+        assert httpx.get(url.group(0) + "/sim/config").json()["fetch_loopback_images"] is True
         resp = httpx.post(
             url.group(0) + "/v1/chat/completions", json={**SIMPLE, "model": "gpt-4o-tiny"}
         )

@@ -82,8 +82,15 @@ def describe(config: Config) -> dict[str, Any]:
         "config": config.path,
         "routes": {alias: _route(rc) for alias, rc in config.routes.items()},
         "teams": [_team(t) for t in config.teams],
-        "mode": "teams" if config.teams else "open (no teams: every request admitted)",
+        "mode": (
+            "open (no teams, admin key or master key: every request admitted)"
+            if config.open
+            else "keys required"
+        ),
         "admin_key_set": s.admin_key_hash is not None,
+        "master_key_set": s.access.master_key_hash is not None,
+        "tls": s.access.tls_certfile is not None,
+        "trusted_proxies": list(s.access.trusted_proxies),
         "store": store,
         "warnings": list(config.warnings),
         "missing_env": list(config.missing_env),

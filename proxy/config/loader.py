@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from proxy.config.access import read_access
 from proxy.config.reader import ConfigError, Reader
 from proxy.config.routes import RouteConfig, read_route
 from proxy.config.settings import SETTINGS_KEYS, Settings, read_settings
@@ -18,7 +19,7 @@ from proxy.teams import Team
 
 __all__ = ["Config", "load_config", "parse_config"]
 
-_TOP_KEYS = frozenset({"model_list", "routefit_settings"})
+_TOP_KEYS = frozenset({"model_list", "routefit_settings", "general_settings"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,11 @@ class Config:
 
     def route(self, alias: str) -> RouteConfig | None:
         return self.routes.get(alias)
+
+    @property
+    def open(self) -> bool:
+        """No auth asked for anywhere in the file: every request is admitted (local use)."""
+        return not self.settings.access.auth_required
 
 
 def _routes(items: Any, rd: Reader, default_timeout: float) -> dict[str, RouteConfig]:
@@ -66,14 +72,20 @@ def parse_config(
         raise rd.error("", "the top level must be a mapping")
     rd.shared(data, _TOP_KEYS, {"routefit_settings", "model_list"}, "")
     where = "routefit_settings"
-    raw = rd.resolve(rd.strict(data.get(where), SETTINGS_KEYS, where), where)
+    written = rd.strict(data.get(where), SETTINGS_KEYS, where)
+    raw = rd.resolve(written, where)
     settings = read_settings(raw, rd, environ)
+    access = read_access(raw, written, data.get("general_settings"), rd)
+    settings = replace(settings, access=access)
     routes = _routes(data.get("model_list"), rd, settings.upstream_timeout)
+    teams = read_teams(raw.get("teams"), list(routes), rd)
+    if any(access.master_key_hash in t.key_hashes for t in teams):
+        raise rd.error("general_settings.master_key", "is also a team's key")
     return Config(
         path=path,
         routes=routes,
         settings=settings,
-        teams=read_teams(raw.get("teams"), list(routes), rd),
+        teams=teams,
         warnings=tuple(rd.warnings),
         missing_env=tuple(rd.missing_env),
     )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pricing.calibration import CalibrationPolicy
+from proxy.config.access import ACCESS_KEYS, Access
 from proxy.config.reader import Reader
 from proxy.store.settings import (
     STORE_KEYS,
@@ -21,19 +22,23 @@ from proxy.teams import hash_key
 
 __all__ = ["SETTINGS_KEYS", "Settings", "TrustLimits", "read_settings"]
 
-SETTINGS_KEYS = frozenset(STORE_KEYS) | frozenset(
-    {
-        "store",
-        "max_body_bytes",
-        "upstream_timeout",
-        "teams",
-        "admin_key",
-        "budget_failure_mode",
-        "calibration",
-        "upstream_retries",
-        "responses_ttl_seconds",
-    }
-)
+SETTINGS_KEYS = (
+    frozenset(STORE_KEYS)
+    | frozenset(
+        {
+            "store",
+            "max_body_bytes",
+            "upstream_timeout",
+            "teams",
+            "admin_key",
+            "budget_failure_mode",
+            "calibration",
+            "upstream_retries",
+            "responses_ttl_seconds",
+        }
+    )
+    | ACCESS_KEYS
+)  # auth, TLS, trusted proxies, the local simulator (proxy.config.access)
 # -- provider bounds and CPU fairness (``_trust``) -------------------------------------------
 _TRUST_KEYS = frozenset(
     {
@@ -118,6 +123,8 @@ class Settings:
     anchor_ttl: float = 3600.0
     #: Seconds a stored ``/v1/responses`` answer can be named by ``previous_response_id``.
     responses_ttl_seconds: int = _RESPONSES_TTL
+    #: Auth, master key, TLS, trusted proxies (``proxy.config.access``; the loader fills it).
+    access: Access = field(default_factory=Access)
     #: Provider body/event bounds and count-endpoint fairness (``TrustLimits``).
     limits: TrustLimits = field(default_factory=TrustLimits)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from proxy.config.policy import read_overrides
 from proxy.config.reader import Reader
-from proxy.teams import Quotas, Team, hash_key
+from proxy.teams import RESERVED_TEAMS, Quotas, Team, hash_key
 
 __all__ = ["TEAM_KEYS", "read_teams"]
 
@@ -81,6 +81,8 @@ def _team(
     team_id = block.get("id")
     if not isinstance(team_id, str) or not team_id or team_id in ids:
         raise rd.error(f"{where}.id", "must be a unique non-empty string")
+    if team_id in RESERVED_TEAMS:
+        raise rd.error(f"{where}.id", f"{team_id!r} is reserved ({RESERVED_TEAMS[team_id]})")
     ids.add(team_id)
     fit = rd.mapping(block.get("fit"), f"{where}.fit")
     return Team(

@@ -55,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser, default_port: int = 0) -> Non
         "--api-key", action="append", default=None, help="require this key (repeatable)"
     )
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between SSE events")
+    parser.add_argument(
+        "--fetch-loopback-images",
+        action="store_true",
+        help="fetch image URLs on loopback addresses, as a provider fetches URLs (default: "
+        "never fetch; a URL without a #WxH hint is assumed 1024x1024)",
+    )
     parser.add_argument("--log-level", default="warning")
 
 
@@ -71,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     config = SimConfig(
         api_keys=frozenset(args.api_key) if args.api_key else None,
         chunk_delay=args.chunk_delay,
+        fetch_loopback_images=args.fetch_loopback_images,
     )
 
     def ready(host: str, port: int) -> None:

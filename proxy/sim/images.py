@@ -124,12 +124,18 @@ def is_loopback(url: str) -> bool:
         return False
 
 
+#: The most bytes a fetched image may have (OpenAI refuses images over 20 MB).
+MAX_FETCH_BYTES = 20 * 1024 * 1024
+
+
 async def resolve_url(url: str, *, assumed: tuple[int, int], fetch_loopback: bool) -> Picture:
     """The picture behind an image URL as the provider would see it.
 
-    ``data:`` URLs are decoded; a ``#WxH`` fragment is trusted without fetching; loopback URLs
-    are fetched (a provider fetches URLs; tests serve images locally); any other URL cannot be
-    reached offline and is assumed to be ``assumed`` pixels.
+    ``data:`` URLs are decoded; a ``#WxH`` fragment is trusted without fetching; any other URL
+    is assumed to be ``assumed`` pixels — unless the simulator was started with
+    ``fetch_loopback`` (``--fetch-loopback-images``, off by default), when a loopback URL is
+    fetched as a provider fetches URLs. Off by default because a simulator that fetches for any
+    client turns every client into a port scanner of the host it runs on.
     """
     from proxy.sim.tokens import digest
 
@@ -141,15 +147,35 @@ async def resolve_url(url: str, *, assumed: tuple[int, int], fetch_loopback: boo
     if hint is not None:
         return Picture(hint[0], hint[1], None, digest(url))
     if fetch_loopback and is_loopback(url):
-        import httpx
-
-        try:
-            async with httpx.AsyncClient(timeout=10) as client:
-                resp = await client.get(url)
-        except httpx.HTTPError:
-            raise ImageProblem(f"Error while downloading {url}.") from None
-        if resp.status_code != 200:
-            raise ImageProblem(f"Error while downloading {url}.")
-        width, height, actual = probe_bytes(resp.content)
-        return Picture(width, height, actual, digest(resp.content))
+        data = await _download(url)
+        width, height, actual = probe_bytes(data)
+        return Picture(width, height, actual, digest(data))
     return Picture(assumed[0], assumed[1], None, digest(url))
+
+
+async def _download(url: str) -> bytes:
+    """The image's bytes; ImageProblem otherwise, with one message whatever went wrong (refused
+    connection, error status, oversized or undecodable body), so the answer never tells an
+    open port from a closed one. OpenAI answers the same sentence."""
+    import httpx
+
+    failed = ImageProblem(f"Error while downloading {url}.")
+    try:
+        async with (
+            httpx.AsyncClient(timeout=10, follow_redirects=False) as client,
+            client.stream("GET", url) as resp,
+        ):
+            if resp.status_code != 200:
+                raise failed
+            data = b""
+            async for chunk in resp.aiter_bytes():
+                data += chunk
+                if len(data) > MAX_FETCH_BYTES:
+                    raise failed
+    except (httpx.HTTPError, httpx.InvalidURL):
+        raise failed from None
+    try:
+        probe_bytes(data)
+    except ImageProblem:
+        raise failed from None
+    return data

@@ -18,7 +18,11 @@ from proxy.sim.cache import BreakpointCache, PrefixCache
 from proxy.sim.faults import FaultQueue
 from proxy.sim.models import SimModel, builtin_models
 
-__all__ = ["SimConfig", "SimState", "Stats"]
+__all__ = ["START_ONLY", "SimConfig", "SimState", "Stats"]
+
+#: SimConfig fields ``POST /sim/config`` may not change: whoever can reach the simulator must
+#: not be able to turn it into a fetcher of the host's loopback addresses.
+START_ONLY = frozenset({"fetch_loopback_images"})
 
 
 @dataclass
@@ -31,10 +35,12 @@ class SimConfig:
     log_size: int = 200
     #: Reject unknown top-level request fields, like OpenAI and Anthropic do (False: ignore).
     strict_params: bool = True
-    #: Size assumed for an image URL that is neither loopback (fetched) nor has a ``#WxH`` hint.
+    #: Size assumed for an image URL without a ``#WxH`` hint (and not fetched).
     assumed_image_size: tuple[int, int] = (1024, 1024)
-    #: Fetch loopback image URLs (as OpenAI fetches URLs); failure → 400 like OpenAI.
-    fetch_loopback_images: bool = True
+    #: Fetch loopback image URLs (as OpenAI fetches URLs); failure → 400 like OpenAI. Off by
+    #: default, and only settable at start (``--fetch-loopback-images``, or in process): a
+    #: simulator that fetches for any client lets every client probe the host's ports.
+    fetch_loopback_images: bool = False
     #: Digests kept per model by the prefix cache (one per 128-token block).
     cache_entries: int = 200_000
     #: Require the ``anthropic-version`` header on /v1/messages.
@@ -44,6 +50,8 @@ class SimConfig:
         for key, value in values.items():
             if key not in self.__dataclass_fields__:
                 raise ValueError(f"unknown sim config key {key!r}")
+            if key in START_ONLY:
+                raise ValueError(f"{key} is set when the simulator starts, not over HTTP")
             if key == "api_keys" and value is not None:
                 value = frozenset(value)
             if key == "assumed_image_size":

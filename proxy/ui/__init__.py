@@ -7,7 +7,8 @@ Endpoints (see :mod:`proxy.ui.auth` for why the key travels as it does):
 * ``GET /routefit/ui/static/{name}`` — its script and style sheet;
 * ``GET /routefit/ui/data`` — the figures; admin key as a bearer header, or the session cookie;
 * ``POST /routefit/ui/session`` — ``{"key": "<admin key>"}`` → the session cookie;
-  ``DELETE`` ends it; ``GET`` says whether this browser may read the figures.
+  ``DELETE`` revokes it (server-side: a copy of the cookie dies too); ``GET`` says whether this
+  browser may read the figures.
 
 Every response carries a strict Content-Security-Policy (same-origin scripts, styles and
 fetches only; no framing), so even a hostile route alias could not run script in the page.
@@ -76,7 +77,9 @@ class Dashboard:
         teams: TeamDirectory,
     ) -> None:
         self.data = DashboardData(config, metrics, calibrator, budgets, teams)
-        self.sessions = Sessions(teams, config.settings.admin_key_hash)
+        access = config.settings.access
+        admins = (config.settings.admin_key_hash, access.master_key_hash)
+        self.sessions = Sessions(teams, tuple(h for h in admins if h is not None), budgets.store)
         self.files = _static_files()
 
     def record(self, report: FitReport) -> None:
@@ -106,7 +109,7 @@ class Dashboard:
 
     async def figures(self, request: Request) -> Response:
         try:
-            self.sessions.authorize(request.headers, request.cookies)
+            await self.sessions.authorize(request.headers, request.cookies, _client(request))
         except ProxyError as err:
             return error_response(err, headers=_SECURITY)
         body = orjson.dumps(await self.data.build())
@@ -116,34 +119,27 @@ class Dashboard:
         """Whether this browser may read the figures (always 200: the page asks before it
         fetches, so signing in never shows up as a failed request)."""
         try:
-            self.sessions.authorize(request.headers, request.cookies)
-        except ProxyError:
-            authorized = False
+            await self.sessions.authorize(request.headers, request.cookies, _client(request))
+            session = await self.sessions.valid(request.cookies.get(COOKIE))
+        except ProxyError as err:
+            if err.status >= 500:
+                return error_response(err, headers=_SECURITY)
+            authorized = session = False
         else:
             authorized = True
-        token = request.cookies.get(COOKIE)
-        body = {
-            "authorized": authorized,
-            "open": self.sessions.open,
-            "session": bool(token and self.sessions.valid(token)),
-        }
+        body = {"authorized": authorized, "open": self.sessions.open, "session": session}
         return Response(orjson.dumps(body), media_type="application/json", headers=_SECURITY)
 
     async def session(self, request: Request) -> Response:
+        # https as the client saw it: direct TLS, or a trusted proxy's X-Forwarded-Proto
         secure = request.url.scheme == "https"
-        if request.method == "DELETE":
-            response = Response(status_code=204, headers=_SECURITY)
-            response.delete_cookie(COOKIE, path=PREFIX, secure=secure, samesite="strict")
-            return response
         try:
-            try:
-                payload = orjson.loads(await request.body())
-            except orjson.JSONDecodeError:
-                payload = None
-            key = payload.get("key") if isinstance(payload, dict) else None
-            if not isinstance(key, str) or not key:
-                raise ProxyError(400, 'expected {"key": "<admin key>"}', code="invalid_json")
-            token = self.sessions.login(key)
+            if request.method == "DELETE":
+                await self.sessions.logout(request.cookies.get(COOKIE))
+                response = Response(status_code=204, headers=_SECURITY)
+                response.delete_cookie(COOKIE, path=PREFIX, secure=secure, samesite="strict")
+                return response
+            token = await self.sessions.login(await _posted_key(request), _client(request))
         except ProxyError as err:
             return error_response(err, headers=_SECURITY)
         response = Response(status_code=204, headers=_SECURITY)
@@ -157,3 +153,19 @@ class Dashboard:
             samesite="strict",
         )
         return response
+
+
+def _client(request: Request) -> str:
+    """The client's address as the server resolved it (a trusted proxy's X-Forwarded-For)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+async def _posted_key(request: Request) -> str:
+    try:
+        payload = orjson.loads(await request.body())
+    except orjson.JSONDecodeError:
+        payload = None
+    key = payload.get("key") if isinstance(payload, dict) else None
+    if not isinstance(key, str) or not key:
+        raise ProxyError(400, 'expected {"key": "<admin key>"}', code="invalid_json")
+    return key

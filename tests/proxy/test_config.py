@@ -118,14 +118,17 @@ def test_a_litellm_config_loads_as_is_with_warnings(tmp_path):
           - model_name: gpt-4o
             litellm_params: {model: azure/gpt-4o, api_base: https://x.openai.azure.com}
         litellm_settings: {drop_params: true}
-        general_settings: {master_key: sk-1234}
+        general_settings: {master_key: sk-1234, database_url: "postgresql://x"}
     """,
         ),
         environ={},
     )
     assert list(config.routes) == ["gpt-4o"]
     text = "\n".join(config.warnings)
-    assert "litellm_settings" in text and "general_settings" in text
+    assert "litellm_settings" in text and "general_settings.database_url" in text
+    # the master key is LiteLLM's admin key: honoured (never a warning and an open gateway)
+    assert "master_key" not in text and not config.open
+    assert config.settings.access.master_key_hash is not None
     assert "model_list[0].model_info.id" in text
     assert "duplicate alias 'gpt-4o'" in text
     # unknown litellm_params are kept for litellm, not warned about
@@ -320,7 +323,8 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
             tmp_path,
             _model(
                 "model_info: {mode: chat, base_model: gpt-4o}\n            tpm: 1000",
-                "litellm_settings: {drop_params: true}\n        general_settings: {master_key: x}\n"
+                "litellm_settings: {drop_params: true}\n"
+                "        general_settings: {store_model_in_db: x}\n"
                 "        router_settings: {routing_strategy: simple-shuffle}",
             ),
         ),
@@ -332,7 +336,7 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
         "model_list[1].model_info.base_model",
         "model_list[1].tpm",
         "litellm_settings",
-        "general_settings",
+        "general_settings.store_model_in_db",
         "router_settings",
     ):
         assert path in text
