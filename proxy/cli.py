@@ -121,17 +121,20 @@ def _price(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace) -> int:
     from pricing.messages import RequestError
-    from strategies.fit import FitError, fit
+    from proxy.wires.base import capped_output
+    from strategies.fit import FitError
+    from strategies.output import fit_output
 
     _, rc, request = _load(args)
     try:
-        result = fit(request, rc.route, rc.policy)
+        result = fit_output(request, rc.route, rc.policy)
     except RequestError as exc:
         raise UsageError(f"{args.file}: {exc.message}") from None
     except FitError as exc:
         raise UsageError(f"context_length_exceeded: {exc}") from None
     if args.json:
-        print(json.dumps({"request": result.body, "report": result.report.as_dict()}, indent=2))
+        body = capped_output(result.body, result, ("max_completion_tokens", "max_tokens"))
+        print(json.dumps({"request": body, "report": result.report.as_dict()}, indent=2))
         return 0
     print(fit_table(result, len(request.messages)))
     return 0
@@ -344,6 +347,8 @@ def fit_table(result: Any, sent_before: int) -> str:
         f"{r.estimate_after:,}",
         f"actions: {r.actions()}",
     ]
+    if r.output is not None and r.output.lowered:
+        lines.append(f"  output cap {r.output.describe()} (docs/fitting.md, Output limits)")
     if r.capped:
         lines.append(f"  capped {r.capped} message(s), {r.capped_tokens:,} tokens removed")
     if r.offloaded_images:
@@ -370,7 +375,7 @@ def fit_table(result: Any, sent_before: int) -> str:
 def _check(args: argparse.Namespace) -> int:
     from pricing.tokenizers import TokenizerError, get_tokenizer
     from proxy.config import ConfigError, load_config
-    from proxy.config.describe import describe
+    from proxy.config.describe import describe, window_problems
 
     try:
         config = load_config(args.config)
@@ -381,6 +386,9 @@ def _check(args: argparse.Namespace) -> int:
             get_tokenizer(rc.route.tokenizer)
         except TokenizerError as exc:
             raise UsageError(f"{config.path}: route {alias!r}: {exc}") from None
+    errors, _ = window_problems(config)  # what every request to a route would fail on
+    if errors:
+        raise UsageError("\nroutefit: ".join(errors))
     info = describe(config)
     if args.json:
         print(json.dumps(info, indent=2))
@@ -395,7 +403,7 @@ def check_text(info: dict[str, Any]) -> str:
     for alias, r in info["routes"].items():
         rule = r["image_rule"]["kind"]
         fetch = ", ".join(r["image_fetch"]["allow_hosts"]) or "off"
-        fit = r["fit"]
+        fit, out = r["fit"], r["output"]
         lines += [
             f"route {alias} -> {r['model']}",
             f"  transport {r['transport']}  api base {r['api_base'] or '(litellm default)'}"
@@ -404,8 +412,8 @@ def check_text(info: dict[str, Any]) -> str:
             f"  tokenizer {r['tokenizer']}  framing {r['framing']['family']}",
             f"  images {rule}  vision {'yes' if r['supports_vision'] else 'no'}  fetch {fetch}",
             f"  fit strategies {','.join(fit['strategies'])}  output reserve "
-            f"{fit['output_reserve'] if fit['output_reserve'] is not None else 'default'}"
-            f"  pin {fit['pin_fraction']}  low water {fit['low_water']}",
+            f"{out['reserve']:,} (shrinks to {out['min_reserve']:,})  safety margin "
+            f"{out['safety_margin']:,}  pin {fit['pin_fraction']}  low water {fit['low_water']}",
         ]
     if not info["teams"]:
         lines.append(f"teams: none, {info['mode']}")

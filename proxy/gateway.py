@@ -116,6 +116,11 @@ class Gateway:
             "x-routefit-prompt-tokens": str(p.estimate),
             "x-routefit-actions": p.fitted.report.actions(),
         }
+        output = p.fitted.report.output
+        if output is not None and output.lowered:
+            # the client's output cap and the one sent: clamped to the route's output limit,
+            # or shrunk to the room the prompt leaves (docs/fitting.md, "Output limits")
+            headers["x-routefit-output-clamped"] = output.describe()
         if p.held is not None:
             headers.update(rate_limit_headers(p.held.windows))
         return headers

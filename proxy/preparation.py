@@ -41,7 +41,8 @@ from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
 from proxy.teams import Team, TeamDirectory
 from proxy.wires import Wire
-from strategies.fit import Fit, FitError, fit, fit_bounded
+from strategies.fit import Fit, FitError
+from strategies.output import bounded_output, fit_output
 from strategies.policy import FitPolicy
 
 __all__ = ["Job", "Prepared", "Preparer"]
@@ -79,7 +80,7 @@ class Job:
     def fit(self, correction: Correction) -> Fit:
         """The exact fit; the wire's own refusal when nothing the policy allows fits."""
         try:
-            return fit(self.request, self.rc.route, self.policy, correction, self.sizes)
+            return fit_output(self.request, self.rc.route, self.policy, correction, self.sizes)
         except RequestError as exc:  # an image that cannot be priced, found while pricing
             raise ProxyError(400, exc.message, param=exc.param) from None
         except FitError as exc:
@@ -240,9 +241,9 @@ class Preparer:
             # a proof may count (part of) the texts: off the loop where a fit would be
             if threaded:
                 limiter = self.fairness.limiter(job.who)
-                fitted = await anyio.to_thread.run_sync(fit_bounded, *args, limiter=limiter)
+                fitted = await anyio.to_thread.run_sync(bounded_output, *args, limiter=limiter)
             else:
-                fitted = fit_bounded(*args)
+                fitted = bounded_output(*args)
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         if fitted is None:

@@ -33,7 +33,7 @@ from pricing.tokenizers import get_tokenizer
 from strategies.cap import cap_oversized
 from strategies.elide import Plan, UnitCosts, elision_marker, plan, plan_max
 from strategies.offload import offload_images, placeholder_for
-from strategies.policy import FitPolicy, prompt_budget
+from strategies.policy import FitPolicy, OutputLimit, prompt_budget
 from strategies.units import Unit, answers_tool_round, group_units, protected_units
 
 __all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded"]
@@ -51,6 +51,8 @@ class FitReport:
     offloaded_tokens: int = 0
     elided_messages: int = 0
     elided_tokens: int = 0
+    #: The reply's reservation (``strategies.output``); None when ``fit`` ran on its own.
+    output: OutputLimit | None = None
 
     @property
     def transparent(self) -> bool:
@@ -86,6 +88,14 @@ class FitReport:
                     "messages": self.elided_messages,
                     "tokens_removed": self.elided_tokens,
                 },
+            },
+            "output": None
+            if self.output is None
+            else {
+                "requested": self.output.requested,
+                "route_limit": self.output.route_limit,
+                "reserve": self.output.reserve,
+                "sent": self.output.sent,
             },
         }
 

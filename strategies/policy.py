@@ -1,7 +1,18 @@
-"""FitPolicy and the prompt budget.
+"""FitPolicy, the output reservation and the prompt budget.
 
 One policy per route, from config, optionally overridden per team. Every knob has a default a
 demanding user would pick; docs/fitting.md explains each one.
+
+Output limits (docs/fitting.md, "Output limits"). A client's output cap is a request for room,
+and the window is shared: the prompt budget is the window less the reply's reservation and the
+safety margin. Two rules keep the reservation from failing a request that could be served:
+
+* a cap above the route's output limit is clamped to the limit (the provider would refuse it,
+  and the reply can never be longer anyway) — ``output_limit``;
+* a cap that leaves too little room beside the prompt is shrunk to the room there is, but never
+  below ``min_output_reserve`` (or the client's own cap when that is smaller): a reply squeezed
+  below that is refused with the largest cap that would fit, rather than cut short silently —
+  ``shrunk_output`` and ``output_room``.
 """
 
 from __future__ import annotations
@@ -10,7 +21,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-__all__ = ["STRATEGIES", "FitPolicy", "output_reserve", "prompt_budget"]
+__all__ = [
+    "MIN_PROMPT_TOKENS",
+    "STRATEGIES",
+    "FitPolicy",
+    "OutputLimit",
+    "minimum_window",
+    "output_limit",
+    "output_reserve",
+    "output_room",
+    "prompt_budget",
+    "reserve_floor",
+    "safety_margin",
+    "shrunk_output",
+]
 
 STRATEGIES = ("cap", "offload_images", "elide")
 
@@ -22,6 +46,9 @@ class FitPolicy:
     output_reserve: int | None = None
     #: Tokens kept free beyond the estimate; None → 1% of the window, at least 32.
     safety_margin: int | None = None
+    #: The smallest reservation a client's cap is shrunk to when the prompt leaves too little
+    #: room for it (a client's own smaller cap is kept as it is).
+    min_output_reserve: int = 1024
     strategies: tuple[str, ...] = STRATEGIES
     #: A message's text+framing cap when capping runs; None → ``cap_fraction`` of the budget.
     message_cap_tokens: int | None = None
@@ -68,7 +95,7 @@ def _check(key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{key} must be a non-negative integer")
         return value
-    if key == "image_offload_step":
+    if key in ("image_offload_step", "min_output_reserve"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{key} must be a positive integer")
         return value
@@ -90,14 +117,90 @@ def _check(key: str, value: Any) -> Any:
     raise AssertionError(key)
 
 
-def output_reserve(max_output: int, policy: FitPolicy, requested_output: int | None) -> int:
-    """What the reply may use: the request's ``max_tokens`` when it says, else the policy's
-    reserve, else min(the route's max output, 4096)."""
+#: The smallest prompt a route must have room for besides its reserve and margin: a chat
+#: request with one short user message (``routefit check`` refuses a route without it).
+MIN_PROMPT_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLimit:
+    """The reply's share of the window for one request, and what became of the client's cap."""
+
+    #: The client's cap (``max_tokens`` / ``max_completion_tokens`` / ``max_output_tokens``),
+    #: None when it set none.
+    requested: int | None
+    #: The route's output limit (``max_output_tokens``).
+    route_limit: int
+    #: Tokens kept free for the reply: the prompt budget is the window less this and the margin.
+    reserve: int
+
+    @property
+    def sent(self) -> int | None:
+        """The cap the provider gets: the reserve when the client set a cap, else none."""
+        return None if self.requested is None else self.reserve
+
+    @property
+    def lowered(self) -> bool:
+        """Whether routefit lowered the client's cap (clamped or shrunk)."""
+        return self.requested is not None and self.reserve < self.requested
+
+    def describe(self) -> str:
+        """``32000->16384``: the client's cap and the one sent (the clamp header's value)."""
+        return f"{self.requested}->{self.reserve}"
+
+
+def output_limit(max_output: int, policy: FitPolicy, requested_output: int | None) -> OutputLimit:
+    """The reservation before any shrinking: the client's cap clamped to the route's limit,
+    else the policy's reserve, else min(the route's max output, 4096) — never above the limit,
+    as no reply can be longer."""
     if requested_output is not None:
-        return requested_output
-    if policy.output_reserve is not None:
-        return policy.output_reserve
-    return min(max_output, 4096)
+        reserve = requested_output
+    elif policy.output_reserve is not None:
+        reserve = policy.output_reserve
+    else:
+        reserve = 4096
+    return OutputLimit(requested_output, max_output, min(reserve, max_output))
+
+
+def output_reserve(max_output: int, policy: FitPolicy, requested_output: int | None) -> int:
+    """What the reply may use (``output_limit``'s reserve)."""
+    return output_limit(max_output, policy, requested_output).reserve
+
+
+def safety_margin(window: int, policy: FitPolicy) -> int:
+    """Tokens kept free beyond the estimate: the policy's, else 1% of the window (≥ 32)."""
+    if policy.safety_margin is not None:
+        return policy.safety_margin
+    return max(32, window // 100)
+
+
+def reserve_floor(limit: OutputLimit, policy: FitPolicy) -> int:
+    """The smallest reservation ``limit`` may be shrunk to: ``min_output_reserve``, or the
+    reservation itself when it is already smaller (a client's small cap is not shrunk)."""
+    return min(policy.min_output_reserve, limit.reserve)
+
+
+def output_room(window: int, policy: FitPolicy, prompt: int) -> int:
+    """The largest reply a ``prompt``-token prompt leaves room for in the window (≤ 0: none)."""
+    return window - safety_margin(window, policy) - prompt
+
+
+def shrunk_output(
+    limit: OutputLimit, window: int, policy: FitPolicy, prompt: int
+) -> OutputLimit | None:
+    """``limit`` shrunk so that a ``prompt``-token prompt fits beside it; None when even the
+    floor (``reserve_floor``) does not leave room for it. Never grows the reservation."""
+    room = output_room(window, policy, prompt)
+    if room < reserve_floor(limit, policy):
+        return None
+    return replace(limit, reserve=min(limit.reserve, room))
+
+
+def minimum_window(max_output: int, policy: FitPolicy, window: int) -> int:
+    """The smallest window in which a request that sets no cap can be served on a route: its
+    reserve shrunk to the floor, the safety margin, and a minimal prompt."""
+    floor = reserve_floor(output_limit(max_output, policy, None), policy)
+    return floor + safety_margin(window, policy) + MIN_PROMPT_TOKENS
 
 
 def prompt_budget(
@@ -106,14 +209,12 @@ def prompt_budget(
     """prompt budget = window − output reserve − safety margin (never negative), capped by the
     policy's ``max_prompt_tokens`` when a team sets one.
 
-    The reserve is what the request asks for (``max_completion_tokens`` / ``max_tokens``) when it
-    says, else the policy's reserve, else min(the route's max output, 4096).
+    The reserve is ``output_limit``'s: what the request asks for (``max_completion_tokens`` /
+    ``max_tokens``) clamped to the route's output limit, else the policy's reserve, else
+    min(the route's max output, 4096).
     """
     reserve = output_reserve(max_output, policy, requested_output)
-    margin = policy.safety_margin
-    if margin is None:
-        margin = max(32, window // 100)
-    budget = max(0, window - reserve - margin)
+    budget = max(0, window - reserve - safety_margin(window, policy))
     if policy.max_prompt_tokens is not None:
         budget = min(budget, policy.max_prompt_tokens)
     return budget

@@ -1,4 +1,9 @@
-"""A loaded config as plain data: what ``routefit check`` prints. Never a key or a password."""
+"""A loaded config as plain data: what ``routefit check`` prints. Never a key or a password.
+
+``window_problems`` is what ``check`` refuses beyond the loader's errors: a route whose window
+cannot hold its own output reserve (shrunk to its floor), safety margin and a minimal prompt —
+loading it would succeed and every request to it that sets no smaller cap would be refused.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,16 @@ from urllib.parse import urlsplit, urlunsplit
 from proxy.config.loader import Config
 from proxy.config.routes import RouteConfig
 from proxy.teams import Team
-from strategies.policy import FitPolicy
+from strategies.policy import (
+    MIN_PROMPT_TOKENS,
+    FitPolicy,
+    minimum_window,
+    output_limit,
+    reserve_floor,
+    safety_margin,
+)
 
-__all__ = ["describe", "redact_url"]
+__all__ = ["describe", "redact_url", "window_problems"]
 
 
 def redact_url(url: str) -> str:
@@ -56,7 +68,61 @@ def _route(rc: RouteConfig) -> dict[str, Any]:
         "image_limits": asdict(r.image_limits),
         "image_fetch": {k: _plain(v) for k, v in asdict(rc.image_fetch).items()},
         "fit": _policy(rc.policy),
+        "output": _output(rc, rc.policy),
     }
+
+
+def _output(rc: RouteConfig, policy: FitPolicy) -> dict[str, int]:
+    """The window's shares when a request sets no output cap (docs/fitting.md, "Output
+    limits"): the reserve, the floor it may be shrunk to, the margin, the smallest window."""
+    r = rc.route
+    limit = output_limit(r.max_output_tokens, policy, None)
+    return {
+        "reserve": limit.reserve,
+        "min_reserve": reserve_floor(limit, policy),
+        "safety_margin": safety_margin(r.context_window, policy),
+        "minimum_window": minimum_window(r.max_output_tokens, policy, r.context_window),
+    }
+
+
+def _policies(config: Config, rc: RouteConfig) -> list[tuple[str, FitPolicy]]:
+    """The route's policy, and each team's that may use the route and overrides it."""
+    found = [("", rc.policy)]
+    for team in config.teams:
+        if team.may_use(rc.route.alias) and team.policy_overrides:
+            found.append((f" for team {team.id!r}", team.fit_policy(rc.policy)))
+    return found
+
+
+def window_problems(config: Config) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about routes' windows: an error when the window cannot hold the
+    smallest reservation routefit would shrink to, the safety margin and a minimal prompt
+    (every request that sets no smaller cap is refused); a warning when it holds that but
+    not the whole default reserve (such requests get their reservation shrunk)."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    for alias, rc in config.routes.items():
+        window = rc.route.context_window
+        for who, policy in _policies(config, rc):
+            out = _output(rc, policy)
+            if window < out["minimum_window"]:
+                errors.append(
+                    f"{config.path}: route {alias!r}{who}: its context window of {window:,} "
+                    f"tokens cannot hold its output reserve (at least {out['min_reserve']:,}), "
+                    f"the safety margin ({out['safety_margin']:,}) and a minimal prompt "
+                    f"({MIN_PROMPT_TOKENS}): {out['minimum_window']:,} tokens; every request "
+                    f"that sets no smaller output cap would be refused. Raise the window "
+                    f"(model_info.max_input_tokens) or lower output_reserve / "
+                    f"fit.min_output_reserve / safety_margin"
+                )
+            elif window < out["reserve"] + out["safety_margin"] + MIN_PROMPT_TOKENS:
+                warnings.append(
+                    f"route {alias!r}{who}: its context window of {window:,} tokens cannot "
+                    f"hold its whole output reserve ({out['reserve']:,}) beside a prompt; "
+                    f"requests that set no output cap get theirs shrunk (to no less than "
+                    f"{out['min_reserve']:,})"
+                )
+    return errors, warnings
 
 
 def _team(team: Team) -> dict[str, Any]:
@@ -92,6 +158,6 @@ def describe(config: Config) -> dict[str, Any]:
         "tls": s.access.tls_certfile is not None,
         "trusted_proxies": list(s.access.trusted_proxies),
         "store": store,
-        "warnings": list(config.warnings),
+        "warnings": list(config.warnings) + window_problems(config)[1],
         "missing_env": list(config.missing_env),
     }

@@ -390,6 +390,11 @@ def _messages_model(state: SimState, body: Any) -> SimModel:
             f"max_tokens: {max_tokens} > {model.max_output}, which is the maximum allowed "
             f"number of output tokens for {name}"
         )
+    thinking = body.get("thinking")
+    if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, int) and budget >= max_tokens:  # the reply's cap includes it
+            raise _bad("`max_tokens` must be greater than `thinking.budget_tokens`")
     return model
 
 

@@ -263,6 +263,14 @@ async def responses(ctx: Ctx) -> Response:
     max_out = body.get("max_output_tokens")
     if not isinstance(max_out, int) or isinstance(max_out, bool):
         max_out = None
+    if max_out is not None and max_out > model.max_output:  # refused like the provider does
+        raise SimError(
+            400,
+            f"Invalid 'max_output_tokens': integer above maximum value. Expected a value <= "
+            f"{model.max_output}, but got {max_out} instead.",
+            param="max_output_tokens",
+            code="integer_above_max_value",
+        )
     window = model.context_window
     if prompt.total > window or prompt.total + (max_out or 0) > window:
         raise SimError(

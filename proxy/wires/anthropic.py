@@ -32,13 +32,17 @@ from proxy.usage import normalize_usage
 from proxy.wires.anthropic_chat import ChatToAnthropic, chat_body, chat_to_message
 from proxy.wires.anthropic_parse import AnthropicRequest, parse_anthropic
 from proxy.wires.anthropic_render import mark_head, render_messages
-from proxy.wires.base import Answer, Outcome
+from proxy.wires.base import Answer, Outcome, capped_output
 from strategies.fit import Fit, FitError
+from strategies.output import OutputReserveError
 
 __all__ = ["AnthropicWire", "anthropic_error", "count_tokens", "error_event"]
 
 #: Client headers a Messages provider must see.
 _FORWARDED = ("anthropic-version", "anthropic-beta")
+
+#: Where the output cap goes, in a Messages body and in the chat body it is translated to.
+_CAP = ("max_tokens",)
 
 #: Anthropic's error types by status (docs.anthropic.com "Errors").
 _TYPES = {
@@ -116,9 +120,14 @@ class AnthropicWire:
         req = _request(request)
         stream = self.streams(request)
         if wire == CHAT:
-            return Outbound(CHAT, chat_body(req, fitted.messages, stream), stream=stream)
+            body = capped_output(chat_body(req, fitted.messages, stream), fitted, _CAP)
+            return Outbound(CHAT, body, stream=stream)
         forwarded = {k: headers[k] for k in _FORWARDED if k in headers}
-        return Outbound(MESSAGES, native_body(req, fitted), forwarded, stream)
+        native = native_body(req, fitted)
+        body = capped_output(native, fitted, _CAP)
+        if body is not native:  # the cap was lowered: a thinking budget goes under it
+            body = _thinking_within(body)
+        return Outbound(MESSAGES, body, forwarded, stream)
 
     def answer(self, request: ChatRequest, completion: Completion, wire: str) -> Answer:
         data = completion.data
@@ -136,6 +145,13 @@ class AnthropicWire:
         return _relay_native(events, outcome)
 
     def overflow(self, exc: FitError) -> ProxyError:
+        if isinstance(exc, OutputReserveError):
+            return ProxyError(
+                400,
+                _reserve_message(exc),
+                code="context_length_exceeded",
+                type="invalid_request_error",
+            )
         # N is what the prompt needs in the window: routefit's estimate after every strategy,
         # plus the output reserve and safety margin it must leave (so N > M always holds, and
         # N - M is what a client's own compaction must free).
@@ -156,6 +172,32 @@ class AnthropicWire:
 
     def error_response(self, err: ProxyError) -> Response:
         return anthropic_error(err)
+
+
+def _thinking_within(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A thinking budget under the lowered cap: Anthropic counts thinking within
+    ``max_tokens`` and refuses ``budget_tokens >= max_tokens``, so a cap routefit clamped or
+    shrunk below the client's thinking budget takes the budget down with it."""
+    thinking = body.get("thinking")
+    cap = body.get("max_tokens")
+    if not (isinstance(thinking, Mapping) and thinking.get("type") == "enabled"):
+        return body
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or not isinstance(cap, int) or budget < cap:
+        return body
+    return {**body, "thinking": {**thinking, "budget_tokens": cap - 1}}
+
+
+def _reserve_message(exc: OutputReserveError) -> str:
+    """The reservation's refusal in Anthropic's own words for it (``N + C > W``): N is what the
+    prompt takes of the window (estimate and safety margin), so W − N is the largest cap that
+    fits, and Claude Code, which parses this message, retries with a cap that fits rather than
+    compacting a conversation that is not the problem."""
+    asked = exc.limit.requested if exc.limit.requested is not None else exc.limit.reserve
+    return (
+        f"input length and `max_tokens` exceed context limit: {exc.window - exc.fits} + "
+        f"{asked} > {exc.window}, decrease input length or `max_tokens` and try again ({exc})"
+    )
 
 
 async def _relay_native(events: EventStream, outcome: Outcome) -> AsyncGenerator[bytes, None]:

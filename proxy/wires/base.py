@@ -24,7 +24,7 @@ from proxy.transports import CHAT, MESSAGES, RESPONSES, Completion, EventStream,
 from proxy.usage import Usage
 from strategies.fit import Fit, FitError
 
-__all__ = ["Answer", "Outcome", "Wire", "noting_relayed"]
+__all__ = ["Answer", "Outcome", "Wire", "capped_output", "generated", "noting_relayed"]
 
 #: A JSON string value after its key: its escaped contents (the unrolled form: no alternation
 #: per character).
@@ -94,6 +94,18 @@ class Answer:
 
     body: bytes
     usage: Usage | None
+
+
+def capped_output(body: Mapping[str, Any], fitted: Fit, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    """``body`` with the output cap the fit settled (``FitReport.output``: clamped to the
+    route's limit, or shrunk to the room beside the prompt) in each of ``keys`` it carries (the
+    first when it carries none). The very same object when the client's cap stands, so an
+    untouched passthrough body stays byte-stable."""
+    output = fitted.report.output
+    if output is None or not output.lowered:
+        return body
+    present = [k for k in keys if k in body] or [keys[0]]
+    return {**body, **dict.fromkeys(present, output.sent)}
 
 
 class Wire(Protocol):

@@ -20,8 +20,9 @@ from proxy.errors import ProxyError, error_response
 from proxy.transports import CHAT, Completion, EventStream, Outbound, StreamBroken
 from proxy.transports.sse import event_data
 from proxy.usage import normalize_usage
-from proxy.wires.base import Answer, Outcome
+from proxy.wires.base import Answer, Outcome, capped_output
 from strategies.fit import Fit, FitError
+from strategies.output import OutputReserveError
 
 __all__ = ["ChatWire", "Renamer", "as_alias", "error_event"]
 
@@ -121,7 +122,7 @@ class ChatWire:
         self, request: ChatRequest, fitted: Fit, wire: str, headers: Mapping[str, str]
     ) -> Outbound:
         stream = self.streams(request)
-        body = fitted.body
+        body = capped_output(fitted.body, fitted, ("max_completion_tokens", "max_tokens"))
         if stream and not _wants_usage(body):
             body = dict(body)
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
@@ -149,6 +150,14 @@ class ChatWire:
             yield error_event("the upstream stream ended before it was complete")
 
     def overflow(self, exc: FitError) -> ProxyError:
+        if isinstance(exc, OutputReserveError):  # the reply's reservation, not the prompt
+            return ProxyError(
+                400,
+                f"This model's maximum context length is {exc.window:,} tokens, and the "
+                f"output reservation (max_tokens) leaves too little of it: {exc}",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         return ProxyError(
             400,
             (

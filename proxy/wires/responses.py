@@ -25,7 +25,7 @@ from proxy.errors import ProxyError, error_response
 from proxy.transports import CHAT, RESPONSES, Completion, EventStream, Outbound, StreamBroken
 from proxy.transports.sse import event_data
 from proxy.usage import normalize_usage
-from proxy.wires.base import Answer, Outcome
+from proxy.wires.base import Answer, Outcome, capped_output
 from proxy.wires.responses_items import input_items, parse_responses, render_items
 from proxy.wires.responses_store import Keeper
 from proxy.wires.responses_translate import (
@@ -37,6 +37,7 @@ from proxy.wires.responses_translate import (
     sse_event,
 )
 from strategies.fit import Fit, FitError
+from strategies.output import OutputReserveError
 
 __all__ = ["ResponsesWire"]
 
@@ -83,11 +84,14 @@ class ResponsesWire:
     ) -> Outbound:
         stream = self.streams(request)
         if wire == CHAT:
-            return Outbound(CHAT, chat_body(request, fitted.messages, stream), stream=stream)
+            translated = chat_body(request, fitted.messages, stream)
+            return Outbound(CHAT, capped_output(translated, fitted, ("max_tokens",)), stream=stream)
         body = request.body
         if fitted.body is not body:
             body = {**body, "input": render_items(request, fitted.messages)}
-        return Outbound(RESPONSES, body, stream=stream)
+        return Outbound(
+            RESPONSES, capped_output(body, fitted, ("max_output_tokens",)), stream=stream
+        )
 
     def answer(self, request: ChatRequest, completion: Completion, wire: str) -> Answer:
         data = completion.data
@@ -179,6 +183,15 @@ class ResponsesWire:
         yield t.end_event(final)
 
     def overflow(self, exc: FitError) -> ProxyError:
+        if isinstance(exc, OutputReserveError):  # the reply's reservation, not the input
+            return ProxyError(
+                400,
+                f"Your input and max_output_tokens exceed the context window of this model "
+                f"({exc.window:,} tokens): the output reservation (max_output_tokens) leaves "
+                f"too little of it. {exc}",
+                param="max_output_tokens",
+                code="context_length_exceeded",
+            )
         return ProxyError(
             400,
             (

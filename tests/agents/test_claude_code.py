@@ -1,7 +1,9 @@
-"""Claude Code itself, through routefit serve, against the simulator on a 32k-window route.
+"""Claude Code itself, through routefit serve, against the simulator.
 
-A multi-turn ``claude -p`` / ``--continue`` session whose later turns no longer fit: every turn
-must exit 0, routefit must show that it fitted, and the provider must never have seen an
+The README's one-line command, as written, against the README's config (it asks for a
+32,000-token reply, twice the route's output limit: routefit clamps it). And on a 32k-window
+route, a multi-turn ``claude -p`` / ``--continue`` session whose later turns no longer fit:
+every turn must exit 0, routefit must show that it fitted, and the provider must never have seen an
 overflow or Claude Code's own summarisation request (which it sends after a "prompt is too
 long" answer).
 """
@@ -14,13 +16,16 @@ import random
 import re
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
+import yaml
 from agent_clis import agent_cli
 from harness import gateway_config, run_routefit
 
 from proxy.sim.models import get_builtin, small_variant
 
+ROOT = Path(__file__).resolve().parents[2]
 WINDOW = 32_768
 TURNS = 7
 WORDS = "alpha beta gamma delta river stone cloud paper orange window seven quiet".split()
@@ -29,6 +34,50 @@ WORDS = "alpha beta gamma delta river stone cloud paper orange window seven quie
 def _prompt(turn: int, rng: random.Random) -> str:
     notes = " ".join(rng.choice(WORDS) for _ in range(1500))
     return f"Turn {turn}: remember these notes. {notes} Reply briefly."
+
+
+def _readme_command() -> str:
+    """The README's Claude Code command, word for word (so the two cannot drift apart)."""
+    text = (ROOT / "README.md").read_text()
+    found = re.search(r"`(ANTHROPIC_BASE_URL=\S+ [^`]*\bclaude -p [^`]*)`", text)
+    assert found, "README.md no longer shows the Claude Code command"
+    return found[1]
+
+
+def test_the_readme_claude_code_command_answers(tmp_path):
+    claude = agent_cli("claude")
+    command = _readme_command()
+    assert "--model sim-gpt-4o" in command
+    base = re.search(r"ANTHROPIC_BASE_URL=(\S+)", command)
+    assert base
+    # the README's config, as shipped, with its store in a scratch folder and no provider key
+    data = yaml.safe_load((ROOT / "examples" / "routefit.yaml").read_text())
+    data["routefit_settings"]["store_path"] = str(tmp_path / "routefit.sqlite3")
+    config = tmp_path / "routefit.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    unset = {k: "" for k in os.environ if re.search(r"_API_KEY$", k)}
+    with run_routefit(config, env=unset, timeout=120) as gw:
+        env = {
+            # the README's `claude` is the installed one; nothing else of ours is set
+            "PATH": os.path.dirname(claude) + os.pathsep + os.environ.get("PATH", "/usr/bin"),
+            "HOME": str(home),
+            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+            "DISABLE_TELEMETRY": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
+        done = subprocess.run(
+            ["bash", "-c", command.replace(base[1], gw.base_url)],
+            env=env,
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    assert done.stdout.strip() and "API Error" not in done.stdout
 
 
 def test_multi_turn_claude_code_session_is_fitted(sim, tmp_path):

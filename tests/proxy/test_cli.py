@@ -274,3 +274,82 @@ def test_check_refuses_an_invalid_config_with_exit_2(tmp_path, snippet, reason):
     assert out.returncode == 2
     assert out.stdout == "" and "Traceback" not in out.stderr
     assert reason in out.stderr and str(config) in out.stderr
+
+
+_WINDOWS_CONFIG = """\
+model_list:
+  - model_name: tiny
+    litellm_params: {{model: openai/gpt-4o, api_key: sk-x}}
+    model_info: {{max_input_tokens: {window}, max_output_tokens: 16384}}
+{extra}"""
+
+
+def test_check_refuses_a_route_whose_window_cannot_hold_its_reserve_and_margin(tmp_path):
+    # issue 31: a 500-token window was "valid" though every request to it failed
+    config = tmp_path / "tiny.yaml"
+    config.write_text(_WINDOWS_CONFIG.format(window=500, extra=""))
+    out = run("check", "--config", str(config))
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert str(config) in out.stderr and "route 'tiny'" in out.stderr
+    # the numbers: the window, the reserve's floor, the margin, the minimal prompt
+    for figure in ("window of 500 tokens", "at least 1,024", "margin (32)", "1,072 tokens"):
+        assert figure in out.stderr
+
+
+def test_check_takes_a_small_reserve_and_a_teams_override_into_account(tmp_path):
+    config = tmp_path / "small.yaml"
+    config.write_text(
+        _WINDOWS_CONFIG.format(window=500, extra="    routefit: {output_reserve: 200}\n")
+    )
+    out = run("check", "--config", str(config), "--json")
+    assert out.returncode == 0, out.stderr
+    output = json.loads(out.stdout)["routes"]["tiny"]["output"]
+    assert output == {
+        "reserve": 200,
+        "min_reserve": 200,
+        "safety_margin": 32,
+        "minimum_window": 248,
+    }
+    teams = (
+        "routefit_settings:\n  teams:\n    - id: big-replies\n      keys: [k]\n"
+        "      fit: {output_reserve: 4000}\n"
+    )
+    config.write_text(
+        _WINDOWS_CONFIG.format(window=500, extra="    routefit: {output_reserve: 200}\n" + teams)
+    )
+    out = run("check", "--config", str(config))
+    assert out.returncode == 2 and "route 'tiny' for team 'big-replies'" in out.stderr
+
+
+def test_check_warns_when_the_window_holds_only_the_shrunk_reserve(tmp_path):
+    config = tmp_path / "cramped.yaml"
+    config.write_text(_WINDOWS_CONFIG.format(window=3000, extra=""))
+    out = run("check", "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    assert "warning: route 'tiny': its context window of 3,000 tokens" in out.stdout
+    assert "output reserve 4,096 (shrinks to 1,024)  safety margin 32" in out.stdout
+
+
+def test_fit_shows_the_output_cap_it_would_send(tmp_path, example_config):
+    body = tmp_path / "claude-code.json"
+    body.write_text(
+        json.dumps(
+            {
+                "model": "sim-gpt-4o",
+                "max_tokens": 32000,
+                "messages": [{"role": "user", "content": "Hi"}],
+            }
+        )
+    )
+    out = run("fit", str(body), "--config", str(example_config), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["request"]["max_tokens"] == 16384
+    assert data["report"]["output"] == {
+        "requested": 32000,
+        "route_limit": 16384,
+        "reserve": 16384,
+        "sent": 16384,
+    }
+    text = run("fit", str(body), "--config", str(example_config)).stdout
+    assert "output cap 32000->16384" in text
