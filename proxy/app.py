@@ -273,6 +273,8 @@ def build_state(
             (rc.upstream for rc in config.routes.values()),
             RetryPolicy(settings.upstream_retries),
             on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
+            max_body=settings.limits.max_provider_body_bytes,
+            max_event=settings.limits.max_sse_event_bytes,
         )
     store = (
         ObservedStore(store, metrics)

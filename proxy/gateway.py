@@ -22,11 +22,13 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
+from pricing.tokenizers import get_tokenizer
 from proxy.budgets import Budgets, rate_limit_headers
 from proxy.calibrator import Calibrator
 from proxy.config import Config, RouteConfig, Upstream
 from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
+from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
 from proxy.fetch import ImageSizer
 from proxy.inline import inline_images
 from proxy.metrics import Metrics
@@ -35,9 +37,10 @@ from proxy.preparation import Prepared, Preparer
 from proxy.provider_keys import ProviderKeys
 from proxy.streaming import SSEResponse
 from proxy.teams import TeamDirectory
-from proxy.transports import EventStream, Leg, Outbound, Transports
+from proxy.transports import EventStream, Leg, Outbound, Transient, Transports
 from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Outcome, Wire
+from proxy.wires.base import noting_relayed
 from strategies.fit import FitReport
 from strategies.policy import output_reserve
 
@@ -50,6 +53,19 @@ T = TypeVar("T")
 #: more: the refit gets one more attempt, and the part the count does not pin down (what the
 #: cut removes and the marker adds) is priced by the scaled weights.
 _REFIT_SLACK = 1.02
+#: Failures after forwarding that leave the prompt billed at the provider: the client left,
+#: the drain cut the request, the provider stopped answering or sent an answer routefit could
+#: not use. An error status of the provider's own (a refusal) is not billed.
+_BILLED = frozenset(
+    {
+        "client_closed",
+        "shutting_down",
+        "upstream_timeout",
+        "upstream_incomplete",
+        "upstream_malformed",
+        "upstream_too_large",
+    }
+)
 
 
 class Gateway:
@@ -81,6 +97,8 @@ class Gateway:
             auth_required=access.auth_required,
         )
         self.preparer = Preparer(config, self.teams, calibrator, sizer, metrics)
+        #: Per-caller pricing threads and count/dry-run rate (``proxy.fairness``).
+        self.fairness = self.preparer.fairness
         self._legs: dict[tuple[str, str], Leg] = {}
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
@@ -119,29 +137,36 @@ class Gateway:
             p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
             if self.on_fit is not None:
                 self.on_fit(p.fitted.report)
-            # Every completion the request can produce may use the whole output reservation.
-            reserve = p.request.choices * output_reserve(
-                p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
-            )
-            p.held = await self.budgets.reserve(p.team, p.rc, p.estimate, reserve)
+            p.held = await self.budgets.reserve(p.team, p.rc, p.estimate, _reserve(p))
             self._count_actions(p)
             self.metrics.overhead.observe(time.perf_counter() - p.started)
             return await self._forward(p, request)
         except ProxyError as err:
             if p is not None:
-                await self.budgets.settle(p.held, None, released=True)
+                await self._unanswered(p, err)
             return self._error(wire, route, err)
         except Exception:
             log.exception("internal error on %s", route)
             if p is not None:
-                await self.budgets.settle(p.held, None, released=True)
+                await self._unanswered(p, None)
             error = ProxyError(500, "routefit internal error", code="internal")
             return self._error(wire, route, error)
-        except BaseException:  # cancelled: the drain deadline passed; the reservation goes
+        except BaseException:  # cancelled: the drain deadline passed
             if p is not None:
                 with anyio.CancelScope(shield=True):
-                    await self.budgets.settle(p.held, None, released=True)
+                    await self._unanswered(p, None)
             raise
+
+    async def _unanswered(self, p: Prepared, err: ProxyError | None) -> None:
+        """Settle a request that ends without an answer: released when the provider never had
+        it or refused it (a refusal is not billed); charged its prompt when it had been
+        forwarded and then the client left, the drain cut it, routefit failed, or the provider
+        stopped answering (the provider bills a prompt it received)."""
+        billed = p.forwarded and (
+            err is None or (not isinstance(err, Transient) and err.code in _BILLED)
+        )
+        usage = Usage(p.estimate, 0) if billed else None
+        await self.budgets.settle(p.held, usage, released=usage is None)
 
     async def _forward(self, p: Prepared, request: Request) -> Response:
         leg = self.leg(p.rc, p.wire)
@@ -173,24 +198,30 @@ class Gateway:
 
     async def _after(self, p: Prepared, usage: Usage | None, learnt: bool) -> None:
         """Learn from the provider's usage and settle the team's reservation to it — when it is
-        credible (``proxy.usage.usage_fault``). One that is not is logged and counted, teaches
-        nothing, and the team is charged what routefit reserved: its own prompt estimate plus
-        the output reservation (docs/security.md, "Untrusted provider usage")."""
-        charged = usage
-        if usage is not None:
-            reserve = p.request.choices * output_reserve(
-                p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
-            )
-            fault = usage_fault(usage, usage_limit(p.rc.route, p.request.choices, reserve))
-            if fault is not None:
-                self.metrics.samples.labels("rejected").inc()
-                self.calibrator.rejected += 1
-                log.warning("provider usage rejected on %s: %s", p.rc.route.alias, fault)
-                charged = Usage(p.estimate, reserve)
-            elif learnt:
-                self.on_usage(p, usage)
+        credible (``_credible``). One that is not teaches nothing, and the team is charged what
+        routefit reserved: its own prompt estimate plus the output reservation
+        (docs/security.md, "Untrusted provider usage")."""
+        checked = self._credible(p, usage)
+        if checked is not None and learnt:
+            self.on_usage(p, checked)
+        charged = checked
+        if usage is not None and checked is None:
+            charged = Usage(p.estimate, _reserve(p))
         if p.held is not None and charged is not None:
             await self.budgets.settle(p.held, charged, False)
+
+    def _credible(self, p: Prepared, usage: Usage | None) -> Usage | None:
+        """``usage`` when it is credible (``proxy.usage.usage_fault``); else None, logged and
+        counted as a rejected sample."""
+        if usage is None:
+            return None
+        fault = usage_fault(usage, usage_limit(p.rc.route, p.request.choices, _reserve(p)))
+        if fault is None:
+            return usage
+        self.metrics.samples.labels("rejected").inc()
+        self.calibrator.rejected += 1
+        log.warning("provider usage rejected on %s: %s", p.rc.route.alias, fault)
+        return None
 
     async def _send(
         self,
@@ -206,6 +237,7 @@ class Gateway:
 
         async def attempt() -> T:
             out = await self._outbound(p, leg, request)
+            p.forwarded = True
             return await until_disconnect(request.receive, _from_upstream(call(upstream, out)))
 
         try:
@@ -264,29 +296,57 @@ class Gateway:
             self.metrics.requests.labels(p.rc.route.alias, status).inc()
             if not outcome.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
-                await self.budgets.settle(p.held, None, released=True)
-            await self._after(p, outcome.usage, learnt)
+            if outcome.completed:
+                await self._after(p, outcome.usage, learnt)
+                return
+            # Only what the provider itself reported, and credibly, is learnt from (its prompt
+            # count is exact even when the stream did not finish); a guess never becomes a sample.
+            seen = self._credible(p, outcome.usage)
+            if learnt and seen is not None:
+                self.on_usage(p, seen)
+            await self.budgets.settle(p.held, await self._unfinished(p, seen, outcome), False)
 
         chunks = p.wire.relay(p.request, events, leg.wire, outcome)
+        chunks = noting_relayed(chunks, outcome, p.wire.name)
         return SSEResponse(chunks, events, headers, done)
+
+    async def _unfinished(self, p: Prepared, seen: Usage | None, outcome: Outcome) -> Usage:
+        """What a stream that did not finish (the client left, the provider broke off, the drain
+        cut it) is charged: the provider bills the prompt it read and what it generated.
+
+        Prompt: the provider's own count when its stream stated one (Anthropic's
+        ``message_start``), else routefit's estimate of the prompt it forwarded. Output: the
+        larger of the provider's count so far and the relayed text counted by the route's
+        tokenizer (text the provider generated but nobody relayed is not known, and not
+        charged). ``seen`` is the provider's usage so far, when credible."""
+        prompt = seen.prompt_tokens if seen is not None and seen.prompt_tokens > 0 else p.estimate
+        output = seen.completion_tokens if seen is not None else 0
+        text = outcome.relayed_text()
+        if text:
+            output = max(output, await _count_relayed(p.rc.route.tokenizer, text))
+        cached = seen.cached_tokens if seen is not None else 0
+        return Usage(prompt, output, min(cached, prompt))
 
     # -- the dry run -----------------------------------------------------------------------
 
     async def fit_only(self, request: Request, wire: Wire) -> Response:
         """The fitted request and its report; nothing is forwarded."""
         try:
-            p = await self.preparer.prepare(request, wire, bound=False)
+            p = await self.preparer.prepare(request, wire, bound=False, rated=True)
         except ProxyError as err:
             return wire.error_response(err)
         except Exception:
             log.exception("internal error on a dry run")
             return wire.error_response(ProxyError(500, "routefit internal error", code="internal"))
         leg = self.leg(p.rc, wire)
-        out = wire.outbound(p.request, p.fitted, leg.wire, {})
-        payload = {"request": out.body, "report": p.fitted.report.as_dict()}
-        return Response(
-            orjson.dumps(payload), headers=self.headers(p), media_type="application/json"
-        )
+
+        def written() -> bytes:
+            out = wire.outbound(p.request, p.fitted, leg.wire, {})
+            return orjson.dumps({"request": out.body, "report": p.fitted.report.as_dict()})
+
+        # a big body is written back in one of the caller's pricing threads, as it was priced
+        body = await self.fairness.run(p.job.who, p.job.size, written)
+        return Response(body, headers=self.headers(p), media_type="application/json")
 
     # -- after the provider answered -------------------------------------------------------
 
@@ -345,6 +405,19 @@ def _kind(err: ProxyError) -> str:
     return "internal" if err.status >= 500 else "client"
 
 
+async def _count_relayed(spec: str, text: str) -> int:
+    """``text``'s tokens by the route's tokenizer (off the loop when long); its UTF-8 bytes, a
+    bound on any byte-level tokenizer's count, if the tokenizer fails."""
+    try:
+        tokenizer = get_tokenizer(spec)
+        if len(text) > _THREAD_ABOVE:
+            return await anyio.to_thread.run_sync(tokenizer.count, text)
+        return tokenizer.count(text)
+    except Exception:
+        log.exception("counting a relayed answer failed; charging its bytes")
+        return len(text.encode())
+
+
 async def _from_upstream(call: Awaitable[T]) -> T:
     """Await a transport call, marking its errors as the upstream's."""
     try:
@@ -352,3 +425,10 @@ async def _from_upstream(call: Awaitable[T]) -> T:
     except ProxyError as err:
         err.origin = "upstream"
         raise
+
+
+def _reserve(p: Prepared) -> int:
+    """Every completion the request can produce may use the whole output reservation."""
+    return p.request.choices * output_reserve(
+        p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
+    )

@@ -385,7 +385,7 @@ def _fit_paths(security: Security) -> dict[str, Any]:
                 },
                 "responses": responses(
                     json_ok("The fitted request and its FitReport", "FitResult"),
-                    *("400", "401", "403", "404", "413", "503"),
+                    *("400", "401", "403", "404", "413", "429", "503"),
                     error="AnyError",
                 ),
             }

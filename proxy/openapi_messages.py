@@ -235,7 +235,7 @@ def messages_paths(security: Security) -> dict[str, Any]:
                 "requestBody": body("CountTokensRequest"),
                 "responses": responses(
                     json_ok("The estimate the fit acts on", "TokenCount"),
-                    *("400", "401", "403", "404", "413"),
+                    *("400", "401", "403", "404", "413", "429"),
                     error="AnthropicError",
                 ),
             }

@@ -12,6 +12,10 @@ ways to reach the figures the request goes on, cheapest first:
   prefix when one is known — and fitted once more when that anchor says the estimate was low;
 * **refitted** after the provider itself refused for context length and stated its count
   (``Preparer.refit``, driven by the gateway).
+
+A body over ``proxy.fairness.THREAD_ABOVE`` is decoded, parsed and priced in a worker thread,
+one of a bounded number per team (``proxy.fairness``): the event loop serves every other
+request meanwhile.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from proxy.budgets import Held
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig, Upstream
 from proxy.errors import ProxyError
+from proxy.fairness import THREAD_ABOVE, Fairness, caller
 from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
 from proxy.teams import Team, TeamDirectory
@@ -46,7 +51,7 @@ log = logging.getLogger("routefit")
 
 #: Bodies above this size are priced and fitted in a worker thread so that one huge request
 #: does not stall every other request on the event loop (the tokenizers release the GIL).
-_THREAD_ABOVE = 512 * 1024
+_THREAD_ABOVE = THREAD_ABOVE
 #: Bodies above this size are first proved to fit by a cheap upper bound (``pricing.bounds``);
 #: when the proof holds they go at once and are counted exactly in a thread meanwhile, and the
 #: answer waits only for the later of the provider and the count, so its headers, calibration
@@ -69,6 +74,10 @@ class Job:
     sizes: Sizes
     #: The team whose prompt this is (anchors are its own), None without teams.
     scope: str | None = None
+    #: Whose pricing threads this request uses (``proxy.fairness.caller``).
+    who: str = "-"
+    #: The body's decoded size: over ``_THREAD_ABOVE`` every fit of it runs in a thread.
+    size: int = 0
 
     def fit(self, correction: Correction) -> Fit:
         """The exact fit; the wire's own refusal when nothing the policy allows fits."""
@@ -93,6 +102,9 @@ class Prepared:
     keys: list[bytes]
     anchored: bool = False
     held: Held | None = None
+    #: The request went to the provider (at least once): from then on its prompt is billed
+    #: there, whatever happens to the answer.
+    forwarded: bool = False
     #: The route's upstream with the key this request must carry (``ProviderKeys``).
     upstream: Upstream | None = None
     #: On the bounded path: the exact fit, counted in a thread while the request is forwarded;
@@ -124,12 +136,17 @@ class Preparer:
         calibrator: Calibrator,
         sizer: ImageSizer,
         metrics: Metrics,
+        fairness: Fairness | None = None,
     ) -> None:
         self.config = config
         self.teams = teams
         self.calibrator = calibrator
         self.sizer = sizer
         self.metrics = metrics
+        limits = config.settings.limits
+        self.fairness = fairness or Fairness(
+            limits.pricing_threads_per_team, limits.count_requests_per_minute
+        )
         self._policies: dict[tuple[str, str], FitPolicy] = {}
 
     def route_for(self, request: ChatRequest) -> RouteConfig:
@@ -155,13 +172,19 @@ class Preparer:
             policy = self._policies[key] = team.fit_policy(rc.policy)
         return policy
 
-    async def prepare(self, request: Request, wire: Wire, bound: bool = True) -> Prepared:
+    async def prepare(
+        self, request: Request, wire: Wire, bound: bool = True, rated: bool = False
+    ) -> Prepared:
         """Priced and fitted; ``bound``: a big request may be proved to fit by an upper bound
-        and counted exactly while it is forwarded (the dry run wants the exact figures)."""
+        and counted exactly while it is forwarded (the dry run wants the exact figures);
+        ``rated``: a dry run, held to its caller's count rate (``proxy.fairness``)."""
         started = time.perf_counter()
         team = self.teams.authenticate(request.headers)
+        who = caller(team, request)
+        if rated:
+            self.fairness.admit_count(who)
         body, size = await read_json(request, self.config.settings.max_body_bytes)
-        job = await self._job(wire, body, team)
+        job = await self._job(wire, body, team, who, size)
         alias = job.rc.route.alias
         correction = self.calibrator.correction(alias)
         threaded = size > _THREAD_ABOVE
@@ -185,9 +208,9 @@ class Preparer:
             estimate, keys, hit = await self._anchor(job, fitted)
         return Prepared(job, team, fitted, estimate, started, keys, hit)
 
-    async def _job(self, wire: Wire, body: object, team: Team | None) -> Job:
+    async def _job(self, wire: Wire, body: object, team: Team | None, who: str, size: int) -> Job:
         try:
-            parsed = wire.parse(body)
+            parsed = await self.fairness.run(who, size, wire.parse, body)
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         rc = self.route_for(parsed)
@@ -202,7 +225,7 @@ class Preparer:
         if rc.image_fetch.enabled:
             sizes = await self.sizer.sizes(image_urls(parsed), rc.image_fetch)
         scope = team.id if team is not None else None
-        return Job(wire, parsed, rc, self.policy_for(rc, team), sizes, scope)
+        return Job(wire, parsed, rc, self.policy_for(rc, team), sizes, scope, who, size)
 
     async def _bounded(
         self,
@@ -220,7 +243,8 @@ class Preparer:
         try:
             # a proof may count (part of) the texts: off the loop where a fit would be
             if threaded:
-                fitted = await anyio.to_thread.run_sync(bounded_output, *args)
+                limiter = self.fairness.limiter(job.who)
+                fitted = await anyio.to_thread.run_sync(bounded_output, *args, limiter=limiter)
             else:
                 fitted = bounded_output(*args)
         except RequestError as exc:
@@ -233,7 +257,11 @@ class Preparer:
         estimate = max(anchored, fitted.estimate)
         if estimate > fitted.report.budget:
             return None
-        exact = asyncio.ensure_future(anyio.to_thread.run_sync(_exact_fit, job, correction, proof))
+        exact = asyncio.ensure_future(
+            anyio.to_thread.run_sync(
+                _exact_fit, job, correction, proof, limiter=self.fairness.limiter(job.who)
+            )
+        )
         # A request that fails before its usage is learnt leaves this unread: read it anyway.
         exact.add_done_callback(lambda f: f.cancelled() or f.exception())
         return Prepared(job, team, fitted, estimate, started, keys, hit, exact=exact)
@@ -255,14 +283,14 @@ class Preparer:
 
     async def refit(self, p: Prepared, corrected: Correction) -> None:
         """Fit ``p`` again with a correction the provider's own count has raised."""
-        fitted = await self._fit(p.job, corrected, False)
+        fitted = await self._fit(p.job, corrected, p.job.size > _THREAD_ABOVE)
         anchored, keys, hit = await self._anchor(p.job, fitted)
         # The anchors just recorded give the head its true count; the tail is priced by the
         # corrected weights. Acting on the larger of the two keeps both promises.
         estimate = max(anchored, fitted.estimate)
         if estimate > fitted.report.budget:
             tighter = corrected.scaled(estimate / max(1, fitted.estimate))
-            fitted = await self._fit(p.job, tighter, False)
+            fitted = await self._fit(p.job, tighter, p.job.size > _THREAD_ABOVE)
             anchored, keys, hit = await self._anchor(p.job, fitted)
             estimate = max(anchored, fitted.estimate)
         p.fitted, p.estimate, p.keys, p.anchored = fitted, estimate, keys, hit
@@ -270,11 +298,12 @@ class Preparer:
     async def _anchor(self, job: Job, fitted: Fit) -> Anchored:
         """(estimate to act on, prefix keys, anchored?): anchored on the provider's count of a
         prefix the same team sent when one is known, else the calibrated estimate."""
-        rc = job.rc
-        alias = rc.route.alias
-        wire = [message_wire(m) for m in fitted.messages]
-        tools = fitted.body.get("tools")
-        keys = prefix_keys(alias, rc.upstream.model, tools, wire, job.scope)
+        alias = job.rc.route.alias
+        if job.size > _THREAD_ABOVE:  # hashing every prefix of a big body: ~20 ms per 9 MB
+            limiter = self.fairness.limiter(job.who)
+            keys = await anyio.to_thread.run_sync(_prefix_keys, job, fitted, limiter=limiter)
+        else:
+            keys = _prefix_keys(job, fitted)
         hit = await self.calibrator.find_anchor(alias, keys)
         if hit is None:
             return fitted.estimate, keys, False
@@ -285,8 +314,19 @@ class Preparer:
         self, job: Job, correction: Correction, threaded: bool, proof: Proof | None = None
     ) -> Fit:
         if threaded:
-            return await anyio.to_thread.run_sync(_counted_fit, job, correction, proof)
+            limiter = self.fairness.limiter(job.who)
+            return await anyio.to_thread.run_sync(
+                _counted_fit, job, correction, proof, limiter=limiter
+            )
         return _counted_fit(job, correction, proof)
+
+
+def _prefix_keys(job: Job, fitted: Fit) -> list[bytes]:
+    """Chained digests of the fitted prefixes, in the team's own scope (anchors are its own)."""
+    rc = job.rc
+    wire = [message_wire(m) for m in fitted.messages]
+    tools = fitted.body.get("tools")
+    return prefix_keys(rc.route.alias, rc.upstream.model, tools, wire, job.scope)
 
 
 def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:

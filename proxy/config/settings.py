@@ -20,7 +20,7 @@ from proxy.store.settings import (
 )
 from proxy.teams import hash_key
 
-__all__ = ["SETTINGS_KEYS", "Settings", "read_settings"]
+__all__ = ["SETTINGS_KEYS", "Settings", "TrustLimits", "read_settings"]
 
 SETTINGS_KEYS = (
     frozenset(STORE_KEYS)
@@ -39,6 +39,59 @@ SETTINGS_KEYS = (
     )
     | ACCESS_KEYS
 )  # auth, TLS, trusted proxies, the local simulator (proxy.config.access)
+# -- provider bounds and CPU fairness (``_trust``) -------------------------------------------
+_TRUST_KEYS = frozenset(
+    {
+        "max_provider_body_bytes",
+        "max_sse_event_bytes",
+        "count_requests_per_minute",
+        "pricing_threads_per_team",
+    }
+)
+SETTINGS_KEYS = SETTINGS_KEYS | _TRUST_KEYS
+#: A whole (non-streamed) provider answer: far above any real completion, far below memory.
+_MAX_PROVIDER_BODY = 64 * 1024 * 1024
+#: One SSE event of a provider's stream (``proxy.transports.sse``).
+_MAX_SSE_EVENT = 16 * 1024 * 1024
+#: Count and dry-run requests a team may make per minute (a burst of as many).
+_COUNT_RATE = 600
+#: Threads one team may hold at once pricing big bodies off the event loop.
+_PRICING_THREADS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class TrustLimits:
+    """What a provider may send back and what one team may ask routefit to count."""
+
+    max_provider_body_bytes: int = _MAX_PROVIDER_BODY
+    max_sse_event_bytes: int = _MAX_SSE_EVENT
+    count_requests_per_minute: int = _COUNT_RATE
+    pricing_threads_per_team: int = _PRICING_THREADS
+
+
+def _trust(raw: Mapping[str, Any], where: str, rd: Reader) -> TrustLimits:
+    return TrustLimits(
+        max_provider_body_bytes=rd.integer(
+            raw.get("max_provider_body_bytes", _MAX_PROVIDER_BODY),
+            f"{where}.max_provider_body_bytes",
+            1024,
+        ),
+        max_sse_event_bytes=rd.integer(
+            raw.get("max_sse_event_bytes", _MAX_SSE_EVENT), f"{where}.max_sse_event_bytes", 1024
+        ),
+        count_requests_per_minute=rd.integer(
+            raw.get("count_requests_per_minute", _COUNT_RATE),
+            f"{where}.count_requests_per_minute",
+            1,
+        ),
+        pricing_threads_per_team=rd.integer(
+            raw.get("pricing_threads_per_team", _PRICING_THREADS),
+            f"{where}.pricing_threads_per_team",
+            1,
+        ),
+    )
+
+
 _CALIBRATION_EXTRA = frozenset({"refresh_seconds", "anchor_ttl"})
 _CALIBRATION_KEYS = frozenset(CalibrationPolicy.__dataclass_fields__) | _CALIBRATION_EXTRA
 _STORE_PATH = "routefit.sqlite3"
@@ -72,6 +125,8 @@ class Settings:
     responses_ttl_seconds: int = _RESPONSES_TTL
     #: Auth, master key, TLS, trusted proxies (``proxy.config.access``; the loader fills it).
     access: Access = field(default_factory=Access)
+    #: Provider body/event bounds and count-endpoint fairness (``TrustLimits``).
+    limits: TrustLimits = field(default_factory=TrustLimits)
 
 
 def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, float, float]:
@@ -124,4 +179,5 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         responses_ttl_seconds=rd.integer(
             raw.get("responses_ttl_seconds", _RESPONSES_TTL), f"{where}.responses_ttl_seconds", 1
         ),
+        limits=_trust(raw, where, rd),
     )

@@ -27,8 +27,9 @@ from proxy.transports.base import (
     Transport,
 )
 from proxy.transports.litellm import LiteLLM
-from proxy.transports.passthrough import Passthrough
+from proxy.transports.passthrough import MAX_BODY_BYTES, Passthrough
 from proxy.transports.retry import Retrying, RetryPolicy
+from proxy.transports.sse import MAX_EVENT_BYTES
 
 __all__ = [
     "CHAT",
@@ -69,9 +70,14 @@ class Transports:
         upstreams: Iterable[Upstream],
         retry: RetryPolicy,
         on_retry: Callable[[str], None] | None = None,
+        max_body: int = MAX_BODY_BYTES,
+        max_event: int = MAX_EVENT_BYTES,
     ) -> Transports:
+        """``max_body`` / ``max_event``: the bounds of what a provider may send back (a whole
+        answer, one SSE event) on the passthrough (and the Anthropic translation over it)."""
         needs_litellm = any(up.transport == "litellm" and not covers(up) for up in upstreams)
-        passthrough, litellm = Passthrough(), LiteLLM(needs_litellm)
+        passthrough = Passthrough(max_body=max_body, max_event=max_event)
+        litellm = LiteLLM(needs_litellm)
         return cls(
             Retrying(passthrough, retry, on_retry),
             Retrying(litellm, retry, on_retry),

@@ -11,6 +11,12 @@ pool on every request. The passthrough is the hot path, so it gets the faster cl
 Which wires a route's provider speaks natively, where they live under its API base, and how it
 wants its key are this module's table (``_NATIVE``, ``_PATHS``): OpenAI-compatible providers take
 chat completions (OpenAI itself also responses), Anthropic takes messages.
+
+What a provider sends back is bounded (``routefit_settings.max_provider_body_bytes`` for a
+whole answer, ``max_sse_event_bytes`` for one event of a stream): a provider over the bound is a
+502 ``upstream_too_large`` (or its wire's error event, once the stream started) and its
+connection is dropped, never a process that grows with what a provider chooses to send. An
+error body is read only as far as its message can matter (``_ERROR_BODY_BYTES``).
 """
 
 from __future__ import annotations
@@ -33,13 +39,48 @@ from proxy.transports.base import (
     Transient,
 )
 from proxy.transports.provider_errors import upstream_error
-from proxy.transports.sse import split_stream
+from proxy.transports.sse import MAX_EVENT_BYTES, split_stream
 
 __all__ = ["ANTHROPIC_BASE", "ANTHROPIC_VERSION", "Passthrough", "native_wires", "url_for"]
 
 ANTHROPIC_BASE = "https://api.anthropic.com"
 #: Sent when the client named none: the version Anthropic's SDKs send today.
 ANTHROPIC_VERSION = "2023-06-01"
+#: The default bound of a whole provider answer.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+#: An error body past this is cut (its message is near the start); it is never an answer.
+_ERROR_BODY_BYTES = 64 * 1024
+
+
+class BodyTooLarge(Exception):
+    """A provider's body ran past its bound."""
+
+
+async def read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body, or ``BodyTooLarge`` as soon as it (or its announced length) is over
+    ``limit``: nothing past the bound is buffered."""
+    if resp.content_length is not None and resp.content_length > limit:
+        raise BodyTooLarge
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def read_prefix(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most the first ``limit`` bytes of the body (the rest is dropped with the connection)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        parts.append(chunk[: limit - size])
+        size += len(parts[-1])
+        if size >= limit:
+            break
+    return b"".join(parts)
 
 
 def native_wires(up: Upstream) -> frozenset[str]:
@@ -77,13 +118,14 @@ def _headers(up: Upstream, out: Outbound) -> dict[str, str]:
 class _Events:
     """A provider's SSE response as complete events; a break raises ``StreamBroken``."""
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, max_event: int = MAX_EVENT_BYTES) -> None:
         self._resp = resp
+        self._max_event = max_event
         self._done = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for event in split_stream(self._resp.content.iter_any()):
+            async for event in split_stream(self._resp.content.iter_any(), self._max_event):
                 yield event
             self._done = True
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -100,8 +142,15 @@ class _Events:
 class Passthrough:
     """The pooled HTTP client of one app (created on the running loop, as aiohttp requires)."""
 
-    def __init__(self, max_connections: int = 512) -> None:
+    def __init__(
+        self,
+        max_connections: int = 512,
+        max_body: int = MAX_BODY_BYTES,
+        max_event: int = MAX_EVENT_BYTES,
+    ) -> None:
         self.max_connections = max_connections
+        self.max_body = max_body
+        self.max_event = max_event
         self._session: aiohttp.ClientSession | None = None
 
     def speaks(self, up: Upstream) -> frozenset[str]:
@@ -134,7 +183,15 @@ class Passthrough:
     async def complete(self, up: Upstream, out: Outbound) -> Completion:
         resp = await self._send(up, out)
         try:
-            content = await resp.read()
+            content = await read_bounded(resp, self.max_body)
+        except BodyTooLarge:
+            resp.close()
+            raise ProxyError(
+                502,
+                f"upstream {up.model} sent an answer over {self.max_body:,} bytes "
+                "(routefit_settings.max_provider_body_bytes)",
+                code="upstream_too_large",
+            ) from None
         except (TimeoutError, aiohttp.ServerTimeoutError):
             resp.close()
             raise ProxyError(
@@ -157,7 +214,7 @@ class Passthrough:
         return Completion(content, data)
 
     async def stream(self, up: Upstream, out: Outbound) -> _Events:
-        return _Events(await self._send(up, out))
+        return _Events(await self._send(up, out), self.max_event)
 
     async def _send(self, up: Upstream, out: Outbound) -> aiohttp.ClientResponse:
         """The provider's response once its headers arrived (body unread) — 2xx only.
@@ -195,10 +252,14 @@ class Passthrough:
             ) from None
         if resp.status >= 400:
             try:
-                content = await resp.read()
+                content = await read_prefix(resp, _ERROR_BODY_BYTES)
             except (aiohttp.ClientError, TimeoutError):
                 content = b""
             finally:
-                resp.release()
+                # read to its end: back to the pool; cut at the bound: dropped
+                if resp.content.at_eof():
+                    resp.release()
+                else:
+                    resp.close()
             raise upstream_error(resp.status, content, resp.headers, up.api_key)
         return resp

@@ -1,8 +1,10 @@
 """A provider's failure as a ``ProxyError``: its status, message and Retry-After, never its keys.
 
-Provider keys never leave the process: upstream error messages are scrubbed of the route's key
-and of anything that looks like a key (``sk-…``, masked ``abc***xyz`` forms) before they reach a
-client.
+Provider keys never leave the process: every field of an upstream error that reaches a client
+(message, code, param, type — whatever their nesting) is scrubbed of the route's key and of
+anything that looks like a key (``sk-…``, ``Bearer …``, masked ``abc***xyz`` forms). A provider
+that echoes the key it was sent in ``param`` or ``code`` (some do, on a 401) must not hand it to
+every client of the route.
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ import orjson
 from proxy.errors import ProxyError
 from proxy.transports.base import Transient
 
-__all__ = ["RETRY_STATUSES", "redact", "retry_after", "upstream_error"]
+__all__ = ["RETRY_STATUSES", "redact", "redact_value", "retry_after", "upstream_error"]
 
 #: Answers worth another attempt: the provider (or a hop before it) is overloaded or failed,
 #: not the request.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 #: Things that look like credentials in a provider's error text: ``sk-…``-style keys and the
-#: masked forms providers echo (``sk-abc*****wxyz``).
+#: masked forms providers echo (``sk-abc*****wxyz``), and bearer credentials.
 _KEYLIKE = re.compile(
-    r"\b(?:sk|pk|rk)[-_][A-Za-z0-9_\-*]{6,}|\S{0,12}\*{3,}\S{0,12}",
+    r"\b(?:sk|pk|rk)[-_][A-Za-z0-9_\-*]{6,}|\S{0,12}\*{3,}\S{0,12}"
+    r"|\bBearer\s+[A-Za-z0-9._~+/=\-]{6,}",
     re.IGNORECASE,
 )
 
@@ -36,6 +39,29 @@ def redact(text: str, secret: str | None = None) -> str:
     if secret:
         text = text.replace(secret, "[redacted]")
     return _KEYLIKE.sub("[redacted]", text)
+
+
+def redact_value(value: object, secret: str | None = None) -> object:
+    """A JSON value with every string in it (keys included) redacted, at any depth."""
+    if isinstance(value, str):
+        return redact(value, secret)
+    if isinstance(value, dict):
+        return {redact(str(k), secret): redact_value(v, secret) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v, secret) for v in value]
+    return value
+
+
+def _field(value: object, secret: str | None) -> str | None:
+    """One error field as the client gets it: a string, redacted (nested values as JSON)."""
+    if value is None:
+        return None
+    clean = redact_value(value, secret)
+    if isinstance(clean, str):
+        return clean
+    if isinstance(clean, dict | list):
+        return orjson.dumps(clean).decode()
+    return str(clean)
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -89,7 +115,7 @@ def upstream_error(
 ) -> ProxyError:
     """The provider's error, passed through with its status, message and Retry-After.
 
-    The message is scrubbed of the route's key (and anything key-like); a 429/502/503/504 is a
+    Every field is scrubbed of the route's key (and anything key-like); a 429/502/503/504 is a
     ``Transient`` the retry wrapper may try again."""
     message, code, param, kind = _message_fields(content, status)
     passed = {k: v for k, v in headers.items() if k.lower() in ("retry-after", "x-request-id")}
@@ -97,10 +123,10 @@ def upstream_error(
     err = cls(
         status,
         redact(message, secret),
-        code=str(code) if code is not None else None,
-        param=str(param) if param is not None else None,
-        type=str(kind) if kind is not None else None,
-        headers=passed,
+        code=_field(code, secret),
+        param=_field(param, secret),
+        type=_field(kind, secret),
+        headers={k: redact(v, secret) for k, v in passed.items()},
     )
     if isinstance(err, Transient):
         err.retry_after = retry_after(headers)

@@ -25,6 +25,7 @@ from pricing.messages import ChatRequest, RequestError
 from pricing.meter import measure
 from proxy.body import read_json
 from proxy.errors import ProxyError
+from proxy.fairness import caller
 from proxy.transports import CHAT, MESSAGES, Completion, EventStream, Outbound, StreamBroken
 from proxy.transports.sse import DONE, encode, event_data, event_name
 from proxy.usage import normalize_usage
@@ -264,24 +265,34 @@ async def _relay_chat(
 
 async def count_tokens(gateway: Any, request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: routefit's calibrated estimate of the request as the
-    client sent it, on its route — the number the fit acts on — answered without the provider."""
+    client sent it, on its route — the number the fit acts on — answered without the provider.
+
+    Held to the caller's count rate, and a big body is parsed and priced in one of the caller's
+    pricing threads (``proxy.fairness``): counting costs routefit CPU that no budget charges."""
     try:
         team = gateway.teams.authenticate(request.headers)
-        body, _ = await read_json(request, gateway.config.settings.max_body_bytes)
-        try:
-            parsed = parse_anthropic(body, count_only=True)
-            rc = gateway.preparer.route_for(parsed)
-            if team is not None and not team.may_use(rc.route.alias):
-                raise ProxyError(403, f"team {team.id!r} may not use model {rc.route.alias!r}")
-            pressure = measure(parsed, rc.route)
-        except RequestError as exc:
-            raise ProxyError(400, exc.message, param=exc.param) from None
-        correction = gateway.calibrator.correction(rc.route.alias)
-        estimate = correction.price_pressure(pressure)
+        who = caller(team, request)
+        gateway.fairness.admit_count(who)
+        body, size = await read_json(request, gateway.config.settings.max_body_bytes)
+        estimate, alias = await gateway.fairness.run(who, size, _count, gateway, team, body)
     except ProxyError as err:
         return anthropic_error(err)
     return Response(
         orjson.dumps({"input_tokens": estimate}),
-        headers={"x-routefit-route": rc.route.alias, "x-routefit-prompt-tokens": str(estimate)},
+        headers={"x-routefit-route": alias, "x-routefit-prompt-tokens": str(estimate)},
         media_type="application/json",
     )
+
+
+def _count(gateway: Any, team: Any, body: Any) -> tuple[int, str]:
+    """(the calibrated estimate, the route's alias) of a count request's body."""
+    try:
+        parsed = parse_anthropic(body, count_only=True)
+        rc = gateway.preparer.route_for(parsed)
+        if team is not None and not team.may_use(rc.route.alias):
+            raise ProxyError(403, f"team {team.id!r} may not use model {rc.route.alias!r}")
+        pressure = measure(parsed, rc.route)
+    except RequestError as exc:
+        raise ProxyError(400, exc.message, param=exc.param) from None
+    correction = gateway.calibrator.correction(rc.route.alias)
+    return correction.price_pressure(pressure), rc.route.alias

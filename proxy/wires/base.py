@@ -10,28 +10,82 @@ same pipeline for every wire; adding a wire is one module here plus its routes i
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
 from starlette.responses import Response
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
-from proxy.transports import Completion, EventStream, Outbound
+from proxy.transports import CHAT, MESSAGES, RESPONSES, Completion, EventStream, Outbound
 from proxy.usage import Usage
 from strategies.fit import Fit, FitError
 
-__all__ = ["Answer", "Outcome", "Wire", "capped_output"]
+__all__ = ["Answer", "Outcome", "Wire", "capped_output", "generated", "noting_relayed"]
+
+#: A JSON string value after its key: its escaped contents (the unrolled form: no alternation
+#: per character).
+_STRING = rb'\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)"'
+#: Where each client wire's stream events carry generated text: the *delta* fields only (a
+#: Responses ``*.done`` event or ``response.completed`` repeats the whole text: never counted).
+#: A quoted key cannot occur inside a JSON string (its quotes would be escaped there).
+_GENERATED = {
+    CHAT: re.compile(rb'"(?:content|reasoning_content|refusal|arguments)"' + _STRING),
+    MESSAGES: re.compile(rb'"(?:text|partial_json|thinking)"' + _STRING),
+    RESPONSES: re.compile(rb'"delta"' + _STRING),
+}
+
+
+def generated(chunk: bytes, wire: str) -> Iterator[bytes]:
+    """The escaped contents of every generated-text value in one of ``wire``'s events."""
+    pattern = _GENERATED.get(wire)
+    if pattern is not None:
+        for found in pattern.finditer(chunk):
+            yield found.group(1)
 
 
 @dataclass(slots=True)
 class Outcome:
     """What a relayed stream told the gateway once it is over."""
 
+    #: The provider's usage as far as it was reported (Anthropic states the prompt's count in
+    #: ``message_start``; OpenAI's chat and Responses only at the end).
     usage: Usage | None = None
     #: The provider's own end-of-stream marker was seen (anything else is a broken stream).
     completed: bool = False
+    #: The generated text relayed to the client so far, as escaped JSON string contents: what an
+    #: unfinished stream is charged for beyond its prompt.
+    relayed: bytearray = field(default_factory=bytearray)
+
+    def relayed_text(self) -> str:
+        """The generated text relayed so far (escapes never span two pieces, so the joined
+        contents are one valid JSON string)."""
+        if not self.relayed:
+            return ""
+        try:
+            text = orjson.loads(b'"' + bytes(self.relayed) + b'"')
+        except orjson.JSONDecodeError:  # not ours to judge: count the bytes as they came
+            return self.relayed.decode("utf-8", "replace")
+        return text if isinstance(text, str) else ""
+
+
+async def noting_relayed(
+    chunks: AsyncGenerator[bytes, None], outcome: Outcome, wire: str
+) -> AsyncGenerator[bytes, None]:
+    """``chunks`` as they are, the generated text in each noted in ``outcome`` before it goes
+    out (what was generated is billed whether or not the client read it)."""
+    pattern = _GENERATED.get(wire)
+    try:
+        async for chunk in chunks:
+            if pattern is not None:
+                for found in pattern.finditer(chunk):
+                    outcome.relayed += found.group(1)
+            yield chunk
+    finally:
+        await chunks.aclose()
 
 
 @dataclass(frozen=True, slots=True)

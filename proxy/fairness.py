@@ -1,0 +1,104 @@
+"""CPU fairness: one team's big inputs must not stall every other team's requests.
+
+routefit prices requests on one event loop per worker. Tokenizing a 9 MB body takes seconds;
+run on the loop, it holds ``/healthz`` and every team's requests for that long. Two rules:
+
+* **off the loop, bounded per team**: parsing and pricing a body over ``THREAD_ABOVE`` bytes runs
+  in a worker thread (the tokenizers release the GIL), and one team holds at most
+  ``pricing_threads_per_team`` such threads at once — its next big body waits for one of its
+  own, never for another team's;
+* **count and dry-run endpoints are rate-limited per team** (``count_requests_per_minute``, a
+  token bucket with a burst of as many): they cost routefit CPU and nothing at the provider, so
+  no budget charges them, and an unbounded loop of them is the cheapest way to burn a replica.
+  Over the rate the answer is a 429 in the endpoint's wire shape with ``retry-after``.
+
+The bucket and the limiters live in the process: each replica (and each worker) enforces the
+rate on its own share of the traffic, so N replicas admit up to N times the rate. That bounds
+what one client can make one process do, which is the point; a fleet-wide count quota would
+belong in the store next to the token budgets.
+
+Callers without a team (an open deployment) are keyed by their address.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+from starlette.requests import Request
+
+from proxy.errors import ProxyError
+from proxy.teams import Team
+
+__all__ = ["THREAD_ABOVE", "Fairness", "caller"]
+
+T = TypeVar("T")
+
+#: Bodies above this many bytes are parsed and priced in a worker thread (a 512 KB body costs
+#: ~10-100 ms to tokenize: more than one request may hold the loop).
+THREAD_ABOVE = 512 * 1024
+#: Callers whose buckets are kept; past this the least recently seen are forgotten (a forgotten
+#: caller starts again with a full bucket: the bound only ever errs toward admitting).
+_MAX_CALLERS = 10_000
+
+
+def caller(team: Team | None, request: Request) -> str:
+    """Whose share a request spends: its team, else its client address."""
+    if team is not None:
+        return "team:" + team.id
+    host = request.client.host if request.client is not None else "-"
+    return "addr:" + host
+
+
+class Fairness:
+    """Per-caller pricing threads and count-endpoint rate of one process."""
+
+    def __init__(self, threads_per_caller: int, counts_per_minute: int) -> None:
+        self.threads_per_caller = threads_per_caller
+        self.rate = counts_per_minute / 60.0
+        self.burst = float(counts_per_minute)
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def limiter(self, who: str) -> anyio.CapacityLimiter:
+        found = self._limiters.get(who)
+        if found is None:
+            if len(self._limiters) >= _MAX_CALLERS:
+                self._forget_idle()
+            found = self._limiters[who] = anyio.CapacityLimiter(self.threads_per_caller)
+        return found
+
+    def _forget_idle(self) -> None:
+        for key in [k for k, lim in self._limiters.items() if lim.borrowed_tokens == 0]:
+            del self._limiters[key]
+
+    async def run(self, who: str, size: int, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)``: in one of ``who``'s pricing threads when ``size`` is over
+        ``THREAD_ABOVE``, else right here (a thread hop costs more than a small body)."""
+        if size <= THREAD_ABOVE:
+            return fn(*args)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter(who))
+
+    def admit_count(self, who: str, now: float | None = None) -> None:
+        """Spend one count/dry-run request of ``who``'s bucket; a 429 with ``retry-after`` when
+        it is empty."""
+        now = time.monotonic() if now is None else now
+        tokens, then = self._buckets.pop(who, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - then) * self.rate)
+        if tokens < 1.0:
+            self._buckets[who] = (tokens, now)
+            retry = max(1, math.ceil((1.0 - tokens) / self.rate))
+            raise ProxyError(
+                429,
+                f"too many count and dry-run requests: at most "
+                f"{int(self.burst)} a minute per team; retry in {retry}s",
+                code="rate_limit_exceeded",
+                headers={"retry-after": str(retry)},
+            )
+        self._buckets[who] = (tokens - 1.0, now)  # re-inserted: most recently seen last
+        if len(self._buckets) > _MAX_CALLERS:
+            del self._buckets[next(iter(self._buckets))]

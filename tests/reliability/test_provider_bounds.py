@@ -1,0 +1,196 @@
+"""What a provider sends back is bounded and scrubbed, through ``routefit serve`` and a loopback
+fake provider: an answer over ``max_provider_body_bytes`` is a 502 in the client's wire shape
+(its connection dropped, the process not grown by it), an SSE event over
+``max_sse_event_bytes`` ends the stream with the wire's error event, and a provider error that
+echoes the route's key in any field (param, code, type, message) reaches the client without it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import Running, gateway_config, run_routefit, sim_route
+
+SECRET = "sk-proj-" + uuid.uuid4().hex + uuid.uuid4().hex
+BOUND = 1024 * 1024
+#: Far over the bound: a proxy that buffered it would grow by this much.
+HUGE = 96 * 1024 * 1024
+CHAT = [{"role": "user", "content": "hello"}]
+
+
+class Fake(BaseHTTPRequestHandler):
+    """A provider whose behaviour is its model's name (the request's ``model``)."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        model = body["model"]
+        key = self.headers.get("x-api-key") or self.headers.get("authorization", "")
+        key = key.removeprefix("Bearer ")
+        try:
+            if model == "echo-key":
+                self._echo(key)
+            elif model == "huge-body":
+                self._huge_body()
+            elif model == "huge-event":
+                self._huge_event()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # routefit dropped the connection: what it should do
+
+    def _echo(self, key: str) -> None:
+        """A 401 echoing the key it was sent in every field, nested too."""
+        error = {
+            "message": f"Incorrect API key provided: {key}. Header was 'Bearer {key}'.",
+            "type": f"invalid_request_error:{key}",
+            "param": key,
+            "code": {"reason": "invalid_api_key", "key": key, "tried": [key]},
+        }
+        if self.path.endswith("/messages"):
+            payload = {"type": "error", "error": {**error, "type": "authentication_error"}}
+        else:
+            payload = {"error": error}
+        self._send(401, json.dumps(payload).encode())
+
+    def _huge_body(self) -> None:
+        """A 200 whose JSON never ends within the bound, no content-length: read to learn."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"id": "x", "choices": [], "pad": "')
+        piece = b"a" * (1024 * 1024)
+        for _ in range(HUGE // len(piece)):
+            self.wfile.write(piece)
+
+    def _huge_event(self) -> None:
+        """A stream whose second event never ends."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        first = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "model": "huge-event",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}],
+        }
+        self.wfile.write(b"data: " + json.dumps(first).encode() + b"\n\n")
+        self.wfile.write(b'data: {"pad": "')
+        piece = b"b" * (1024 * 1024)
+        for _ in range(HUGE // len(piece)):
+            self.wfile.write(piece)
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _route(alias: str, model: str, api_base: str) -> dict:
+    return {
+        "model_name": alias,
+        "litellm_params": {"model": model, "api_base": api_base, "api_key": SECRET},
+    }
+
+
+@pytest.fixture(scope="module")
+def gw(sim, fake, tmp_path_factory) -> Iterator[Running]:
+    routes = [
+        sim_route("gpt-4o", sim.base_url),
+        _route("echo-key", "openai/echo-key", fake + "/v1"),
+        _route("echo-claude", "anthropic/echo-key", fake),
+        _route("huge-body", "openai/huge-body", fake + "/v1"),
+        _route("huge-event", "openai/huge-event", fake + "/v1"),
+    ]
+    config = gateway_config(
+        tmp_path_factory.mktemp("bounds") / "c.yaml",
+        routes,
+        max_provider_body_bytes=BOUND,
+        max_sse_event_bytes=BOUND,
+    )
+    with run_routefit(config) as running:
+        yield running
+
+
+def peak_rss(gw: Running) -> int:
+    """The routefit process's peak resident memory so far, in bytes (Linux)."""
+    for line in Path(f"/proc/{gw.process.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def healthy(gw: Running) -> None:
+    assert httpx.get(gw.base_url + "/healthz").status_code == 200
+    r = httpx.post(gw.v1 + "/chat/completions", json={"model": "gpt-4o", "messages": CHAT})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    ("path", "model", "body"),
+    [
+        ("/v1/chat/completions", "echo-key", {"messages": CHAT}),
+        ("/v1/responses", "echo-key", {"input": "hello"}),
+        ("/v1/messages", "echo-claude", {"messages": CHAT, "max_tokens": 10}),
+    ],
+)
+def test_a_provider_error_never_hands_the_key_to_the_client(gw, path, model, body):
+    r = httpx.post(
+        gw.base_url + path,
+        json={"model": model, **body},
+        headers={"anthropic-version": "2023-06-01"},
+    )
+    assert r.status_code == 401, r.text
+    assert SECRET not in r.text
+    assert SECRET[:20] not in r.text  # not a prefix of it either
+    error = r.json()["error"]
+    assert error["message"]  # still says what went wrong
+    assert "[redacted]" in r.text
+    assert SECRET not in gw.log()
+
+
+def test_an_answer_over_the_bound_is_a_502_and_is_never_buffered(gw):
+    before = peak_rss(gw)
+    r = httpx.post(
+        gw.v1 + "/chat/completions", json={"model": "huge-body", "messages": CHAT}, timeout=60
+    )
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "upstream_too_large"
+    assert "max_provider_body_bytes" in error["message"]
+    # a proxy that read the whole answer would have grown by ~96 MiB
+    assert peak_rss(gw) - before < HUGE // 4
+    healthy(gw)
+
+
+def test_an_unterminated_event_over_the_bound_ends_the_stream_in_its_wire(gw):
+    before = peak_rss(gw)
+    body = {"model": "huge-event", "messages": CHAT, "stream": True}
+    with httpx.stream("POST", gw.v1 + "/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert json.loads(lines[0][5:])["choices"][0]["delta"]["content"] == "hi"
+    error = json.loads(lines[-1][5:])["error"]
+    assert "bytes" in error["message"] and error["code"] == "upstream_error"
+    assert peak_rss(gw) - before < HUGE // 4
+    healthy(gw)

@@ -1,0 +1,58 @@
+"""The generated text an unfinished stream is charged for (``proxy.wires.base``): whatever the
+text (quotes, backslashes, newlines, any Unicode), the deltas of each client wire's events give
+it back exactly, and the events that repeat it whole are not counted again."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.transports import CHAT, MESSAGES, RESPONSES
+from proxy.transports.sse import encode
+from proxy.wires.base import Outcome, generated
+
+
+def chat_event(text: str) -> bytes:
+    delta = {"index": 0, "delta": {"content": text}, "finish_reason": None}
+    return encode({"id": "c", "object": "chat.completion.chunk", "choices": [delta]})
+
+
+def messages_event(text: str) -> bytes:
+    delta = {"type": "text_delta", "text": text}
+    return encode(
+        {"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta"
+    )
+
+
+def responses_events(text: str) -> list[bytes]:
+    delta = {"type": "response.output_text.delta", "item_id": "m", "delta": text}
+    done = {"type": "response.output_text.done", "item_id": "m", "text": text}
+    return [encode(delta, delta["type"]), encode(done, done["type"])]
+
+
+def relayed(events: list[bytes], wire: str) -> str:
+    outcome = Outcome()
+    for event in events:
+        for piece in generated(event, wire):
+            outcome.relayed += piece
+    return outcome.relayed_text()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=30), max_size=6))
+def test_every_wire_gives_back_exactly_the_generated_text(pieces: list[str]):
+    whole = "".join(pieces)
+    assert relayed([chat_event(p) for p in pieces], CHAT) == whole
+    assert relayed([messages_event(p) for p in pieces], MESSAGES) == whole
+    # the ``*.done`` event repeats the text: counted once
+    assert relayed([e for p in pieces for e in responses_events(p)], RESPONSES) == whole
+
+
+def test_usage_and_role_events_carry_no_generated_text():
+    usage = encode({"id": "c", "choices": [], "usage": {"prompt_tokens": 3}})
+    role = encode({"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+    start = encode({"type": "message_start", "message": {"content": []}}, "message_start")
+    assert relayed([usage, role], CHAT) == ""
+    assert relayed([start], MESSAGES) == ""
+    assert orjson.loads(usage[6:])["usage"]
