@@ -7,6 +7,7 @@ import base64
 import copy
 import io
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +24,10 @@ from strategies.fit import FitError, fit
 from strategies.offload import offload_images
 from strategies.policy import FitPolicy, prompt_budget
 from strategies.units import group_units, protected_units
+
+
+#: The strategies before masking: the elision schedule's own tests run without it.
+ELIDE_ONLY = ("cap", "offload_images", "elide")
 
 
 def route(window: int, vision: bool = True, tokenizer: str = "o200k_base") -> Route:
@@ -254,10 +259,15 @@ def test_replayed_session_keeps_its_prefix_between_jumps():
 def test_cut_is_late_with_a_pinned_head():
     r = route(24000)
     body = agent_session(120)[-1]
-    pinned = fit(parse_request(body), r, FitPolicy(pin_fraction=0.5)).body["messages"]
-    oldest = fit(parse_request(body), r, FitPolicy(pin_fraction=0.0)).body["messages"]
-    marker_at = next(i for i, m in enumerate(pinned) if "[routefit:" in str(m.get("content")))
-    oldest_marker = next(i for i, m in enumerate(oldest) if "[routefit:" in str(m.get("content")))
+    policy = FitPolicy(strategies=ELIDE_ONLY)
+    pinned = fit(parse_request(body), r, replace(policy, pin_fraction=0.5)).body["messages"]
+    oldest = fit(parse_request(body), r, replace(policy, pin_fraction=0.0)).body["messages"]
+    marker_at = next(
+        i for i, m in enumerate(pinned) if "earlier messages (" in str(m.get("content"))
+    )
+    oldest_marker = next(
+        i for i, m in enumerate(oldest) if "earlier messages (" in str(m.get("content"))
+    )
     assert marker_at > oldest_marker
     assert pinned[:marker_at] == body["messages"][:marker_at]
 
@@ -266,7 +276,7 @@ def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
     # A turn too big for the room the pinned head leaves: the head shrinks to the longest prefix
     # of itself that fits (still the provider's cached prefix), not to the protected head.
     r = route(24000)
-    policy = FitPolicy()
+    policy = FitPolicy(strategies=ELIDE_ONLY)
     budget = prompt_budget(r.context_window, r.max_output_tokens, policy, None)
     before = agent_session(150)[-1]
     sent_before = fit(parse_request(before), r, policy).body["messages"]
@@ -282,9 +292,9 @@ def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
     assert result.report.estimate_after <= budget
     sent = result.body["messages"]
     check_no_orphans(sent)
-    marker = next(i for i, m in enumerate(sent) if "[routefit:" in str(m.get("content")))
+    marker = next(i for i, m in enumerate(sent) if "earlier messages (" in str(m.get("content")))
     head_before = next(
-        i for i, m in enumerate(sent_before) if "[routefit:" in str(m.get("content"))
+        i for i, m in enumerate(sent_before) if "earlier messages (" in str(m.get("content"))
     )
     assert 2 < marker < head_before  # more than the protected head, less than the pinned one
     assert sent[:marker] == sent_before[:marker] == before["messages"][:marker]
