@@ -363,8 +363,15 @@ def _entries(sim_url: str, policies: list[str]) -> list[dict[str, Any]]:
     return entries
 
 
-def run(servers: Servers, quick: bool, policies: list[str] | None = None, log=print) -> dict:
+def run(
+    servers: Servers,
+    quick: bool,
+    policies: list[str] | None = None,
+    wires: list[str] | None = None,
+    log=print,
+) -> dict:
     policies = policies or list(POLICIES)
+    wires = wires or list(WIRES)
     n_sessions, rounds = (2, 60) if quick else (5, 110)
     sessions = [session(2000 + s, rounds) for s in range(n_sessions)]
     sim: Server = servers.sim()
@@ -390,7 +397,7 @@ def run(servers: Servers, quick: bool, policies: list[str] | None = None, log=pr
     }
     with httpx.Client(timeout=120) as client:
         for name in policies:
-            for wire in WIRES:
+            for wire in wires:
                 client.post(sim.base_url + "/sim/reset")
                 alias = f"{'an' if wire == 'messages' else 'oa'}-{name}"
                 records = []
@@ -413,7 +420,8 @@ def run(servers: Servers, quick: bool, policies: list[str] | None = None, log=pr
 
 if __name__ == "__main__":
     chosen = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--policy"]
+    wires = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--wire"]
     with Servers() as s:
-        result = run(s, quick="--quick" in sys.argv, policies=chosen or None)
+        result = run(s, quick="--quick" in sys.argv, policies=chosen or None, wires=wires or None)
     target = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--out=")), None)
     Path(target or "/tmp/sessions_fit.json").write_text(json.dumps(result, indent=1))

@@ -12,7 +12,7 @@ Pure and deterministic: same request, route, policy and correction → the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -545,26 +545,32 @@ def _marker_message(next_role: str | None, elided: int, tokens: int, first: bool
     return Message(role=role, parts=(TextPart(text),), wire={"role": role, "content": text})
 
 
-#: What becomes of a unit: sent as it is, sent with its tool outputs masked, elided.
-KEEP, MASK, ELIDE = "keep", "mask", "elide"
+#: What becomes of a unit: sent (its outputs maybe masked, its images maybe offloaded), elided.
+KEEP, ELIDE = "keep", "elide"
+
+
+def _outputs(messages: Sequence[Message], units: Sequence[Unit], us: Iterable[int]) -> list[int]:
+    """Indices of the tool results in units ``us``, oldest first."""
+    return [
+        i
+        for u in sorted(us)
+        for i in range(units[u].start, units[u].end)
+        if messages[i].role in _TOOL_ROLES
+    ]
 
 
 def _plan_states(
     messages: Sequence[Message], units: Sequence[Unit], chosen: Plan
-) -> tuple[list[str], list[bool]]:
-    """A plan as per-unit states and offload flags, protection applied."""
+) -> tuple[list[str], frozenset[int], list[bool]]:
+    """A plan as per-unit states, the outputs to mask and offload flags, protection applied."""
     keep = protected_units(messages, units)
     n = len(units)
     newest = {n - 1, n - 2} if answers_tool_round(messages, units, n - 1) else {n - 1}
-    states = []
-    for u in range(n):
-        if chosen.head <= u < chosen.cut and u not in keep:
-            states.append(ELIDE)
-        elif u < chosen.mask and u not in newest:
-            states.append(MASK)
-        else:
-            states.append(KEEP)
-    return states, [u < chosen.offload and u not in keep for u in range(n)]
+    elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
+    masked = [u for u in range(min(chosen.mask, n)) if u not in newest and not elided[u]]
+    states = [ELIDE if e else KEEP for e in elided]
+    offload = [u < chosen.offload and u not in keep for u in range(n)]
+    return states, frozenset(_outputs(messages, units, masked)), offload
 
 
 def _last_resort(
@@ -583,22 +589,22 @@ def _last_resort(
     first = users[0] if users else last
     answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
     turn = set(range(min(last, answered), n))
-    newest = {n - 1, answered}
-    mask = MASK if "mask" in job.policy.strategies else KEEP
-    attempts = [
-        {**{u: mask for u in turn}, first: KEEP},
-        {u: mask for u in turn},
-        {**{u: mask for u in newest}, last: KEEP},
-        {last: KEEP},
-    ]
+    outputs = _outputs(messages, units, turn) if "mask" in job.policy.strategies else []
+    # The newest turn whole with the task, its outputs masked oldest first, one more each time;
+    # then without the task; then the latest user message with the newest unit, masked.
+    attempts = [({*turn, first}, frozenset(outputs[:k])) for k in range(len(outputs) + 1)]
+    attempts.append((turn, frozenset(outputs)))
+    newest = {n - 1, answered, last}
+    attempts.append((newest, frozenset(_outputs(messages, units, newest) if outputs else ())))
+    attempts.append(({last}, frozenset()))
     offload = [False] * n
-    for kept in attempts:
-        states = [KEEP if u in system else kept.get(u, ELIDE) for u in range(n)]
-        built = _build(job, messages, units, states, offload)
+    for kept, masks in attempts:
+        states = [KEEP if u in system or u in kept else ELIDE for u in range(n)]
+        built = _build(job, messages, units, states, masks, offload)
         if built.estimate <= job.budget:
             return built
     states = [KEEP if u in system or u == last else ELIDE for u in range(n)]
-    built = _build(job, messages, units, states, offload, markers=False)
+    built = _build(job, messages, units, states, frozenset(), offload, markers=False)
     return built if built.estimate <= job.budget else None
 
 
@@ -607,6 +613,7 @@ def _build(
     messages: tuple[Message, ...],
     units: Sequence[Unit],
     states: Sequence[str],
+    masks: frozenset[int],
     offload: Sequence[bool],
     markers: bool = True,
 ) -> Fit:
@@ -636,7 +643,7 @@ def _build(
         flush(messages[unit.start].role)
         for i in span:
             message = messages[i]
-            if states[u] == MASK and message.role in _TOOL_ROLES:
+            if i in masks:
                 masked = job.mask(messages, unit, i, prices[i])
                 tally.masked += 1
                 tally.masked_tokens += max(

@@ -284,7 +284,13 @@ def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
         {"id": f"big_{k}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
         for k in range(3)
     ]
-    messages = [*before["messages"], {"role": "assistant", "content": None, "tool_calls": calls}]
+    # The user asks for the huge turn, so the newest turn (kept whole) is that turn alone.
+    ask = {"role": "user", "content": "Read the three logs."}
+    messages = [
+        *before["messages"],
+        ask,
+        {"role": "assistant", "content": None, "tool_calls": calls},
+    ]
     for k in range(3):  # each one just under the tool-output cap: together ~40% of the budget
         output = " ".join(f"big{k}-{i} value" for i in range(int(budget * 0.13 / 4)))
         messages.append({"role": "tool", "tool_call_id": f"big_{k}", "content": output})
