@@ -117,12 +117,21 @@ def to_messages(history: list[dict[str, Any]]) -> dict[str, Any]:
             for c in m.get("tool_calls", []):
                 args = json.loads(c["function"]["arguments"])
                 blocks.append(
-                    {"type": "tool_use", "id": c["id"], "name": c["function"]["name"], "input": args}
+                    {
+                        "type": "tool_use",
+                        "id": c["id"],
+                        "name": c["function"]["name"],
+                        "input": args,
+                    }
                 )
             out.append({"role": "assistant", "content": blocks})
             continue
         if m["role"] == "tool":
-            block = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+            block = {
+                "type": "tool_result",
+                "tool_use_id": m["tool_call_id"],
+                "content": m["content"],
+            }
         elif isinstance(m["content"], str):
             block = {"type": "text", "text": m["content"]}
         else:
@@ -155,7 +164,11 @@ def to_responses(history: list[dict[str, Any]]) -> dict[str, Any]:
     for m in history[1:]:
         if m["role"] == "tool":
             items.append(
-                {"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]}
+                {
+                    "type": "function_call_output",
+                    "call_id": m["tool_call_id"],
+                    "output": m["content"],
+                }
             )
             continue
         if m["role"] == "user" and not isinstance(m["content"], str):
@@ -267,7 +280,12 @@ def classify(status: int, data: Any, forwarded: bool) -> str:
 
 
 def replay(
-    wire: str, steps: list[list[dict[str, Any]]], client: httpx.Client, rf: str, sim: str, alias: str
+    wire: str,
+    steps: list[list[dict[str, Any]]],
+    client: httpx.Client,
+    rf: str,
+    sim: str,
+    alias: str,
 ) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = []
     records = []
@@ -409,7 +427,8 @@ def run(
                     f"  {name:<16} {wire:<9} refused {s['refused']:3} overflow {s['overflow']:3} "
                     f"invalid {s['invalid']:3} other {s['other_errors']:3}  cache hit "
                     f"{s['cache_hit_ratio']:6.1%}  window p50 {s['median_window_use']:.2f}  "
-                    f"newest turn kept {s['newest_turn_kept']:6.1%}  user {s['median_user_verbatim']:.2f}"
+                    f"newest turn kept {s['newest_turn_kept']:6.1%}  "
+                    f"user {s['median_user_verbatim']:.2f}"
                     f"  assistant {s['median_assistant_verbatim']:.2f}  tool "
                     f"{s['median_tool_arrived']:.2f}  ({s['fitted']} fitted)"
                 )

@@ -25,7 +25,6 @@ from strategies.offload import offload_images
 from strategies.policy import FitPolicy, prompt_budget
 from strategies.units import group_units, protected_units
 
-
 #: The strategies before masking: the elision schedule's own tests run without it.
 ELIDE_ONLY = ("cap", "offload_images", "elide")
 
