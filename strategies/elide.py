@@ -188,6 +188,11 @@ def pinned_head(
     return min(head, max(len(units) - 1, 0))
 
 
+def _protected(units: Sequence[UnitCosts]) -> int:
+    """The protected head: everything up to and including the first user message."""
+    return next((i + 1 for i, u in enumerate(units) if u.user), 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """The policy's schedule knobs and which strategies the replay may use, in order."""
@@ -224,15 +229,21 @@ def plan(
         "elide" not in order or order.index("mask") < order.index("elide")
     )
     head = pinned_head(units, budget, schedule.pin_fraction, masked_head)
+    if n:
+        # The head never reaches into the newest turn: that turn is kept whole before the head.
+        head = max(min(head, sums.newest_turn(n)), min(_protected(units), n - 1))
     q = max(1, math.floor(schedule.quantum * budget))
     checkpoints = _elision_checkpoints(units, q)
     cuts = [c for c in checkpoints if c > head] if "elide" in order else []
     masks = checkpoints if "mask" in order else []
     offs = _offload_checkpoints(units, schedule.step) if "offload_images" in order else []
-    state = {"offload_images": 0, "mask": 0, "elide": head}
+    state = {"offload_images": 0, "mask": 0, "elide": head, "head": head}
+    floor = _protected(units)
 
     def price(e: int) -> int:
-        return sums.estimate(e, head, state["offload_images"], state["elide"], state["mask"])
+        return sums.estimate(
+            e, state["head"], state["offload_images"], state["elide"], state["mask"]
+        )
 
     def advance(name: str, points: list[int], e: int, target: float, limit: int) -> None:
         i = bisect.bisect_right(points, state[name])
@@ -242,6 +253,8 @@ def plan(
 
     low = schedule.low_water * budget
     for e in range(1, n + 1):
+        if units[e - 1].user and state["head"] < head:
+            state["head"] = head  # a new turn: the head that gave way to the last one returns
         if price(e) <= budget:
             continue
         limit = e - 1  # the newest unit is never offloaded, masked or elided
@@ -252,10 +265,13 @@ def plan(
                 advance(name, masks, e, schedule.mask_water * budget, limit)
             elif name == "elide":
                 advance(name, cuts, e, low, min(limit, sums.newest_turn(e)))
-        if "elide" in order and price(e) > budget:
-            advance("elide", cuts, e, low, limit)
+        if "elide" in order:
+            # The newest turn does not fit beside the head: the head gives way first, to a
+            # prefix of itself (still cached), down to the protected head; the turn's calls last.
+            while price(e) > budget and state["head"] > min(floor, e - 1):
+                state["head"] -= 1
     estimate = price(n) if n else overhead
-    return Plan(head, state["offload_images"], state["elide"], estimate, state["mask"])
+    return Plan(state["head"], state["offload_images"], state["elide"], estimate, state["mask"])
 
 
 def plan_max(
