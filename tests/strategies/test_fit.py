@@ -303,8 +303,16 @@ def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
     head_before = next(
         i for i, m in enumerate(sent_before) if "earlier messages (" in str(m.get("content"))
     )
-    assert 2 < marker < head_before  # more than the protected head, less than the pinned one
-    assert sent[:marker] == sent_before[:marker] == before["messages"][:marker]
+    # The same request with a small last turn shows the pinned head the huge turn shrank.
+    small = [*messages[:-3], *({**m, "content": "ok"} for m in messages[-3:])]
+    sent_small = fit(parse_request({"model": "test", "messages": small}), r, policy).body
+    pinned = next(
+        i for i, m in enumerate(sent_small["messages"]) if "earlier messages (" in str(m["content"])
+    )
+    assert 2 < marker < pinned  # more than the protected head, less than the pinned one
+    assert sent[:marker] == before["messages"][:marker]
+    shared = min(marker, head_before)  # the previous request's cached prefix is still sent
+    assert sent[:shared] == sent_before[:shared]
     assert sent[-4] == messages[-4]  # the newest unit is all there (its outputs maybe capped)
     assert [m.get("tool_call_id") for m in sent[-3:]] == ["big_0", "big_1", "big_2"]
 
