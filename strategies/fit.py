@@ -463,6 +463,10 @@ def _candidates(
         # A plan's own estimate is an upper bound (markers at their widest, units rounded up):
         # build only the plans that can fit, and on the last strategy the last plan.
         last = final and n == len(plans) - 1
+        if n == 2:  # before the newest turn loses a call, its newest outputs are masked too
+            out += _mask_newest(job, messages, units, plans[1]) if "mask" in order else []
+            if out[-1][0] <= job.budget:
+                break
         if candidate.estimate > job.budget and not last:
             out.append((candidate.estimate, None))
             continue
@@ -471,6 +475,24 @@ def _candidates(
         if built.estimate <= job.budget:
             break
     return out
+
+
+def _mask_newest(
+    job: _Job, messages: tuple[Message, ...], units: Sequence[Unit], chosen: Plan
+) -> list[tuple[int, Fit | None]]:
+    """``chosen`` (the newest turn kept whole, everything older masked or elided) with the
+    newest unit's outputs masked too, oldest first, one more each time, until it fits."""
+    states, masks, offload = _plan_states(messages, units, chosen)
+    n = len(units)
+    newest = [n - 1, n - 2] if answers_tool_round(messages, units, n - 1) else [n - 1]
+    extra = [i for i in _outputs(messages, units, newest) if i not in masks]
+    out: list[tuple[int, Fit | None]] = []
+    for k in range(1, len(extra) + 1):
+        built = _build(job, messages, units, states, masks | frozenset(extra[:k]), offload)
+        out.append((built.estimate, built))
+        if built.estimate <= job.budget:
+            break
+    return out or [(chosen.estimate, None)]
 
 
 def _protected_head(costs: Sequence[UnitCosts]) -> int:
