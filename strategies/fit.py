@@ -1,10 +1,19 @@
 """fit: a priced conversation and a route's budget in, the request to send out.
 
 Transparent when the request fits: the client's body goes out as is. Otherwise the policy's
-strategies run in order (default: cap oversized tool outputs → offload old images → elide whole
-middle units), each only when the previous ones were not enough, with cache-stable cut points
-(``strategies.elide``). The result is verified by measuring it again with the meter; a request
-that cannot be made to fit raises FitError instead of being forwarded to fail at the provider.
+strategies run in order (default: cap oversized tool outputs → offload old images → mask old
+tool outputs → elide whole middle units), each only when the previous ones were not enough,
+with cache-stable cut points (``strategies.elide``). The newest turn (everything since the
+latest user message) is kept whole whenever it fits once masked; refusal is the last resort
+(``_last_resort``): FitError only when the system prompt and the latest user message alone do
+not fit. The result is verified by measuring it again with the meter.
+
+Decisions recorded here (issue 31): what no cut may touch is the system prompt and the latest
+user message, as the cap rule leaves them — the task (first user message) yields before them,
+since the latest message is what the model must answer; before a call of the newest turn is
+dropped its outputs are masked, oldest first, the newest unit's last; the last resort is
+only for a policy that elides (a policy without ``elide`` asked for no elision, and is refused
+instead). Masking and elision order follow measurements (bench/REPORT.md, section 5b).
 
 Pure and deterministic: same request, route, policy and correction → the same bytes.
 """
