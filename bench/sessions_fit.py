@@ -137,13 +137,12 @@ def to_messages(history: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             url = m["content"][1]["image_url"]["url"]
             data = url.split(",", 1)[1]
-            out.append(_user_blocks(out, {"type": "text", "text": m["content"][0]["text"]}))
+            _user_block(out, {"type": "text", "text": m["content"][0]["text"]})
             block = {
                 "type": "image",
                 "source": {"type": "base64", "media_type": "image/png", "data": data},
             }
-        out.append(_user_blocks(out, block))
-    out = [m for m in out if m]
+        _user_block(out, block)
     for m in out[-3::2] if len(out) >= 3 else out[-1:]:
         last = m["content"][-1]
         m["content"][-1] = {**last, "cache_control": {"type": "ephemeral"}}
@@ -151,12 +150,13 @@ def to_messages(history: list[dict[str, Any]]) -> dict[str, Any]:
     return {"system": body_system, "messages": out}
 
 
-def _user_blocks(out: list[dict[str, Any]], block: dict[str, Any]) -> dict[str, Any]:
-    """Append ``block`` to a trailing user message (returned empty) or start one."""
-    if out and out[-1] and out[-1]["role"] == "user":
+def _user_block(out: list[dict[str, Any]], block: dict[str, Any]) -> None:
+    """Append ``block`` to the trailing user message, or open one: a turn's tool results all go
+    in the one user message after the call, as Anthropic requires."""
+    if out and out[-1]["role"] == "user":
         out[-1]["content"].append(block)
-        return {}
-    return {"role": "user", "content": [block]}
+    else:
+        out.append({"role": "user", "content": [block]})
 
 
 def to_responses(history: list[dict[str, Any]]) -> dict[str, Any]:
