@@ -270,6 +270,12 @@ def plan(
             # prefix of itself (still cached), down to the protected head; the turn's calls last.
             while price(e) > budget and state["head"] > min(floor, e - 1):
                 state["head"] -= 1
+            if price(e) > budget and "mask" not in order:
+                # Without masking, a turn over the budget loses its oldest calls here, and the
+                # cut stays. With masking, the newest unit is masked once it is no longer
+                # newest, so a cut made for it would outlive the need: the plans after the
+                # replay (``plan_max``, the last resort) handle such a turn for one request.
+                advance("elide", cuts, e, low, limit)
     estimate = price(n) if n else overhead
     return Plan(state["head"], state["offload_images"], state["elide"], estimate, state["mask"])
 
