@@ -229,7 +229,7 @@ def plan(
         "elide" not in order or order.index("mask") < order.index("elide")
     )
     head = pinned_head(units, budget, schedule.pin_fraction, masked_head)
-    if n:
+    if n and masked_head:
         # The head never reaches into the newest turn: that turn is kept whole before the head.
         head = max(min(head, sums.newest_turn(n)), min(_protected(units), n - 1))
     q = max(1, math.floor(schedule.quantum * budget))
@@ -253,7 +253,7 @@ def plan(
 
     low = schedule.low_water * budget
     for e in range(1, n + 1):
-        if units[e - 1].user and state["head"] < head:
+        if masked_head and units[e - 1].user and state["head"] < head:
             state["head"] = head  # a new turn: the head that gave way to the last one returns
         if price(e) <= budget:
             continue
@@ -268,7 +268,7 @@ def plan(
         if "elide" in order:
             # The newest turn does not fit beside the head: the head gives way first, to a
             # prefix of itself (still cached), down to the protected head; the turn's calls last.
-            while price(e) > budget and state["head"] > min(floor, e - 1):
+            while masked_head and price(e) > budget and state["head"] > min(floor, e - 1):
                 state["head"] -= 1
             if price(e) > budget and "mask" not in order:
                 # Without masking, a turn over the budget loses its oldest calls here, and the
