@@ -609,6 +609,77 @@ def _sessions_section(se: dict, lines: list[str], goals: list) -> None:
     )
     if se.get("frontier"):
         _frontier_lines(se["frontier"], lines, goals)
+    if se.get("kept"):
+        kept_lines(se["kept"], lines, goals)
+
+
+def kept_lines(kept: dict, lines: list[str], goals: list) -> None:
+    """Section 5b (bench/sessions_fit.py): what the fit keeps, per wire and fit policy; rows
+    of ``kept["before"]`` (the same sessions at an earlier commit) first when present."""
+    lines += [
+        "## 5b. What the fit keeps (issue 31)",
+        "",
+        f"{kept['sessions']} agent sessions ({kept['rounds']} tool rounds each, "
+        f"{kept['model_calls']} model calls per wire, histories of "
+        f"~{min(kept['approx_history_tokens']):,}-{max(kept['approx_history_tokens']):,} tokens: "
+        f"{max(kept['approx_history_tokens']) // kept['window']}× the {kept['window']:,}-token "
+        "window) with long stretches of tool rounds after one user message and fan-out rounds "
+        "(6-8 parallel outputs, each under the cap, together over the budget), replayed through "
+        "`routefit serve` on each wire (`bench/sessions_fit.py`). Per fitted request, from the "
+        "body the simulator received: the newest turn kept (every call since the latest user "
+        "message still there, outputs at most masked, its words verbatim), and the medians of "
+        "the share of user-message, assistant and tool-result tokens that arrive (user and "
+        "assistant verbatim, tool results verbatim or capped, not masked).",
+        "",
+        "| commit / policy | wire | refused | overflow | invalid | cache-hit | window use p50 "
+        "| newest turn kept | user verbatim | assistant verbatim | tool results arrive |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows = [
+        (f"before ({kept.get('before_commit', 'main')})", k, v)
+        for k, v in (kept.get("before") or {}).items()
+    ]
+    rows += [("after", k, v) for k, v in kept["results"].items()]
+    for label, key, s in rows:
+        policy, wire = key.split("/")
+        name = label if policy == "default" else f"{label}, `{policy}`"
+        lines.append(
+            f"| {name} | {wire} | {s['refused']} | {s['overflow']} | {s['invalid']} | "
+            f"{s['cache_hit_ratio']:.1%} | {s['median_window_use']:.2f} | "
+            f"{s['newest_turn_kept']:.1%} | {s['median_user_verbatim']:.2f} | "
+            f"{s['median_assistant_verbatim']:.2f} | {s['median_tool_arrived']:.2f} |"
+        )
+    lines.append("")
+    after = [v for k, v in kept["results"].items() if k.startswith("default/")]
+    if after:
+        goals.append(
+            (
+                "0 refusals of fittable requests, 0 invalid, every wire (issue 31)",
+                ", ".join(f"{v['refused']} refused / {v['invalid']} invalid" for v in after),
+                _mark(all(v["refused"] == 0 and v["invalid"] == 0 for v in after)),
+            )
+        )
+        goals.append(
+            (
+                "newest turn kept in ≥ 99% of fitted requests (issue 31)",
+                ", ".join(f"{v['newest_turn_kept']:.1%}" for v in after),
+                _mark(all(v["newest_turn_kept"] >= 0.99 for v in after)),
+            )
+        )
+        goals.append(
+            (
+                "cache-hit ≥ 85% and window use p50 ≥ 0.85 together (issue 31)",
+                ", ".join(
+                    f"{v['cache_hit_ratio']:.1%} / {v['median_window_use']:.2f}" for v in after
+                ),
+                _mark(
+                    all(
+                        v["cache_hit_ratio"] >= 0.85 and v["median_window_use"] >= 0.85
+                        for v in after
+                    )
+                ),
+            )
+        )
 
 
 def _frontier_lines(fr: dict, lines: list[str], goals: list) -> None:

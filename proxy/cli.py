@@ -355,6 +355,8 @@ def fit_table(result: Any, sent_before: int) -> str:
         lines.append(
             f"  offloaded {r.offloaded_images} image(s), {r.offloaded_tokens:,} tokens removed"
         )
+    if r.masked:
+        lines.append(f"  masked {r.masked} tool output(s), {r.masked_tokens:,} tokens removed")
     if r.elided_messages:
         lines.append(f"  elided {r.elided_messages} message(s), {r.elided_tokens:,} tokens removed")
     wire = list(result.body.get("messages") or [])

@@ -380,6 +380,7 @@ class Gateway:
         for action, count, tokens in (
             ("capped", r.capped, r.capped_tokens),
             ("offloaded_images", r.offloaded_images, r.offloaded_tokens),
+            ("masked", r.masked, r.masked_tokens),
             ("elided_messages", r.elided_messages, r.elided_tokens),
         ):
             if count:

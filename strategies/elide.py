@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-__all__ = ["Plan", "UnitCosts", "elision_marker", "plan"]
+__all__ = ["Plan", "Schedule", "UnitCosts", "elision_marker", "plan", "plan_max"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +49,23 @@ class UnitCosts:
     user: bool  # a user message (the last one of a prefix is protected)
     #: A user message right after a tool round: as a prefix's newest unit it protects that round.
     answers: bool = False
+    #: Price with its tool outputs masked, and with both images offloaded and outputs masked
+    #: (None: the unit has no tool output, masking leaves it as it is).
+    masked: int | None = None
+    masked_offloaded: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     """Pinned head ``[0, head)``; images of unprotected units before ``offload`` become
-    placeholders; unprotected units in ``[head, cut)`` are elided."""
+    placeholders; tool outputs of unprotected units before ``mask`` are masked; unprotected
+    units in ``[head, cut)`` are elided."""
 
     head: int
     offload: int
     cut: int
     estimate: int
+    mask: int = 0
 
 
 def elision_marker(messages: int, tokens: int) -> str:
@@ -71,16 +77,23 @@ def elision_marker(messages: int, tokens: int) -> str:
     )
 
 
+def _variants(u: UnitCosts) -> tuple[int, int, int, int]:
+    """(full, images offloaded, outputs masked, both)."""
+    masked = u.full if u.masked is None else u.masked
+    both = u.offloaded if u.masked_offloaded is None else u.masked_offloaded
+    return u.full, u.offloaded, masked, both
+
+
 class _Sums:
-    """Prefix sums that make the price of any (prefix, offload, cut) an O(1) question."""
+    """Prefix sums that make the price of any (prefix, offload, mask, cut) an O(1) question."""
 
     def __init__(self, units: Sequence[UnitCosts], overhead: int, marker: int) -> None:
         self.units = units
         self.overhead = overhead
         self.marker = marker
         self.fixed_full = [0, *accumulate(u.full if u.fixed else 0 for u in units)]
-        self.free_full = [0, *accumulate(0 if u.fixed else u.full for u in units)]
-        self.free_off = [0, *accumulate(0 if u.fixed else u.offloaded for u in units)]
+        free = [(0, 0, 0, 0) if u.fixed else _variants(u) for u in units]
+        self.free_v = [[0, *accumulate(f[k] for f in free)] for k in range(4)]
         self.fixed_count = [0, *accumulate(int(u.fixed) for u in units)]
         last_user: list[int | None] = []
         current: int | None = None
@@ -90,31 +103,38 @@ class _Sums:
             last_user.append(current)
         self.last_user = last_user
 
-    def free(self, x: int, offload: int) -> int:
-        """Σ over unprotected units below x of their price, images before ``offload`` offloaded."""
-        k = min(x, offload)
-        return self.free_off[k] + self.free_full[x] - self.free_full[k]
+    def free(self, x: int, offload: int, mask: int) -> int:
+        """Σ over unprotected units below x of their price, images before ``offload`` offloaded
+        and outputs before ``mask`` masked."""
+        a = min(offload, mask, x)
+        b = min(max(offload, mask), x)
+        both, off, masked, full = self.free_v[3], self.free_v[1], self.free_v[2], self.free_v[0]
+        middle = off if offload > mask else masked
+        return both[a] + middle[b] - middle[a] + full[x] - full[b]
 
-    def cost(self, u: int, offload: int) -> int:
-        unit = self.units[u]
-        return unit.offloaded if u < offload else unit.full
+    def cost(self, u: int, offload: int, mask: int) -> int:
+        return _variants(self.units[u])[int(u < offload) + 2 * int(u < mask)]
 
-    def estimate(self, e: int, head: int, offload: int, cut: int) -> int:
-        """Price of prefix ``[0, e)`` under a plan (``e`` units, the newest one protected)."""
-        dynamic = {e - 1}
-        if self.units[e - 1].answers:
-            dynamic.add(e - 2)
+    def newest_turn(self, e: int) -> int:
+        """The first unit of prefix ``[0, e)``'s newest turn: its latest user message."""
         lu = self.last_user[e - 1]
-        if lu is not None:
-            dynamic.add(lu)
-        dynamic = {d for d in dynamic if not self.units[d].fixed}
-        kept = self.fixed_full[e] + self.free(e, offload)
-        kept += sum(self.units[d].full - self.cost(d, offload) for d in dynamic)
+        return e - 1 if lu is None else lu
+
+    def estimate(self, e: int, head: int, offload: int, cut: int, mask: int = 0) -> int:
+        """Price of prefix ``[0, e)`` under a plan (``e`` units, the newest one protected)."""
+        newest = {e - 1}
+        if self.units[e - 1].answers:
+            newest.add(e - 2)
+        lu = self.last_user[e - 1]
+        dynamic = {d for d in (*newest, lu) if d is not None and not self.units[d].fixed}
+        kept = self.fixed_full[e] + self.free(e, offload, mask)
+        # The newest unit, the round it answers and the latest user message go as they are.
+        kept += sum(self.units[d].full - self.cost(d, offload, mask) for d in dynamic)
         stop = min(cut, e)
         if stop > head:
-            elided = self.free(stop, offload) - self.free(head, offload)
+            elided = self.free(stop, offload, mask) - self.free(head, offload, mask)
             inside = [d for d in dynamic if head <= d < stop]
-            elided -= sum(self.cost(d, offload) for d in inside)
+            elided -= sum(self.cost(d, offload, mask) for d in inside)
             if elided:
                 splits = len(inside) + self.fixed_count[stop] - self.fixed_count[head]
                 kept += self.marker * (1 + splits) - elided
@@ -144,8 +164,14 @@ def _offload_checkpoints(units: Sequence[UnitCosts], step: int) -> list[int]:
     return points
 
 
-def pinned_head(units: Sequence[UnitCosts], budget: int, pin_fraction: float) -> int:
-    """Units kept verbatim at the start: the protected head, extended to ``pin_fraction``."""
+def pinned_head(
+    units: Sequence[UnitCosts], budget: int, pin_fraction: float, masked: bool = False
+) -> int:
+    """Units kept verbatim at the start: the protected head, extended to ``pin_fraction``.
+
+    ``masked``: masking runs before elision, so the head is measured as it will be sent, with
+    its outputs masked; measured at full price it would pin a head that, once masked, is a
+    small fraction of the budget, and every later jump would re-send the masked middle."""
     head = 0
     # The protected head: everything up to and including the first user message.
     for i, u in enumerate(units):
@@ -155,11 +181,28 @@ def pinned_head(units: Sequence[UnitCosts], budget: int, pin_fraction: float) ->
     limit = pin_fraction * budget
     total = 0
     for i, u in enumerate(units):
-        total += u.full
+        total += _variants(u)[2] if masked else u.full
         if total > limit:
             break
         head = max(head, i + 1)
     return min(head, max(len(units) - 1, 0))
+
+
+def _protected(units: Sequence[UnitCosts]) -> int:
+    """The protected head: everything up to and including the first user message."""
+    return next((i + 1 for i, u in enumerate(units) if u.user), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """The policy's schedule knobs and which strategies the replay may use, in order."""
+
+    order: tuple[str, ...]  # of "offload_images", "mask", "elide"
+    low_water: float
+    quantum: float
+    step: int
+    pin_fraction: float
+    mask_water: float = 0.0
 
 
 def plan(
@@ -168,41 +211,73 @@ def plan(
     overhead: int,
     budget: int,
     marker: int,
-    offload: bool,
-    elide: bool,
-    low_water: float,
-    quantum: float,
-    step: int,
-    pin_fraction: float,
+    schedule: Schedule,
 ) -> Plan:
     """Replay the conversation's growth and return the plan for its full length.
 
+    At each prefix that overflows, the strategies move their cut points in the policy's order,
+    each only while the prefix is above its mark: offload and elision to the low-water mark,
+    masking to ``mask_water``. Elision first stops at the newest turn (everything since the
+    latest user message); only when the prefix still overflows does it cut into that turn.
     The returned plan's estimate may still exceed the budget: the caller then tries harder
     (``plan_max``) or reports the overflow.
     """
     n = len(units)
     sums = _Sums(units, overhead, marker)
-    head = pinned_head(units, budget, pin_fraction)
-    q = max(1, math.floor(quantum * budget))
-    cuts = [c for c in _elision_checkpoints(units, q) if c > head] if elide else []
-    offs = _offload_checkpoints(units, step) if offload else []
-    target = low_water * budget
-    off, cut = 0, head
+    order = schedule.order
+    masked_head = "mask" in order and (
+        "elide" not in order or order.index("mask") < order.index("elide")
+    )
+    head = pinned_head(units, budget, schedule.pin_fraction, masked_head)
+    if n and masked_head:
+        # The head never reaches into the newest turn: that turn is kept whole before the head.
+        head = max(min(head, sums.newest_turn(n)), min(_protected(units), n - 1))
+    q = max(1, math.floor(schedule.quantum * budget))
+    checkpoints = _elision_checkpoints(units, q)
+    cuts = [c for c in checkpoints if c > head] if "elide" in order else []
+    masks = checkpoints if "mask" in order else []
+    offs = _offload_checkpoints(units, schedule.step) if "offload_images" in order else []
+    state = {"offload_images": 0, "mask": 0, "elide": head, "head": head}
+    floor = _protected(units)
+
+    def price(e: int) -> int:
+        return sums.estimate(
+            e, state["head"], state["offload_images"], state["elide"], state["mask"]
+        )
+
+    def advance(name: str, points: list[int], e: int, target: float, limit: int) -> None:
+        i = bisect.bisect_right(points, state[name])
+        while price(e) > target and i < len(points) and points[i] <= limit:
+            state[name] = points[i]
+            i += 1
+
+    low = schedule.low_water * budget
     for e in range(1, n + 1):
-        if sums.estimate(e, head, off, cut) <= budget:
+        if masked_head and units[e - 1].user and state["head"] < head:
+            state["head"] = head  # a new turn: the head that gave way to the last one returns
+        if price(e) <= budget:
             continue
-        limit = e - 1  # the newest unit is never offloaded or elided
-        if offload:
-            i = bisect.bisect_right(offs, off)
-            while sums.estimate(e, head, off, cut) > target and i < len(offs) and offs[i] <= limit:
-                off = offs[i]
-                i += 1
-        if elide and sums.estimate(e, head, off, cut) > target:
-            i = bisect.bisect_right(cuts, cut)
-            while sums.estimate(e, head, off, cut) > target and i < len(cuts) and cuts[i] <= limit:
-                cut = cuts[i]
-                i += 1
-    return Plan(head, off, cut, sums.estimate(n, head, off, cut) if n else overhead)
+        limit = e - 1  # the newest unit is never offloaded, masked or elided
+        for name in order:
+            if name == "offload_images":
+                advance(name, offs, e, low, limit)
+            elif name == "mask":
+                advance(name, masks, e, schedule.mask_water * budget, limit)
+            elif name == "elide":
+                advance(name, cuts, e, low, min(limit, sums.newest_turn(e)))
+        if "elide" in order:
+            # The newest turn does not fit beside the head: the head gives way first, to a
+            # prefix of itself (still cached), down to the protected head; the turn's calls last.
+            while masked_head and price(e) > budget and state["head"] > min(floor, e - 1):
+                state["head"] -= 1
+            if price(e) > budget and "mask" not in order:
+                # Without masking, a turn over the budget loses its oldest calls here, and the
+                # cut stays. With masking, the newest unit is masked once it is no longer
+                # newest, so a cut made for it would outlive the need: the plans after the
+                # replay (``plan_max``, the last resort) handle such a turn for one request.
+                advance("elide", cuts, e, low, limit)
+    estimate = price(n) if n else overhead
+    return Plan(state["head"], state["offload_images"], state["elide"], estimate, state["mask"])
 
 
 def plan_max(
@@ -215,9 +290,12 @@ def plan_max(
     head: int,
     floor: int | None = None,
     budget: int | None = None,
+    mask: bool = False,
+    into_turn: bool = False,
 ) -> Plan:
-    """The most the policy allows: every unprotected image offloaded, every unprotected unit
-    after the head elided. Used when the replayed plan still overflows (a huge new turn).
+    """The most the policy allows: every unprotected image offloaded, every unprotected output
+    masked, every unprotected unit after the head elided — up to the newest turn, or into it
+    when ``into_turn``. Used when the replayed plan still overflows (a huge new turn).
 
     The head is ``head`` when that fits ``budget``; otherwise the longest head in
     ``[floor, head]`` that does (``floor`` when none does). A shorter head is a prefix of the
@@ -228,10 +306,12 @@ def plan_max(
         return Plan(head, 0, head, overhead)
     sums = _Sums(units, overhead, marker)
     off = n - 1 if offload else 0
+    mc = n - 1 if mask else 0
+    end = n - 1 if into_turn else sums.newest_turn(n)
 
     def at(h: int) -> Plan:
-        cut = max(n - 1 if elide else h, h)
-        return Plan(h, off, cut, sums.estimate(n, h, off, cut))
+        cut = max(end if elide else h, h)
+        return Plan(h, off, cut, sums.estimate(n, h, off, cut, mc), mc)
 
     best = at(head)
     if floor is None or budget is None:

@@ -1,10 +1,19 @@
 """fit: a priced conversation and a route's budget in, the request to send out.
 
 Transparent when the request fits: the client's body goes out as is. Otherwise the policy's
-strategies run in order (default: cap oversized tool outputs → offload old images → elide whole
-middle units), each only when the previous ones were not enough, with cache-stable cut points
-(``strategies.elide``). The result is verified by measuring it again with the meter; a request
-that cannot be made to fit raises FitError instead of being forwarded to fail at the provider.
+strategies run in order (default: cap oversized tool outputs → offload old images → mask old
+tool outputs → elide whole middle units), each only when the previous ones were not enough,
+with cache-stable cut points (``strategies.elide``). The newest turn (everything since the
+latest user message) is kept whole whenever it fits once masked; refusal is the last resort
+(``_last_resort``): FitError only when the system prompt and the latest user message alone do
+not fit. The result is verified by measuring it again with the meter.
+
+Decisions recorded here (issue 31): what no cut may touch is the system prompt and the latest
+user message, as the cap rule leaves them — the task (first user message) yields before them,
+since the latest message is what the model must answer; before a call of the newest turn is
+dropped its outputs are masked, oldest first, the newest unit's last; the last resort is
+only for a policy that elides (a policy without ``elide`` asked for no elision, and is refused
+instead). Masking and elision order follow measurements (bench/REPORT.md, section 5b).
 
 Pure and deterministic: same request, route, policy and correction → the same bytes.
 """
@@ -12,7 +21,7 @@ Pure and deterministic: same request, route, policy and correction → the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,16 +35,26 @@ from pricing.calibration import (
 )
 from pricing.content import CLASSES, PROSE
 from pricing.messages import ChatRequest, Message, TextPart, message_wire
-from pricing.meter import Memo, Pressure, Sizes, measure_message, measure_messages
+from pricing.meter import (
+    Memo,
+    MessagePressure,
+    Pressure,
+    Sizes,
+    measure_message,
+    measure_messages,
+)
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 from strategies.cap import cap_oversized
-from strategies.elide import Plan, UnitCosts, elision_marker, plan, plan_max
+from strategies.elide import Plan, Schedule, UnitCosts, elision_marker, plan, plan_max
+from strategies.mask import mask_output, tool_name
 from strategies.offload import offload_images, placeholder_for
 from strategies.policy import FitPolicy, OutputLimit, prompt_budget
 from strategies.units import Unit, answers_tool_round, group_units, protected_units
 
 __all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded"]
+
+_TOOL_ROLES = ("tool", "function")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,20 +69,23 @@ class FitReport:
     offloaded_tokens: int = 0
     elided_messages: int = 0
     elided_tokens: int = 0
+    masked: int = 0
+    masked_tokens: int = 0
     #: The reply's reservation (``strategies.output``); None when ``fit`` ran on its own.
     output: OutputLimit | None = None
 
     @property
     def transparent(self) -> bool:
-        return not (self.capped or self.offloaded_images or self.elided_messages)
+        return not (self.capped or self.offloaded_images or self.elided_messages or self.masked)
 
     def actions(self) -> str:
-        """The ``x-routefit-actions`` header value: ``none`` or ``capped=2,elided_messages=14``."""
+        """The ``x-routefit-actions`` header value: ``none`` or ``capped=2,masked=5,...``."""
         parts = [
             f"{name}={value}"
             for name, value in (
                 ("capped", self.capped),
                 ("offloaded_images", self.offloaded_images),
+                ("masked", self.masked),
                 ("elided_messages", self.elided_messages),
             )
             if value
@@ -83,6 +105,7 @@ class FitReport:
                     "images": self.offloaded_images,
                     "tokens_removed": self.offloaded_tokens,
                 },
+                "masked": {"messages": self.masked, "tokens_removed": self.masked_tokens},
                 "elided_messages": {
                     "messages": self.elided_messages,
                     "tokens_removed": self.elided_tokens,
@@ -136,8 +159,8 @@ class FitError(Exception):
             )
         super().__init__(
             f"route {route!r}: the request needs about {estimate:,} prompt tokens after fitting "
-            f"{limit}; the protected messages (system, first and last user message, newest "
-            f"turn) alone do not fit"
+            f"{limit}; the system prompt and the latest user message alone do not fit, even "
+            f"with everything else masked or elided"
         )
 
 
@@ -172,6 +195,7 @@ class _Job:
     memo: Memo = field(default_factory=Memo)
     placeholders: dict[int, int] = field(default_factory=dict)
     offloaded: dict[int, Message] = field(default_factory=dict)
+    masked: dict[int, tuple[Message, MessagePressure]] = field(default_factory=dict)
     _units: tuple[tuple[Message, ...], tuple[Unit, ...], list[UnitCosts]] | None = None
 
     def measure(self, messages: Sequence[Message]) -> Pressure:
@@ -194,6 +218,30 @@ class _Job:
             units = group_units(messages)
             self._units = (messages, units, _unit_costs(self, messages, units, pressure))
         return self._units[1], self._units[2]
+
+    def _masked(
+        self, messages: Sequence[Message], unit: Unit, i: int, price: MessagePressure
+    ) -> tuple[Message, MessagePressure]:
+        found = self.masked.get(id(messages[i]))
+        if found is None:
+            message = messages[i]
+            name = tool_name(messages[unit.start : unit.end], message.tool_call_id)
+            masked = mask_output(message, name, price.total)
+            prev = messages[i - 1].role if i else None
+            measured, _ = measure_message(masked, self.route, i, self.sizes, prev)
+            found = self.masked[id(message)] = (masked, measured)
+        return found
+
+    def mask(
+        self, messages: Sequence[Message], unit: Unit, i: int, price: MessagePressure
+    ) -> Message:
+        """Message ``i`` (a tool result of ``unit``) with its output masked."""
+        return self._masked(messages, unit, i, price)[0]
+
+    def mask_price(
+        self, messages: Sequence[Message], unit: Unit, i: int, price: MessagePressure
+    ) -> MessagePressure:
+        return self._masked(messages, unit, i, price)[1]
 
     def offload(self, message: Message) -> Message:
         found = self.offloaded.get(id(message))
@@ -221,7 +269,7 @@ def fit(
         if not adapted:
             report = FitReport(route.alias, budget, before, before)
             return Fit(request.body, request.messages, pressure, report, before)
-        adapted_fit = _assemble(job, messages, pressure, before, offloaded=adapted)
+        adapted_fit = _assemble(job, messages, pressure, before, _Tally(offloaded=adapted))
         return replace(adapted_fit, report=replace(adapted_fit.report, estimate_before=before))
 
     capped = capped_tokens = 0
@@ -251,6 +299,8 @@ def fit(
                 r.offloaded_tokens,
                 r.elided_messages,
                 r.elided_tokens,
+                r.masked,
+                r.masked_tokens,
             )
             return Fit(fitted.body, fitted.messages, fitted.pressure, report, fitted.estimate)
     limit = _team_limit(route, policy, request, budget)
@@ -351,61 +401,116 @@ def _compile(
     active: set[str],
     final: bool,
 ) -> tuple[int, Fit | None]:
-    """Plan offload/elision with the strategies active so far; (estimate, fit or None).
+    """Plan offload/masking/elision with the strategies active so far; (estimate, fit or None).
 
     ``final``: no strategy comes after this one, so the most aggressive plan is built even when
-    its upper-bound estimate says it will not fit (the bound may be a few tokens pessimistic).
+    its upper-bound estimate says it will not fit (the bound may be a few tokens pessimistic),
+    and when even that overflows, the last resort (``_last_resort``) runs.
     """
     estimate = _estimate(pressure, job.correction)
     if estimate <= job.budget:  # capping alone was enough
         return estimate, _assemble(job, messages, pressure, estimate)
     route = job.route
-    offload = "offload_images" in active and route.supports_vision and route.image_rule.visual
-    elide = "elide" in active
-    if not (offload or elide):
-        return estimate, None
+    visual = route.supports_vision and route.image_rule.visual
+    order = tuple(
+        s
+        for s in job.policy.strategies
+        if s in active and s in ("mask", "elide", "offload_images")
+        if s != "offload_images" or visual
+    )
     units, costs = job.units(messages, pressure)
-    overhead = job.correction.apply(0, pressure.tools + pressure.priming)
-    marker = _marker_price(route, job.correction)
+    if order:
+        for candidate_estimate, built in _candidates(
+            job, messages, units, pressure, costs, order, final
+        ):
+            estimate = min(estimate, candidate_estimate)
+            if built is not None and built.estimate <= job.budget:
+                return built.estimate, built
+    if final and "elide" in job.policy.strategies:
+        rescued = _last_resort(job, messages, units, pressure)
+        if rescued is not None:
+            return rescued.estimate, rescued
+    return estimate, None
+
+
+def _candidates(
+    job: _Job,
+    messages: tuple[Message, ...],
+    units: Sequence[Unit],
+    pressure: Pressure,
+    costs: Sequence[UnitCosts],
+    order: tuple[str, ...],
+    final: bool,
+) -> list[tuple[int, Fit | None]]:
+    """The cache-stable plans, least aggressive first, each built when it can fit.
+
+    The replayed plan first; when it overflows (a huge new turn), the most the policy allows
+    with the longest head that fits — the pinned head, else a shorter prefix of it (still
+    cached), down to the protected head — stopping elision at the newest turn, then cutting into
+    it (its calls go only when the turn does not fit once masked)."""
     policy = job.policy
-    replayed = plan(
-        costs,
-        overhead=overhead,
-        budget=job.budget,
-        marker=marker,
-        offload=offload,
-        elide=elide,
-        low_water=policy.low_water,
-        quantum=policy.checkpoint_quantum,
-        step=policy.image_offload_step,
-        pin_fraction=policy.pin_fraction,
+    overhead = job.correction.apply(0, pressure.tools + pressure.priming)
+    marker = _marker_price(job.route, job.correction)
+    schedule = Schedule(
+        order,
+        policy.low_water,
+        policy.checkpoint_quantum,
+        policy.image_offload_step,
+        policy.pin_fraction,
+        policy.mask_water,
     )
-    # When the replayed plan overflows (a huge new turn), try the most the policy allows with
-    # the longest head that fits: the pinned head, else a shorter prefix of it (still cached),
-    # down to the protected head.
-    fallback = plan_max(
-        costs,
-        overhead=overhead,
-        marker=marker,
-        offload=offload,
-        elide=elide,
-        head=replayed.head,
-        floor=_protected_head(costs),
-        budget=job.budget,
-    )
-    candidates = [replayed, fallback]
-    for n, candidate in enumerate(candidates):
+    replayed = plan(costs, overhead=overhead, budget=job.budget, marker=marker, schedule=schedule)
+    plans = [replayed]
+    for into_turn in (False, True) if "elide" in order else (False,):
+        plans.append(
+            plan_max(
+                costs,
+                overhead=overhead,
+                marker=marker,
+                offload="offload_images" in order,
+                elide="elide" in order,
+                mask="mask" in order,
+                head=replayed.head,
+                floor=_protected_head(costs),
+                budget=job.budget,
+                into_turn=into_turn,
+            )
+        )
+    out: list[tuple[int, Fit | None]] = []
+    for n, candidate in enumerate(plans):
         # A plan's own estimate is an upper bound (markers at their widest, units rounded up):
         # build only the plans that can fit, and on the last strategy the last plan.
-        last = final and n == len(candidates) - 1
+        last = final and n == len(plans) - 1
+        if n == 2:  # before the newest turn loses a call, its newest outputs are masked too
+            out += _mask_newest(job, messages, units, plans[1]) if "mask" in order else []
+            if out[-1][0] <= job.budget:
+                break
         if candidate.estimate > job.budget and not last:
-            estimate = min(estimate, candidate.estimate)
+            out.append((candidate.estimate, None))
             continue
-        built = _build(job, messages, units, pressure, candidate)
-        estimate = min(estimate, built.estimate)
+        built = _build(job, messages, units, *_plan_states(messages, units, candidate))
+        out.append((built.estimate, built))
         if built.estimate <= job.budget:
-            return built.estimate, built
-    return estimate, None
+            break
+    return out
+
+
+def _mask_newest(
+    job: _Job, messages: tuple[Message, ...], units: Sequence[Unit], chosen: Plan
+) -> list[tuple[int, Fit | None]]:
+    """``chosen`` (the newest turn kept whole, everything older masked or elided) with the
+    newest unit's outputs masked too, oldest first, one more each time, until it fits."""
+    states, masks, offload = _plan_states(messages, units, chosen)
+    n = len(units)
+    newest = [n - 1, n - 2] if answers_tool_round(messages, units, n - 1) else [n - 1]
+    extra = [i for i in _outputs(messages, units, newest) if i not in masks]
+    out: list[tuple[int, Fit | None]] = []
+    for k in range(1, len(extra) + 1):
+        built = _build(job, messages, units, states, masks | frozenset(extra[:k]), offload)
+        out.append((built.estimate, built))
+        if built.estimate <= job.budget:
+            break
+    return out or [(chosen.estimate, None)]
 
 
 def _protected_head(costs: Sequence[UnitCosts]) -> int:
@@ -421,13 +526,20 @@ def _unit_costs(
     first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
     costs = []
     price = job.correction.price
+    masking = "mask" in job.policy.strategies
     for u, unit in enumerate(units):
         features = [0] * len(FEATURES)
+        masked: list[int] | None = None
         placeholders = count = 0
         fixed = user = False
         for i in range(unit.start, unit.end):
             m, p = messages[i], pressure.messages[i]
-            features = [a + b for a, b in zip(features, message_features(p), strict=True)]
+            own = message_features(p)
+            features = [a + b for a, b in zip(features, own, strict=True)]
+            if masking and m.role in _TOOL_ROLES:
+                swap = message_features(job.mask_price(messages, unit, i, p))
+                masked = masked or [0] * len(FEATURES)
+                masked = [a + b - c for a, b, c in zip(masked, swap, own, strict=True)]
             if p.images:
                 placeholders += job.placeholder_tokens(m)
                 count += len(m.images)
@@ -437,6 +549,16 @@ def _unit_costs(
         offloaded[PROSE] += placeholders  # the placeholder text replaces the image
         for j in IMAGE_FEATURES:  # every image token leaves with the image
             offloaded[j] = 0
+        both = None
+        if masked is not None:
+            # Masked outputs lose their images with their text; other images stay or go (the
+            # offloaded form has none left: the masked ones' negative shares must not price
+            # other text below its count).
+            together = [a + b for a, b in zip(offloaded, masked, strict=True)]
+            for j in IMAGE_FEATURES:
+                together[j] = 0
+            both = price(together)
+            masked_price = price([a + b for a, b in zip(features, masked, strict=True)])
         costs.append(
             UnitCosts(
                 full=price(features),
@@ -445,6 +567,8 @@ def _unit_costs(
                 fixed=fixed,
                 user=user,
                 answers=answers_tool_round(messages, units, u),
+                masked=None if masked is None else masked_price,
+                masked_offloaded=both,
             )
         )
     return costs
@@ -457,54 +581,140 @@ def _marker_price(route: Route, correction: Correction) -> int:
     return correction.price(message_features(price))
 
 
-def _marker_message(next_role: str | None, elided: int, tokens: int) -> Message:
+def _marker_message(next_role: str | None, elided: int, tokens: int, first: bool) -> Message:
     # Alternate with what follows: before a user message the marker speaks as the assistant,
     # elsewhere as the user (after tool results or a user message, before an assistant turn).
-    role = "assistant" if next_role == "user" else "user"
+    # First in the conversation (the last resort dropped the task) it speaks as the user: a
+    # conversation opens with a user turn, and the user message after it merges with it.
+    role = "assistant" if next_role == "user" and not first else "user"
     text = elision_marker(elided, tokens)
     return Message(role=role, parts=(TextPart(text),), wire={"role": role, "content": text})
+
+
+#: What becomes of a unit: sent (its outputs maybe masked, its images maybe offloaded), elided.
+KEEP, ELIDE = "keep", "elide"
+
+
+def _outputs(messages: Sequence[Message], units: Sequence[Unit], us: Iterable[int]) -> list[int]:
+    """Indices of the tool results in units ``us``, oldest first."""
+    return [
+        i
+        for u in sorted(us)
+        for i in range(units[u].start, units[u].end)
+        if messages[i].role in _TOOL_ROLES
+    ]
+
+
+def _plan_states(
+    messages: Sequence[Message], units: Sequence[Unit], chosen: Plan
+) -> tuple[list[str], frozenset[int], list[bool]]:
+    """A plan as per-unit states, the outputs to mask and offload flags, protection applied."""
+    keep = protected_units(messages, units)
+    n = len(units)
+    newest = {n - 1, n - 2} if answers_tool_round(messages, units, n - 1) else {n - 1}
+    elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
+    masked = [u for u in range(min(chosen.mask, n)) if u not in newest and not elided[u]]
+    states = [ELIDE if e else KEEP for e in elided]
+    offload = [u < chosen.offload and u not in keep for u in range(n)]
+    return states, frozenset(_outputs(messages, units, masked)), offload
+
+
+def _last_resort(
+    job: _Job, messages: tuple[Message, ...], units: Sequence[Unit], pressure: Pressure
+) -> Fit | None:
+    """Refusal is the last resort: what no cut may touch is the system prompt and the latest
+    user message (as the cap rule left them). When the cache-stable plans overflow, try, in
+    order, keeping the task and the newest turn with every output masked; the same without the
+    task; the latest user message with the newest unit masked; the core alone, with a marker,
+    then without one. The first that fits is sent; None when even the bare core does not."""
+    n = len(units)
+    roles = [{m.role for m in messages[u.start : u.end]} for u in units]
+    system = {u for u in range(n) if roles[u] & {"system", "developer"}}
+    users = [u for u in range(n) if "user" in roles[u]]
+    last = users[-1] if users else n - 1
+    first = users[0] if users else last
+    answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
+    turn = set(range(min(last, answered), n))
+    outputs = _outputs(messages, units, turn) if "mask" in job.policy.strategies else []
+    # The newest turn whole with the task, its outputs masked oldest first, one more each time;
+    # then without the task; then the latest user message with the newest unit, masked.
+    attempts = [({*turn, first}, frozenset(outputs[:k])) for k in range(len(outputs) + 1)]
+    attempts.append((turn, frozenset(outputs)))
+    newest = {n - 1, answered, last}
+    attempts.append((newest, frozenset(_outputs(messages, units, newest) if outputs else ())))
+    attempts.append(({last}, frozenset()))
+    offload = [False] * n
+    for kept, masks in attempts:
+        states = [KEEP if u in system or u in kept else ELIDE for u in range(n)]
+        built = _build(job, messages, units, states, masks, offload)
+        if built.estimate <= job.budget:
+            return built
+    states = [KEEP if u in system or u == last else ELIDE for u in range(n)]
+    built = _build(job, messages, units, states, frozenset(), offload, markers=False)
+    return built if built.estimate <= job.budget else None
 
 
 def _build(
     job: _Job,
     messages: tuple[Message, ...],
     units: Sequence[Unit],
-    pressure: Pressure,
-    chosen: Plan,
+    states: Sequence[str],
+    masks: frozenset[int],
+    offload: Sequence[bool],
+    markers: bool = True,
 ) -> Fit:
-    keep = protected_units(messages, units)
+    """The messages a per-unit plan sends: elided runs as one marker each, masked outputs as
+    their placeholders, offloaded images as theirs."""
     out: list[Message] = []
     run_messages = run_tokens = 0
-    elided = elided_tokens = offloaded = offloaded_tokens = 0
-    prices = pressure.messages
+    tally = _Tally()
+    prices = job.measure(messages).messages
 
     def flush(next_role: str | None) -> None:
         nonlocal run_messages, run_tokens
-        if run_messages:
-            out.append(_marker_message(next_role, run_messages, run_tokens))
-            run_messages = run_tokens = 0
+        if run_messages and markers:
+            first = all(m.role in ("system", "developer") for m in out)
+            out.append(_marker_message(next_role, run_messages, run_tokens, first))
+        run_messages = run_tokens = 0
 
     for u, unit in enumerate(units):
         span = range(unit.start, unit.end)
-        if chosen.head <= u < chosen.cut and u not in keep:
+        if states[u] == ELIDE:
             tokens = sum(prices[i].total for i in span)
             run_messages += len(span)
             run_tokens += tokens
-            elided += len(span)
-            elided_tokens += tokens
+            tally.elided += len(span)
+            tally.elided_tokens += tokens
             continue
         flush(messages[unit.start].role)
         for i in span:
             message = messages[i]
-            if u < chosen.offload and u not in keep and message.images:
-                offloaded += len(message.images)
-                offloaded_tokens += prices[i].images - job.placeholder_tokens(message)
+            if i in masks:
+                masked = job.mask(messages, unit, i, prices[i])
+                tally.masked += 1
+                tally.masked_tokens += max(
+                    0, prices[i].total - job.mask_price(messages, unit, i, prices[i]).total
+                )
+                message = masked
+            elif offload[u] and message.images:
+                tally.offloaded += len(message.images)
+                tally.offloaded_tokens += prices[i].images - job.placeholder_tokens(message)
                 message = job.offload(message)
             out.append(message)
     flush(None)
-    return _assemble(
-        job, out, job.measure(out), None, offloaded, offloaded_tokens, elided, elided_tokens
-    )
+    return _assemble(job, out, job.measure(out), None, tally)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What a build did, for the report."""
+
+    offloaded: int = 0
+    offloaded_tokens: int = 0
+    elided: int = 0
+    elided_tokens: int = 0
+    masked: int = 0
+    masked_tokens: int = 0
 
 
 def _assemble(
@@ -512,14 +722,12 @@ def _assemble(
     messages: Sequence[Message],
     pressure: Pressure,
     estimate: int | None,
-    offloaded: int = 0,
-    offloaded_tokens: int = 0,
-    elided: int = 0,
-    elided_tokens: int = 0,
+    tally: _Tally | None = None,
 ) -> Fit:
     """The body to send: the client's, with the fitted messages (other fields untouched)."""
     if estimate is None:
         estimate = _estimate(pressure, job.correction)
+    tally = tally or _Tally()
     body = dict(job.request.body)
     body["messages"] = [message_wire(m) for m in messages]
     report = FitReport(
@@ -527,9 +735,11 @@ def _assemble(
         job.budget,
         0,
         estimate,
-        offloaded_images=offloaded,
-        offloaded_tokens=offloaded_tokens,
-        elided_messages=elided,
-        elided_tokens=elided_tokens,
+        offloaded_images=tally.offloaded,
+        offloaded_tokens=tally.offloaded_tokens,
+        elided_messages=tally.elided,
+        elided_tokens=tally.elided_tokens,
+        masked=tally.masked,
+        masked_tokens=tally.masked_tokens,
     )
     return Fit(body, tuple(messages), pressure, report, estimate)

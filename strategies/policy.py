@@ -36,7 +36,9 @@ __all__ = [
     "shrunk_output",
 ]
 
-STRATEGIES = ("cap", "offload_images", "elide")
+#: Every strategy, in the default order: masking old tool outputs comes before eliding whole
+#: turns (bench/REPORT.md, section 5b, measures the orders).
+STRATEGIES = ("cap", "offload_images", "mask", "elide")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,12 @@ class FitPolicy:
     checkpoint_quantum: float = 0.05
     #: The head of the conversation kept verbatim, as a fraction of the budget (0 = drop oldest).
     pin_fraction: float = 0.9
+    #: When masking must run, it masks old tool outputs, oldest first at the elision checkpoints,
+    #: until the prompt is at most this fraction of the budget (0 = every output older than the
+    #: newest unit's checkpoint at once). A low mark masks in few large steps, each re-sending
+    #: little; a high one keeps more outputs verbatim but re-sends the tail after the mask point
+    #: at every step (docs/fitting.md, "Masking").
+    mask_water: float = 0.0
     #: An upper bound on the prompt budget (a team's per-request quota); None = the window's.
     max_prompt_tokens: int | None = None
 
@@ -99,10 +107,10 @@ def _check(key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{key} must be a positive integer")
         return value
-    if key in ("cap_fraction", "low_water", "checkpoint_quantum", "pin_fraction"):
+    if key in ("cap_fraction", "low_water", "checkpoint_quantum", "pin_fraction", "mask_water"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{key} must be a number")
-        lo = 0.0 if key == "pin_fraction" else 0.01
+        lo = 0.0 if key in ("pin_fraction", "mask_water") else 0.01
         if not lo <= float(value) <= 1.0:
             raise ValueError(f"{key} must be between {lo} and 1")
         return float(value)

@@ -6,9 +6,10 @@ unit: fitting removes units, never single messages. Every other message is a uni
 
 Protected, never removed: system and developer messages, the first user message (the task), the
 last user message, and the newest unit (what the model must answer now) with, when it is a user
-message, the tool round just before it. Agent loops run many
-tool calls after one user message; the units between that message and the newest unit are not
-protected.
+message, the tool round just before it. Agent loops run many tool calls after one user message;
+the units between that message and the newest unit (the rest of the newest turn) are not
+protected here, but the planner keeps them whole whenever the turn fits once its outputs are
+masked (``strategies.elide``: elision stops at the turn, the head gives way to it).
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ turn is byte-identical on this one. What the fit changed is rendered from its pa
 **Breakpoints** (``cache_control``, at most 4 per request): client breakpoints in what is kept
 stay where they are (those in elided messages go with them). When the fit elided, routefit adds
 one on the last block before the first marker — the end of its pinned head, which its cut points
-keep stable from turn to turn, so that is where the next turn's cache read will land. It adds
+keep stable from turn to turn, so that is where the next turn's cache read will land; when it
+masked tool outputs without eliding, on the last masked one (the masked region moves only at the
+same cut points). Measured on long sessions (bench/REPORT.md, 5b), the head's breakpoint reads
+more than the last masked output's when both exist: the mask point moves more often. It adds
 none when the request already carries 4.
 """
 
@@ -26,6 +29,7 @@ from typing import Any
 
 from pricing.messages import ImagePart, Message, Part, TextPart
 from proxy.wires.anthropic_parse import SYSTEM, TOOL, WHOLE, AnthropicRequest, Fragment
+from strategies.mask import MASK_PREFIX
 
 __all__ = ["MAX_BREAKPOINTS", "breakpoints", "mark_head", "render_messages"]
 
@@ -161,7 +165,8 @@ def render_messages(
     request: AnthropicRequest, fitted: Sequence[Message]
 ) -> tuple[list[Any], tuple[int, int] | None]:
     """The Anthropic ``messages`` list for a fitted conversation (pieces of one role merged),
-    and the (message, block) of the last block before the first elision marker, if any."""
+    and the (message, block) of the last block before the first elision marker, else of the
+    last masked tool result, if any."""
     out: list[Any] = []
     role: str | None = None
     blocks: list[Any] | None = None
@@ -183,7 +188,22 @@ def render_messages(
         else:
             blocks = list(content)
             out.append({"role": piece_role, "content": blocks})
+    if head is None:
+        head = _last_masked(out)
     return out, head
+
+
+def _last_masked(messages: Sequence[Any]) -> tuple[int, int] | None:
+    """The last tool result the fit masked: the masked outputs move only at the fit's cut points,
+    so the prefix up to there is what the next turn's cache read lands on."""
+    for i in range(len(messages) - 1, -1, -1):
+        for j, block in reversed(list(enumerate(_blocks_of(messages[i])))):
+            inner = block.get("content")
+            first = inner[0] if isinstance(inner, list) and inner else None
+            text = first.get("text") if isinstance(first, Mapping) else inner
+            if block.get("type") == "tool_result" and str(text).startswith(MASK_PREFIX):
+                return i, j
+    return None
 
 
 def _content_blocks(content: Mapping[str, Any] | list[Mapping[str, Any]]) -> list[Any]:

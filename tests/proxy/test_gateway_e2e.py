@@ -220,7 +220,7 @@ def test_a_session_that_overflows_the_window_is_fitted_not_rejected(client, fres
         model="small", messages=messages, max_tokens=200
     )
     assert raw.parse().choices[0].message.content
-    assert "elided_messages=" in raw.headers["x-routefit-actions"]
+    assert "masked=" in raw.headers["x-routefit-actions"]  # outputs go before turns do
     sent = fresh_sim.last_request()["body"]["messages"]
     assert sent[0] == messages[0] and sent[1] == messages[1] and sent[-1] == messages[-1]
 
@@ -231,7 +231,8 @@ def test_dry_run_fit_needs_no_provider(gw, fresh_sim):
     assert r.status_code == 200
     data = r.json()
     assert data["report"]["estimate_after"] <= data["report"]["budget"]
-    assert data["report"]["actions"]["elided_messages"]["messages"] > 0
+    acts = data["report"]["actions"]
+    assert acts["masked"]["messages"] + acts["elided_messages"]["messages"] > 0
     assert fresh_sim.stats()["requests_total"] == 0
 
 

@@ -7,6 +7,7 @@ import base64
 import copy
 import io
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +24,9 @@ from strategies.fit import FitError, fit
 from strategies.offload import offload_images
 from strategies.policy import FitPolicy, prompt_budget
 from strategies.units import group_units, protected_units
+
+#: The strategies before masking: the elision schedule's own tests run without it.
+ELIDE_ONLY = ("cap", "offload_images", "elide")
 
 
 def route(window: int, vision: bool = True, tokenizer: str = "o200k_base") -> Route:
@@ -168,7 +172,9 @@ def test_fit_invariants(messages, window, vision, pin, factor):
             assert len(found) == 1
             positions.append(found[0])
         else:
-            positions.append(out_json.index(json.dumps(m, sort_keys=True)))
+            # In order: an identical earlier message (same text) is not this one.
+            start = positions[-1] + 1 if positions else 0
+            positions.append(out_json.index(json.dumps(m, sort_keys=True), start))
     assert positions == sorted(positions)
     assert out[-1]["role"] == messages[-1]["role"]
     # 5. Deterministic, and a fixed point.
@@ -254,10 +260,15 @@ def test_replayed_session_keeps_its_prefix_between_jumps():
 def test_cut_is_late_with_a_pinned_head():
     r = route(24000)
     body = agent_session(120)[-1]
-    pinned = fit(parse_request(body), r, FitPolicy(pin_fraction=0.5)).body["messages"]
-    oldest = fit(parse_request(body), r, FitPolicy(pin_fraction=0.0)).body["messages"]
-    marker_at = next(i for i, m in enumerate(pinned) if "[routefit:" in str(m.get("content")))
-    oldest_marker = next(i for i, m in enumerate(oldest) if "[routefit:" in str(m.get("content")))
+    policy = FitPolicy(strategies=ELIDE_ONLY)
+    pinned = fit(parse_request(body), r, replace(policy, pin_fraction=0.5)).body["messages"]
+    oldest = fit(parse_request(body), r, replace(policy, pin_fraction=0.0)).body["messages"]
+    marker_at = next(
+        i for i, m in enumerate(pinned) if "earlier messages (" in str(m.get("content"))
+    )
+    oldest_marker = next(
+        i for i, m in enumerate(oldest) if "earlier messages (" in str(m.get("content"))
+    )
     assert marker_at > oldest_marker
     assert pinned[:marker_at] == body["messages"][:marker_at]
 
@@ -266,7 +277,7 @@ def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
     # A turn too big for the room the pinned head leaves: the head shrinks to the longest prefix
     # of itself that fits (still the provider's cached prefix), not to the protected head.
     r = route(24000)
-    policy = FitPolicy()
+    policy = FitPolicy(strategies=ELIDE_ONLY)
     budget = prompt_budget(r.context_window, r.max_output_tokens, policy, None)
     before = agent_session(150)[-1]
     sent_before = fit(parse_request(before), r, policy).body["messages"]
@@ -274,7 +285,13 @@ def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
         {"id": f"big_{k}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
         for k in range(3)
     ]
-    messages = [*before["messages"], {"role": "assistant", "content": None, "tool_calls": calls}]
+    # The user asks for the huge turn, so the newest turn (kept whole) is that turn alone.
+    ask = {"role": "user", "content": "Read the three logs."}
+    messages = [
+        *before["messages"],
+        ask,
+        {"role": "assistant", "content": None, "tool_calls": calls},
+    ]
     for k in range(3):  # each one just under the tool-output cap: together ~40% of the budget
         output = " ".join(f"big{k}-{i} value" for i in range(int(budget * 0.13 / 4)))
         messages.append({"role": "tool", "tool_call_id": f"big_{k}", "content": output})
@@ -282,12 +299,20 @@ def test_a_huge_new_turn_shortens_the_pinned_head_to_a_prefix_of_itself():
     assert result.report.estimate_after <= budget
     sent = result.body["messages"]
     check_no_orphans(sent)
-    marker = next(i for i, m in enumerate(sent) if "[routefit:" in str(m.get("content")))
+    marker = next(i for i, m in enumerate(sent) if "earlier messages (" in str(m.get("content")))
     head_before = next(
-        i for i, m in enumerate(sent_before) if "[routefit:" in str(m.get("content"))
+        i for i, m in enumerate(sent_before) if "earlier messages (" in str(m.get("content"))
     )
-    assert 2 < marker < head_before  # more than the protected head, less than the pinned one
-    assert sent[:marker] == sent_before[:marker] == before["messages"][:marker]
+    # The same request with a small last turn shows the pinned head the huge turn shrank.
+    small = [*messages[:-3], *({**m, "content": "ok"} for m in messages[-3:])]
+    sent_small = fit(parse_request({"model": "test", "messages": small}), r, policy).body
+    pinned = next(
+        i for i, m in enumerate(sent_small["messages"]) if "earlier messages (" in str(m["content"])
+    )
+    assert 2 < marker < pinned  # more than the protected head, less than the pinned one
+    assert sent[:marker] == before["messages"][:marker]
+    shared = min(marker, head_before)  # the previous request's cached prefix is still sent
+    assert sent[:shared] == sent_before[:shared]
     assert sent[-4] == messages[-4]  # the newest unit is all there (its outputs maybe capped)
     assert [m.get("tool_call_id") for m in sent[-3:]] == ["big_0", "big_1", "big_2"]
 

@@ -173,7 +173,7 @@ def test_long_tool_session_is_fitted_and_accepted(client, fresh_sim):
     raw = client.messages.with_raw_response.create(
         model="claude-small", max_tokens=1024, messages=messages, tools=TOOLS
     )
-    assert "elided_messages=" in raw.headers["x-routefit-actions"]
+    assert "masked=" in raw.headers["x-routefit-actions"]  # outputs go before turns do
     sent = fresh_sim.last_request("/v1/messages")
     assert sent["status"] == 200  # the simulator checks pairing, roles and breakpoints
     kept = sent["body"]["messages"]
@@ -197,7 +197,7 @@ def test_consecutive_fitted_turns_read_the_providers_cache(client, fresh_sim):
         reads.append(reply.usage.cache_read_input_tokens or 0)
         extra = _tool_session(t + 1, 120)[-2:]
         messages = [*messages, {**extra[0]}, {**extra[1]}]
-    assert reads[-1] > 0  # the breakpoint routefit put at the end of its stable head hit
+    assert reads[-1] > 0  # the breakpoint routefit put at the end of its stable prefix hit
 
 
 def test_count_tokens_is_the_estimate_the_fit_acts_on(client, fresh_sim):

@@ -1,0 +1,446 @@
+"""Section 5b: what the fit keeps of long agent sessions, on each of the three wires.
+
+Section 5 measures cache-hit and window use; a fit can score well on both and still send the
+model little of what was said. This section replays long tool-heavy agent sessions through
+``routefit serve`` on the chat, Messages and Responses wires and measures, per request, what
+the simulator received (``GET /sim/requests``) against the client's history:
+
+- refusals (routefit's 400 ``context_length_exceeded``), provider overflows, invalid requests;
+- provider cache-hit (cached / prompt tokens) and median window use (prompt / window);
+- newest turn kept: every call since the latest user message still there (its outputs verbatim,
+  capped or masked) and that turn's user and assistant words verbatim, in fitted requests;
+- the median share, per fitted request, of user-message tokens and assistant tokens that arrive
+  verbatim, and of tool-result tokens that arrive in any form (verbatim or capped, not masked).
+
+The sessions (``session``) are Section 5's agent sessions with two things real agents do and
+Section 5 lacks: long stretches of tool rounds after one user message (so the newest turn is
+large) and fan-out rounds (6-8 parallel calls whose outputs, each under the cap, together
+outgrow the budget: the newest turn alone does not fit unless masked).
+
+``python bench/sessions_fit.py [--quick] [--policy NAME]...`` prints a JSON summary; each
+``--policy`` names a fit policy of ``POLICIES`` (default: all). Run it at another commit by
+pointing ``PYTHONPATH`` at that commit's tree (the servers import from it).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+from procs import Server, Servers, openai_entry, write_yaml
+from sessions import TOOLS, _tool_output_tokens
+from workloads import png_data_url, text_tokens
+
+WINDOW = 8192
+MAX_TOKENS = 256
+#: Fit policies measured (route ``fit`` overrides); names are the report's row labels.
+POLICIES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "no-mask": {"strategies": ["cap", "offload_images", "elide"]},
+    "elide-then-mask": {"strategies": ["cap", "offload_images", "elide", "mask"]},
+    "mask-water-0.5": {"mask_water": 0.5},
+    "mask-water-0.8": {"mask_water": 0.8},
+}
+WIRES = ("chat", "messages", "responses")
+
+
+def session(seed: int, rounds: int) -> list[list[dict[str, Any]]]:
+    """Chat messages appended before each model call (the first entry opens the session)."""
+    rng = random.Random(seed)
+    system = {
+        "role": "system",
+        "content": f"Session {seed}. You are a coding agent. " + text_tokens(350, seed * 7 + 1),
+    }
+    task = {"role": "user", "content": f"Task {seed}: " + text_tokens(150, seed * 7 + 2)}
+    steps: list[list[dict[str, Any]]] = [[system, task]]
+    follow_every = rng.choice((6, 15, 30))
+    for r in range(rounds):
+        new: list[dict[str, Any]] = []
+        if r and r % follow_every == 0:
+            new.append({"role": "assistant", "content": text_tokens(120, seed * 1000 + r)})
+            follow = text_tokens(rng.randint(40, 200), seed * 1000 + r + 500)
+            content: Any = follow
+            if r % (2 * follow_every) == 0:
+                url = png_data_url(256, 256, seed=seed * 1000 + r)
+                content = [
+                    {"type": "text", "text": follow},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ]
+            new.append({"role": "user", "content": content})
+            steps.append(new)
+            new = []
+        fan_out = rng.random() < 0.04
+        n_calls = rng.randint(6, 8) if fan_out else (1 if rng.random() < 0.7 else 2)
+        calls = []
+        for k in range(n_calls):
+            tool = rng.choice(TOOLS)["function"]["name"]
+            arg = {"read_file": "path", "run_shell": "command", "search": "query"}[tool]
+            calls.append(
+                {
+                    "id": f"call_{seed}_{r}_{k}",
+                    "type": "function",
+                    "function": {"name": tool, "arguments": json.dumps({arg: f"{tool}-{r}-{k}"})},
+                }
+            )
+        thought = text_tokens(rng.randint(20, 90), seed * 100_000 + r)
+        new.append({"role": "assistant", "content": thought, "tool_calls": calls})
+        for k, call in enumerate(calls):
+            size = rng.randint(900, 1150) if fan_out else _tool_output_tokens(rng)
+            out = text_tokens(size, seed * 10_000_000 + r * 10 + k)
+            new.append({"role": "tool", "tool_call_id": call["id"], "content": out})
+        steps.append(new)
+    return steps
+
+
+# -- the three wires ----------------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+def to_messages(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The history as an Anthropic Messages body, breakpoints where Claude Code puts them (the
+    system prompt and the last two messages)."""
+    system = history[0]["content"]
+    out: list[dict[str, Any]] = []
+    for m in history[1:]:
+        if m["role"] == "assistant":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": m["content"]}]
+            for c in m.get("tool_calls", []):
+                args = json.loads(c["function"]["arguments"])
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": c["id"],
+                        "name": c["function"]["name"],
+                        "input": args,
+                    }
+                )
+            out.append({"role": "assistant", "content": blocks})
+            continue
+        if m["role"] == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": m["tool_call_id"],
+                "content": m["content"],
+            }
+        elif isinstance(m["content"], str):
+            block = {"type": "text", "text": m["content"]}
+        else:
+            url = m["content"][1]["image_url"]["url"]
+            data = url.split(",", 1)[1]
+            _user_block(out, {"type": "text", "text": m["content"][0]["text"]})
+            block = {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": data},
+            }
+        _user_block(out, block)
+    for m in out[-3::2] if len(out) >= 3 else out[-1:]:
+        last = m["content"][-1]
+        m["content"][-1] = {**last, "cache_control": {"type": "ephemeral"}}
+    body_system = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+    return {"system": body_system, "messages": out}
+
+
+def _user_block(out: list[dict[str, Any]], block: dict[str, Any]) -> None:
+    """Append ``block`` to the trailing user message, or open one: a turn's tool results all go
+    in the one user message after the call, as Anthropic requires."""
+    if out and out[-1]["role"] == "user":
+        out[-1]["content"].append(block)
+    else:
+        out.append({"role": "user", "content": [block]})
+
+
+def to_responses(history: list[dict[str, Any]]) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    for m in history[1:]:
+        if m["role"] == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": m["tool_call_id"],
+                    "output": m["content"],
+                }
+            )
+            continue
+        if m["role"] == "user" and not isinstance(m["content"], str):
+            content: Any = [
+                {"type": "input_text", "text": m["content"][0]["text"]},
+                {"type": "input_image", "image_url": m["content"][1]["image_url"]["url"]},
+            ]
+        else:
+            content = m["content"]
+        items.append({"type": "message", "role": m["role"], "content": content})
+        for c in m.get("tool_calls", []):
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": c["id"],
+                    "name": c["function"]["name"],
+                    "arguments": c["function"]["arguments"],
+                }
+            )
+    return {"instructions": history[0]["content"], "input": items}
+
+
+def request(wire: str, alias: str, history: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    if wire == "chat":
+        body = {"model": alias, "messages": history, "tools": TOOLS, "max_tokens": MAX_TOKENS}
+        return "/v1/chat/completions", body
+    if wire == "messages":
+        tools = [
+            {
+                "name": t["function"]["name"],
+                "description": t["function"]["description"],
+                "input_schema": t["function"]["parameters"],
+            }
+            for t in TOOLS
+        ]
+        body = {"model": alias, "max_tokens": MAX_TOKENS, "tools": tools, **to_messages(history)}
+        return "/v1/messages", body
+    tools = [{"type": "function", **t["function"]} for t in TOOLS]
+    body = {"model": alias, "max_output_tokens": MAX_TOKENS, "tools": tools, "store": False}
+    return "/v1/responses", {**body, **to_responses(history)}
+
+
+def usage_of(wire: str, data: dict[str, Any]) -> tuple[int, int]:
+    """(prompt tokens, cached tokens) of a provider answer."""
+    usage = data.get("usage") or {}
+    if wire == "chat":
+        details = usage.get("prompt_tokens_details") or {}
+        return usage.get("prompt_tokens", 0), details.get("cached_tokens", 0) or 0
+    if wire == "messages":
+        read = usage.get("cache_read_input_tokens", 0) or 0
+        creation = usage.get("cache_creation_input_tokens", 0) or 0
+        return usage.get("input_tokens", 0) + read + creation, read
+    details = usage.get("input_tokens_details") or {}
+    return usage.get("input_tokens", 0), details.get("cached_tokens", 0) or 0
+
+
+# -- what was kept ------------------------------------------------------------------------------
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def kept(history: list[dict[str, Any]], sent: str) -> dict[str, Any]:
+    """What of ``history`` arrived in ``sent`` (the JSON of the forwarded body)."""
+
+    def verbatim(text: str) -> bool:
+        return json.dumps(text)[1:-1] in sent
+
+    shares = {"user": [0, 0], "assistant": [0, 0], "tool": [0, 0]}
+    last_user = max(i for i, m in enumerate(history) if m["role"] == "user")
+    newest_ok = True
+    for i, m in enumerate(history[1:], start=1):
+        text = _text_of(m["content"])
+        n = _tokens(text)
+        role = m["role"]
+        if role == "tool":
+            call = m["tool_call_id"]
+            arrived = f'"{call}"' in sent and (verbatim(text) or verbatim(text[:200]))
+            present = f'"{call}"' in sent
+            shares["tool"][0] += n * arrived
+            shares["tool"][1] += n
+            if i > last_user and not present:
+                newest_ok = False
+            continue
+        ok = verbatim(text)
+        shares[role][0] += n * ok
+        shares[role][1] += n
+        if i >= last_user and not ok:
+            newest_ok = False
+        for c in m.get("tool_calls", []):
+            if i > last_user and f'"{c["id"]}"' not in sent:
+                newest_ok = False
+    return {
+        "newest_turn_kept": newest_ok,
+        **{f"{role}_verbatim": (a / b if b else 1.0) for role, (a, b) in shares.items()},
+    }
+
+
+def classify(status: int, data: Any, forwarded: bool) -> str:
+    if status == 200:
+        return "ok"
+    text = json.dumps(data).lower()
+    if "context_length_exceeded" in text or "too long" in text or "context length" in text:
+        return "overflow" if forwarded else "refused"
+    if "tool" in text:
+        return "invalid"
+    return f"error {status}"
+
+
+def replay(
+    wire: str,
+    steps: list[list[dict[str, Any]]],
+    client: httpx.Client,
+    rf: str,
+    sim: str,
+    alias: str,
+) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    records = []
+    last_id = _last_sim(client, sim)[0]
+    for step in steps:
+        history.extend(step)
+        path, body = request(wire, alias, history)
+        resp = client.post(rf + path, json=body)
+        try:
+            data = resp.json()
+        except ValueError:
+            data = {}
+        sim_id, sent = _last_sim(client, sim)
+        forwarded = sim_id != last_id
+        last_id = sim_id
+        kind = classify(resp.status_code, data, forwarded)
+        prompt, cached = usage_of(wire, data) if kind == "ok" else (0, 0)
+        actions = resp.headers.get("x-routefit-actions") or "none"
+        record: dict[str, Any] = {
+            "kind": kind,
+            "prompt": prompt,
+            "cached": cached,
+            "fitted": actions != "none",
+            "actions": actions,
+            "error": None if kind == "ok" else str(data)[:300],
+        }
+        if kind == "ok" and record["fitted"] and sent is not None:
+            record.update(kept(history, sent))
+        records.append(record)
+    return records
+
+
+def _last_sim(client: httpx.Client, sim: str) -> tuple[int | None, str | None]:
+    entries = client.get(sim + "/sim/requests", params={"limit": 1}).json()["requests"]
+    if not entries:
+        return None, None
+    return entries[-1]["id"], json.dumps(entries[-1]["body"])
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in records if r["kind"] == "ok"]
+    fitted = [r for r in ok if r["fitted"] and "newest_turn_kept" in r]
+    prompt = sum(r["prompt"] for r in ok)
+    cached = sum(r["cached"] for r in ok)
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in fitted) if fitted else 1.0
+
+    return {
+        "requests": len(records),
+        "accepted": len(ok),
+        "refused": sum(r["kind"] == "refused" for r in records),
+        "overflow": sum(r["kind"] == "overflow" for r in records),
+        "invalid": sum(r["kind"] == "invalid" for r in records),
+        "other_errors": sum(r["kind"].startswith("error") for r in records),
+        "cache_hit_ratio": cached / prompt if prompt else 0.0,
+        "median_window_use": statistics.median(r["prompt"] / WINDOW for r in ok) if ok else 0.0,
+        "fitted": len(fitted),
+        "newest_turn_kept": (
+            sum(r["newest_turn_kept"] for r in fitted) / len(fitted) if fitted else 1.0
+        ),
+        "median_user_verbatim": median("user_verbatim"),
+        "median_assistant_verbatim": median("assistant_verbatim"),
+        "median_tool_arrived": median("tool_verbatim"),
+        "masked_requests": sum("masked" in r["actions"] for r in ok),
+        "error_samples": {
+            kind: [r["error"] for r in records if r["kind"] == kind][:2]
+            for kind in sorted({r["kind"] for r in records} - {"ok"})
+        },
+    }
+
+
+def _entries(sim_url: str, policies: list[str]) -> list[dict[str, Any]]:
+    info = {"max_input_tokens": WINDOW, "max_output_tokens": 4096}
+    entries = []
+    for name in policies:
+        fit = POLICIES[name]
+        extra: dict[str, Any] = {"model_info": info}
+        if fit:
+            extra["routefit"] = {"fit": fit}
+        entries.append(openai_entry(f"oa-{name}", sim_url, "gpt-4o-small", **extra))
+        entries.append(
+            {
+                "model_name": f"an-{name}",
+                "litellm_params": {
+                    "model": "anthropic/claude-sim-small",
+                    "api_base": sim_url,
+                    "api_key": "sk-ant-sim",
+                },
+                **extra,
+            }
+        )
+    return entries
+
+
+def run(
+    servers: Servers,
+    quick: bool,
+    policies: list[str] | None = None,
+    wires: list[str] | None = None,
+    log=print,
+) -> dict:
+    policies = policies or list(POLICIES)
+    wires = wires or list(WIRES)
+    n_sessions, rounds = (2, 60) if quick else (5, 110)
+    sessions = [session(2000 + s, rounds) for s in range(n_sessions)]
+    sim: Server = servers.sim()
+    config = write_yaml(
+        servers.dir / "routefit-sessions-fit.yaml",
+        {
+            "model_list": _entries(sim.base_url, policies),
+            "routefit_settings": {"store_path": ":memory:", "max_body_bytes": 64_000_000},
+        },
+    )
+    rf = servers.routefit(config)
+    history_tokens = [
+        sum(_tokens(_text_of(m["content"])) for step in s for m in step) for s in sessions
+    ]
+    out: dict[str, Any] = {
+        "window": WINDOW,
+        "sessions": n_sessions,
+        "rounds": rounds,
+        "model_calls": sum(len(s) for s in sessions),
+        "approx_history_tokens": history_tokens,
+        "policies": {name: POLICIES[name] for name in policies},
+        "results": {},
+    }
+    with httpx.Client(timeout=120) as client:
+        for name in policies:
+            for wire in wires:
+                client.post(sim.base_url + "/sim/reset")
+                alias = f"{'an' if wire == 'messages' else 'oa'}-{name}"
+                records = []
+                for steps in sessions:
+                    records += replay(wire, steps, client, rf.base_url, sim.base_url, alias)
+                s = summarise(records)
+                out["results"][f"{name}/{wire}"] = s
+                log(
+                    f"  {name:<16} {wire:<9} refused {s['refused']:3} overflow {s['overflow']:3} "
+                    f"invalid {s['invalid']:3} other {s['other_errors']:3}  cache hit "
+                    f"{s['cache_hit_ratio']:6.1%}  window p50 {s['median_window_use']:.2f}  "
+                    f"newest turn kept {s['newest_turn_kept']:6.1%}  "
+                    f"user {s['median_user_verbatim']:.2f}"
+                    f"  assistant {s['median_assistant_verbatim']:.2f}  tool "
+                    f"{s['median_tool_arrived']:.2f}  ({s['fitted']} fitted)"
+                )
+    servers.stop(rf)
+    servers.stop(sim)
+    return out
+
+
+if __name__ == "__main__":
+    chosen = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--policy"]
+    wires = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--wire"]
+    with Servers() as s:
+        result = run(s, quick="--quick" in sys.argv, policies=chosen or None, wires=wires or None)
+    target = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--out=")), None)
+    Path(target or "/tmp/sessions_fit.json").write_text(json.dumps(result, indent=1))

@@ -1,0 +1,127 @@
+"""The newest turn's tool outputs exceed the budget: forwarded, not refused, on every wire.
+
+``routefit serve`` as a real process between the real openai / anthropic SDKs and the simulator
+(which rejects overflow). An agent's newest turn carries eight parallel outputs, each under the
+rendered-form cap and together over the whole 8k budget — the first release refused such a
+request with 400 ``context_length_exceeded``. Now the oldest of them are masked (the calls stay)
+and the simulator accepts the request on the chat, Messages and Responses wires."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import openai
+import pytest
+from harness import gateway_config, run_routefit, sim_route
+
+from pricing.tokenizers import get_tokenizer
+from strategies.mask import MASK_PREFIX
+
+CALLS = [f"call_{k}" for k in range(8)]
+MAX_TOKENS = 256
+
+
+def output(k: int, tokens: int = 1050) -> str:
+    """About ``tokens`` o200k tokens of distinct log lines (under the 8k route's cap)."""
+    tok = get_tokenizer("o200k_base")
+    lines: list[str] = []
+    while tok.count("\n".join(lines)) < tokens:
+        lines.append(f"log {k} line {len(lines)}: request served in {len(lines) % 97} ms")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def gw(sim, tmp_path_factory):
+    info = {"max_input_tokens": 8192, "max_output_tokens": 4096}
+    routes = [
+        sim_route("oa-small", sim.base_url, "gpt-4o-small", model_info=info),
+        {
+            "model_name": "an-small",
+            "litellm_params": {
+                "model": "anthropic/claude-sim-small",
+                "api_base": sim.base_url,
+                "api_key": "sk-ant-sim",
+            },
+            "model_info": info,
+        },
+    ]
+    config = gateway_config(tmp_path_factory.mktemp("fit31") / "routefit.yaml", routes)
+    with run_routefit(config) as running:
+        yield running
+
+
+def check_forwarded(actions: str, sent: str) -> None:
+    """Every call is still answered; the oldest outputs are masked, the newest verbatim."""
+    assert "masked=" in actions
+    for call in CALLS:
+        assert sent.count(json.dumps(call)) >= 2  # the call and its result
+    assert MASK_PREFIX in sent
+    assert json.dumps(output(len(CALLS) - 1))[1:-1] in sent  # the newest output verbatim
+    assert json.dumps(output(0))[1:-1] not in sent  # the oldest masked
+
+
+def test_chat(gw, fresh_sim):
+    client = openai.OpenAI(base_url=gw.v1, api_key="unused", max_retries=0)
+    calls = [
+        {"id": c, "type": "function", "function": {"name": "cat", "arguments": "{}"}} for c in CALLS
+    ]
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Read every log and tell me what is slow."},
+        {"role": "assistant", "content": "Reading all eight.", "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": c, "content": output(k)} for k, c in enumerate(CALLS)),
+    ]
+    raw = client.chat.completions.with_raw_response.create(
+        model="oa-small", messages=messages, max_tokens=MAX_TOKENS
+    )
+    reply = raw.parse()
+    assert reply.choices[0].message is not None
+    sent = fresh_sim.last_request("/v1/chat/completions")
+    check_forwarded(raw.headers["x-routefit-actions"], json.dumps(sent["body"]))
+
+
+def test_messages(gw, fresh_sim):
+    client = anthropic.Anthropic(base_url=gw.base_url, api_key="unused", max_retries=0)
+    uses = [{"type": "tool_use", "id": c, "name": "cat", "input": {}} for c in CALLS]
+    results = [
+        {"type": "tool_result", "tool_use_id": c, "content": output(k)} for k, c in enumerate(CALLS)
+    ]
+    raw = client.messages.with_raw_response.create(
+        model="an-small",
+        max_tokens=MAX_TOKENS,
+        system="You are a coding agent.",
+        tools=[{"name": "cat", "description": "Read a log", "input_schema": {"type": "object"}}],
+        messages=[
+            {"role": "user", "content": "Read every log and tell me what is slow."},
+            {"role": "assistant", "content": [{"type": "text", "text": "Reading all."}, *uses]},
+            {"role": "user", "content": results},
+        ],
+    )
+    assert raw.parse().content
+    sent = fresh_sim.last_request("/v1/messages")
+    check_forwarded(raw.headers["x-routefit-actions"], json.dumps(sent["body"]))
+
+
+def test_responses(gw, fresh_sim):
+    client = openai.OpenAI(base_url=gw.v1, api_key="unused", max_retries=0)
+    items: list[dict] = [
+        {"type": "message", "role": "user", "content": "Read every log and tell me what is slow."}
+    ]
+    items += [
+        {"type": "function_call", "call_id": c, "name": "cat", "arguments": "{}"} for c in CALLS
+    ]
+    items += [
+        {"type": "function_call_output", "call_id": c, "output": output(k)}
+        for k, c in enumerate(CALLS)
+    ]
+    raw = client.responses.with_raw_response.create(
+        model="oa-small",
+        instructions="You are a coding agent.",
+        input=items,
+        max_output_tokens=MAX_TOKENS,
+        store=False,
+    )
+    assert raw.parse().status == "completed"
+    sent = fresh_sim.last_request()
+    check_forwarded(raw.headers["x-routefit-actions"], json.dumps(sent["body"]))
