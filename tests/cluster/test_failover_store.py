@@ -170,6 +170,32 @@ def retried_for(metrics: Metrics, op: str, error: str) -> float:
             return sum(
                 s.value
                 for s in family.samples
-                if s.labels.get("op") == op and s.labels.get("error") == error
+                if s.name.endswith("_total")
+                and s.labels.get("op") == op
+                and s.labels.get("error") == error
             )
     return 0.0
+
+
+@pytest.mark.parametrize(("failover", "retried"), [(0.0, 0), (0.01, 1)])
+async def test_a_failover_window_shorter_than_an_attempt_still_retries_once(
+    failover: float, retried: int
+) -> None:
+    """'Retried at least once, however long its first attempt took' (with failover_seconds > 0),
+    and never with failover_seconds = 0: against a node that never comes up, the call gives up
+    as StoreUnavailable after exactly that many retries."""
+    metrics = Metrics()
+    store = ObservedStore(
+        RedisStore(
+            client=cluster_client(f"redis://127.0.0.1:{free_port()}", 0.2, 4),
+            failover_seconds=failover,
+            observer=metrics,
+        ),
+        metrics,
+    )
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.reserve("down", [(BudgetWindow("t", "day", 9), 1)])
+        assert retried_for(metrics, "reserve", "RedisClusterException") == retried
+    finally:
+        await store.close()
