@@ -10,8 +10,16 @@ from dataclasses import replace
 
 import pytest
 
-from pricing.calibration import CalibrationPolicy, Sample
-from proxy.calibrator import REFIT_GAP, REFIT_SAMPLES, Calibrator, _Route
+from pricing.calibration import Anchor, CalibrationPolicy, Correction, Sample
+from proxy.calibrator import (
+    REFIT_GAP,
+    REFIT_SAMPLES,
+    Calibrator,
+    _AnchorCache,
+    _Route,
+    prefix_keys,
+    summarize,
+)
 from proxy.metrics import Metrics
 from proxy.store.sqlite import SqliteStore
 
@@ -130,3 +138,78 @@ async def test_a_learnt_route_is_never_refitted_within_the_gap_of_its_last_refit
             assert min(gaps) >= REFIT_GAP, (route, gaps)
     finally:
         await calibrator.stop()
+
+
+# -- the request path's pieces, in process (mutation testing found them reached only by e2e) --
+
+
+def _anchor(actual: int) -> Anchor:
+    return Anchor(text=actual - 40, framing=40, images=0, actual=actual)
+
+
+def test_prefix_keys_chain_every_prefix_and_depend_on_route_model_and_tools() -> None:
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    keys = prefix_keys("r", "m", None, messages)
+    assert len(keys) == 2 and len(set(keys)) == 2
+    assert prefix_keys("r", "m", None, messages[:1]) == keys[:1]  # a prefix keeps its key
+    assert prefix_keys("r", "m", None, messages) == keys  # and the same prompt its keys
+    for other in (("s", "m", None), ("r", "n", None), ("r", "m", [{"name": "t"}])):
+        assert set(prefix_keys(*other, messages)).isdisjoint(keys)
+    assert prefix_keys("r", "m", None, [messages[1], messages[0]])[1] != keys[1]  # order counts
+
+
+def test_the_anchor_memory_finds_the_first_live_candidate_and_forgets_the_oldest() -> None:
+    cache = _AnchorCache(ttl=3600, maxsize=2)
+    cache.put("r", b"a", _anchor(100))
+    cache.put("r", b"b", _anchor(200))
+    assert cache.find("r", [b"x", b"b", b"a"]) == (1, _anchor(200))
+    assert cache.find("other", [b"a", b"b"]) is None  # per route
+    assert cache.find("r", [b"a"]) == (0, _anchor(100))  # a is now the newest used
+    cache.put("r", b"c", _anchor(300))  # over maxsize: b, the least recently used, goes
+    assert cache.find("r", [b"b"]) is None
+    assert cache.find("r", [b"a", b"c"]) == (0, _anchor(100))
+    expired = _AnchorCache(ttl=-1.0)
+    expired.put("r", b"a", _anchor(100))
+    assert expired.find("r", [b"a"]) is None
+
+
+async def test_an_anchor_submitted_is_found_in_memory_at_its_prefix() -> None:
+    calibrator = Calibrator(SqliteStore(":memory:"), Metrics())
+    keys = [b"k0", b"k1", b"k2"]
+    assert await calibrator.find_anchor("r", []) is None
+    assert await calibrator.find_anchor("r", keys) is None
+    calibrator.submit(_sample(0), b"k1", _anchor(500), [(b"k0", _anchor(300))])
+    assert await calibrator.find_anchor("r", keys) == (1, _anchor(500))  # the longest prefix
+    assert await calibrator.find_anchor("r", keys[:1]) == (0, _anchor(300))
+    report = calibrator.report()
+    assert report["anchor_lookups"] == 3  # the empty key list is no lookup
+    assert report["anchor_hit_rate"] == 2 / 3
+
+
+def test_a_full_queue_drops_the_sample_and_counts_it() -> None:
+    calibrator = Calibrator(SqliteStore(":memory:"), Metrics(), queue_size=1)
+    calibrator.submit(_sample(0), None, None)
+    calibrator.submit(_sample(1), None, None)
+    calibrator.submit(_sample(2), None, None)
+    assert calibrator.dropped == 2 and calibrator.queue.qsize() == 1
+    report = calibrator.report()
+    assert report["samples_dropped"] == 2 and report["samples_recorded"] == 0
+    assert report["anchor_hit_rate"] == 0.0 and report["store"] == {"name": "sqlite", "up": True}
+
+
+def test_a_routes_summary_reads_its_errors_as_percentiles() -> None:
+    samples = [
+        replace(_sample(0), estimate=900 + n, actual=1000, anchored=n % 4 == 0) for n in range(100)
+    ]
+    summary = summarize(samples, Correction())
+    assert summary["samples"] == 100 and summary["anchored_share"] == 0.25
+    assert summary["relative_error"] == {"p05": -0.095, "p50": -0.05, "p95": -0.005, "max": -0.001}
+    assert summary["factors"] == {"text": 1.0, "framing": 1.0, "images": 1.0}
+    two = summarize(
+        [replace(_sample(0), estimate=e, actual=1000) for e in (900, 1100)], Correction()
+    )
+    assert two["relative_error"] == {"p05": -0.1, "p50": 0.1, "p95": 0.1, "max": 0.1}
+    empty = summarize([], Correction())
+    assert empty["relative_error"] is None and empty["anchored_share"] == 0.0
+    unmeasured = summarize([replace(_sample(0), actual=0)], Correction())
+    assert unmeasured["relative_error"] is None  # no provider count: no error to read
