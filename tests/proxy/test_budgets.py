@@ -4,10 +4,11 @@ serve``; these reach it where mutation testing, which traces in process, can see
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
-from harness import free_port, gateway_config, sim_route
+from harness import free_port, gateway_config, private_redis, sim_route
 
 from proxy.budgets import Budgets, _duration, rate_limit_headers
 from proxy.config import load_config
@@ -36,6 +37,16 @@ def route(tmp_path_factory: pytest.TempPathFactory) -> RouteConfig:
     return load_config(path).routes["gpt-4o"]
 
 
+@pytest.fixture(scope="module")
+def unpriced(tmp_path_factory: pytest.TempPathFactory) -> RouteConfig:
+    info = {"max_input_tokens": 8192}
+    plain = sim_route(
+        "plain", "http://127.0.0.1:9", "no-such-model-in-any-price-map", model_info=info
+    )
+    path = gateway_config(tmp_path_factory.mktemp("unpriced") / "c.yaml", [plain])
+    return load_config(path).routes["plain"]
+
+
 def team(**quotas: float) -> Team:
     return Team("t-" + uuid.uuid4().hex[:8], (), None, Quotas(**quotas))  # type: ignore[arg-type]
 
@@ -55,6 +66,10 @@ async def test_reserve_then_settle_to_the_usage_and_settle_once(redis_url, route
     try:
         held = await budgets.reserve(t, route, 300, 100)
         assert held is not None
+        assert [(w.name, w.used) for w in held.windows] == [
+            ("tokens_per_day", 400),
+            ("usd_per_month", 1400),
+        ]
         # the worst case is held: 400 tokens, and 300 x $2 + 100 x $8 = $0.0014 (micro-USD)
         assert {w.name: w.used for w in await budgets.usage(t)} == {
             "tokens_per_day": 400,
@@ -120,18 +135,20 @@ async def test_a_store_away_admits_unbudgeted_or_refuses_per_the_mode(route, mod
                 assert refused.value.status == 503
                 assert refused.value.code == "store_unavailable"
                 assert refused.value.headers == {"retry-after": "1"}
+                assert "fails closed" in refused.value.message
         assert failures(metrics, mode) == 2
         with pytest.raises(ProxyError) as usage:
             await budgets.usage(t)
-        assert usage.value.status == 503
+        assert usage.value.status == 503 and usage.value.code == "store_unavailable"
+        assert usage.value.message == "the budget store is unavailable"
     finally:
         await store.close()
 
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0.25, "250ms"), (0.0, "0ms"), (-1.0, "0ms"), (1.0, "1s"), (6.2, "7s"), (60, "1m"),
-     (90, "1m30s"), (3600, "1h"), (3661, "1h1m1s"), (86_399.5, "24h")],
+    [(0.25, "250ms"), (0.999, "999ms"), (0.0, "0ms"), (-1.0, "0ms"), (1.0, "1s"), (6.2, "7s"),
+     (60, "1m"), (90, "1m30s"), (3600, "1h"), (3661, "1h1m1s"), (86_399.5, "24h")],
 )  # fmt: skip
 def test_reset_durations_read_as_openai_writes_them(seconds: float, text: str) -> None:
     assert _duration(seconds) == text
@@ -149,3 +166,42 @@ def test_the_rate_limit_headers_come_from_the_first_token_window() -> None:
         "x-ratelimit-reset-tokens": "500ms",
     }
     assert rate_limit_headers(windows[:1]) == {}
+    assert rate_limit_headers(windows[2:])["x-ratelimit-limit-tokens"] == "5000"
+
+
+async def test_a_route_without_prices_costs_nothing(redis_url, unpriced) -> None:
+    store = RedisStore(redis_url)
+    budgets = Budgets(store, Metrics())
+    t = team(usd_per_month=1.0)
+    try:
+        held = await budgets.reserve(t, unpriced, 300, 100)
+        assert held is not None and held.windows[0].used == 0
+    finally:
+        await store.close()
+
+
+async def test_an_outage_is_logged_once_and_its_end_too_and_a_lost_settle_counted(
+    route, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="routefit.budgets")
+    metrics = Metrics()
+    t = team(tokens_per_day=1000)
+    with private_redis() as redis_server:
+        store = RedisStore(redis_server.url, timeout=0.2)
+        budgets = Budgets(store, metrics)
+        try:
+            held = await budgets.reserve(t, route, 10, 10)
+            redis_server.kill()
+            await budgets.settle(held, Usage(5, 5), released=False)
+            assert failures(metrics, "settle") == 1  # charged until its window ends
+            for _ in range(3):
+                assert await budgets.reserve(t, route, 10, 10) is None
+            redis_server.start()
+            assert await budgets.reserve(t, route, 10, 10) is not None
+            assert await budgets.reserve(t, route, 10, 10) is not None
+        finally:
+            await store.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "budget store unavailable: admitting unbudgeted requests (budget_failure_mode=open)",
+        "budget store is back; budgets enforced again",
+    ]
