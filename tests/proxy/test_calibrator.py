@@ -5,12 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
+import uuid
 from dataclasses import replace
 
 import pytest
+from harness import private_redis
 
-from pricing.calibration import Anchor, CalibrationPolicy, Correction, Sample
+from pricing.calibration import (
+    Anchor,
+    CalibrationPolicy,
+    Correction,
+    Sample,
+    anchor_of,
+    checkpoint_anchors,
+)
+from pricing.framing import Framing
+from pricing.messages import parse_request
+from pricing.meter import Pressure
+from pricing.route import Route
 from proxy.calibrator import (
     REFIT_GAP,
     REFIT_SAMPLES,
@@ -21,7 +35,10 @@ from proxy.calibrator import (
     summarize,
 )
 from proxy.metrics import Metrics
+from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
+from strategies.fit import fit
+from strategies.policy import FitPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -213,3 +230,107 @@ def test_a_routes_summary_reads_its_errors_as_percentiles() -> None:
     assert empty["relative_error"] is None and empty["anchored_share"] == 0.0
     unmeasured = summarize([replace(_sample(0), actual=0)], Correction())
     assert unmeasured["relative_error"] is None  # no provider count: no error to read
+
+
+ROUTE = Route(
+    alias="r",
+    model="openai/gpt-4o",
+    provider="openai",
+    context_window=100_000,
+    max_output_tokens=1024,
+    tokenizer="o200k_base",
+    framing=Framing(family="generic"),
+)
+
+
+def _pressure(turns: int) -> tuple[list[dict[str, str]], Pressure]:
+    messages = [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " * 400}
+        for n in range(turns)
+    ]
+    request = parse_request({"model": "r", "messages": messages})
+    return messages, fit(request, ROUTE, FitPolicy()).pressure
+
+
+async def test_an_observed_count_is_a_sample_and_anchors_its_prompt_and_checkpoints() -> None:
+    calibrator = Calibrator(SqliteStore(":memory:"), Metrics())
+    messages, pressure = _pressure(12)
+    keys = prefix_keys("r", "gpt-4o", None, messages)
+    calibrator.observe("r", pressure, keys, 5000, False, 5200, 64)
+    sample, key, anchor, extra = calibrator.queue.get_nowait()
+    assert (sample.route, sample.estimate, sample.actual, sample.anchored) == (
+        "r",
+        5000,
+        5200,
+        False,
+    )
+    assert sample.cached == 64
+    assert key == keys[-1] and anchor == anchor_of(pressure, 5200)
+    checkpoints = checkpoint_anchors(pressure, 5200, calibrator.correction("r"))
+    assert checkpoints and list(extra) == [(keys[n - 1], a) for n, a in checkpoints]
+    assert await calibrator.find_anchor("r", keys) == (len(keys) - 1, anchor)
+    n, first = checkpoints[0]
+    assert await calibrator.find_anchor("r", keys[:n]) == (n - 1, first)
+    # keys that do not match the prompt's messages: the sample alone, no anchor
+    calibrator.observe("r", pressure, keys[:-1], 5000, True, 5200)
+    sample, key, anchor, extra = calibrator.queue.get_nowait()
+    assert sample.anchored and sample.cached == 0 and (key, anchor, extra) == (None, None, ())
+    calibrator.observe("r", pressure, [], 5000, False, 5200)
+    assert calibrator.queue.get_nowait()[1:] == (None, None, ())
+
+
+async def test_a_shared_store_answers_for_anchors_another_replica_wrote(redis_url: str) -> None:
+    writer_store, reader_store = RedisStore(redis_url), RedisStore(redis_url)
+    writer = Calibrator(writer_store, Metrics(), refresh_seconds=3600)
+    metrics = Metrics()
+    reader = Calibrator(reader_store, metrics, refresh_seconds=3600)
+    route = "shared-" + uuid.uuid4().hex[:8]
+    writer.start({route: True})
+    try:
+        writer.submit(replace(_sample(0), route=route), b"k1", _anchor(700))
+        await writer.queue.join()
+        assert await reader.find_anchor(route, [b"k0", b"k1", b"k2"]) == (1, _anchor(700))
+        assert await reader.find_anchor(route, [b"k9"]) is None
+        assert _lookups(metrics) == {"hit": 1, "miss": 1}
+    finally:
+        await writer.stop()
+        await writer_store.close()
+        await reader_store.close()
+
+
+async def test_a_store_away_is_logged_once_and_its_return_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="routefit.calibration")
+    metrics = Metrics()
+    with private_redis() as server:
+        store = RedisStore(server.url, timeout=0.2)
+        calibrator = Calibrator(store, metrics, refresh_seconds=3600)
+        calibrator.start({"r": True})
+        try:
+            await calibrator.queue.join()
+            server.kill()
+            for _ in range(2):
+                assert await calibrator.find_anchor("r", [b"k"]) is None
+            # the first fails; the next do not ask a store known to be away
+            assert not calibrator.store_up and _lookups(metrics) == {"error": 1, "miss": 1}
+            assert calibrator.report()["store"] == {"name": "redis", "up": False}
+            server.start()
+            await calibrator.refresh()
+            assert calibrator.store_up
+        finally:
+            await calibrator.stop()
+            await store.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "store redis unavailable (anchor lookup); serving with the last known calibration",
+        "store redis is back; calibration resumes",
+    ]
+
+
+def _lookups(metrics: Metrics) -> dict[str, float]:
+    return {
+        s.labels["outcome"]: s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name == "routefit_anchor_lookups_total" and s.value
+    }
