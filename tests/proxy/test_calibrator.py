@@ -8,6 +8,7 @@ import itertools
 import logging
 import time
 import uuid
+from collections import deque
 from dataclasses import replace
 
 import pytest
@@ -333,4 +334,43 @@ def _lookups(metrics: Metrics) -> dict[str, float]:
         for family in metrics.registry.collect()
         for s in family.samples
         if s.name == "routefit_anchor_lookups_total" and s.value
+    }
+
+
+async def test_samples_and_anchors_reach_the_store_and_another_replica_learns_them(
+    redis_url: str,
+) -> None:
+    route = "learnt-" + uuid.uuid4().hex[:8]
+    stores = RedisStore(redis_url), RedisStore(redis_url)
+    metrics = Metrics()
+    writer = Calibrator(stores[0], metrics, refresh_seconds=3600)
+    reader = Calibrator(stores[1], Metrics(), refresh_seconds=3600)
+    count = 2 * CalibrationPolicy().min_samples
+    writer.start({route: True})
+    try:
+        for n in range(count):
+            sample = replace(_sample(n), route=route)
+            writer.submit(sample, f"k{n}".encode(), _anchor(1000 + n), [(b"x", _anchor(7))])
+        await writer.queue.join()
+        assert writer.recorded == count and writer.report()["samples_recorded"] == count
+        assert _samples(metrics) == {"recorded": count}
+        assert len(await stores[1].recent_samples(route, 1000)) == count
+        assert await stores[1].find_anchor(route, [b"k3"]) == (0, _anchor(1003))
+        assert await stores[1].find_anchor(route, [b"x"]) == (0, _anchor(7))
+        reader.routes[route] = _Route(deque(maxlen=CalibrationPolicy().window), Correction())
+        await reader.refresh()
+        assert reader.correction(route).samples == count
+        assert reader.report()["routes"][route]["samples"] == count
+    finally:
+        await writer.stop()
+        for store in stores:
+            await store.close()
+
+
+def _samples(metrics: Metrics) -> dict[str, float]:
+    return {
+        s.labels["outcome"]: s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name == "routefit_calibration_samples_total" and s.value
     }
