@@ -20,8 +20,25 @@ from typing import Any
 
 import pytest
 from harness import PrivateRedis, redis_answers
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# Hypothesis profiles, chosen by ``HYPOTHESIS_PROFILE`` (or ``--hypothesis-profile``):
+# * ``default``: the everyday run; each property sets its own budget.
+# * ``ci``: .ci/run's; the properties that guard a known hiding place (``depth.examples``) search
+#   with their deep budget, and a failure prints the blob that reproduces it.
+# * ``mutation``: mutmut's (docs/mutation.md); derandomized, so a mutant's verdict does not
+#   depend on luck, and without deadlines or a database, which mutated code would only confuse.
+settings.register_profile("ci", print_blob=True)
+settings.register_profile(
+    "mutation",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -10,7 +10,10 @@ turn is byte-identical on this one. What the fit changed is rendered from its pa
   blocks must match their results, so an assistant fragment is always sent as it came (the
   default policy never alters one; a policy that caps assistant messages does not reach them);
 * an elision marker becomes a text message in the role the fit gave it; consecutive fragments
-  of one role are merged into one message, as Anthropic requires alternation.
+  of one role are merged into one message, as Anthropic requires alternation. A marker the fit
+  gave the assistant's role that follows an assistant turn is the user's instead, merged at the
+  head of the user message after it (which, its tool calls never being split from their
+  results, starts with no ``tool_result``): merging it into that assistant turn would rewrite it.
 
 **Breakpoints** (``cache_control``, at most 4 per request): client breakpoints in what is kept
 stay where they are (those in elided messages go with them). When the fit elided, routefit adds
@@ -18,8 +21,11 @@ one on the last block before the first marker — the end of its pinned head, wh
 keep stable from turn to turn, so that is where the next turn's cache read will land; when it
 masked tool outputs without eliding, on the last masked one (the masked region moves only at the
 same cut points). Measured on long sessions (bench/REPORT.md, 5b), the head's breakpoint reads
-more than the last masked output's when both exist: the mask point moves more often. It adds
-none when the request already carries 4.
+more than the last masked output's when both exist: the mask point moves more often. When the
+chosen block is in an assistant turn, it goes on the last block of the latest user message before
+it instead (assistant turns are never rewritten). It adds none when the request already carries
+4, counting every ``cache_control`` Anthropic counts: on tools, on ``system`` blocks, on message
+blocks and on the blocks inside a ``tool_result``.
 """
 
 from __future__ import annotations
@@ -174,6 +180,8 @@ def render_messages(
     for piece_role, content, marker in _pieces(request, fitted):
         if marker and head is None and out:
             head = (len(out) - 1, len(_as_blocks(out[-1]["content"])) - 1)
+        if marker and piece_role == role == "assistant":
+            piece_role = "user"  # never merged into an assistant turn: opens the next user one
         if piece_role == role and piece_role != "system":
             if blocks is None:  # merge into a copy of the previous whole message
                 prev = out[-1]
@@ -239,15 +247,37 @@ def _blocks_of(message: Any) -> list[Mapping[str, Any]]:
 
 
 def mark_head(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int]) -> bool:
-    """Put a breakpoint on block ``at`` = (message, block) (the message and block become
-    copies), unless the request already has the most it may; whether it did."""
+    """Put a breakpoint at the end of the pinned head, ``at`` = (message, block) (the message
+    and block become copies), unless the request already has the most it may; whether it did.
+
+    The block must be a user message's: assistant turns are never rewritten (a thinking block's
+    signature and a tool call's pairing are the client's), so when the head ends on one the mark
+    goes on the last block of the latest user message before it. Any prefix of the pinned head
+    is as stable as the head itself; the cached prefix is only shorter."""
     if breakpoints(body, messages) >= MAX_BREAKPOINTS:
         return False
-    i, j = at
+    place = _user_block(messages, at)
+    if place is None:
+        return False
+    i, j = place
     content = _as_blocks(messages[i]["content"])
     block = content[j]
-    if block.get("cache_control") or block.get("type") in ("thinking", "redacted_thinking"):
-        return False  # already one there; thinking blocks cannot carry one
+    if block.get("cache_control"):
+        return False  # already one there
     content[j] = {**block, "cache_control": _EPHEMERAL}
     messages[i] = {**messages[i], "content": content}
     return True
+
+
+def _user_block(messages: Sequence[Any], at: tuple[int, int]) -> tuple[int, int] | None:
+    """Block ``at`` if its message is the user's, else the last block of the latest user
+    message before it (None when there is none, or it has no block)."""
+    i, j = at
+    while i >= 0 and messages[i].get("role") != "user":
+        i, j = i - 1, -1
+    if i < 0:
+        return None
+    count = len(_as_blocks(messages[i]["content"]))
+    if not count:
+        return None
+    return i, (j if j >= 0 else count - 1)

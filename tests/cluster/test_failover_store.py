@@ -11,7 +11,8 @@ import time
 import uuid
 
 import pytest
-from harness import LocalRedisCluster, LocalSentinel, free_port
+import redis
+from harness import LocalRedisCluster, LocalSentinel, PrivateRedis, free_port
 
 from proxy.metrics import Metrics
 from proxy.store import ObservedStore
@@ -126,3 +127,75 @@ async def test_sentinel_master_killed_mid_reservations(redis_sentinel: LocalSent
     finally:
         await store.close()
         redis_sentinel.restart_as_replica(victim)
+
+
+async def test_a_cluster_client_failing_outside_redis_errors_is_retried_through() -> None:
+    """The cluster client raises ``RedisClusterException`` (not a ``RedisError``) while no node
+    it can reach serves every slot: as in a failover, the call is retried within
+    ``failover_seconds``, not given up at once. Here the only node comes up, and then gets its
+    slots, while the first reservation is being retried."""
+    node = PrivateRedis()
+    node.cmd += ["--cluster-enabled", "yes", "--cluster-config-file", f"{node.workdir}/n.conf"]
+
+    def come_up() -> None:
+        time.sleep(0.3)
+        node.start()
+        time.sleep(0.3)
+        with redis.Redis(port=node.port) as admin:
+            admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+
+    metrics = Metrics()
+    store = ObservedStore(
+        RedisStore(
+            client=cluster_client(node.url.removesuffix("/0"), 0.5, 8),
+            failover_seconds=15.0,
+            observer=metrics,
+        ),
+        metrics,
+    )
+    try:
+        starting = asyncio.create_task(asyncio.to_thread(come_up))
+        r = await store.reserve("late-" + uuid.uuid4().hex[:8], [(BudgetWindow("t", "day", 9), 1)])
+        await starting
+        assert r.admitted
+        assert retried_for(metrics, "reserve", "RedisClusterException") >= 1
+    finally:
+        await store.close()
+        node.close()
+
+
+def retried_for(metrics: Metrics, op: str, error: str) -> float:
+    for family in metrics.registry.collect():
+        if family.name == "routefit_store_op_retries":
+            return sum(
+                s.value
+                for s in family.samples
+                if s.name.endswith("_total")
+                and s.labels.get("op") == op
+                and s.labels.get("error") == error
+            )
+    return 0.0
+
+
+@pytest.mark.parametrize(("failover", "retried"), [(0.0, 0), (0.01, 1)])
+async def test_a_failover_window_shorter_than_an_attempt_still_retries_once(
+    failover: float, retried: int
+) -> None:
+    """'Retried at least once, however long its first attempt took' (with failover_seconds > 0),
+    and never with failover_seconds = 0: against a node that never comes up, the call gives up
+    as StoreUnavailable after exactly that many retries."""
+    metrics = Metrics()
+    store = ObservedStore(
+        RedisStore(
+            client=cluster_client(f"redis://127.0.0.1:{free_port()}", 0.2, 4),
+            failover_seconds=failover,
+            observer=metrics,
+        ),
+        metrics,
+    )
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.reserve("down", [(BudgetWindow("t", "day", 9), 1)])
+        assert retried_for(metrics, "reserve", "RedisClusterException") == retried
+    finally:
+        await store.close()

@@ -83,6 +83,46 @@ def test_missing_and_wrong_keys_are_401_and_never_echoed(gw):
     with pytest.raises(openai.AuthenticationError):
         client.chat.completions.create(**body)
     assert wrong not in gw.log() and ALPHA not in gw.log()
+    # the Responses API's stored responses too: every route, before any lookup
+    rid = "resp_" + uuid.uuid4().hex
+    for method, path in [
+        ("POST", "/responses"),
+        ("GET", f"/responses/{rid}"),
+        ("GET", f"/responses/{rid}/input_items"),
+        ("DELETE", f"/responses/{rid}"),
+    ]:
+        for headers in ({}, {"authorization": f"Bearer {wrong}"}):
+            payload = {"model": "gpt-4o", "input": "hi"} if method == "POST" else None
+            r = httpx.request(method, gw.v1 + path, json=payload, headers=headers)
+            assert r.status_code == 401, (method, path, r.text)
+            assert r.json()["error"]["code"] == "invalid_api_key"
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def test_a_stored_response_is_its_teams_alone(gw):
+    alpha = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
+    beta = openai.OpenAI(base_url=gw.v1, api_key=BETA, max_retries=0)
+    first = alpha.responses.create(model="gpt-4o", input="remember the owl")
+    assert alpha.responses.retrieve(first.id).id == first.id
+    items = httpx.get(f"{gw.v1}/responses/{first.id}/input_items", headers=_auth(ALPHA))
+    assert items.status_code == 200 and "remember the owl" in items.text
+    follow = alpha.responses.create(model="gpt-4o", previous_response_id=first.id, input="more")
+    assert follow.output_text
+    # another team's key finds nothing: not the response, its input, its chain, nor to delete
+    with pytest.raises(openai.NotFoundError):
+        beta.responses.retrieve(first.id)
+    theirs = httpx.get(f"{gw.v1}/responses/{first.id}/input_items", headers=_auth(BETA))
+    assert theirs.status_code == 404
+    with pytest.raises(openai.NotFoundError):
+        beta.responses.create(model="gpt-4o", previous_response_id=first.id, input="steal")
+    with pytest.raises(openai.NotFoundError):
+        beta.responses.delete(first.id)
+    alpha.responses.delete(first.id)  # still there for its owner, who may delete it
+    with pytest.raises(openai.NotFoundError):
+        alpha.responses.retrieve(first.id)
 
 
 def test_a_team_reaches_only_its_routes_and_its_usage(gw):

@@ -30,11 +30,11 @@ def upstream(message: str, status: int = 400, code: str | None = None) -> ProxyE
             9321,
         ),
         (
-            "This model's maximum context length is 8192 tokens. However, you requested 9400 "
-            "tokens (9000 in the messages, 200 in the functions, 200 in the completion). Please "
+            "This model's maximum context length is 8192 tokens. However, you requested 9350 "
+            "tokens (9000 in the messages, 150 in the functions, 200 in the completion). Please "
             "reduce the length of the messages or completion.",
             "context_length_exceeded",
-            9200,
+            9150,
         ),
         (
             "This model's maximum context length is 8192 tokens. However, you requested 9400 "
@@ -70,3 +70,16 @@ def test_nothing_is_read_where_nothing_is_stated_or_it_is_not_an_overflow() -> N
     assert provider_count(upstream("invalid value for temperature: resulted in 12 tokens")) is None
     own = ProxyError(400, "prompt is too long: 9000 tokens > 8192 maximum")
     assert provider_count(own) is None  # routefit's own refusal is not a provider's count
+
+
+def test_the_code_alone_says_overflow_and_the_status_is_a_refusals() -> None:
+    # (mutation testing: docs/mutation.md) the code is enough without the words; a 413 is a
+    # refusal too; a 5xx with the same text, or a text that states a count but neither says
+    # nor is coded an overflow, is not read
+    stated = "Your messages resulted in 9321 tokens."
+    assert provider_count(upstream(stated, code="context_length_exceeded")) == 9321
+    overflow = "maximum context length is 8192 tokens. However, your messages resulted in 9321"
+    assert provider_count(upstream(overflow + " tokens.", 413)) == 9321
+    assert provider_count(upstream(overflow + " tokens.", 500)) is None
+    requested = "you requested 9400 tokens (9200 in the messages, 200 in the completion)"
+    assert provider_count(upstream(requested)) is None

@@ -56,6 +56,9 @@ def gw(sim, tmp_path_factory):
     routes = [
         sim_route("dense", sim.base_url, "mystery-dense", model_info=SMALL),
         claude_route("claude-dense", sim.base_url, "claude-dense"),
+        # routefit believes in a window the provider does not have, but counts exactly as it
+        # does: an overflow there is no under-estimate of routefit's to refit
+        sim_route("narrow", sim.base_url, "gpt-4o-small", model_info={"max_input_tokens": 128_000}),
     ]
     # The prior a new route is priced by covers tokenizers up to ~x1.4 (docs/calibration.md);
     # these routes must be ones it does not cover, so that only the provider can say "too long":
@@ -164,3 +167,19 @@ def test_anthropic_overflow_at_the_provider_is_refitted_and_served(gw, sim):
     assert len(overflowed(sim, "/v1/messages", seen)) == 1
     assert refits(gw, "claude-dense") == before + 1
     assert "elided_messages=" in raw.headers["x-routefit-actions"]
+
+
+def test_an_overflow_routefit_did_not_under_estimate_is_the_providers_answer(gw, sim):
+    # Only if the provider counted more than routefit estimated is there a refit; otherwise its
+    # 400 reaches the client as it is, and the identical request is not sent a second time.
+    body = {"model": "narrow", "messages": session(4, turns=30), "max_tokens": 200}
+    before = refits(gw, "narrow")
+    seen = last_id(sim)
+    client = openai.OpenAI(base_url=gw.v1, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(**body)
+    assert refused.value.code == "context_length_exceeded"
+    assert "maximum context length is 8192 tokens" in refused.value.message
+    sent = [e for e in sim.requests(path="/v1/chat/completions") if e["id"] > seen]
+    assert len(sent) == 1, sent
+    assert refits(gw, "narrow") == before

@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 import pytest
 from harness import Running, gateway_config, private_redis, run_routefit, sim_route
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
 from relkit import metric, record
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
@@ -493,8 +495,12 @@ def test_work_outliving_the_drain_deadline_ends_cleanly_and_settles_its_budget(
         url = base_url + "/v1/chat/completions"
         answers.append(httpx.post(url, json=body, headers=AUTH, timeout=60))
 
+    # The worker's counters outlive it as prometheus_client's multiprocess files.
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     try:
-        with run_routefit(config, extra_args=["--drain-seconds", "1"]) as running:
+        with run_routefit(config, env=env, extra_args=["--drain-seconds", "1"]) as running:
             holder = threading.Thread(target=hold, args=(running.base_url,))
             holder.start()
             assert first.wait(HANG)
@@ -519,12 +525,32 @@ def test_work_outliving_the_drain_deadline_ends_cleanly_and_settles_its_budget(
     assert [a.status_code for a in answers] == [503]
     assert answers[0].json()["error"]["code"] == "shutting_down"
     assert "Traceback" not in log, log
+    # The stream the drain cut is counted with the disconnects (499), not as the provider's
+    # failure (502): the provider did nothing wrong.
+    counted = _counters(metrics_dir)
+    assert counted.get(("routefit_requests_total", "499")) == 1, counted
+    assert ("routefit_requests_total", "502") not in counted, counted
+    assert counted.get(("routefit_errors_total", "disconnect")) == 1, counted
+    assert ("routefit_errors_total", "upstream") not in counted, counted
     with run_routefit(config) as again:
         # Settled, not left reserved: both requests had reached the provider, so each is
         # charged its prompt (and the stream what it relayed), never its 20-token output reserve
         # (docs/security.md "Charging on every exit").
         charged = _team_used(again.base_url)
         assert 0 < charged < 2 * 20, charged
+
+
+def _counters(metrics_dir: Path) -> dict[tuple[str, str], float]:
+    """(sample, status or kind) → value of the request and error counters a worker left."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir))
+    found: dict[tuple[str, str], float] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            label = sample.labels.get("status") or sample.labels.get("kind")
+            if sample.name in ("routefit_requests_total", "routefit_errors_total") and label:
+                found[(sample.name, label)] = sample.value
+    return found
 
 
 def test_connections_beyond_the_limit_get_503_until_slots_free(sim, tmp_path: Path):

@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 import orjson
+from depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -16,7 +17,7 @@ from pricing.images import default_image_rule
 from pricing.route import Route
 from proxy.wires.anthropic import native_body
 from proxy.wires.anthropic_parse import parse_anthropic
-from proxy.wires.anthropic_render import MAX_BREAKPOINTS, breakpoints
+from proxy.wires.anthropic_render import MAX_BREAKPOINTS, breakpoints, mark_head
 from strategies.fit import FitError, fit
 from strategies.policy import FitPolicy
 
@@ -44,48 +45,86 @@ PNG = _png()
 EPHEMERAL = {"type": "ephemeral"}
 
 
+#: What a generated session may carry a client breakpoint on: tools, system blocks, message
+#: blocks (text, tool_result) and the blocks inside a tool_result, as Anthropic counts them all.
+TOOLS = [
+    {"name": "read", "description": "Read a file.", "input_schema": {"type": "object"}},
+    {"name": "grep", "description": "Search files.", "input_schema": {"type": "object"}},
+]
+
+
+def _assistant_turn(draw: st.DrawFn, t: int, calls: int) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = []
+    thinking = draw(st.sampled_from(["thinking", "thinking", "redacted_thinking", None]))
+    if thinking == "thinking":
+        blocks.append({"type": "thinking", "thinking": f"think {t}", "signature": f"s{t}"})
+    elif thinking == "redacted_thinking":
+        blocks.append({"type": "redacted_thinking", "data": f"opaque{t}"})
+    blocks.append({"type": "text", "text": f"step {t} " * draw(st.integers(1, 30))})
+    for c in range(calls):
+        blocks.append({"type": "tool_use", "id": f"toolu_{t}_{c}", "name": "read", "input": {}})
+    return {"role": "assistant", "content": blocks}
+
+
+def _user_turn(draw: st.DrawFn, t: int, calls: int) -> dict[str, Any]:
+    reply: list[dict[str, Any]] = []
+    for c in range(calls):
+        content: Any = f"out {t} " * draw(st.integers(1, 400))
+        shape = draw(st.integers(0, 5))
+        if shape == 0:
+            content = [
+                {"type": "text", "text": "screenshot"},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": PNG},
+                },
+            ]
+        elif shape == 1:
+            content = [{"type": "text", "text": content}, {"type": "text", "text": "exit 0"}]
+        reply.append({"type": "tool_result", "tool_use_id": f"toolu_{t}_{c}", "content": content})
+    if not reply or draw(st.booleans()):
+        reply.append({"type": "text", "text": f"user {t} " * draw(st.integers(1, 40))})
+    return {"role": "user", "content": reply}
+
+
+def _markable(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every block a client may put ``cache_control`` on, in request order."""
+    spots: list[dict[str, Any]] = [*body.get("tools", []), *body["system"]]
+    for m in body["messages"]:
+        for b in m["content"] if isinstance(m["content"], list) else []:
+            if b["type"] in ("text", "tool_result"):
+                spots.append(b)
+            if b["type"] == "tool_result" and isinstance(b["content"], list):
+                spots.extend(x for x in b["content"] if x["type"] == "text")
+    return spots
+
+
 @st.composite
 def sessions(draw: st.DrawFn) -> dict[str, Any]:
+    """An agent session: thinking turns (often), tool rounds whose results are long strings or
+    lists of blocks, a reminder now and then, and up to 4 client breakpoints anywhere Anthropic
+    counts one (tools, system blocks, message blocks, blocks inside a tool result)."""
     turns = draw(st.integers(1, 14))
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Task: investigate."}]
+    task = "Task: investigate."
+    first: Any = task if draw(st.booleans()) else [{"type": "text", "text": task}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
     for t in range(turns):
         calls = draw(st.integers(0, 2))
-        blocks: list[dict[str, Any]] = []
-        if draw(st.booleans()):
-            blocks.append({"type": "thinking", "thinking": f"think {t}", "signature": f"s{t}"})
-        blocks.append({"type": "text", "text": f"step {t} " * draw(st.integers(1, 30))})
-        for c in range(calls):
-            blocks.append(
-                {"type": "tool_use", "id": f"toolu_{t}_{c}", "name": "read", "input": {"n": c}}
-            )
-        messages.append({"role": "assistant", "content": blocks})
-        reply: list[dict[str, Any]] = []
-        for c in range(calls):
-            content: Any = f"out {t} " * draw(st.integers(1, 400))
-            if draw(st.integers(0, 5)) == 0:
-                content = [
-                    {"type": "text", "text": "screenshot"},
-                    {
-                        "type": "image",
-                        "source": {"type": "base64", "media_type": "image/png", "data": PNG},
-                    },
-                ]
-            reply.append(
-                {"type": "tool_result", "tool_use_id": f"toolu_{t}_{c}", "content": content}
-            )
-        if not reply or draw(st.booleans()):
-            reply.append({"type": "text", "text": f"user {t} " * draw(st.integers(1, 40))})
-        messages.append({"role": "user", "content": reply})
+        messages.append(_assistant_turn(draw, t, calls))
+        messages.append(_user_turn(draw, t, calls))
         if draw(st.integers(0, 6)) == 0:
             messages.append({"role": "system", "content": f"reminder {t}"})
-    # client breakpoints on up to 3 random text blocks (plus at most one in system)
-    texts = [
-        b for m in messages for b in m["content"] if isinstance(b, dict) and b["type"] == "text"
-    ]
-    for i in draw(st.lists(st.integers(0, len(texts) - 1), max_size=3, unique=True)):
-        texts[i]["cache_control"] = EPHEMERAL
-    system = [{"type": "text", "text": "You are an agent.", "cache_control": EPHEMERAL}]
-    return {"model": "claude", "max_tokens": 1024, "system": system, "messages": messages}
+    system = [{"type": "text", "text": "You are an agent."}]
+    if draw(st.booleans()):
+        system.append({"type": "text", "text": "Work in /repo."})
+    body: dict[str, Any] = {"model": "claude", "max_tokens": 1024, "system": system}
+    if draw(st.booleans()):
+        body["tools"] = [dict(tool) for tool in TOOLS]
+    body["messages"] = messages
+    spots = _markable(body)
+    for i in draw(st.lists(st.integers(0, len(spots) - 1), max_size=MAX_BREAKPOINTS, unique=True)):
+        spots[i]["cache_control"] = EPHEMERAL
+    return body
 
 
 def _fitted(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -102,7 +141,23 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
-COMMON = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _marks(value: Any) -> int:
+    """``cache_control`` marks anywhere in a JSON value: the count Anthropic limits to 4,
+    taken without routefit's own counter."""
+    if isinstance(value, dict):
+        return ("cache_control" in value) + sum(_marks(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_marks(v) for v in value)
+    return 0
+
+
+#: Elided sessions whose head ends on a thinking turn, or that carry 4 marks one of them on a
+#: tool, are a small share of what is generated: the ``ci`` profile searches 1,500 examples
+#: for the properties that guard them (DEEP), 500 for the others.
+COMMON = settings(
+    max_examples=examples(60, 500), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+DEEP = settings(COMMON, max_examples=examples(60, 1500))
 
 
 @COMMON
@@ -127,7 +182,7 @@ def test_tool_results_are_never_orphaned(body: dict[str, Any]) -> None:
             assert uses <= after
 
 
-@COMMON
+@DEEP
 @given(sessions())
 def test_thinking_stays_with_its_turn_unaltered(body: dict[str, Any]) -> None:
     out = _fitted(body)
@@ -135,18 +190,79 @@ def test_thinking_stays_with_its_turn_unaltered(body: dict[str, Any]) -> None:
         return
     originals = [orjson.dumps(m) for m in body["messages"] if m["role"] == "assistant"]
     for m in out["messages"]:
-        if any(b["type"] in ("thinking", "tool_use") for b in _blocks(m)):
-            # an assistant turn with thinking or tool calls goes out as the client sent it
+        if m["role"] == "assistant" and not _is_marker(m):
+            # an assistant turn goes out as the client sent it: no breakpoint added to it
+            # (thinking blocks carry signatures, tool_use blocks pair with their results)
             assert orjson.dumps(m) in originals
+    assert orjson.dumps(out["system"]) == orjson.dumps(body["system"])
+    assert orjson.dumps(out.get("tools")) == orjson.dumps(body.get("tools"))
 
 
-@COMMON
+@DEEP
 @given(sessions())
 def test_never_more_than_four_breakpoints(body: dict[str, Any]) -> None:
     out = _fitted(body)
     if out is None:
         return
-    assert breakpoints(out, out["messages"]) <= MAX_BREAKPOINTS
+    assert _marks(out) <= MAX_BREAKPOINTS
+    assert breakpoints(out, out["messages"]) == _marks(out)
+
+
+def _is_marker(message: dict[str, Any]) -> bool:
+    """A message routefit wrote in place of elided ones, and nothing else."""
+    return all(
+        b["type"] == "text" and b["text"].startswith("[routefit: ") for b in _blocks(message)
+    )
+
+
+def test_the_head_mark_goes_on_the_user_turn_before_a_thinking_turn() -> None:
+    # The head of this elided session ends on an assistant turn with a thinking block: the
+    # breakpoint routefit adds goes on the user message before it, the turn itself untouched.
+    turn = {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "plan", "signature": "sig"},
+            {"type": "text", "text": "Reading."},
+        ],
+    }
+    messages = [
+        {"role": "user", "content": "Task: investigate."},
+        turn,
+        {"role": "user", "content": "long " * 3000},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "and now?"},
+    ]
+    head = (1, 1)
+    assert mark_head({}, messages, head)
+    assert messages[1] is turn
+    assert messages[0]["content"] == [
+        {"type": "text", "text": "Task: investigate.", "cache_control": {"type": "ephemeral"}}
+    ]
+
+
+def test_the_head_mark_counts_tools_system_and_tool_result_blocks() -> None:
+    # Four client marks (a tool, a system block, a tool_result, a block inside one): no fifth.
+    body = {
+        "tools": [{"name": "read", "input_schema": {}, "cache_control": EPHEMERAL}],
+        "system": [{"type": "text", "text": "s", "cache_control": EPHEMERAL}],
+    }
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "cache_control": EPHEMERAL,
+        "content": [{"type": "text", "text": "out", "cache_control": EPHEMERAL}],
+    }
+    messages: list[Any] = [
+        {"role": "user", "content": "Task"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read"}]},
+        {"role": "user", "content": [result, {"type": "text", "text": "go on"}]},
+    ]
+    assert breakpoints(body, messages) == 4
+    assert not mark_head(body, messages, (2, 1))
+    assert _marks([body, messages]) == 4
+    del body["tools"][0]["cache_control"]
+    assert mark_head(body, messages, (2, 1))
+    assert _marks([body, messages]) == 4
 
 
 @COMMON
