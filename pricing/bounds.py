@@ -207,7 +207,7 @@ class Proof:
         #: The tokenizer a text may be counted in pieces with (None: the bound cannot tighten).
         self.tok: Tokenizer | None = None
         if spec in BYTE_LEVEL or spec in BYTE_LEVEL_NFKC:
-            self.tok = get_tokenizer(spec)
+            self.tok = get_tokenizer(spec, route.scope)
         self._texts: dict[int, _Counted] = {}
         #: Bounds of the long texts, computed once however often the request is bounded.
         self._bounds: dict[int, tuple[str, int, bool]] = {}

@@ -148,7 +148,7 @@ def _cut_plain(text: str, total: int, budget: int, tok: Tokenizer) -> tuple[Foun
 
 def cap_text(text: str, cap: int, route: Route, *, overhead: int = 0) -> str:
     """``text`` cut to fit ``cap - overhead`` tokens on ``route`` (unchanged when it fits)."""
-    cut = cut_text(text, cap - overhead, get_tokenizer(route.tokenizer))
+    cut = cut_text(text, cap - overhead, get_tokenizer(route.tokenizer, route.scope))
     return text if cut is None else cut.text
 
 
@@ -158,7 +158,7 @@ def cap_message(message: Message, cap: int, route: Route) -> Capped | None:
     None when it already fits. Text parts are cut; image parts stay in place, untouched.
     Raises CapTooSmall when the framing plus the smallest marker form exceeds the cap.
     """
-    tok = get_tokenizer(route.tokenizer)
+    tok = get_tokenizer(route.tokenizer, route.scope)
     frame = frame_message(message, route.framing, tok)
     fixed = frame.text + frame.framing
     texts = [j for j, p in enumerate(message.parts) if isinstance(p, TextPart)]

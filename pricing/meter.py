@@ -3,7 +3,8 @@
 ``measure`` is pure and deterministic: same request, same route, same image sizes → same
 Pressure. It is also cheap on the second call: text counts are memoised per content digest and
 image sizes per image digest, so re-measuring a conversation that grew by one turn costs about
-the new turn.
+the new turn. Both memos are keyed by ``route.scope`` too (the tenant whose prompt it is): one
+tenant's counts never make another's request faster.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class Pressure:
 def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePrice:
     """The route's price for one image; message/part indices are filled in by the caller."""
     rule = route.image_rule
-    info = probe(part.url, route.image_limits)
+    info = probe(part.url, route.image_limits, route.scope)
     width: int | None
     height: int | None
     if info is not None:
@@ -133,7 +134,7 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
         width = height = None
     if not (route.supports_vision and rule.visual):
         text = placeholder(info, part.url)
-        tokens = get_tokenizer(route.tokenizer).count(text)
+        tokens = get_tokenizer(route.tokenizer, route.scope).count(text)
         # Sent as text whatever the configured rule says, so report it as text.
         return ImagePrice(0, 0, "text-only", part.detail, width, height, tokens, True, text)
     if width is not None and height is not None:
@@ -159,7 +160,7 @@ def measure_message(
     sizes: Sizes | None = None,
     prev_role: str | None = None,
 ) -> tuple[MessagePressure, tuple[ImagePrice, ...]]:
-    tok = get_tokenizer(route.tokenizer)
+    tok = get_tokenizer(route.tokenizer, route.scope)
     text = 0
     image_tokens = 0
     defaulted = unsized = 0
@@ -260,7 +261,7 @@ def measure_messages(
 ) -> Pressure:
     per_message: list[MessagePressure] = []
     details: list[ImagePrice] = []
-    tok = get_tokenizer(route.tokenizer)
+    tok = get_tokenizer(route.tokenizer, route.scope)
     tok.prefetch([p.text for m in messages for p in m.parts if isinstance(p, TextPart)])
     prev_role: str | None = None
     for i, message in enumerate(messages):

@@ -10,7 +10,8 @@ The parsers are written out here rather than borrowed from Pillow: ``Image.open`
 but it wants a seekable file-like object holding every byte up to the header and its error
 behaviour on a prefix varies by plugin; four small parsers are easier to bound and to read.
 
-A conversation is re-sent every turn, so results are cached. Hashing every byte of a multi-MB
+A conversation is re-sent every turn, so results are cached, per tenant (``probe``'s ``scope``:
+a result one tenant's image paid for never serves another's). Hashing every byte of a multi-MB
 data URL on every turn would cost more than the probe itself, so the cache key is a fingerprint
 (the length, the leading characters, evenly spaced samples and the tail). The dimensions it
 returns are nevertheless exact for any image with that key: a header is a function of the
@@ -340,7 +341,8 @@ class _Entry:
 
 
 class ProbeCache:
-    """A bounded, thread-safe LRU of probe results by data-URL fingerprint."""
+    """A bounded, thread-safe LRU of probe results by data-URL fingerprint and scope (one
+    bound for all scopes)."""
 
     def __init__(self, maxsize: int = 4096) -> None:
         self.maxsize = maxsize
@@ -385,11 +387,13 @@ def _lookup(data_url: _DataURL, key: bytes) -> ImageInfo | None:
     return entry.info
 
 
-def probe(url: str, limits: ImageLimits) -> ImageInfo | None:
+def probe(url: str, limits: ImageLimits, scope: bytes = b"") -> ImageInfo | None:
     """Size a ``data:`` URL image from its header; None for any other URL.
 
     Raises ImageError (a 400 for the client) for an undecodable, unsupported, truncated,
     oversized or absurdly large image. Only the base64 groups holding the header are decoded.
+    ``scope``: the tenant whose prompt holds the image (``Route.scope``); the cache serves a
+    result only to the tenant that probed it first.
     """
     if url[:5].lower() != "data:":
         return None
@@ -399,7 +403,8 @@ def probe(url: str, limits: ImageLimits) -> ImageInfo | None:
         raise ImageError(
             f"the image is {size} bytes, over this route's limit of {limits.max_image_bytes}"
         )
-    key = _fingerprint(data_url)
+    fingerprint = _fingerprint(data_url)
+    key = fingerprint + scope  # a fingerprint has a fixed length: unambiguous
     info = _lookup(data_url, key)
     if info is not None:
         CACHE.hits += 1
@@ -408,7 +413,7 @@ def probe(url: str, limits: ImageLimits) -> ImageInfo | None:
     CACHE.misses += 1
     header, reads = _read(data_url)
     check_header(header, limits)
-    info = ImageInfo(header.width, header.height, header.format, key.hex(), size)
+    info = ImageInfo(header.width, header.height, header.format, fingerprint.hex(), size)
     if reads is not None:
         beyond = tuple(r for r in reads if r[1] > _KEY_PREFIX)
         digest = _reads_digest(data_url, beyond) if beyond else None

@@ -38,6 +38,11 @@ class Route:
     image_rule: ImageRule = field(default_factory=text_only)
     supports_vision: bool = False
     image_limits: ImageLimits = field(default_factory=ImageLimits)
+    #: Whose prompts this route prices (the proxy's team; empty: one tenant, no teams). It
+    #: changes no price: it keys the memo caches of prompt-derived facts (token counts, image
+    #: probes), so nothing one tenant sent shows, even as a faster count, to another
+    #: (docs/security.md, "Isolation of prompt-derived facts").
+    scope: bytes = b""
 
     @property
     def exact_text(self) -> bool:

@@ -7,8 +7,10 @@ gateway that stalls on a CDN at start-up, or in the middle of a request, is wors
 counts approximately.
 
 Counting is the hot path of the whole proxy. A conversation is re-sent every turn with one or two
-new messages, so counts are memoised per (tokenizer, content digest) in a bounded LRU: a long
-conversation is tokenized once, not once per turn.
+new messages, so counts are memoised per (tokenizer, scope, content digest) in a bounded LRU: a
+long conversation is tokenized once, not once per turn. The scope is the tenant whose prompt the
+text is (``Route.scope``): a count is reused only for the tenant that sent the text, so no one
+can time a request to learn whether another tenant sent a text first (``CountCache``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass, field, replace
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +41,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerError",
     "count_apart",
+    "count_cache_lookups",
     "default_tokenizer",
     "get_tokenizer",
     "litellm_tokenizer_dir",
@@ -104,33 +107,45 @@ class Tokenizer(Protocol):
 
 
 class CountCache:
-    """A bounded, thread-safe LRU from content to token count for one tokenizer."""
+    """A bounded, thread-safe LRU from (scope, content) to token count for one tokenizer.
+
+    ``scope`` is the tenant whose prompt the text came from (``Route.scope``): an entry serves
+    only lookups of the same scope, so a count one tenant paid for never makes another's
+    request faster — a hit is ~500x faster than counting a 100 KB text, a difference a
+    stranger could time to confirm a guess of what someone else sent. The bound is shared by
+    all scopes (one LRU): it does not grow with the number of tenants.
+
+    ``hits`` and ``misses`` count lookups of long texts (``_SHORT`` characters or more): a hit
+    is a count served from the cache, a miss a text counted because the cache did not hold it
+    (a new entry). The proxy exports them (``routefit_count_cache_lookups_total``).
+    """
 
     def __init__(self, maxsize: int = 131072) -> None:
         self.maxsize = maxsize
         self._data: OrderedDict[bytes, int] = OrderedDict()
         # Short strings (roles, names, ids) are their own key in a plain dict: no hashing, no
         # LRU bookkeeping; it is simply emptied when full.
-        self._short: dict[str, int] = {}
+        self._short: dict[tuple[bytes, str], int] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     @staticmethod
-    def key(text: str) -> bytes:
-        # xxh3-128: a content digest at memory speed (a 400 KB conversation costs ~0.1 ms).
-        return xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
+    def key(text: str, scope: bytes = b"") -> bytes:
+        # xxh3-128: a content digest at memory speed (a 400 KB conversation costs ~0.1 ms); the
+        # digest has a fixed length, so digest + scope is unambiguous.
+        return xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass")) + scope
 
-    def get_or_compute(self, text: str, compute: Callable[[str], int]) -> int:
+    def get_or_compute(self, text: str, compute: Callable[[str], int], scope: bytes = b"") -> int:
         if len(text) < _SHORT:
-            n = self._short.get(text)
+            n = self._short.get((scope, text))
             if n is None:
                 n = compute(text)
                 if len(self._short) >= self.maxsize:
                     self._short.clear()
-                self._short[text] = n
+                self._short[(scope, text)] = n
             return n
-        k = xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
+        k = self.key(text, scope)
         n = self._data.get(k)  # a dict read is atomic under the GIL: no lock on the hot path
         if n is not None:
             with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
@@ -138,40 +153,45 @@ class CountCache:
             self.hits += 1
             return n
         n = compute(text)
-        self.put(text, n)
+        self.put(text, n, scope)
         return n
 
-    def peek(self, text: str) -> int | None:
-        """The memoised count of ``text``, if any (nothing is counted)."""
+    def peek(self, text: str, scope: bytes = b"") -> int | None:
+        """The memoised count of ``text`` in ``scope``, if any (nothing is counted)."""
         if len(text) < _SHORT:
-            return self._short.get(text)
-        return self._data.get(self.key(text))
+            return self._short.get((scope, text))
+        n = self._data.get(self.key(text, scope))
+        if n is not None:
+            self.hits += 1
+        return n
 
-    def missing(self, texts: Sequence[str]) -> list[str]:
-        """The distinct texts among ``texts`` that are not cached yet.
+    def missing(self, texts: Sequence[str], scope: bytes = b"") -> list[str]:
+        """The distinct texts among ``texts`` that are not cached in ``scope`` yet.
 
         A conversation re-sent with one new turn has all but its newest texts cached; when the
         second-longest text is cached, that is assumed and nothing is returned, so the warm path
         does not hash every text twice (once here, once when it is counted).
         """
         long = sorted((t for t in texts if len(t) >= _SHORT), key=len)
-        if len(long) >= 2 and self.key(long[-2]) in self._data:
+        if len(long) >= 2 and self.key(long[-2], scope) in self._data:
             return []
         out: dict[bytes, str] = {}
         for text in long:
-            if len(text) >= _SHORT:
-                k = self.key(text)
-                if k not in self._data:
-                    out.setdefault(k, text)
+            k = self.key(text, scope)
+            if k not in self._data:
+                out.setdefault(k, text)
         return list(out.values())
 
-    def put(self, text: str, n: int) -> None:
+    def put(self, text: str, n: int, scope: bytes = b"") -> None:
         if len(text) < _SHORT:
-            self._short[text] = n
+            self._short[(scope, text)] = n
             return
+        k = self.key(text, scope)
         with self._lock:
-            self.misses += 1
-            self._data[self.key(text)] = n
+            if k not in self._data:
+                self.misses += 1
+            self._data[k] = n
+            self._data.move_to_end(k)
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
 
@@ -245,16 +265,18 @@ def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True)
 
 
 def memoised(tok: Tokenizer, text: str) -> int | None:
-    """The memoised count of ``text`` when there is one (nothing is counted)."""
+    """The memoised count of ``text`` in ``tok``'s scope when there is one (nothing is
+    counted)."""
     if isinstance(tok, _Tiktoken | _HuggingFace):
-        return tok.cache.peek(text)
+        return tok.cache.peek(text, tok.scope)
     return None
 
 
 def remember(tok: Tokenizer, text: str, n: int) -> None:
-    """Memoise ``n`` as the count of ``text`` (counted another way, e.g. piece by piece)."""
+    """Memoise ``n`` as the count of ``text`` in ``tok``'s scope (counted another way, e.g.
+    piece by piece)."""
     if isinstance(tok, _Tiktoken | _HuggingFace) and text:
-        tok.cache.put(text, n)
+        tok.cache.put(text, n, tok.scope)
 
 
 def _encoder(tok: Tokenizer) -> Callable[[str], Sequence[int]] | None:
@@ -269,6 +291,8 @@ class _Tiktoken:
     name: str
     _enc: Any
     cache: CountCache = field(default_factory=CountCache)
+    #: Whose texts this view counts (``get_tokenizer``): the key the cache files them under.
+    scope: bytes = b""
 
     def _count(self, text: str) -> int:
         if len(text) < _SPLIT_ABOVE or _THREADS == 1:
@@ -279,16 +303,16 @@ class _Tiktoken:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return self.cache.get_or_compute(text, self._count)
+        return self.cache.get_or_compute(text, self._count, self.scope)
 
     def prefetch(self, texts: Sequence[str]) -> None:
-        todo = self.cache.missing(texts)
+        todo = self.cache.missing(texts, self.scope)
         if not _worth_batching(todo):
             return
         for text, ids in zip(
             todo, self._enc.encode_ordinary_batch(todo, num_threads=_THREADS), strict=True
         ):
-            self.cache.put(text, len(ids))
+            self.cache.put(text, len(ids), self.scope)
 
     def boundaries(self, text: str) -> list[int]:
         if not text:
@@ -303,6 +327,8 @@ class _HuggingFace:
     name: str
     _tok: Any
     cache: CountCache = field(default_factory=CountCache)
+    #: Whose texts this view counts (``get_tokenizer``): the key the cache files them under.
+    scope: bytes = b""
 
     #: Whether ``split_for_count`` holds for this file (checked for the files routefit ships;
     #: an operator's file may pre-tokenize in ways a cut would change, e.g. a leading ``▁``).
@@ -320,15 +346,15 @@ class _HuggingFace:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return self.cache.get_or_compute(text, self._count)
+        return self.cache.get_or_compute(text, self._count, self.scope)
 
     def prefetch(self, texts: Sequence[str]) -> None:
-        todo = self.cache.missing(texts)
+        todo = self.cache.missing(texts, self.scope)
         if not _worth_batching(todo):
             return
         encoded = self._tok.encode_batch(todo, add_special_tokens=False)
         for text, enc in zip(todo, encoded, strict=True):
-            self.cache.put(text, len(enc.ids))
+            self.cache.put(text, len(enc.ids), self.scope)
 
     def boundaries(self, text: str) -> list[int]:
         if not text:
@@ -488,20 +514,50 @@ def parse_tokenizer_spec(spec: str) -> str:
     raise TokenizerError(f"unknown tokenizer {spec!r} (known: {known})")
 
 
+def get_tokenizer(spec: str, scope: bytes = b"") -> Tokenizer:
+    """The process-wide tokenizer for a spec, counting for ``scope`` (``Route.scope``: whose
+    prompts these are; empty: one tenant). The encoder is loaded once and every scope shares it
+    and its one bounded count cache, each finding there only what was counted in its own scope.
+    """
+    return _loaded(spec) if not scope else _scoped(spec, scope)
+
+
+@lru_cache(maxsize=1024)
+def _scoped(spec: str, scope: bytes) -> Tokenizer:
+    """A view of the loaded tokenizer that counts in ``scope`` (same encoder, same cache)."""
+    tok = _loaded(spec)
+    return replace(tok, scope=scope) if isinstance(tok, _Tiktoken | _HuggingFace) else tok
+
+
+def count_cache_lookups() -> tuple[int, int]:
+    """(hits, misses) of every loaded tokenizer's count cache since the process started (see
+    ``CountCache``): what the proxy exports as ``routefit_count_cache_lookups_total``."""
+    hits = misses = 0
+    for cache_ in _CACHES:
+        hits += cache_.hits
+        misses += cache_.misses
+    return hits, misses
+
+
+#: The count caches of the tokenizers loaded so far (one per spec, however many scopes).
+_CACHES: list[CountCache] = []
+
+
 @cache
-def get_tokenizer(spec: str) -> Tokenizer:
-    """The process-wide tokenizer for a spec; loaded once, then shared with its count cache."""
+def _loaded(spec: str) -> Tokenizer:
+    """The tokenizer for a spec, loaded once; its count cache is shared with every view."""
     spec = parse_tokenizer_spec(spec)
     if spec.startswith("heuristic:"):
         return _Heuristic(spec, float(spec.split(":", 1)[1]))
     _fix_mmap_threshold()
     if spec in _TIKTOKEN_URLS:
-        found: Tokenizer = _Tiktoken(spec, _load_tiktoken(spec))
+        found: _Tiktoken | _HuggingFace = _Tiktoken(spec, _load_tiktoken(spec))
     elif spec in _HF_SHIPPED:
         path = litellm_tokenizer_dir() / _HF_SHIPPED[spec]
         found = _HuggingFace(spec, _load_hf(path), splittable=True)
     else:
         found = _HuggingFace(spec, _load_hf(Path(spec[3:]).expanduser()))
+    _CACHES.append(found.cache)
     _return_freed_memory()
     return found
 

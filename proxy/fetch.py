@@ -19,7 +19,10 @@ Fetching URLs that callers chose is how gateways become SSRF proxies, so every f
 - failures leave the URL unsized (priced at the worst case); they never fail the request.
 
 Results are cached by URL in a bounded LRU with a TTL (failures for a shorter time), and
-concurrent requests for the same URL share one fetch.
+concurrent requests for the same URL share one fetch — both per team (``scope``): a size is a
+fact about a prompt, and a cached one answers without a round trip to the image's host, so a
+team could time its own request to learn that another team sent that URL. One bound serves all
+teams; a URL two teams send is fetched once for each.
 """
 
 from __future__ import annotations
@@ -223,16 +226,18 @@ def parse_fetch_policy(spec: Mapping[str, Any] | None) -> ImageFetchPolicy:
         raise ValueError(f"image_fetch: {exc}") from None
 
 
+#: What a fetched size is cached under: (scope, URL, whether private addresses were allowed).
+_Key = tuple[str, str, bool]
+
+
 class _TTLCache:
     """A bounded LRU whose entries expire; a failure (None) expires sooner than a size."""
 
     def __init__(self, maxsize: int, ttl_s: float, failure_ttl_s: float) -> None:
         self.maxsize, self.ttl_s, self.failure_ttl_s = maxsize, ttl_s, failure_ttl_s
-        self._data: OrderedDict[tuple[str, bool], tuple[float, tuple[int, int] | None]] = (
-            OrderedDict()
-        )
+        self._data: OrderedDict[_Key, tuple[float, tuple[int, int] | None]] = OrderedDict()
 
-    def get(self, key: tuple[str, bool]) -> tuple[bool, tuple[int, int] | None]:
+    def get(self, key: _Key) -> tuple[bool, tuple[int, int] | None]:
         """(found, size) — found is False when absent or expired."""
         entry = self._data.get(key)
         if entry is None:
@@ -244,7 +249,7 @@ class _TTLCache:
         self._data.move_to_end(key)
         return True, size
 
-    def put(self, key: tuple[str, bool], size: tuple[int, int] | None) -> None:
+    def put(self, key: _Key, size: tuple[int, int] | None) -> None:
         ttl = self.ttl_s if size is not None else self.failure_ttl_s
         self._data[key] = (time.monotonic() + ttl, size)
         self._data.move_to_end(key)
@@ -284,7 +289,7 @@ class ImageSizer:
         self._resolve = resolver or _system_resolver
         self._limits = limits or ImageLimits()
         self._cache = _TTLCache(cache_size, ttl_s, failure_ttl_s)
-        self._inflight: dict[tuple[str, bool], asyncio.Task[tuple[int, int] | None]] = {}
+        self._inflight: dict[_Key, asyncio.Task[tuple[int, int] | None]] = {}
         self._gate = asyncio.Semaphore(max_concurrency)
         self.fetches = 0
 
@@ -299,16 +304,17 @@ class ImageSizer:
         await self.aclose()
 
     async def sizes(
-        self, urls: Iterable[str], policy: ImageFetchPolicy
+        self, urls: Iterable[str], policy: ImageFetchPolicy, scope: str = ""
     ) -> dict[str, tuple[int, int]]:
         """``{url: (width, height)}`` for the URLs whose headers could be read under ``policy``.
 
         URLs that are not allowed, fail or time out are simply absent (priced at worst case).
+        ``scope``: the team asking (empty: no teams); only its own earlier fetches answer it.
         """
         if not policy.enabled:
             return {}
         wanted = [u for u in dict.fromkeys(urls) if self._allowed(u, policy)][: policy.max_urls]
-        results = await asyncio.gather(*(self._size(u, policy) for u in wanted))
+        results = await asyncio.gather(*(self._size(u, policy, scope) for u in wanted))
         return {u: size for u, size in zip(wanted, results, strict=True) if size is not None}
 
     def allowed(self, url: str, policy: ImageFetchPolicy) -> bool:
@@ -346,20 +352,20 @@ class ImageSizer:
             return False
         return parsed.scheme in ("http", "https") and _host_allowed(parsed, policy)
 
-    async def _size(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
-        key = (url, policy.allow_private)
+    async def _size(self, url: str, policy: ImageFetchPolicy, scope: str) -> tuple[int, int] | None:
+        key = (scope, url, policy.allow_private)
         found, size = self._cache.get(key)
         if found:
             return size
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.ensure_future(self._fetch(url, policy))
+            task = asyncio.ensure_future(self._fetch(url, policy, key))
             self._inflight[key] = task
             task.add_done_callback(lambda _: self._inflight.pop(key, None))
         size = await asyncio.shield(task)
         return size
 
-    async def _fetch(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
+    async def _fetch(self, url: str, policy: ImageFetchPolicy, key: _Key) -> tuple[int, int] | None:
         try:
             # One deadline for everything, waiting for a free slot included.
             async with asyncio.timeout(policy.timeout_s), self._gate:
@@ -371,7 +377,7 @@ class ImageSizer:
         except Exception as exc:  # any failure leaves the URL unsized; never fails a request
             log.info("image fetch failed for %s: %r", url, exc)
             size = None
-        self._cache.put((url, policy.allow_private), size)
+        self._cache.put(key, size)
         return size
 
     async def _follow(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:

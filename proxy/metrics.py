@@ -12,6 +12,8 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from pricing.tokenizers import count_cache_lookups
+
 __all__ = ["Metrics"]
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -106,6 +108,18 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.count_cache = Counter(
+            "routefit_count_cache_lookups",
+            "Token-count cache lookups of texts of 64+ characters by result: hit (a count served "
+            "from the cache: a text the same team sent before) or miss (a text counted because "
+            "the cache did not hold it for this team)",
+            ["result"],
+            registry=r,
+        )
+        for result in ("hit", "miss"):
+            self.count_cache.labels(result)
+        # pricing keeps the process-wide totals; this registry counts from its creation on
+        self._count_cache_seen = count_cache_lookups()
         self.anchor_lookups = Counter(
             "routefit_anchor_lookups",
             "Prefix-anchor lookups by outcome",
@@ -148,6 +162,18 @@ class Metrics:
             registry=r,
         )
 
+    def sync_count_cache(self) -> None:
+        """Bring the count-cache counters up to pricing's totals (``count_cache_lookups``).
+        Synced after each request is priced, not only when scraped: with several workers, each
+        one's share must reach the shared files whichever worker answers the scrape."""
+        (hits, misses), (seen_hits, seen_misses) = count_cache_lookups(), self._count_cache_seen
+        # a total read while a counting thread wrote a stale value may be lower: never count back
+        self._count_cache_seen = (max(hits, seen_hits), max(misses, seen_misses))
+        if hits > seen_hits:
+            self.count_cache.labels("hit").inc(hits - seen_hits)
+        if misses > seen_misses:
+            self.count_cache.labels("miss").inc(misses - seen_misses)
+
     # -- proxy.store.StoreObserver ---------------------------------------------------------
     def store_op(self, op: str, seconds: float, error: str | None) -> None:
         self.store_latency.labels(op).observe(seconds)
@@ -160,6 +186,7 @@ class Metrics:
     def render(self) -> bytes:
         """This process's metrics; with several workers (``routefit serve --workers N`` sets
         ``PROMETHEUS_MULTIPROC_DIR``), every worker's, summed, whichever worker answers."""
+        self.sync_count_cache()
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             registry = CollectorRegistry()
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

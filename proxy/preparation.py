@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 from starlette.requests import Request
@@ -31,6 +31,7 @@ from starlette.requests import Request
 from pricing.bounds import Proof
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, RequestError, message_wire
+from pricing.route import Route
 from proxy.body import read_json
 from proxy.budgets import Held
 from proxy.calibrator import Calibrator, prefix_keys
@@ -72,6 +73,8 @@ class Job:
     policy: FitPolicy
     #: Image sizes fetched for this request (URL images, when the route allows fetching).
     sizes: Sizes
+    #: ``rc.route`` as priced for the team (``Route.scope``: its memoised counts are its own).
+    priced: Route
     #: The team whose prompt this is (anchors are its own), None without teams.
     scope: str | None = None
     #: Whose pricing threads this request uses (``proxy.fairness.caller``).
@@ -82,7 +85,7 @@ class Job:
     def fit(self, correction: Correction) -> Fit:
         """The exact fit; the wire's own refusal when nothing the policy allows fits."""
         try:
-            return fit_output(self.request, self.rc.route, self.policy, correction, self.sizes)
+            return fit_output(self.request, self.priced, self.policy, correction, self.sizes)
         except RequestError as exc:  # an image that cannot be priced, found while pricing
             raise ProxyError(400, exc.message, param=exc.param) from None
         except FitError as exc:
@@ -148,6 +151,8 @@ class Preparer:
             limits.pricing_threads_per_team, limits.count_requests_per_minute
         )
         self._policies: dict[tuple[str, str], FitPolicy] = {}
+        #: (team, alias) → (the configured route, that route scoped to the team).
+        self._routes: dict[tuple[str, str], tuple[Route, Route]] = {}
 
     def route_for(self, request: ChatRequest) -> RouteConfig:
         rc = self.config.route(request.model)
@@ -172,12 +177,30 @@ class Preparer:
             policy = self._policies[key] = team.fit_policy(rc.policy)
         return policy
 
+    def route_priced(self, rc: RouteConfig, team: Team | None) -> Route:
+        """The route as priced for ``team``: scoped to it (``Route.scope``), so the memo caches
+        of prompt-derived facts (token counts, image probes) serve it only what it sent itself.
+        Without teams, every caller is one tenant: the route as configured."""
+        if team is None:
+            return rc.route
+        key = (team.id, rc.route.alias)
+        found = self._routes.get(key)
+        if found is None or found[0] is not rc.route:
+            found = self._routes[key] = (rc.route, replace(rc.route, scope=team.id.encode()))
+        return found[1]
+
     async def prepare(
         self, request: Request, wire: Wire, bound: bool = True, rated: bool = False
     ) -> Prepared:
         """Priced and fitted; ``bound``: a big request may be proved to fit by an upper bound
         and counted exactly while it is forwarded (the dry run wants the exact figures);
         ``rated``: a dry run, held to its caller's count rate (``proxy.fairness``)."""
+        try:
+            return await self._prepare(request, wire, bound, rated)
+        finally:
+            self.metrics.sync_count_cache()
+
+    async def _prepare(self, request: Request, wire: Wire, bound: bool, rated: bool) -> Prepared:
         started = time.perf_counter()
         team = self.teams.authenticate(request.headers)
         who = caller(team, request)
@@ -190,7 +213,7 @@ class Preparer:
         threaded = size > _THREAD_ABOVE
         proof: Proof | None = None
         if bound and size > _BOUND_ABOVE:
-            proof = Proof(job.rc.route)
+            proof = Proof(job.priced)
             proved = await self._bounded(job, correction, team, started, proof, threaded)
             if proved is not None:
                 self.metrics.fit_proofs.labels(alias, "bound").inc()
@@ -221,11 +244,12 @@ class Preparer:
                 param="model",
                 code="model_not_allowed",
             )
+        scope = team.id if team is not None else None
         sizes: Sizes = {}
         if rc.image_fetch.enabled:
-            sizes = await self.sizer.sizes(image_urls(parsed), rc.image_fetch)
-        scope = team.id if team is not None else None
-        return Job(wire, parsed, rc, self.policy_for(rc, team), sizes, scope, who, size)
+            sizes = await self.sizer.sizes(image_urls(parsed), rc.image_fetch, scope or "")
+        route = self.route_priced(rc, team)
+        return Job(wire, parsed, rc, self.policy_for(rc, team), sizes, route, scope, who, size)
 
     async def _bounded(
         self,
@@ -239,7 +263,7 @@ class Preparer:
         """The request as its bound proves it, with its exact fit under way — when the bound
         (anchored on the provider's count of a prefix when one is known) is under the budget.
         A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
-        args = (job.request, job.rc.route, job.policy, correction, job.sizes, proof)
+        args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
         try:
             # a proof may count (part of) the texts: off the loop where a fit would be
             if threaded:
@@ -278,6 +302,7 @@ class Preparer:
             return False
         finally:
             p.exact = None
+            self.metrics.sync_count_cache()
         p.estimate, p.keys, p.anchored = await self._anchor(p.job, p.fitted)
         return True
 

@@ -205,7 +205,7 @@ class _Job:
         """Tokens of the placeholders that would replace the message's images."""
         n = self.placeholders.get(id(message))
         if n is None:
-            tok = get_tokenizer(self.route.tokenizer)
+            tok = get_tokenizer(self.route.tokenizer, self.route.scope)
             n = sum(tok.count(placeholder_for(part, self.route)) for part in message.images)
             self.placeholders[id(message)] = n
         return n

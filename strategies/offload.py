@@ -17,7 +17,7 @@ __all__ = ["offload_images", "placeholder_for"]
 
 
 def placeholder_for(part: ImagePart, route: Route) -> str:
-    return placeholder(probe(part.url, route.image_limits), part.url)
+    return placeholder(probe(part.url, route.image_limits, route.scope), part.url)
 
 
 def offload_images(message: Message, route: Route) -> Message:

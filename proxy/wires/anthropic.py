@@ -291,7 +291,7 @@ def _count(gateway: Any, team: Any, body: Any) -> tuple[int, str]:
         rc = gateway.preparer.route_for(parsed)
         if team is not None and not team.may_use(rc.route.alias):
             raise ProxyError(403, f"team {team.id!r} may not use model {rc.route.alias!r}")
-        pressure = measure(parsed, rc.route)
+        pressure = measure(parsed, gateway.preparer.route_priced(rc, team))
     except RequestError as exc:
         raise ProxyError(400, exc.message, param=exc.param) from None
     correction = gateway.calibrator.correction(rc.route.alias)

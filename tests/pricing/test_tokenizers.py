@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
 from hypothesis import given, settings
@@ -14,10 +15,13 @@ from hypothesis import strategies as st
 from pricing.tokenizers import (
     CountCache,
     TokenizerError,
+    count_cache_lookups,
     default_tokenizer,
     get_tokenizer,
     litellm_tokenizer_dir,
+    memoised,
     parse_tokenizer_spec,
+    remember,
 )
 
 NAMED = ["o200k_base", "cl100k_base", "deepseek", "anthropic-legacy"]
@@ -193,3 +197,94 @@ def test_a_damaged_rank_file_is_refused(tmp_path):
     damaged.write_bytes(tiktoken_file("cl100k_base").read_bytes()[:-10])
     with pytest.raises(TokenizerError, match="does not match its published hash"):
         _load_tiktoken("cl100k_base", tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# Scopes: a count is reused only for the tenant that sent the text (docs/security.md,
+# "Isolation of prompt-derived facts")
+
+SCOPES = st.binary(max_size=12)
+#: Short texts are their own key, long ones (64+ characters) a digest: both kinds.
+TEXTS = st.one_of(st.text(max_size=63), st.text(min_size=64, max_size=300))
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(TEXTS, min_size=1, max_size=8, unique=True), a=SCOPES, b=SCOPES)
+def test_a_scope_never_finds_what_another_scope_put(texts, a, b):
+    """Whatever the texts (short ones are their own key, long ones a digest), an entry put in
+    one scope is found in that scope and in no other; counting in one scope never makes a
+    lookup in another one a hit."""
+    cache = CountCache()
+    computed: list[tuple[bytes, str]] = []
+
+    def compute_in(scope: bytes):
+        def compute(text: str) -> int:
+            computed.append((scope, text))
+            return len(text)
+
+        return compute
+
+    for text in texts:
+        assert cache.get_or_compute(text, compute_in(a), a) == len(text)
+    hits = cache.hits
+    for text in texts:
+        assert cache.peek(text, a) == len(text)
+        assert cache.get_or_compute(text, compute_in(a), a) == len(text)
+    assert (a, texts[0]) in computed
+    computed.clear()
+    if a == b:
+        assert cache.missing(texts, b) == []
+        return
+    assert cache.hits == hits + 2 * sum(len(t) >= 64 for t in texts)  # a's own repeats hit
+    hits = cache.hits
+    for text in texts:
+        assert cache.peek(text, b) is None
+    assert sorted(cache.missing(texts, b)) == sorted({t for t in texts if len(t) >= 64})
+    for text in texts:
+        cache.get_or_compute(text, compute_in(b), b)
+    assert {t for _, t in computed} == set(texts)  # every text counted afresh for b
+    assert cache.hits == hits
+
+
+def test_one_bound_serves_every_scope():
+    """The memory bound is the cache's, not one per tenant: a thousand tenants sharing a
+    cache of four entries hold four entries."""
+    cache = CountCache(maxsize=4)
+    text = "the same long text every tenant sends, long enough to be digest-keyed" * 2
+    for tenant in range(1000):
+        cache.put(text, 7, f"team-{tenant}".encode())
+    assert len(cache._data) == 4
+    assert cache.peek(text, b"team-999") == 7
+    assert cache.peek(text, b"team-0") is None  # evicted long ago, least recently used
+
+
+def test_scoped_tokenizers_share_the_encoder_and_cache_but_not_entries():
+    base = get_tokenizer("o200k_base")
+    team_a = get_tokenizer("o200k_base", b"team-a")
+    team_b = get_tokenizer("o200k_base", b"team-b")
+    assert get_tokenizer("o200k_base", b"") is base
+    assert team_a is get_tokenizer("o200k_base", b"team-a")  # views are kept, not rebuilt
+    assert team_a.cache is base.cache is team_b.cache  # type: ignore[attr-defined]
+    text = f"{uuid.uuid4()} " + "a text only team A sent, counted once for it " * 40
+    misses = base.cache.misses  # type: ignore[attr-defined]
+    n = team_a.count(text)
+    assert team_a.count(text) == n
+    assert base.cache.misses == misses + 1  # type: ignore[attr-defined]
+    assert memoised(team_a, text) == n
+    assert memoised(team_b, text) is None
+    assert memoised(base, text) is None  # the open tenant is a scope of its own
+    assert team_b.count(text) == n  # the same count, counted again for team B
+    assert base.cache.misses == misses + 2  # type: ignore[attr-defined]
+    other = text + " and a sequel"
+    remember(team_b, other, 1234)
+    assert memoised(team_b, other) == 1234
+    assert memoised(team_a, other) is None
+
+
+def test_count_cache_lookups_add_up_every_loaded_tokenizer():
+    text = f"{uuid.uuid4()} " + "counted on two tokenizers, then again on both " * 10
+    hits, misses = count_cache_lookups()
+    for name in ("o200k_base", "cl100k_base"):
+        get_tokenizer(name, b"t").count(text)
+        get_tokenizer(name, b"t").count(text)
+    assert count_cache_lookups() == (hits + 2, misses + 2)

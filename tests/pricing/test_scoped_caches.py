@@ -1,0 +1,129 @@
+"""Every memo of prompt-derived facts in pricing serves only the scope that filled it
+(``Route.scope``: the tenant whose prompt it is), and the scope changes no price.
+
+docs/security.md, "Isolation of prompt-derived facts"; tests/proxy/test_isolation_e2e.py runs
+the same through ``routefit serve`` with two teams.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import uuid
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from pricing.bounds import Proof
+from pricing.capped import cap_message
+from pricing.images import parse_image_rule
+from pricing.messages import ChatRequest, ImagePart, parse_request
+from pricing.meter import measure
+from pricing.probe import CACHE, probe
+from pricing.route import Route
+from pricing.tokenizers import count_cache_lookups, get_tokenizer, memoised
+from strategies.offload import placeholder_for
+
+ROUTE = Route("gpt", "gpt-4o", tokenizer="o200k_base")
+VISION = replace(ROUTE, supports_vision=True, image_rule=parse_image_rule("openai-tile"))
+TEXT_ONLY = ROUTE  # images become placeholders, priced as text
+
+
+def scoped(route: Route, team: str) -> Route:
+    return replace(route, scope=team.encode())
+
+
+def png_url(width: int, height: int) -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (1, 2, 3)).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def unique_text(repeat: int = 200) -> str:
+    return f"{uuid.uuid4()} " + "a long document only one team has sent so far. " * repeat
+
+
+def request(*parts: object) -> ChatRequest:
+    return parse_request({"model": "gpt", "messages": [{"role": "user", "content": list(parts)}]})
+
+
+@settings(max_examples=30, deadline=None)
+@given(words=st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=40))
+def test_a_scope_changes_no_price_and_repeats_within_a_scope_only(words):
+    text = f"{uuid.uuid4()} " + " ".join(words) + " " * 64  # long: digest-keyed
+    body = request({"type": "text", "text": text})
+    hits, misses = count_cache_lookups()
+    a = measure(body, scoped(ROUTE, "team-a"))
+    assert count_cache_lookups()[1] == misses + 1
+    assert measure(body, scoped(ROUTE, "team-a")) == a
+    assert count_cache_lookups() == (hits + 1, misses + 1)  # team A's repeat: a hit
+    assert measure(body, scoped(ROUTE, "team-b")) == a  # the same price ...
+    assert count_cache_lookups()[1] == misses + 2  # ... counted afresh for team B
+    assert measure(body, ROUTE) == a  # the open tenant is a scope of its own
+    assert count_cache_lookups()[1] == misses + 3
+
+
+def test_a_cold_conversation_counted_in_one_batch_is_counted_for_its_team_only():
+    """Over 64 KB of new text is counted in one parallel batch (``Tokenizer.prefetch``) before
+    it is measured: the batch files its counts under the team too."""
+    texts = [unique_text(900), unique_text(900)]  # ~44 KB each
+    body = parse_request(
+        {"model": "gpt", "messages": [{"role": "user", "content": t} for t in texts]}
+    )
+    prices = []
+    for route in (scoped(ROUTE, "team-a"), scoped(ROUTE, "team-b"), ROUTE):
+        misses = count_cache_lookups()[1]
+        prices.append(measure(body, route))
+        assert count_cache_lookups()[1] == misses + 2, route.scope  # both counted afresh
+        hits = count_cache_lookups()[0]
+        assert measure(body, route) == prices[0]
+        assert count_cache_lookups() == (hits + 2, misses + 2)  # and both hit on a repeat
+
+
+def test_a_proof_finds_only_its_own_teams_count():
+    """A bound is exact for a text its team had counted before (a retried prompt): never for
+    a text another team counted."""
+    text = unique_text()
+    count = get_tokenizer("o200k_base", b"team-a").count(text)
+    assert Proof(scoped(ROUTE, "team-a"))(text) == count
+    assert Proof(scoped(ROUTE, "team-b"))(text) > count  # the byte-level bound, not A's count
+    assert Proof(ROUTE)(text) > count
+
+
+def test_capping_counts_a_message_for_its_team_only():
+    text = unique_text()
+    message = request({"type": "text", "text": text}).messages[0]
+    capped = cap_message(message, 500, scoped(ROUTE, "team-a"))
+    assert capped is not None and capped.tokens <= 500
+    assert memoised(get_tokenizer("o200k_base", b"team-a"), text) is not None
+    assert memoised(get_tokenizer("o200k_base", b"team-b"), text) is None
+    assert memoised(get_tokenizer("o200k_base"), text) is None
+    assert cap_message(message, 500, scoped(ROUTE, "team-b")) == capped  # same bytes
+
+
+def test_a_probed_image_is_probed_again_for_another_team():
+    CACHE.clear()
+    url = png_url(640, 480)
+    part = {"type": "image_url", "image_url": {"url": url}}
+    a = measure(request(part), scoped(VISION, "team-a"))
+    assert (CACHE.misses, CACHE.hits) == (1, 0)
+    assert measure(request(part), scoped(VISION, "team-a")) == a
+    assert (CACHE.misses, CACHE.hits) == (1, 1)
+    assert measure(request(part), scoped(VISION, "team-b")) == a  # same size, same price
+    assert (CACHE.misses, CACHE.hits) == (2, 1)
+    # the info (and so a placeholder's text) does not depend on the scope
+    assert probe(url, VISION.image_limits, b"team-a") == probe(url, VISION.image_limits, b"x")
+
+
+def test_an_offloaded_images_placeholder_is_probed_and_counted_per_team():
+    CACHE.clear()
+    part = request({"type": "image_url", "image_url": {"url": png_url(300, 200)}})
+    image = part.messages[0].parts[0]
+    assert isinstance(image, ImagePart)
+    first = placeholder_for(image, scoped(TEXT_ONLY, "team-a"))
+    assert placeholder_for(image, scoped(TEXT_ONLY, "team-a")) == first
+    assert (CACHE.misses, CACHE.hits) == (1, 1)
+    assert placeholder_for(image, scoped(TEXT_ONLY, "team-b")) == first
+    assert (CACHE.misses, CACHE.hits) == (2, 1)
