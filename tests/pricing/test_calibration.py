@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -437,32 +438,35 @@ def _numbers_part(rng: random.Random) -> str:
     return rng.choice(kinds)()
 
 
-def _one_token_per_number(rng: random.Random) -> tuple[tuple[int, ...], int]:
-    """(features, count) of a tokenizer routefit does not ship that counts every number as one
-    token, however long (o200k splits them in groups of three: a 9-digit id is 3 tokens there,
-    1 here, a 4-digit year 2 there, 1 here), plus 4 tokens a message."""
+def _split_numbers(rng: random.Random, per_digit: bool) -> tuple[tuple[int, ...], int]:
+    """(features, count) of a tokenizer routefit does not ship that splits numbers its own way:
+    one token per digit, or one per number however long, where o200k (the meter's) splits them
+    in groups of three (a 9-digit id: 3 tokens there, 9 or 1 here); 4 tokens a message."""
     messages = [{"role": "user", "content": _numbers_part(rng)} for _ in range(rng.randint(1, 4))]
     pressure = measure(parse_request({"model": "unknown", "messages": messages}), _ROUTE)
     o200k = get_tokenizer("o200k_base")
     truth = 4 * len(messages) + 3
     for m in messages:
-        merged = sum(-(-len(n) // 3) - 1 for n in re.findall(r"\d+", m["content"]))
-        truth += o200k.count(m["content"]) - merged
+        numbers = re.findall(r"\d+", m["content"])
+        groups = sum(-(-len(n) // 3) for n in numbers)
+        theirs = sum(len(n) for n in numbers) if per_digit else len(numbers)
+        truth += o200k.count(m["content"]) - groups + theirs
     return pressure_features(pressure), truth
 
 
-def test_how_a_tokenizer_splits_numbers_is_learnt_within_1_percent_under():
-    """Digits alone cannot say how numbers split (one token per digit, per group of three, per
-    number): the count of numbers (runs of digits) is a feature of its own. Before it, this
-    tokenizer was under-estimated by up to 2.4% after 40 requests (issue 31)."""
-    rng = random.Random(3105)
-    train = [_request_sample(f, truth, i) for i, (f, truth) in enumerate(
-        _one_token_per_number(rng) for _ in range(40)
-    )]
-    learnt = fit_correction(train, exact=False)
-    errors = [(learnt.price(f) - t) / t for f, t in (_one_token_per_number(rng) for _ in range(150))]
-    assert min(errors) >= -0.01, min(errors)
-    assert sorted(abs(e) for e in errors)[142] <= 0.03, sorted(abs(e) for e in errors)[142]
-
-
-_request_sample = _sample
+@pytest.mark.parametrize("per_digit", [False, True])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_how_a_tokenizer_splits_numbers_is_learnt(per_digit, seed):
+    """Digits alone cannot say how numbers split: one token per digit, per group of three and
+    per number differ by a part per number, not per digit. With the count of numbers (runs of
+    digits) a feature of its own, the fit finds the direction: per digit, digits dearer and
+    numbers cheaper; per number, the reverse (issue 31: the held-out unknown tokenizers'
+    worst under-estimates were numbers-heavy requests; bench/REPORT.md 4c)."""
+    rng = random.Random(seed)
+    train = (_split_numbers(rng, per_digit) for _ in range(40))
+    samples = [_sample(f, truth, i) for i, (f, truth) in enumerate(train)]
+    w = dict(zip(FEATURES, fit_correction(samples, exact=False).vector, strict=True))
+    if per_digit:
+        assert w["digits"] > 0.3 and w["numbers"] < 0, w
+    else:
+        assert w["digits"] < 0 and w["numbers"] > 0.1, w
