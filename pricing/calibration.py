@@ -393,7 +393,8 @@ class CalibrationPolicy:
     #: lying answers cannot move the correction beyond the band (docs/calibration.md).
     outlier_share: float = 0.25
     #: Which model of the bias is fitted: ``features`` (this module's); for comparison only
-    #: (bench/accuracy.py's before/after), ``classes`` (per-class token weights, framing,
+    #: (bench/accuracy.py's before/after), ``digits`` (the same without the count of numbers:
+    #: before issue 31), ``classes`` (per-class token weights, framing,
     #: messages, calls and images, no request or per-character features, absolute errors) and
     #: ``one-factor`` (one text factor, framing, messages, and images with the tokens priced by a
     #: default among them: the calibration before issue 18).

@@ -470,3 +470,15 @@ def test_how_a_tokenizer_splits_numbers_is_learnt(per_digit, seed):
         assert w["digits"] > 0.3 and w["numbers"] < 0, w
     else:
         assert w["digits"] < 0 and w["numbers"] > 0.1, w
+
+
+def test_samples_recorded_before_numbers_were_counted_keep_their_features():
+    """A sample stored before ``numbers`` existed (one feature fewer, unsized images last) reads
+    with no numbers and its unsized image tokens where they belong, not shifted into numbers."""
+    from pricing.calibration import NUMBERS, UNSIZED
+
+    old = tuple(range(1, len(FEATURES)))  # every old feature distinct, unsized (last) = N - 1
+    s = Sample("r", 0.0, 1, 1, 0, 0, 1, 1, False, 10, 0, old)
+    assert s.vector[NUMBERS] == 0
+    assert s.vector[UNSIZED] == old[-1]
+    assert s.vector[:NUMBERS] == old[:NUMBERS]
