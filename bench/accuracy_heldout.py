@@ -14,9 +14,11 @@ Reported per policy, over every tokenizer and stream:
 - ``new route``: the worst under-estimate of the first ``min_samples`` requests (the prior's);
 - ``after 30``: p95 of |error| and the worst under-estimate from request 31 on.
 
-``before`` is the calibration policy of main before this change (prior 1.1 on text and framing,
-no overhead in the prior, defaulted image tokens down to 0.05 of their default, no outlier
-rejection); ``after`` is today's default policy.
+``before`` is the model of the bias without the count of numbers among its features
+(``CalibrationPolicy.model="digits"``: the features before issue 31 item 5); ``after`` is
+today's default. Sets (``python bench/accuracy_heldout.py COUNT SEED FAMILY``): the tuning set
+is seed 2031 of the ``stated`` family (the one bench/accuracy.py runs); the test sets, never
+tuned on, are seed 4057 of ``stated`` and seed 6113 of ``wide`` (``FAMILIES``).
 """
 
 from __future__ import annotations
@@ -32,20 +34,31 @@ from accuracy_models import _TOOL, _picture, _routes, _turn
 _BASES = ("o200k_base", "cl100k_base")
 
 
-def random_tokenizer(rng: random.Random, i: int) -> Any:
+#: Families of unknown tokenizers: (rate range per token kind, share of one-token-per-digit,
+#: most tokens per message, per tool call, of priming). ``stated`` is the family
+#: docs/calibration.md states (the one rules were tuned on); ``wide`` is a test family drawn
+#: wider on every axis, never tuned on.
+FAMILIES = {
+    "stated": ((0.75, 1.25), 0.2, 8, 12, 8),
+    "wide": ((0.65, 1.35), 0.33, 10, 16, 12),
+}
+
+
+def random_tokenizer(rng: random.Random, i: int, family: str = "stated") -> Any:
     from proxy.sim.models import SimModel
 
-    rates = {c: round(rng.uniform(0.75, 1.25), 3) for c in ("word", "punct", "script", "space")}
-    rates["digit"] = 0.0 if rng.random() < 0.2 else round(rng.uniform(0.75, 1.25), 3)
+    (low, high), per_digit, messages, calls, priming = FAMILIES[family]
+    rates = {c: round(rng.uniform(low, high), 3) for c in ("word", "punct", "script", "space")}
+    rates["digit"] = 0.0 if rng.random() < per_digit else round(rng.uniform(low, high), 3)
     return SimModel(
         f"heldout-{i}",
         context_window=32_768,
         max_output=4096,
         tokenizer=rng.choice(_BASES),
         class_rates=",".join(f"{k}={v}" for k, v in rates.items()),
-        per_message=rng.randint(0, 8),
-        per_tool_call=rng.randint(0, 12),
-        priming=rng.randint(0, 8),
+        per_message=rng.randint(0, messages),
+        per_tool_call=rng.randint(0, calls),
+        priming=rng.randint(0, priming),
         image_rule="openai-tile",
     )
 
@@ -54,16 +67,7 @@ def _policies() -> dict[str, Any]:
     from pricing.calibration import CalibrationPolicy
 
     after = CalibrationPolicy()
-    before = replace(
-        after,
-        prior_inexact=1.1,
-        prior_messages=0.0,
-        prior_calls=0.0,
-        prior_requests=0.0,
-        defaulted_low=0.05,
-        outlier_share=0.0,
-    )
-    return {"before": before, "after": after}
+    return {"before": replace(after, model="digits"), "after": after}
 
 
 def _bodies(n: int, seed: int) -> list[dict]:
@@ -102,6 +106,7 @@ def run(
     n: int = 70,
     log: Callable[[str], None] = print,
     policies: dict[str, Any] | None = None,
+    family: str = "stated",
 ) -> dict:
     from pricing.messages import parse_request
     from pricing.meter import measure
@@ -114,7 +119,7 @@ def run(
     laters: dict[str, list[float]] = {k: [] for k in policies}
     per: dict[str, list[dict]] = {k: [] for k in policies}
     for i in range(count):
-        sim = random_tokenizer(rng, i)
+        sim = random_tokenizer(rng, i, family)
 
         def price(body: dict, sim: Any = sim) -> tuple[Any, int]:
             actual = len(openai_prompt(body, sim, _picture).tokens)
@@ -135,12 +140,14 @@ def run(
     }
     for name in policies:
         row = out[name]
+        row["mean_over_pct"] = round(statistics.mean(max(0.0, e) for e in laters[name]) * 100, 2)
         ok = sum(s["p95_abs_pct"] <= 3 and s["worst_under_pct"] >= -1 for s in per[name])
         row["streams_meeting_3pct_p95_1pct_under"] = f"{ok}/{len(per[name])}"
         log(
             f"  {name}: new route worst under {row['new_route_worst_under_pct']}%; after 30: "
             f"p95 {row['p95_abs_pct']}%, worst under {row['worst_under_pct']}%, median stream p95 "
-            f"{statistics.median(s['p95_abs_pct'] for s in per[name])}%, meeting both {ok}"
+            f"{statistics.median(s['p95_abs_pct'] for s in per[name])}%, mean over "
+            f"{row['mean_over_pct']}%, meeting both {ok}"
         )
     return {k: {kk: vv for kk, vv in v.items() if kk != "streams"} for k, v in out.items()}
 
@@ -160,4 +167,6 @@ if __name__ == "__main__":
     import sys
 
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    print(json.dumps(run(count), indent=1))
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 else 2031
+    family = sys.argv[3] if len(sys.argv) > 3 else "stated"
+    print(json.dumps(run(count, seed, family=family), indent=1))

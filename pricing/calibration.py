@@ -98,6 +98,7 @@ FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED, REQUESTS = range(len(CLASSES), len(
 #: Features counted in characters (their weight is tokens per character, neutral 0).
 _CHARS = range(REQUESTS + 1, REQUESTS + 1 + len(STATS))
 UNSIZED = _N - 1
+NUMBERS = FEATURES.index("numbers")
 #: The features an image's tokens may fall in (an offloaded image leaves all of them).
 IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
@@ -237,8 +238,10 @@ class Sample:
     def vector(self) -> tuple[int, ...]:
         if len(self.features) == _N:
             return self.features
-        if len(self.features) == _N - 1:  # before unsized images were a feature of their own
-            return (*self.features, 0)
+        if len(self.features) == _N - 1:  # before numbers were counted
+            return (*self.features[:-1], 0, self.features[-1])
+        if len(self.features) == _N - 2:  # before unsized images were a feature of their own
+            return (*self.features, 0, 0)
         if len(self.features) == _OLD_N:  # before requests and characters were features
             return (*self.features, 1, *_NO_STATS, 0)
         old = (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
@@ -332,11 +335,13 @@ def checkpoint_anchors(
     return out
 
 
-_MODELS = ("features", "classes", "one-factor")
+_MODELS = ("features", "digits", "classes", "one-factor")
 
 
 def _project(v: Sequence[int], model: str) -> tuple[int, ...]:
     """A sample's features as an older model of the bias saw them (``CalibrationPolicy.model``)."""
+    if model == "digits":
+        return (*v[:NUMBERS], 0, *v[NUMBERS + 1 :])
     if model == "classes":
         return (*v[:REQUESTS], 0, *_NO_STATS, v[UNSIZED])
     if model == "one-factor":
@@ -388,7 +393,8 @@ class CalibrationPolicy:
     #: lying answers cannot move the correction beyond the band (docs/calibration.md).
     outlier_share: float = 0.25
     #: Which model of the bias is fitted: ``features`` (this module's); for comparison only
-    #: (bench/accuracy.py's before/after), ``classes`` (per-class token weights, framing,
+    #: (bench/accuracy.py's before/after), ``digits`` (the same without the count of numbers:
+    #: before issue 31), ``classes`` (per-class token weights, framing,
     #: messages, calls and images, no request or per-character features, absolute errors) and
     #: ``one-factor`` (one text factor, framing, messages, and images with the tokens priced by a
     #: default among them: the calibration before issue 18).
@@ -618,7 +624,7 @@ def _base(
     # The older models (``policy.model``, for comparison) fitted absolute errors.
     weights = (
         [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
-        if policy.model == "features"
+        if policy.model in ("features", "digits")
         else recency
     )
     w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)

@@ -22,6 +22,7 @@ an estimate beyond, and deterministic either way (the same text always gets the 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from functools import lru_cache
 
@@ -45,8 +46,9 @@ _STRUCT = frozenset('{}[]":,')
 _CODE = frozenset(";(){}=<>_/*#|&$\\")
 
 #: Character counts per part that tokenizers disagree on (``profile``), in this order.
-STATS = ("digits", "newlines", "indent", "tabs", "punct", "nonascii")
+STATS = ("digits", "newlines", "indent", "tabs", "punct", "nonascii", "numbers")
 _DIGITS = b"0123456789"
+_NUMBER = re.compile(rb"[0-9]+")
 _PUNCT = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 _LEADS = bytes(range(0xC0, 0x100))  # the first byte of each character outside ASCII
 
@@ -81,7 +83,10 @@ def classify(text: str) -> int:
 
 def profile(text: str) -> tuple[int, ...]:
     """Counts of ``STATS`` in a text: digits, newlines, pairs of spaces (indentation and
-    alignment), tabs, ASCII punctuation and characters outside ASCII (UTF-8 lead bytes)."""
+    alignment), tabs, ASCII punctuation, characters outside ASCII (UTF-8 lead bytes) and runs of
+    digits (numbers). Digits and numbers together say how a tokenizer splits numbers: one token
+    per digit is a weight on digits, one per number a weight on numbers, groups of three a third
+    of a token per digit plus part of one per number — digits alone cannot tell those apart."""
     s = _sample(text)
     if not s:
         return (0,) * len(STATS)
@@ -94,6 +99,7 @@ def profile(text: str) -> tuple[int, ...]:
         b.count(b"\t"),
         n - len(b.translate(None, _PUNCT)),
         n - len(b.translate(None, _LEADS)),
+        len(_NUMBER.findall(b)),
     )
     if len(s) == len(text):
         return counts
