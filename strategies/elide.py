@@ -268,8 +268,12 @@ def plan(
         if "elide" in order:
             # The newest turn does not fit beside the head: the head gives way first, to a
             # prefix of itself (still cached), down to the protected head; the turn's calls last.
-            while masked_head and price(e) > budget and state["head"] > min(floor, e - 1):
-                state["head"] -= 1
+            # It gives way to the low-water mark, not just under the budget: a shrink re-sends
+            # the whole turn after it, so it must buy headroom (one shrink per (1 − low_water)
+            # × budget of the turn's growth, not one per round).
+            if masked_head and price(e) > budget:
+                while price(e) > low and state["head"] > min(floor, e - 1):
+                    state["head"] -= 1
             if price(e) > budget and "mask" not in order:
                 # Without masking, a turn over the budget loses its oldest calls here, and the
                 # cut stays. With masking, the newest unit is masked once it is no longer
