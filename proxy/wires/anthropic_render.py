@@ -240,7 +240,32 @@ def _blocks_of(message: Any) -> list[Mapping[str, Any]]:
 
 def mark_head(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int]) -> bool:
     """Put a breakpoint on block ``at`` = (message, block) (the message and block become
-    copies), unless the request already has the most it may; whether it did."""
+    copies), then one where the previous request of the session ended, each unless the request
+    already has the most it may; whether the first was placed.
+
+    The previous request ended on the block before the newest assistant message (the session
+    is append-only), and clients mark their last block, so that is where the last cache write
+    landed: a breakpoint there reads it back whenever the fit changed nothing before it, however
+    many blocks the new round added (Anthropic looks back only ~20 blocks from a breakpoint).
+    ``at`` (the pinned head, or the masked outputs' end) comes first: it survives the fit's jumps.
+    """
+    placed = _mark(body, messages, at)
+    end = _previous_end(messages)
+    if end is not None and end != at:
+        _mark(body, messages, end)
+    return placed
+
+
+def _previous_end(messages: Sequence[Any]) -> tuple[int, int] | None:
+    """The last block before the newest assistant message, if there is one."""
+    for i in range(len(messages) - 1, 0, -1):
+        if isinstance(messages[i], Mapping) and messages[i].get("role") == "assistant":
+            blocks = _as_blocks(messages[i - 1].get("content") or [])
+            return (i - 1, len(blocks) - 1) if blocks else None
+    return None
+
+
+def _mark(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int]) -> bool:
     if breakpoints(body, messages) >= MAX_BREAKPOINTS:
         return False
     i, j = at
