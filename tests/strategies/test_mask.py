@@ -245,7 +245,7 @@ def test_a_growing_newest_turn_moves_the_head_rarely():
     rounds = [b["messages"][-2:] for b in requests[history:]]
     full = [_price(base + unit, r) - _price(base, r) for unit in rounds]
     masked = [
-        _price(base + [a, {**t, "content": mask_placeholder("sh", 99_999)}], r) - _price(base, r)
+        _price([*base, a, {**t, "content": mask_placeholder("sh", 99_999)}], r) - _price(base, r)
         for a, t in rounds
     ]
     m, d = max(masked), max(full) - min(full)
