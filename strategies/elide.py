@@ -66,6 +66,9 @@ class Plan:
     cut: int
     estimate: int
     mask: int = 0
+    #: The mask point of the previous request of the session (this one minus its newest unit):
+    #: after a mask step the prefix both requests share ends there, not at ``mask``.
+    settled_mask: int = 0
 
 
 def elision_marker(messages: int, tokens: int) -> str:
@@ -252,7 +255,9 @@ def plan(
             i += 1
 
     low = schedule.low_water * budget
+    settled = 0
     for e in range(1, n + 1):
+        settled = state["mask"]
         if masked_head and units[e - 1].user and state["head"] < head:
             state["head"] = head  # a new turn: the head that gave way to the last one returns
         if price(e) <= budget:
@@ -281,7 +286,9 @@ def plan(
                 # replay (``plan_max``, the last resort) handle such a turn for one request.
                 advance("elide", cuts, e, low, limit)
     estimate = price(n) if n else overhead
-    return Plan(state["head"], state["offload_images"], state["elide"], estimate, state["mask"])
+    return Plan(
+        state["head"], state["offload_images"], state["elide"], estimate, state["mask"], settled
+    )
 
 
 def plan_max(

@@ -162,11 +162,12 @@ def _original_of(request: AnthropicRequest, message: Message, start: int) -> int
 
 
 def render_messages(
-    request: AnthropicRequest, fitted: Sequence[Message]
+    request: AnthropicRequest, fitted: Sequence[Message], settled: str | None = None
 ) -> tuple[list[Any], tuple[int, int] | None]:
     """The Anthropic ``messages`` list for a fitted conversation (pieces of one role merged),
     and the (message, block) of the last block before the first elision marker, else of the
-    last masked tool result, if any."""
+    masked tool result answering ``settled`` (the last output the previous request had masked
+    too: after a mask step the prefix both share ends there), else of the last masked one."""
     out: list[Any] = []
     role: str | None = None
     blocks: list[Any] | None = None
@@ -189,11 +190,11 @@ def render_messages(
             blocks = list(content)
             out.append({"role": piece_role, "content": blocks})
     if head is None:
-        head = _last_masked(out)
+        head = _last_masked(out, settled)
     return out, head
 
 
-def _last_masked(messages: Sequence[Any]) -> tuple[int, int] | None:
+def _last_masked(messages: Sequence[Any], call: str | None = None) -> tuple[int, int] | None:
     """The last tool result the fit masked: the masked outputs move only at the fit's cut points,
     so the prefix up to there is what the next turn's cache read lands on."""
     for i in range(len(messages) - 1, -1, -1):
@@ -201,9 +202,10 @@ def _last_masked(messages: Sequence[Any]) -> tuple[int, int] | None:
             inner = block.get("content")
             first = inner[0] if isinstance(inner, list) and inner else None
             text = first.get("text") if isinstance(first, Mapping) else inner
-            if block.get("type") == "tool_result" and str(text).startswith(MASK_PREFIX):
+            masked = block.get("type") == "tool_result" and str(text).startswith(MASK_PREFIX)
+            if masked and (call is None or block.get("tool_use_id") == call):
                 return i, j
-    return None
+    return None if call is None else _last_masked(messages)
 
 
 def _content_blocks(content: Mapping[str, Any] | list[Mapping[str, Any]]) -> list[Any]:
