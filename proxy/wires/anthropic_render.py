@@ -13,13 +13,15 @@ turn is byte-identical on this one. What the fit changed is rendered from its pa
   of one role are merged into one message, as Anthropic requires alternation.
 
 **Breakpoints** (``cache_control``, at most 4 per request): client breakpoints in what is kept
-stay where they are (those in elided messages go with them). When the fit elided, routefit adds
-one on the last block before the first marker — the end of its pinned head, which its cut points
-keep stable from turn to turn, so that is where the next turn's cache read will land; when it
-masked tool outputs without eliding, on the last masked one (the masked region moves only at the
-same cut points). Measured on long sessions (bench/REPORT.md, 5b), the head's breakpoint reads
-more than the last masked output's when both exist: the mask point moves more often. It adds
-none when the request already carries 4.
+stay where they are (those in elided messages go with them). routefit adds up to two. The first:
+when the fit elided, on the last block before the first marker (the end of its pinned head, which
+its cut points keep stable from turn to turn); when it masked without eliding, on the output the
+previous request of the session had masked last (``Fit.settled_mask``: after a mask step the
+prefix both requests share ends there; elsewhere it is the last masked output). The second, on
+the block before the newest assistant message: where the previous request ended, hence where the
+client's last-block breakpoint wrote, so the whole previous request is read back whenever the fit
+changed nothing in it (docs/fitting.md, "Messages: where reads land"). None is added when the
+request already carries 4.
 """
 
 from __future__ import annotations
