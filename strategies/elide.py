@@ -66,6 +66,9 @@ class Plan:
     cut: int
     estimate: int
     mask: int = 0
+    #: The mask point of the previous request of the session (this one minus its newest unit):
+    #: after a mask step the prefix both requests share ends there, not at ``mask``.
+    settled_mask: int = 0
 
 
 def elision_marker(messages: int, tokens: int) -> str:
@@ -252,7 +255,9 @@ def plan(
             i += 1
 
     low = schedule.low_water * budget
+    settled = 0
     for e in range(1, n + 1):
+        settled = state["mask"]
         if masked_head and units[e - 1].user and state["head"] < head:
             state["head"] = head  # a new turn: the head that gave way to the last one returns
         if price(e) <= budget:
@@ -268,8 +273,12 @@ def plan(
         if "elide" in order:
             # The newest turn does not fit beside the head: the head gives way first, to a
             # prefix of itself (still cached), down to the protected head; the turn's calls last.
-            while masked_head and price(e) > budget and state["head"] > min(floor, e - 1):
-                state["head"] -= 1
+            # It gives way to the low-water mark, not just under the budget: a shrink re-sends
+            # the whole turn after it, so it must buy headroom (one shrink per (1 − low_water)
+            # × budget of the turn's growth, not one per round).
+            if masked_head and price(e) > budget:
+                while price(e) > low and state["head"] > min(floor, e - 1):
+                    state["head"] -= 1
             if price(e) > budget and "mask" not in order:
                 # Without masking, a turn over the budget loses its oldest calls here, and the
                 # cut stays. With masking, the newest unit is masked once it is no longer
@@ -277,7 +286,9 @@ def plan(
                 # replay (``plan_max``, the last resort) handle such a turn for one request.
                 advance("elide", cuts, e, low, limit)
     estimate = price(n) if n else overhead
-    return Plan(state["head"], state["offload_images"], state["elide"], estimate, state["mask"])
+    return Plan(
+        state["head"], state["offload_images"], state["elide"], estimate, state["mask"], settled
+    )
 
 
 def plan_max(

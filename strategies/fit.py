@@ -129,6 +129,10 @@ class Fit:
     pressure: Pressure
     report: FitReport
     estimate: int = field(default=0)
+    #: The ``tool_call_id`` of the last output that the previous request of the session had
+    #: masked too: the sent prefix up to it is what both share after a mask step, where a wire
+    #: with explicit cache breakpoints should read (None: nothing masked that long).
+    settled_mask: str | None = None
 
 
 class FitError(Exception):
@@ -302,7 +306,7 @@ def fit(
                 r.masked,
                 r.masked_tokens,
             )
-            return Fit(fitted.body, fitted.messages, fitted.pressure, report, fitted.estimate)
+            return replace(fitted, report=report)
     limit = _team_limit(route, policy, request, budget)
     raise FitError(route.alias, best, budget, route.context_window, limit)
 
@@ -488,11 +492,23 @@ def _candidates(
         if candidate.estimate > job.budget and not last:
             out.append((candidate.estimate, None))
             continue
-        built = _build(job, messages, units, *_plan_states(messages, units, candidate))
+        states, masks, offload = _plan_states(messages, units, candidate)
+        built = _build(job, messages, units, states, masks, offload)
+        if n == 0:
+            built = replace(built, settled_mask=_settled(messages, units, masks, candidate))
         out.append((built.estimate, built))
         if built.estimate <= job.budget:
             break
     return out
+
+
+def _settled(
+    messages: Sequence[Message], units: Sequence[Unit], masks: frozenset[int], chosen: Plan
+) -> str | None:
+    """The call id of the last output masked both here and, by the replay, one unit earlier."""
+    end = units[chosen.settled_mask - 1].end if chosen.settled_mask else 0
+    settled = [i for i in masks if i < end]
+    return messages[max(settled)].tool_call_id if settled else None
 
 
 def _mask_newest(

@@ -89,7 +89,7 @@ def native_body(request: AnthropicRequest, fitted: Fit) -> Mapping[str, Any]:
     """The fitted request as Anthropic JSON: the client's own object when nothing changed."""
     if fitted.messages is request.messages:
         return request.body
-    messages, head = render_messages(request, fitted.messages)
+    messages, head = render_messages(request, fitted.messages, fitted.settled_mask)
     body = dict(request.body)
     if head is not None:
         mark_head(body, messages, head)

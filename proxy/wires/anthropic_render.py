@@ -16,16 +16,18 @@ turn is byte-identical on this one. What the fit changed is rendered from its pa
   results, starts with no ``tool_result``): merging it into that assistant turn would rewrite it.
 
 **Breakpoints** (``cache_control``, at most 4 per request): client breakpoints in what is kept
-stay where they are (those in elided messages go with them). When the fit elided, routefit adds
-one on the last block before the first marker — the end of its pinned head, which its cut points
-keep stable from turn to turn, so that is where the next turn's cache read will land; when it
-masked tool outputs without eliding, on the last masked one (the masked region moves only at the
-same cut points). Measured on long sessions (bench/REPORT.md, 5b), the head's breakpoint reads
-more than the last masked output's when both exist: the mask point moves more often. When the
-chosen block is in an assistant turn, it goes on the last block of the latest user message before
-it instead (assistant turns are never rewritten). It adds none when the request already carries
-4, counting every ``cache_control`` Anthropic counts: on tools, on ``system`` blocks, on message
-blocks and on the blocks inside a ``tool_result``.
+stay where they are (those in elided messages go with them). routefit adds up to two. The first:
+when the fit elided, on the last block before the first marker (the end of its pinned head, which
+its cut points keep stable from turn to turn); when it masked without eliding, on the output the
+previous request of the session had masked last (``Fit.settled_mask``: after a mask step the
+prefix both requests share ends there; elsewhere it is the last masked output). The second, on
+the block before the newest assistant message: where the previous request ended, hence where the
+client's last-block breakpoint wrote, so the whole previous request is read back whenever the fit
+changed nothing in it (docs/fitting.md, "Messages: where reads land"). None is added when the
+request already carries 4, counting every ``cache_control`` Anthropic counts: on tools, on
+``system`` blocks, on message blocks and on the blocks inside a ``tool_result``. A chosen block
+in an assistant turn moves to the last block of the latest user message before it (assistant
+turns are never rewritten).
 """
 
 from __future__ import annotations
@@ -168,11 +170,12 @@ def _original_of(request: AnthropicRequest, message: Message, start: int) -> int
 
 
 def render_messages(
-    request: AnthropicRequest, fitted: Sequence[Message]
+    request: AnthropicRequest, fitted: Sequence[Message], settled: str | None = None
 ) -> tuple[list[Any], tuple[int, int] | None]:
     """The Anthropic ``messages`` list for a fitted conversation (pieces of one role merged),
     and the (message, block) of the last block before the first elision marker, else of the
-    last masked tool result, if any."""
+    masked tool result answering ``settled`` (the last output the previous request had masked
+    too: after a mask step the prefix both share ends there), else of the last masked one."""
     out: list[Any] = []
     role: str | None = None
     blocks: list[Any] | None = None
@@ -197,11 +200,11 @@ def render_messages(
             blocks = list(content)
             out.append({"role": piece_role, "content": blocks})
     if head is None:
-        head = _last_masked(out)
+        head = _last_masked(out, settled)
     return out, head
 
 
-def _last_masked(messages: Sequence[Any]) -> tuple[int, int] | None:
+def _last_masked(messages: Sequence[Any], call: str | None = None) -> tuple[int, int] | None:
     """The last tool result the fit masked: the masked outputs move only at the fit's cut points,
     so the prefix up to there is what the next turn's cache read lands on."""
     for i in range(len(messages) - 1, -1, -1):
@@ -209,9 +212,10 @@ def _last_masked(messages: Sequence[Any]) -> tuple[int, int] | None:
             inner = block.get("content")
             first = inner[0] if isinstance(inner, list) and inner else None
             text = first.get("text") if isinstance(first, Mapping) else inner
-            if block.get("type") == "tool_result" and str(text).startswith(MASK_PREFIX):
+            masked = block.get("type") == "tool_result" and str(text).startswith(MASK_PREFIX)
+            if masked and (call is None or block.get("tool_use_id") == call):
                 return i, j
-    return None
+    return None if call is None else _last_masked(messages)
 
 
 def _content_blocks(content: Mapping[str, Any] | list[Mapping[str, Any]]) -> list[Any]:
@@ -247,13 +251,36 @@ def _blocks_of(message: Any) -> list[Mapping[str, Any]]:
 
 
 def mark_head(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int]) -> bool:
-    """Put a breakpoint at the end of the pinned head, ``at`` = (message, block) (the message
-    and block become copies), unless the request already has the most it may; whether it did.
+    """Put a breakpoint on block ``at`` = (message, block) (the message and block become
+    copies), then one where the previous request of the session ended, each unless the request
+    already has the most it may; whether the first was placed.
 
-    The block must be a user message's: assistant turns are never rewritten (a thinking block's
-    signature and a tool call's pairing are the client's), so when the head ends on one the mark
-    goes on the last block of the latest user message before it. Any prefix of the pinned head
-    is as stable as the head itself; the cached prefix is only shorter."""
+    The previous request ended on the block before the newest assistant message (the session
+    is append-only), and clients mark their last block, so that is where the last cache write
+    landed: a breakpoint there reads it back whenever the fit changed nothing before it, however
+    many blocks the new round added (Anthropic looks back only ~20 blocks from a breakpoint).
+    ``at`` (the pinned head, or the masked outputs' end) comes first: it survives the fit's jumps.
+    A mark is always a user message's block: assistant turns are never rewritten (a thinking
+    block's signature and a tool call's pairing are the client's), so one that falls on an
+    assistant turn goes on the last block of the latest user message before it.
+    """
+    placed = _mark(body, messages, at)
+    end = _previous_end(messages)
+    if end is not None and end != at:
+        _mark(body, messages, end)
+    return placed
+
+
+def _previous_end(messages: Sequence[Any]) -> tuple[int, int] | None:
+    """The last block before the newest assistant message, if there is one."""
+    for i in range(len(messages) - 1, 0, -1):
+        if isinstance(messages[i], Mapping) and messages[i].get("role") == "assistant":
+            blocks = _as_blocks(messages[i - 1].get("content") or [])
+            return (i - 1, len(blocks) - 1) if blocks else None
+    return None
+
+
+def _mark(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int]) -> bool:
     if breakpoints(body, messages) >= MAX_BREAKPOINTS:
         return False
     place = _user_block(messages, at)

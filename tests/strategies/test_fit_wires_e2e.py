@@ -31,10 +31,9 @@ def output(k: int, tokens: int = 1050) -> str:
     return "\n".join(lines)
 
 
-@pytest.fixture(scope="module")
-def gw(sim, tmp_path_factory):
+def _routes(sim) -> list[dict]:
     info = {"max_input_tokens": 8192, "max_output_tokens": 4096}
-    routes = [
+    return [
         sim_route("oa-small", sim.base_url, "gpt-4o-small", model_info=info),
         {
             "model_name": "an-small",
@@ -46,7 +45,22 @@ def gw(sim, tmp_path_factory):
             "model_info": info,
         },
     ]
-    config = gateway_config(tmp_path_factory.mktemp("fit31") / "routefit.yaml", routes)
+
+
+@pytest.fixture(scope="module")
+def gw(sim, tmp_path_factory):
+    config = gateway_config(tmp_path_factory.mktemp("fit31") / "routefit.yaml", _routes(sim))
+    with run_routefit(config) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def gw_fixed(sim, tmp_path_factory):
+    """A gateway that never learns a correction: prices, hence cut points, stay put between
+    requests, so a cache test sees the schedule's own moves and no others."""
+    path = tmp_path_factory.mktemp("fit31-fixed") / "routefit.yaml"
+    frozen = {"min_samples": 100_000, "window": 100_000}
+    config = gateway_config(path, _routes(sim), calibration=frozen)
     with run_routefit(config) as running:
         yield running
 
@@ -125,3 +139,58 @@ def test_responses(gw, fresh_sim):
     assert raw.parse().status == "completed"
     sent = fresh_sim.last_request()
     check_forwarded(raw.headers["x-routefit-actions"], json.dumps(sent["body"]))
+
+
+def test_messages_reads_back_the_previous_request_when_the_fit_kept_it(gw_fixed, fresh_sim):
+    # The client marks its last block, as agents do; routefit marks the pinned head (or the
+    # masked outputs' end) and the block where the previous request ended. Whenever the fit
+    # changed nothing the previous request sent, the provider reads it all back from there,
+    # however far behind the head or the masked outputs it lies.
+    client = anthropic.Anthropic(base_url=gw_fixed.base_url, api_key="unused", max_retries=0)
+    messages: list[dict] = [{"role": "user", "content": "Read the logs one by one."}]
+    tool = [{"name": "cat", "description": "Read a log", "input_schema": {"type": "object"}}]
+    previous: tuple[list, int, str] | None = None  # (sent, written, actions)
+    kept = steps = 0
+    for k in range(40):
+        cid = f"r{k}"
+        use = {"type": "tool_use", "id": cid, "name": "cat", "input": {}}
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": f"{k}"}, use]})
+        result = {"type": "tool_result", "tool_use_id": cid, "content": output(k, 300)}
+        messages.append({"role": "user", "content": [{**result, "cache_control": _EPH}]})
+        if k:  # the client moves its breakpoint to the new last block
+            messages[-3] = {**messages[-3], "content": [result_of(messages[-3])]}
+        raw = client.messages.with_raw_response.create(
+            model="an-small", max_tokens=MAX_TOKENS, system="Agent.", tools=tool, messages=messages
+        )
+        usage = raw.parse().usage
+        # Where the previous request's last breakpoint (the client's) wrote: read + creation.
+        written = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+        sent = [_plain(m) for m in fresh_sim.last_request("/v1/messages")["body"]["messages"]]
+        actions = raw.headers["x-routefit-actions"]
+        fitted = actions != "none"
+        if fitted and previous is not None and sent[: len(previous[0])] == previous[0]:
+            kept += 1
+            assert (usage.cache_read_input_tokens or 0) >= previous[1], k
+        elif previous is not None and "elided" not in actions + previous[2]:
+            # A mask step: what both requests share ends at the previous request's last masked
+            # output, where routefit's breakpoint stood then and stands now (over 1,024 tokens
+            # of masked rounds here: the simulator's minimum).
+            steps += 1
+            assert (usage.cache_read_input_tokens or 0) > 0, k
+        previous = (sent, written, actions) if "masked" in actions else None
+    assert kept >= 10 and steps >= 1
+
+
+_EPH = {"type": "ephemeral"}
+
+
+def result_of(message: dict) -> dict:
+    return {k: v for k, v in message["content"][0].items() if k != "cache_control"}
+
+
+def _plain(message: dict) -> dict:
+    """A sent message without its cache breakpoints (they move; the prefix is what counts)."""
+    content = message["content"]
+    if isinstance(content, list):
+        content = [{k: v for k, v in b.items() if k != "cache_control"} for b in content]
+    return {**message, "content": content}

@@ -206,3 +206,64 @@ def test_refused_only_when_the_system_prompt_and_latest_user_message_cannot_fit(
     }
     with pytest.raises(FitError, match="the system prompt and the latest user message"):
         fit(parse_request(body), r, FitPolicy())
+
+
+def long_turn_session(history: int, turn: int, size: int = 90) -> list[dict]:
+    """Requests of a session whose older rounds pin a long head, then one user message and a
+    long newest turn of tool rounds: the turn outgrows the room the head leaves it."""
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing tests in the repository."},
+    ]
+    requests = []
+    for t in range(history + turn):
+        if t == history or (t < history and t % 10 == 9):
+            messages.append({"role": "user", "content": f"Now step {t}: " + words(30, t)})
+        cid = f"call_{t}"
+        call = {"id": cid, "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": words(12, t), "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": cid, "content": words(size, t + 1)})
+        requests.append({"model": "t", "messages": copy.deepcopy(messages)})
+    return requests
+
+
+def test_a_growing_newest_turn_moves_the_head_rarely():
+    # A head that gives way to the newest turn re-sends the whole turn after it. Every jump
+    # (an elision cut or a head shrink) lands at the low-water mark, so the next one waits
+    # until the sent prompt grows by the headroom H = (1 − low_water) × budget again. Once
+    # masked, a round of the turn grows the prompt by at most m (its call and placeholder), and
+    # the newest unit, sent whole, varies by at most d: over the turn's R rounds the bytes
+    # before it change at most R × m / (H − d) + 2 times (the first overflow, which also masks
+    # the rounds before the turn, and rounding). A head shrinking just enough to fit changes
+    # them on every round once the turn outgrows the room the head leaves.
+    r = route(8000)
+    policy = FitPolicy()
+    budget = prompt_budget(r.context_window, r.max_output_tokens, policy, None)
+    history, turn = 120, 80
+    requests = long_turn_session(history, turn)
+    base = requests[0]["messages"][:2]
+    rounds = [b["messages"][-2:] for b in requests[history:]]
+    full = [_price(base + unit, r) - _price(base, r) for unit in rounds]
+    masked = [
+        _price([*base, a, {**t, "content": mask_placeholder("sh", 99_999)}], r) - _price(base, r)
+        for a, t in rounds
+    ]
+    m, d = max(masked), max(full) - min(full)
+    headroom = (1 - policy.low_water) * budget
+    assert headroom > d
+    previous: list[dict] | None = None
+    jumps = 0
+    for body in requests[history:]:
+        result = fit(parse_request(body), r, policy)
+        out = result.body["messages"]
+        assert turn_ids(body["messages"]) <= turn_ids(out), "a call of the newest turn dropped"
+        if previous is not None:
+            common = next(
+                (i for i, (a, b) in enumerate(zip(previous, out, strict=False)) if a != b),
+                min(len(previous), len(out)),
+            )
+            latest = max(i for i, msg in enumerate(out) if msg["role"] == "user")
+            jumps += common <= latest
+        previous = out
+    assert result.report.masked and result.report.elided_messages
+    assert jumps <= turn * m / (headroom - d) + 2
