@@ -21,8 +21,9 @@ answer itself, so routefit hands its provider handlers an HTTP client whose tran
 (proxy/transports/bounded_http.py), and an answer over the bound is the same 502
 ``upstream_too_large`` (or the wire's error event, once the stream started). Only the providers
 whose litellm handler takes that client (``client=`` as an ``AsyncHTTPHandler``) get it: those
-in ``_HONOURS_CLIENT``; others (Azure, and any provider litellm serves through the OpenAI SDK)
-would take it for an SDK client and break, so they keep litellm's own, unbounded client.
+in ``_HONOURS_CLIENT`` (Gemini, Vertex AI, Bedrock, Anthropic with extra params); the others
+(Cohere, whose handler drops it; Azure and what litellm serves through the OpenAI SDK, which
+would take it for an SDK client and break) keep litellm's own, unbounded client.
 """
 
 from __future__ import annotations
@@ -50,11 +51,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 _CHAT_ONLY = frozenset({CHAT})
 #: litellm providers whose chat handler uses a ``client=`` ``AsyncHTTPHandler`` it is given
-#: (read in litellm's source: the Gemini/Vertex handler, Bedrock's converse handler, and the
-#: generic ``BaseLLMHTTPHandler`` behind Anthropic and Cohere).
-_HONOURS_CLIENT = frozenset(
-    {"gemini", "vertex_ai", "vertex_ai_beta", "bedrock", "anthropic", "cohere", "cohere_chat"}
-)
+#: (read in litellm's ``main.py`` and handlers: Gemini/Vertex's, Bedrock's, Anthropic's). Cohere's
+#: handler drops ``client=`` and Azure's takes it for an OpenAI SDK client: not here.
+_HONOURS_CLIENT = frozenset({"gemini", "vertex_ai", "vertex_ai_beta", "bedrock", "anthropic"})
 
 
 def _import_litellm() -> Any:
