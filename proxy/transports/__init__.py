@@ -74,10 +74,11 @@ class Transports:
         max_event: int = MAX_EVENT_BYTES,
     ) -> Transports:
         """``max_body`` / ``max_event``: the bounds of what a provider may send back (a whole
-        answer, one SSE event) on the passthrough (and the Anthropic translation over it)."""
+        answer, one SSE event) on the passthrough (and the Anthropic translation over it) and
+        through litellm."""
         needs_litellm = any(up.transport == "litellm" and not covers(up) for up in upstreams)
         passthrough = Passthrough(max_body=max_body, max_event=max_event)
-        litellm = LiteLLM(needs_litellm)
+        litellm = LiteLLM(needs_litellm, max_body=max_body, max_event=max_event)
         return cls(
             Retrying(passthrough, retry, on_retry),
             Retrying(litellm, retry, on_retry),

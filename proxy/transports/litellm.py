@@ -14,6 +14,16 @@ plain Anthropic routes never do: tests/transports/test_imports.py), and then at 
 thread, not under the first request to such a route: deferring it would show a lower idle
 figure right after start, but the first request would wait seconds for the import and the
 worker would hold the same memory from then on.
+
+What a provider sends back is bounded here too (``max_provider_body_bytes`` for a whole answer,
+``max_sse_event_bytes`` for one event of a stream), as on the passthrough: litellm reads each
+answer itself, so routefit hands its provider handlers an HTTP client whose transport counts
+(proxy/transports/bounded_http.py), and an answer over the bound is the same 502
+``upstream_too_large`` (or the wire's error event, once the stream started). Only the providers
+whose litellm handler takes that client (``client=`` as an ``AsyncHTTPHandler``) get it: those
+in ``_HONOURS_CLIENT`` (Gemini, Vertex AI, Bedrock, Anthropic with extra params); the others
+(Cohere, whose handler drops it; Azure and what litellm serves through the OpenAI SDK, which
+would take it for an SDK client and break) keep litellm's own, unbounded client.
 """
 
 from __future__ import annotations
@@ -24,19 +34,26 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import httpx
 import orjson
 
 from proxy.config import Upstream
 from proxy.errors import ProxyError
 from proxy.transports.base import CHAT, Completion, Outbound, StreamBroken, Transient
+from proxy.transports.bounded_http import BoundedTransport, Trip, trip
+from proxy.transports.passthrough import MAX_BODY_BYTES
 from proxy.transports.provider_errors import RETRY_STATUSES, redact, retry_after
-from proxy.transports.sse import DONE
+from proxy.transports.sse import DONE, MAX_EVENT_BYTES, EventTooLarge
 
 __all__ = ["LiteLLM"]
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 _CHAT_ONLY = frozenset({CHAT})
+#: litellm providers whose chat handler uses a ``client=`` ``AsyncHTTPHandler`` it is given
+#: (read in litellm's ``main.py`` and handlers: Gemini/Vertex's, Bedrock's, Anthropic's). Cohere's
+#: handler drops ``client=`` and Azure's takes it for an OpenAI SDK client: not here.
+_HONOURS_CLIENT = frozenset({"gemini", "vertex_ai", "vertex_ai_beta", "bedrock", "anthropic"})
 
 
 def _import_litellm() -> Any:
@@ -50,15 +67,18 @@ def _import_litellm() -> Any:
 class _Chunks:
     """litellm's stream as chat-completions SSE events (usage chunk and ``[DONE]`` included)."""
 
-    def __init__(self, resp: Any, up: Upstream) -> None:
+    def __init__(self, resp: Any, up: Upstream, mark: Trip) -> None:
         self._resp = resp
         self._up = up
+        self._mark = mark
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._resp:
                 yield b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
         except Exception as exc:  # litellm raises its own tree mid-stream
+            if self._mark.reason is not None:
+                raise EventTooLarge(self._mark.reason) from None
             raise StreamBroken(_litellm_error(exc, self._up).message) from None
         yield DONE
 
@@ -73,10 +93,18 @@ class _Chunks:
 class LiteLLM:
     """litellm behind the transport seam; imported lazily, in a thread."""
 
-    def __init__(self, needed: bool) -> None:
+    def __init__(
+        self, needed: bool, max_body: int = MAX_BODY_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> None:
         self.needed = needed
+        self.max_body = max_body
+        self.max_event = max_event
         self._litellm: Any = None
         self._loading: asyncio.Task[Any] | None = None
+        self._transport: BoundedTransport | None = None
+        #: one litellm client per timeout (a handler given a client may not pass the call's
+        #: timeout on), all over one bounded transport and so one connection pool
+        self._clients: dict[float, Any] = {}
 
     def speaks(self, up: Upstream) -> frozenset[str]:
         return _CHAT_ONLY
@@ -107,27 +135,61 @@ class LiteLLM:
         return self._litellm
 
     async def aclose(self) -> None:
-        return None
+        self._clients.clear()
+        if self._transport is not None:
+            await self._transport.aclose()
+            self._transport = None
+
+    def _client(self, up: Upstream) -> Any:
+        """The bounded client for ``up``'s calls, or None where its handler would misuse it."""
+        if up.provider not in _HONOURS_CLIENT:
+            return None
+        handlers = importlib.import_module("litellm.llms.custom_httpx.http_handler")
+        if self._transport is None:
+            # litellm's own transport (its aiohttp one by default), wrapped: the bound changes
+            # what is read, never how the provider is reached
+            inner = handlers.AsyncHTTPHandler.create_async_transport()
+            if inner is None:
+                inner = httpx.AsyncHTTPTransport()
+            self._transport = BoundedTransport(inner, self.max_body, self.max_event)
+        client = self._clients.get(up.timeout)
+        if client is None:
+            client = handlers.AsyncHTTPHandler(timeout=up.timeout, transport=self._transport)
+            self._clients[up.timeout] = client
+        return client
+
+    async def _call(self, up: Upstream, kwargs: dict[str, Any], mark: Trip) -> Any:
+        """``litellm.acompletion`` over the bounded client, its errors mapped."""
+        litellm = await self.module()
+        client = self._client(up)
+        if client is not None:
+            kwargs["client"] = client
+        token = trip.set(mark)
+        try:
+            return await litellm.acompletion(**kwargs)
+        except Exception as exc:  # litellm raises its own exception tree; map it
+            if mark.reason is not None:
+                raise ProxyError(
+                    502,
+                    f"upstream {up.model} sent an answer over its bound: {mark.reason} "
+                    "(routefit_settings.max_provider_body_bytes / max_sse_event_bytes)",
+                    code="upstream_too_large",
+                ) from None
+            raise _litellm_error(exc, up) from None
+        finally:
+            trip.reset(token)
 
     async def complete(self, up: Upstream, out: Outbound) -> Completion:
-        litellm = await self.module()
-        try:
-            resp = await litellm.acompletion(**_kwargs(up, out.body))
-        except Exception as exc:  # litellm raises its own exception tree; map it
-            raise _litellm_error(exc, up) from None
+        resp = await self._call(up, _kwargs(up, out.body), Trip())
         data = resp.model_dump(exclude_none=True)
         return Completion(orjson.dumps(data), data)
 
     async def stream(self, up: Upstream, out: Outbound) -> _Chunks:
-        litellm = await self.module()
         kwargs = _kwargs(up, out.body)
         kwargs["stream"] = True
         kwargs["stream_options"] = {"include_usage": True}
-        try:
-            resp = await litellm.acompletion(**kwargs)
-        except Exception as exc:
-            raise _litellm_error(exc, up) from None
-        return _Chunks(resp, up)
+        mark = Trip()
+        return _Chunks(await self._call(up, kwargs, mark), up, mark)
 
 
 def _kwargs(up: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,9 @@ class Fake(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        if ":generateContent" in self.path or ":streamGenerateContent" in self.path:
+            self._gemini()
+            return
         model = body["model"]
         key = self.headers.get("x-api-key") or self.headers.get("authorization", "")
         key = key.removeprefix("Bearer ")
@@ -77,12 +80,12 @@ class Fake(BaseHTTPRequestHandler):
         for _ in range(HUGE // len(piece)):
             self.wfile.write(piece)
 
-    def _huge_event(self) -> None:
-        """A stream whose second event never ends."""
+    def _huge_event(self, first: object = None) -> None:
+        """A stream whose second event never ends (its first: ``first``, else a chat chunk)."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.end_headers()
-        first = {
+        first = first or {
             "id": "c",
             "object": "chat.completion.chunk",
             "model": "huge-event",
@@ -93,6 +96,45 @@ class Fake(BaseHTTPRequestHandler):
         piece = b"b" * (1024 * 1024)
         for _ in range(HUGE // len(piece)):
             self.wfile.write(piece)
+
+    def _gemini(self) -> None:
+        """Gemini's generateContent / streamGenerateContent (SSE): the model in the path says
+        whether the answer is normal, over the body bound, or an event over the event bound."""
+        model = self.path.split("/models/", 1)[1].split(":", 1)[0]
+        stream = ":streamGenerateContent" in self.path
+        try:
+            if model == "huge-body":
+                self._huge_body()
+            elif model == "huge-event":
+                self._huge_event(GEMINI_PARTIAL)
+            elif stream:
+                self._send(
+                    200,
+                    b"data: " + json.dumps(GEMINI_ANSWER).encode() + b"\r\n\r\n",
+                    "text/event-stream",
+                )
+            else:
+                self._send(200, json.dumps(GEMINI_ANSWER).encode())
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+GEMINI_ANSWER = {
+    "candidates": [
+        {
+            "content": {"parts": [{"text": "hi"}], "role": "model"},
+            "finishReason": "STOP",
+            "index": 0,
+        }
+    ],
+    "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1, "totalTokenCount": 2},
+    "modelVersion": "fine",
+}
+#: A stream's first event, before the one that never ends.
+GEMINI_PARTIAL = {
+    "candidates": [{"content": {"parts": [{"text": "hi"}], "role": "model"}, "index": 0}],
+    "modelVersion": "huge-event",
+}
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +163,10 @@ def gw(sim, fake, tmp_path_factory) -> Iterator[Running]:
         _route("echo-claude", "anthropic/echo-key", fake),
         _route("huge-body", "openai/huge-body", fake + "/v1"),
         _route("huge-event", "openai/huge-event", fake + "/v1"),
+        # routes only litellm serves: it reads the answer itself, over routefit's bounded client
+        _route("gemini-huge-body", "gemini/huge-body", fake),
+        _route("gemini-huge-event", "gemini/huge-event", fake),
+        _route("gemini-fine", "gemini/fine", fake),
     ]
     config = gateway_config(
         tmp_path_factory.mktemp("bounds") / "c.yaml",
@@ -194,3 +240,48 @@ def test_an_unterminated_event_over_the_bound_ends_the_stream_in_its_wire(gw):
     assert "bytes" in error["message"] and error["code"] == "upstream_error"
     assert peak_rss(gw) - before < HUGE // 4
     healthy(gw)
+
+
+def warm_litellm(gw: Running) -> None:
+    """One normal call first: litellm loads a provider's modules on its first call (~150 MiB),
+    which is not what the memory assertions measure."""
+    body = {"model": "gemini-fine", "messages": CHAT}
+    assert httpx.post(gw.v1 + "/chat/completions", json=body, timeout=60).status_code == 200
+
+
+def test_a_gemini_answer_over_the_bound_is_a_502_through_litellm(gw):
+    warm_litellm(gw)
+    before = peak_rss(gw)
+    body = {"model": "gemini-huge-body", "messages": CHAT}
+    r = httpx.post(gw.v1 + "/chat/completions", json=body, timeout=60)
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "upstream_too_large"
+    assert "max_provider_body_bytes" in error["message"]
+    assert peak_rss(gw) - before < HUGE // 4
+    healthy(gw)
+
+
+def test_an_unterminated_gemini_event_over_the_bound_ends_the_stream_through_litellm(gw):
+    warm_litellm(gw)
+    before = peak_rss(gw)
+    body = {"model": "gemini-huge-event", "messages": CHAT, "stream": True}
+    with httpx.stream("POST", gw.v1 + "/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert json.loads(lines[0][5:])["choices"][0]["delta"]["content"] == "hi"
+    error = json.loads(lines[-1][5:])["error"]
+    assert "bytes" in error["message"] and error["code"] == "upstream_error"
+    assert peak_rss(gw) - before < HUGE // 4
+    healthy(gw)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_normal_gemini_answer_still_passes_the_bounded_client(gw, stream):
+    body = {"model": "gemini-fine", "messages": CHAT, "stream": stream}
+    r = httpx.post(gw.v1 + "/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    if stream:
+        assert '"hi"' in r.text and "[DONE]" in r.text and "error" not in r.text
+    else:
+        assert r.json()["choices"][0]["message"]["content"] == "hi"

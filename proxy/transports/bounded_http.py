@@ -1,0 +1,116 @@
+"""What a provider sends back through litellm, bounded as the passthrough bounds it.
+
+litellm reads each answer itself, so the bound has to sit under it: an httpx transport that
+wraps every response's byte stream in a counter. A ``text/event-stream`` answer is bounded per
+event (``max_sse_event_bytes``: the bytes since the last blank line; a stream as a whole may be
+long), any other answer as a whole (``max_provider_body_bytes``). Past the bound the stream
+raises, which drops the provider's connection before more of it is read, and marks the call's
+``Trip`` so routefit's side can tell "too large" from whatever litellm turns the exception into
+(it wraps transport errors in its own tree, message and type varying by provider).
+
+The ``Trip`` of a call travels in a context variable set before the call: the transport reads
+it when the request is sent (in the caller's context), and the stream keeps it, so a stream
+read later, in another task, still marks the right call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import httpx
+
+__all__ = ["BoundedTransport", "TooLarge", "Trip", "trip"]
+
+
+@dataclass(slots=True)
+class Trip:
+    """Whether (and why) one call's answer went over its bound."""
+
+    reason: str | None = None
+
+
+#: The current call's trip; a request sent outside any call is bounded but reports to nobody.
+trip: ContextVar[Trip | None] = ContextVar("routefit_litellm_trip", default=None)
+
+
+class TooLarge(httpx.ReadError):
+    """A provider's answer (or one of its events) grew past the bound.
+
+    A ``ReadError`` so that whatever reads the body treats it as a broken connection."""
+
+
+def _first_end(data: bytes, start: int) -> int:
+    """Where the first event terminator at or after ``start`` ends (-1: none)."""
+    a = data.find(b"\n\n", start)
+    b = data.find(b"\r\n\r\n", start)
+    ends = [i + 2 for i in (a,) if i >= 0] + [i + 4 for i in (b,) if i >= 0]
+    return min(ends) if ends else -1
+
+
+class _Counted(httpx.AsyncByteStream):
+    """A response body that raises ``TooLarge`` once it is over its bound."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, bound: int, sse: bool, mark: Trip | None):
+        self._inner = inner
+        self._bound = bound
+        self._sse = sse
+        self._mark = mark
+
+    def _fail(self, what: str) -> TooLarge:
+        reason = f"the provider sent {what} over {self._bound:,} bytes"
+        if self._mark is not None:
+            self._mark.reason = reason
+        return TooLarge(reason)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0  # the whole body's bytes, or the unfinished event's
+        tail = b""  # a terminator may straddle two chunks: the last 3 bytes
+        async for chunk in self._inner:
+            if not self._sse:
+                seen += len(chunk)
+                if seen > self._bound:
+                    raise self._fail("an answer")
+            else:
+                seen = self._event_bytes(seen, tail, chunk)
+                tail = (tail + chunk)[-3:]
+            yield chunk
+
+    def _event_bytes(self, seen: int, tail: bytes, chunk: bytes) -> int:
+        """The unfinished event's size after ``chunk``; raises if any event passed the bound."""
+        joined = tail + chunk
+        start = 0
+        while (end := _first_end(joined, start)) >= 0:
+            if end > len(tail):  # one ending within the tail was counted with the last chunk
+                if seen + end - max(start, len(tail)) > self._bound:
+                    raise self._fail("an SSE event")
+                seen = 0
+            start = end
+        seen += len(joined) - max(start, len(tail))
+        if seen > self._bound:
+            raise self._fail("an SSE event")
+        return seen
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BoundedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport whose answers are bounded (see the module's docstring)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, max_body: int, max_event: int) -> None:
+        self._inner = inner
+        self.max_body = max_body
+        self.max_event = max_event
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        resp = await self._inner.handle_async_request(request)
+        sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        if isinstance(resp.stream, httpx.AsyncByteStream):
+            bound = self.max_event if sse else self.max_body
+            resp.stream = _Counted(resp.stream, bound, sse, trip.get())
+        return resp
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
