@@ -23,14 +23,19 @@ answer itself, so routefit hands its provider handlers an HTTP client whose tran
 whose litellm handler takes that client (``client=`` as an ``AsyncHTTPHandler``) get it: those
 in ``_HONOURS_CLIENT`` (Gemini, Vertex AI, Bedrock, Anthropic with extra params); the others
 (Cohere, whose handler drops it; Azure and what litellm serves through the OpenAI SDK, which
-would take it for an SDK client and break) keep litellm's own, unbounded client.
+would take it for an SDK client and break) keep litellm's own, unbounded client. So does every
+provider when routefit's environment names an HTTP proxy (``HTTPS_PROXY`` ...): the wrapped
+transport would not follow it, and reaching the provider comes before bounding its answer
+(start-up logs which one applies).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -53,6 +58,8 @@ _CHAT_ONLY = frozenset({CHAT})
 #: litellm providers whose chat handler uses a ``client=`` ``AsyncHTTPHandler`` it is given
 #: (read in litellm's ``main.py`` and handlers: Gemini/Vertex's, Bedrock's, Anthropic's). Cohere's
 #: handler drops ``client=`` and Azure's takes it for an OpenAI SDK client: not here.
+#: An HTTP proxy in the environment: litellm's own client follows it, a given transport would not.
+_PROXIED = bool(urllib.request.getproxies())
 _HONOURS_CLIENT = frozenset({"gemini", "vertex_ai", "vertex_ai_beta", "bedrock", "anthropic"})
 
 
@@ -111,6 +118,11 @@ class LiteLLM:
 
     def start(self) -> None:
         """Begin importing litellm in a thread when a route needs it (start-up stays fast)."""
+        if self.needed and _PROXIED:
+            logging.getLogger("routefit").warning(
+                "an HTTP proxy is set: litellm routes use litellm's own client, which follows "
+                "it, and their provider answers are not bounded by max_provider_body_bytes"
+            )
         if self.needed and self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(
                 asyncio.to_thread(_import_litellm)
@@ -142,7 +154,7 @@ class LiteLLM:
 
     def _client(self, up: Upstream) -> Any:
         """The bounded client for ``up``'s calls, or None where its handler would misuse it."""
-        if up.provider not in _HONOURS_CLIENT:
+        if up.provider not in _HONOURS_CLIENT or _PROXIED:
             return None
         handlers = importlib.import_module("litellm.llms.custom_httpx.http_handler")
         if self._transport is None:
