@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -140,6 +141,7 @@ def main() -> int:
     import fit_scaling
     import proxy_load
     import sessions
+    import sessions_fit
     import startup
 
     with Servers() as servers:
@@ -151,7 +153,7 @@ def main() -> int:
         )
         section("fit_scaling", lambda: fit_scaling.run(fit_config, args.quick, log))
         section("accuracy", lambda: accuracy.run(servers, args.quick, log))
-        section("sessions", lambda: sessions.run(servers, args.quick, log))
+        section("sessions", lambda: _sessions(servers, args.quick, sessions, sessions_fit))
     section("others", lambda: run_others(args.quick))
 
     results["seconds"] = time.perf_counter() - started
@@ -164,6 +166,15 @@ def main() -> int:
     path = report.write(results, BENCH, command)
     log(f"wrote {path.relative_to(ROOT)} in {results['seconds']:.0f} s")
     return 0
+
+
+def _sessions(servers: Any, quick: bool, sessions: Any, sessions_fit: Any) -> dict[str, Any]:
+    """Section 5 and, beside it, 5b: what the fit keeps on the three wires (sessions_fit takes
+    its tools from sessions, so sessions does not call it back)."""
+    out: dict[str, Any] = sessions.run(servers, quick, log)
+    log("  what the fit keeps (bench/sessions_fit.py):")
+    out["kept"] = sessions_fit.run(servers, quick, ["default", "no-mask"], log=log)
+    return out
 
 
 if __name__ == "__main__":

@@ -409,10 +409,6 @@ def run(servers: Servers, quick: bool, log=print) -> dict:
     servers.stop(sim)
     log("  the cut schedule's frontier (routefit, per fit policy):")
     out["frontier"] = frontier(servers, sessions, quick, log)
-    import sessions_fit  # section 5b: what the fit keeps, on the three wires
-
-    log("  what the fit keeps (bench/sessions_fit.py):")
-    out["kept"] = sessions_fit.run(servers, quick, ["default", "no-mask"], log=log)
     return out
 
 
