@@ -22,6 +22,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
+from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 from proxy.budgets import Budgets, rate_limit_headers
 from proxy.calibrator import Calibrator
@@ -218,10 +219,14 @@ class Gateway:
         fault = usage_fault(usage, usage_limit(p.rc.route, p.request.choices, _reserve(p)))
         if fault is None:
             return usage
+        self._reject(p.rc.route.alias, "usage", fault)
+        return None
+
+    def _reject(self, route: str, what: str, why: str) -> None:
+        """A provider figure not believed: logged and counted, never learnt from."""
         self.metrics.samples.labels("rejected").inc()
         self.calibrator.rejected += 1
-        log.warning("provider usage rejected on %s: %s", p.rc.route.alias, fault)
-        return None
+        log.warning("provider %s rejected on %s: %s", what, route, why)
 
     async def _send(
         self,
@@ -269,9 +274,7 @@ class Gateway:
         if counted > 2 * p.rc.route.context_window:
             # An overflow is a prompt a little over the window, or one we misjudged by a fraction
             # of it: a count beyond twice the window is not believed (and not learnt from).
-            self.metrics.samples.labels("rejected").inc()
-            self.calibrator.rejected += 1
-            log.warning("provider overflow count rejected on %s: %d tokens", route, counted)
+            self._reject(route, "overflow count", f"{counted} tokens")
             return False
         self.calibrator.observe(
             route, p.fitted.pressure, p.keys, p.estimate, p.anchored, counted, 0
@@ -323,7 +326,7 @@ class Gateway:
         output = seen.completion_tokens if seen is not None else 0
         text = outcome.relayed_text()
         if text:
-            output = max(output, await _count_relayed(p.rc.route.tokenizer, text))
+            output = max(output, await _count_relayed(p.job.priced, text))
         cached = seen.cached_tokens if seen is not None else 0
         return Usage(prompt, output, min(cached, prompt))
 
@@ -406,11 +409,12 @@ def _kind(err: ProxyError) -> str:
     return "internal" if err.status >= 500 else "client"
 
 
-async def _count_relayed(spec: str, text: str) -> int:
-    """``text``'s tokens by the route's tokenizer (off the loop when long); its UTF-8 bytes, a
-    bound on any byte-level tokenizer's count, if the tokenizer fails."""
+async def _count_relayed(route: Route, text: str) -> int:
+    """``text``'s tokens by the route's tokenizer (off the loop when long), in the team's own
+    count-cache scope (an answer derives from its prompt); its UTF-8 bytes, a bound on any
+    byte-level tokenizer's count, if the tokenizer fails."""
     try:
-        tokenizer = get_tokenizer(spec)
+        tokenizer = get_tokenizer(route.tokenizer, route.scope)
         if len(text) > _THREAD_ABOVE:
             return await anyio.to_thread.run_sync(tokenizer.count, text)
         return tokenizer.count(text)
