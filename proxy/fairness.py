@@ -54,6 +54,10 @@ def caller(team: Team | None, request: Request) -> str:
     return "addr:" + host
 
 
+#: Rounding slack of a refilled bucket (``admit_count``).
+_EPSILON = 1e-9
+
+
 class Fairness:
     """Per-caller pricing threads and count-endpoint rate of one process."""
 
@@ -89,7 +93,9 @@ class Fairness:
         now = time.monotonic() if now is None else now
         tokens, then = self._buckets.pop(who, (self.burst, now))
         tokens = min(self.burst, tokens + (now - then) * self.rate)
-        if tokens < 1.0:
+        # a bucket refilled for exactly the wait it named holds 1 - ε after float rounding:
+        # that wait must be enough (the retry-after promise), so the last ulps count as whole
+        if tokens < 1.0 - _EPSILON:
             self._buckets[who] = (tokens, now)
             retry = max(1, math.ceil((1.0 - tokens) / self.rate))
             raise ProxyError(
