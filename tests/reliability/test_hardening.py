@@ -2,8 +2,8 @@
 clients that leave mid-body or mid-stream (499, no 5xx, no traceback), slow clients cut by the
 header and body deadlines while others are served, trailing slashes served without a redirect,
 gzip bodies, the client's alias as ``model`` on every route, URL images on litellm routes fetched
-by routefit or refused, ``/readyz`` with a fail-closed store away, and SIGTERM with 50 streams in
-flight (all finish, budgets settle, exit 0).
+by routefit or refused, ``/readyz`` with a fail-closed store away, SIGTERM with 50 streams in
+flight (all finish, budgets settle, exit 0), and the same limits in every spawned worker.
 """
 
 from __future__ import annotations
