@@ -11,9 +11,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+if TYPE_CHECKING:
+    from proxy.serve_settings import ServeSettings
 
 __all__ = ["Progress", "fit_table", "main"]
 
@@ -159,7 +162,7 @@ def _log_config(level: str) -> dict[str, Any]:
     return dict(config)
 
 
-def _serve_settings(args: argparse.Namespace) -> Any:
+def _serve_settings(args: argparse.Namespace) -> ServeSettings:
     """The flags the app and its protocol read, as one value (``proxy.serve_settings``)."""
     from proxy.serve_settings import ServeSettings
 
@@ -186,7 +189,7 @@ def _share_metrics(workers: int) -> None:
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
 
 
-def _app_for_uvicorn(path: str, config: Any, settings: Any, workers: int) -> Any:
+def _app_for_uvicorn(path: str, config: Any, settings: ServeSettings, workers: int) -> Any:
     """uvicorn's ``app`` (a factory): one worker builds the app here from the config already
     loaded and the settings as values; spawned workers need an import string, and get the
     config path and settings as one record (``proxy.serve_settings``)."""
@@ -280,7 +283,8 @@ def _serve(args: argparse.Namespace) -> int:
         server_header=False,
         timeout_keep_alive=args.keep_alive,
         limit_concurrency=args.max_connections or None,
-        timeout_graceful_shutdown=settings.drain_seconds,
+        # typed int by uvicorn, used as asyncio.timeout's seconds: a float is what it takes
+        timeout_graceful_shutdown=settings.drain_seconds,  # type: ignore[arg-type]
         **network,
     )
     return 0
@@ -513,6 +517,8 @@ def pressure_table(pressure: Any, route: Any) -> str:
 
 def _add_serve(serve: argparse.ArgumentParser) -> None:
     """``routefit serve``'s options: where to listen, and the limits on slow or many clients."""
+    from proxy.serve_settings import DEFAULTS
+
     serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4000, help="port (default 4000)")
@@ -521,8 +527,6 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     serve.add_argument("--access-log", action="store_true", help="log every request")
-    from proxy.serve_settings import DEFAULTS
-
     limits = serve.add_argument_group("connection limits (per worker)")
     for flag, default, helps in (
         (
