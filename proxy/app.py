@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -28,15 +27,16 @@ from proxy import modelmap, responses_api
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, load_config
-from proxy.drain import cut_after, drain_seconds, on_terminate
+from proxy.drain import cut_after, on_terminate
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
-from proxy.middleware import Guard, ReadLimits
+from proxy.middleware import Guard
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
+from proxy.serve_settings import DEFAULTS, ServeSettings, handed_over
 from proxy.state import AppState
 from proxy.store import ObservedStore, Store, connect_store
 from proxy.transports import RetryPolicy, Transports
@@ -47,8 +47,6 @@ from proxy.wires.anthropic import anthropic_error, count_tokens
 __all__ = ["create_app", "create_app_from_env"]
 
 log = logging.getLogger("routefit")
-
-CONFIG_ENV = "ROUTEFIT_CONFIG"
 
 
 def _json(data: object, status: int = 200) -> Response:
@@ -261,7 +259,10 @@ ROUTES = [
 
 
 def build_state(
-    config: Config, store: Store | None = None, transports: Transports | None = None
+    config: Config,
+    store: Store | None = None,
+    transports: Transports | None = None,
+    serve_settings: ServeSettings = DEFAULTS,
 ) -> AppState:
     """Every long-lived part of one app, wired once from the config."""
     config, local = attach(config)  # sim:// routes → the in-process simulator's port
@@ -307,6 +308,7 @@ def build_state(
         dashboard,
         orjson.dumps(build_openapi(config)),
         local,
+        serve_settings,
     )
 
 
@@ -347,7 +349,7 @@ def _log_start(state: AppState) -> None:
 
 def _drain(state: AppState, loop: asyncio.AbstractEventLoop) -> None:
     state.readiness.draining = True
-    seconds = drain_seconds()
+    seconds = state.settings.drain_seconds
     cut_after(loop, seconds)
     log.info("SIGTERM: draining for up to %g s (not ready; in-flight requests finish)", seconds)
 
@@ -378,14 +380,19 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 
 
 def create_app(
-    config: Config, store: Store | None = None, transports: Transports | None = None
+    config: Config,
+    store: Store | None = None,
+    transports: Transports | None = None,
+    settings: ServeSettings = DEFAULTS,
 ) -> Starlette:
-    state = build_state(config, store, transports)
+    """The app over ``config``; ``store`` and ``transports`` replace what the config names (tests),
+    ``settings`` are ``routefit serve``'s limits (``proxy.serve_settings``)."""
+    state = build_state(config, store, transports, settings)
     app = Starlette(
         routes=[*ROUTES, *state.dashboard.routes()],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(Guard, limits=ReadLimits.from_env())],
+        middleware=[Middleware(Guard, limits=settings.read_limits())],
     )
     app.router.redirect_slashes = False  # never a redirect built from the client's Host
     app.state.routefit = state
@@ -393,5 +400,7 @@ def create_app(
 
 
 def create_app_from_env() -> Starlette:
-    """uvicorn factory: each worker process loads the config named by ROUTEFIT_CONFIG."""
-    return create_app(load_config(os.environ[CONFIG_ENV]))
+    """uvicorn's factory in each worker of ``routefit serve --workers N``: the config path and
+    settings the command handed over (one record: ``proxy.serve_settings``)."""
+    path, settings = handed_over()
+    return create_app(load_config(path), settings=settings)

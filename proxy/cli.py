@@ -11,9 +11,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+if TYPE_CHECKING:
+    from proxy.serve_settings import ServeSettings
 
 __all__ = ["Progress", "fit_table", "main"]
 
@@ -159,20 +162,24 @@ def _log_config(level: str) -> dict[str, Any]:
     return dict(config)
 
 
-def _serve_environment(args: argparse.Namespace) -> None:
-    """Settings each worker reads at start (uvicorn starts workers from a pickled config)."""
-    from proxy.drain import DRAIN_SECONDS_ENV
-    from proxy.middleware import BODY_MIN_RATE_ENV, BODY_TIMEOUT_ENV
-    from proxy.protocol import HEADER_TIMEOUT_ENV, MAX_HEADER_BYTES_ENV
+def _serve_settings(args: argparse.Namespace) -> ServeSettings:
+    """The flags the app and its protocol read, as one value (``proxy.serve_settings``)."""
+    from proxy.serve_settings import ServeSettings
 
-    os.environ[HEADER_TIMEOUT_ENV] = str(args.header_timeout)
-    os.environ[MAX_HEADER_BYTES_ENV] = str(args.max_header_bytes)
-    os.environ[BODY_TIMEOUT_ENV] = str(args.body_timeout)
-    os.environ[BODY_MIN_RATE_ENV] = str(args.body_min_rate)
-    os.environ[DRAIN_SECONDS_ENV] = str(args.drain_seconds)
-    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # Each worker is its own process with its own counters; prometheus_client's
-        # multiprocess mode shares them through files, so /metrics shows all workers.
+    return ServeSettings(
+        header_timeout=args.header_timeout,
+        max_header_bytes=args.max_header_bytes,
+        body_timeout=args.body_timeout,
+        body_min_rate=args.body_min_rate,
+        drain_seconds=args.drain_seconds,
+    )
+
+
+def _share_metrics(workers: int) -> None:
+    """Each worker is its own process with its own counters; prometheus_client's multiprocess
+    mode shares them through files, so /metrics shows all workers. The library reads only
+    ``PROMETHEUS_MULTIPROC_DIR``, as it is imported in each worker: an environment variable."""
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         import atexit
         import shutil
         import tempfile
@@ -180,6 +187,22 @@ def _serve_environment(args: argparse.Namespace) -> None:
         metrics_dir = tempfile.mkdtemp(prefix="routefit-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
+
+
+def _app_for_uvicorn(path: str, config: Any, settings: ServeSettings, workers: int) -> Any:
+    """uvicorn's ``app`` (a factory): one worker builds the app here from the config already
+    loaded and the settings as values; spawned workers need an import string, and get the
+    config path and settings as one record (``proxy.serve_settings``)."""
+    if workers > 1:
+        from proxy.serve_settings import hand_over
+
+        hand_over(path, settings)
+        return "proxy.app:create_app_from_env"
+    import functools
+
+    from proxy.app import create_app
+
+    return functools.partial(create_app, config, settings=settings)
 
 
 def _tls_and_proxies(args: argparse.Namespace, config: Any) -> dict[str, Any]:
@@ -223,9 +246,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from proxy.app import CONFIG_ENV
     from proxy.config import ConfigError, load_config
-    from proxy.protocol import HeaderDeadlineProtocol
+    from proxy.protocol import with_limits
 
     path = os.path.abspath(args.config)
     try:
@@ -233,8 +255,8 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     network = _tls_and_proxies(args, config)
-    os.environ[CONFIG_ENV] = path
-    _serve_environment(args)
+    settings = _serve_settings(args)
+    _share_metrics(args.workers)
     log_config = _log_config(args.log_level)
     logging.config.dictConfig(log_config)
     scheme = "https" if "ssl_certfile" in network else "http"
@@ -248,12 +270,12 @@ def _serve(args: argparse.Namespace) -> int:
     # clean exit (status 0), not a death by signal.
     signal.signal(signal.SIGTERM, lambda sig, frame: None)
     uvicorn.run(
-        "proxy.app:create_app_from_env",
+        _app_for_uvicorn(path, config, settings, args.workers),
         factory=True,
         host=args.host,
         port=args.port,
         workers=args.workers,
-        http=HeaderDeadlineProtocol,
+        http=with_limits(settings.header_timeout, settings.max_header_bytes),
         ws="none",  # no WebSocket routes: uvicorn's websockets stack stays unimported (1.3 MiB)
         log_level=args.log_level,
         log_config=log_config,
@@ -261,7 +283,8 @@ def _serve(args: argparse.Namespace) -> int:
         server_header=False,
         timeout_keep_alive=args.keep_alive,
         limit_concurrency=args.max_connections or None,
-        timeout_graceful_shutdown=args.drain_seconds,
+        # typed int by uvicorn, used as asyncio.timeout's seconds: a float is what it takes
+        timeout_graceful_shutdown=settings.drain_seconds,  # type: ignore[arg-type]
         **network,
     )
     return 0
@@ -494,6 +517,8 @@ def pressure_table(pressure: Any, route: Any) -> str:
 
 def _add_serve(serve: argparse.ArgumentParser) -> None:
     """``routefit serve``'s options: where to listen, and the limits on slow or many clients."""
+    from proxy.serve_settings import DEFAULTS
+
     serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4000, help="port (default 4000)")
@@ -504,11 +529,27 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--access-log", action="store_true", help="log every request")
     limits = serve.add_argument_group("connection limits (per worker)")
     for flag, default, helps in (
-        ("--header-timeout", 10.0, "seconds a connection may take to send its request headers"),
-        ("--body-timeout", 30.0, "seconds of silence allowed while a request body arrives"),
-        ("--body-min-rate", 1024.0, "bytes/s a body must average after --body-timeout (0: any)"),
+        (
+            "--header-timeout",
+            DEFAULTS.header_timeout,
+            "seconds a connection may take to send its request headers",
+        ),
+        (
+            "--body-timeout",
+            DEFAULTS.body_timeout,
+            "seconds of silence allowed while a request body arrives",
+        ),
+        (
+            "--body-min-rate",
+            DEFAULTS.body_min_rate,
+            "bytes/s a body must average after --body-timeout (0: any)",
+        ),
         ("--keep-alive", 5.0, "seconds an idle kept-alive connection stays open"),
-        ("--drain-seconds", 30.0, "after SIGTERM, seconds in-flight requests may take to finish"),
+        (
+            "--drain-seconds",
+            DEFAULTS.drain_seconds,
+            "after SIGTERM, seconds in-flight requests may take to finish",
+        ),
     ):
         limits.add_argument(
             flag, type=float, default=default, help=f"{helps} (default {default:g})"
@@ -516,8 +557,9 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
     limits.add_argument(
         "--max-header-bytes",
         type=int,
-        default=65536,
-        help="size of a request's headers before it gets 431 (default 65536)",
+        default=DEFAULTS.max_header_bytes,
+        help="size of a request's headers before it gets 431 "
+        f"(default {DEFAULTS.max_header_bytes})",
     )
     limits.add_argument(
         "--max-connections",
