@@ -35,7 +35,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-__all__ = ["Plan", "Schedule", "UnitCosts", "elision_marker", "plan", "plan_max"]
+from strategies.actions import Label
+from strategies.strategy import Move
+
+__all__ = ["ELIDE", "Plan", "Schedule", "UnitCosts", "elision_marker", "plan", "plan_max"]
+
+#: Unprotected units past the pinned head are elided at the planner's cut points (one marker
+#: per elided run); with it in the policy, the fit's last resort may drop all but the core.
+ELIDE = Move("elide", Label("elided_messages", "messages", "elided", "message(s)"))
 
 
 @dataclass(frozen=True, slots=True)

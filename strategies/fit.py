@@ -45,16 +45,29 @@ from pricing.meter import (
 )
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
-from strategies.cap import cap_oversized
-from strategies.elide import Plan, Schedule, UnitCosts, elision_marker, plan, plan_max
-from strategies.mask import mask_output, tool_name
-from strategies.offload import offload_images, placeholder_for
+from strategies.actions import Action, Actions
+from strategies.elide import ELIDE, Plan, Schedule, UnitCosts, elision_marker, plan, plan_max
+from strategies.mask import MASK, mask_output, tool_name
+from strategies.offload import OFFLOAD, offload_images, placeholder_for
 from strategies.policy import FitPolicy, OutputLimit, prompt_budget
+from strategies.registry import STRATEGIES, by_name
+from strategies.strategy import FitContext, FitState
 from strategies.units import Unit, answers_tool_round, group_units, protected_units
 
 __all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded"]
 
 _TOOL_ROLES = ("tool", "function")
+
+#: Every registered strategy's label, in the registry's order: the report lists them all.
+_LABELS = tuple(s.label for s in STRATEGIES)
+
+
+def _actions(*done: Action) -> Actions:
+    return Actions.tally(_LABELS, done)
+
+
+#: A report's actions when nothing was done (every strategy listed, at zero).
+NOTHING = _actions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,34 +76,15 @@ class FitReport:
     budget: int
     estimate_before: int
     estimate_after: int
-    capped: int = 0
-    capped_tokens: int = 0
-    offloaded_images: int = 0
-    offloaded_tokens: int = 0
-    elided_messages: int = 0
-    elided_tokens: int = 0
-    masked: int = 0
-    masked_tokens: int = 0
+    #: What each registered strategy did (``strategies.actions``): the header, the metrics,
+    #: ``routefit fit`` and the dashboard iterate over it.
+    actions: Actions = NOTHING
     #: The reply's reservation (``strategies.output``); None when ``fit`` ran on its own.
     output: OutputLimit | None = None
 
     @property
     def transparent(self) -> bool:
-        return not (self.capped or self.offloaded_images or self.elided_messages or self.masked)
-
-    def actions(self) -> str:
-        """The ``x-routefit-actions`` header value: ``none`` or ``capped=2,masked=5,...``."""
-        parts = [
-            f"{name}={value}"
-            for name, value in (
-                ("capped", self.capped),
-                ("offloaded_images", self.offloaded_images),
-                ("masked", self.masked),
-                ("elided_messages", self.elided_messages),
-            )
-            if value
-        ]
-        return ",".join(parts) or "none"
+        return not self.actions.taken()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,16 +94,8 @@ class FitReport:
             "estimate_after": self.estimate_after,
             "transparent": self.transparent,
             "actions": {
-                "capped": {"messages": self.capped, "tokens_removed": self.capped_tokens},
-                "offloaded_images": {
-                    "images": self.offloaded_images,
-                    "tokens_removed": self.offloaded_tokens,
-                },
-                "masked": {"messages": self.masked, "tokens_removed": self.masked_tokens},
-                "elided_messages": {
-                    "messages": self.elided_messages,
-                    "tokens_removed": self.elided_tokens,
-                },
+                name: {a.label.counts: a.count, "tokens_removed": a.tokens}
+                for name, a in self.actions.items()
             },
             "output": None
             if self.output is None
@@ -276,36 +262,17 @@ def fit(
         adapted_fit = _assemble(job, messages, pressure, before, _Tally(offloaded=adapted))
         return replace(adapted_fit, report=replace(adapted_fit.report, estimate_before=before))
 
-    capped = capped_tokens = 0
-    active: set[str] = set()
+    context = FitContext(route, policy, budget, job.measure)
+    state = FitState(messages, pressure)
     best = before
-    for n, strategy in enumerate(policy.strategies):
-        active.add(strategy)
-        if strategy == "cap":
-            result = cap_oversized(messages, pressure.messages, route, policy, budget)
-            if result.capped:
-                messages = result.messages
-                capped, capped_tokens = result.capped, result.removed_tokens
-                pressure = job.measure(messages)
-        final = n == len(policy.strategies) - 1
-        estimate, fitted = _compile(job, messages, pressure, active, final)
+    for n, name in enumerate(policy.strategies):
+        state = by_name(name).apply(state, context)
+        estimate, fitted = _compile(job, state, final=n == len(policy.strategies) - 1)
         best = min(best, estimate)
         if fitted is not None:
-            r = fitted.report
-            report = FitReport(
-                route.alias,
-                budget,
-                before,
-                fitted.estimate,
-                capped,
-                capped_tokens,
-                r.offloaded_images + adapted,
-                r.offloaded_tokens,
-                r.elided_messages,
-                r.elided_tokens,
-                r.masked,
-                r.masked_tokens,
-            )
+            # what the rewrites did, what the plan did, and the images the route cannot take
+            done = (*state.done, *fitted.report.actions.values(), Action(OFFLOAD.label, adapted))
+            report = FitReport(route.alias, budget, before, fitted.estimate, _actions(*done))
             return replace(fitted, report=report)
     limit = _team_limit(route, policy, request, budget)
     raise FitError(route.alias, best, budget, route.context_window, limit)
@@ -398,30 +365,19 @@ def _adapt(job: _Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...
     return tuple(out), done
 
 
-def _compile(
-    job: _Job,
-    messages: tuple[Message, ...],
-    pressure: Pressure,
-    active: set[str],
-    final: bool,
-) -> tuple[int, Fit | None]:
-    """Plan offload/masking/elision with the strategies active so far; (estimate, fit or None).
+def _compile(job: _Job, state: FitState, final: bool) -> tuple[int, Fit | None]:
+    """Plan offload/masking/elision with the moves allowed so far; (estimate, fit or None).
 
     ``final``: no strategy comes after this one, so the most aggressive plan is built even when
     its upper-bound estimate says it will not fit (the bound may be a few tokens pessimistic),
     and when even that overflows, the last resort (``_last_resort``) runs.
     """
+    messages, pressure = state.messages, state.pressure
     estimate = _estimate(pressure, job.correction)
-    if estimate <= job.budget:  # capping alone was enough
+    if estimate <= job.budget:  # the rewrites alone were enough
         return estimate, _assemble(job, messages, pressure, estimate)
-    route = job.route
-    visual = route.supports_vision and route.image_rule.visual
-    order = tuple(
-        s
-        for s in job.policy.strategies
-        if s in active and s in ("mask", "elide", "offload_images")
-        if s != "offload_images" or visual
-    )
+    # in the policy's order (``Move.apply`` has left out moves the route does not allow)
+    order = tuple(s for s in job.policy.strategies if s in state.moves)
     units, costs = job.units(messages, pressure)
     if order:
         for candidate_estimate, built in _candidates(
@@ -430,7 +386,7 @@ def _compile(
             estimate = min(estimate, candidate_estimate)
             if built is not None and built.estimate <= job.budget:
                 return built.estimate, built
-    if final and "elide" in job.policy.strategies:
+    if final and ELIDE.name in job.policy.strategies:
         rescued = _last_resort(job, messages, units, pressure)
         if rescued is not None:
             return rescued.estimate, rescued
@@ -465,15 +421,15 @@ def _candidates(
     )
     replayed = plan(costs, overhead=overhead, budget=job.budget, marker=marker, schedule=schedule)
     plans = [replayed]
-    for into_turn in (False, True) if "elide" in order else (False,):
+    for into_turn in (False, True) if ELIDE.name in order else (False,):
         plans.append(
             plan_max(
                 costs,
                 overhead=overhead,
                 marker=marker,
-                offload="offload_images" in order,
-                elide="elide" in order,
-                mask="mask" in order,
+                offload=OFFLOAD.name in order,
+                elide=ELIDE.name in order,
+                mask=MASK.name in order,
                 head=replayed.head,
                 floor=_protected_head(costs),
                 budget=job.budget,
@@ -486,7 +442,7 @@ def _candidates(
         # build only the plans that can fit, and on the last strategy the last plan.
         last = final and n == len(plans) - 1
         if n == 2:  # before the newest turn loses a call, its newest outputs are masked too
-            out += _mask_newest(job, messages, units, plans[1]) if "mask" in order else []
+            out += _mask_newest(job, messages, units, plans[1]) if MASK.name in order else []
             if out[-1][0] <= job.budget:
                 break
         if candidate.estimate > job.budget and not last:
@@ -542,7 +498,7 @@ def _unit_costs(
     first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
     costs = []
     price = job.correction.price
-    masking = "mask" in job.policy.strategies
+    masking = MASK.name in job.policy.strategies
     for u, unit in enumerate(units):
         features = [0] * len(FEATURES)
         masked: list[int] | None = None
@@ -608,7 +564,7 @@ def _marker_message(next_role: str | None, elided: int, tokens: int, first: bool
 
 
 #: What becomes of a unit: sent (its outputs maybe masked, its images maybe offloaded), elided.
-KEEP, ELIDE = "keep", "elide"
+KEPT, ELIDED = "keep", "elide"
 
 
 def _outputs(messages: Sequence[Message], units: Sequence[Unit], us: Iterable[int]) -> list[int]:
@@ -630,7 +586,7 @@ def _plan_states(
     newest = {n - 1, n - 2} if answers_tool_round(messages, units, n - 1) else {n - 1}
     elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
     masked = [u for u in range(min(chosen.mask, n)) if u not in newest and not elided[u]]
-    states = [ELIDE if e else KEEP for e in elided]
+    states = [ELIDED if e else KEPT for e in elided]
     offload = [u < chosen.offload and u not in keep for u in range(n)]
     return states, frozenset(_outputs(messages, units, masked)), offload
 
@@ -651,7 +607,7 @@ def _last_resort(
     first = users[0] if users else last
     answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
     turn = set(range(min(last, answered), n))
-    outputs = _outputs(messages, units, turn) if "mask" in job.policy.strategies else []
+    outputs = _outputs(messages, units, turn) if MASK.name in job.policy.strategies else []
     # The newest turn whole with the task, its outputs masked oldest first, one more each time;
     # then without the task; then the latest user message with the newest unit, masked.
     attempts = [({*turn, first}, frozenset(outputs[:k])) for k in range(len(outputs) + 1)]
@@ -661,11 +617,11 @@ def _last_resort(
     attempts.append(({last}, frozenset()))
     offload = [False] * n
     for kept, masks in attempts:
-        states = [KEEP if u in system or u in kept else ELIDE for u in range(n)]
+        states = [KEPT if u in system or u in kept else ELIDED for u in range(n)]
         built = _build(job, messages, units, states, masks, offload)
         if built.estimate <= job.budget:
             return built
-    states = [KEEP if u in system or u == last else ELIDE for u in range(n)]
+    states = [KEPT if u in system or u == last else ELIDED for u in range(n)]
     built = _build(job, messages, units, states, frozenset(), offload, markers=False)
     return built if built.estimate <= job.budget else None
 
@@ -695,7 +651,7 @@ def _build(
 
     for u, unit in enumerate(units):
         span = range(unit.start, unit.end)
-        if states[u] == ELIDE:
+        if states[u] == ELIDED:
             tokens = sum(prices[i].total for i in span)
             run_messages += len(span)
             run_tokens += tokens
@@ -732,6 +688,13 @@ class _Tally:
     masked: int = 0
     masked_tokens: int = 0
 
+    def actions(self) -> Actions:
+        return _actions(
+            Action(OFFLOAD.label, self.offloaded, self.offloaded_tokens),
+            Action(MASK.label, self.masked, self.masked_tokens),
+            Action(ELIDE.label, self.elided, self.elided_tokens),
+        )
+
 
 def _assemble(
     job: _Job,
@@ -746,16 +709,5 @@ def _assemble(
     tally = tally or _Tally()
     body = dict(job.request.body)
     body["messages"] = [message_wire(m) for m in messages]
-    report = FitReport(
-        job.route.alias,
-        job.budget,
-        0,
-        estimate,
-        offloaded_images=tally.offloaded,
-        offloaded_tokens=tally.offloaded_tokens,
-        elided_messages=tally.elided,
-        elided_tokens=tally.elided_tokens,
-        masked=tally.masked,
-        masked_tokens=tally.masked_tokens,
-    )
+    report = FitReport(job.route.alias, job.budget, 0, estimate, tally.actions())
     return Fit(body, tuple(messages), pressure, report, estimate)
