@@ -28,12 +28,10 @@ from dataclasses import replace
 from pricing.bounds import Proof, bound_pressure
 from pricing.calibration import Correction, pressure_features
 from pricing.content import CLASSES
-from pricing.messages import ChatRequest, Message, TextPart
+from pricing.messages import ChatRequest, TextPart
 from pricing.meter import Pressure, Sizes
 from pricing.route import Route
-from strategies.actions import Action
-from strategies.moves import Job, assemble, fit_moves
-from strategies.offload import OFFLOAD
+from strategies.moves import Job, adapt, assemble, fit_moves
 from strategies.policy import FitPolicy, prompt_budget
 from strategies.registry import by_name
 from strategies.result import Fit, FitError, FitReport, actions_of
@@ -67,16 +65,14 @@ def fit(
         route.context_window, route.max_output_tokens, policy, request.max_output_tokens
     )
     job = Job(request, route, policy, correction or Correction(), sizes, budget)
-    messages, adapted = _adapt(job, request.messages)
+    messages, adapted = adapt(job, request.messages)
     pressure = job.measure(messages)
     before = job.estimate(pressure)
     if before <= budget:
-        if not adapted:
+        if not adapted.count:
             report = FitReport(route.alias, budget, before, before)
             return Fit(request.body, request.messages, pressure, report, before)
-        adapted_fit = assemble(
-            job, messages, pressure, before, actions_of(Action(OFFLOAD.label, adapted))
-        )
+        adapted_fit = assemble(job, messages, pressure, before, actions_of(adapted))
         return replace(adapted_fit, report=replace(adapted_fit.report, estimate_before=before))
 
     context = FitContext(route, policy, budget, job.measure)
@@ -88,7 +84,7 @@ def fit(
         best = min(best, estimate)
         if fitted is not None:
             # what the rewrites did, what the plan did, and the images the route cannot take
-            done = (*state.done, *fitted.report.actions.values(), Action(OFFLOAD.label, adapted))
+            done = (*state.done, *fitted.report.actions.values(), adapted)
             report = FitReport(route.alias, budget, before, fitted.estimate, actions_of(*done))
             return replace(fitted, report=report)
     limit = _team_limit(route, policy, request, budget)
@@ -119,7 +115,7 @@ def fit_bounded(
         and route.image_rule.visual
         and images <= route.image_limits.max_images
     ):
-        return None  # _adapt would offload some: only the exact path knows which
+        return None  # adapt would offload some: only the exact path knows which
     pressure = bound_pressure(request.messages, request.tools, route, sizes, proof)
     if pressure is None:
         return None
@@ -153,30 +149,3 @@ def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
         if j not in classes
     )
     return math.ceil(text * dearest + rest - 1e-9)
-
-
-def _adapt(job: Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], int]:
-    """Images the route cannot take go as placeholders, whatever the budget: every image on a
-    text-only route; on a vision route the oldest beyond its image-count limit, in steps of
-    ``image_offload_step`` so consecutive turns offload the same ones. Returns the messages and
-    how many images became placeholders."""
-    route = job.route
-    total = sum(len(m.images) for m in messages)
-    if not total:
-        return messages, 0
-    if route.supports_vision and route.image_rule.visual:
-        if total <= route.image_limits.max_images:
-            return messages, 0
-        step = job.policy.image_offload_step
-        excess = -(-(total - route.image_limits.max_images) // step) * step
-    else:
-        excess = total
-    out = list(messages)
-    done = 0
-    for i, message in enumerate(out):
-        if done >= excess:
-            break
-        if message.images:
-            done += len(message.images)
-            out[i] = job.offload(message)
-    return tuple(out), done

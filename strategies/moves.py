@@ -35,7 +35,7 @@ from strategies.result import NOTHING, Fit, FitReport, actions_of
 from strategies.strategy import FitState
 from strategies.units import Unit, answers_tool_round, group_units, protected_units
 
-__all__ = ["Job", "assemble", "fit_moves"]
+__all__ = ["Job", "adapt", "assemble", "fit_moves"]
 
 _TOOL_ROLES = ("tool", "function")
 
@@ -110,6 +110,34 @@ class Job:
         if found is None:
             found = self.offloaded[id(message)] = offload_images(message, self.route)
         return found
+
+
+def adapt(job: Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], Action]:
+    """Images the route cannot take go as placeholders, whatever the budget: every image on a
+    text-only route; on a vision route the oldest beyond its image-count limit, in steps of
+    ``image_offload_step`` so consecutive turns offload the same ones. Returns the messages and
+    how many images became placeholders, as the offload's action (no tokens removed: the
+    estimate before the fit is taken after them)."""
+    route = job.route
+    total = sum(len(m.images) for m in messages)
+    if not total:
+        return messages, Action(OFFLOAD.label)
+    if route.supports_vision and route.image_rule.visual:
+        if total <= route.image_limits.max_images:
+            return messages, Action(OFFLOAD.label)
+        step = job.policy.image_offload_step
+        excess = -(-(total - route.image_limits.max_images) // step) * step
+    else:
+        excess = total
+    out = list(messages)
+    done = 0
+    for i, message in enumerate(out):
+        if done >= excess:
+            break
+        if message.images:
+            done += len(message.images)
+            out[i] = job.offload(message)
+    return tuple(out), Action(OFFLOAD.label, done)
 
 
 def fit_moves(job: Job, state: FitState, final: bool) -> tuple[int, Fit | None]:
