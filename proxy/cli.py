@@ -368,20 +368,11 @@ def fit_table(result: Any, sent_before: int) -> str:
     lines = [
         f"route {r.route}  budget {r.budget:,}  estimate {r.estimate_before:,} -> "
         f"{r.estimate_after:,}",
-        f"actions: {r.actions()}",
+        f"actions: {r.actions.header()}",
     ]
     if r.output is not None and r.output.lowered:
         lines.append(f"  output cap {r.output.describe()} (docs/fitting.md, Output limits)")
-    if r.capped:
-        lines.append(f"  capped {r.capped} message(s), {r.capped_tokens:,} tokens removed")
-    if r.offloaded_images:
-        lines.append(
-            f"  offloaded {r.offloaded_images} image(s), {r.offloaded_tokens:,} tokens removed"
-        )
-    if r.masked:
-        lines.append(f"  masked {r.masked} tool output(s), {r.masked_tokens:,} tokens removed")
-    if r.elided_messages:
-        lines.append(f"  elided {r.elided_messages} message(s), {r.elided_tokens:,} tokens removed")
+    lines += [f"  {action.describe()}" for action in r.actions.taken()]
     wire = list(result.body.get("messages") or [])
     lines.append(f"messages: {sent_before} -> {len(wire)}")
     lines.append(f"request to send ({len(wire)} messages; --json prints the body):")

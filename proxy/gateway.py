@@ -115,7 +115,7 @@ class Gateway:
             "x-routefit-route": p.rc.route.alias,
             "x-routefit-budget": str(p.fitted.report.budget),
             "x-routefit-prompt-tokens": str(p.estimate),
-            "x-routefit-actions": p.fitted.report.actions(),
+            "x-routefit-actions": p.fitted.report.actions.header(),
         }
         output = p.fitted.report.output
         if output is not None and output.lowered:
@@ -378,17 +378,10 @@ class Gateway:
         )
 
     def _count_actions(self, p: Prepared) -> None:
-        r = p.fitted.report
         route = p.rc.route.alias
-        for action, count, tokens in (
-            ("capped", r.capped, r.capped_tokens),
-            ("offloaded_images", r.offloaded_images, r.offloaded_tokens),
-            ("masked", r.masked, r.masked_tokens),
-            ("elided_messages", r.elided_messages, r.elided_tokens),
-        ):
-            if count:
-                self.metrics.fit_actions.labels(route, action).inc(count)
-                self.metrics.fit_tokens_removed.labels(route, action).inc(tokens)
+        for action in p.fitted.report.actions.taken():
+            self.metrics.fit_actions.labels(route, action.name).inc(action.count)
+            self.metrics.fit_tokens_removed.labels(route, action.name).inc(action.tokens)
 
     def _error(self, wire: Wire, route: str, err: ProxyError) -> Response:
         self.metrics.requests.labels(route, str(err.status)).inc()
