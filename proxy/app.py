@@ -3,8 +3,9 @@
 Endpoints: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``GET /v1/models``,
 ``POST /routefit/fit`` (dry run), ``GET /healthz`` (the process answers), ``GET /readyz`` (it can
 serve: route tokenizers loaded; ``tasks`` counts live asyncio tasks), ``GET /metrics``
-(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). Each client wire is one gateway call
-with its ``proxy.wires`` module.
+(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). Each client wire's endpoint is one
+gateway call with its ``proxy.wires`` module: ``serve`` (forwarded), ``count`` (a count
+endpoint), ``fit_only`` (the dry run); a new wire is its module plus its lines in ``ROUTES``.
 """
 
 from __future__ import annotations
@@ -31,18 +32,18 @@ from proxy.config import Config, load_config
 from proxy.drain import cut_after, drain_seconds, on_terminate
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
-from proxy.gateway import Gateway
+from proxy.gateway import Gateway, reply_error
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
 from proxy.middleware import Guard, ReadLimits
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
+from proxy.responses_store import Keeper
 from proxy.state import AppState
 from proxy.store import ObservedStore, Store, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
-from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE
-from proxy.wires.anthropic import anthropic_error, count_tokens
+from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, Wire
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -75,22 +76,22 @@ async def chat_completions(request: Request) -> Response:
 
 async def responses(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.create(request, state.gateway, state.store)
+    return await state.gateway.serve(request, RESPONSES_WIRE, _stored(state))
 
 
 async def response_get(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.retrieve(request, state.gateway, state.store)
+    return await responses_api.retrieve(request, state.teams, state.store)
 
 
 async def response_delete(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.delete(request, state.gateway, state.store)
+    return await responses_api.delete(request, state.teams, state.store)
 
 
 async def response_input_items(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.input_items_list(request, state.gateway, state.store)
+    return await responses_api.input_items_list(request, state.teams, state.store)
 
 
 async def messages(request: Request) -> Response:
@@ -99,7 +100,7 @@ async def messages(request: Request) -> Response:
 
 
 async def messages_count_tokens(request: Request) -> Response:
-    return await count_tokens(_state(request).gateway, request)
+    return await _state(request).gateway.count(request, ANTHROPIC_WIRE)
 
 
 async def root(request: Request) -> Response:
@@ -107,20 +108,31 @@ async def root(request: Request) -> Response:
     return _json({"service": "routefit"})
 
 
+def _stored(state: AppState) -> Keeper:
+    """One Responses request's stored conversation (``proxy.responses_store``)."""
+    return Keeper(state.store, state.config.settings.responses_ttl_seconds)
+
+
+#: The wires ``/routefit/fit?wire=`` dry-runs.
+_DRY_RUNS: dict[str, Wire] = {
+    "chat": CHAT_WIRE,
+    "messages": ANTHROPIC_WIRE,
+    "responses": RESPONSES_WIRE,
+}
+
+
 async def fit_only(request: Request) -> Response:
     """POST /routefit/fit: the fitted request and its report; nothing is forwarded.
-    ``?wire=messages`` or ``?wire=responses`` dry-runs those wires' bodies (chat by default)."""
+    ``?wire=messages`` or ``?wire=responses`` dry-runs those wires' bodies (chat by default;
+    a Responses body's ``previous_response_id`` resolved as creating it would)."""
     state = _state(request)
-    wire = request.query_params.get("wire", "chat")
-    if wire == "messages":
-        return await state.gateway.fit_only(request, ANTHROPIC_WIRE)
-    if wire == "responses":
-        return await responses_api.fit_only(request, state.gateway, state.store)
-    if wire != "chat":
+    wire = _DRY_RUNS.get(request.query_params.get("wire", "chat"))
+    if wire is None:
         return error_response(
             ProxyError(400, "wire must be chat, messages or responses", param="wire")
         )
-    return await state.gateway.fit_only(request, CHAT_WIRE)
+    session = _stored(state) if wire is RESPONSES_WIRE else None
+    return await state.gateway.fit_only(request, wire, session)
 
 
 # -- routefit's own endpoints ----------------------------------------------------------------
@@ -231,7 +243,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
         headers=exc.headers,
     )
     if request.url.path.startswith("/v1/messages"):  # Anthropic's clients read their own shape
-        return anthropic_error(err)
+        return reply_error(ANTHROPIC_WIRE, err)
     return error_response(err)
 
 
