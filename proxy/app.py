@@ -3,9 +3,10 @@
 Endpoints: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``GET /v1/models``,
 ``POST /routefit/fit`` (dry run), ``GET /healthz`` (the process answers), ``GET /readyz`` (it can
 serve: route tokenizers loaded; ``tasks`` counts live asyncio tasks), ``GET /metrics``
-(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). Each client wire's endpoint is one
-gateway call with its ``proxy.wires`` module: ``serve`` (forwarded), ``count`` (a count
-endpoint), ``fit_only`` (the dry run); a new wire is its module plus its lines in ``ROUTES``.
+(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). A client wire's endpoints are one
+gateway call each with its ``proxy.wires`` module: ``serve`` (forwarded), ``count`` (a count
+endpoint), ``fit_only`` (the dry run); a new wire is its module plus one ``wire_routes`` line in
+``ROUTES``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import orjson
 from starlette.applications import Starlette
@@ -44,6 +46,7 @@ from proxy.store import ObservedStore, Store, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, Wire
+from proxy.wires.base import Counting
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -70,13 +73,25 @@ def _state(request: Request) -> AppState:
 # -- client wires ----------------------------------------------------------------------------
 
 
-async def chat_completions(request: Request) -> Response:
-    return await _state(request).gateway.serve(request, CHAT_WIRE)
-
-
-async def responses(request: Request) -> Response:
+async def serve(request: Request, wire: Wire) -> Response:
+    """POST on one of a client wire's ``paths`` (``wire_routes`` binds ``wire``): the gateway's
+    whole path, with the stored conversation of a wire whose API keeps them."""
     state = _state(request)
-    return await state.gateway.serve(request, RESPONSES_WIRE, _stored(state))
+    return await state.gateway.serve(request, wire, _stored(state) if wire.stored else None)
+
+
+async def count(request: Request, wire: Counting) -> Response:
+    """POST on a client wire's ``count_paths`` (Anthropic's ``count_tokens``)."""
+    return await _state(request).gateway.count(request, wire)
+
+
+def wire_routes(wire: Wire) -> list[Route]:
+    """A client wire's routes, from the paths it declares: registering a wire is this one call
+    in ``ROUTES`` (``?beta=true``, as Claude Code sends it, is accepted and ignored)."""
+    routes = [Route(path, partial(serve, wire=wire), methods=["POST"]) for path in wire.paths]
+    if isinstance(wire, Counting):
+        routes += [Route(p, partial(count, wire=wire), methods=["POST"]) for p in wire.count_paths]
+    return routes
 
 
 async def response_get(request: Request) -> Response:
@@ -92,15 +107,6 @@ async def response_delete(request: Request) -> Response:
 async def response_input_items(request: Request) -> Response:
     state = _state(request)
     return await responses_api.input_items_list(request, state.teams, state.store)
-
-
-async def messages(request: Request) -> Response:
-    """POST /v1/messages (``?beta=true`` as Claude Code sends it is accepted and ignored)."""
-    return await _state(request).gateway.serve(request, ANTHROPIC_WIRE)
-
-
-async def messages_count_tokens(request: Request) -> Response:
-    return await _state(request).gateway.count(request, ANTHROPIC_WIRE)
 
 
 async def root(request: Request) -> Response:
@@ -131,7 +137,7 @@ async def fit_only(request: Request) -> Response:
         return error_response(
             ProxyError(400, "wire must be chat, messages or responses", param="wire")
         )
-    session = _stored(state) if wire is RESPONSES_WIRE else None
+    session = _stored(state) if wire.stored else None
     return await state.gateway.fit_only(request, wire, session)
 
 
@@ -248,15 +254,12 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 ROUTES = [
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/chat/completions", chat_completions, methods=["POST"]),
-    Route("/v1/responses", responses, methods=["POST"]),
-    Route("/responses", responses, methods=["POST"]),
+    *wire_routes(CHAT_WIRE),
+    *wire_routes(RESPONSES_WIRE),
     Route("/v1/responses/{response_id}", response_get, methods=["GET"]),
     Route("/v1/responses/{response_id}", response_delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"]),
-    Route("/v1/messages", messages, methods=["POST"]),
-    Route("/v1/messages/count_tokens", messages_count_tokens, methods=["POST"]),
+    *wire_routes(ANTHROPIC_WIRE),
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),

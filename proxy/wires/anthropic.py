@@ -105,6 +105,9 @@ def _usage_of(data: Any, key: str) -> Mapping[str, Any] | None:
 
 class AnthropicWire:
     name = MESSAGES
+    paths: tuple[str, ...] = ("/v1/messages",)
+    count_paths: tuple[str, ...] = ("/v1/messages/count_tokens",)
+    stored = False
     keys = BEARER_OR_API_KEY
     generated = delta_fields("text", "partial_json", "thinking")
 

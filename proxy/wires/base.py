@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
@@ -163,6 +163,12 @@ class Wire(Protocol):
 
     #: The provider wire name of this format (``proxy.transports.CHAT`` ...).
     name: str
+    #: The paths its clients POST requests to (``proxy.app.wire_routes`` registers them; a
+    #: path may hold parameters, ``/v1beta/models/{model}:generateContent``: ``ctx.path``).
+    paths: tuple[str, ...]
+    #: Its API stores conversations (Responses): the shell's session resolves what a request
+    #: continues and keeps its answer (``RequestContext.stored``).
+    stored: bool
     #: Where its clients present their key (``proxy.teams.KeyPlaces``).
     keys: KeyPlaces
     #: Where its stream events carry generated text (``delta_fields``): what an unfinished
@@ -201,8 +207,12 @@ class Wire(Protocol):
         """An error's body in this wire's shape (the gateway adds its status and headers)."""
 
 
+@runtime_checkable
 class Counting(Wire, Protocol):
     """A wire with a count endpoint (Anthropic's ``count_tokens``, Gemini's ``countTokens``)."""
+
+    #: The paths of its count endpoint.
+    count_paths: tuple[str, ...]
 
     def counted(self, tokens: int) -> bytes:
         """The count endpoint's answer for ``tokens`` input tokens."""

@@ -111,6 +111,8 @@ def inspect(event: bytes, outcome: Outcome, wants_usage: bool) -> bytes:
 
 class ChatWire:
     name = CHAT
+    paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
+    stored = False
     keys = BEARER_OR_API_KEY
     generated = delta_fields("content", "reasoning_content", "refusal", "arguments")
 

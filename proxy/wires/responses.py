@@ -93,6 +93,8 @@ def _request(request: ChatRequest) -> ResponsesRequest:
 
 class ResponsesWire:
     name = RESPONSES
+    paths: tuple[str, ...] = ("/v1/responses", "/responses")
+    stored = True
     keys = BEARER_OR_API_KEY
     generated = delta_fields("delta")
 
