@@ -5,8 +5,7 @@ Endpoints: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``GET /v1/
 serve: route tokenizers loaded; ``tasks`` counts live asyncio tasks), ``GET /metrics``
 (Prometheus), ``GET /openapi.json`` (``proxy.openapi``). A client wire's endpoints are one
 gateway call each with its ``proxy.wires`` module: ``serve`` (forwarded), ``count`` (a count
-endpoint), ``fit_only`` (the dry run); a new wire is its module plus one ``wire_routes`` line in
-``ROUTES``.
+endpoint), ``fit_only`` (the dry run); a new wire is its module plus its entry in ``WIRES``.
 """
 
 from __future__ import annotations
@@ -119,24 +118,15 @@ def _stored(state: AppState) -> Keeper:
     return Keeper(state.store, state.config.settings.responses_ttl_seconds)
 
 
-#: The wires ``/routefit/fit?wire=`` dry-runs.
-_DRY_RUNS: dict[str, Wire] = {
-    "chat": CHAT_WIRE,
-    "messages": ANTHROPIC_WIRE,
-    "responses": RESPONSES_WIRE,
-}
-
-
 async def fit_only(request: Request) -> Response:
     """POST /routefit/fit: the fitted request and its report; nothing is forwarded.
-    ``?wire=messages`` or ``?wire=responses`` dry-runs those wires' bodies (chat by default;
-    a Responses body's ``previous_response_id`` resolved as creating it would)."""
+    ``?wire=`` names the client wire whose body it is (``chat`` by default; ``messages``,
+    ``responses``: a Responses body's ``previous_response_id`` resolved as creating it would)."""
     state = _state(request)
-    wire = _DRY_RUNS.get(request.query_params.get("wire", "chat"))
+    wire = _BY_NAME.get(request.query_params.get("wire", "chat"))
     if wire is None:
-        return error_response(
-            ProxyError(400, "wire must be chat, messages or responses", param="wire")
-        )
+        names = ", ".join(_BY_NAME)
+        return error_response(ProxyError(400, f"wire must be one of {names}", param="wire"))
     session = _stored(state) if wire.stored else None
     return await state.gateway.fit_only(request, wire, session)
 
@@ -248,18 +238,27 @@ async def http_error(request: Request, exc: Exception) -> Response:
         code="not_found" if exc.status_code == 404 else None,
         headers=exc.headers,
     )
-    if request.url.path.startswith("/v1/messages"):  # Anthropic's clients read their own shape
-        return reply_error(ANTHROPIC_WIRE, err)
+    # under a wire's own paths, its clients read their own shape (Anthropic's on /v1/messages...)
+    for wire in WIRES:
+        if any(request.url.path.startswith(path) for path in _paths(wire)):
+            return reply_error(wire, err)
     return error_response(err)
 
 
+def _paths(wire: Wire) -> tuple[str, ...]:
+    """Every path a wire's clients call (its count endpoint's too)."""
+    return (*wire.paths, *wire.count_paths) if isinstance(wire, Counting) else wire.paths
+
+
+#: The client wires: registering one is one entry here (its paths are its own, ``Wire.paths``).
+WIRES: tuple[Wire, ...] = (CHAT_WIRE, RESPONSES_WIRE, ANTHROPIC_WIRE)
+_BY_NAME = {wire.name: wire for wire in WIRES}
+
 ROUTES = [
-    *wire_routes(CHAT_WIRE),
-    *wire_routes(RESPONSES_WIRE),
+    *(route for wire in WIRES for route in wire_routes(wire)),
     Route("/v1/responses/{response_id}", response_get, methods=["GET"]),
     Route("/v1/responses/{response_id}", response_delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"]),
-    *wire_routes(ANTHROPIC_WIRE),
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),

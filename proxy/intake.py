@@ -90,7 +90,14 @@ class Intake:
             self.fairness.admit_count(who)
         body, size = await read_json(request, self.config.settings.max_body_bytes)
         ctx = RequestContext(
-            body, request.path_params, request.query_params, request.headers, team, size, counting
+            body,
+            request.path_params,
+            request.query_params,
+            request.headers,
+            team,
+            request.url.path,
+            size,
+            counting,
         )
         if session is not None:
             ctx = await session.resolve(ctx)

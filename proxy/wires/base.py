@@ -91,6 +91,9 @@ class RequestContext:
     headers: Mapping[str, str]
     #: The authenticated team; None when routefit runs open.
     team: Team | None
+    #: The path the client called: a wire serving several (``...:generateContent``,
+    #: ``...:streamGenerateContent``) reads which one here.
+    url_path: str = ""
     #: The body's decoded size in bytes.
     size: int = 0
     #: The body is a count endpoint's (Anthropic's ``count_tokens``: no output settings).
