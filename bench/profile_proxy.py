@@ -41,7 +41,8 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 
 COMPONENTS = [
     ("routefit handler (Gateway.serve)", "Gateway.serve"),
-    ("  prepare: parse, price, fit, anchor (Preparer.prepare)", "Preparer.prepare"),
+    ("  intake: read, authenticate, parse, route (Intake.admit)", "Intake.admit"),
+    ("  prepare: price, fit, anchor (Preparer.estimate)", "Preparer.estimate"),
     ("    bounded fit (pricing.bounds)", "bound_pressure"),
     ("    exact fit (strategies.fit)", "fit (strategies"),
     ("    anchor lookup (Calibrator.find_anchor)", "Calibrator.find_anchor"),

@@ -3,8 +3,9 @@
 Endpoints: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``GET /v1/models``,
 ``POST /routefit/fit`` (dry run), ``GET /healthz`` (the process answers), ``GET /readyz`` (it can
 serve: route tokenizers loaded; ``tasks`` counts live asyncio tasks), ``GET /metrics``
-(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). Each client wire is one gateway call
-with its ``proxy.wires`` module.
+(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). A client wire's endpoints are one
+gateway call each with its ``proxy.wires`` module: ``serve`` (forwarded), ``count`` (a count
+endpoint), ``fit_only`` (the dry run); a new wire is its module plus its entry in ``WIRES``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import orjson
 from starlette.applications import Starlette
@@ -30,19 +32,20 @@ from proxy.config import Config, load_config
 from proxy.drain import cut_after, on_terminate
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
-from proxy.gateway import Gateway
+from proxy.gateway import Gateway, reply_error
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
 from proxy.middleware import Guard
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
+from proxy.responses_store import Keeper
 from proxy.serve_settings import DEFAULTS, ServeSettings, handed_over
 from proxy.state import AppState
 from proxy.store import ObservedStore, Store, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
-from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE
-from proxy.wires.anthropic import anthropic_error, count_tokens
+from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, Wire
+from proxy.wires.base import Counting
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -67,37 +70,40 @@ def _state(request: Request) -> AppState:
 # -- client wires ----------------------------------------------------------------------------
 
 
-async def chat_completions(request: Request) -> Response:
-    return await _state(request).gateway.serve(request, CHAT_WIRE)
-
-
-async def responses(request: Request) -> Response:
+async def serve(request: Request, wire: Wire) -> Response:
+    """POST on one of a client wire's ``paths`` (``wire_routes`` binds ``wire``): the gateway's
+    whole path, with the stored conversation of a wire whose API keeps them."""
     state = _state(request)
-    return await responses_api.create(request, state.gateway, state.store)
+    return await state.gateway.serve(request, wire, _stored(state) if wire.stored else None)
+
+
+async def count(request: Request, wire: Counting) -> Response:
+    """POST on a client wire's ``count_paths`` (Anthropic's ``count_tokens``)."""
+    return await _state(request).gateway.count(request, wire)
+
+
+def wire_routes(wire: Wire) -> list[Route]:
+    """A client wire's routes, from the paths it declares: registering a wire is this one call
+    in ``ROUTES`` (``?beta=true``, as Claude Code sends it, is accepted and ignored)."""
+    routes = [Route(path, partial(serve, wire=wire), methods=["POST"]) for path in wire.paths]
+    if isinstance(wire, Counting):
+        routes += [Route(p, partial(count, wire=wire), methods=["POST"]) for p in wire.count_paths]
+    return routes
 
 
 async def response_get(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.retrieve(request, state.gateway, state.store)
+    return await responses_api.retrieve(request, state.teams, state.store)
 
 
 async def response_delete(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.delete(request, state.gateway, state.store)
+    return await responses_api.delete(request, state.teams, state.store)
 
 
 async def response_input_items(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.input_items_list(request, state.gateway, state.store)
-
-
-async def messages(request: Request) -> Response:
-    """POST /v1/messages (``?beta=true`` as Claude Code sends it is accepted and ignored)."""
-    return await _state(request).gateway.serve(request, ANTHROPIC_WIRE)
-
-
-async def messages_count_tokens(request: Request) -> Response:
-    return await count_tokens(_state(request).gateway, request)
+    return await responses_api.input_items_list(request, state.teams, state.store)
 
 
 async def root(request: Request) -> Response:
@@ -105,20 +111,22 @@ async def root(request: Request) -> Response:
     return _json({"service": "routefit"})
 
 
+def _stored(state: AppState) -> Keeper:
+    """One Responses request's stored conversation (``proxy.responses_store``)."""
+    return Keeper(state.store, state.config.settings.responses_ttl_seconds)
+
+
 async def fit_only(request: Request) -> Response:
     """POST /routefit/fit: the fitted request and its report; nothing is forwarded.
-    ``?wire=messages`` or ``?wire=responses`` dry-runs those wires' bodies (chat by default)."""
+    ``?wire=`` names the client wire whose body it is (``chat`` by default; ``messages``,
+    ``responses``: a Responses body's ``previous_response_id`` resolved as creating it would)."""
     state = _state(request)
-    wire = request.query_params.get("wire", "chat")
-    if wire == "messages":
-        return await state.gateway.fit_only(request, ANTHROPIC_WIRE)
-    if wire == "responses":
-        return await responses_api.fit_only(request, state.gateway, state.store)
-    if wire != "chat":
-        return error_response(
-            ProxyError(400, "wire must be chat, messages or responses", param="wire")
-        )
-    return await state.gateway.fit_only(request, CHAT_WIRE)
+    wire = _BY_NAME.get(request.query_params.get("wire", "chat"))
+    if wire is None:
+        names = ", ".join(_BY_NAME)
+        return error_response(ProxyError(400, f"wire must be one of {names}", param="wire"))
+    session = _stored(state) if wire.stored else None
+    return await state.gateway.fit_only(request, wire, session)
 
 
 # -- routefit's own endpoints ----------------------------------------------------------------
@@ -228,21 +236,27 @@ async def http_error(request: Request, exc: Exception) -> Response:
         code="not_found" if exc.status_code == 404 else None,
         headers=exc.headers,
     )
-    if request.url.path.startswith("/v1/messages"):  # Anthropic's clients read their own shape
-        return anthropic_error(err)
+    # under a wire's own paths, its clients read their own shape (Anthropic's on /v1/messages...)
+    for wire in WIRES:
+        if any(request.url.path.startswith(path) for path in _paths(wire)):
+            return reply_error(wire, err)
     return error_response(err)
 
 
+def _paths(wire: Wire) -> tuple[str, ...]:
+    """Every path a wire's clients call (its count endpoint's too)."""
+    return (*wire.paths, *wire.count_paths) if isinstance(wire, Counting) else wire.paths
+
+
+#: The client wires: registering one is one entry here (its paths are its own, ``Wire.paths``).
+WIRES: tuple[Wire, ...] = (CHAT_WIRE, RESPONSES_WIRE, ANTHROPIC_WIRE)
+_BY_NAME = {wire.name: wire for wire in WIRES}
+
 ROUTES = [
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/chat/completions", chat_completions, methods=["POST"]),
-    Route("/v1/responses", responses, methods=["POST"]),
-    Route("/responses", responses, methods=["POST"]),
+    *(route for wire in WIRES for route in wire_routes(wire)),
     Route("/v1/responses/{response_id}", response_get, methods=["GET"]),
     Route("/v1/responses/{response_id}", response_delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"]),
-    Route("/v1/messages", messages, methods=["POST"]),
-    Route("/v1/messages/count_tokens", messages_count_tokens, methods=["POST"]),
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),

@@ -1,6 +1,11 @@
 """One request's path, the same for every client wire:
-prepare (``proxy.preparation``: read, parse, route, team, price and fit, anchor) → budget →
-forward (transport) → answer in the client's wire → usage hook.
+intake (``proxy.intake``: read, authenticate, parse, route, permit) → estimate
+(``proxy.preparation``: price and fit, anchor) → budget → forward (transport) → answer in the
+client's wire → usage hook.
+
+What every wire would otherwise repeat is here, once: a client's mistake or a refusal as the
+wire's error body (``reply_error``), how a stream ends when it cannot end normally (``_ended``:
+the wire supplies only its error event's shape), and the count endpoint (``Gateway.count``).
 
 Everything before forwarding is routefit's own overhead and is measured as such. What the provider
 says afterwards flows back through ``Gateway.on_usage`` (metrics and calibration, no I/O) and the
@@ -12,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
@@ -22,6 +27,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
+from pricing.messages import ChatRequest, RequestError
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 from proxy.budgets import Budgets, rate_limit_headers
@@ -30,22 +36,24 @@ from proxy.config import Config, RouteConfig, Upstream
 from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
 from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
+from proxy.fairness import Fairness
 from proxy.fetch import ImageSizer
 from proxy.inline import inline_images
+from proxy.intake import Intake, Session
 from proxy.metrics import Metrics
 from proxy.overflow import provider_count
 from proxy.preparation import Prepared, Preparer
 from proxy.provider_keys import ProviderKeys
 from proxy.streaming import SSEResponse
 from proxy.teams import TeamDirectory
-from proxy.transports import EventStream, Leg, Outbound, Transient, Transports
+from proxy.transports import EventStream, Leg, Outbound, StreamBroken, Transient, Transports
 from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Outcome, Wire
-from proxy.wires.base import noting_relayed
+from proxy.wires.base import Counting, StreamFailed, generated
 from strategies.fit import FitReport
 from strategies.policy import output_reserve
 
-__all__ = ["Gateway"]
+__all__ = ["Gateway", "reply_error"]
 
 log = logging.getLogger("routefit")
 T = TypeVar("T")
@@ -97,9 +105,11 @@ class Gateway:
             access.master_key_hash,
             auth_required=access.auth_required,
         )
-        self.preparer = Preparer(config, self.teams, calibrator, sizer, metrics)
+        limits = config.settings.limits
         #: Per-caller pricing threads and count/dry-run rate (``proxy.fairness``).
-        self.fairness = self.preparer.fairness
+        self.fairness = Fairness(limits.pricing_threads_per_team, limits.count_requests_per_minute)
+        self.intake = Intake(config, self.teams, self.fairness)
+        self.preparer = Preparer(config, self.teams, calibrator, sizer, metrics, self.fairness)
         self._legs: dict[tuple[str, str], Leg] = {}
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
@@ -128,12 +138,23 @@ class Gateway:
 
     # -- serving ---------------------------------------------------------------------------
 
-    async def serve(self, request: Request, wire: Wire) -> Response:
-        """The whole path for one request in ``wire``; every failure in the wire's shape."""
+    async def serve(self, request: Request, wire: Wire, session: Session | None = None) -> Response:
+        """The whole path for one request in ``wire``; every failure in the wire's shape.
+        ``session``: a stateful API's (Responses' stored conversation), resolved in the intake
+        and told of a 200 answer before it goes out."""
+        response = await self._serve(request, wire, session)
+        if session is not None and response.status_code == 200:
+            await session.answered()
+        return response
+
+    async def _serve(self, request: Request, wire: Wire, session: Session | None) -> Response:
         route = "-"
         p: Prepared | None = None
         try:
-            p = await self.preparer.prepare(request, wire)
+            a = await self.intake.admit(request, wire, session)
+            p = await self.preparer.estimate(
+                wire, a.request, a.rc, a.team, a.who, a.size, a.started
+            )
             route = p.rc.route.alias
             p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
             if self.on_fit is not None:
@@ -142,16 +163,13 @@ class Gateway:
             self._count_actions(p)
             self.metrics.overhead.observe(time.perf_counter() - p.started)
             return await self._forward(p, request)
-        except ProxyError as err:
+        except Exception as exc:
+            err = _refusal(exc, route)
             if p is not None:
-                await self._unanswered(p, err)
+                # a failure of routefit's own (not a refusal) after forwarding is billed
+                mine = not isinstance(exc, ProxyError | RequestError)
+                await self._unanswered(p, None if mine else err)
             return self._error(wire, route, err)
-        except Exception:
-            log.exception("internal error on %s", route)
-            if p is not None:
-                await self._unanswered(p, None)
-            error = ProxyError(500, "routefit internal error", code="internal")
-            return self._error(wire, route, error)
         except BaseException:  # cancelled: the drain deadline passed
             if p is not None:
                 with anyio.CancelScope(shield=True):
@@ -310,8 +328,7 @@ class Gateway:
             await self.budgets.settle(p.held, await self._unfinished(p, seen, outcome), False)
 
         chunks = p.wire.relay(p.request, events, leg.wire, outcome)
-        chunks = noting_relayed(chunks, outcome, p.wire.name)
-        return SSEResponse(chunks, events, headers, done)
+        return SSEResponse(_ended(p.wire, p.request, chunks, outcome), events, headers, done)
 
     async def _unfinished(self, p: Prepared, seen: Usage | None, outcome: Outcome) -> Usage:
         """What a stream that did not finish (the client left, the provider broke off, the drain
@@ -332,15 +349,18 @@ class Gateway:
 
     # -- the dry run -----------------------------------------------------------------------
 
-    async def fit_only(self, request: Request, wire: Wire) -> Response:
-        """The fitted request and its report; nothing is forwarded."""
+    async def fit_only(
+        self, request: Request, wire: Wire, session: Session | None = None
+    ) -> Response:
+        """The fitted request and its report; nothing is forwarded (nor stored: ``session``
+        only resolves what the request continues)."""
         try:
-            p = await self.preparer.prepare(request, wire, bound=False, rated=True)
-        except ProxyError as err:
-            return wire.error_response(err)
-        except Exception:
-            log.exception("internal error on a dry run")
-            return wire.error_response(ProxyError(500, "routefit internal error", code="internal"))
+            a = await self.intake.admit(request, wire, session, rated=True)
+            p = await self.preparer.estimate(
+                wire, a.request, a.rc, a.team, a.who, a.size, a.started, bound=False
+            )
+        except Exception as exc:
+            return reply_error(wire, _refusal(exc, "a dry run"))
         leg = self.leg(p.rc, wire)
 
         def written() -> bytes:
@@ -350,6 +370,20 @@ class Gateway:
         # a big body is written back in one of the caller's pricing threads, as it was priced
         body = await self.fairness.run(p.job.who, p.job.size, written)
         return Response(body, headers=self.headers(p), media_type="application/json")
+
+    # -- the count endpoint ----------------------------------------------------------------
+
+    async def count(self, request: Request, wire: Counting) -> Response:
+        """A count endpoint (Anthropic's ``count_tokens``): routefit's calibrated estimate of
+        the request as the client sent it, on its route — the number the fit acts on —
+        answered without the provider, held to the caller's count rate."""
+        try:
+            a = await self.intake.admit(request, wire, rated=True, counting=True)
+            tokens = await self.preparer.count(a.request, a.rc, a.team, a.who, a.size)
+        except Exception as exc:
+            return reply_error(wire, _refusal(exc, "a count"))
+        headers = {"x-routefit-route": a.rc.route.alias, "x-routefit-prompt-tokens": str(tokens)}
+        return Response(wire.counted(tokens), headers=headers, media_type="application/json")
 
     # -- after the provider answered -------------------------------------------------------
 
@@ -386,7 +420,55 @@ class Gateway:
     def _error(self, wire: Wire, route: str, err: ProxyError) -> Response:
         self.metrics.requests.labels(route, str(err.status)).inc()
         self.metrics.errors.labels(_kind(err)).inc()
-        return wire.error_response(err)
+        return reply_error(wire, err)
+
+
+def reply_error(wire: Wire, err: ProxyError) -> Response:
+    """``err`` as ``wire``'s clients read it: its status and headers, the wire's body."""
+    return Response(
+        wire.error_body(err),
+        status_code=err.status,
+        headers=err.headers,
+        media_type="application/json",
+    )
+
+
+def _refusal(exc: Exception, where: str) -> ProxyError:
+    """What the client is told of a failure: a refusal as it is, a mistake in its body
+    (``RequestError``, from the wire's parse or found while pricing) as a 400 naming the field,
+    anything else as routefit's internal error (logged)."""
+    if isinstance(exc, ProxyError):
+        return exc
+    if isinstance(exc, RequestError):
+        return ProxyError(400, exc.message, param=exc.param)
+    log.exception("internal error on %s", where)
+    return ProxyError(500, "routefit internal error", code="internal")
+
+
+async def _ended(
+    wire: Wire, request: ChatRequest, chunks: AsyncGenerator[bytes, None], outcome: Outcome
+) -> AsyncGenerator[bytes, None]:
+    """The wire's events as they go out, each one's generated text noted in ``outcome`` first
+    (what was generated is billed whether or not the client read it) — and the stream's end:
+    one that breaks off, that the provider fails in its own words, or that stops before the
+    provider's end marker ends with the wire's error event (``Wire.stream_error``)."""
+    message: str | None = None
+    try:
+        async for chunk in chunks:
+            for piece in generated(chunk, wire.generated):
+                outcome.relayed += piece
+            outcome.sent += 1
+            yield chunk
+    except StreamBroken as exc:
+        message = f"the upstream stream broke off before it was complete: {exc}"
+    except StreamFailed as exc:
+        message = str(exc)
+    finally:
+        await chunks.aclose()
+    if message is None and not (outcome.completed or outcome.failed):
+        message = "the upstream stream ended before it was complete"
+    if message is not None:
+        yield wire.stream_error(request, outcome, message)
 
 
 def _kind(err: ProxyError) -> str:

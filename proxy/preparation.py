@@ -1,6 +1,8 @@
-"""Preparing one request: read → parse (its wire) → route → team → price and fit → anchor.
+"""Pricing one admitted request: price and fit → anchor.
 
-Everything here runs before a byte goes to the provider and is routefit's own overhead. Three
+Reading, authenticating, parsing, the route and the team's permission are the intake's
+(``proxy.intake``); ``Preparer.estimate`` starts from what it admitted. Everything here runs
+before a byte goes to the provider and is routefit's own overhead. Three
 ways to reach the figures the request goes on, cheapest first:
 
 * **proved by a bound** (bodies over ``_BOUND_ABOVE``): a cheap upper bound (``pricing.bounds``)
@@ -22,22 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field, replace
 
 import anyio
-from starlette.requests import Request
 
 from pricing.bounds import Proof
 from pricing.calibration import Correction, anchored_estimate
-from pricing.messages import ChatRequest, RequestError, message_wire
+from pricing.messages import ChatRequest, message_wire
+from pricing.meter import measure
 from pricing.route import Route
-from proxy.body import read_json
 from proxy.budgets import Held
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig, Upstream
-from proxy.errors import ProxyError
-from proxy.fairness import THREAD_ABOVE, Fairness, caller
+from proxy.fairness import THREAD_ABOVE, Fairness
 from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
 from proxy.teams import Team, TeamDirectory
@@ -83,11 +82,10 @@ class Job:
     size: int = 0
 
     def fit(self, correction: Correction) -> Fit:
-        """The exact fit; the wire's own refusal when nothing the policy allows fits."""
+        """The exact fit; the wire's own refusal when nothing the policy allows fits (an image
+        that cannot be priced, found while pricing, is the client's ``RequestError``)."""
         try:
             return fit_output(self.request, self.priced, self.policy, correction, self.sizes)
-        except RequestError as exc:  # an image that cannot be priced, found while pricing
-            raise ProxyError(400, exc.message, param=exc.param) from None
         except FitError as exc:
             raise self.wire.overflow(exc) from None
 
@@ -154,19 +152,6 @@ class Preparer:
         #: (team, alias) → (the configured route, that route scoped to the team).
         self._routes: dict[tuple[str, str], tuple[Route, Route]] = {}
 
-    def route_for(self, request: ChatRequest) -> RouteConfig:
-        rc = self.config.route(request.model)
-        if rc is None:
-            if not request.model:
-                raise ProxyError(400, "model is required", param="model", code="missing_model")
-            raise ProxyError(
-                404,
-                f"The model '{request.model}' does not exist or you do not have access to it.",
-                param="model",
-                code="model_not_found",
-            )
-        return rc
-
     def policy_for(self, rc: RouteConfig, team: Team | None) -> FitPolicy:
         """The route's fit policy with the team's overrides and per-request prompt quota."""
         if team is None:
@@ -189,30 +174,41 @@ class Preparer:
             found = self._routes[key] = (rc.route, replace(rc.route, scope=team.id.encode()))
         return found[1]
 
-    async def prepare(
-        self, request: Request, wire: Wire, bound: bool = True, rated: bool = False
+    async def estimate(
+        self,
+        wire: Wire,
+        request: ChatRequest,
+        rc: RouteConfig,
+        team: Team | None,
+        who: str,
+        size: int,
+        started: float,
+        *,
+        bound: bool = True,
     ) -> Prepared:
-        """Priced and fitted; ``bound``: a big request may be proved to fit by an upper bound
-        and counted exactly while it is forwarded (the dry run wants the exact figures);
-        ``rated``: a dry run, held to its caller's count rate (``proxy.fairness``)."""
+        """Priced and fitted (``proxy.intake`` admitted it); ``bound``: a big request may be
+        proved to fit by an upper bound and counted exactly while it is forwarded (the dry run
+        wants the exact figures)."""
         try:
-            return await self._prepare(request, wire, bound, rated)
+            job = await self._job(wire, request, rc, team, who, size)
+            return await self._prepare(job, team, started, bound)
         finally:
             self.metrics.sync_count_cache()
 
-    async def _prepare(self, request: Request, wire: Wire, bound: bool, rated: bool) -> Prepared:
-        started = time.perf_counter()
-        team = self.teams.authenticate(request.headers)
-        who = caller(team, request)
-        if rated:
-            self.fairness.admit_count(who)
-        body, size = await read_json(request, self.config.settings.max_body_bytes)
-        job = await self._job(wire, body, team, who, size)
+    async def count(
+        self, request: ChatRequest, rc: RouteConfig, team: Team | None, who: str, size: int
+    ) -> int:
+        """The calibrated estimate of the request as the client sent it, unfitted: what a count
+        endpoint answers (in one of the caller's pricing threads when the body is big)."""
+        pressure = await self.fairness.run(who, size, measure, request, self.route_priced(rc, team))
+        return self.calibrator.correction(rc.route.alias).price_pressure(pressure)
+
+    async def _prepare(self, job: Job, team: Team | None, started: float, bound: bool) -> Prepared:
         alias = job.rc.route.alias
         correction = self.calibrator.correction(alias)
-        threaded = size > _THREAD_ABOVE
+        threaded = job.size > _THREAD_ABOVE
         proof: Proof | None = None
-        if bound and size > _BOUND_ABOVE:
+        if bound and job.size > _BOUND_ABOVE:
             proof = Proof(job.priced)
             proved = await self._bounded(job, correction, team, started, proof, threaded)
             if proved is not None:
@@ -231,19 +227,15 @@ class Preparer:
             estimate, keys, hit = await self._anchor(job, fitted)
         return Prepared(job, team, fitted, estimate, started, keys, hit)
 
-    async def _job(self, wire: Wire, body: object, team: Team | None, who: str, size: int) -> Job:
-        try:
-            parsed = await self.fairness.run(who, size, wire.parse, body)
-        except RequestError as exc:
-            raise ProxyError(400, exc.message, param=exc.param) from None
-        rc = self.route_for(parsed)
-        if team is not None and not team.may_use(rc.route.alias):
-            raise ProxyError(
-                403,
-                f"team {team.id!r} may not use model {rc.route.alias!r}",
-                param="model",
-                code="model_not_allowed",
-            )
+    async def _job(
+        self,
+        wire: Wire,
+        parsed: ChatRequest,
+        rc: RouteConfig,
+        team: Team | None,
+        who: str,
+        size: int,
+    ) -> Job:
         scope = team.id if team is not None else None
         sizes: Sizes = {}
         if rc.image_fetch.enabled:
@@ -264,15 +256,12 @@ class Preparer:
         (anchored on the provider's count of a prefix when one is known) is under the budget.
         A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
         args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
-        try:
-            # a proof may count (part of) the texts: off the loop where a fit would be
-            if threaded:
-                limiter = self.fairness.limiter(job.who)
-                fitted = await anyio.to_thread.run_sync(bounded_output, *args, limiter=limiter)
-            else:
-                fitted = bounded_output(*args)
-        except RequestError as exc:
-            raise ProxyError(400, exc.message, param=exc.param) from None
+        # a proof may count (part of) the texts: off the loop where a fit would be
+        if threaded:
+            limiter = self.fairness.limiter(job.who)
+            fitted = await anyio.to_thread.run_sync(bounded_output, *args, limiter=limiter)
+        else:
+            fitted = bounded_output(*args)
         if fitted is None:
             return None
         anchored, keys, hit = await self._anchor(job, fitted)

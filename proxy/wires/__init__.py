@@ -1,7 +1,7 @@
-"""Client wires: the incoming seam (see ``proxy.wires.base``), one singleton per stateless wire."""
+"""Client wires: the incoming seam (see ``proxy.wires.base``), one stateless singleton per wire."""
 
 from proxy.wires.anthropic import AnthropicWire
-from proxy.wires.base import Answer, Outcome, Wire
+from proxy.wires.base import Answer, Outcome, RequestContext, Wire
 from proxy.wires.chat import ChatWire
 from proxy.wires.responses import ResponsesWire
 
@@ -13,12 +13,13 @@ __all__ = [
     "AnthropicWire",
     "ChatWire",
     "Outcome",
+    "RequestContext",
     "ResponsesWire",
     "Wire",
 ]
 
 CHAT_WIRE = ChatWire()
 ANTHROPIC_WIRE = AnthropicWire()
-#: Stateless (no storage). ``POST /v1/responses`` makes one per request, with the request's
-#: ``responses_store.Keeper`` (``proxy.responses_api``).
+#: Stored responses are the shell's (``proxy.responses_store``), handed to the wire per request
+#: in its ``RequestContext.stored``.
 RESPONSES_WIRE = ResponsesWire()
