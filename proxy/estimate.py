@@ -41,7 +41,7 @@ from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
 from proxy.errors import ProxyError
-from proxy.fairness import THREAD_ABOVE, Fairness
+from proxy.fairness import Fairness
 from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
 from proxy.teams import Team
@@ -97,10 +97,6 @@ class Job:
             raise ProxyError(400, exc.message, param=exc.param) from None
         except FitError as exc:
             raise self.wire.overflow(exc) from None
-
-    @property
-    def threaded(self) -> bool:
-        return self.size > THREAD_ABOVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,11 +267,7 @@ class Estimator:
         args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
         try:
             # a proof may count (part of) the texts: off the loop where a fit would be
-            if job.threaded:
-                limiter = self.fairness.limiter(job.who)
-                fitted = await anyio.to_thread.run_sync(bounded_output, *args, limiter=limiter)
-            else:
-                fitted = bounded_output(*args)
+            fitted = await self.fairness.run(job.who, job.size, bounded_output, *args)
         except RequestError as exc:
             raise ProxyError(400, exc.message, param=exc.param) from None
         if fitted is None:
@@ -361,11 +353,8 @@ class Estimator:
         prefix the same team sent when one is known, else the calibrated estimate; ``floor``:
         no less than the fit's own estimate."""
         alias = job.rc.route.alias
-        if job.threaded:  # hashing every prefix of a big body: ~20 ms per 9 MB
-            limiter = self.fairness.limiter(job.who)
-            keys = await anyio.to_thread.run_sync(_prefix_keys, job, fitted, limiter=limiter)
-        else:
-            keys = _prefix_keys(job, fitted)
+        # hashing every prefix of a big body: ~20 ms per 9 MB, off the loop
+        keys = await self.fairness.run(job.who, job.size, _prefix_keys, job, fitted)
         hit = await self.calibrator.find_anchor(alias, keys)
         if hit is None:
             return fitted.estimate, keys, False
@@ -374,12 +363,7 @@ class Estimator:
         return (max(tokens, fitted.estimate) if floor else tokens), keys, True
 
     async def _fit(self, job: Job, correction: Correction, proof: Proof | None = None) -> Fit:
-        if job.threaded:
-            limiter = self.fairness.limiter(job.who)
-            return await anyio.to_thread.run_sync(
-                _counted_fit, job, correction, proof, limiter=limiter
-            )
-        return _counted_fit(job, correction, proof)
+        return await self.fairness.run(job.who, job.size, _counted_fit, job, correction, proof)
 
     # -- learning from the provider's figures ----------------------------------------------
 
