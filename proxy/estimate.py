@@ -37,6 +37,7 @@ import anyio.to_thread
 from pricing.bounds import Proof
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, RequestError, message_wire
+from pricing.meter import measure
 from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
@@ -214,6 +215,15 @@ class Estimator:
             return await self._estimate(wire, request, rc, team, who, size, started, bound)
         finally:
             self.metrics.sync_count_cache()
+
+    async def count(
+        self, request: ChatRequest, rc: RouteConfig, team: Team | None, who: str, size: int
+    ) -> int:
+        """The calibrated estimate of the request as the client sent it, unfitted: what a count
+        endpoint answers (in one of the caller's pricing threads when the body is big)."""
+        priced = self.route_priced(rc, team)
+        pressure = await self.fairness.run(who, size, measure, request, priced)
+        return self.calibrator.correction(rc.route.alias).price_pressure(pressure)
 
     async def _estimate(
         self,

@@ -64,6 +64,21 @@ async def _estimated(estimator: Estimator, bound: bool) -> Estimate:
     )
 
 
+async def test_a_count_answers_what_the_fit_prices() -> None:
+    """``count_tokens`` answers the estimate the fit acts on (docs/architecture.md), on a
+    route the calibrator prices by an inexact meter's prior (a correction, not the identity)."""
+    estimator, calibrator = _estimator()
+    calibrator.start({"m": False})
+    try:
+        counted = await _estimated(estimator, bound=False)
+        body = _body()
+        parsed = CHAT_WIRE.parse(orjson.loads(body))
+        tokens = await estimator.count(parsed, CONFIG.routes["m"], None, "addr:test", len(body))
+    finally:
+        await calibrator.stop()
+    assert tokens == counted.fitted.report.estimate_before == counted.tokens
+
+
 def _estimator() -> tuple[Estimator, Calibrator]:
     metrics = Metrics()
     calibrator = Calibrator(SqliteStore(":memory:"), metrics)
