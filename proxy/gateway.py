@@ -1,14 +1,18 @@
 """One request's path, the same for every client wire:
 intake (``proxy.intake``: read, authenticate, parse, route, permit) → estimate
-(``proxy.preparation``: price and fit, anchor) → budget → forward (transport) → answer in the
+(``proxy.estimate``: price and fit, anchor) → budget → forward (transport) → answer in the
 client's wire → usage hook.
+
+The estimate is the estimator's: the gateway holds the current ``Estimate`` of each request (in
+its ``Flight``, beside the budget it holds), replaces it when exact figures or a refit give a new
+one, and only reserves, forwards and answers.
 
 What every wire would otherwise repeat is here, once: a client's mistake or a refusal as the
 wire's error body (``reply_error``), how a stream ends when it cannot end normally (``_ended``:
 the wire supplies only its error event's shape), and the count endpoint (``Gateway.count``).
 
 Everything before forwarding is routefit's own overhead and is measured as such. What the provider
-says afterwards flows back through ``Gateway.on_usage`` (metrics and calibration, no I/O) and the
+says afterwards flows back through ``Estimator.learn`` (metrics and calibration, no I/O) and the
 budget settlement, which runs after the response has been sent: the client never waits for the
 store on the way out.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import anyio
@@ -30,11 +34,12 @@ from starlette.responses import Response
 from pricing.messages import ChatRequest, RequestError
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
-from proxy.budgets import Budgets, rate_limit_headers
+from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator
 from proxy.config import Config, RouteConfig, Upstream
 from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
+from proxy.estimate import Estimate, Estimator, Job
 from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
 from proxy.fairness import Fairness
 from proxy.fetch import ImageSizer
@@ -42,26 +47,20 @@ from proxy.inline import inline_images
 from proxy.intake import Intake, Session
 from proxy.metrics import Metrics
 from proxy.overflow import provider_count
-from proxy.preparation import Prepared, Preparer
 from proxy.provider_keys import ProviderKeys
 from proxy.streaming import SSEResponse
-from proxy.teams import TeamDirectory
+from proxy.teams import Team, TeamDirectory
 from proxy.transports import EventStream, Leg, Outbound, StreamBroken, Transient, Transports
-from proxy.usage import Usage, usage_fault, usage_limit
+from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
 from proxy.wires.base import Counting, StreamFailed, generated
-from strategies.fit import FitReport
-from strategies.policy import output_reserve
+from strategies.fit import Fit, FitReport
 
 __all__ = ["Gateway", "reply_error"]
 
 log = logging.getLogger("routefit")
 T = TypeVar("T")
 
-#: After a provider overflow the correction is scaled to the provider's count and this much
-#: more: the refit gets one more attempt, and the part the count does not pin down (what the
-#: cut removes and the marker adds) is priced by the scaled weights.
-_REFIT_SLACK = 1.02
 #: Failures after forwarding that leave the prompt billed at the provider: the client left,
 #: the drain cut the request, the provider stopped answering or sent an answer routefit could
 #: not use. An error status of the provider's own (a refusal) is not billed.
@@ -75,6 +74,49 @@ _BILLED = frozenset(
         "upstream_too_large",
     }
 )
+
+
+@dataclass(slots=True)
+class Flight:
+    """One request on its way through the gateway: its current estimate (a value, replaced when
+    ``Estimator.exact`` or ``Estimator.refit`` gives a new one) and what the gateway itself holds
+    for it."""
+
+    estimate: Estimate
+    held: Held | None = None
+    #: The request went to the provider (at least once): from then on its prompt is billed
+    #: there, whatever happens to the answer.
+    forwarded: bool = False
+    #: The route's upstream with the key this request must carry (``ProviderKeys``).
+    upstream: Upstream | None = None
+
+    @property
+    def job(self) -> Job:
+        return self.estimate.job
+
+    @property
+    def wire(self) -> Wire:
+        return self.estimate.wire
+
+    @property
+    def rc(self) -> RouteConfig:
+        return self.estimate.rc
+
+    @property
+    def request(self) -> ChatRequest:
+        return self.estimate.request
+
+    @property
+    def team(self) -> Team | None:
+        return self.estimate.team
+
+    @property
+    def started(self) -> float:
+        return self.estimate.started
+
+    @property
+    def fitted(self) -> Fit:
+        return self.estimate.fitted
 
 
 class Gateway:
@@ -109,7 +151,7 @@ class Gateway:
         #: Per-caller pricing threads and count/dry-run rate (``proxy.fairness``).
         self.fairness = Fairness(limits.pricing_threads_per_team, limits.count_requests_per_minute)
         self.intake = Intake(config, self.teams, self.fairness)
-        self.preparer = Preparer(config, self.teams, calibrator, sizer, metrics, self.fairness)
+        self.estimator = Estimator(config, calibrator, sizer, metrics, self.fairness)
         self._legs: dict[tuple[str, str], Leg] = {}
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
@@ -120,11 +162,11 @@ class Gateway:
             found = self._legs[key] = self.transports.leg(rc.upstream, wire.name)
         return found
 
-    def headers(self, p: Prepared) -> dict[str, str]:
+    def headers(self, p: Estimate, held: Held | None = None) -> dict[str, str]:
         headers = {
             "x-routefit-route": p.rc.route.alias,
             "x-routefit-budget": str(p.fitted.report.budget),
-            "x-routefit-prompt-tokens": str(p.estimate),
+            "x-routefit-prompt-tokens": str(p.tokens),
             "x-routefit-actions": p.fitted.report.actions.header(),
         }
         output = p.fitted.report.output
@@ -132,8 +174,8 @@ class Gateway:
             # the client's output cap and the one sent: clamped to the route's output limit,
             # or shrunk to the room the prompt leaves (docs/fitting.md, "Output limits")
             headers["x-routefit-output-clamped"] = output.describe()
-        if p.held is not None:
-            headers.update(rate_limit_headers(p.held.windows))
+        if held is not None:
+            headers.update(rate_limit_headers(held.windows))
         return headers
 
     # -- serving ---------------------------------------------------------------------------
@@ -149,17 +191,19 @@ class Gateway:
 
     async def _serve(self, request: Request, wire: Wire, session: Session | None) -> Response:
         route = "-"
-        p: Prepared | None = None
+        p: Flight | None = None
         try:
             a = await self.intake.admit(request, wire, session)
-            p = await self.preparer.estimate(
-                wire, a.request, a.rc, a.team, a.who, a.size, a.started
+            p = Flight(
+                await self.estimator.estimate(
+                    wire, a.request, a.rc, a.team, a.who, a.size, a.started
+                )
             )
             route = p.rc.route.alias
             p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
             if self.on_fit is not None:
                 self.on_fit(p.fitted.report)
-            p.held = await self.budgets.reserve(p.team, p.rc, p.estimate, _reserve(p))
+            await self._reserve(p)
             self._count_actions(p)
             self.metrics.overhead.observe(time.perf_counter() - p.started)
             return await self._forward(p, request)
@@ -176,7 +220,7 @@ class Gateway:
                     await self._unanswered(p, None)
             raise
 
-    async def _unanswered(self, p: Prepared, err: ProxyError | None) -> None:
+    async def _unanswered(self, p: Flight, err: ProxyError | None) -> None:
         """Settle a request that ends without an answer: released when the provider never had
         it or refused it (a refusal is not billed); charged its prompt when it had been
         forwarded and then the client left, the drain cut it, routefit failed, or the provider
@@ -184,10 +228,15 @@ class Gateway:
         billed = p.forwarded and (
             err is None or (not isinstance(err, Transient) and err.code in _BILLED)
         )
-        usage = Usage(p.estimate, 0) if billed else None
+        usage = Usage(p.estimate.tokens, 0) if billed else None
         await self.budgets.settle(p.held, usage, released=usage is None)
 
-    async def _forward(self, p: Prepared, request: Request) -> Response:
+    async def _reserve(self, p: Flight) -> None:
+        """Hold the team's budget for the prompt as estimated and the whole output reservation."""
+        e = p.estimate
+        p.held = await self.budgets.reserve(e.team, e.rc, e.tokens, e.reserved_output)
+
+    async def _forward(self, p: Flight, request: Request) -> Response:
         leg = self.leg(p.rc, p.wire)
         route = p.rc.route.alias
         sent = time.perf_counter()
@@ -195,27 +244,34 @@ class Gateway:
             events = await self._send(p, leg, request, leg.transport.stream)
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
             try:
-                learnt = await self.preparer.exact(p)
+                learnt = await self._exact(p)
             except BaseException:
                 await events.aclose()
                 raise
-            return self._relay(p, leg, events, self.headers(p), learnt)
+            return self._relay(p, leg, events, self.headers(p.estimate, p.held), learnt)
         completion = await self._send(p, leg, request, leg.transport.complete)
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
         # in by now, and the answer's headers, calibration and metrics use it.
-        learnt = await self.preparer.exact(p)
+        learnt = await self._exact(p)
         answer = p.wire.answer(p.request, completion, leg.wire)
         self.metrics.requests.labels(route, "200").inc()
         # Learnt and settled after the response is sent: the client waits for neither the
         # calibration nor the store (nothing awaits before ``on_usage`` runs, so a client's
         # next request still finds it learnt).
         after = BackgroundTask(self._after, p, answer.usage, learnt)
+        headers = self.headers(p.estimate, p.held)
         return Response(
-            answer.body, headers=self.headers(p), media_type="application/json", background=after
+            answer.body, headers=headers, media_type="application/json", background=after
         )
 
-    async def _after(self, p: Prepared, usage: Usage | None, learnt: bool) -> None:
+    async def _exact(self, p: Flight) -> bool:
+        """The request's exact figures in place of its bound (``Estimator.exact``); False when
+        they could not be had: nothing is then learnt from it."""
+        p.estimate = await self.estimator.exact(p.estimate)
+        return not p.estimate.bound
+
+    async def _after(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
         """Learn from the provider's usage and settle the team's reservation to it — when it is
         credible (``_credible``). One that is not teaches nothing, and the team is charged what
         routefit reserved: its own prompt estimate plus the output reservation
@@ -225,30 +281,17 @@ class Gateway:
             self.on_usage(p, checked)
         charged = checked
         if usage is not None and checked is None:
-            charged = Usage(p.estimate, _reserve(p))
+            charged = Usage(p.estimate.tokens, p.estimate.reserved_output)
         if p.held is not None and charged is not None:
             await self.budgets.settle(p.held, charged, False)
 
-    def _credible(self, p: Prepared, usage: Usage | None) -> Usage | None:
-        """``usage`` when it is credible (``proxy.usage.usage_fault``); else None, logged and
-        counted as a rejected sample."""
-        if usage is None:
-            return None
-        fault = usage_fault(usage, usage_limit(p.rc.route, p.request.choices, _reserve(p)))
-        if fault is None:
-            return usage
-        self._reject(p.rc.route.alias, "usage", fault)
-        return None
-
-    def _reject(self, route: str, what: str, why: str) -> None:
-        """A provider figure not believed: logged and counted, never learnt from."""
-        self.metrics.samples.labels("rejected").inc()
-        self.calibrator.rejected += 1
-        log.warning("provider %s rejected on %s: %s", what, route, why)
+    def _credible(self, p: Flight, usage: Usage | None) -> Usage | None:
+        """``usage`` when credible (``Estimator.credible``); else None, counted as rejected."""
+        return self.estimator.credible(p.estimate, usage)
 
     async def _send(
         self,
-        p: Prepared,
+        p: Flight,
         leg: Leg,
         request: Request,
         call: Callable[[Upstream, Outbound], Awaitable[T]],
@@ -272,7 +315,7 @@ class Gateway:
         self.metrics.overflow_refits.labels(p.rc.route.alias).inc()
         return await attempt()
 
-    async def _outbound(self, p: Prepared, leg: Leg, request: Request) -> Outbound:
+    async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
         if leg.transport is not self.transports.direct:
             # A translated request's URL images are fetched by routefit's fetcher, under the
@@ -280,35 +323,21 @@ class Gateway:
             out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))
         return out
 
-    async def _refit(self, p: Prepared, counted: int) -> bool:
-        """The provider counted ``counted`` tokens for what was sent: record that as an exact
-        sample (and anchors) for the prompt, then fit again with the route's correction scaled
-        by how far it was below the count. False when there is nothing to correct."""
-        if not await self.preparer.exact(p):
+    async def _refit(self, p: Flight, counted: int) -> bool:
+        """The provider counted ``counted`` tokens for what was sent: the request's exact
+        figures first, then the estimator learns the count and fits again
+        (``Estimator.refit``). False when there is nothing to correct."""
+        await self._exact(p)
+        refitted = await self.estimator.refit(p.estimate, counted)
+        if refitted is None:
             return False
-        route = p.rc.route.alias
-        if counted <= p.estimate:
-            return False  # not an under-estimate of ours: the provider's 400 stands
-        if counted > 2 * p.rc.route.context_window:
-            # An overflow is a prompt a little over the window, or one we misjudged by a fraction
-            # of it: a count beyond twice the window is not believed (and not learnt from).
-            self._reject(route, "overflow count", f"{counted} tokens")
-            return False
-        self.calibrator.observe(
-            route, p.fitted.pressure, p.keys, p.estimate, p.anchored, counted, 0
-        )
-        self.metrics.estimate_error.labels(route).observe((p.estimate - counted) / counted)
-        current = self.calibrator.correction(route)
-        priced = current.price_pressure(p.fitted.pressure)
-        # Only one more attempt: err a little high rather than be refused twice.
-        corrected = current.scaled(max(1.0, counted / max(1, priced)) * _REFIT_SLACK)
-        await self.preparer.refit(p, corrected)
+        p.estimate = refitted
         if self.on_fit is not None:
-            self.on_fit(p.fitted.report)
+            self.on_fit(refitted.fitted.report)
         return True
 
     def _relay(
-        self, p: Prepared, leg: Leg, events: EventStream, headers: dict[str, str], learnt: bool
+        self, p: Flight, leg: Leg, events: EventStream, headers: dict[str, str], learnt: bool
     ) -> Response:
         outcome = Outcome()
 
@@ -330,7 +359,7 @@ class Gateway:
         chunks = p.wire.relay(p.request, events, leg.wire, outcome)
         return SSEResponse(_ended(p.wire, p.request, chunks, outcome), events, headers, done)
 
-    async def _unfinished(self, p: Prepared, seen: Usage | None, outcome: Outcome) -> Usage:
+    async def _unfinished(self, p: Flight, seen: Usage | None, outcome: Outcome) -> Usage:
         """What a stream that did not finish (the client left, the provider broke off, the drain
         cut it) is charged: the provider bills the prompt it read and what it generated.
 
@@ -339,7 +368,8 @@ class Gateway:
         larger of the provider's count so far and the relayed text counted by the route's
         tokenizer (text the provider generated but nobody relayed is not known, and not
         charged). ``seen`` is the provider's usage so far, when credible."""
-        prompt = seen.prompt_tokens if seen is not None and seen.prompt_tokens > 0 else p.estimate
+        estimated = p.estimate.tokens
+        prompt = seen.prompt_tokens if seen is not None and seen.prompt_tokens > 0 else estimated
         output = seen.completion_tokens if seen is not None else 0
         text = outcome.relayed_text()
         if text:
@@ -356,7 +386,7 @@ class Gateway:
         only resolves what the request continues)."""
         try:
             a = await self.intake.admit(request, wire, session, rated=True)
-            p = await self.preparer.estimate(
+            p = await self.estimator.estimate(
                 wire, a.request, a.rc, a.team, a.who, a.size, a.started, bound=False
             )
         except Exception as exc:
@@ -379,7 +409,7 @@ class Gateway:
         answered without the provider, held to the caller's count rate."""
         try:
             a = await self.intake.admit(request, wire, rated=True, counting=True)
-            tokens = await self.preparer.count(a.request, a.rc, a.team, a.who, a.size)
+            tokens = await self.estimator.count(a.request, a.rc, a.team, a.who, a.size)
         except Exception as exc:
             return reply_error(wire, _refusal(exc, "a count"))
         headers = {"x-routefit-route": a.rc.route.alias, "x-routefit-prompt-tokens": str(tokens)}
@@ -387,31 +417,16 @@ class Gateway:
 
     # -- after the provider answered -------------------------------------------------------
 
-    def on_usage(self, p: Prepared, usage: Usage | None) -> None:
-        """Provider usage into metrics and calibration (queued; never waits for the store).
+    def on_usage(self, p: Flight, usage: Usage | None) -> None:
+        """Provider usage into metrics and calibration (``Estimator.learn``; queued, never
+        waits for the store).
 
         No usage (a provider that omits it): nothing is learnt, and the budget reservation is
         not settled, so it stays charged as reserved — the conservative reading of "served,
         cost unknown"."""
-        if usage is None or usage.prompt_tokens <= 0 or usage.invalid:
-            return
-        route = p.rc.route.alias
-        self.metrics.estimated_tokens.labels(route).inc(p.estimate)
-        self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)
-        self.metrics.cached_tokens.labels(route).inc(usage.cached_tokens)
-        error = (p.estimate - usage.prompt_tokens) / usage.prompt_tokens
-        self.metrics.estimate_error.labels(route).observe(error)
-        self.calibrator.observe(
-            route,
-            p.fitted.pressure,
-            p.keys,
-            p.estimate,
-            p.anchored,
-            usage.prompt_tokens,
-            usage.cached_tokens,
-        )
+        self.estimator.learn(p.estimate, usage)
 
-    def _count_actions(self, p: Prepared) -> None:
+    def _count_actions(self, p: Flight) -> None:
         route = p.rc.route.alias
         for action in p.fitted.report.actions.taken():
             self.metrics.fit_actions.labels(route, action.name).inc(action.count)
@@ -505,10 +520,3 @@ async def _from_upstream(call: Awaitable[T]) -> T:
     except ProxyError as err:
         err.origin = "upstream"
         raise
-
-
-def _reserve(p: Prepared) -> int:
-    """Every completion the request can produce may use the whole output reservation."""
-    return p.request.choices * output_reserve(
-        p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
-    )

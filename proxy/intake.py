@@ -6,7 +6,7 @@ dry run held to its caller's rate (``proxy.fairness``); the body, within the siz
 (``proxy.body``); a stateful API's session resolved from that body and team (Responses'
 ``previous_response_id``: ``proxy.responses_store.Keeper``); the wire's parse of the
 ``RequestContext`` (in one of the caller's pricing threads when the body is big); the route; the
-team's permission for it. Pricing starts where this ends (``Preparer.estimate``), from the
+team's permission for it. Pricing starts where this ends (``Estimator.estimate``), from the
 ``Admitted`` request.
 
 A client's mistake in the body surfaces as ``pricing.messages.RequestError``, and every refusal
