@@ -572,12 +572,25 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
     serve.set_defaults(run=_serve)
 
 
+def _version_line() -> str:
+    from proxy.version import package_version
+
+    return f"routefit {package_version()}"
+
+
+def _version(args: argparse.Namespace) -> int:
+    print(_version_line())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="routefit",
         description="OpenAI-compatible gateway that prices and fits requests per route.",
     )
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print routefit's version").set_defaults(run=_version)
 
     for name, run, helps, json_help in (
         (
