@@ -5,8 +5,9 @@ Teams sit in the same block but are read by ``proxy.config.teams`` once the rout
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pricing.calibration import CalibrationPolicy
@@ -20,7 +21,7 @@ from proxy.store.settings import (
 )
 from proxy.teams import hash_key
 
-__all__ = ["SETTINGS_KEYS", "Settings", "TrustLimits", "read_settings"]
+__all__ = ["SETTINGS_KEYS", "Settings", "TrustLimits", "read_settings", "store_file"]
 
 SETTINGS_KEYS = (
     frozenset(STORE_KEYS)
@@ -103,7 +104,8 @@ _RESPONSES_TTL = 30 * 86_400
 @dataclass(frozen=True, slots=True)
 class Settings:
     redis_url: str | None = None
-    #: Embedded store file (SQLite); ":memory:" keeps nothing across restarts.
+    #: Embedded store file (SQLite), absolute once loaded (``store_file``: a relative path is
+    #: beside the config file); ":memory:" keeps nothing across restarts.
     store_path: str = _STORE_PATH
     max_body_bytes: int = _MAX_BODY
     upstream_timeout: float = 600.0
@@ -145,6 +147,19 @@ def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, f
         raise rd.error(where, str(exc)) from None
 
 
+def store_file(path: str, config_path: str) -> str:
+    """The embedded store's file, absolute: a relative ``store_path`` (the default
+    ``routefit.sqlite3`` too) is beside the config file, not in whatever folder a command
+    happens to run from — ``routefit calibration`` run elsewhere reads the database ``serve``
+    writes instead of creating an empty one."""
+    if path == ":memory:":
+        return path
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path):
+        path = os.path.join(os.path.dirname(os.path.abspath(config_path)), path)
+    return os.path.normpath(path)
+
+
 def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]) -> Settings:
     """``raw`` is the block with its environment references already resolved."""
     where = "routefit_settings"
@@ -152,6 +167,7 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         store = parse_store_settings(raw, where, environ)
     except StoreSettingsError as exc:
         raise rd.error(exc.where, exc.message) from None
+    store = replace(store, store_path=store_file(store.store_path, rd.path))
     mode = raw.get("budget_failure_mode", "open")
     if mode not in ("open", "closed"):
         raise rd.error(f"{where}.budget_failure_mode", "must be 'open' or 'closed'")
