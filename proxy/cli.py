@@ -98,7 +98,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         raise UsageError(f"{args.file}: {exc.message}") from None
     alias = args.model or request.model
     if not alias:  # as the gateway says it on every wire (param "model")
-        raise UsageError(f"{args.file}: model is required (the body's \"model\", or --model)")
+        raise UsageError(f'{args.file}: model is required (the body\'s "model", or --model)')
     rc = config.route(alias)
     if rc is None:
         known = ", ".join(sorted(config.routes))
