@@ -27,7 +27,6 @@ SETTINGS_KEYS = (
     frozenset(STORE_KEYS)
     | frozenset(
         {
-            "store",
             "max_body_bytes",
             "upstream_timeout",
             "teams",
@@ -139,6 +138,8 @@ def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, f
     for key, value in cal.items():
         if key in ("min_samples", "window"):
             rd.integer(value, f"{where}.{key}", 1)
+        elif key == "model":  # a name, checked by CalibrationPolicy (it was refused as a number)
+            rd.string(value, f"{where}.{key}")
         else:
             rd.number(value, f"{where}.{key}")
     try:
