@@ -491,3 +491,35 @@ def test_a_port_in_use_is_the_only_complaint_and_nothing_says_ready(tmp_path):
     assert out.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in out.stderr
     assert "routefit ready" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_routefit_sim_into_a_closed_pipe_keeps_serving_quietly():
+    """A parent that stops reading before the "listening" line (``routefit sim | true``)."""
+    port = free_port()
+    read, write = os.pipe()
+    process = subprocess.Popen(
+        [*routefit_command(), "sim", "--port", str(port)],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write)
+    os.close(read)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.communicate()[1]
+            try:
+                body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]}
+                url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                if httpx.post(url, json=body, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "routefit sim did not answer"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the "listening" line is written once the server runs
+    finally:
+        process.send_signal(signal.SIGINT)
+        err = process.communicate(timeout=30)[1]
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
