@@ -96,7 +96,7 @@ async def health_readiness(request: Request) -> Response:
     ready, body = await readiness(state)
     db = "connected" if body["checks"]["store"] else "disconnected"
     if ready:
-        return _json({"status": "healthy", "db": db, "routefit_version": package_version()})
+        return _json({"status": "healthy", "db": db, "version": package_version()})
     return _json({**body, "db": db}, 503)
 
 

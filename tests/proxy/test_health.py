@@ -58,7 +58,7 @@ def test_readiness_answers_as_litellm_once_readyz_does(open_gateway) -> None:
     assert r.json() == {
         "status": "healthy",
         "db": "connected",
-        "routefit_version": package_version(),
+        "version": package_version(),
     }
 
 
