@@ -33,6 +33,7 @@ from proxy.drain import cut_after, on_terminate
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway, reply_error
+from proxy.health import HEALTH_ROUTES
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
 from proxy.middleware import Guard
@@ -173,40 +174,6 @@ async def team_usage(request: Request) -> Response:
     )
 
 
-async def healthz(request: Request) -> Response:
-    return _json({"status": "ok"})
-
-
-async def readyz(request: Request) -> Response:
-    """Ready once the route tokenizers are loaded. A store outage degrades service (last known
-    calibration; budgets per their failure mode) without stopping it. litellm, when a route
-    needs it, keeps loading in the background: requests to those routes wait for it, requests
-    to OpenAI-compatible routes are served at once."""
-    state = _state(request)
-    store_ok = await state.store.ping()
-    # Fail-closed budgets refuse every budgeted request while the store is away: not ready.
-    closed = state.config.settings.budget_failure_mode == "closed" and not state.teams.open
-    draining = state.readiness.draining
-    ready = state.readiness.tokenizers and not draining and (store_ok or not closed)
-    status = "draining" if draining else ("ready" if ready else "starting")
-    body: dict[str, object] = {
-        "status": status,
-        "checks": {
-            "tokenizers": state.readiness.tokenizers,
-            "litellm": state.transports.ready,
-            "store": store_ok,
-        },
-        "store": state.store.name,
-        # "open": no auth configured, every request admitted (local use); "keys": a key needed.
-        "auth": "open" if state.teams.open else "keys",
-        # asyncio tasks alive in this worker: a leak check for operators and tests.
-        "tasks": len(asyncio.all_tasks()),
-    }
-    if state.readiness.error:
-        body["error"] = f"tokenizer: {state.readiness.error}"
-    return _json(body, 200 if ready else 503)
-
-
 async def openapi(request: Request) -> Response:
     return Response(_state(request).openapi, media_type="application/json")
 
@@ -263,8 +230,7 @@ ROUTES = [
     Route("/routefit/fit", fit_only, methods=["POST"]),
     Route("/routefit/calibration", calibration, methods=["GET"]),
     Route("/routefit/teams/{team}/usage", team_usage, methods=["GET"]),
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
+    *HEALTH_ROUTES,  # /healthz, /readyz and LiteLLM's /health family (proxy.health)
     Route("/metrics", prometheus, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
 ]

@@ -1,7 +1,8 @@
 """The ``routefit`` command.
 
 Every failure a user can cause (unreadable file, invalid JSON, bad config, unknown model alias)
-ends with exit status 2 and one line on stderr naming the cause — never a traceback.
+ends with exit status 2 and one line on stderr naming the cause — never a traceback; output
+into a closed pipe ends quietly (``main``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -95,6 +97,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     except RequestError as exc:
         raise UsageError(f"{args.file}: {exc.message}") from None
     alias = args.model or request.model
+    if not alias:  # as the gateway says it on every wire (param "model")
+        raise UsageError(f'{args.file}: model is required (the body\'s "model", or --model)')
     rc = config.route(alias)
     if rc is None:
         known = ", ".join(sorted(config.routes))
@@ -261,16 +265,18 @@ def _serve(args: argparse.Namespace) -> int:
     logging.config.dictConfig(log_config)
     scheme = "https" if "ssl_certfile" in network else "http"
     auth = "OPEN (no keys configured)" if config.open else "keys required"
+    # One worker: bound before the app starts (``_listen``), so a port in use is the first
+    # and only complaint. Several: uvicorn binds in this process before spawning them.
+    sock = _listen(args.host, args.port) if args.workers == 1 else None
     print(
         f"routefit: serving {len(config.routes)} route(s) on {scheme}://{args.host}:{args.port} "
-        f"with {args.workers} worker(s); auth: {auth}",
+        f"with {args.workers} worker(s); auth: {auth}; store: {_store_where(config.settings)}",
         file=sys.stderr,
     )
     # uvicorn re-raises the SIGTERM it drained on once it is done; a drained shutdown is a
     # clean exit (status 0), not a death by signal.
     signal.signal(signal.SIGTERM, lambda sig, frame: None)
-    uvicorn.run(
-        _app_for_uvicorn(path, config, settings, args.workers),
+    options: dict[str, Any] = dict(
         factory=True,
         host=args.host,
         port=args.port,
@@ -284,14 +290,61 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_keep_alive=args.keep_alive,
         limit_concurrency=args.max_connections or None,
         # typed int by uvicorn, used as asyncio.timeout's seconds: a float is what it takes
-        timeout_graceful_shutdown=settings.drain_seconds,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=settings.drain_seconds,
         **network,
     )
-    return 0
+    app = _app_for_uvicorn(path, config, settings, args.workers)
+    if sock is None:
+        uvicorn.run(app, **options)
+        return 0
+    return _serve_one(app, sock, options)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the app starts: its start-up logs "routefit ready",
+    which must not precede a port-in-use error (with one worker, uvicorn would bind only after
+    the app's start-up)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve_one(app: Any, sock: socket.socket, options: dict[str, Any]) -> int:
+    """One worker on a socket bound first (``_listen``); what ``uvicorn.run`` does otherwise."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, **options))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0 if server.started else 3  # 3: uvicorn's start-up failure
+
+
+def _store_where(settings: Any) -> str:
+    """Which store a command uses, for its first lines: the embedded file's absolute path, or
+    the Redis URL without its password."""
+    from proxy.config.describe import redact_url
+
+    store = settings.store
+    if store.uses_redis:
+        url = redact_url(store.redis_url) if store.redis_url else "(sentinels)"
+        return f"redis {url} ({store.redis_mode})"
+    return f"sqlite {store.store_path}"
 
 
 def _calibration(args: argparse.Namespace) -> int:
     import asyncio
+    import dataclasses
 
     from pricing.calibration import fit_correction
     from proxy.calibrator import summarize
@@ -304,11 +357,18 @@ def _calibration(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     settings = config.settings
     policy = settings.calibration
+    store_settings = settings.store
+    print(f"routefit: store {_store_where(settings)}", file=sys.stderr)
+    path = store_settings.store_path
+    if not store_settings.uses_redis and path != ":memory:" and not os.path.exists(path):
+        # Reading must not create: an empty database here would hide where the real one is.
+        print(f"routefit: {path} does not exist: nothing learnt yet", file=sys.stderr)
+        store_settings = dataclasses.replace(store_settings, store_path=":memory:")
 
     progress = Progress()
 
     async def collect() -> dict[str, Any]:
-        store = connect_store(settings.store)
+        store = connect_store(store_settings)
         try:
             out = {}
             for i, (alias, rc) in enumerate(config.routes.items(), 1):
@@ -572,12 +632,25 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
     serve.set_defaults(run=_serve)
 
 
+def _version_line() -> str:
+    from proxy.version import package_version
+
+    return f"routefit {package_version()}"
+
+
+def _version(args: argparse.Namespace) -> int:
+    print(_version_line())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="routefit",
         description="OpenAI-compatible gateway that prices and fits requests per route.",
     )
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print routefit's version").set_defaults(run=_version)
 
     for name, run, helps, json_help in (
         (
@@ -633,8 +706,7 @@ def _sim(argv: list[str]) -> int:
         return 130
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
+def _run(given: list[str]) -> int:
     if given[:1] == ["sim"]:
         return _sim(given[1:])
     parser = build_parser()
@@ -646,6 +718,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """A reader that stops early (``routefit check --json | head -1``) closes the pipe: the
+    command ends quietly with 141 (128 + SIGPIPE, what a shell reports for any tool killed by
+    a closed pipe), never a BrokenPipeError traceback."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return _run(given)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        # What is still buffered would fail again when Python flushes at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

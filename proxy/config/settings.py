@@ -5,8 +5,9 @@ Teams sit in the same block but are read by ``proxy.config.teams`` once the rout
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pricing.calibration import CalibrationPolicy
@@ -20,13 +21,12 @@ from proxy.store.settings import (
 )
 from proxy.teams import hash_key
 
-__all__ = ["SETTINGS_KEYS", "Settings", "TrustLimits", "read_settings"]
+__all__ = ["SETTINGS_KEYS", "Settings", "TrustLimits", "read_settings", "store_file"]
 
 SETTINGS_KEYS = (
     frozenset(STORE_KEYS)
     | frozenset(
         {
-            "store",
             "max_body_bytes",
             "upstream_timeout",
             "teams",
@@ -103,7 +103,8 @@ _RESPONSES_TTL = 30 * 86_400
 @dataclass(frozen=True, slots=True)
 class Settings:
     redis_url: str | None = None
-    #: Embedded store file (SQLite); ":memory:" keeps nothing across restarts.
+    #: Embedded store file (SQLite), absolute once loaded (``store_file``: a relative path is
+    #: beside the config file); ":memory:" keeps nothing across restarts.
     store_path: str = _STORE_PATH
     max_body_bytes: int = _MAX_BODY
     upstream_timeout: float = 600.0
@@ -137,12 +138,27 @@ def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, f
     for key, value in cal.items():
         if key in ("min_samples", "window"):
             rd.integer(value, f"{where}.{key}", 1)
+        elif key == "model":  # a name, checked by CalibrationPolicy (it was refused as a number)
+            rd.string(value, f"{where}.{key}")
         else:
             rd.number(value, f"{where}.{key}")
     try:
         return CalibrationPolicy(**cal), refresh, anchor_ttl
     except (TypeError, ValueError) as exc:
         raise rd.error(where, str(exc)) from None
+
+
+def store_file(path: str, config_path: str) -> str:
+    """The embedded store's file, absolute: a relative ``store_path`` (the default
+    ``routefit.sqlite3`` too) is beside the config file, not in whatever folder a command
+    happens to run from — ``routefit calibration`` run elsewhere reads the database ``serve``
+    writes instead of creating an empty one."""
+    if path == ":memory:":
+        return path
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path):
+        path = os.path.join(os.path.dirname(os.path.abspath(config_path)), path)
+    return os.path.normpath(path)
 
 
 def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]) -> Settings:
@@ -152,6 +168,7 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         store = parse_store_settings(raw, where, environ)
     except StoreSettingsError as exc:
         raise rd.error(exc.where, exc.message) from None
+    store = replace(store, store_path=store_file(store.store_path, rd.path))
     mode = raw.get("budget_failure_mode", "open")
     if mode not in ("open", "closed"):
         raise rd.error(f"{where}.budget_failure_mode", "must be 'open' or 'closed'")
