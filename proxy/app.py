@@ -370,6 +370,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     finally:
         loading.cancel()
         await state.calibrator.stop()
+        await asyncio.to_thread(state.gateway.records.close)  # traces batched: exported
         await state.transports.aclose()
         await state.sizer.aclose()
         await state.store.close()

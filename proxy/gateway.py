@@ -51,6 +51,7 @@ from proxy.provider_keys import ProviderKeys
 from proxy.records import Records, Ticket
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
+from proxy.tracing import traces_from_env
 from proxy.transports import EventStream, Leg, Outbound, StreamBroken, Transient, Transports
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
@@ -158,6 +159,9 @@ class Gateway:
         self._legs: dict[tuple[str, str], Leg] = {}
         #: The request log: one record per request to its sinks (``proxy.records``).
         self.records = Records(config.settings.request_log, budgets.store, self.teams)
+        traced = traces_from_env({a: rc.route.provider for a, rc in config.routes.items()})
+        if traced is not None:
+            self.records.add(*traced)
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
         """The transport and provider wire for this route and client wire (chosen once)."""

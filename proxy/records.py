@@ -43,6 +43,7 @@ __all__ = [
     "Phase",
     "Records",
     "RequestRecord",
+    "Sink",
     "Ticket",
     "cost_usd",
     "matches",
@@ -242,7 +243,22 @@ class Records:
         self.teams = teams
         #: Further sinks (``proxy.tracing``), each told of every record after the log line.
         self.sinks: list[Sink] = []
+        self._closers: list[Callable[[], None]] = []
         self._store_down = False
+
+    def add(self, sink: Sink, close: Callable[[], None] | None = None) -> None:
+        """Another sink (``proxy.tracing``), and how to flush it when the app stops."""
+        self.sinks.append(sink)
+        if close is not None:
+            self._closers.append(close)
+
+    def close(self) -> None:
+        """Flush and stop every sink that batches (the lifespan's end)."""
+        for close in self._closers:
+            try:
+                close()
+            except Exception:
+                log.exception("closing a request log sink failed")
 
     # -- filling ---------------------------------------------------------------------------
     def ticket(self, request: Request, wire: Wire, kind: str) -> Ticket:
