@@ -394,13 +394,23 @@ class Records:
         if team is not None and team != ANONYMOUS:
             return (teams.usage_reader(headers, team, client).id,)
         key = presented_key(headers)
-        if team == ANONYMOUS or (key and teams.is_admin(key)):
-            teams.authorize_admin(headers, client)
-            if team is not None:
-                return (team,)
+        # every key presented here may be a guess at the admin key: the admin doors' brake
+        # (``proxy.throttle``) is checked first and told of every key that opens nothing
+        if client is not None and key:
+            teams.admin_throttle.check(client)
+        if key and teams.is_admin(key):
+            if client is not None:
+                teams.admin_throttle.succeeded(client)
             master = (MASTER_TEAM,) if teams.master is not None else ()
-            return (*teams.teams, *master, ANONYMOUS)
-        caller = teams.authenticate(headers)
+            return (team,) if team is not None else (*teams.teams, *master, ANONYMOUS)
+        if team == ANONYMOUS:
+            teams.authorize_admin(headers, client)  # a 401 or 403, counted as a failed guess
+        try:
+            caller = teams.authenticate(headers)
+        except ProxyError:
+            if client is not None and key:
+                teams.admin_throttle.failed(client)
+            raise
         return (caller.id,) if caller is not None else (ANONYMOUS,)
 
     async def read(

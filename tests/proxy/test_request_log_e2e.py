@@ -230,6 +230,15 @@ def test_a_teams_records_stay_bounded(gw: Running) -> None:
     assert len(read(gw, ADMIN, team=BETA, limit=1000).json()["data"]) == KEEP
 
 
+def test_wrong_keys_are_admin_key_guesses_and_braked(gw: Running) -> None:
+    """Last in the module: it locks this client out of the admin doors for a while."""
+    statuses = [read(gw, f"sk-guess-{i}").status_code for i in range(8)]
+    assert statuses[:5] == [401] * 5 and 429 in statuses, statuses
+    # the brake is the admin doors' one: the usage endpoint is locked too, even for the admin
+    usage = httpx.get(gw.base_url + f"/routefit/teams/{ALPHA}/usage", headers=auth(ADMIN))
+    assert usage.status_code == 429
+
+
 def test_contents_only_when_the_operator_opts_in_and_redacted(sim: Any, tmp_path: Any) -> None:
     path = config_for(sim.base_url, tmp_path / "c.yaml", request_log={"contents": True})
     secret = "sk-live-" + uuid.uuid4().hex
