@@ -365,9 +365,12 @@ class Records:
     async def emit(self, record: RequestRecord) -> None:
         """Every sink, each one's failure its own (a store outage loses records, never a
         response, and is logged once per outage)."""
-        ACCESS.info("%s", orjson.dumps(record.as_dict(self.settings.contents)).decode())
+        data = orjson.dumps(record.as_dict())
+        line = data
+        if self.settings.contents and record.contents is not None:
+            line = orjson.dumps(record.as_dict(contents=True))
+        ACCESS.info("%s", line.decode())
         if self.store is not None:
-            data = orjson.dumps(record.as_dict())
             try:
                 await self.store.record_request(record.team or ANONYMOUS, data, self.settings.keep)
             except StoreUnavailable as exc:
@@ -425,8 +428,11 @@ class Records:
         if self.store is None:
             return []
         found: list[RequestRecord] = []
+        # unfiltered, each team's newest ``limit`` are all that can be answered
+        filtered = route is not None or status is not None or since is not None
+        depth = self.settings.keep if filtered else limit
         for team in teams:
-            for data in await self.store.recent_requests(team, self.settings.keep):
+            for data in await self.store.recent_requests(team, depth):
                 try:
                     record = RequestRecord.from_dict(orjson.loads(data))
                 except (ValueError, KeyError, TypeError):
