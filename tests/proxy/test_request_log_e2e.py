@@ -185,6 +185,25 @@ def test_a_fit_refusal_is_logged_with_its_estimate(gw: Running) -> None:
     assert stored(gw, line["id"], ALPHA) == line
 
 
+def test_what_the_fit_did_is_in_the_record(gw: Running) -> None:
+    seen = len(lines(gw))
+    messages: list[dict[str, str]] = []
+    for turn in range(60):
+        messages.append({"role": "user", "content": f"turn {turn}: " + "tell me more " * 30})
+        messages.append({"role": "assistant", "content": f"answer {turn}: " + "more words " * 30})
+    messages.append({"role": "user", "content": "and finally?"})
+    reply = chat(gw, KEYS[ALPHA], model="small", messages=messages, max_tokens=64)
+    assert reply.status_code == 200
+    header = reply.headers["x-routefit-actions"]
+    assert header != "none"
+    line = newest_line(gw, seen, team=ALPHA, route="small", status=200)
+    counted = dict(item.split("=") for item in header.split(","))
+    assert {name: str(a["count"]) for name, a in line["actions"].items()} == counted
+    assert all(a["tokens_removed"] > 0 for a in line["actions"].values())
+    assert line["prompt_estimate"] <= line["budget"]
+    assert stored(gw, line["id"], ALPHA) == line
+
+
 def test_a_count_is_its_own_kind(gw: Running) -> None:
     seen = len(lines(gw))
     reply = httpx.post(
@@ -196,6 +215,17 @@ def test_a_count_is_its_own_kind(gw: Running) -> None:
     line = newest_line(gw, seen, team=ALPHA, kind="count")
     assert line["wire"] == "messages" and line["route"] == "claude"
     assert line["prompt_estimate"] == reply.json()["input_tokens"]
+
+
+def test_a_dry_run_is_its_own_kind_and_forwards_nothing(gw: Running) -> None:
+    seen = len(lines(gw))
+    body = {"model": "priced", "messages": [{"role": "user", "content": "dry"}]}
+    reply = httpx.post(gw.base_url + "/routefit/fit", json=body, headers=auth(KEYS[ALPHA]))
+    assert reply.status_code == 200
+    line = newest_line(gw, seen, team=ALPHA, kind="fit")
+    assert line["route"] == "priced" and line["status"] == 200
+    assert line["prompt_tokens"] is None and line["upstream_ms"] is None
+    assert line["prompt_estimate"] == int(reply.headers["x-routefit-prompt-tokens"])
 
 
 def test_team_keys_read_their_own_records_the_admin_any(gw: Running) -> None:
