@@ -60,6 +60,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimServer,
     with run_sim(models=[model]) as sim:
         routes = [sim_route(name, sim.base_url, model.name, model_info=info) for name in CLI_MODELS]
         routes.append(sim_route("small", sim.base_url, model.name, model_info=info))
+        tiny = {"max_input_tokens": 4096, "max_output_tokens": 1024}
+        routes.append(sim_route("tiny", sim.base_url, model.name, model_info=tiny))
         path = tmp_path_factory.mktemp("gemini-cli") / "routefit.yaml"
         with run_routefit(gateway_config(path, routes)) as gw:
             yield sim, gw
@@ -73,8 +75,7 @@ def _home(tmp: Path) -> tuple[Path, Path]:
     return home, work
 
 
-def _gemini(gw: Running, home: Path, work: Path, args: list[str]) -> dict[str, Any]:
-    """One headless turn (``-o json``); its JSON result, after asserting it exited 0."""
+def _run(gw: Running, home: Path, work: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -83,7 +84,7 @@ def _gemini(gw: Running, home: Path, work: Path, args: list[str]) -> dict[str, A
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
         "NO_COLOR": "1",
     }
-    done = subprocess.run(
+    return subprocess.run(
         [agent_cli("gemini"), *args, "-o", "json"],
         cwd=work,
         env=env,
@@ -92,6 +93,11 @@ def _gemini(gw: Running, home: Path, work: Path, args: list[str]) -> dict[str, A
         text=True,
         timeout=120,
     )
+
+
+def _gemini(gw: Running, home: Path, work: Path, args: list[str]) -> dict[str, Any]:
+    """One headless turn (``-o json``); its JSON result, after asserting it exited 0."""
+    done = _run(gw, home, work, args)
     assert done.returncode == 0, (args[:2], done.stdout[-2000:], done.stderr[-3000:])
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -162,3 +168,20 @@ def test_a_session_on_a_route_it_outgrows(stack, tmp_path, model):
     assert 'routefit_fit_actions_total{action="elided_messages"' in metrics
     last = [r for r in seen if f"Turn {TURNS - 1}." in json.dumps(r["body"]["messages"][-1])]
     assert last and json.dumps(last[-1]["body"]["messages"]).count(NOTE[:30]) < TURNS
+
+
+def test_an_overflow_reaches_the_cli_as_googles_error(stack, tmp_path):
+    """The CLI's first turn (~7,500 tokens of system prompt and tools) cannot fit a 4k window:
+    routefit refuses it as Google would (400 INVALID_ARGUMENT, "The input token count (N)
+    exceeds the maximum number of tokens allowed (M)."), the CLI shows that error and exits
+    non-zero without retrying, and the provider never sees the request."""
+    sim, gw = stack
+    sim.reset()
+    home, work = _home(tmp_path)
+    done = _run(gw, home, work, ["-m", "tiny", "-p", "Say hi"])
+    assert done.returncode != 0
+    # its JSON result goes to stderr on an error, after the error as the API client read it
+    assert '"status":"INVALID_ARGUMENT"' in done.stderr
+    assert "The input token count (" in done.stderr
+    assert "exceeds the maximum number of tokens allowed (4096)" in done.stderr
+    assert sim.requests(path="/v1/chat/completions") == []

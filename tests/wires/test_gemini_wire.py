@@ -366,3 +366,12 @@ def test_a_provider_error_reaches_the_client_in_googles_shape(client, sim):
 )
 def test_google_status_names(status: int, name: str):
     assert google_status(status) == name
+
+
+def test_the_dry_run_takes_a_gemini_body_naming_its_model(client: TestClient):
+    body = {"model": "models/small", **HELLO, "generationConfig": {"maxOutputTokens": 9}}
+    reply = client.post("/routefit/fit", params={"wire": "gemini"}, headers=HEADERS, json=body)
+    assert reply.status_code == 200, reply.text
+    sent = reply.json()["request"]
+    assert sent["messages"] == [{"role": "user", "content": "hello there"}]
+    assert sent["max_tokens"] == 9
