@@ -86,7 +86,8 @@ def _assistant(message: Message) -> dict[str, Any]:
 def chat_messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
     """The fitted conversation as chat messages: a tool result whose call is not in the
     conversation (Gemini pairs loosely) goes as user text; images in a tool result follow it
-    as a user message (chat tool messages carry text only)."""
+    as a user message (chat tool messages carry text only); a model turn of thoughts only is
+    left out (a chat provider refuses an assistant message with neither text nor calls)."""
     out: list[dict[str, Any]] = []
     announced: set[str] = set()
     images: list[dict[str, Any]] = []
@@ -96,7 +97,8 @@ def chat_messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
             images = []
         if message.role == "assistant":
             announced.update(c.id for c in message.tool_calls)
-            out.append(_assistant(message))
+            if message.text or message.tool_calls:  # a turn of thoughts only: nothing to send
+                out.append(_assistant(message))
         elif message.role == "tool" and message.tool_call_id in announced:
             out.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}

@@ -375,3 +375,18 @@ def test_the_dry_run_takes_a_gemini_body_naming_its_model(client: TestClient):
     sent = reply.json()["request"]
     assert sent["messages"] == [{"role": "user", "content": "hello there"}]
     assert sent["max_tokens"] == 9
+
+
+def test_a_model_turn_of_thoughts_only_is_not_sent_empty(client: TestClient, sim: SimServer):
+    thought = {"text": "hmm", "thought": True, "thoughtSignature": "c2ln"}
+    contents = [
+        {"role": "user", "parts": [{"text": "first"}]},
+        {"role": "model", "parts": [thought]},
+        {"role": "user", "parts": [{"text": "second"}]},
+    ]
+    reply = client.post(GEN, headers=HEADERS, json={"contents": contents})
+    assert reply.status_code == 200, reply.text
+    assert _sent(sim)["messages"] == [
+        {"role": "user", "content": "first"},
+        {"role": "user", "content": "second"},
+    ]
