@@ -85,10 +85,9 @@ def example_value(schema: Any, key: str, seed: str) -> Any:
     if kind == "array":
         return [example_value(schema.get("items"), key, seed)]
     if kind == "object":
-        props = schema.get("properties") or {}
-        return {
-            k: example_value(v, k, seed) for k, v in props.items() if isinstance(props, Mapping)
-        }
+        props = schema.get("properties")
+        props = props if isinstance(props, Mapping) else {}
+        return {k: example_value(v, k, seed) for k, v in props.items()}
     return f"{key}-{seed[:6]}"
 
 
