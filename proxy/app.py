@@ -46,7 +46,7 @@ from proxy.state import AppState
 from proxy.store import ObservedStore, Store, StoreUnavailable, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
-from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, Wire
+from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, GEMINI_WIRE, RESPONSES_WIRE, Wire
 from proxy.wires.base import Counting
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -233,7 +233,7 @@ def _paths(wire: Wire) -> tuple[str, ...]:
 
 
 #: The client wires: registering one is one entry here (its paths are its own, ``Wire.paths``).
-WIRES: tuple[Wire, ...] = (CHAT_WIRE, RESPONSES_WIRE, ANTHROPIC_WIRE)
+WIRES: tuple[Wire, ...] = (CHAT_WIRE, RESPONSES_WIRE, ANTHROPIC_WIRE, GEMINI_WIRE)
 _BY_NAME = {wire.name: wire for wire in WIRES}
 
 ROUTES = [
