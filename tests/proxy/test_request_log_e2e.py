@@ -217,6 +217,18 @@ def test_a_count_is_its_own_kind(gw: Running) -> None:
     assert line["prompt_estimate"] == reply.json()["input_tokens"]
 
 
+def test_a_key_in_the_url_is_recorded_by_its_fingerprint_only(gw: Running) -> None:
+    seen = len(lines(gw))
+    hello = {"contents": [{"role": "user", "parts": [{"text": "hello there"}]}]}
+    url = gw.base_url + "/v1beta/models/priced:generateContent"
+    reply = httpx.post(url, params={"key": KEYS[ALPHA]}, json=hello, timeout=30)
+    assert reply.status_code == 200
+    line = newest_line(gw, seen, team=ALPHA, wire="gemini")
+    assert line["key_id"] == fingerprint(hash_key(KEYS[ALPHA])) and line["status"] == 200
+    assert line["prompt_tokens"] == reply.json()["usageMetadata"]["promptTokenCount"]
+    assert KEYS[ALPHA] not in json.dumps(stored(gw, line["id"], ALPHA))
+
+
 def test_a_dry_run_is_its_own_kind_and_forwards_nothing(gw: Running) -> None:
     seen = len(lines(gw))
     body = {"model": "priced", "messages": [{"role": "user", "content": "dry"}]}
