@@ -39,10 +39,11 @@ from proxy.metrics import Metrics
 from proxy.middleware import Guard
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
+from proxy.records import page, query
 from proxy.responses_store import Keeper
 from proxy.serve_settings import DEFAULTS, ServeSettings, handed_over
 from proxy.state import AppState
-from proxy.store import ObservedStore, Store, connect_store
+from proxy.store import ObservedStore, Store, StoreUnavailable, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, GEMINI_WIRE, RESPONSES_WIRE, Wire
@@ -174,6 +175,22 @@ async def team_usage(request: Request) -> Response:
     )
 
 
+async def requests_log(request: Request) -> Response:
+    """GET /routefit/requests: the request log's records, newest first (``proxy.records``);
+    the admin key reads any team's (every team's without ``team=``), a team key its own."""
+    records = _state(request).gateway.records
+    params = request.query_params
+    try:
+        teams = records.readable(request.headers, params.get("team"), _client(request))
+        limit, route, status, since = query(params)
+        found = await records.read(teams, limit, route, status, since)
+    except ProxyError as err:
+        return error_response(err)
+    except StoreUnavailable as exc:
+        return error_response(ProxyError(503, f"the store is unavailable: {exc}"))
+    return Response(page(found), media_type="application/json")
+
+
 async def openapi(request: Request) -> Response:
     return Response(_state(request).openapi, media_type="application/json")
 
@@ -230,6 +247,7 @@ ROUTES = [
     Route("/routefit/fit", fit_only, methods=["POST"]),
     Route("/routefit/calibration", calibration, methods=["GET"]),
     Route("/routefit/teams/{team}/usage", team_usage, methods=["GET"]),
+    Route("/routefit/requests", requests_log, methods=["GET"]),
     *HEALTH_ROUTES,  # /healthz, /readyz and LiteLLM's /health family (proxy.health)
     Route("/metrics", prometheus, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
@@ -352,6 +370,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     finally:
         loading.cancel()
         await state.calibrator.stop()
+        await asyncio.to_thread(state.gateway.records.close)  # traces batched: exported
         await state.transports.aclose()
         await state.sizer.aclose()
         await state.store.close()

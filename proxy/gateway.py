@@ -48,8 +48,10 @@ from proxy.intake import Intake, Session
 from proxy.metrics import Metrics
 from proxy.overflow import provider_count
 from proxy.provider_keys import ProviderKeys
+from proxy.records import Records, Ticket
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
+from proxy.tracing import traces_from_env
 from proxy.transports import EventStream, Leg, Outbound, StreamBroken, Transient, Transports
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
@@ -83,6 +85,8 @@ class Flight:
     for it."""
 
     estimate: Estimate
+    #: Its request-log record under way (``proxy.records``).
+    ticket: Ticket
     held: Held | None = None
     #: The request went to the provider (at least once): from then on its prompt is billed
     #: there, whatever happens to the answer.
@@ -153,6 +157,11 @@ class Gateway:
         self.intake = Intake(config, self.teams, self.fairness)
         self.estimator = Estimator(config, calibrator, sizer, metrics, self.fairness)
         self._legs: dict[tuple[str, str], Leg] = {}
+        #: The request log: one record per request to its sinks (``proxy.records``).
+        self.records = Records(config.settings.request_log, budgets.store, self.teams)
+        traced = traces_from_env({a: rc.route.provider for a, rc in config.routes.items()})
+        if traced is not None:
+            self.records.add(*traced)
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
         """The transport and provider wire for this route and client wire (chosen once)."""
@@ -192,18 +201,24 @@ class Gateway:
     async def _serve(self, request: Request, wire: Wire, session: Session | None) -> Response:
         route = "-"
         p: Flight | None = None
+        t = self.records.ticket(request, wire, "serve")
         try:
             a = await self.intake.admit(request, wire, session)
+            t.admitted(a.rc, a.team)
             p = Flight(
                 await self.estimator.estimate(
                     wire, a.request, a.rc, a.team, a.who, a.size, a.started
-                )
+                ),
+                t,
             )
+            t.phase("fit", t.started)
             route = p.rc.route.alias
             p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
             if self.on_fit is not None:
                 self.on_fit(p.fitted.report)
+            reserving = time.perf_counter()
             await self._reserve(p)
+            t.phase("budget", reserving)
             self._count_actions(p)
             self.metrics.overhead.observe(time.perf_counter() - p.started)
             return await self._forward(p, request)
@@ -213,7 +228,13 @@ class Gateway:
                 # a failure of routefit's own (not a refusal) after forwarding is billed
                 mine = not isinstance(exc, ProxyError | RequestError)
                 await self._unanswered(p, None if mine else err)
-            return self._error(wire, route, err)
+            response = self._error(wire, route, err)
+            streamed = p is not None and p.wire.streams(p.request)
+            e = p.estimate if p is not None else None
+            response.background = self.records.later(
+                self.records.refused(t, err, e, stream=streamed)
+            )
+            return response
         except BaseException:  # cancelled: the drain deadline passed
             if p is not None:
                 with anyio.CancelScope(shield=True):
@@ -243,6 +264,7 @@ class Gateway:
         if p.wire.streams(p.request):
             events = await self._send(p, leg, request, leg.transport.stream)
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
+            p.ticket.phase("provider", sent)
             try:
                 learnt = await self._exact(p)
             except BaseException:
@@ -251,6 +273,7 @@ class Gateway:
             return self._relay(p, leg, events, self.headers(p.estimate, p.held), learnt)
         completion = await self._send(p, leg, request, leg.transport.complete)
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
+        p.ticket.phase("provider", sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
         # in by now, and the answer's headers, calibration and metrics use it.
         learnt = await self._exact(p)
@@ -275,7 +298,16 @@ class Gateway:
         """Learn from the provider's usage and settle the team's reservation to it — when it is
         credible (``_credible``). One that is not teaches nothing, and the team is charged what
         routefit reserved: its own prompt estimate plus the output reservation
-        (docs/security.md, "Untrusted provider usage")."""
+        (docs/security.md, "Untrusted provider usage"). Then the request's record (status 200:
+        a whole answer or a finished stream) goes to the request log's sinks."""
+        streamed = p.wire.streams(p.request)
+        record = self.records.served(p.ticket, p.estimate, 200, usage, stream=streamed)
+        try:
+            await self._settle_answered(p, usage, learnt)
+        finally:
+            await self.records.emit(record)
+
+    async def _settle_answered(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
         checked = self._credible(p, usage)
         if checked is not None and learnt:
             self.on_usage(p, checked)
@@ -354,7 +386,14 @@ class Gateway:
             seen = self._credible(p, outcome.usage)
             if learnt and seen is not None:
                 self.on_usage(p, seen)
-            await self.budgets.settle(p.held, await self._unfinished(p, seen, outcome), False)
+            code = "client_closed" if disconnected else "upstream_incomplete"
+            record = self.records.served(
+                p.ticket, p.estimate, int(status), outcome.usage, stream=True, error_code=code
+            )
+            try:
+                await self.budgets.settle(p.held, await self._unfinished(p, seen, outcome), False)
+            finally:
+                await self.records.emit(record)
 
         chunks = p.wire.relay(p.request, events, leg.wire, outcome)
         return SSEResponse(_ended(p.wire, p.request, chunks, outcome), events, headers, done)
@@ -384,13 +423,15 @@ class Gateway:
     ) -> Response:
         """The fitted request and its report; nothing is forwarded (nor stored: ``session``
         only resolves what the request continues)."""
+        t = self.records.ticket(request, wire, "fit")
         try:
             a = await self.intake.admit(request, wire, session, rated=True)
             p = await self.estimator.estimate(
                 wire, a.request, a.rc, a.team, a.who, a.size, a.started, bound=False
             )
         except Exception as exc:
-            return reply_error(wire, _refusal(exc, "a dry run"))
+            return self._refused(wire, t, _refusal(exc, "a dry run"))
+        t.phase("fit", t.started)
         leg = self.leg(p.rc, wire)
 
         def written() -> bytes:
@@ -399,7 +440,10 @@ class Gateway:
 
         # a big body is written back in one of the caller's pricing threads, as it was priced
         body = await self.fairness.run(p.job.who, p.job.size, written)
-        return Response(body, headers=self.headers(p), media_type="application/json")
+        done = self.records.later(self.records.served(t, p, 200))
+        return Response(
+            body, headers=self.headers(p), media_type="application/json", background=done
+        )
 
     # -- the count endpoint ----------------------------------------------------------------
 
@@ -407,13 +451,25 @@ class Gateway:
         """A count endpoint (Anthropic's ``count_tokens``): routefit's calibrated estimate of
         the request as the client sent it, on its route — the number the fit acts on —
         answered without the provider, held to the caller's count rate."""
+        t = self.records.ticket(request, wire, "count")
         try:
             a = await self.intake.admit(request, wire, rated=True, counting=True)
             tokens = await self.estimator.count(a.request, a.rc, a.team, a.who, a.size)
         except Exception as exc:
-            return reply_error(wire, _refusal(exc, "a count"))
+            return self._refused(wire, t, _refusal(exc, "a count"))
+        t.phase("fit", t.started)
         headers = {"x-routefit-route": a.rc.route.alias, "x-routefit-prompt-tokens": str(tokens)}
-        return Response(wire.counted(tokens), headers=headers, media_type="application/json")
+        team = a.team.id if a.team is not None else None
+        done = self.records.later(self.records.counted(t, a.rc, team, tokens))
+        return Response(
+            wire.counted(tokens), headers=headers, media_type="application/json", background=done
+        )
+
+    def _refused(self, wire: Wire, t: Ticket, err: ProxyError) -> Response:
+        """A count's or a dry run's refusal, its record written after it is sent."""
+        response = reply_error(wire, err)
+        response.background = self.records.later(self.records.refused(t, err))
+        return response
 
     # -- after the provider answered -------------------------------------------------------
 

@@ -16,7 +16,7 @@ from proxy.config.images import _FETCH_KEYS, _LIMIT_KEYS, _rule_keys
 from proxy.config.loader import _TOP_KEYS
 from proxy.config.policy import FIT_KEYS
 from proxy.config.routes import ENTRY_KEYS, MODEL_INFO_KEYS, ROUTEFIT_KEYS
-from proxy.config.settings import _CALIBRATION_KEYS, SETTINGS_KEYS
+from proxy.config.settings import _CALIBRATION_KEYS, REQUEST_LOG_KEYS, SETTINGS_KEYS
 from proxy.config.teams import _QUOTA_KEYS, TEAM_KEYS
 from proxy.config.tokenizing import _FRAMING_KEYS
 from proxy.config.transport import LITELLM_PARAMS
@@ -39,6 +39,7 @@ BLOCKS: Mapping[str, frozenset[str]] = {
     "model_list[].routefit.image_fetch": _FETCH_KEYS,
     "routefit_settings": SETTINGS_KEYS,
     "routefit_settings.calibration": _CALIBRATION_KEYS,
+    "routefit_settings.request_log": REQUEST_LOG_KEYS,
     "routefit_settings.tls": _TLS_KEYS,
     "routefit_settings.simulator": _SIM_KEYS,
     "routefit_settings.teams[]": TEAM_KEYS,

@@ -21,7 +21,15 @@ from proxy.store.settings import (
 )
 from proxy.teams import hash_key
 
-__all__ = ["SETTINGS_KEYS", "Settings", "TrustLimits", "read_settings", "store_file"]
+__all__ = [
+    "REQUEST_LOG_KEYS",
+    "SETTINGS_KEYS",
+    "RequestLogSettings",
+    "Settings",
+    "TrustLimits",
+    "read_settings",
+    "store_file",
+]
 
 SETTINGS_KEYS = (
     frozenset(STORE_KEYS)
@@ -48,7 +56,11 @@ _TRUST_KEYS = frozenset(
         "pricing_threads_per_team",
     }
 )
-SETTINGS_KEYS = SETTINGS_KEYS | _TRUST_KEYS
+SETTINGS_KEYS = SETTINGS_KEYS | _TRUST_KEYS | {"request_log"}
+#: ``routefit_settings.request_log`` (``proxy.records``).
+REQUEST_LOG_KEYS = frozenset({"contents", "keep"})
+#: Records kept per team in the store (the newest).
+_REQUEST_LOG_KEEP = 1000
 #: A whole (non-streamed) provider answer: far above any real completion, far below memory.
 _MAX_PROVIDER_BODY = 64 * 1024 * 1024
 #: One SSE event of a provider's stream (``proxy.transports.sse``).
@@ -92,6 +104,26 @@ def _trust(raw: Mapping[str, Any], where: str, rd: Reader) -> TrustLimits:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RequestLogSettings:
+    """The request log (``proxy.records``): a line per request and a bounded record per team."""
+
+    #: Prompt contents in the log line (redacted); never in the store. Off: the log is safe to
+    #: ship anywhere a team's prompts may not go.
+    contents: bool = False
+    #: Records kept per team in the store (the newest): bounded whatever the traffic.
+    keep: int = _REQUEST_LOG_KEEP
+
+
+def _request_log(raw: Any, where: str, rd: Reader) -> RequestLogSettings:
+    block = rd.strict(raw, REQUEST_LOG_KEYS, where)
+    contents = block.get("contents", False)
+    if not isinstance(contents, bool):
+        raise rd.error(f"{where}.contents", "must be true or false")
+    keep = rd.integer(block.get("keep", _REQUEST_LOG_KEEP), f"{where}.keep", 1)
+    return RequestLogSettings(contents=contents, keep=keep)
+
+
 _CALIBRATION_EXTRA = frozenset({"refresh_seconds", "anchor_ttl"})
 _CALIBRATION_KEYS = frozenset(CalibrationPolicy.__dataclass_fields__) | _CALIBRATION_EXTRA
 _STORE_PATH = "routefit.sqlite3"
@@ -128,6 +160,8 @@ class Settings:
     access: Access = field(default_factory=Access)
     #: Provider body/event bounds and count-endpoint fairness (``TrustLimits``).
     limits: TrustLimits = field(default_factory=TrustLimits)
+    #: The request log's contents opt-in and the records kept per team (``proxy.records``).
+    request_log: RequestLogSettings = field(default_factory=RequestLogSettings)
 
 
 def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, float, float]:
@@ -197,4 +231,5 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
             raw.get("responses_ttl_seconds", _RESPONSES_TTL), f"{where}.responses_ttl_seconds", 1
         ),
         limits=_trust(raw, where, rd),
+        request_log=_request_log(raw.get("request_log"), f"{where}.request_log", rd),
     )
