@@ -1,0 +1,155 @@
+"""Deployments and LiteLLM's router_settings: parsed and validated whole, and — until the gateway
+routes between deployments (``GATEWAY_ROUTES``) — refused when they would change behaviour, with
+an error that says so rather than a warning (issue 29: ``router_settings.fallbacks`` was ignored
+with a warning and ``routefit check`` exited 0)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.config import ConfigError, loader, parse_config
+from proxy.config.router_settings import RouterSettings
+
+_A = {"model_name": "a", "litellm_params": {"model": "openai/gpt-4o", "api_key": "k"}}
+_B = {"model_name": "b", "litellm_params": {"model": "anthropic/claude-sonnet-4-5"}}
+_A2 = {
+    "model_name": "a",
+    "litellm_params": {"model": "deepseek/deepseek-chat", "weight": 3, "rpm": 60, "tpm": 9000},
+    "model_info": {"id": "a-deepseek"},
+}
+
+
+def _parse(router: Any = None, models: list[Any] | None = None) -> loader.Config:
+    data: dict[str, Any] = {"model_list": models or [_A, _B]}
+    if router is not None:
+        data["router_settings"] = router
+    return parse_config(data, "r.yaml", environ={})
+
+
+@pytest.fixture
+def routed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the gateway integration will: the router's features accepted."""
+    monkeypatch.setattr(loader, "GATEWAY_ROUTES", True)
+
+
+def test_the_route_stays_the_first_deployment_and_deployments_lists_them_all(routed: None) -> None:
+    config = _parse(models=[_A, _B, _A2])
+    first, second = config.deployments("a")
+    assert config.route("a") is first and first.first and not second.first
+    assert first.route.model == "openai/gpt-4o" and second.route.model == "deepseek/deepseek-chat"
+    # each deployment has its own route facts: tokenizer, window
+    assert first.route.tokenizer != second.route.tokenizer
+    assert second.deployment_id == "a-deepseek"
+    assert (second.weight, second.rpm, second.tpm) == (3.0, 60, 9000)
+    assert "weight" not in second.upstream.extra and "rpm" not in second.upstream.extra
+    assert config.deployments("b") == (config.route("b"),)
+    assert config.deployments("nope") == ()
+    # calibration keys: the first keeps the alias (what it learnt carries over)
+    assert first.calibration_key == "a" and second.calibration_key == "a@a-deepseek"
+
+
+def test_derived_ids_are_stable_and_unique(routed: None) -> None:
+    twin = {"model_name": "a", "litellm_params": {"model": "openai/gpt-4o", "api_key": "k2"}}
+    one = _parse(models=[_A, twin, _B])
+    again = _parse(models=[_B, _A, twin])
+    ids = [d.deployment_id for d in one.deployments("a")]
+    assert len(set(ids)) == 2 and all(i.startswith("a-") for i in ids)
+    assert ids == [d.deployment_id for d in again.deployments("a")]
+
+
+def test_a_repeated_model_info_id_is_an_error(routed: None) -> None:
+    dup = {**_B, "model_info": {"id": "a-deepseek"}}
+    with pytest.raises(ConfigError, match=r"model_list\[2\]\.model_info\.id: 'a-deepseek' is also"):
+        _parse(models=[_A, _A2, dup])
+
+
+def test_every_router_key_is_parsed(routed: None) -> None:
+    config = _parse(
+        {
+            "routing_strategy": "usage-based-routing-v2",
+            "num_retries": 2,
+            "retry_after": 1,
+            "allowed_fails": 1,
+            "cooldown_time": 30,
+            "timeout": 20,
+            "fallbacks": [{"a": ["b"]}],
+            "context_window_fallbacks": [{"b": "a"}],
+            "default_fallbacks": ["b"],
+            "retry_policy": {"RateLimitErrorRetries": 4},
+            "allowed_fails_policy": {"AuthenticationErrorAllowedFails": 2},
+        }
+    )
+    r = config.router
+    assert r.routing_strategy == "usage-based-routing-v2" and r.num_retries == 2
+    assert (r.retry_after, r.allowed_fails, r.cooldown_time, r.timeout) == (1.0, 1, 30.0, 20.0)
+    assert r.fallbacks == {"a": ("b",)} and r.context_window_fallbacks == {"b": ("a",)}
+    assert r.default_fallbacks == ("b",)
+    assert r.retry_policy == {"rate_limit": 4} and r.allowed_fails_policy == {"auth": 2}
+
+
+@pytest.mark.parametrize(
+    ("router", "message"),
+    [
+        ({"redis_host": "x"}, r"router_settings\.redis_host: LiteLLM router key not implemented"),
+        ({"model_group_retry_policy": {}}, r"model_group_retry_policy: LiteLLM router key not"),
+        ({"routing_strategy": "round-robin"}, r"routing_strategy: must be one of simple-shuffle"),
+        ({"num_retries": -1}, r"num_retries: must be an integer >= 0"),
+        ({"cooldown_time": "5s"}, r"cooldown_time: must be a number of seconds"),
+        ({"fallbacks": {"a": ["b"]}}, r"fallbacks: must be a list like"),
+        ({"fallbacks": [{"a": ["zz"]}]}, r"fallbacks\[0\]\.a\[0\]: 'zz' is not a model_name"),
+        ({"fallbacks": [{"zz": ["a"]}]}, r"fallbacks\[0\]\.zz: 'zz' is not a model_name"),
+        ({"fallbacks": [{"a": ["a"]}]}, r"fallbacks\[0\]\.a: 'a' falls back to itself"),
+        ({"fallbacks": [{"a": ["b"]}, {"a": ["b"]}]}, r"fallbacks\[1\]\.a: 'a' has fallbacks"),
+        ({"default_fallbacks": ["b", "b"]}, r"default_fallbacks\[1\]: 'b' is listed twice"),
+        ({"retry_policy": {"RateLimitRetries": 1}}, r"retry_policy\.RateLimitRetries: unknown"),
+    ],
+)
+def test_a_wrong_router_key_is_an_error_naming_it(
+    routed: None, router: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _parse(router)
+
+
+@pytest.mark.parametrize(
+    "router",
+    [
+        {"fallbacks": [{"a": ["b"]}]},
+        {"context_window_fallbacks": [{"a": ["b"]}]},
+        {"default_fallbacks": ["b"]},
+        {"num_retries": 2},
+        {"cooldown_time": 60},
+    ],
+)
+def test_until_the_gateway_routes_a_router_feature_is_refused_saying_so(
+    router: dict[str, Any],
+) -> None:
+    assert not loader.GATEWAY_ROUTES
+    [key] = router
+    with pytest.raises(
+        ConfigError, match=rf"router_settings\.{key}: parsed and valid, but not yet"
+    ):
+        _parse(router)
+
+
+def test_until_the_gateway_routes_what_changes_nothing_loads() -> None:
+    """A strategy over one deployment per alias, and keys written at their defaults."""
+    config = _parse({"routing_strategy": "least-busy", "num_retries": 0, "fallbacks": []})
+    assert config.router.routing_strategy == "least-busy"
+    assert config.router.written == {"routing_strategy", "num_retries", "fallbacks"}
+    assert _parse().router == RouterSettings()
+
+
+def test_until_the_gateway_routes_usage_limits_under_usage_routing_are_refused() -> None:
+    limited = {**_B, "litellm_params": {**_B["litellm_params"], "rpm": 5}}
+    with pytest.raises(ConfigError, match="does not enforce the limits yet"):
+        _parse({"routing_strategy": "usage-based-routing-v2"}, models=[_A, limited])
+    assert _parse(models=[_A, limited]).route("b").rpm == 5  # simple-shuffle: inert
+
+
+def test_a_limit_in_both_places_is_an_error(routed: None) -> None:
+    both = {**_B, "rpm": 5, "litellm_params": {**_B["litellm_params"], "rpm": 5}}
+    with pytest.raises(ConfigError, match=r"model_list\[1\]\.rpm: also set as litellm_params"):
+        _parse(models=[_A, both])
