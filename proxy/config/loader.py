@@ -51,6 +51,13 @@ class Config:
     #: Alias → every deployment of it, in file order (the first is ``routes[alias]``).
     deployment_table: Mapping[str, tuple[RouteConfig, ...]] = field(default_factory=dict)
     router: RouterSettings = field(default_factory=RouterSettings)
+    #: Team id → its router settings, the global ones overridden key by key (LiteLLM's
+    #: team-level router settings); teams without a block are absent.
+    team_router: Mapping[str, RouterSettings] = field(default_factory=dict)
+
+    def router_for(self, team: str | None) -> RouterSettings:
+        """The router settings a request of ``team`` is routed by."""
+        return self.team_router.get(team, self.router) if team is not None else self.router
 
     def route(self, alias: str) -> RouteConfig | None:
         return self.routes.get(alias)
@@ -96,7 +103,43 @@ def _deployments(
     return {alias: tuple(rcs) for alias, rcs in table.items()}
 
 
-def _refuse_unrouted(router: RouterSettings, items: list[Mapping[str, Any]], rd: Reader) -> None:
+def _team_routers(
+    raw: Any, teams: tuple[Team, ...], base: RouterSettings, aliases: list[str], rd: Reader
+) -> dict[str, RouterSettings]:
+    """Each team's ``router_settings`` over the global block; its fallbacks stay within the
+    routes the team may use."""
+    out: dict[str, RouterSettings] = {}
+    for i, (item, team) in enumerate(zip(raw or [], teams, strict=True)):
+        if item.get("router_settings") is None:
+            continue
+        where = f"routefit_settings.teams[{i}].router_settings"
+        mine = read_router_settings(item["router_settings"], aliases, rd, where, base)
+        named = {*mine.default_fallbacks, *mine.fallbacks, *mine.context_window_fallbacks}
+        for chain in (*mine.fallbacks.values(), *mine.context_window_fallbacks.values()):
+            named.update(chain)
+        outside = sorted(named - team.routes) if team.routes is not None else []
+        if outside:
+            raise rd.error(where, f"names {outside}, outside the team's routes")
+        out[team.id] = mine
+    return out
+
+
+def _refuse_unused(settings: RouterSettings, where: str, rd: Reader) -> None:
+    default = RouterSettings()
+    for key in sorted(settings.written - _INERT_ROUTER_KEYS):
+        if getattr(settings, key) != getattr(default, key):
+            raise rd.error(
+                f"{where}.{key}",
+                "parsed and valid, but not yet used by routefit's gateway; remove it until it is",
+            )
+
+
+def _refuse_unrouted(
+    router: RouterSettings,
+    teams: Mapping[str, RouterSettings],
+    items: list[Mapping[str, Any]],
+    rd: Reader,
+) -> None:
     """Until ``GATEWAY_ROUTES``: refuse what the gateway would not do (see the flag)."""
     if GATEWAY_ROUTES:
         return
@@ -115,19 +158,14 @@ def _refuse_unrouted(router: RouterSettings, items: list[Mapping[str, Any]], rd:
         for item in items
         for k in ("rpm", "tpm")
     )
-    if router.routing_strategy == "usage-based-routing-v2" and limited:
-        raise rd.error(
-            "router_settings.routing_strategy",
-            "usage-based-routing-v2 with rpm/tpm limits is parsed and valid, but routefit's "
-            "gateway does not enforce the limits yet; remove one or the other until it does",
-        )
-    default = RouterSettings()
-    for key in sorted(router.written - _INERT_ROUTER_KEYS):
-        if getattr(router, key) != getattr(default, key):
+    for where, settings in (("router_settings", router), *teams.items()):
+        if settings.routing_strategy == "usage-based-routing-v2" and limited:
             raise rd.error(
-                f"router_settings.{key}",
-                "parsed and valid, but not yet used by routefit's gateway; remove it until it is",
+                f"{where}.routing_strategy",
+                "usage-based-routing-v2 with rpm/tpm limits is parsed and valid, but routefit's "
+                "gateway does not enforce the limits yet; remove one or the other until it does",
             )
+        _refuse_unused(settings, where, rd)
 
 
 def parse_config(
@@ -149,9 +187,12 @@ def parse_config(
     settings = replace(settings, access=access)
     table = _deployments(data.get("model_list"), rd, settings.upstream_timeout)
     router = read_router_settings(data.get("router_settings"), list(table), rd)
-    _refuse_unrouted(router, data["model_list"], rd)
     routes = {alias: deployments[0] for alias, deployments in table.items()}
     teams = read_teams(raw.get("teams"), list(routes), rd)
+    team_router = _team_routers(raw.get("teams"), teams, router, list(routes), rd)
+    at = {team.id: f"routefit_settings.teams[{i}].router_settings" for i, team in enumerate(teams)}
+    by_path = {at[team]: settings for team, settings in team_router.items()}
+    _refuse_unrouted(router, by_path, data["model_list"], rd)
     if any(access.master_key_hash in t.key_hashes for t in teams):
         raise rd.error("general_settings.master_key", "is also a team's key")
     return Config(
@@ -163,6 +204,7 @@ def parse_config(
         missing_env=tuple(rd.missing_env),
         deployment_table=table,
         router=router,
+        team_router=team_router,
     )
 
 

@@ -13,8 +13,8 @@ and defaults"); the defaults are its defaults.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.config.reader import Reader, unknown_key
@@ -48,21 +48,6 @@ FAILURE_KINDS: Mapping[str, str] = {
 }
 RETRY_POLICY_KEYS = frozenset(f"{name}Retries" for name in FAILURE_KINDS)
 ALLOWED_FAILS_POLICY_KEYS = frozenset(f"{name}AllowedFails" for name in FAILURE_KINDS)
-ROUTER_KEYS = frozenset(
-    {
-        "routing_strategy",
-        "num_retries",
-        "retry_after",
-        "allowed_fails",
-        "cooldown_time",
-        "timeout",
-        "fallbacks",
-        "context_window_fallbacks",
-        "default_fallbacks",
-        "retry_policy",
-        "allowed_fails_policy",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,48 +133,50 @@ def _per_kind(
     return out
 
 
-def read_router_settings(value: Any, aliases: Sequence[str], rd: Reader) -> RouterSettings:
-    """Validate ``router_settings`` against the model names of ``model_list``."""
-    where = "router_settings"
+def _strategy(value: Any, where: str, aliases: Sequence[str], rd: Reader) -> str:
+    if value not in ROUTING_STRATEGIES:
+        raise rd.error(where, f"must be one of {', '.join(ROUTING_STRATEGIES)}")
+    return str(value)
+
+
+_Read = Callable[[Any, str, Sequence[str], Reader], Any]
+#: Each key's reader: (value, its path, the model names, the reader) → the field's value.
+_READERS: Mapping[str, _Read] = {
+    "routing_strategy": _strategy,
+    "num_retries": lambda v, at, _, rd: rd.integer(v, at),
+    "retry_after": lambda v, at, _, rd: _seconds(v, at, rd),
+    "allowed_fails": lambda v, at, _, rd: rd.integer(v, at),
+    "cooldown_time": lambda v, at, _, rd: _seconds(v, at, rd),
+    "timeout": lambda v, at, _, rd: rd.number(v, at),
+    "fallbacks": _fallback_map,
+    "context_window_fallbacks": _fallback_map,
+    "default_fallbacks": lambda v, at, names, rd: _aliases(v, at, names, rd) if v else (),
+    "retry_policy": lambda v, at, _, rd: _per_kind(v, at, "Retries", RETRY_POLICY_KEYS, rd),
+    "allowed_fails_policy": lambda v, at, _, rd: _per_kind(
+        v, at, "AllowedFails", ALLOWED_FAILS_POLICY_KEYS, rd
+    ),
+}
+ROUTER_KEYS = frozenset(_READERS)
+
+
+def read_router_settings(
+    value: Any,
+    aliases: Sequence[str],
+    rd: Reader,
+    where: str = "router_settings",
+    base: RouterSettings | None = None,
+) -> RouterSettings:
+    """Validate a router block against the model names of ``model_list``. ``base``: what a key
+    left out keeps (a team's block overrides the global one key by key, as LiteLLM's team-level
+    router settings do); ``written`` names this block's keys only."""
     block = rd.resolve(rd.mapping(value, where), where)
-    for key in block:
-        if key not in ROUTER_KEYS:
+    values: dict[str, Any] = {}
+    for key, given in block.items():
+        if key not in _READERS:
             raise rd.error(
                 f"{where}.{key}",
                 f"LiteLLM router key not implemented by routefit ({unknown_key(key, ROUTER_KEYS)})",
             )
-    strategy = block.get("routing_strategy", "simple-shuffle")
-    if strategy not in ROUTING_STRATEGIES:
-        raise rd.error(
-            f"{where}.routing_strategy", f"must be one of {', '.join(ROUTING_STRATEGIES)}"
-        )
-    timeout = block.get("timeout")
-    return RouterSettings(
-        routing_strategy=strategy,
-        num_retries=rd.integer(block.get("num_retries", 0), f"{where}.num_retries"),
-        retry_after=_seconds(block.get("retry_after", 0), f"{where}.retry_after", rd),
-        allowed_fails=rd.integer(block.get("allowed_fails", 3), f"{where}.allowed_fails"),
-        cooldown_time=_seconds(block.get("cooldown_time", 5), f"{where}.cooldown_time", rd),
-        timeout=None if timeout is None else rd.number(timeout, f"{where}.timeout"),
-        fallbacks=_fallback_map(block.get("fallbacks") or [], f"{where}.fallbacks", aliases, rd),
-        context_window_fallbacks=_fallback_map(
-            block.get("context_window_fallbacks") or [],
-            f"{where}.context_window_fallbacks",
-            aliases,
-            rd,
-        ),
-        default_fallbacks=()
-        if not block.get("default_fallbacks")
-        else _aliases(block["default_fallbacks"], f"{where}.default_fallbacks", aliases, rd),
-        retry_policy=_per_kind(
-            block.get("retry_policy"), f"{where}.retry_policy", "Retries", RETRY_POLICY_KEYS, rd
-        ),
-        allowed_fails_policy=_per_kind(
-            block.get("allowed_fails_policy"),
-            f"{where}.allowed_fails_policy",
-            "AllowedFails",
-            ALLOWED_FAILS_POLICY_KEYS,
-            rd,
-        ),
-        written=frozenset(str(k) for k in block),
-    )
+        if given is not None:  # null: the default, as LiteLLM reads it
+            values[key] = _READERS[key](given, f"{where}.{key}", aliases, rd)
+    return replace(base or RouterSettings(), **values, written=frozenset(map(str, block)))

@@ -51,6 +51,9 @@ BLOCKS: Mapping[str, frozenset[str]] = {
     "router_settings": ROUTER_KEYS,
     "router_settings.retry_policy": RETRY_POLICY_KEYS,
     "router_settings.allowed_fails_policy": ALLOWED_FAILS_POLICY_KEYS,
+    "routefit_settings.teams[].router_settings": ROUTER_KEYS,
+    "routefit_settings.teams[].router_settings.retry_policy": RETRY_POLICY_KEYS,
+    "routefit_settings.teams[].router_settings.allowed_fails_policy": ALLOWED_FAILS_POLICY_KEYS,
 }
 
 

@@ -153,3 +153,47 @@ def test_a_limit_in_both_places_is_an_error(routed: None) -> None:
     both = {**_B, "rpm": 5, "litellm_params": {**_B["litellm_params"], "rpm": 5}}
     with pytest.raises(ConfigError, match=r"model_list\[1\]\.rpm: also set as litellm_params"):
         _parse(models=[_A, both])
+
+
+def _teams(*blocks: dict[str, Any], routes: list[str] | None = None) -> list[dict[str, Any]]:
+    teams = []
+    for i, block in enumerate(blocks):
+        team: dict[str, Any] = {"id": f"t{i}", "keys": [f"k{i}"], "router_settings": block}
+        if routes is not None:
+            team["routes"] = routes
+        teams.append(team)
+    return teams
+
+
+def test_a_team_s_router_settings_override_the_global_ones_key_by_key(routed: None) -> None:
+    data = {
+        "model_list": [_A, _B],
+        "router_settings": {"num_retries": 1, "fallbacks": [{"a": ["b"]}], "cooldown_time": 9},
+        "routefit_settings": {"teams": [*_teams({"num_retries": 4, "fallbacks": []}), _T_PLAIN]},
+    }
+    config = parse_config(data, "r.yaml", environ={})
+    team = config.router_for("t0")
+    assert (team.num_retries, team.fallbacks, team.cooldown_time) == (4, {}, 9.0)
+    assert config.router_for("plain") is config.router and config.router_for(None) is config.router
+    assert config.router.num_retries == 1
+
+
+_T_PLAIN = {"id": "plain", "keys": ["kp"]}
+
+
+def test_a_team_s_fallbacks_stay_within_its_routes(routed: None) -> None:
+    data = {
+        "model_list": [_A, _B],
+        "routefit_settings": {"teams": _teams({"fallbacks": [{"a": ["b"]}]}, routes=["a"])},
+    }
+    with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings: names \['b'\], outside"):
+        parse_config(data, "r.yaml", environ={})
+
+
+def test_a_team_s_router_keys_are_as_strict_and_as_gated_as_the_global_ones() -> None:
+    wrong = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams({"redis_host": "x"})}}
+    with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings\.redis_host: LiteLLM"):
+        parse_config(wrong, "r.yaml", environ={})
+    gated = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams({"num_retries": 2})}}
+    with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings\.num_retries: parsed and"):
+        parse_config(gated, "r.yaml", environ={})
