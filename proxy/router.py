@@ -30,8 +30,11 @@ from proxy.config.router_settings import ROUTING_STRATEGIES, RouterSettings
 from proxy.config.routes import RouteConfig
 
 __all__ = [
+    "ATTEMPTS_HEADER",
+    "DEPLOYMENT_HEADER",
     "RETRYABLE",
     "Attempt",
+    "Backoff",
     "Deployment",
     "Health",
     "Outcome",
@@ -43,10 +46,12 @@ __all__ = [
     "cooling",
     "ended",
     "failed",
+    "headers",
     "holding",
     "plan",
     "rank",
     "usage",
+    "wait",
     "wider",
 ]
 
@@ -118,6 +123,8 @@ class Health:
 class Policy:
     strategy: str = "simple-shuffle"
     num_retries: int = 0
+    #: Seconds waited at least before retrying the same deployment (LiteLLM's ``retry_after``).
+    retry_after: float = 0.0
     allowed_fails: int = 3
     cooldown_time: float = 5.0
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -135,6 +142,7 @@ class Policy:
         return cls(
             strategy=settings.routing_strategy,
             num_retries=settings.num_retries,
+            retry_after=settings.retry_after,
             allowed_fails=settings.allowed_fails,
             cooldown_time=settings.cooldown_time,
             fallbacks=settings.fallbacks,
@@ -382,6 +390,53 @@ def advance(p: Plan, outcome: Outcome) -> Plan | None:
                 p, attempts=(*p.attempts, attempt), group=group, retries=0, refused=refused
             )
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Jittered exponential waits: retry ``k`` (0-based) of one deployment waits
+    ``min(cap, base * 2**k) * (1 - jitter * u)``, at least the policy's ``retry_after`` and the
+    provider's ``retry-after``; a wait over ``max_wait`` is not waited."""
+
+    base: float = 0.1
+    cap: float = 8.0
+    jitter: float = 0.5
+    max_wait: float = 30.0
+
+
+def wait(
+    p: Plan,
+    retry_after: float | None,
+    u: float,
+    deadline: float | None = None,
+    backoff: Backoff = Backoff(),
+) -> float | None:
+    """Seconds to wait before ``p.current``, given the last failure's ``retry-after`` and a
+    uniform ``u`` in [0, 1); None: do not make the attempt (the wait passes ``max_wait`` or the
+    client's ``deadline``, seconds left), the last failure is the answer. An attempt on another
+    deployment goes at once: the wait is for the deployment that failed, not the request."""
+    if len(p.attempts) < 2 or p.attempts[-2].deployment.id != p.current.deployment.id:
+        return 0.0
+    same = 0
+    for attempt in reversed(p.attempts[:-1]):
+        if attempt.deployment.id != p.current.deployment.id:
+            break
+        same += 1
+    delay = min(backoff.cap, backoff.base * 2.0 ** (same - 1)) * (1.0 - backoff.jitter * u)
+    delay = max(delay, p.policy.retry_after, retry_after or 0.0)
+    if delay > backoff.max_wait or (deadline is not None and delay >= deadline):
+        return None
+    return delay
+
+
+#: The response headers naming the deployment that answered and the attempts it took.
+DEPLOYMENT_HEADER = "x-routefit-deployment"
+ATTEMPTS_HEADER = "x-routefit-attempts"
+
+
+def headers(p: Plan) -> dict[str, str]:
+    """What the response says of its route: the answering deployment, the attempts made."""
+    return {DEPLOYMENT_HEADER: p.current.deployment.id, ATTEMPTS_HEADER: str(p.current.number)}
 
 
 # --- context-window fallbacks: a decision input -------------------------------------------------

@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 
 from proxy.config import parse_config
 from proxy.router import (
+    ATTEMPTS_HEADER,
+    DEPLOYMENT_HEADER,
+    Backoff,
     Deployment,
     Health,
     Outcome,
@@ -24,9 +27,11 @@ from proxy.router import (
     cooling,
     ended,
     failed,
+    headers,
     holding,
     plan,
     rank,
+    wait,
     wider,
 )
 
@@ -370,3 +375,56 @@ def test_deployments_and_policy_come_from_the_config(monkeypatch: pytest.MonkeyP
     assert (policy.strategy, policy.num_retries) == ("cost-based-routing", 1)
     first = rank(ds, {}, policy, 0, 0.0, random.Random(0))[0]
     assert first.id == config.deployments("a")[1].deployment_id  # mini is the cheaper
+
+
+# --- waits between attempts ---------------------------------------------------------------------
+
+
+def _one(policy: Policy, failures: int) -> Plan:
+    p = plan("a", {"a": (A1,)}, {}, policy, 0, 0.0, random.Random(0))
+    for _ in range(failures):
+        assert p is not None
+        p = advance(p, _FAIL)
+    assert p is not None
+    return p
+
+
+def test_another_deployment_is_tried_at_once_the_same_one_after_a_growing_wait() -> None:
+    p = _plan(Policy(num_retries=2, retry_after=5.0))
+    assert p is not None and wait(p, None, 0.0) == 0.0
+    p = advance(p, _FAIL)
+    assert p is not None and wait(p, 30.0, 0.0) == 0.0  # another deployment: no wait
+    backoff = Backoff(base=1.0, cap=8.0, jitter=0.5, max_wait=60.0)
+    policy = Policy(num_retries=5)
+    waits = [wait(_one(policy, n), None, 0.0, backoff=backoff) for n in range(1, 6)]
+    assert waits == [1.0, 2.0, 4.0, 8.0, 8.0]
+    assert wait(_one(policy, 1), None, 0.999, backoff=backoff) == pytest.approx(0.5005)
+
+
+@given(st.integers(1, 5), st.floats(0, 0.999), st.none() | st.floats(0, 100))
+def test_a_wait_is_within_its_bounds_and_honours_retry_after(
+    failures: int, u: float, retry_after: float | None
+) -> None:
+    backoff = Backoff()
+    p = _one(Policy(num_retries=5, retry_after=0.2), failures)
+    got = wait(p, retry_after, u, backoff=backoff)
+    floor = max(0.2, retry_after or 0.0)
+    if floor > backoff.max_wait:
+        assert got is None
+    else:
+        assert got is not None and floor <= got <= max(floor, backoff.cap)
+
+
+def test_a_wait_past_the_client_s_deadline_is_not_waited() -> None:
+    p = _one(Policy(num_retries=1), 1)
+    assert wait(p, 3.0, 0.0, deadline=2.0) is None
+    assert wait(p, 3.0, 0.0, deadline=10.0) == 3.0
+    assert wait(p, 60.0, 0.0) is None  # past max_wait
+
+
+def test_headers_name_the_deployment_that_answered_and_the_attempts() -> None:
+    p = _plan(Policy(num_retries=1))
+    assert p is not None
+    p = advance(p, _FAIL)
+    assert p is not None
+    assert headers(p) == {DEPLOYMENT_HEADER: p.current.deployment.id, ATTEMPTS_HEADER: "2"}
