@@ -197,3 +197,20 @@ def test_a_team_s_router_keys_are_as_strict_and_as_gated_as_the_global_ones() ->
     gated = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams({"num_retries": 2})}}
     with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings\.num_retries: parsed and"):
         parse_config(gated, "r.yaml", environ={})
+
+
+def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
+    import json
+
+    from proxy.config.describe import describe, window_problems
+
+    tiny = {**_A2, "routefit": {"context_window": 1000}}
+    config = _parse({"num_retries": 2, "fallbacks": [{"a": ["b"]}]}, models=[_A, _B, tiny])
+    shown = json.loads(json.dumps(describe(config)))
+    assert shown["routes"]["a"]["deployment_id"] == config.route("a").deployment_id
+    assert [d["deployment_id"] for d in shown["deployments"]["a"]] == ["a-deepseek"]
+    assert "b" not in shown["deployments"]
+    assert shown["router"]["settings"]["num_retries"] == 2
+    assert shown["router"]["settings"]["fallbacks"] == {"a": ["b"]}
+    errors, _ = window_problems(config)
+    assert any("route 'a@a-deepseek'" in e for e in errors)  # every deployment is checked
