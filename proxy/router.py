@@ -26,15 +26,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from proxy.config.router_settings import ROUTING_STRATEGIES, RouterSettings
+from proxy.config.router_settings import CONTEXT_CHOICES, ROUTING_STRATEGIES, RouterSettings
 from proxy.config.routes import RouteConfig
 
 __all__ = [
     "ATTEMPTS_HEADER",
+    "CONTEXT_CHOICES",
     "DEPLOYMENT_HEADER",
     "RETRYABLE",
     "Attempt",
     "Backoff",
+    "Candidate",
     "Deployment",
     "Health",
     "Outcome",
@@ -42,6 +44,7 @@ __all__ = [
     "Policy",
     "advance",
     "began",
+    "choose_window",
     "classify",
     "cooling",
     "ended",
@@ -458,3 +461,47 @@ def wider(alias: str, policy: Policy) -> tuple[str, ...]:
     """The aliases a conversation too long for ``alias`` may go to whole
     (``context_window_fallbacks``), in the configured order; ``holding`` says which do."""
     return policy.context_window_fallbacks.get(alias, ())
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One deployment the conversation may go to, priced for it: ``tokens`` counted by its own
+    tokenizer and framing, ``budget`` its prompt budget, ``cost_per_token`` its prompt price."""
+
+    id: str
+    budget: int
+    tokens: int
+    cost_per_token: float | None = None
+
+    @property
+    def kept(self) -> float:
+        """The share of the conversation it holds (1.0: whole)."""
+        return 1.0 if self.tokens <= self.budget else self.budget / max(1, self.tokens)
+
+    @property
+    def cost(self) -> float:
+        price = math.inf if self.cost_per_token is None else self.cost_per_token
+        return min(self.tokens, self.budget) * price
+
+
+def choose_window(
+    chosen: Candidate, wider: Sequence[Candidate], choice: str
+) -> tuple[Candidate, str]:
+    """Where a conversation goes when ``chosen`` would cut it, and the word the response says:
+    ``fits`` (no cut on ``chosen``), ``kept`` (a wider candidate holds more: the first holding
+    it whole, else the one holding most), ``cut`` (it stays on ``chosen``, fitted). ``keep_more``
+    takes the wider one whenever one holds more; ``pay_less`` only when it is cheaper as sent
+    (a candidate's unknown price never is)."""
+    if choice not in CONTEXT_CHOICES:
+        raise ValueError(f"unknown context choice {choice!r}")
+    if chosen.kept >= 1.0:
+        return chosen, "fits"
+    better = [c for c in wider if c.kept > chosen.kept]
+    if not better:
+        return chosen, "cut"
+    if choice == "keep_more":
+        return next((c for c in better if c.kept >= 1.0), max(better, key=lambda c: c.kept)), "kept"
+    if chosen.cost_per_token is None:
+        return chosen, "cut"  # nothing to compare: paying less cannot be shown
+    cheapest = min(better, key=lambda c: c.cost)
+    return (cheapest, "kept") if cheapest.cost < chosen.cost else (chosen, "cut")

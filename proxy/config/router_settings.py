@@ -21,6 +21,7 @@ from proxy.config.reader import Reader, unknown_key
 
 __all__ = [
     "ALLOWED_FAILS_POLICY_KEYS",
+    "CONTEXT_CHOICES",
     "FAILURE_KINDS",
     "RETRY_POLICY_KEYS",
     "ROUTER_KEYS",
@@ -29,6 +30,10 @@ __all__ = [
     "read_router_settings",
 ]
 
+#: A route's choice when the conversation must be cut on its deployment but a
+#: ``context_window_fallbacks`` candidate holds more of it (``routefit.context_fallback``):
+#: send it to the larger window, or fit it to the smaller one when that costs less.
+CONTEXT_CHOICES = ("keep_more", "pay_less")
 ROUTING_STRATEGIES = (
     "simple-shuffle",
     "least-busy",

@@ -12,6 +12,7 @@ from proxy.config.deployments import DEPLOYMENT_PARAMS, ENTRY_LIMITS, read_deplo
 from proxy.config.images import read_images
 from proxy.config.policy import SHORTCUTS, read_route_policy
 from proxy.config.reader import Reader
+from proxy.config.router_settings import CONTEXT_CHOICES
 from proxy.config.tokenizing import read_framing, read_tokenizer
 from proxy.config.transport import Upstream, provider_of, read_upstream
 from proxy.config.window import read_window
@@ -46,6 +47,7 @@ ROUTEFIT_KEYS = frozenset(
         "upstream_timeout",
         "image_fetch",
         "forward_client_key",  # read by proxy.provider_keys
+        "context_fallback",
         *SHORTCUTS,
     }
 )
@@ -82,6 +84,9 @@ class RouteConfig:
     tpm: int | None = None
     #: Whether this is its alias's first deployment (the one ``Config.route`` answers).
     first: bool = True
+    #: ``keep_more`` or ``pay_less`` (``proxy.router.choose_window``), when a
+    #: ``context_window_fallbacks`` alias holds more of a conversation this route would cut.
+    context_fallback: str = "keep_more"
 
     @property
     def calibration_key(self) -> str:
@@ -102,6 +107,14 @@ def _blocks(
     rd.loose(info, MODEL_INFO_KEYS, f"{where}.model_info")
     own = rd.strict(item.get("routefit"), ROUTEFIT_KEYS, f"{where}.routefit")
     return params, info, rd.resolve(own, f"{where}.routefit")
+
+
+def _context_fallback(value: Any, where: str, rd: Reader) -> str:
+    if value is None:
+        return "keep_more"
+    if value not in CONTEXT_CHOICES:
+        raise rd.error(where, f"must be one of {', '.join(CONTEXT_CHOICES)}")
+    return str(value)
 
 
 def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> RouteConfig:
@@ -138,6 +151,9 @@ def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> Rou
         output_cost_per_token=window.output_cost_per_token,
         image_fetch=images.fetch,
         deployment_id=facts.id,
+        context_fallback=_context_fallback(
+            own.get("context_fallback"), f"{rf}.context_fallback", rd
+        ),
         weight=facts.weight,
         rpm=facts.rpm,
         tpm=facts.tpm,

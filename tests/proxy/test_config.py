@@ -329,7 +329,9 @@ def test_an_unknown_key_in_a_routefit_block_is_an_error_with_a_did_you_mean(
 
 
 def test_an_unknown_key_without_a_close_match_lists_the_known_ones(tmp_path):
-    with pytest.raises(ConfigError, match=r"routefit\.zzz: unknown key \(known: context_window, "):
+    with pytest.raises(
+        ConfigError, match=r"routefit\.zzz: unknown key \(known: context_fallback, context_window, "
+    ):
         load_config(write(tmp_path, _model("routefit: {zzz: 1}")), environ={})
 
 

@@ -214,3 +214,13 @@ def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
     assert shown["router"]["settings"]["fallbacks"] == {"a": ["b"]}
     errors, _ = window_problems(config)
     assert any("route 'a@a-deepseek'" in e for e in errors)  # every deployment is checked
+
+
+def test_a_route_s_context_fallback_choice_is_read_and_checked() -> None:
+    paying = {**_B, "routefit": {"context_fallback": "pay_less"}}
+    config = _parse(models=[_A, paying])
+    assert config.route("a").context_fallback == "keep_more"
+    assert config.route("b").context_fallback == "pay_less"
+    wrong = {**_B, "routefit": {"context_fallback": "cheapest"}}
+    with pytest.raises(ConfigError, match=r"routefit\.context_fallback: must be one of keep_more"):
+        _parse(models=[_A, wrong])

@@ -16,6 +16,7 @@ from proxy.router import (
     ATTEMPTS_HEADER,
     DEPLOYMENT_HEADER,
     Backoff,
+    Candidate,
     Deployment,
     Health,
     Outcome,
@@ -23,6 +24,7 @@ from proxy.router import (
     Policy,
     advance,
     began,
+    choose_window,
     classify,
     cooling,
     ended,
@@ -428,3 +430,48 @@ def test_headers_name_the_deployment_that_answered_and_the_attempts() -> None:
     p = advance(p, _FAIL)
     assert p is not None
     assert headers(p) == {DEPLOYMENT_HEADER: p.current.deployment.id, ATTEMPTS_HEADER: "2"}
+
+
+# --- a context-window fallback is a decision ------------------------------------------------------
+
+SMALL = Candidate("small", budget=8000, tokens=12000, cost_per_token=1e-6)
+LARGE = Candidate("large", budget=120000, tokens=11000, cost_per_token=3e-6)
+MID = Candidate("mid", budget=10000, tokens=11500, cost_per_token=5e-7)
+
+
+def test_keep_more_sends_the_conversation_where_it_is_held_whole() -> None:
+    assert choose_window(SMALL, [MID, LARGE], "keep_more") == (LARGE, "kept")
+    assert choose_window(SMALL, [MID], "keep_more") == (MID, "kept")  # less cut
+    held = Candidate("small", 20000, 12000, 1e-6)
+    assert choose_window(held, [LARGE], "keep_more") == (held, "fits")
+    worse = Candidate("worse", 4000, 12000, 1e-7)
+    assert choose_window(SMALL, [worse], "keep_more") == (SMALL, "cut")
+
+
+def test_pay_less_keeps_the_cut_unless_the_wider_one_costs_less() -> None:
+    # SMALL cut: 8000 x 1e-6 = 0.008; LARGE whole: 11000 x 3e-6 = 0.033; MID: 10000 x 5e-7
+    assert choose_window(SMALL, [LARGE], "pay_less") == (SMALL, "cut")
+    assert choose_window(SMALL, [LARGE, MID], "pay_less") == (MID, "kept")
+    unknown = Candidate("small", 8000, 12000)
+    assert choose_window(unknown, [MID], "pay_less") == (unknown, "cut")
+    with pytest.raises(ValueError):
+        choose_window(SMALL, [LARGE], "cheapest")
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10**5), st.integers(1, 10**5), st.floats(1e-8, 1e-4)),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from(["keep_more", "pay_less"]),
+)
+def test_the_choice_never_holds_less_than_the_chosen_deployment(
+    raw: list[tuple[int, int, float]], choice: str
+) -> None:
+    chosen, *wider = (Candidate(f"c{i}", b, t, p) for i, (b, t, p) in enumerate(raw))
+    picked, word = choose_window(chosen, wider, choice)
+    assert picked.kept >= chosen.kept
+    assert word == ("fits" if chosen.kept >= 1.0 else "kept" if picked is not chosen else "cut")
+    if choice == "pay_less" and picked is not chosen:
+        assert picked.cost < chosen.cost
