@@ -153,6 +153,11 @@ def _refuse_unrouted(
                 "alias but its gateway does not route between them yet; list each alias once",
             )
         named.add(alias)
+        if (item.get("routefit") or {}).get("context_fallback") not in (None, "keep_more"):
+            raise rd.error(
+                f"model_list[{i}].routefit.context_fallback",
+                "parsed and valid, but not yet used by routefit's gateway; remove it until it is",
+            )
     limited = any(
         k in item or k in (item.get("litellm_params") or {})
         for item in items

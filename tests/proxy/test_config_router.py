@@ -216,7 +216,13 @@ def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
     assert any("route 'a@a-deepseek'" in e for e in errors)  # every deployment is checked
 
 
-def test_a_route_s_context_fallback_choice_is_read_and_checked() -> None:
+def test_a_route_s_context_fallback_choice_is_read_and_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    paying = {**_B, "routefit": {"context_fallback": "pay_less"}}
+    with pytest.raises(ConfigError, match=r"context_fallback: parsed and valid, but not yet"):
+        _parse(models=[_A, paying])
+    monkeypatch.setattr(loader, "GATEWAY_ROUTES", True)
     paying = {**_B, "routefit": {"context_fallback": "pay_less"}}
     config = _parse(models=[_A, paying])
     assert config.route("a").context_fallback == "keep_more"
