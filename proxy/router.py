@@ -332,7 +332,9 @@ def plan(
     now: float,
     rng: random.Random,
 ) -> Plan | None:
-    """The first attempt for a request of ``alias`` (None: the alias has no deployment)."""
+    """The first attempt for a request of ``alias`` (None: the alias has no deployment).
+    ``table`` holds the aliases the request may use: the caller leaves out those its team may
+    not, and a fallback to one of them is skipped."""
     groups = tuple(
         ranked
         for name in _chain(alias, policy)

@@ -475,3 +475,12 @@ def test_the_choice_never_holds_less_than_the_chosen_deployment(
     assert word == ("fits" if chosen.kept >= 1.0 else "kept" if picked is not chosen else "cut")
     if choice == "pay_less" and picked is not chosen:
         assert picked.cost < chosen.cost
+
+
+def test_a_fallback_the_team_may_not_use_is_skipped() -> None:
+    """The caller passes only the aliases the team may use."""
+    policy = Policy(fallbacks={"a": ("b",)})
+    p = plan("a", {"a": (A1,)}, {}, policy, 0, 0.0, random.Random(0))
+    assert p is not None and advance(p, _FAIL) is None
+    p = plan("a", {"a": (A1,), "b": (B1,)}, {}, policy, 0, 0.0, random.Random(0))
+    assert _run(p, [_FAIL, _OK]) == ["a1", "b1"]
