@@ -14,8 +14,9 @@ with a note in ``Config.missing_env`` (a missing provider key must not stop pric
 
 One module per concern: ``reader`` (paths, environment, strict/loose blocks), ``window``,
 ``tokenizing``, ``images``, ``policy``, ``transport``, ``settings``, ``teams``, ``routes`` (one
-model entry) and ``loader`` (the file); ``describe`` renders a loaded config for ``routefit
-check``.
+model entry), ``deployments`` (an entry as one deployment of its alias), ``router_settings``
+(LiteLLM's router block) and ``loader`` (the file); ``describe`` renders a loaded config for
+``routefit check``.
 """
 
 from proxy.config.loader import Config, load_config, parse_config

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from proxy.config.loader import Config
+from proxy.config.router_settings import RouterSettings
 from proxy.config.routes import RouteConfig
 from proxy.teams import Team
 from strategies.policy import (
@@ -52,6 +53,7 @@ def _policy(policy: FitPolicy) -> dict[str, Any]:
 def _route(rc: RouteConfig) -> dict[str, Any]:
     r, up = rc.route, rc.upstream
     return {
+        "deployment_id": rc.deployment_id,
         "model": r.model,
         "provider": r.provider,
         "transport": up.transport,
@@ -101,8 +103,11 @@ def window_problems(config: Config) -> tuple[list[str], list[str]]:
     not the whole default reserve (such requests get their reservation shrunk)."""
     errors: list[str] = []
     warnings: list[str] = []
-    for alias, rc in config.routes.items():
-        window = rc.route.context_window
+    every = [rc for alias in config.routes for rc in config.deployments(alias)]
+    for rc in every:
+        alias, window = rc.route.alias, rc.route.context_window
+        if not rc.first:
+            alias = f"{alias}@{rc.deployment_id}"
         for who, policy in _policies(config, rc):
             out = _output(rc, policy)
             if window < out["minimum_window"]:
@@ -136,6 +141,24 @@ def _team(team: Team) -> dict[str, Any]:
     }
 
 
+def _router(config: Config) -> dict[str, Any]:
+    """The router settings, and each team's where it overrides them."""
+
+    def plain(settings: RouterSettings) -> dict[str, Any]:
+        out = {f.name: _plain(getattr(settings, f.name)) for f in fields(settings)}
+        out["fallbacks"] = {k: list(v) for k, v in settings.fallbacks.items()}
+        out["context_window_fallbacks"] = {
+            k: list(v) for k, v in settings.context_window_fallbacks.items()
+        }
+        out.pop("written")
+        return out
+
+    return {
+        "settings": plain(config.router),
+        "teams": {team: plain(settings) for team, settings in config.team_router.items()},
+    }
+
+
 def describe(config: Config) -> dict[str, Any]:
     """Everything the file resolves to, as JSON-ready data."""
     s = config.settings
@@ -147,6 +170,12 @@ def describe(config: Config) -> dict[str, Any]:
     return {
         "config": config.path,
         "routes": {alias: _route(rc) for alias, rc in config.routes.items()},
+        "deployments": {
+            alias: [_route(rc) for rc in config.deployments(alias)[1:]]
+            for alias in config.routes
+            if len(config.deployments(alias)) > 1
+        },
+        "router": _router(config),
         "teams": [_team(t) for t in config.teams],
         "mode": (
             "open (no teams, admin key or master key: every request admitted)"

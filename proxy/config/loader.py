@@ -1,30 +1,46 @@
-"""The whole file: settings, then routes, then teams (which name routes), into one Config."""
+"""The whole file: settings, then routes, then teams (which name routes), into one Config.
+
+Every ``model_list`` entry is a deployment of its ``model_name``; ``Config.route(alias)`` is the
+alias's first deployment (what the gateway sends to), ``Config.deployments(alias)`` all of them.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from proxy.config.access import read_access
+from proxy.config.deployments import derived_id
 from proxy.config.reader import ConfigError, Reader
+from proxy.config.router_settings import RouterSettings, read_router_settings
 from proxy.config.routes import RouteConfig, read_route
 from proxy.config.settings import SETTINGS_KEYS, Settings, read_settings
 from proxy.config.teams import read_teams
 from proxy.teams import Team
 
-__all__ = ["Config", "load_config", "parse_config"]
+__all__ = ["GATEWAY_ROUTES", "Config", "load_config", "parse_config"]
 
-_TOP_KEYS = frozenset({"model_list", "routefit_settings", "general_settings"})
+_TOP_KEYS = frozenset({"model_list", "routefit_settings", "general_settings", "router_settings"})
+
+#: Whether the gateway routes between deployments (``proxy.router``). Until it does, a config
+#: that asks for more than the first deployment of an alias, or for a router setting that would
+#: change what happens to a request, is refused at load: the core parses and validates it all,
+#: but accepting it would be a silent no-op. The gateway integration flips this one flag.
+GATEWAY_ROUTES = False
+#: router_settings keys whose defaults leave one deployment per alias as it is today (with one
+#: deployment there is nothing to choose between).
+_INERT_ROUTER_KEYS = frozenset({"routing_strategy"})
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
     path: str
+    #: Each alias's first deployment: the one the gateway sends to.
     routes: Mapping[str, RouteConfig]
     settings: Settings
     teams: tuple[Team, ...] = ()
@@ -32,9 +48,27 @@ class Config:
     #: Keys whose ``os.environ/NAME`` was unset (resolved to null), e.g. a provider key that
     #: only matters once a request is forwarded; ``serve`` reports them at start-up.
     missing_env: tuple[str, ...] = ()
+    #: Alias → every deployment of it, in file order (the first is ``routes[alias]``).
+    deployment_table: Mapping[str, tuple[RouteConfig, ...]] = field(default_factory=dict)
+    router: RouterSettings = field(default_factory=RouterSettings)
+    #: Team id → its router settings, the global ones overridden key by key (LiteLLM's
+    #: team-level router settings); teams without a block are absent.
+    team_router: Mapping[str, RouterSettings] = field(default_factory=dict)
+
+    def router_for(self, team: str | None) -> RouterSettings:
+        """The router settings a request of ``team`` is routed by."""
+        return self.team_router.get(team, self.router) if team is not None else self.router
 
     def route(self, alias: str) -> RouteConfig | None:
         return self.routes.get(alias)
+
+    def deployments(self, alias: str) -> tuple[RouteConfig, ...]:
+        """Every deployment of ``alias`` (empty for an unknown alias)."""
+        found = self.deployment_table.get(alias)
+        if found is not None:
+            return found
+        first = self.routes.get(alias)
+        return () if first is None else (first,)
 
     @property
     def open(self) -> bool:
@@ -42,22 +76,101 @@ class Config:
         return not self.settings.access.auth_required
 
 
-def _routes(items: Any, rd: Reader, default_timeout: float) -> dict[str, RouteConfig]:
+def _deployments(
+    items: Any, rd: Reader, default_timeout: float
+) -> dict[str, tuple[RouteConfig, ...]]:
+    """Alias → its deployments, each with a unique id (``model_info.id`` or derived)."""
     if not isinstance(items, list) or not items:
         raise rd.error("model_list", "must be a non-empty list of models")
-    routes: dict[str, RouteConfig] = {}
+    table: dict[str, list[RouteConfig]] = {}
+    seen: dict[str, int] = {}
+    occurrences: dict[tuple[str, str, object], int] = {}
     for i, item in enumerate(items):
         rc = read_route(item, f"model_list[{i}]", rd, default_timeout)
-        alias = rc.route.alias
-        if alias in routes:
-            # LiteLLM load-balances duplicate names; routefit routes each alias to one target.
-            rd.warn(
-                f"model_list[{i}].model_name",
-                f"duplicate alias {alias!r}; routefit uses the first entry only",
+        alias, model = rc.route.alias, rc.route.model
+        if not rc.deployment_id:
+            place = (alias, model, rc.upstream.api_base)
+            occurrences[place] = occurrences.get(place, 0) + 1
+            rc = replace(rc, deployment_id=derived_id(*place, occurrences[place] - 1))
+        if rc.deployment_id in seen:
+            raise rd.error(
+                f"model_list[{i}].model_info.id",
+                f"{rc.deployment_id!r} is also model_list[{seen[rc.deployment_id]}]'s id",
             )
+        seen[rc.deployment_id] = i
+        first = alias not in table
+        table.setdefault(alias, []).append(replace(rc, first=first))
+    return {alias: tuple(rcs) for alias, rcs in table.items()}
+
+
+def _team_routers(
+    raw: Any, teams: tuple[Team, ...], base: RouterSettings, aliases: list[str], rd: Reader
+) -> dict[str, RouterSettings]:
+    """Each team's ``router_settings`` over the global block; its fallbacks stay within the
+    routes the team may use."""
+    out: dict[str, RouterSettings] = {}
+    for i, (item, team) in enumerate(zip(raw or [], teams, strict=True)):
+        if item.get("router_settings") is None:
             continue
-        routes[alias] = rc
-    return routes
+        where = f"routefit_settings.teams[{i}].router_settings"
+        mine = read_router_settings(item["router_settings"], aliases, rd, where, base)
+        named = {*mine.default_fallbacks, *mine.fallbacks, *mine.context_window_fallbacks}
+        for chain in (*mine.fallbacks.values(), *mine.context_window_fallbacks.values()):
+            named.update(chain)
+        outside = sorted(named - team.routes) if team.routes is not None else []
+        if outside:
+            raise rd.error(where, f"names {outside}, outside the team's routes")
+        out[team.id] = mine
+    return out
+
+
+def _refuse_unused(settings: RouterSettings, where: str, rd: Reader) -> None:
+    default = RouterSettings()
+    for key in sorted(settings.written - _INERT_ROUTER_KEYS):
+        if getattr(settings, key) != getattr(default, key):
+            raise rd.error(
+                f"{where}.{key}",
+                "parsed and valid, but not yet used by routefit's gateway; remove it until it is",
+            )
+
+
+def _refuse_unrouted(
+    router: RouterSettings,
+    teams: Mapping[str, RouterSettings],
+    items: list[Mapping[str, Any]],
+    rd: Reader,
+) -> None:
+    """Until ``GATEWAY_ROUTES``: refuse what the gateway would not do (see the flag)."""
+    if GATEWAY_ROUTES:
+        return
+    named: set[object] = set()
+    for i, item in enumerate(items):
+        alias = item.get("model_name")
+        if alias in named:
+            raise rd.error(
+                f"model_list[{i}].model_name",
+                f"a second deployment of {alias!r}: routefit parses several deployments per "
+                "alias but its gateway does not route between them yet; list each alias once",
+            )
+        named.add(alias)
+        if (item.get("routefit") or {}).get("context_fallback") not in (None, "keep_more"):
+            raise rd.error(
+                f"model_list[{i}].routefit.context_fallback",
+                "parsed and valid, but not yet used by routefit's gateway; remove it until it is",
+            )
+    limited = any(
+        k in item or k in (item.get("litellm_params") or {})
+        for item in items
+        for k in ("rpm", "tpm")
+    )
+    for where, settings in (("router_settings", router), *teams.items()):
+        if settings.routing_strategy == "usage-based-routing-v2" and limited:
+            raise rd.error(
+                f"{where}.routing_strategy",
+                "usage-based-routing-v2 with rpm/tpm limits is parsed and valid, but routefit's "
+                "gateway does not enforce the limits yet; remove one or the other until it does",
+            )
+        _refuse_unused(settings, where, rd)
 
 
 def parse_config(
@@ -77,8 +190,14 @@ def parse_config(
     settings = read_settings(raw, rd, environ)
     access = read_access(raw, written, data.get("general_settings"), rd)
     settings = replace(settings, access=access)
-    routes = _routes(data.get("model_list"), rd, settings.upstream_timeout)
+    table = _deployments(data.get("model_list"), rd, settings.upstream_timeout)
+    router = read_router_settings(data.get("router_settings"), list(table), rd)
+    routes = {alias: deployments[0] for alias, deployments in table.items()}
     teams = read_teams(raw.get("teams"), list(routes), rd)
+    team_router = _team_routers(raw.get("teams"), teams, router, list(routes), rd)
+    at = {team.id: f"routefit_settings.teams[{i}].router_settings" for i, team in enumerate(teams)}
+    by_path = {at[team]: settings for team, settings in team_router.items()}
+    _refuse_unrouted(router, by_path, data["model_list"], rd)
     if any(access.master_key_hash in t.key_hashes for t in teams):
         raise rd.error("general_settings.master_key", "is also a team's key")
     return Config(
@@ -88,6 +207,9 @@ def parse_config(
         teams=teams,
         warnings=tuple(rd.warnings),
         missing_env=tuple(rd.missing_env),
+        deployment_table=table,
+        router=router,
+        team_router=team_router,
     )
 
 

@@ -8,9 +8,11 @@ from typing import Any
 
 from pricing.route import Route
 from proxy import modelmap
+from proxy.config.deployments import DEPLOYMENT_PARAMS, ENTRY_LIMITS, read_deployment
 from proxy.config.images import read_images
 from proxy.config.policy import SHORTCUTS, read_route_policy
 from proxy.config.reader import Reader
+from proxy.config.router_settings import CONTEXT_CHOICES
 from proxy.config.tokenizing import read_framing, read_tokenizer
 from proxy.config.transport import Upstream, provider_of, read_upstream
 from proxy.config.window import read_window
@@ -29,9 +31,10 @@ MODEL_INFO_KEYS = frozenset(
         "supports_vision",
         "input_cost_per_token",
         "output_cost_per_token",
+        "id",  # the deployment's id (proxy.config.deployments)
     }
 )
-ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info", "routefit"})
+ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info", "routefit", *ENTRY_LIMITS})
 ROUTEFIT_KEYS = frozenset(
     {
         "tokenizer",
@@ -44,6 +47,7 @@ ROUTEFIT_KEYS = frozenset(
         "upstream_timeout",
         "image_fetch",
         "forward_client_key",  # read by proxy.provider_keys
+        "context_fallback",
         *SHORTCUTS,
     }
 )
@@ -51,6 +55,17 @@ ROUTEFIT_KEYS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class RouteConfig:
+    """One deployment of an alias: everything a request needs to be priced, fitted and sent
+    there. ``Config.route(alias)`` is the alias's first deployment; ``Config.deployments(alias)``
+    all of them, in file order.
+
+    Calibration and anchors are keyed by ``route.alias`` today (one deployment per alias). Once
+    the gateway routes between deployments, each deployment's samples and anchors are keyed by
+    ``calibration_key``: the alias for the first deployment (so what is learnt today carries
+    over) and ``alias@deployment_id`` for the others, since two deployments of one alias may
+    count differently (another tokenizer, framing or window).
+    """
+
     route: Route
     policy: FitPolicy
     upstream: Upstream
@@ -59,6 +74,24 @@ class RouteConfig:
     #: Whether and where the proxy may read URL images to size them (transport policy, so it
     #: lives here and not on the pure ``Route``).
     image_fetch: ImageFetchPolicy = field(default_factory=ImageFetchPolicy)
+    #: LiteLLM's ``model_info.id`` when given, else derived from the entry
+    #: (``proxy.config.deployments.derived_id``); unique in the file.
+    deployment_id: str = ""
+    #: simple-shuffle's relative weight (LiteLLM's ``litellm_params.weight``).
+    weight: float = 1.0
+    #: usage-based-routing-v2's limits per minute (``litellm_params.rpm``/``tpm``); None: none.
+    rpm: int | None = None
+    tpm: int | None = None
+    #: Whether this is its alias's first deployment (the one ``Config.route`` answers).
+    first: bool = True
+    #: ``keep_more`` or ``pay_less`` (``proxy.router.choose_window``), when a
+    #: ``context_window_fallbacks`` alias holds more of a conversation this route would cut.
+    context_fallback: str = "keep_more"
+
+    @property
+    def calibration_key(self) -> str:
+        """What the router will key this deployment's calibration and anchors by."""
+        return self.route.alias if self.first else f"{self.route.alias}@{self.deployment_id}"
 
 
 def _blocks(
@@ -74,6 +107,14 @@ def _blocks(
     rd.loose(info, MODEL_INFO_KEYS, f"{where}.model_info")
     own = rd.strict(item.get("routefit"), ROUTEFIT_KEYS, f"{where}.routefit")
     return params, info, rd.resolve(own, f"{where}.routefit")
+
+
+def _context_fallback(value: Any, where: str, rd: Reader) -> str:
+    if value is None:
+        return "keep_more"
+    if value not in CONTEXT_CHOICES:
+        raise rd.error(where, f"must be one of {', '.join(CONTEXT_CHOICES)}")
+    return str(value)
 
 
 def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> RouteConfig:
@@ -100,11 +141,20 @@ def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> Rou
         supports_vision=window.supports_vision,
         image_limits=images.limits,
     )
+    facts = read_deployment(item, params, info, where, rd)
+    sent = {k: v for k, v in params.items() if k not in DEPLOYMENT_PARAMS}
     return RouteConfig(
         route=route,
         policy=read_route_policy(own, rf, rd),
-        upstream=read_upstream(params, own, provider, default_timeout, where, rd),
+        upstream=read_upstream(sent, own, provider, default_timeout, where, rd),
         input_cost_per_token=window.input_cost_per_token,
         output_cost_per_token=window.output_cost_per_token,
         image_fetch=images.fetch,
+        deployment_id=facts.id,
+        context_fallback=_context_fallback(
+            own.get("context_fallback"), f"{rf}.context_fallback", rd
+        ),
+        weight=facts.weight,
+        rpm=facts.rpm,
+        tpm=facts.tpm,
     )

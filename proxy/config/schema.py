@@ -12,9 +12,11 @@ from collections.abc import Mapping
 
 from pricing.images.kinds import KINDS
 from proxy.config.access import _GENERAL_REFUSED, _GENERAL_USED, _SIM_KEYS, _TLS_KEYS
+from proxy.config.deployments import DEPLOYMENT_PARAMS
 from proxy.config.images import _FETCH_KEYS, _LIMIT_KEYS, _rule_keys
 from proxy.config.loader import _TOP_KEYS
 from proxy.config.policy import FIT_KEYS
+from proxy.config.router_settings import ALLOWED_FAILS_POLICY_KEYS, RETRY_POLICY_KEYS, ROUTER_KEYS
 from proxy.config.routes import ENTRY_KEYS, MODEL_INFO_KEYS, ROUTEFIT_KEYS
 from proxy.config.settings import _CALIBRATION_KEYS, REQUEST_LOG_KEYS, SETTINGS_KEYS
 from proxy.config.teams import _QUOTA_KEYS, TEAM_KEYS
@@ -29,7 +31,7 @@ RULE_KEYS = frozenset({"kind", "model", "variant"})
 BLOCKS: Mapping[str, frozenset[str]] = {
     "": _TOP_KEYS,
     "model_list[]": ENTRY_KEYS,
-    "model_list[].litellm_params": LITELLM_PARAMS,
+    "model_list[].litellm_params": LITELLM_PARAMS | DEPLOYMENT_PARAMS,
     "model_list[].model_info": MODEL_INFO_KEYS,
     "model_list[].routefit": ROUTEFIT_KEYS,
     "model_list[].routefit.fit": FIT_KEYS,
@@ -46,6 +48,12 @@ BLOCKS: Mapping[str, frozenset[str]] = {
     "routefit_settings.teams[].quotas": _QUOTA_KEYS,
     "routefit_settings.teams[].fit": FIT_KEYS,
     "general_settings": _GENERAL_USED | frozenset(_GENERAL_REFUSED),
+    "router_settings": ROUTER_KEYS,
+    "router_settings.retry_policy": RETRY_POLICY_KEYS,
+    "router_settings.allowed_fails_policy": ALLOWED_FAILS_POLICY_KEYS,
+    "routefit_settings.teams[].router_settings": ROUTER_KEYS,
+    "routefit_settings.teams[].router_settings.retry_policy": RETRY_POLICY_KEYS,
+    "routefit_settings.teams[].router_settings.allowed_fails_policy": ALLOWED_FAILS_POLICY_KEYS,
 }
 
 

@@ -15,7 +15,9 @@ from proxy.teams import RESERVED_TEAMS, Quotas, Team, hash_key
 
 __all__ = ["TEAM_KEYS", "read_teams"]
 
-TEAM_KEYS = frozenset({"id", "keys", "routes", "quotas", "fit"})
+#: ``router_settings`` is read by the loader (``proxy.config.router_settings``), after the global
+#: block it overrides.
+TEAM_KEYS = frozenset({"id", "keys", "routes", "quotas", "fit", "router_settings"})
 _QUOTA_KEYS = frozenset(Quotas.__dataclass_fields__)
 
 

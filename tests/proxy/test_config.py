@@ -113,9 +113,9 @@ def test_a_litellm_config_loads_as_is_with_warnings(tmp_path):
             """
         model_list:
           - model_name: gpt-4o
-            litellm_params: {model: gpt-4o, rpm: 100}
+            litellm_params: {model: gpt-4o, rpm: 100, seed: 7}
             model_info: {id: abc}
-          - model_name: gpt-4o
+          - model_name: gpt-4o-azure
             litellm_params: {model: azure/gpt-4o, api_base: https://x.openai.azure.com}
         litellm_settings: {drop_params: true}
         general_settings: {master_key: sk-1234, database_url: "postgresql://x"}
@@ -123,16 +123,32 @@ def test_a_litellm_config_loads_as_is_with_warnings(tmp_path):
         ),
         environ={},
     )
-    assert list(config.routes) == ["gpt-4o"]
+    assert list(config.routes) == ["gpt-4o", "gpt-4o-azure"]
     text = "\n".join(config.warnings)
     assert "litellm_settings" in text and "general_settings.database_url" in text
     # the master key is LiteLLM's admin key: honoured (never a warning and an open gateway)
     assert "master_key" not in text and not config.open
     assert config.settings.access.master_key_hash is not None
-    assert "model_list[0].model_info.id" in text
-    assert "duplicate alias 'gpt-4o'" in text
+    # model_info.id is the deployment's id; rpm is the router's, read and never forwarded
+    assert "model_info.id" not in text
+    assert config.routes["gpt-4o"].deployment_id == "abc"
+    assert config.routes["gpt-4o"].rpm == 100
     # unknown litellm_params are kept for litellm, not warned about
-    assert config.routes["gpt-4o"].upstream.extra == {"rpm": 100}
+    assert config.routes["gpt-4o"].upstream.extra == {"seed": 7}
+
+
+def test_a_second_deployment_of_an_alias_is_refused_until_the_gateway_routes(tmp_path):
+    """Was: a warning, the first entry used alone (issue 29: 6 of 6 requests answered 500 with
+    the healthy second entry never tried)."""
+    text = """
+        model_list:
+          - model_name: gpt-4o
+            litellm_params: {model: gpt-4o}
+          - model_name: gpt-4o
+            litellm_params: {model: azure/gpt-4o, api_base: https://x.openai.azure.com}
+    """
+    with pytest.raises(ConfigError, match=r"model_list\[1\]\.model_name: a second deployment"):
+        load_config(write(tmp_path, text), environ={})
 
 
 @pytest.mark.parametrize(
@@ -313,7 +329,9 @@ def test_an_unknown_key_in_a_routefit_block_is_an_error_with_a_did_you_mean(
 
 
 def test_an_unknown_key_without_a_close_match_lists_the_known_ones(tmp_path):
-    with pytest.raises(ConfigError, match=r"routefit\.zzz: unknown key \(known: context_window, "):
+    with pytest.raises(
+        ConfigError, match=r"routefit\.zzz: unknown key \(known: context_fallback, context_window, "
+    ):
         load_config(write(tmp_path, _model("routefit: {zzz: 1}")), environ={})
 
 
@@ -322,10 +340,10 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
         write(
             tmp_path,
             _model(
-                "model_info: {mode: chat, base_model: gpt-4o}\n            tpm: 1000",
+                "model_info: {mode: chat, base_model: gpt-4o}\n            region: eu",
                 "litellm_settings: {drop_params: true}\n"
                 "        general_settings: {store_model_in_db: x}\n"
-                "        router_settings: {routing_strategy: simple-shuffle}",
+                "        environment_variables: {X: y}",
             ),
         ),
         environ={},
@@ -334,10 +352,10 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
     for path in (
         "model_list[1].model_info.mode",
         "model_list[1].model_info.base_model",
-        "model_list[1].tpm",
+        "model_list[1].region",
         "litellm_settings",
         "general_settings.store_model_in_db",
-        "router_settings",
+        "environment_variables",
     ):
         assert path in text
     assert set(config.routes) == {"m", "n"}

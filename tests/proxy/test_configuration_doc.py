@@ -15,7 +15,9 @@ from proxy.config import ConfigError, load_config, parse_config
 from proxy.config.schema import BLOCKS, RULE_KEYS, image_rule_constants
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
-_BLOCK_PATH = re.compile(r"`((?:model_list|routefit_settings|general_settings)[^`]*)`")
+_BLOCK_PATH = re.compile(
+    r"`((?:model_list|routefit_settings|general_settings|router_settings)[^`]*)`"
+)
 _FIRST_CELL = re.compile(r"^\|\s*`([^`]+)`\s*\|")
 
 

@@ -1,0 +1,74 @@
+"""A model entry's facts as one deployment of its alias: its id, weight and per-minute limits.
+
+LiteLLM load-balances the entries sharing a ``model_name``; each is a deployment with its own
+route facts (``proxy.config.routes``) and these routing facts. They are LiteLLM's keys where
+LiteLLM puts them: ``model_info.id``; ``litellm_params.weight``, ``rpm`` and ``tpm`` (also
+accepted on the entry itself, where LiteLLM's older examples put ``rpm``/``tpm``). They are read
+here and never forwarded to a provider.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.config.reader import Reader
+
+__all__ = ["DEPLOYMENT_PARAMS", "ENTRY_LIMITS", "DeploymentFacts", "derived_id", "read_deployment"]
+
+#: litellm_params keys that are the router's, not the provider's.
+DEPLOYMENT_PARAMS = frozenset({"weight", "rpm", "tpm"})
+#: Per-entry keys LiteLLM also reads as the deployment's limits.
+ENTRY_LIMITS = frozenset({"rpm", "tpm"})
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentFacts:
+    id: str
+    weight: float = 1.0
+    rpm: int | None = None
+    tpm: int | None = None
+
+
+def derived_id(alias: str, model: str, api_base: object, occurrence: int) -> str:
+    """A stable id for an entry without ``model_info.id``: the alias and a digest of where it
+    goes, so reordering the file or editing another entry keeps it (``occurrence`` tells apart
+    entries of one alias that go to the same model and base, e.g. two keys)."""
+    text = f"{alias}\0{model}\0{api_base or ''}\0{occurrence}"
+    return f"{alias}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+def _limit(
+    item: Mapping[str, Any], params: Mapping[str, Any], key: str, where: str, rd: Reader
+) -> int | None:
+    if key in params and key in item:
+        raise rd.error(f"{where}.{key}", f"also set as litellm_params.{key}; keep one")
+    if key in params:
+        return rd.integer(params[key], f"{where}.litellm_params.{key}", minimum=1)
+    if key in item:
+        return rd.integer(item[key], f"{where}.{key}", minimum=1)
+    return None
+
+
+def read_deployment(
+    item: Mapping[str, Any],
+    params: Mapping[str, Any],
+    info: Mapping[str, Any],
+    where: str,
+    rd: Reader,
+) -> DeploymentFacts:
+    """``id`` is ``model_info.id`` or empty: the loader derives the missing ones (it alone sees
+    the other entries of the alias)."""
+    written = info.get("id")
+    ident = "" if written is None else rd.string(str(written), f"{where}.model_info.id")
+    weight = params.get("weight", 1)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+        raise rd.error(f"{where}.litellm_params.weight", "must be a positive number")
+    return DeploymentFacts(
+        id=ident,
+        weight=float(weight),
+        rpm=_limit(item, params, "rpm", where, rd),
+        tpm=_limit(item, params, "tpm", where, rd),
+    )

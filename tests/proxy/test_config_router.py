@@ -1,0 +1,232 @@
+"""Deployments and LiteLLM's router_settings: parsed and validated whole, and — until the gateway
+routes between deployments (``GATEWAY_ROUTES``) — refused when they would change behaviour, with
+an error that says so rather than a warning (issue 29: ``router_settings.fallbacks`` was ignored
+with a warning and ``routefit check`` exited 0)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.config import ConfigError, loader, parse_config
+from proxy.config.router_settings import RouterSettings
+
+_A = {"model_name": "a", "litellm_params": {"model": "openai/gpt-4o", "api_key": "k"}}
+_B = {"model_name": "b", "litellm_params": {"model": "anthropic/claude-sonnet-4-5"}}
+_A2 = {
+    "model_name": "a",
+    "litellm_params": {"model": "deepseek/deepseek-chat", "weight": 3, "rpm": 60, "tpm": 9000},
+    "model_info": {"id": "a-deepseek"},
+}
+
+
+def _parse(router: Any = None, models: list[Any] | None = None) -> loader.Config:
+    data: dict[str, Any] = {"model_list": models or [_A, _B]}
+    if router is not None:
+        data["router_settings"] = router
+    return parse_config(data, "r.yaml", environ={})
+
+
+@pytest.fixture
+def routed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the gateway integration will: the router's features accepted."""
+    monkeypatch.setattr(loader, "GATEWAY_ROUTES", True)
+
+
+def test_the_route_stays_the_first_deployment_and_deployments_lists_them_all(routed: None) -> None:
+    config = _parse(models=[_A, _B, _A2])
+    first, second = config.deployments("a")
+    assert config.route("a") is first and first.first and not second.first
+    assert first.route.model == "openai/gpt-4o" and second.route.model == "deepseek/deepseek-chat"
+    # each deployment has its own route facts: tokenizer, window
+    assert first.route.tokenizer != second.route.tokenizer
+    assert second.deployment_id == "a-deepseek"
+    assert (second.weight, second.rpm, second.tpm) == (3.0, 60, 9000)
+    assert "weight" not in second.upstream.extra and "rpm" not in second.upstream.extra
+    assert config.deployments("b") == (config.route("b"),)
+    assert config.deployments("nope") == ()
+    # calibration keys: the first keeps the alias (what it learnt carries over)
+    assert first.calibration_key == "a" and second.calibration_key == "a@a-deepseek"
+
+
+def test_derived_ids_are_stable_and_unique(routed: None) -> None:
+    twin = {"model_name": "a", "litellm_params": {"model": "openai/gpt-4o", "api_key": "k2"}}
+    one = _parse(models=[_A, twin, _B])
+    again = _parse(models=[_B, _A, twin])
+    ids = [d.deployment_id for d in one.deployments("a")]
+    assert len(set(ids)) == 2 and all(i.startswith("a-") for i in ids)
+    assert ids == [d.deployment_id for d in again.deployments("a")]
+
+
+def test_a_repeated_model_info_id_is_an_error(routed: None) -> None:
+    dup = {**_B, "model_info": {"id": "a-deepseek"}}
+    with pytest.raises(ConfigError, match=r"model_list\[2\]\.model_info\.id: 'a-deepseek' is also"):
+        _parse(models=[_A, _A2, dup])
+
+
+def test_every_router_key_is_parsed(routed: None) -> None:
+    config = _parse(
+        {
+            "routing_strategy": "usage-based-routing-v2",
+            "num_retries": 2,
+            "retry_after": 1,
+            "allowed_fails": 1,
+            "cooldown_time": 30,
+            "timeout": 20,
+            "fallbacks": [{"a": ["b"]}],
+            "context_window_fallbacks": [{"b": "a"}],
+            "default_fallbacks": ["b"],
+            "retry_policy": {"RateLimitErrorRetries": 4},
+            "allowed_fails_policy": {"AuthenticationErrorAllowedFails": 2},
+        }
+    )
+    r = config.router
+    assert r.routing_strategy == "usage-based-routing-v2" and r.num_retries == 2
+    assert (r.retry_after, r.allowed_fails, r.cooldown_time, r.timeout) == (1.0, 1, 30.0, 20.0)
+    assert r.fallbacks == {"a": ("b",)} and r.context_window_fallbacks == {"b": ("a",)}
+    assert r.default_fallbacks == ("b",)
+    assert r.retry_policy == {"rate_limit": 4} and r.allowed_fails_policy == {"auth": 2}
+
+
+@pytest.mark.parametrize(
+    ("router", "message"),
+    [
+        ({"redis_host": "x"}, r"router_settings\.redis_host: LiteLLM router key not implemented"),
+        ({"model_group_retry_policy": {}}, r"model_group_retry_policy: LiteLLM router key not"),
+        ({"routing_strategy": "round-robin"}, r"routing_strategy: must be one of simple-shuffle"),
+        ({"num_retries": -1}, r"num_retries: must be an integer >= 0"),
+        ({"cooldown_time": "5s"}, r"cooldown_time: must be a number of seconds"),
+        ({"fallbacks": {"a": ["b"]}}, r"fallbacks: must be a list like"),
+        ({"fallbacks": [{"a": ["zz"]}]}, r"fallbacks\[0\]\.a\[0\]: 'zz' is not a model_name"),
+        ({"fallbacks": [{"zz": ["a"]}]}, r"fallbacks\[0\]\.zz: 'zz' is not a model_name"),
+        ({"fallbacks": [{"a": ["a"]}]}, r"fallbacks\[0\]\.a: 'a' falls back to itself"),
+        ({"fallbacks": [{"a": ["b"]}, {"a": ["b"]}]}, r"fallbacks\[1\]\.a: 'a' has fallbacks"),
+        ({"default_fallbacks": ["b", "b"]}, r"default_fallbacks\[1\]: 'b' is listed twice"),
+        ({"retry_policy": {"RateLimitRetries": 1}}, r"retry_policy\.RateLimitRetries: unknown"),
+    ],
+)
+def test_a_wrong_router_key_is_an_error_naming_it(
+    routed: None, router: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _parse(router)
+
+
+@pytest.mark.parametrize(
+    "router",
+    [
+        {"fallbacks": [{"a": ["b"]}]},
+        {"context_window_fallbacks": [{"a": ["b"]}]},
+        {"default_fallbacks": ["b"]},
+        {"num_retries": 2},
+        {"cooldown_time": 60},
+    ],
+)
+def test_until_the_gateway_routes_a_router_feature_is_refused_saying_so(
+    router: dict[str, Any],
+) -> None:
+    assert not loader.GATEWAY_ROUTES
+    [key] = router
+    with pytest.raises(
+        ConfigError, match=rf"router_settings\.{key}: parsed and valid, but not yet"
+    ):
+        _parse(router)
+
+
+def test_until_the_gateway_routes_what_changes_nothing_loads() -> None:
+    """A strategy over one deployment per alias, and keys written at their defaults."""
+    config = _parse({"routing_strategy": "least-busy", "num_retries": 0, "fallbacks": []})
+    assert config.router.routing_strategy == "least-busy"
+    assert config.router.written == {"routing_strategy", "num_retries", "fallbacks"}
+    assert _parse().router == RouterSettings()
+
+
+def test_until_the_gateway_routes_usage_limits_under_usage_routing_are_refused() -> None:
+    limited = {**_B, "litellm_params": {**_B["litellm_params"], "rpm": 5}}
+    with pytest.raises(ConfigError, match="does not enforce the limits yet"):
+        _parse({"routing_strategy": "usage-based-routing-v2"}, models=[_A, limited])
+    assert _parse(models=[_A, limited]).route("b").rpm == 5  # simple-shuffle: inert
+
+
+def test_a_limit_in_both_places_is_an_error(routed: None) -> None:
+    both = {**_B, "rpm": 5, "litellm_params": {**_B["litellm_params"], "rpm": 5}}
+    with pytest.raises(ConfigError, match=r"model_list\[1\]\.rpm: also set as litellm_params"):
+        _parse(models=[_A, both])
+
+
+def _teams(*blocks: dict[str, Any], routes: list[str] | None = None) -> list[dict[str, Any]]:
+    teams = []
+    for i, block in enumerate(blocks):
+        team: dict[str, Any] = {"id": f"t{i}", "keys": [f"k{i}"], "router_settings": block}
+        if routes is not None:
+            team["routes"] = routes
+        teams.append(team)
+    return teams
+
+
+def test_a_team_s_router_settings_override_the_global_ones_key_by_key(routed: None) -> None:
+    data = {
+        "model_list": [_A, _B],
+        "router_settings": {"num_retries": 1, "fallbacks": [{"a": ["b"]}], "cooldown_time": 9},
+        "routefit_settings": {"teams": [*_teams({"num_retries": 4, "fallbacks": []}), _T_PLAIN]},
+    }
+    config = parse_config(data, "r.yaml", environ={})
+    team = config.router_for("t0")
+    assert (team.num_retries, team.fallbacks, team.cooldown_time) == (4, {}, 9.0)
+    assert config.router_for("plain") is config.router and config.router_for(None) is config.router
+    assert config.router.num_retries == 1
+
+
+_T_PLAIN = {"id": "plain", "keys": ["kp"]}
+
+
+def test_a_team_s_fallbacks_stay_within_its_routes(routed: None) -> None:
+    data = {
+        "model_list": [_A, _B],
+        "routefit_settings": {"teams": _teams({"fallbacks": [{"a": ["b"]}]}, routes=["a"])},
+    }
+    with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings: names \['b'\], outside"):
+        parse_config(data, "r.yaml", environ={})
+
+
+def test_a_team_s_router_keys_are_as_strict_and_as_gated_as_the_global_ones() -> None:
+    wrong = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams({"redis_host": "x"})}}
+    with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings\.redis_host: LiteLLM"):
+        parse_config(wrong, "r.yaml", environ={})
+    gated = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams({"num_retries": 2})}}
+    with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings\.num_retries: parsed and"):
+        parse_config(gated, "r.yaml", environ={})
+
+
+def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
+    import json
+
+    from proxy.config.describe import describe, window_problems
+
+    tiny = {**_A2, "routefit": {"context_window": 1000}}
+    config = _parse({"num_retries": 2, "fallbacks": [{"a": ["b"]}]}, models=[_A, _B, tiny])
+    shown = json.loads(json.dumps(describe(config)))
+    assert shown["routes"]["a"]["deployment_id"] == config.route("a").deployment_id
+    assert [d["deployment_id"] for d in shown["deployments"]["a"]] == ["a-deepseek"]
+    assert "b" not in shown["deployments"]
+    assert shown["router"]["settings"]["num_retries"] == 2
+    assert shown["router"]["settings"]["fallbacks"] == {"a": ["b"]}
+    errors, _ = window_problems(config)
+    assert any("route 'a@a-deepseek'" in e for e in errors)  # every deployment is checked
+
+
+def test_a_route_s_context_fallback_choice_is_read_and_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    paying = {**_B, "routefit": {"context_fallback": "pay_less"}}
+    with pytest.raises(ConfigError, match=r"context_fallback: parsed and valid, but not yet"):
+        _parse(models=[_A, paying])
+    monkeypatch.setattr(loader, "GATEWAY_ROUTES", True)
+    paying = {**_B, "routefit": {"context_fallback": "pay_less"}}
+    config = _parse(models=[_A, paying])
+    assert config.route("a").context_fallback == "keep_more"
+    assert config.route("b").context_fallback == "pay_less"
+    wrong = {**_B, "routefit": {"context_fallback": "cheapest"}}
+    with pytest.raises(ConfigError, match=r"routefit\.context_fallback: must be one of keep_more"):
+        _parse(models=[_A, wrong])
