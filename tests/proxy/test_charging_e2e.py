@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import httpx
 import orjson
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 KEY = "sk-charged-" + uuid.uuid4().hex
@@ -43,7 +44,7 @@ def gw(sim, tmp_path_factory) -> Iterator:
         admin_key=ADMIN,
         teams=[{"id": TEAM, "keys": [KEY], "quotas": {"tokens_per_day": 10**10}}],
     )
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

@@ -15,7 +15,8 @@ import re
 import anthropic
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 WINDOW, LIMIT = 8192, 4096
 MARGIN = 81  # 1% of the window
@@ -55,7 +56,7 @@ def gw(sim, tmp_path_factory):
         ),
     ]
     config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

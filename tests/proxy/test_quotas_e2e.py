@@ -10,7 +10,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 TIGHT = "sk-tight-" + uuid.uuid4().hex
 NARROW = "sk-narrow-" + uuid.uuid4().hex
@@ -43,7 +44,7 @@ def gw(sim, tmp_path_factory):
     ]
     routes = [sim_route("gpt-4o-mini", sim.base_url), claude_route("claude", sim.base_url)]
     config = gateway_config(tmp_path_factory.mktemp("quotas") / "c.yaml", routes, teams=teams)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

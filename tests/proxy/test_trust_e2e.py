@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 KEY_A = "sk-a-" + uuid.uuid4().hex
@@ -62,7 +63,7 @@ def gw(sim, tmp_path_factory):
             {"id": "team-b", "keys": [KEY_B], "quotas": quotas},
         ],
     )
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from harness import Running, gateway_config, private_redis, run_routefit, sim_route
+from inprocess import run_inprocess
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from relkit import metric, record
@@ -74,6 +75,7 @@ def _routes(sim: Any) -> list[dict[str, Any]]:
 def gw(sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     path = tmp_path_factory.mktemp("hardening") / "c.yaml"
     config = gateway_config(path, _routes(sim), admin_key=ADMIN, teams=[_team()])
+    # The header and body deadlines are serve's flags (LIMITS): the real process.
     with run_routefit(config, extra_args=LIMITS) as running:
         yield running
 
@@ -356,7 +358,7 @@ def test_readyz_is_not_ready_while_a_fail_closed_store_is_away(sim, tmp_path: Pa
             budget_failure_mode="closed",
             teams=[_team()],
         )
-        with run_routefit(config) as running:
+        with run_inprocess(config) as running:
             assert httpx.get(running.base_url + "/readyz").status_code == 200
             redis.kill()
             r = httpx.get(running.base_url + "/readyz", timeout=10)
@@ -441,7 +443,7 @@ def test_sigterm_drains_50_streams_settles_budgets_and_exits_0(sim, tmp_path: Pa
     assert len(usage) == streams
     assert "Traceback" not in log
     # Budgets settled: the store holds what the provider reported, not the reservations.
-    with run_routefit(config) as again:
+    with run_inprocess(config) as again:
         assert _team_used(again.base_url) == sum(usage)
     record("drain", streams=streams, completed=len(results), exit_code=code)
 
@@ -532,7 +534,7 @@ def test_work_outliving_the_drain_deadline_ends_cleanly_and_settles_its_budget(
     assert ("routefit_requests_total", "502") not in counted, counted
     assert counted.get(("routefit_errors_total", "disconnect")) == 1, counted
     assert ("routefit_errors_total", "upstream") not in counted, counted
-    with run_routefit(config) as again:
+    with run_inprocess(config) as again:
         # Settled, not left reserved: both requests had reached the provider, so each is
         # charged its prompt (and the stream what it relayed), never its 20-token output reserve
         # (docs/security.md "Charging on every exit").
@@ -556,6 +558,7 @@ def _counters(metrics_dir: Path) -> dict[tuple[str, str], float]:
 def test_connections_beyond_the_limit_get_503_until_slots_free(sim, tmp_path: Path):
     config = gateway_config(tmp_path / "c.yaml", [sim_route("gpt-4o", sim.base_url)])
     args = ["--max-connections", "4", "--header-timeout", "2"]
+    # --max-connections and --header-timeout are serve's flags: the real process.
     with run_routefit(config, extra_args=args) as running:
         host, port = running.base_url.removeprefix("http://").split(":")
         idle = [socket.create_connection((host, int(port)), timeout=HANG) for _ in range(4)]

@@ -24,6 +24,7 @@ import httpx
 import openai
 import pytest
 from harness import gateway_config, run_routefit, sim_route
+from inprocess import run_inprocess
 from relkit import Proc, check_error_shape, metric, record, tasks
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
@@ -128,6 +129,7 @@ def _config(sim, path, retries: int, litellm: bool = False, fake: str | None = N
 
 @pytest.fixture(scope="module")
 def plain(sim, tmp_path_factory):
+    # Its descriptors, threads and memory are measured (Proc): a process of its own.
     with run_routefit(_config(sim, tmp_path_factory.mktemp("plain") / "c.yaml", 0)) as gw:
         yield gw
 
@@ -136,7 +138,7 @@ def plain(sim, tmp_path_factory):
 def retry(sim, tmp_path_factory, retry_after_provider):
     path = tmp_path_factory.mktemp("retry") / "c.yaml"
     config = _config(sim, path, 3, litellm=True, fake=retry_after_provider)
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         yield gw
 
 

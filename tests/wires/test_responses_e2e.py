@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def gw(sim, tmp_path_factory):
         },
     ]
     config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 
