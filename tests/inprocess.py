@@ -18,10 +18,12 @@ line itself and its flags (``--header-timeout``, ``--drain-seconds``, ``--max-co
 ``--workers`` and Prometheus' multiprocess files, signals (SIGTERM's drain), TLS, replicas as
 separate processes, and whatever the environment of a fresh process decides.
 
-The provider: by default the routes point wherever the config says (the simulator of
-``sim_fixtures``, a thread of this process, over loopback HTTP). ``transports=`` builds the
-app's ``Transports`` from its ``Config`` instead (``create_app(config, transports=...)``), the
-one place to plug an in-process provider.
+The provider: by default the routes go wherever the config says (the simulator of
+``sim_fixtures``, a thread of this process, over loopback HTTP). ``provider=`` is the one
+place to put the provider in-process instead: a function of the ``Config`` giving
+``create_app``'s provider argument. ``sim_provider(sim)`` is that function for the simulator
+when ``proxy.transports.mock`` has ``asgi_transport`` (an httpx-shaped transport serving
+provider requests with the simulator's ASGI app, no socket); ``loopback`` is today's default.
 """
 
 from __future__ import annotations
@@ -47,12 +49,48 @@ import uvicorn
 from proxy.app import create_app
 from proxy.config import Config, load_config
 from proxy.protocol import HeaderDeadlineProtocol
-from proxy.transports import Transports
 
-__all__ = ["InProcess", "TransportsFor", "run_inprocess"]
+__all__ = [
+    "InProcess",
+    "Provider",
+    "asgi_provider_available",
+    "loopback",
+    "run_inprocess",
+    "sim_provider",
+]
 
-#: Builds an app's transports from its config (``create_app(config, transports=...)``).
-TransportsFor = Callable[[Config], Transports]
+#: The provider side of an app: ``create_app``'s keyword arguments for it, from the config.
+Provider = Callable[[Config], Mapping[str, Any]]
+
+
+def loopback(config: Config) -> Mapping[str, Any]:
+    """Providers reached over the network as the config says (a simulator thread on loopback)."""
+    return {}
+
+
+def asgi_provider_available() -> bool:
+    """Whether ``proxy.transports.mock`` can serve provider requests with an ASGI app."""
+    import proxy.transports.mock as mock
+
+    return hasattr(mock, "asgi_transport")
+
+
+def sim_provider(sim: Any) -> Provider:
+    """Every provider request of the app answered in-process by ``sim``'s own ASGI app (the
+    same state: ``sim.requests()``, ``sim.inject()`` and the models it serves), through
+    ``proxy.transports.mock.asgi_transport`` and ``create_app(config, transport=...)``.
+
+    What it cannot show, the loopback simulator can: a provider's socket (connection resets,
+    timing between stream events as sent), since the ASGI transport hands over whole answers."""
+    import proxy.transports.mock as mock
+
+    app = sim.server.config.app
+
+    def provider(config: Config) -> Mapping[str, Any]:
+        return {"transport": mock.asgi_transport(app)}
+
+    return provider
+
 
 #: Which in-process app the running code belongs to: set on the app's server thread, inherited
 #: by its tasks and by the threads ``asyncio.to_thread`` starts (they copy the context).
@@ -211,7 +249,7 @@ def _uvicorn_config(app: Any, config: Config, access_log: bool) -> uvicorn.Confi
 def _serve(
     running: InProcess,
     config: Config,
-    transports: TransportsFor | None,
+    provider: Provider,
     access_log: bool,
     sock: socket.socket,
     built: threading.Event,
@@ -221,8 +259,7 @@ def _serve(
     executor's threads."""
     _APP.set(running.ident)
     try:
-        made = transports(config) if transports is not None else None
-        running.app = create_app(config, transports=made)
+        running.app = create_app(config, **provider(config))
         running.server = uvicorn.Server(_uvicorn_config(running.app, config, access_log))
     except BaseException as exc:
         running.failure.append(exc)
@@ -293,13 +330,13 @@ def run_inprocess(
     port: int | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 30.0,
-    transports: TransportsFor | None = None,
+    provider: Provider = loopback,
     access_log: bool = False,
 ) -> Iterator[InProcess]:
     """``run_routefit(config)`` in this process: yields once /readyz says ready, stops on exit.
 
     ``env``: set while the app runs, and what the config's ``os.environ/NAME`` resolve from.
-    ``transports``: the provider side (default: the real transports, over loopback HTTP).
+    ``provider``: the provider side (default ``loopback``: the real transports, over HTTP).
     ``access_log``: uvicorn's access log in ``log()`` (``routefit serve --access-log``)."""
     ident = f"routefit-app-{next(_ids)}"
     sock = _bind(port or 0)
@@ -314,7 +351,7 @@ def run_inprocess(
             built = threading.Event()
             running.thread = threading.Thread(
                 target=_serve,
-                args=(running, loaded, transports, access_log, sock, built),
+                args=(running, loaded, provider, access_log, sock, built),
                 name=ident,
                 daemon=True,
             )

@@ -16,7 +16,7 @@ import anthropic
 import openai
 import pytest
 from harness import gateway_config, sim_route
-from inprocess import run_inprocess
+from inprocess import asgi_provider_available, loopback, run_inprocess, sim_provider
 
 WINDOW, LIMIT = 8192, 4096
 MARGIN = 81  # 1% of the window
@@ -56,7 +56,10 @@ def gw(sim, tmp_path_factory):
         ),
     ]
     config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
-    with run_inprocess(config) as running:
+    # The provider in-process too (the simulator's ASGI app through proxy.transports.mock)
+    # where that transport exists; else the same simulator over loopback.
+    provider = sim_provider(sim) if asgi_provider_available() else loopback
+    with run_inprocess(config, provider=provider) as running:
         yield running
 
 
