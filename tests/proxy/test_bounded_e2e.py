@@ -1,5 +1,5 @@
 """A big new prompt goes on a proof (a cheap upper bound under the budget) instead of an exact
-count, through `routefit serve` between the openai SDK and the simulator; calibration still
+count, through routefit (in-process) between the openai SDK and the simulator; calibration still
 learns from the exact count, and the budget is settled on the provider's figure."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 18 through ``routefit serve``: image tokens routefit never priced do not poison the
+"""Issue 18 through routefit (in-process): image tokens routefit never priced do not poison the
 text factors, and after an elision changed a session's tail, the unchanged head still starts
 from the provider's count (checkpoint anchors)."""
 

@@ -1,4 +1,4 @@
-"""Charging on every exit, through ``routefit serve`` and the simulator, on all three wires: a
+"""Charging on every exit, through routefit (in-process) and the simulator, on all three wires: a
 client that reads the first events of a stream and hangs up is still charged the prompt the
 provider billed (its own count when the stream stated one, else routefit's estimate) plus the
 output relayed so far — never 0 — and a non-streamed request whose client leaves while the

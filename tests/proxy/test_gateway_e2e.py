@@ -1,4 +1,4 @@
-"""routefit serve, as a real process, between the real openai SDK and the provider simulator."""
+"""routefit, served in-process over loopback, between the real openai SDK and the simulator."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Isolation of prompt-derived facts, end to end through ``routefit serve`` (issue 30, item 3).
+"""Isolation of prompt-derived facts, end to end through routefit in-process (issue 30, item 3).
 
 A memo of something derived from a prompt (a text's token count, an image's size) answers
 faster than computing it, so a memo shared by two teams lets one time its own request to learn

@@ -1,4 +1,4 @@
-"""Output limits through ``routefit serve``, on every wire, with the real SDKs and the simulator
+"""Output limits through routefit (in-process), on every wire, with the real SDKs and the simulator
 (which refuses an output cap above the model's limit, and a prompt plus cap above the window,
 as the providers do).
 

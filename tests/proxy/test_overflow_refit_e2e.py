@@ -1,4 +1,4 @@
-"""A provider overflow is a sample, not a failure: through ``routefit serve``, on routes whose
+"""A provider overflow is a sample, not a failure: through routefit (in-process), on routes whose
 tokenizer counts half again more than routefit can know before it has learnt them (the
 simulator's mystery-dense / claude-dense, 8k windows), the first long request passes routefit's
 fit, is refused by the provider for context length with its count, and routefit learns that

@@ -1,4 +1,4 @@
-"""Quotas through ``routefit serve``: a reservation holds every output the request can produce
+"""Quotas through routefit (in-process): a reservation holds every output the request can produce
 (``n × max_tokens``, each wire's output limit), and a team over its per-request prompt quota is
 told the team's limit, not the model's window."""
 

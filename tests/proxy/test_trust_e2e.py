@@ -1,4 +1,4 @@
-"""Trust, end to end through ``routefit serve`` and the simulator (issue 30, items 3 and 4):
+"""Trust, end to end through routefit (in-process) and the simulator (issue 30, items 3 and 4):
 
 * **isolation** — an anchor (the provider's count of a prompt) is a fact about one team's
   prompt: another team sending the same prefix, in a dry run or for real, gets routefit's own

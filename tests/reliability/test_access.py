@@ -2,8 +2,9 @@
 and login throttle, TLS and trusted forwarded headers on ``routefit serve``, and the packaged
 simulator's (``sim://local``) image fetching.
 
-Every test runs a real ``routefit serve`` and talks to it over real HTTP(S) on loopback; the
-routes go to the in-process simulator (``sim://local``).
+Every test talks to routefit over real HTTP(S) on loopback, served in-process or, for TLS and
+forwarded headers (the CLI's uvicorn options), as a real ``routefit serve``; the routes go to the
+in-process simulator (``sim://local``).
 """
 
 from __future__ import annotations

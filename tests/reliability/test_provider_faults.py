@@ -1,8 +1,9 @@
 """Provider faults from the simulator: clear errors for clients, bounded retries before the first
 byte, budgets released on failure, and no leaked connections, tasks or file descriptors.
 
-Two ``routefit serve`` processes in front of the simulator: ``plain`` (no retries, the default)
-and ``retry`` (``upstream_retries: 3``). Faults are queued in the simulator (``sim.inject``),
+Two gateways in front of the simulator: ``plain`` (no retries, the default; a ``routefit serve``
+process, whose descriptors and threads are counted) and ``retry`` (``upstream_retries: 3``,
+in-process). Faults are queued in the simulator (``sim.inject``),
 so they hit exactly the upstream requests routefit makes.
 """
 

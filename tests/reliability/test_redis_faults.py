@@ -1,5 +1,5 @@
 """Redis faults: a private ``redis-server`` is killed (-9) and restarted on the same port while
-``routefit serve`` is under load with team budgets and calibration on Redis.
+routefit (in-process) is under load with team budgets and calibration on Redis.
 
 Fail-open (``budget_failure_mode: open``): no client request fails; calibration keeps serving,
 drops only the samples of the outage (counted in ``/routefit/calibration``) and resumes; budget

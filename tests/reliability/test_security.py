@@ -1,7 +1,7 @@
 """Security: keys, team isolation, admin endpoints, secrets that must never leave the process,
 URL images that must not reach private addresses, size limits, header injection.
 
-A real ``routefit serve`` (with its access log on) in front of the provider simulator and of a
+routefit in-process (with its access log on) in front of the provider simulator and of a
 deliberately hostile fake provider that echoes the key it was given and tries to smuggle
 headers into routefit's response.
 """

@@ -1,6 +1,6 @@
 """The newest turn's tool outputs exceed the budget: forwarded, not refused, on every wire.
 
-``routefit serve`` as a real process between the real openai / anthropic SDKs and the simulator
+routefit (in-process, over loopback) between the real openai / anthropic SDKs and the simulator
 (which rejects overflow). An agent's newest turn carries eight parallel outputs, each under the
 rendered-form cap and together over the whole 8k budget — the first release refused such a
 request with 400 ``context_length_exceeded``. Now the oldest of them are masked (the calls stay)

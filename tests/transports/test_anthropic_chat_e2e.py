@@ -1,4 +1,4 @@
-"""routefit serve between the real openai SDK and the simulator's Anthropic wire: a chat client on
+"""routefit (in-process) between the openai SDK and the simulator's Anthropic wire: a chat client on
 a Claude route, translated by routefit's own mapping, checked against the same request translated
 by litellm (a second route whose extra litellm_params keep it on litellm)."""
 

@@ -1,4 +1,4 @@
-"""A live ``routefit serve`` fed by the in-process simulator, with traffic that exercises what
+"""A live routefit (in-process) fed by the in-process simulator, with traffic that exercises what
 the dashboard and Grafana show: calibration (a route whose tokenizer routefit does not know),
 prefix anchors (a growing conversation), fitting (a small window), streaming, a team quota.
 

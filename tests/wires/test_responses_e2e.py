@@ -1,4 +1,4 @@
-"""The openai SDK's Responses API through ``routefit serve`` to the simulator's Responses wire."""
+"""The openai SDK's Responses API through routefit (in-process) to the sim's Responses wire."""
 
 from __future__ import annotations
 
