@@ -67,7 +67,9 @@ def _drive(client: OpenAI) -> dict[str, int]:
     return sent
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: an in-process app that outlived the ui tests would keep the test
+# process logging at INFO (inprocess._Levels) under every later test.
+@pytest.fixture(scope="module")
 def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
     path = tmp_path_factory.mktemp("ui") / "routefit.yaml"
     routes = [
