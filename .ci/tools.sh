@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools="$PWD/.ci/tools"
 mkdir -p "$tools"
-packages=(@anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 @portkey-ai/gateway@1.15.2)
+packages=(@anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 @google/gemini-cli@0.61.0
+  @portkey-ai/gateway@1.15.2)
 if [ ! -x "$tools/node_modules/.bin/claude" ] || [ ! -x "$tools/node_modules/.bin/codex" ] \
+  || [ ! -x "$tools/node_modules/.bin/gemini" ] \
   || [ ! -d "$tools/node_modules/@portkey-ai/gateway" ]; then
   (cd "$tools" && [ -f package.json ] || echo '{"private": true}' > "$tools/package.json")
   npm install --prefix "$tools" --no-audit --no-fund --loglevel=error "${packages[@]}" >&2
@@ -21,4 +23,5 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 echo "export ROUTEFIT_CLAUDE_BIN=$tools/node_modules/.bin/claude"
 echo "export ROUTEFIT_CODEX_BIN=$tools/node_modules/.bin/codex"
+echo "export ROUTEFIT_GEMINI_BIN=$tools/node_modules/.bin/gemini"
 echo "export ROUTEFIT_PORTKEY_DIR=$tools/node_modules/@portkey-ai/gateway"

@@ -134,7 +134,7 @@ def fit_cost() -> dict:
         "tokens_before": first.report.estimate_before,
         "budget": first.report.budget,
         "tokens_after": result.report.estimate_after,
-        "actions": result.report.actions(),
+        "actions": result.report.actions.header(),
         "cold_ms": round(cold, 1),
         "warm_ms_p50": round(statistics.median(warm), 2),
         "goals": {"cold_ms": 150, "warm_ms": 5},

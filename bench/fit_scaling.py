@@ -138,7 +138,7 @@ def point(kind: str, n: int, config_path: Path, repeats: int = 3) -> dict:
         messages=len(messages),
         chars=chars,
         tokens=pressure.total,
-        fit_actions=result.report.actions(),
+        fit_actions=result.report.actions.header(),
     )
     return out
 

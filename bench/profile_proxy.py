@@ -41,14 +41,15 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 
 COMPONENTS = [
     ("routefit handler (Gateway.serve)", "Gateway.serve"),
-    ("  prepare: parse, price, fit, anchor (Preparer.prepare)", "Preparer.prepare"),
+    ("  intake: read, authenticate, parse, route (Intake.admit)", "Intake.admit"),
+    ("  estimate: price, fit, anchor (Estimator.estimate)", "Estimator.estimate"),
     ("    bounded fit (pricing.bounds)", "bound_pressure"),
     ("    exact fit (strategies.fit)", "fit (strategies"),
     ("    anchor lookup (Calibrator.find_anchor)", "Calibrator.find_anchor"),
     ("  upstream call (Passthrough.complete)", "Passthrough.complete"),
     ("  upstream stream (Passthrough.stream)", "Passthrough.stream"),
     ("  relaying a stream (Wire.relay)", ".relay ("),
-    ("learning from the usage, after the answer (Gateway.on_usage)", "Gateway.on_usage"),
+    ("learning from the usage, after the answer (Estimator.learn)", "Estimator.learn"),
     ("sending the response (uvicorn RequestResponseCycle.send)", "RequestResponseCycle.send"),
 ]
 

@@ -3,17 +3,18 @@
 Endpoints: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``GET /v1/models``,
 ``POST /routefit/fit`` (dry run), ``GET /healthz`` (the process answers), ``GET /readyz`` (it can
 serve: route tokenizers loaded; ``tasks`` counts live asyncio tasks), ``GET /metrics``
-(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). Each client wire is one gateway call
-with its ``proxy.wires`` module.
+(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). A client wire's endpoints are one
+gateway call each with its ``proxy.wires`` module: ``serve`` (forwarded), ``count`` (a count
+endpoint), ``fit_only`` (the dry run); a new wire is its module plus its entry in ``WIRES``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import orjson
 from starlette.applications import Starlette
@@ -28,27 +29,29 @@ from proxy import modelmap, responses_api
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, load_config
-from proxy.drain import cut_after, drain_seconds, on_terminate
+from proxy.drain import cut_after, on_terminate
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
-from proxy.gateway import Gateway
+from proxy.gateway import Gateway, reply_error
+from proxy.health import HEALTH_ROUTES
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
-from proxy.middleware import Guard, ReadLimits
+from proxy.middleware import Guard
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
+from proxy.records import page, query
+from proxy.responses_store import Keeper
+from proxy.serve_settings import DEFAULTS, ServeSettings, handed_over
 from proxy.state import AppState
-from proxy.store import ObservedStore, Store, connect_store
+from proxy.store import ObservedStore, Store, StoreUnavailable, connect_store
 from proxy.transports import RetryPolicy, Transports
 from proxy.ui import Dashboard
-from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE
-from proxy.wires.anthropic import anthropic_error, count_tokens
+from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, GEMINI_WIRE, RESPONSES_WIRE, Wire
+from proxy.wires.base import Counting
 
 __all__ = ["create_app", "create_app_from_env"]
 
 log = logging.getLogger("routefit")
-
-CONFIG_ENV = "ROUTEFIT_CONFIG"
 
 
 def _json(data: object, status: int = 200) -> Response:
@@ -69,37 +72,40 @@ def _state(request: Request) -> AppState:
 # -- client wires ----------------------------------------------------------------------------
 
 
-async def chat_completions(request: Request) -> Response:
-    return await _state(request).gateway.serve(request, CHAT_WIRE)
-
-
-async def responses(request: Request) -> Response:
+async def serve(request: Request, wire: Wire) -> Response:
+    """POST on one of a client wire's ``paths`` (``wire_routes`` binds ``wire``): the gateway's
+    whole path, with the stored conversation of a wire whose API keeps them."""
     state = _state(request)
-    return await responses_api.create(request, state.gateway, state.store)
+    return await state.gateway.serve(request, wire, _stored(state) if wire.stored else None)
+
+
+async def count(request: Request, wire: Counting) -> Response:
+    """POST on a client wire's ``count_paths`` (Anthropic's ``count_tokens``)."""
+    return await _state(request).gateway.count(request, wire)
+
+
+def wire_routes(wire: Wire) -> list[Route]:
+    """A client wire's routes, from the paths it declares: registering a wire is this one call
+    in ``ROUTES`` (``?beta=true``, as Claude Code sends it, is accepted and ignored)."""
+    routes = [Route(path, partial(serve, wire=wire), methods=["POST"]) for path in wire.paths]
+    if isinstance(wire, Counting):
+        routes += [Route(p, partial(count, wire=wire), methods=["POST"]) for p in wire.count_paths]
+    return routes
 
 
 async def response_get(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.retrieve(request, state.gateway, state.store)
+    return await responses_api.retrieve(request, state.teams, state.store)
 
 
 async def response_delete(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.delete(request, state.gateway, state.store)
+    return await responses_api.delete(request, state.teams, state.store)
 
 
 async def response_input_items(request: Request) -> Response:
     state = _state(request)
-    return await responses_api.input_items_list(request, state.gateway, state.store)
-
-
-async def messages(request: Request) -> Response:
-    """POST /v1/messages (``?beta=true`` as Claude Code sends it is accepted and ignored)."""
-    return await _state(request).gateway.serve(request, ANTHROPIC_WIRE)
-
-
-async def messages_count_tokens(request: Request) -> Response:
-    return await count_tokens(_state(request).gateway, request)
+    return await responses_api.input_items_list(request, state.teams, state.store)
 
 
 async def root(request: Request) -> Response:
@@ -107,20 +113,22 @@ async def root(request: Request) -> Response:
     return _json({"service": "routefit"})
 
 
+def _stored(state: AppState) -> Keeper:
+    """One Responses request's stored conversation (``proxy.responses_store``)."""
+    return Keeper(state.store, state.config.settings.responses_ttl_seconds)
+
+
 async def fit_only(request: Request) -> Response:
     """POST /routefit/fit: the fitted request and its report; nothing is forwarded.
-    ``?wire=messages`` or ``?wire=responses`` dry-runs those wires' bodies (chat by default)."""
+    ``?wire=`` names the client wire whose body it is (``chat`` by default; ``messages``,
+    ``responses``: a Responses body's ``previous_response_id`` resolved as creating it would)."""
     state = _state(request)
-    wire = request.query_params.get("wire", "chat")
-    if wire == "messages":
-        return await state.gateway.fit_only(request, ANTHROPIC_WIRE)
-    if wire == "responses":
-        return await responses_api.fit_only(request, state.gateway, state.store)
-    if wire != "chat":
-        return error_response(
-            ProxyError(400, "wire must be chat, messages or responses", param="wire")
-        )
-    return await state.gateway.fit_only(request, CHAT_WIRE)
+    wire = _BY_NAME.get(request.query_params.get("wire", "chat"))
+    if wire is None:
+        names = ", ".join(_BY_NAME)
+        return error_response(ProxyError(400, f"wire must be one of {names}", param="wire"))
+    session = _stored(state) if wire.stored else None
+    return await state.gateway.fit_only(request, wire, session)
 
 
 # -- routefit's own endpoints ----------------------------------------------------------------
@@ -167,38 +175,20 @@ async def team_usage(request: Request) -> Response:
     )
 
 
-async def healthz(request: Request) -> Response:
-    return _json({"status": "ok"})
-
-
-async def readyz(request: Request) -> Response:
-    """Ready once the route tokenizers are loaded. A store outage degrades service (last known
-    calibration; budgets per their failure mode) without stopping it. litellm, when a route
-    needs it, keeps loading in the background: requests to those routes wait for it, requests
-    to OpenAI-compatible routes are served at once."""
-    state = _state(request)
-    store_ok = await state.store.ping()
-    # Fail-closed budgets refuse every budgeted request while the store is away: not ready.
-    closed = state.config.settings.budget_failure_mode == "closed" and not state.teams.open
-    draining = state.readiness.draining
-    ready = state.readiness.tokenizers and not draining and (store_ok or not closed)
-    status = "draining" if draining else ("ready" if ready else "starting")
-    body: dict[str, object] = {
-        "status": status,
-        "checks": {
-            "tokenizers": state.readiness.tokenizers,
-            "litellm": state.transports.ready,
-            "store": store_ok,
-        },
-        "store": state.store.name,
-        # "open": no auth configured, every request admitted (local use); "keys": a key needed.
-        "auth": "open" if state.teams.open else "keys",
-        # asyncio tasks alive in this worker: a leak check for operators and tests.
-        "tasks": len(asyncio.all_tasks()),
-    }
-    if state.readiness.error:
-        body["error"] = f"tokenizer: {state.readiness.error}"
-    return _json(body, 200 if ready else 503)
+async def requests_log(request: Request) -> Response:
+    """GET /routefit/requests: the request log's records, newest first (``proxy.records``);
+    the admin key reads any team's (every team's without ``team=``), a team key its own."""
+    records = _state(request).gateway.records
+    params = request.query_params
+    try:
+        teams = records.readable(request.headers, params.get("team"), _client(request))
+        limit, route, status, since = query(params)
+        found = await records.read(teams, limit, route, status, since)
+    except ProxyError as err:
+        return error_response(err)
+    except StoreUnavailable as exc:
+        return error_response(ProxyError(503, f"the store is unavailable: {exc}"))
+    return Response(page(found), media_type="application/json")
 
 
 async def openapi(request: Request) -> Response:
@@ -230,29 +220,35 @@ async def http_error(request: Request, exc: Exception) -> Response:
         code="not_found" if exc.status_code == 404 else None,
         headers=exc.headers,
     )
-    if request.url.path.startswith("/v1/messages"):  # Anthropic's clients read their own shape
-        return anthropic_error(err)
+    # under a wire's own paths, its clients read their own shape (Anthropic's on /v1/messages...)
+    for wire in WIRES:
+        if any(request.url.path.startswith(path) for path in _paths(wire)):
+            return reply_error(wire, err)
     return error_response(err)
 
 
+def _paths(wire: Wire) -> tuple[str, ...]:
+    """Every path a wire's clients call (its count endpoint's too)."""
+    return (*wire.paths, *wire.count_paths) if isinstance(wire, Counting) else wire.paths
+
+
+#: The client wires: registering one is one entry here (its paths are its own, ``Wire.paths``).
+WIRES: tuple[Wire, ...] = (CHAT_WIRE, RESPONSES_WIRE, ANTHROPIC_WIRE, GEMINI_WIRE)
+_BY_NAME = {wire.name: wire for wire in WIRES}
+
 ROUTES = [
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/chat/completions", chat_completions, methods=["POST"]),
-    Route("/v1/responses", responses, methods=["POST"]),
-    Route("/responses", responses, methods=["POST"]),
+    *(route for wire in WIRES for route in wire_routes(wire)),
     Route("/v1/responses/{response_id}", response_get, methods=["GET"]),
     Route("/v1/responses/{response_id}", response_delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"]),
-    Route("/v1/messages", messages, methods=["POST"]),
-    Route("/v1/messages/count_tokens", messages_count_tokens, methods=["POST"]),
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),
     Route("/routefit/fit", fit_only, methods=["POST"]),
     Route("/routefit/calibration", calibration, methods=["GET"]),
     Route("/routefit/teams/{team}/usage", team_usage, methods=["GET"]),
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
+    Route("/routefit/requests", requests_log, methods=["GET"]),
+    *HEALTH_ROUTES,  # /healthz, /readyz and LiteLLM's /health family (proxy.health)
     Route("/metrics", prometheus, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
 ]
@@ -261,7 +257,10 @@ ROUTES = [
 
 
 def build_state(
-    config: Config, store: Store | None = None, transports: Transports | None = None
+    config: Config,
+    store: Store | None = None,
+    transports: Transports | None = None,
+    serve_settings: ServeSettings = DEFAULTS,
 ) -> AppState:
     """Every long-lived part of one app, wired once from the config."""
     config, local = attach(config)  # sim:// routes → the in-process simulator's port
@@ -307,6 +306,7 @@ def build_state(
         dashboard,
         orjson.dumps(build_openapi(config)),
         local,
+        serve_settings,
     )
 
 
@@ -347,7 +347,7 @@ def _log_start(state: AppState) -> None:
 
 def _drain(state: AppState, loop: asyncio.AbstractEventLoop) -> None:
     state.readiness.draining = True
-    seconds = drain_seconds()
+    seconds = state.settings.drain_seconds
     cut_after(loop, seconds)
     log.info("SIGTERM: draining for up to %g s (not ready; in-flight requests finish)", seconds)
 
@@ -370,6 +370,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     finally:
         loading.cancel()
         await state.calibrator.stop()
+        await asyncio.to_thread(state.gateway.records.close)  # traces batched: exported
         await state.transports.aclose()
         await state.sizer.aclose()
         await state.store.close()
@@ -378,14 +379,19 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 
 
 def create_app(
-    config: Config, store: Store | None = None, transports: Transports | None = None
+    config: Config,
+    store: Store | None = None,
+    transports: Transports | None = None,
+    settings: ServeSettings = DEFAULTS,
 ) -> Starlette:
-    state = build_state(config, store, transports)
+    """The app over ``config``; ``store`` and ``transports`` replace what the config names (tests),
+    ``settings`` are ``routefit serve``'s limits (``proxy.serve_settings``)."""
+    state = build_state(config, store, transports, settings)
     app = Starlette(
         routes=[*ROUTES, *state.dashboard.routes()],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(Guard, limits=ReadLimits.from_env())],
+        middleware=[Middleware(Guard, limits=settings.read_limits())],
     )
     app.router.redirect_slashes = False  # never a redirect built from the client's Host
     app.state.routefit = state
@@ -393,5 +399,7 @@ def create_app(
 
 
 def create_app_from_env() -> Starlette:
-    """uvicorn factory: each worker process loads the config named by ROUTEFIT_CONFIG."""
-    return create_app(load_config(os.environ[CONFIG_ENV]))
+    """uvicorn's factory in each worker of ``routefit serve --workers N``: the config path and
+    settings the command handed over (one record: ``proxy.serve_settings``)."""
+    path, settings = handed_over()
+    return create_app(load_config(path), settings=settings)

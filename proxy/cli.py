@@ -1,7 +1,8 @@
 """The ``routefit`` command.
 
 Every failure a user can cause (unreadable file, invalid JSON, bad config, unknown model alias)
-ends with exit status 2 and one line on stderr naming the cause — never a traceback.
+ends with exit status 2 and one line on stderr naming the cause — never a traceback; output
+into a closed pipe ends quietly (``main``).
 """
 
 from __future__ import annotations
@@ -9,11 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+if TYPE_CHECKING:
+    from proxy.serve_settings import ServeSettings
 
 __all__ = ["Progress", "fit_table", "main"]
 
@@ -92,6 +97,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     except RequestError as exc:
         raise UsageError(f"{args.file}: {exc.message}") from None
     alias = args.model or request.model
+    if not alias:  # as the gateway says it on every wire (param "model")
+        raise UsageError(f'{args.file}: model is required (the body\'s "model", or --model)')
     rc = config.route(alias)
     if rc is None:
         known = ", ".join(sorted(config.routes))
@@ -159,20 +166,24 @@ def _log_config(level: str) -> dict[str, Any]:
     return dict(config)
 
 
-def _serve_environment(args: argparse.Namespace) -> None:
-    """Settings each worker reads at start (uvicorn starts workers from a pickled config)."""
-    from proxy.drain import DRAIN_SECONDS_ENV
-    from proxy.middleware import BODY_MIN_RATE_ENV, BODY_TIMEOUT_ENV
-    from proxy.protocol import HEADER_TIMEOUT_ENV, MAX_HEADER_BYTES_ENV
+def _serve_settings(args: argparse.Namespace) -> ServeSettings:
+    """The flags the app and its protocol read, as one value (``proxy.serve_settings``)."""
+    from proxy.serve_settings import ServeSettings
 
-    os.environ[HEADER_TIMEOUT_ENV] = str(args.header_timeout)
-    os.environ[MAX_HEADER_BYTES_ENV] = str(args.max_header_bytes)
-    os.environ[BODY_TIMEOUT_ENV] = str(args.body_timeout)
-    os.environ[BODY_MIN_RATE_ENV] = str(args.body_min_rate)
-    os.environ[DRAIN_SECONDS_ENV] = str(args.drain_seconds)
-    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # Each worker is its own process with its own counters; prometheus_client's
-        # multiprocess mode shares them through files, so /metrics shows all workers.
+    return ServeSettings(
+        header_timeout=args.header_timeout,
+        max_header_bytes=args.max_header_bytes,
+        body_timeout=args.body_timeout,
+        body_min_rate=args.body_min_rate,
+        drain_seconds=args.drain_seconds,
+    )
+
+
+def _share_metrics(workers: int) -> None:
+    """Each worker is its own process with its own counters; prometheus_client's multiprocess
+    mode shares them through files, so /metrics shows all workers. The library reads only
+    ``PROMETHEUS_MULTIPROC_DIR``, as it is imported in each worker: an environment variable."""
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         import atexit
         import shutil
         import tempfile
@@ -180,6 +191,22 @@ def _serve_environment(args: argparse.Namespace) -> None:
         metrics_dir = tempfile.mkdtemp(prefix="routefit-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
+
+
+def _app_for_uvicorn(path: str, config: Any, settings: ServeSettings, workers: int) -> Any:
+    """uvicorn's ``app`` (a factory): one worker builds the app here from the config already
+    loaded and the settings as values; spawned workers need an import string, and get the
+    config path and settings as one record (``proxy.serve_settings``)."""
+    if workers > 1:
+        from proxy.serve_settings import hand_over
+
+        hand_over(path, settings)
+        return "proxy.app:create_app_from_env"
+    import functools
+
+    from proxy.app import create_app
+
+    return functools.partial(create_app, config, settings=settings)
 
 
 def _tls_and_proxies(args: argparse.Namespace, config: Any) -> dict[str, Any]:
@@ -223,9 +250,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from proxy.app import CONFIG_ENV
     from proxy.config import ConfigError, load_config
-    from proxy.protocol import HeaderDeadlineProtocol
+    from proxy.protocol import with_limits
 
     path = os.path.abspath(args.config)
     try:
@@ -233,27 +259,29 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     network = _tls_and_proxies(args, config)
-    os.environ[CONFIG_ENV] = path
-    _serve_environment(args)
+    settings = _serve_settings(args)
+    _share_metrics(args.workers)
     log_config = _log_config(args.log_level)
     logging.config.dictConfig(log_config)
     scheme = "https" if "ssl_certfile" in network else "http"
     auth = "OPEN (no keys configured)" if config.open else "keys required"
+    # One worker: bound before the app starts (``_listen``), so a port in use is the first
+    # and only complaint. Several: uvicorn binds in this process before spawning them.
+    sock = _listen(args.host, args.port) if args.workers == 1 else None
     print(
         f"routefit: serving {len(config.routes)} route(s) on {scheme}://{args.host}:{args.port} "
-        f"with {args.workers} worker(s); auth: {auth}",
+        f"with {args.workers} worker(s); auth: {auth}; store: {_store_where(config.settings)}",
         file=sys.stderr,
     )
     # uvicorn re-raises the SIGTERM it drained on once it is done; a drained shutdown is a
     # clean exit (status 0), not a death by signal.
     signal.signal(signal.SIGTERM, lambda sig, frame: None)
-    uvicorn.run(
-        "proxy.app:create_app_from_env",
+    options: dict[str, Any] = dict(
         factory=True,
         host=args.host,
         port=args.port,
         workers=args.workers,
-        http=HeaderDeadlineProtocol,
+        http=with_limits(settings.header_timeout, settings.max_header_bytes),
         ws="none",  # no WebSocket routes: uvicorn's websockets stack stays unimported (1.3 MiB)
         log_level=args.log_level,
         log_config=log_config,
@@ -261,14 +289,62 @@ def _serve(args: argparse.Namespace) -> int:
         server_header=False,
         timeout_keep_alive=args.keep_alive,
         limit_concurrency=args.max_connections or None,
-        timeout_graceful_shutdown=args.drain_seconds,
+        # typed int by uvicorn, used as asyncio.timeout's seconds: a float is what it takes
+        timeout_graceful_shutdown=settings.drain_seconds,
         **network,
     )
-    return 0
+    app = _app_for_uvicorn(path, config, settings, args.workers)
+    if sock is None:
+        uvicorn.run(app, **options)
+        return 0
+    return _serve_one(app, sock, options)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the app starts: its start-up logs "routefit ready",
+    which must not precede a port-in-use error (with one worker, uvicorn would bind only after
+    the app's start-up)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve_one(app: Any, sock: socket.socket, options: dict[str, Any]) -> int:
+    """One worker on a socket bound first (``_listen``); what ``uvicorn.run`` does otherwise."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, **options))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0 if server.started else 3  # 3: uvicorn's start-up failure
+
+
+def _store_where(settings: Any) -> str:
+    """Which store a command uses, for its first lines: the embedded file's absolute path, or
+    the Redis URL without its password."""
+    from proxy.config.describe import redact_url
+
+    store = settings.store
+    if store.uses_redis:
+        url = redact_url(store.redis_url) if store.redis_url else "(sentinels)"
+        return f"redis {url} ({store.redis_mode})"
+    return f"sqlite {store.store_path}"
 
 
 def _calibration(args: argparse.Namespace) -> int:
     import asyncio
+    import dataclasses
 
     from pricing.calibration import fit_correction
     from proxy.calibrator import summarize
@@ -281,11 +357,18 @@ def _calibration(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     settings = config.settings
     policy = settings.calibration
+    store_settings = settings.store
+    print(f"routefit: store {_store_where(settings)}", file=sys.stderr)
+    path = store_settings.store_path
+    if not store_settings.uses_redis and path != ":memory:" and not os.path.exists(path):
+        # Reading must not create: an empty database here would hide where the real one is.
+        print(f"routefit: {path} does not exist: nothing learnt yet", file=sys.stderr)
+        store_settings = dataclasses.replace(store_settings, store_path=":memory:")
 
     progress = Progress()
 
     async def collect() -> dict[str, Any]:
-        store = connect_store(settings.store)
+        store = connect_store(store_settings)
         try:
             out = {}
             for i, (alias, rc) in enumerate(config.routes.items(), 1):
@@ -345,20 +428,11 @@ def fit_table(result: Any, sent_before: int) -> str:
     lines = [
         f"route {r.route}  budget {r.budget:,}  estimate {r.estimate_before:,} -> "
         f"{r.estimate_after:,}",
-        f"actions: {r.actions()}",
+        f"actions: {r.actions.header()}",
     ]
     if r.output is not None and r.output.lowered:
         lines.append(f"  output cap {r.output.describe()} (docs/fitting.md, Output limits)")
-    if r.capped:
-        lines.append(f"  capped {r.capped} message(s), {r.capped_tokens:,} tokens removed")
-    if r.offloaded_images:
-        lines.append(
-            f"  offloaded {r.offloaded_images} image(s), {r.offloaded_tokens:,} tokens removed"
-        )
-    if r.masked:
-        lines.append(f"  masked {r.masked} tool output(s), {r.masked_tokens:,} tokens removed")
-    if r.elided_messages:
-        lines.append(f"  elided {r.elided_messages} message(s), {r.elided_tokens:,} tokens removed")
+    lines += [f"  {action.describe()}" for action in r.actions.taken()]
     wire = list(result.body.get("messages") or [])
     lines.append(f"messages: {sent_before} -> {len(wire)}")
     lines.append(f"request to send ({len(wire)} messages; --json prints the body):")
@@ -494,6 +568,8 @@ def pressure_table(pressure: Any, route: Any) -> str:
 
 def _add_serve(serve: argparse.ArgumentParser) -> None:
     """``routefit serve``'s options: where to listen, and the limits on slow or many clients."""
+    from proxy.serve_settings import DEFAULTS
+
     serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4000, help="port (default 4000)")
@@ -504,11 +580,27 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--access-log", action="store_true", help="log every request")
     limits = serve.add_argument_group("connection limits (per worker)")
     for flag, default, helps in (
-        ("--header-timeout", 10.0, "seconds a connection may take to send its request headers"),
-        ("--body-timeout", 30.0, "seconds of silence allowed while a request body arrives"),
-        ("--body-min-rate", 1024.0, "bytes/s a body must average after --body-timeout (0: any)"),
+        (
+            "--header-timeout",
+            DEFAULTS.header_timeout,
+            "seconds a connection may take to send its request headers",
+        ),
+        (
+            "--body-timeout",
+            DEFAULTS.body_timeout,
+            "seconds of silence allowed while a request body arrives",
+        ),
+        (
+            "--body-min-rate",
+            DEFAULTS.body_min_rate,
+            "bytes/s a body must average after --body-timeout (0: any)",
+        ),
         ("--keep-alive", 5.0, "seconds an idle kept-alive connection stays open"),
-        ("--drain-seconds", 30.0, "after SIGTERM, seconds in-flight requests may take to finish"),
+        (
+            "--drain-seconds",
+            DEFAULTS.drain_seconds,
+            "after SIGTERM, seconds in-flight requests may take to finish",
+        ),
     ):
         limits.add_argument(
             flag, type=float, default=default, help=f"{helps} (default {default:g})"
@@ -516,8 +608,9 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
     limits.add_argument(
         "--max-header-bytes",
         type=int,
-        default=65536,
-        help="size of a request's headers before it gets 431 (default 65536)",
+        default=DEFAULTS.max_header_bytes,
+        help="size of a request's headers before it gets 431 "
+        f"(default {DEFAULTS.max_header_bytes})",
     )
     limits.add_argument(
         "--max-connections",
@@ -539,12 +632,25 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
     serve.set_defaults(run=_serve)
 
 
+def _version_line() -> str:
+    from proxy.version import package_version
+
+    return f"routefit {package_version()}"
+
+
+def _version(args: argparse.Namespace) -> int:
+    print(_version_line())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="routefit",
         description="OpenAI-compatible gateway that prices and fits requests per route.",
     )
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print routefit's version").set_defaults(run=_version)
 
     for name, run, helps, json_help in (
         (
@@ -600,8 +706,7 @@ def _sim(argv: list[str]) -> int:
         return 130
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
+def _run(given: list[str]) -> int:
     if given[:1] == ["sim"]:
         return _sim(given[1:])
     parser = build_parser()
@@ -613,6 +718,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """A reader that stops early (``routefit check --json | head -1``) closes the pipe: the
+    command ends quietly with 141 (128 + SIGPIPE, what a shell reports for any tool killed by
+    a closed pipe), never a BrokenPipeError traceback."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return _run(given)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        # What is still buffered would fail again when Python flushes at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

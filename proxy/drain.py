@@ -1,7 +1,8 @@
 """Graceful drain: what one worker does between SIGTERM and its exit.
 
 uvicorn, on SIGTERM, stops accepting connections, lets the requests and streams in flight finish
-for up to ``timeout_graceful_shutdown`` seconds (``routefit serve --drain-seconds``), then runs
+for up to ``timeout_graceful_shutdown`` seconds (``routefit serve --drain-seconds``, the
+``ServeSettings.drain_seconds`` that ``proxy.app`` passes to ``cut_after`` too), then runs
 the app's shutdown (``proxy.app.lifespan``: queued calibration samples are flushed, the store
 closed). Budgets settle inside each response (``proxy.gateway``), so a request that finished
 within the deadline is settled before the worker exits. This module adds the one thing uvicorn
@@ -20,28 +21,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import weakref
 from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["DRAIN_SECONDS_ENV", "cut_after", "cut_event", "drain_seconds", "on_terminate"]
+__all__ = ["cut_after", "cut_event", "on_terminate"]
 
 log = logging.getLogger("routefit")
 
-DRAIN_SECONDS_ENV = "ROUTEFIT_DRAIN_SECONDS"
 _cuts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Event] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def drain_seconds() -> float:
-    """The drain deadline ``routefit serve --drain-seconds`` gave this worker (default 30)."""
-    try:
-        return float(os.environ.get(DRAIN_SECONDS_ENV, "30"))
-    except ValueError:
-        return 30.0
 
 
 def cut_event() -> asyncio.Event:

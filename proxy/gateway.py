@@ -1,9 +1,18 @@
 """One request's path, the same for every client wire:
-prepare (``proxy.preparation``: read, parse, route, team, price and fit, anchor) → budget →
-forward (transport) → answer in the client's wire → usage hook.
+intake (``proxy.intake``: read, authenticate, parse, route, permit) → estimate
+(``proxy.estimate``: price and fit, anchor) → budget → forward (transport) → answer in the
+client's wire → usage hook.
+
+The estimate is the estimator's: the gateway holds the current ``Estimate`` of each request (in
+its ``Flight``, beside the budget it holds), replaces it when exact figures or a refit give a new
+one, and only reserves, forwards and answers.
+
+What every wire would otherwise repeat is here, once: a client's mistake or a refusal as the
+wire's error body (``reply_error``), how a stream ends when it cannot end normally (``_ended``:
+the wire supplies only its error event's shape), and the count endpoint (``Gateway.count``).
 
 Everything before forwarding is routefit's own overhead and is measured as such. What the provider
-says afterwards flows back through ``Gateway.on_usage`` (metrics and calibration, no I/O) and the
+says afterwards flows back through ``Estimator.learn`` (metrics and calibration, no I/O) and the
 budget settlement, which runs after the response has been sent: the client never waits for the
 store on the way out.
 """
@@ -12,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import anyio
@@ -22,38 +31,38 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
+from pricing.messages import ChatRequest, RequestError
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
-from proxy.budgets import Budgets, rate_limit_headers
+from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator
 from proxy.config import Config, RouteConfig, Upstream
 from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
+from proxy.estimate import Estimate, Estimator, Job
 from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
+from proxy.fairness import Fairness
 from proxy.fetch import ImageSizer
 from proxy.inline import inline_images
+from proxy.intake import Intake, Session
 from proxy.metrics import Metrics
 from proxy.overflow import provider_count
-from proxy.preparation import Prepared, Preparer
 from proxy.provider_keys import ProviderKeys
+from proxy.records import Records, Ticket
 from proxy.streaming import SSEResponse
-from proxy.teams import TeamDirectory
-from proxy.transports import EventStream, Leg, Outbound, Transient, Transports
-from proxy.usage import Usage, usage_fault, usage_limit
+from proxy.teams import Team, TeamDirectory
+from proxy.tracing import traces_from_env
+from proxy.transports import EventStream, Leg, Outbound, StreamBroken, Transient, Transports
+from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
-from proxy.wires.base import noting_relayed
-from strategies.fit import FitReport
-from strategies.policy import output_reserve
+from proxy.wires.base import Counting, StreamFailed, generated
+from strategies.fit import Fit, FitReport
 
-__all__ = ["Gateway"]
+__all__ = ["Gateway", "reply_error"]
 
 log = logging.getLogger("routefit")
 T = TypeVar("T")
 
-#: After a provider overflow the correction is scaled to the provider's count and this much
-#: more: the refit gets one more attempt, and the part the count does not pin down (what the
-#: cut removes and the marker adds) is priced by the scaled weights.
-_REFIT_SLACK = 1.02
 #: Failures after forwarding that leave the prompt billed at the provider: the client left,
 #: the drain cut the request, the provider stopped answering or sent an answer routefit could
 #: not use. An error status of the provider's own (a refusal) is not billed.
@@ -67,6 +76,51 @@ _BILLED = frozenset(
         "upstream_too_large",
     }
 )
+
+
+@dataclass(slots=True)
+class Flight:
+    """One request on its way through the gateway: its current estimate (a value, replaced when
+    ``Estimator.exact`` or ``Estimator.refit`` gives a new one) and what the gateway itself holds
+    for it."""
+
+    estimate: Estimate
+    #: Its request-log record under way (``proxy.records``).
+    ticket: Ticket
+    held: Held | None = None
+    #: The request went to the provider (at least once): from then on its prompt is billed
+    #: there, whatever happens to the answer.
+    forwarded: bool = False
+    #: The route's upstream with the key this request must carry (``ProviderKeys``).
+    upstream: Upstream | None = None
+
+    @property
+    def job(self) -> Job:
+        return self.estimate.job
+
+    @property
+    def wire(self) -> Wire:
+        return self.estimate.wire
+
+    @property
+    def rc(self) -> RouteConfig:
+        return self.estimate.rc
+
+    @property
+    def request(self) -> ChatRequest:
+        return self.estimate.request
+
+    @property
+    def team(self) -> Team | None:
+        return self.estimate.team
+
+    @property
+    def started(self) -> float:
+        return self.estimate.started
+
+    @property
+    def fitted(self) -> Fit:
+        return self.estimate.fitted
 
 
 class Gateway:
@@ -97,10 +151,17 @@ class Gateway:
             access.master_key_hash,
             auth_required=access.auth_required,
         )
-        self.preparer = Preparer(config, self.teams, calibrator, sizer, metrics)
+        limits = config.settings.limits
         #: Per-caller pricing threads and count/dry-run rate (``proxy.fairness``).
-        self.fairness = self.preparer.fairness
+        self.fairness = Fairness(limits.pricing_threads_per_team, limits.count_requests_per_minute)
+        self.intake = Intake(config, self.teams, self.fairness)
+        self.estimator = Estimator(config, calibrator, sizer, metrics, self.fairness)
         self._legs: dict[tuple[str, str], Leg] = {}
+        #: The request log: one record per request to its sinks (``proxy.records``).
+        self.records = Records(config.settings.request_log, budgets.store, self.teams)
+        traced = traces_from_env({a: rc.route.provider for a, rc in config.routes.items()})
+        if traced is not None:
+            self.records.add(*traced)
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
         """The transport and provider wire for this route and client wire (chosen once)."""
@@ -110,55 +171,77 @@ class Gateway:
             found = self._legs[key] = self.transports.leg(rc.upstream, wire.name)
         return found
 
-    def headers(self, p: Prepared) -> dict[str, str]:
+    def headers(self, p: Estimate, held: Held | None = None) -> dict[str, str]:
         headers = {
             "x-routefit-route": p.rc.route.alias,
             "x-routefit-budget": str(p.fitted.report.budget),
-            "x-routefit-prompt-tokens": str(p.estimate),
-            "x-routefit-actions": p.fitted.report.actions(),
+            "x-routefit-prompt-tokens": str(p.tokens),
+            "x-routefit-actions": p.fitted.report.actions.header(),
         }
         output = p.fitted.report.output
         if output is not None and output.lowered:
             # the client's output cap and the one sent: clamped to the route's output limit,
             # or shrunk to the room the prompt leaves (docs/fitting.md, "Output limits")
             headers["x-routefit-output-clamped"] = output.describe()
-        if p.held is not None:
-            headers.update(rate_limit_headers(p.held.windows))
+        if held is not None:
+            headers.update(rate_limit_headers(held.windows))
         return headers
 
     # -- serving ---------------------------------------------------------------------------
 
-    async def serve(self, request: Request, wire: Wire) -> Response:
-        """The whole path for one request in ``wire``; every failure in the wire's shape."""
+    async def serve(self, request: Request, wire: Wire, session: Session | None = None) -> Response:
+        """The whole path for one request in ``wire``; every failure in the wire's shape.
+        ``session``: a stateful API's (Responses' stored conversation), resolved in the intake
+        and told of a 200 answer before it goes out."""
+        response = await self._serve(request, wire, session)
+        if session is not None and response.status_code == 200:
+            await session.answered()
+        return response
+
+    async def _serve(self, request: Request, wire: Wire, session: Session | None) -> Response:
         route = "-"
-        p: Prepared | None = None
+        p: Flight | None = None
+        t = self.records.ticket(request, wire, "serve")
         try:
-            p = await self.preparer.prepare(request, wire)
+            a = await self.intake.admit(request, wire, session)
+            t.admitted(a.rc, a.team)
+            p = Flight(
+                await self.estimator.estimate(
+                    wire, a.request, a.rc, a.team, a.who, a.size, a.started
+                ),
+                t,
+            )
+            t.phase("fit", t.started)
             route = p.rc.route.alias
             p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
             if self.on_fit is not None:
                 self.on_fit(p.fitted.report)
-            p.held = await self.budgets.reserve(p.team, p.rc, p.estimate, _reserve(p))
+            reserving = time.perf_counter()
+            await self._reserve(p)
+            t.phase("budget", reserving)
             self._count_actions(p)
             self.metrics.overhead.observe(time.perf_counter() - p.started)
             return await self._forward(p, request)
-        except ProxyError as err:
+        except Exception as exc:
+            err = _refusal(exc, route)
             if p is not None:
-                await self._unanswered(p, err)
-            return self._error(wire, route, err)
-        except Exception:
-            log.exception("internal error on %s", route)
-            if p is not None:
-                await self._unanswered(p, None)
-            error = ProxyError(500, "routefit internal error", code="internal")
-            return self._error(wire, route, error)
+                # a failure of routefit's own (not a refusal) after forwarding is billed
+                mine = not isinstance(exc, ProxyError | RequestError)
+                await self._unanswered(p, None if mine else err)
+            response = self._error(wire, route, err)
+            streamed = p is not None and p.wire.streams(p.request)
+            e = p.estimate if p is not None else None
+            response.background = self.records.later(
+                self.records.refused(t, err, e, stream=streamed)
+            )
+            return response
         except BaseException:  # cancelled: the drain deadline passed
             if p is not None:
                 with anyio.CancelScope(shield=True):
                     await self._unanswered(p, None)
             raise
 
-    async def _unanswered(self, p: Prepared, err: ProxyError | None) -> None:
+    async def _unanswered(self, p: Flight, err: ProxyError | None) -> None:
         """Settle a request that ends without an answer: released when the provider never had
         it or refused it (a refusal is not billed); charged its prompt when it had been
         forwarded and then the client left, the drain cut it, routefit failed, or the provider
@@ -166,71 +249,81 @@ class Gateway:
         billed = p.forwarded and (
             err is None or (not isinstance(err, Transient) and err.code in _BILLED)
         )
-        usage = Usage(p.estimate, 0) if billed else None
+        usage = Usage(p.estimate.tokens, 0) if billed else None
         await self.budgets.settle(p.held, usage, released=usage is None)
 
-    async def _forward(self, p: Prepared, request: Request) -> Response:
+    async def _reserve(self, p: Flight) -> None:
+        """Hold the team's budget for the prompt as estimated and the whole output reservation."""
+        e = p.estimate
+        p.held = await self.budgets.reserve(e.team, e.rc, e.tokens, e.reserved_output)
+
+    async def _forward(self, p: Flight, request: Request) -> Response:
         leg = self.leg(p.rc, p.wire)
         route = p.rc.route.alias
         sent = time.perf_counter()
         if p.wire.streams(p.request):
             events = await self._send(p, leg, request, leg.transport.stream)
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
+            p.ticket.phase("provider", sent)
             try:
-                learnt = await self.preparer.exact(p)
+                learnt = await self._exact(p)
             except BaseException:
                 await events.aclose()
                 raise
-            return self._relay(p, leg, events, self.headers(p), learnt)
+            return self._relay(p, leg, events, self.headers(p.estimate, p.held), learnt)
         completion = await self._send(p, leg, request, leg.transport.complete)
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
+        p.ticket.phase("provider", sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
         # in by now, and the answer's headers, calibration and metrics use it.
-        learnt = await self.preparer.exact(p)
+        learnt = await self._exact(p)
         answer = p.wire.answer(p.request, completion, leg.wire)
         self.metrics.requests.labels(route, "200").inc()
         # Learnt and settled after the response is sent: the client waits for neither the
         # calibration nor the store (nothing awaits before ``on_usage`` runs, so a client's
         # next request still finds it learnt).
         after = BackgroundTask(self._after, p, answer.usage, learnt)
+        headers = self.headers(p.estimate, p.held)
         return Response(
-            answer.body, headers=self.headers(p), media_type="application/json", background=after
+            answer.body, headers=headers, media_type="application/json", background=after
         )
 
-    async def _after(self, p: Prepared, usage: Usage | None, learnt: bool) -> None:
+    async def _exact(self, p: Flight) -> bool:
+        """The request's exact figures in place of its bound (``Estimator.exact``); False when
+        they could not be had: nothing is then learnt from it."""
+        p.estimate = await self.estimator.exact(p.estimate)
+        return not p.estimate.bound
+
+    async def _after(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
         """Learn from the provider's usage and settle the team's reservation to it — when it is
         credible (``_credible``). One that is not teaches nothing, and the team is charged what
         routefit reserved: its own prompt estimate plus the output reservation
-        (docs/security.md, "Untrusted provider usage")."""
+        (docs/security.md, "Untrusted provider usage"). Then the request's record (status 200:
+        a whole answer or a finished stream) goes to the request log's sinks."""
+        streamed = p.wire.streams(p.request)
+        record = self.records.served(p.ticket, p.estimate, 200, usage, stream=streamed)
+        try:
+            await self._settle_answered(p, usage, learnt)
+        finally:
+            await self.records.emit(record)
+
+    async def _settle_answered(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
         checked = self._credible(p, usage)
         if checked is not None and learnt:
             self.on_usage(p, checked)
         charged = checked
         if usage is not None and checked is None:
-            charged = Usage(p.estimate, _reserve(p))
+            charged = Usage(p.estimate.tokens, p.estimate.reserved_output)
         if p.held is not None and charged is not None:
             await self.budgets.settle(p.held, charged, False)
 
-    def _credible(self, p: Prepared, usage: Usage | None) -> Usage | None:
-        """``usage`` when it is credible (``proxy.usage.usage_fault``); else None, logged and
-        counted as a rejected sample."""
-        if usage is None:
-            return None
-        fault = usage_fault(usage, usage_limit(p.rc.route, p.request.choices, _reserve(p)))
-        if fault is None:
-            return usage
-        self._reject(p.rc.route.alias, "usage", fault)
-        return None
-
-    def _reject(self, route: str, what: str, why: str) -> None:
-        """A provider figure not believed: logged and counted, never learnt from."""
-        self.metrics.samples.labels("rejected").inc()
-        self.calibrator.rejected += 1
-        log.warning("provider %s rejected on %s: %s", what, route, why)
+    def _credible(self, p: Flight, usage: Usage | None) -> Usage | None:
+        """``usage`` when credible (``Estimator.credible``); else None, counted as rejected."""
+        return self.estimator.credible(p.estimate, usage)
 
     async def _send(
         self,
-        p: Prepared,
+        p: Flight,
         leg: Leg,
         request: Request,
         call: Callable[[Upstream, Outbound], Awaitable[T]],
@@ -254,7 +347,7 @@ class Gateway:
         self.metrics.overflow_refits.labels(p.rc.route.alias).inc()
         return await attempt()
 
-    async def _outbound(self, p: Prepared, leg: Leg, request: Request) -> Outbound:
+    async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
         if leg.transport is not self.transports.direct:
             # A translated request's URL images are fetched by routefit's fetcher, under the
@@ -262,35 +355,21 @@ class Gateway:
             out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))
         return out
 
-    async def _refit(self, p: Prepared, counted: int) -> bool:
-        """The provider counted ``counted`` tokens for what was sent: record that as an exact
-        sample (and anchors) for the prompt, then fit again with the route's correction scaled
-        by how far it was below the count. False when there is nothing to correct."""
-        if not await self.preparer.exact(p):
+    async def _refit(self, p: Flight, counted: int) -> bool:
+        """The provider counted ``counted`` tokens for what was sent: the request's exact
+        figures first, then the estimator learns the count and fits again
+        (``Estimator.refit``). False when there is nothing to correct."""
+        await self._exact(p)
+        refitted = await self.estimator.refit(p.estimate, counted)
+        if refitted is None:
             return False
-        route = p.rc.route.alias
-        if counted <= p.estimate:
-            return False  # not an under-estimate of ours: the provider's 400 stands
-        if counted > 2 * p.rc.route.context_window:
-            # An overflow is a prompt a little over the window, or one we misjudged by a fraction
-            # of it: a count beyond twice the window is not believed (and not learnt from).
-            self._reject(route, "overflow count", f"{counted} tokens")
-            return False
-        self.calibrator.observe(
-            route, p.fitted.pressure, p.keys, p.estimate, p.anchored, counted, 0
-        )
-        self.metrics.estimate_error.labels(route).observe((p.estimate - counted) / counted)
-        current = self.calibrator.correction(route)
-        priced = current.price_pressure(p.fitted.pressure)
-        # Only one more attempt: err a little high rather than be refused twice.
-        corrected = current.scaled(max(1.0, counted / max(1, priced)) * _REFIT_SLACK)
-        await self.preparer.refit(p, corrected)
+        p.estimate = refitted
         if self.on_fit is not None:
-            self.on_fit(p.fitted.report)
+            self.on_fit(refitted.fitted.report)
         return True
 
     def _relay(
-        self, p: Prepared, leg: Leg, events: EventStream, headers: dict[str, str], learnt: bool
+        self, p: Flight, leg: Leg, events: EventStream, headers: dict[str, str], learnt: bool
     ) -> Response:
         outcome = Outcome()
 
@@ -307,13 +386,19 @@ class Gateway:
             seen = self._credible(p, outcome.usage)
             if learnt and seen is not None:
                 self.on_usage(p, seen)
-            await self.budgets.settle(p.held, await self._unfinished(p, seen, outcome), False)
+            code = "client_closed" if disconnected else "upstream_incomplete"
+            record = self.records.served(
+                p.ticket, p.estimate, int(status), outcome.usage, stream=True, error_code=code
+            )
+            try:
+                await self.budgets.settle(p.held, await self._unfinished(p, seen, outcome), False)
+            finally:
+                await self.records.emit(record)
 
         chunks = p.wire.relay(p.request, events, leg.wire, outcome)
-        chunks = noting_relayed(chunks, outcome, p.wire.name)
-        return SSEResponse(chunks, events, headers, done)
+        return SSEResponse(_ended(p.wire, p.request, chunks, outcome), events, headers, done)
 
-    async def _unfinished(self, p: Prepared, seen: Usage | None, outcome: Outcome) -> Usage:
+    async def _unfinished(self, p: Flight, seen: Usage | None, outcome: Outcome) -> Usage:
         """What a stream that did not finish (the client left, the provider broke off, the drain
         cut it) is charged: the provider bills the prompt it read and what it generated.
 
@@ -322,7 +407,8 @@ class Gateway:
         larger of the provider's count so far and the relayed text counted by the route's
         tokenizer (text the provider generated but nobody relayed is not known, and not
         charged). ``seen`` is the provider's usage so far, when credible."""
-        prompt = seen.prompt_tokens if seen is not None and seen.prompt_tokens > 0 else p.estimate
+        estimated = p.estimate.tokens
+        prompt = seen.prompt_tokens if seen is not None and seen.prompt_tokens > 0 else estimated
         output = seen.completion_tokens if seen is not None else 0
         text = outcome.relayed_text()
         if text:
@@ -332,15 +418,20 @@ class Gateway:
 
     # -- the dry run -----------------------------------------------------------------------
 
-    async def fit_only(self, request: Request, wire: Wire) -> Response:
-        """The fitted request and its report; nothing is forwarded."""
+    async def fit_only(
+        self, request: Request, wire: Wire, session: Session | None = None
+    ) -> Response:
+        """The fitted request and its report; nothing is forwarded (nor stored: ``session``
+        only resolves what the request continues)."""
+        t = self.records.ticket(request, wire, "fit")
         try:
-            p = await self.preparer.prepare(request, wire, bound=False, rated=True)
-        except ProxyError as err:
-            return wire.error_response(err)
-        except Exception:
-            log.exception("internal error on a dry run")
-            return wire.error_response(ProxyError(500, "routefit internal error", code="internal"))
+            a = await self.intake.admit(request, wire, session, rated=True)
+            p = await self.estimator.estimate(
+                wire, a.request, a.rc, a.team, a.who, a.size, a.started, bound=False
+            )
+        except Exception as exc:
+            return self._refused(wire, t, _refusal(exc, "a dry run"))
+        t.phase("fit", t.started)
         leg = self.leg(p.rc, wire)
 
         def written() -> bytes:
@@ -349,51 +440,106 @@ class Gateway:
 
         # a big body is written back in one of the caller's pricing threads, as it was priced
         body = await self.fairness.run(p.job.who, p.job.size, written)
-        return Response(body, headers=self.headers(p), media_type="application/json")
+        done = self.records.later(self.records.served(t, p, 200))
+        return Response(
+            body, headers=self.headers(p), media_type="application/json", background=done
+        )
+
+    # -- the count endpoint ----------------------------------------------------------------
+
+    async def count(self, request: Request, wire: Counting) -> Response:
+        """A count endpoint (Anthropic's ``count_tokens``): routefit's calibrated estimate of
+        the request as the client sent it, on its route — the number the fit acts on —
+        answered without the provider, held to the caller's count rate."""
+        t = self.records.ticket(request, wire, "count")
+        try:
+            a = await self.intake.admit(request, wire, rated=True, counting=True)
+            tokens = await self.estimator.count(a.request, a.rc, a.team, a.who, a.size)
+        except Exception as exc:
+            return self._refused(wire, t, _refusal(exc, "a count"))
+        t.phase("fit", t.started)
+        headers = {"x-routefit-route": a.rc.route.alias, "x-routefit-prompt-tokens": str(tokens)}
+        team = a.team.id if a.team is not None else None
+        done = self.records.later(self.records.counted(t, a.rc, team, tokens))
+        return Response(
+            wire.counted(tokens), headers=headers, media_type="application/json", background=done
+        )
+
+    def _refused(self, wire: Wire, t: Ticket, err: ProxyError) -> Response:
+        """A count's or a dry run's refusal, its record written after it is sent."""
+        response = reply_error(wire, err)
+        response.background = self.records.later(self.records.refused(t, err))
+        return response
 
     # -- after the provider answered -------------------------------------------------------
 
-    def on_usage(self, p: Prepared, usage: Usage | None) -> None:
-        """Provider usage into metrics and calibration (queued; never waits for the store).
+    def on_usage(self, p: Flight, usage: Usage | None) -> None:
+        """Provider usage into metrics and calibration (``Estimator.learn``; queued, never
+        waits for the store).
 
         No usage (a provider that omits it): nothing is learnt, and the budget reservation is
         not settled, so it stays charged as reserved — the conservative reading of "served,
         cost unknown"."""
-        if usage is None or usage.prompt_tokens <= 0 or usage.invalid:
-            return
-        route = p.rc.route.alias
-        self.metrics.estimated_tokens.labels(route).inc(p.estimate)
-        self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)
-        self.metrics.cached_tokens.labels(route).inc(usage.cached_tokens)
-        error = (p.estimate - usage.prompt_tokens) / usage.prompt_tokens
-        self.metrics.estimate_error.labels(route).observe(error)
-        self.calibrator.observe(
-            route,
-            p.fitted.pressure,
-            p.keys,
-            p.estimate,
-            p.anchored,
-            usage.prompt_tokens,
-            usage.cached_tokens,
-        )
+        self.estimator.learn(p.estimate, usage)
 
-    def _count_actions(self, p: Prepared) -> None:
-        r = p.fitted.report
+    def _count_actions(self, p: Flight) -> None:
         route = p.rc.route.alias
-        for action, count, tokens in (
-            ("capped", r.capped, r.capped_tokens),
-            ("offloaded_images", r.offloaded_images, r.offloaded_tokens),
-            ("masked", r.masked, r.masked_tokens),
-            ("elided_messages", r.elided_messages, r.elided_tokens),
-        ):
-            if count:
-                self.metrics.fit_actions.labels(route, action).inc(count)
-                self.metrics.fit_tokens_removed.labels(route, action).inc(tokens)
+        for action in p.fitted.report.actions.taken():
+            self.metrics.fit_actions.labels(route, action.name).inc(action.count)
+            self.metrics.fit_tokens_removed.labels(route, action.name).inc(action.tokens)
 
     def _error(self, wire: Wire, route: str, err: ProxyError) -> Response:
         self.metrics.requests.labels(route, str(err.status)).inc()
         self.metrics.errors.labels(_kind(err)).inc()
-        return wire.error_response(err)
+        return reply_error(wire, err)
+
+
+def reply_error(wire: Wire, err: ProxyError) -> Response:
+    """``err`` as ``wire``'s clients read it: its status and headers, the wire's body."""
+    return Response(
+        wire.error_body(err),
+        status_code=err.status,
+        headers=err.headers,
+        media_type="application/json",
+    )
+
+
+def _refusal(exc: Exception, where: str) -> ProxyError:
+    """What the client is told of a failure: a refusal as it is, a mistake in its body
+    (``RequestError``, from the wire's parse or found while pricing) as a 400 naming the field,
+    anything else as routefit's internal error (logged)."""
+    if isinstance(exc, ProxyError):
+        return exc
+    if isinstance(exc, RequestError):
+        return ProxyError(400, exc.message, param=exc.param)
+    log.exception("internal error on %s", where)
+    return ProxyError(500, "routefit internal error", code="internal")
+
+
+async def _ended(
+    wire: Wire, request: ChatRequest, chunks: AsyncGenerator[bytes, None], outcome: Outcome
+) -> AsyncGenerator[bytes, None]:
+    """The wire's events as they go out, each one's generated text noted in ``outcome`` first
+    (what was generated is billed whether or not the client read it) — and the stream's end:
+    one that breaks off, that the provider fails in its own words, or that stops before the
+    provider's end marker ends with the wire's error event (``Wire.stream_error``)."""
+    message: str | None = None
+    try:
+        async for chunk in chunks:
+            for piece in generated(chunk, wire.generated):
+                outcome.relayed += piece
+            outcome.sent += 1
+            yield chunk
+    except StreamBroken as exc:
+        message = f"the upstream stream broke off before it was complete: {exc}"
+    except StreamFailed as exc:
+        message = str(exc)
+    finally:
+        await chunks.aclose()
+    if message is None and not (outcome.completed or outcome.failed):
+        message = "the upstream stream ended before it was complete"
+    if message is not None:
+        yield wire.stream_error(request, outcome, message)
 
 
 def _kind(err: ProxyError) -> str:
@@ -430,10 +576,3 @@ async def _from_upstream(call: Awaitable[T]) -> T:
     except ProxyError as err:
         err.origin = "upstream"
         raise
-
-
-def _reserve(p: Prepared) -> int:
-    """Every completion the request can produce may use the whole output reservation."""
-    return p.request.choices * output_reserve(
-        p.rc.route.max_output_tokens, p.policy, p.request.max_output_tokens
-    )

@@ -23,8 +23,19 @@ _ERROR = (-0.5, -0.2, -0.1, -0.05, -0.02, -0.01, 0, 0.01, 0.02, 0.05, 0.1, 0.2, 
 
 
 class Metrics:
+    """Every routefit metric in one registry, declared by group (names, labels and help texts
+    are what dashboards and alerts read: keep them stable)."""
+
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
+        self.registry = CollectorRegistry()
+        self._requests(self.registry)
+        self._tokens(self.registry)
+        self._timing(self.registry)
+        self._learning(self.registry)
+        self._dependencies(self.registry)
+
+    def _requests(self, r: CollectorRegistry) -> None:
+        """Requests, errors and what fitting did to them."""
         self.requests = Counter(
             "routefit_requests",
             "Chat requests by route and status",
@@ -63,6 +74,9 @@ class Metrics:
             ["route", "action"],
             registry=r,
         )
+
+    def _tokens(self, r: CollectorRegistry) -> None:
+        """Prompt tokens: routefit's estimate against the provider's count."""
         self.estimated_tokens = Counter(
             "routefit_prompt_tokens_estimated",
             "Estimated prompt tokens of completed requests",
@@ -89,6 +103,9 @@ class Metrics:
             buckets=_ERROR,
             registry=r,
         )
+
+    def _timing(self, r: CollectorRegistry) -> None:
+        """Time spent upstream, and routefit's own."""
         self.upstream_latency = Histogram(
             "routefit_upstream_latency_seconds",
             "Time to the upstream's response headers",
@@ -102,6 +119,9 @@ class Metrics:
             buckets=_OVERHEAD,
             registry=r,
         )
+
+    def _learning(self, r: CollectorRegistry) -> None:
+        """Calibration samples, the count cache, prefix anchors."""
         self.samples = Counter(
             "routefit_calibration_samples",
             "Calibration samples by outcome",
@@ -126,6 +146,9 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+
+    def _dependencies(self, r: CollectorRegistry) -> None:
+        """What routefit depends on: the upstream's retries and the store."""
         self.upstream_retries = Counter(
             "routefit_upstream_retries",
             "Upstream attempts retried, by reason (status, or upstream_unreachable)",

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
+from dataclasses import dataclass
 
 from proxy.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BODY_MIN_RATE_ENV", "BODY_TIMEOUT_ENV", "BodyTimeout", "Guard", "ReadLimits"]
-
-BODY_TIMEOUT_ENV = "ROUTEFIT_BODY_TIMEOUT"
-BODY_MIN_RATE_ENV = "ROUTEFIT_BODY_MIN_RATE"
+__all__ = ["BodyTimeout", "Guard", "ReadLimits"]
 
 
 class BodyTimeout(Exception):
@@ -38,27 +35,14 @@ class BodyTimeout(Exception):
         self.seconds = seconds
 
 
+@dataclass(frozen=True, slots=True)
 class ReadLimits:
     """How long a body may take: ``body_timeout`` seconds of silence at most, and after the
-    first ``body_timeout`` seconds at least ``min_rate`` bytes/s on average (0: no rate)."""
+    first ``body_timeout`` seconds at least ``min_rate`` bytes/s on average (0: no rate).
+    ``routefit serve --body-timeout / --body-min-rate`` set them (``proxy.serve_settings``)."""
 
-    __slots__ = ("body_timeout", "min_rate")
-
-    def __init__(self, body_timeout: float = 30.0, min_rate: float = 1024.0) -> None:
-        self.body_timeout = body_timeout
-        self.min_rate = min_rate
-
-    @classmethod
-    def from_env(cls) -> ReadLimits:
-        """The limits ``routefit serve`` passed to its workers (``--body-timeout``,
-        ``--body-min-rate``), else the defaults."""
-        try:
-            return cls(
-                float(os.environ.get(BODY_TIMEOUT_ENV, "30")),
-                float(os.environ.get(BODY_MIN_RATE_ENV, "1024")),
-            )
-        except ValueError:
-            return cls()
+    body_timeout: float
+    min_rate: float
 
     def wait(self, started: float, received: int, now: float) -> float:
         """Seconds the next chunk may take to arrive (<= 0: too late already)."""

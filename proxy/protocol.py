@@ -12,23 +12,20 @@ It also bounds their size: httptools puts no limit on the header block (measured
 ``max_header_bytes`` arrived without completing the headers the client gets a 431 and the
 connection is closed.
 
-The limits are read from ``ROUTEFIT_HEADER_TIMEOUT`` and ``ROUTEFIT_MAX_HEADER_BYTES``
-(``routefit serve --header-timeout / --max-header-bytes`` set them), because uvicorn builds the
-protocol in each worker process from its own config.
+The limits are bound to the class as values (``with_limits``, from ``routefit serve
+--header-timeout / --max-header-bytes``): uvicorn takes a ``functools.partial`` of the class as
+its ``http`` protocol, and pickles it with its own config into each worker process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-from typing import Any
+import functools
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HEADER_TIMEOUT_ENV", "MAX_HEADER_BYTES_ENV", "HeaderDeadlineProtocol"]
-
-HEADER_TIMEOUT_ENV = "ROUTEFIT_HEADER_TIMEOUT"
-MAX_HEADER_BYTES_ENV = "ROUTEFIT_MAX_HEADER_BYTES"
+__all__ = ["HeaderDeadlineProtocol", "with_limits"]
 
 _TOO_LARGE = b'{"error":{"message":"request headers too large","type":"invalid_request_error","param":null,"code":"headers_too_large"}}'  # noqa: E501
 _431 = (
@@ -37,20 +34,26 @@ _431 = (
 ) + _TOO_LARGE
 
 
-def _env(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
+def with_limits(header_timeout: float, max_header_bytes: int) -> type[asyncio.Protocol]:
+    """The protocol to give uvicorn as ``http=`` (0: no deadline, no cap). A partial, not a
+    subclass made here: a class made at run time cannot be pickled into a spawned worker, a
+    partial of a module-level class can. uvicorn only calls what it is given, with keywords
+    (``config=``, ``server_state=``, ...), so the partial stands where it types a class."""
+    bound = functools.partial(
+        HeaderDeadlineProtocol, header_timeout=header_timeout, max_header_bytes=max_header_bytes
+    )
+    return cast("type[asyncio.Protocol]", bound)
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol; a connection waiting too long for headers is closed."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, header_timeout: float, max_header_bytes: int, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self._header_timeout = _env(HEADER_TIMEOUT_ENV, 10.0)
-        self._max_header_bytes = int(_env(MAX_HEADER_BYTES_ENV, 65536))
+        self._header_timeout = header_timeout
+        self._max_header_bytes = max_header_bytes
         self._header_timer: asyncio.TimerHandle | None = None
         #: Bytes received since the headers being waited for began (chunks that did not end them).
         self._header_bytes = 0

@@ -13,6 +13,7 @@ from proxy.gateway import Gateway
 from proxy.local_provider import LocalProvider
 from proxy.metrics import Metrics
 from proxy.provider_keys import ProviderKeys
+from proxy.serve_settings import DEFAULTS, ServeSettings
 from proxy.store import Store
 from proxy.teams import TeamDirectory
 from proxy.transports import Transports
@@ -46,6 +47,8 @@ class AppState:
     openapi: bytes
     #: The in-process simulator behind ``sim://`` routes, when the config has any.
     local: LocalProvider | None = None
+    #: ``routefit serve``'s limits and drain deadline (the defaults in-process).
+    settings: ServeSettings = DEFAULTS
     readiness: Readiness = field(default_factory=Readiness)
 
     @property

@@ -30,8 +30,10 @@ from proxy.throttle import LoginThrottle
 from strategies.policy import FitPolicy
 
 __all__ = [
+    "BEARER_OR_API_KEY",
     "MASTER_TEAM",
     "RESERVED_TEAMS",
+    "KeyPlaces",
     "Quotas",
     "Team",
     "TeamDirectory",
@@ -150,15 +152,21 @@ class TeamDirectory:
         master = hmac.compare_digest(presented, self._master or _NO_KEY)
         return admin or (master and self._master is not None)
 
-    def authenticate(self, headers: Mapping[str, str]) -> Team | None:
-        """The team a request belongs to (None in open mode); 401 for a missing or wrong key."""
+    def authenticate(
+        self,
+        headers: Mapping[str, str],
+        query: Mapping[str, str] | None = None,
+        places: KeyPlaces | None = None,
+    ) -> Team | None:
+        """The team a request belongs to (None in open mode); 401 for a missing or wrong key.
+        ``places``: where the request's wire presents keys (OpenAI's and Anthropic's by
+        default)."""
         if self.open:
             return None
-        key = presented_key(headers)
+        places = places or BEARER_OR_API_KEY
+        key = places.key(headers, query)
         if not key:
-            raise ProxyError(
-                401, "missing API key: send 'Authorization: Bearer <key>'", code="invalid_api_key"
-            )
+            raise ProxyError(401, f"missing API key: {places.hint}", code="invalid_api_key")
         team = self.team_for(key)
         if team is None:
             raise ProxyError(
@@ -228,13 +236,41 @@ class TeamDirectory:
         return team
 
 
+@dataclass(frozen=True, slots=True)
+class KeyPlaces:
+    """Where a wire's clients present their key, declared once per wire (``Wire.keys``):
+    ``Authorization: Bearer <key>`` always; else the first of ``headers`` that is set; else the
+    query parameter ``query`` (Google's ``?key=``), for the wires whose SDKs send it there."""
+
+    headers: tuple[str, ...] = ("x-api-key",)
+    query: str | None = None
+
+    def key(self, headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> str | None:
+        """The presented key; None when there is none (a non-Bearer ``Authorization`` is none:
+        the client meant another scheme, and no other header stands in for it)."""
+        auth = headers.get("authorization")
+        if auth:
+            scheme, _, value = auth.partition(" ")
+            if scheme.lower() == "bearer" and value.strip():
+                return value.strip()
+            return None
+        for name in self.headers:
+            key = headers.get(name)
+            if key:
+                return key.strip()
+        found = query.get(self.query) if query is not None and self.query else None
+        return found.strip() if found else None
+
+    @property
+    def hint(self) -> str:
+        """How to send a key, for the 401 that says it is missing."""
+        return "send 'Authorization: Bearer <key>'"
+
+
+#: OpenAI's and Anthropic's SDKs: ``Authorization: Bearer`` or ``x-api-key``.
+BEARER_OR_API_KEY = KeyPlaces()
+
+
 def presented_key(headers: Mapping[str, str]) -> str | None:
     """The key a client sent: ``Authorization: Bearer <key>`` (OpenAI SDK) or ``x-api-key``."""
-    auth = headers.get("authorization")
-    if auth:
-        scheme, _, value = auth.partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
-        return None
-    key = headers.get("x-api-key")
-    return key.strip() if key else None
+    return BEARER_OR_API_KEY.key(headers)

@@ -16,9 +16,10 @@ from pricing.capped import CapTooSmall, cap_message
 from pricing.messages import Message
 from pricing.meter import MessagePressure
 from pricing.route import Route
-from strategies.policy import FitPolicy
+from strategies.actions import Action, Label
+from strategies.strategy import FitContext, FitState, Knobs, Rewrite
 
-__all__ = ["CapResult", "cap_limit", "cap_oversized"]
+__all__ = ["CAP", "CapResult", "cap_limit", "cap_oversized"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ class CapResult:
     removed_tokens: int
 
 
-def cap_limit(policy: FitPolicy, budget: int) -> int:
+def cap_limit(policy: Knobs, budget: int) -> int:
     if policy.message_cap_tokens is not None:
         return policy.message_cap_tokens
     return max(1, math.floor(policy.cap_fraction * budget))
@@ -38,7 +39,7 @@ def cap_oversized(
     messages: Sequence[Message],
     prices: Sequence[MessagePressure],
     route: Route,
-    policy: FitPolicy,
+    policy: Knobs,
     budget: int,
 ) -> CapResult:
     """Cap every message of a cappable role whose text + framing exceeds the cap."""
@@ -58,3 +59,16 @@ def cap_oversized(
         capped += 1
         removed += result.removed_tokens
     return CapResult(tuple(out), capped, removed)
+
+
+LABEL = Label("capped", "messages", "capped", "message(s)")
+
+
+def _cap(state: FitState, context: FitContext) -> tuple[tuple[Message, ...], Action]:
+    prices = state.pressure.messages
+    result = cap_oversized(state.messages, prices, context.route, context.policy, context.budget)
+    return result.messages, Action(LABEL, result.capped, result.removed_tokens)
+
+
+#: Capping runs once, when the policy reaches it: every later strategy sees the capped messages.
+CAP = Rewrite("cap", LABEL, _cap)

@@ -35,7 +35,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-__all__ = ["Plan", "Schedule", "UnitCosts", "elision_marker", "plan", "plan_max"]
+from strategies.actions import Label
+from strategies.strategy import Move
+
+__all__ = ["ELIDE", "Plan", "Schedule", "UnitCosts", "elision_marker", "plan", "plan_max"]
+
+#: Unprotected units past the pinned head are elided at the planner's cut points (one marker
+#: per elided run); with it in the policy, the fit's last resort may drop all but the core.
+ELIDE = Move("elide", Label("elided_messages", "messages", "elided", "message(s)"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,70 +232,101 @@ def plan(
     The returned plan's estimate may still exceed the budget: the caller then tries harder
     (``plan_max``) or reports the overflow.
     """
-    n = len(units)
-    sums = _Sums(units, overhead, marker)
-    order = schedule.order
-    masked_head = "mask" in order and (
-        "elide" not in order or order.index("mask") < order.index("elide")
-    )
-    head = pinned_head(units, budget, schedule.pin_fraction, masked_head)
-    if n and masked_head:
-        # The head never reaches into the newest turn: that turn is kept whole before the head.
-        head = max(min(head, sums.newest_turn(n)), min(_protected(units), n - 1))
-    q = max(1, math.floor(schedule.quantum * budget))
-    checkpoints = _elision_checkpoints(units, q)
-    cuts = [c for c in checkpoints if c > head] if "elide" in order else []
-    masks = checkpoints if "mask" in order else []
-    offs = _offload_checkpoints(units, schedule.step) if "offload_images" in order else []
-    state = {"offload_images": 0, "mask": 0, "elide": head, "head": head}
-    floor = _protected(units)
-
-    def price(e: int) -> int:
-        return sums.estimate(
-            e, state["head"], state["offload_images"], state["elide"], state["mask"]
-        )
-
-    def advance(name: str, points: list[int], e: int, target: float, limit: int) -> None:
-        i = bisect.bisect_right(points, state[name])
-        while price(e) > target and i < len(points) and points[i] <= limit:
-            state[name] = points[i]
-            i += 1
-
-    low = schedule.low_water * budget
+    replay = _Replay(units, overhead, budget, marker, schedule)
     settled = 0
-    for e in range(1, n + 1):
-        settled = state["mask"]
-        if masked_head and units[e - 1].user and state["head"] < head:
-            state["head"] = head  # a new turn: the head that gave way to the last one returns
-        if price(e) <= budget:
-            continue
-        limit = e - 1  # the newest unit is never offloaded, masked or elided
-        for name in order:
-            if name == "offload_images":
-                advance(name, offs, e, low, limit)
-            elif name == "mask":
-                advance(name, masks, e, schedule.mask_water * budget, limit)
-            elif name == "elide":
-                advance(name, cuts, e, low, min(limit, sums.newest_turn(e)))
-        if "elide" in order:
-            # The newest turn does not fit beside the head: the head gives way first, to a
-            # prefix of itself (still cached), down to the protected head; the turn's calls last.
-            # It gives way to the low-water mark, not just under the budget: a shrink re-sends
-            # the whole turn after it, so it must buy headroom (one shrink per (1 − low_water)
-            # × budget of the turn's growth, not one per round).
-            if masked_head and price(e) > budget:
-                while price(e) > low and state["head"] > min(floor, e - 1):
-                    state["head"] -= 1
-            if price(e) > budget and "mask" not in order:
-                # Without masking, a turn over the budget loses its oldest calls here, and the
-                # cut stays. With masking, the newest unit is masked once it is no longer
-                # newest, so a cut made for it would outlive the need: the plans after the
-                # replay (``plan_max``, the last resort) handle such a turn for one request.
-                advance("elide", cuts, e, low, limit)
-    estimate = price(n) if n else overhead
+    for e in range(1, len(units) + 1):
+        settled = replay.state["mask"]
+        replay.grow(e)
+    n = len(units)
+    state = replay.state
+    estimate = replay.price(n) if n else overhead
     return Plan(
         state["head"], state["offload_images"], state["elide"], estimate, state["mask"], settled
     )
+
+
+class _Replay:
+    """The replay's cut points as the prefix grows (``plan``): each prefix starts from where the
+    one before left them, as consecutive requests of a session would."""
+
+    def __init__(
+        self,
+        units: Sequence[UnitCosts],
+        overhead: int,
+        budget: int,
+        marker: int,
+        schedule: Schedule,
+    ) -> None:
+        n = len(units)
+        self.units = units
+        self.budget = budget
+        self.schedule = schedule
+        self.sums = sums = _Sums(units, overhead, marker)
+        order = self.order = schedule.order
+        self.masked_head = masked_head = "mask" in order and (
+            "elide" not in order or order.index("mask") < order.index("elide")
+        )
+        head = pinned_head(units, budget, schedule.pin_fraction, masked_head)
+        if n and masked_head:
+            # The head never reaches into the newest turn: that turn is kept whole before it.
+            head = max(min(head, sums.newest_turn(n)), min(_protected(units), n - 1))
+        self.head = head
+        q = max(1, math.floor(schedule.quantum * budget))
+        checkpoints = _elision_checkpoints(units, q)
+        self.cuts = [c for c in checkpoints if c > head] if "elide" in order else []
+        self.masks = checkpoints if "mask" in order else []
+        self.offs = _offload_checkpoints(units, schedule.step) if "offload_images" in order else []
+        self.state = {"offload_images": 0, "mask": 0, "elide": head, "head": head}
+        self.floor = _protected(units)
+        self.low = schedule.low_water * budget
+
+    def price(self, e: int) -> int:
+        state = self.state
+        return self.sums.estimate(
+            e, state["head"], state["offload_images"], state["elide"], state["mask"]
+        )
+
+    def advance(self, name: str, points: list[int], e: int, target: float, limit: int) -> None:
+        i = bisect.bisect_right(points, self.state[name])
+        while self.price(e) > target and i < len(points) and points[i] <= limit:
+            self.state[name] = points[i]
+            i += 1
+
+    def grow(self, e: int) -> None:
+        """Prefix ``[0, e)`` is the request: move the cut points only if it overflows."""
+        state, budget, low = self.state, self.budget, self.low
+        if self.masked_head and self.units[e - 1].user and state["head"] < self.head:
+            state["head"] = self.head  # a new turn: the head that gave way to the last returns
+        if self.price(e) <= budget:
+            return
+        limit = e - 1  # the newest unit is never offloaded, masked or elided
+        for name in self.order:
+            if name == "offload_images":
+                self.advance(name, self.offs, e, low, limit)
+            elif name == "mask":
+                self.advance(name, self.masks, e, self.schedule.mask_water * budget, limit)
+            elif name == "elide":
+                self.advance(name, self.cuts, e, low, min(limit, self.sums.newest_turn(e)))
+        if "elide" in self.order:
+            self.give_way(e)
+
+    def give_way(self, e: int) -> None:
+        """The newest turn does not fit beside the head: the head gives way first, to a prefix
+        of itself (still cached), down to the protected head; the turn's calls last.
+
+        It gives way to the low-water mark, not just under the budget: a shrink re-sends the
+        whole turn after it, so it must buy headroom (one shrink per (1 − low_water) × budget
+        of the turn's growth, not one per round)."""
+        state, budget = self.state, self.budget
+        if self.masked_head and self.price(e) > budget:
+            while self.price(e) > self.low and state["head"] > min(self.floor, e - 1):
+                state["head"] -= 1
+        if self.price(e) > budget and "mask" not in self.order:
+            # Without masking, a turn over the budget loses its oldest calls here, and the
+            # cut stays. With masking, the newest unit is masked once it is no longer
+            # newest, so a cut made for it would outlive the need: the plans after the
+            # replay (``plan_max``, the last resort) handle such a turn for one request.
+            self.advance("elide", self.cuts, e, self.low, limit=e - 1)
 
 
 def plan_max(

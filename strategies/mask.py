@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pricing.messages import Message, TextPart
+from strategies.actions import Label
+from strategies.strategy import Move
 
-__all__ = ["MASK_PREFIX", "mask_output", "mask_placeholder", "tool_name"]
+__all__ = ["MASK", "MASK_PREFIX", "mask_output", "mask_placeholder", "tool_name"]
 
 MASK_PREFIX = "[routefit: output of "
 
@@ -46,3 +48,7 @@ def mask_output(message: Message, name: str, tokens: int) -> Message:
     if message.wire is not None:
         wire = {**message.wire, "content": text}
     return replace(message, parts=(TextPart(text),), wire=wire)
+
+
+#: Old tool outputs become placeholders at the planner's mask points.
+MASK = Move("mask", Label("masked", "messages", "masked", "tool output(s)"))

@@ -12,8 +12,10 @@ from dataclasses import replace
 from pricing.messages import ImagePart, Message, Part, TextPart, message_wire, render_content
 from pricing.probe import placeholder, probe
 from pricing.route import Route
+from strategies.actions import Label
+from strategies.strategy import Move
 
-__all__ = ["offload_images", "placeholder_for"]
+__all__ = ["OFFLOAD", "offload_images", "placeholder_for"]
 
 
 def placeholder_for(part: ImagePart, route: Route) -> str:
@@ -41,3 +43,15 @@ def offload_images(message: Message, route: Route) -> Message:
     else:
         wire["content"] = render_content(parts, keep_list=True)
     return replace(message, parts=tuple(parts), wire=wire)
+
+
+def _visual(route: Route) -> bool:
+    """Only a route that prices images as images has any to offload for room (a text-only
+    route gets placeholders whatever the budget: ``strategies.fit``'s adaptation)."""
+    return route.supports_vision and route.image_rule.visual
+
+
+#: Old images become placeholders at the planner's offload points.
+OFFLOAD = Move(
+    "offload_images", Label("offloaded_images", "images", "offloaded", "image(s)"), _visual
+)

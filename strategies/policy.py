@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from strategies.registry import NAMES
+
 __all__ = [
     "MIN_PROMPT_TOKENS",
     "STRATEGIES",
@@ -36,9 +38,8 @@ __all__ = [
     "shrunk_output",
 ]
 
-#: Every strategy, in the default order: masking old tool outputs comes before eliding whole
-#: turns (bench/REPORT.md, section 5b, measures the orders).
-STRATEGIES = ("cap", "offload_images", "mask", "elide")
+#: Every registered strategy's name, in the default order (``strategies.registry``).
+STRATEGIES = NAMES
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
-"""Where the real agent CLIs are: Claude Code (``claude``) and Codex CLI (``codex``).
+"""Where the real agent CLIs are: Claude Code (``claude``), Codex CLI (``codex``) and Gemini CLI
+(``gemini``).
 
 ``.ci/run`` installs pinned versions with npm into ``.ci/tools`` and exports
-``ROUTEFIT_CLAUDE_BIN`` / ``ROUTEFIT_CODEX_BIN``. Elsewhere a test looks there, then on PATH; a
-developer without them gets a skip that says how to install them, while CI (``CI=true``) fails,
-so a missing install step can never turn into a silently green run.
+``ROUTEFIT_CLAUDE_BIN`` / ``ROUTEFIT_CODEX_BIN`` / ``ROUTEFIT_GEMINI_BIN``. Elsewhere a test
+looks there, then on PATH; a developer without them gets a skip that says how to install them,
+while CI (``CI=true``) fails, so a missing install step can never turn into a silently green run.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ import pytest
 __all__ = ["agent_cli"]
 
 _ROOT = Path(__file__).resolve().parent.parent
-_ENV = {"claude": "ROUTEFIT_CLAUDE_BIN", "codex": "ROUTEFIT_CODEX_BIN"}
-_PACKAGE = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex"}
+_ENV = {
+    "claude": "ROUTEFIT_CLAUDE_BIN",
+    "codex": "ROUTEFIT_CODEX_BIN",
+    "gemini": "ROUTEFIT_GEMINI_BIN",
+}
+_PACKAGE = {
+    "claude": "@anthropic-ai/claude-code",
+    "codex": "@openai/codex",
+    "gemini": "@google/gemini-cli",
+}
 
 
 def agent_cli(name: str) -> str:
-    """The path of the ``claude`` or ``codex`` executable, or skip (fail in CI)."""
+    """The path of the ``claude``, ``codex`` or ``gemini`` executable, or skip (fail in CI)."""
     candidates = [
         os.environ.get(_ENV[name], ""),
         str(_ROOT / ".ci" / "tools" / "node_modules" / ".bin" / name),

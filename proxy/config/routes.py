@@ -19,9 +19,17 @@ from strategies.policy import FitPolicy
 
 __all__ = ["MODEL_INFO_KEYS", "ROUTEFIT_KEYS", "RouteConfig", "read_route"]
 
-#: model_info keys routefit reads; others are LiteLLM's business (one warning each).
+#: model_info keys routefit reads (``proxy.config.window``); others are LiteLLM's business (one
+#: warning each).
 MODEL_INFO_KEYS = frozenset(
-    {"max_input_tokens", "max_output_tokens", "max_tokens", "supports_vision"}
+    {
+        "max_input_tokens",
+        "max_output_tokens",
+        "max_tokens",
+        "supports_vision",
+        "input_cost_per_token",
+        "output_cost_per_token",
+    }
 )
 ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info", "routefit"})
 ROUTEFIT_KEYS = frozenset(

@@ -5,8 +5,9 @@ Teams sit in the same block but are read by ``proxy.config.teams`` once the rout
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pricing.calibration import CalibrationPolicy
@@ -20,13 +21,20 @@ from proxy.store.settings import (
 )
 from proxy.teams import hash_key
 
-__all__ = ["SETTINGS_KEYS", "Settings", "TrustLimits", "read_settings"]
+__all__ = [
+    "REQUEST_LOG_KEYS",
+    "SETTINGS_KEYS",
+    "RequestLogSettings",
+    "Settings",
+    "TrustLimits",
+    "read_settings",
+    "store_file",
+]
 
 SETTINGS_KEYS = (
     frozenset(STORE_KEYS)
     | frozenset(
         {
-            "store",
             "max_body_bytes",
             "upstream_timeout",
             "teams",
@@ -48,7 +56,11 @@ _TRUST_KEYS = frozenset(
         "pricing_threads_per_team",
     }
 )
-SETTINGS_KEYS = SETTINGS_KEYS | _TRUST_KEYS
+SETTINGS_KEYS = SETTINGS_KEYS | _TRUST_KEYS | {"request_log"}
+#: ``routefit_settings.request_log`` (``proxy.records``).
+REQUEST_LOG_KEYS = frozenset({"contents", "keep"})
+#: Records kept per team in the store (the newest).
+_REQUEST_LOG_KEEP = 1000
 #: A whole (non-streamed) provider answer: far above any real completion, far below memory.
 _MAX_PROVIDER_BODY = 64 * 1024 * 1024
 #: One SSE event of a provider's stream (``proxy.transports.sse``).
@@ -92,6 +104,26 @@ def _trust(raw: Mapping[str, Any], where: str, rd: Reader) -> TrustLimits:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RequestLogSettings:
+    """The request log (``proxy.records``): a line per request and a bounded record per team."""
+
+    #: Prompt contents in the log line (redacted); never in the store. Off: the log is safe to
+    #: ship anywhere a team's prompts may not go.
+    contents: bool = False
+    #: Records kept per team in the store (the newest): bounded whatever the traffic.
+    keep: int = _REQUEST_LOG_KEEP
+
+
+def _request_log(raw: Any, where: str, rd: Reader) -> RequestLogSettings:
+    block = rd.strict(raw, REQUEST_LOG_KEYS, where)
+    contents = block.get("contents", False)
+    if not isinstance(contents, bool):
+        raise rd.error(f"{where}.contents", "must be true or false")
+    keep = rd.integer(block.get("keep", _REQUEST_LOG_KEEP), f"{where}.keep", 1)
+    return RequestLogSettings(contents=contents, keep=keep)
+
+
 _CALIBRATION_EXTRA = frozenset({"refresh_seconds", "anchor_ttl"})
 _CALIBRATION_KEYS = frozenset(CalibrationPolicy.__dataclass_fields__) | _CALIBRATION_EXTRA
 _STORE_PATH = "routefit.sqlite3"
@@ -103,7 +135,8 @@ _RESPONSES_TTL = 30 * 86_400
 @dataclass(frozen=True, slots=True)
 class Settings:
     redis_url: str | None = None
-    #: Embedded store file (SQLite); ":memory:" keeps nothing across restarts.
+    #: Embedded store file (SQLite), absolute once loaded (``store_file``: a relative path is
+    #: beside the config file); ":memory:" keeps nothing across restarts.
     store_path: str = _STORE_PATH
     max_body_bytes: int = _MAX_BODY
     upstream_timeout: float = 600.0
@@ -127,6 +160,8 @@ class Settings:
     access: Access = field(default_factory=Access)
     #: Provider body/event bounds and count-endpoint fairness (``TrustLimits``).
     limits: TrustLimits = field(default_factory=TrustLimits)
+    #: The request log's contents opt-in and the records kept per team (``proxy.records``).
+    request_log: RequestLogSettings = field(default_factory=RequestLogSettings)
 
 
 def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, float, float]:
@@ -137,12 +172,27 @@ def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, f
     for key, value in cal.items():
         if key in ("min_samples", "window"):
             rd.integer(value, f"{where}.{key}", 1)
+        elif key == "model":  # a name, checked by CalibrationPolicy (it was refused as a number)
+            rd.string(value, f"{where}.{key}")
         else:
             rd.number(value, f"{where}.{key}")
     try:
         return CalibrationPolicy(**cal), refresh, anchor_ttl
     except (TypeError, ValueError) as exc:
         raise rd.error(where, str(exc)) from None
+
+
+def store_file(path: str, config_path: str) -> str:
+    """The embedded store's file, absolute: a relative ``store_path`` (the default
+    ``routefit.sqlite3`` too) is beside the config file, not in whatever folder a command
+    happens to run from — ``routefit calibration`` run elsewhere reads the database ``serve``
+    writes instead of creating an empty one."""
+    if path == ":memory:":
+        return path
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path):
+        path = os.path.join(os.path.dirname(os.path.abspath(config_path)), path)
+    return os.path.normpath(path)
 
 
 def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]) -> Settings:
@@ -152,6 +202,7 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         store = parse_store_settings(raw, where, environ)
     except StoreSettingsError as exc:
         raise rd.error(exc.where, exc.message) from None
+    store = replace(store, store_path=store_file(store.store_path, rd.path))
     mode = raw.get("budget_failure_mode", "open")
     if mode not in ("open", "closed"):
         raise rd.error(f"{where}.budget_failure_mode", "must be 'open' or 'closed'")
@@ -180,4 +231,5 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
             raw.get("responses_ttl_seconds", _RESPONSES_TTL), f"{where}.responses_ttl_seconds", 1
         ),
         limits=_trust(raw, where, rd),
+        request_log=_request_log(raw.get("request_log"), f"{where}.request_log", rd),
     )

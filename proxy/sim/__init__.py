@@ -2,7 +2,7 @@
 formats, counting tokens by its own rules (the truth routefit's estimates are tested against).
 
 Start one with :func:`run_sim` (tests), ``python -m proxy.sim`` (bench), or the ``sim`` fixture in
-:mod:`sim.fixtures`. Its rules, models and fault controls are documented in docs/simulator.md.
+``tests/sim_fixtures.py``. Its rules, models and fault controls are documented in docs/simulator.md.
 """
 
 from proxy.sim.app import create_app

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import fields
 
@@ -81,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def ready(host: str, port: int) -> None:
-        print(f"sim listening on http://{host}:{port}", flush=True)
+        try:
+            print(f"sim listening on http://{host}:{port}", flush=True)
+        except BrokenPipeError:  # nobody reads stdout any more: keep serving, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     serve_forever(
         models or None,

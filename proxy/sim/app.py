@@ -14,15 +14,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.sim import wire_anthropic, wire_openai
 from proxy.sim.counting import anthropic_prompt, openai_prompt
 from proxy.sim.ctx import Ctx, Handler
 from proxy.sim.errors import SimError, anthropic_error, fault_error, openai_error
 from proxy.sim.faults import FaultPlan, FaultRule, parse_faults, plan_faults
 from proxy.sim.state import SimState
 from proxy.sim.streaming import DisconnectWatch, DropConnection
+from proxy.sim.wire_anthropic import collect_pictures as anthropic_pictures
+from proxy.sim.wire_anthropic import image_key
 from proxy.sim.wire_anthropic import messages as anthropic_messages
-from proxy.sim.wire_openai import chat_completions
+from proxy.sim.wire_anthropic import validate as validate_anthropic
+from proxy.sim.wire_openai import chat_completions, validate_chat
+from proxy.sim.wire_openai import collect_pictures as openai_pictures
 from proxy.sim.wire_responses import responses
 
 __all__ = ["SimApp", "create_app"]
@@ -298,12 +301,12 @@ class _Controls:
             if m is None:
                 raise SimError(404, "unknown or missing model", code="model_not_found")
             if m.wire == "anthropic":
-                wire_anthropic.validate(body, strict=state.config.strict_params)
-                pics = await wire_anthropic.collect_pictures(state, body, m)
-                prompt = anthropic_prompt(body, m, lambda b: pics[wire_anthropic.image_key(b)])
+                validate_anthropic(body, strict=state.config.strict_params)
+                pics = await anthropic_pictures(state, body, m)
+                prompt = anthropic_prompt(body, m, lambda b: pics[image_key(b)])
             else:
-                wire_openai.validate_chat(body, strict=state.config.strict_params)
-                urls = await wire_openai.collect_pictures(state, body, m)
+                validate_chat(body, strict=state.config.strict_params)
+                urls = await openai_pictures(state, body, m)
                 prompt = openai_prompt(body, m, lambda part: urls[part["image_url"]["url"]])
         except SimError as exc:
             return openai_error(exc)

@@ -85,10 +85,9 @@ def example_value(schema: Any, key: str, seed: str) -> Any:
     if kind == "array":
         return [example_value(schema.get("items"), key, seed)]
     if kind == "object":
-        props = schema.get("properties") or {}
-        return {
-            k: example_value(v, k, seed) for k, v in props.items() if isinstance(props, Mapping)
-        }
+        props = schema.get("properties")
+        props = props if isinstance(props, Mapping) else {}
+        return {k: example_value(v, k, seed) for k, v in props.items()}
     return f"{key}-{seed[:6]}"
 
 
@@ -102,13 +101,15 @@ def answer(
     max_tokens: int | None,
     room: int,
     id_prefix: str = "call_",
+    schema: Mapping[str, Any] | None = None,
 ) -> Answer:
     """The completion for a prompt.
 
     ``tools``: (name, JSON schema of the arguments) offered; ``forced``: a tool name the tool
     choice forces, ``"*"`` for "any tool" (the first one, or the ones the marker names);
     ``wants_call``: whether the last message is a user turn (only then does a marker call).
-    ``room``: tokens the window has left for the completion.
+    ``room``: tokens the window has left for the completion. ``schema``: a structured output's
+    JSON schema (chat's ``response_format``): the text is a value satisfying it.
     """
     seed = seed_of(model.name, last_user)
     names = [n for n, _ in tools]
@@ -132,6 +133,9 @@ def answer(
         enc = get_encoder(model.tokenizer, model.token_scale)
         used = sum(model.per_tool_call + enc.count(c.name) + enc.count(c.arguments) for c in calls)
         return Answer("", tuple(calls), used, "tool_calls")
+    if schema is not None:
+        text = json.dumps(example_value(schema, "response", seed))
+        return Answer(text, (), get_encoder(model.tokenizer, model.token_scale).count(text), "stop")
     natural = max(1, round(model.completion_tokens * (0.5 + int(seed[8:12], 16) / 0xFFFF)))
     limit = min(natural, room, max_tokens if max_tokens is not None else natural)
     text, count = _text_of_length(model, seed, limit)

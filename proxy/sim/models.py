@@ -22,7 +22,7 @@ class SimModel:
     ``priming``; the function-schema rule for tools), ``deepseek`` (V3 chat template rendered as
     one string, tokenized once), ``anthropic`` (fixed per-message overhead, tool-use system prompt).
     ``image_rule``: ``None`` = text-only (images are rejected with 400), else a rule name for
-    :func:`sim.images.image_tokens`.
+    :func:`proxy.sim.images.image_tokens`.
     """
 
     name: str

@@ -625,6 +625,8 @@ def _answers(
     last_user, ends_with_user = _last_user(body["messages"])
     offered = [(str(fn.get("name")), fn.get("parameters") or {}) for fn in openai_functions(body)]
     no_tools = body.get("tool_choice") == "none"
+    fmt = body.get("response_format")
+    schema = fmt.get("json_schema") if isinstance(fmt, Mapping) else None
     return [
         answer(
             model,
@@ -634,6 +636,7 @@ def _answers(
             wants_call=ends_with_user,
             max_tokens=max_out,
             room=model.context_window - prompt_total,
+            schema=schema.get("schema") if isinstance(schema, Mapping) else None,
         )
         for i in range(body.get("n") or 1)
     ]

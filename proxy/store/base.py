@@ -28,7 +28,9 @@ __all__ = [
     "StoreUnavailable",
     "WindowState",
     "anchor_keys",
+    "check_request_cap",
     "check_response_args",
+    "requests_key",
     "response_key",
     "route_tag",
     "team_tag",
@@ -136,6 +138,16 @@ class Store(Protocol):
         """Forget a stored response; True when one was there (and not expired)."""
         ...
 
+    # -- the request log (``proxy.records``) ---------------------------------------------------
+    async def record_request(self, team: str, data: bytes, cap: int) -> None:
+        """Append one request's record (opaque bytes) to the team's list, keeping its newest
+        ``cap`` (>= 1): the list is bounded whatever the traffic."""
+        ...
+
+    async def recent_requests(self, team: str, limit: int) -> list[bytes]:
+        """The team's newest records, newest first, at most ``limit``."""
+        ...
+
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool: ...
 
@@ -180,6 +192,15 @@ def anchor_keys(route: str, keys: Sequence[bytes]) -> list[str]:
 
 def response_key(team: str, response_id: str) -> str:
     return f"{team_tag(team)}:resp:{response_id}"
+
+
+def requests_key(team: str) -> str:
+    return f"{team_tag(team)}:requests"
+
+
+def check_request_cap(cap: int) -> None:
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise ValueError(f"the request log's cap must be an integer >= 1, not {cap!r}")
 
 
 MONTH = "month"

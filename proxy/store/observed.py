@@ -92,6 +92,12 @@ class ObservedStore:
             "delete_response", lambda: self.inner.delete_response(team, response_id)
         )
 
+    async def record_request(self, team: str, data: bytes, cap: int) -> None:
+        await self._timed("record_request", lambda: self.inner.record_request(team, data, cap))
+
+    async def recent_requests(self, team: str, limit: int) -> list[bytes]:
+        return await self._timed("recent_requests", lambda: self.inner.recent_requests(team, limit))
+
     async def ping(self) -> bool:
         return await self.inner.ping()
 

@@ -10,7 +10,9 @@ Redis Cluster slot):
   window plus a slack (``codec.BUCKET_SLACK``);
 - ``{rf:team:<team>}:settled:<token id>`` — marker that makes ``settle`` idempotent, expires
   with the last bucket of its reservation;
-- ``{rf:team:<team>}:resp:<response id>`` — a stored response (bytes), ``EX ttl_seconds``.
+- ``{rf:team:<team>}:resp:<response id>`` — a stored response (bytes), ``EX ttl_seconds``;
+- ``{rf:team:<team>}:requests`` — list, the team's request records newest first (``LPUSH``),
+  trimmed to the cap (``LTRIM``), expires ``sample_ttl`` after the last write.
 
 Budgets run in one Lua script (``_LUA``, loaded once, called with EVALSHA) with three modes:
 ``reserve``, ``settle`` and ``usage``. It reads the server clock (``TIME``), so replicas with
@@ -45,7 +47,9 @@ from proxy.store.base import (
     StoreUnavailable,
     WindowState,
     anchor_keys,
+    check_request_cap,
     check_response_args,
+    requests_key,
     response_key,
     route_tag,
     team_tag,
@@ -483,6 +487,29 @@ class RedisStore:
         check_response_args(response_id)
         key = response_key(team, response_id)
         return bool(await self._call("delete_response", lambda: self._redis.delete(key)))
+
+    # -- the request log -------------------------------------------------------------------
+    async def record_request(self, team: str, data: bytes, cap: int) -> None:
+        check_request_cap(cap)
+        key, value = requests_key(team), bytes(data)
+
+        async def op() -> None:
+            # one slot (the team's hash tag), one round trip; LTRIM right after LPUSH keeps the
+            # list at the cap exactly
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.lpush(key, value)
+                pipe.ltrim(key, 0, cap - 1)
+                pipe.pexpire(key, self._sample_ttl_ms)
+                await pipe.execute()
+
+        await self._call("record_request", op)
+
+    async def recent_requests(self, team: str, limit: int) -> list[bytes]:
+        if limit <= 0:
+            return []
+        key = requests_key(team)
+        values = await self._call("recent_requests", lambda: self._redis.lrange(key, 0, limit - 1))
+        return [v.encode() if isinstance(v, str) else bytes(v) for v in values or []]
 
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool:

@@ -31,6 +31,7 @@ from proxy.store.base import (
     Reservation,
     StoreUnavailable,
     WindowState,
+    check_request_cap,
     check_response_args,
     window_bucket,
 )
@@ -91,6 +92,12 @@ CREATE TABLE IF NOT EXISTS responses (
     PRIMARY KEY (team, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at);
+CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY,
+    team TEXT NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS requests_team ON requests (team, id);
 """
 
 _PURGE_EVERY = 60.0  # seconds between sweeps of expired anchors / buckets / settle markers
@@ -416,6 +423,34 @@ class SqliteStore:
             return any(row[0] > now for row in gone)
 
         return await self._run(self._tx, op)
+
+    # -- the request log -------------------------------------------------------------------
+    async def record_request(self, team: str, data: bytes, cap: int) -> None:
+        check_request_cap(cap)
+        blob = bytes(data)
+
+        def op(db: sqlite3.Connection, now: float) -> None:
+            db.execute("INSERT INTO requests (team, data) VALUES (?, ?)", (team, blob))
+            db.execute(
+                "DELETE FROM requests WHERE team = ? AND id <= (SELECT id FROM requests"
+                " WHERE team = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                (team, team, cap),
+            )
+
+        await self._run(self._tx, op)
+
+    async def recent_requests(self, team: str, limit: int) -> list[bytes]:
+        if limit <= 0:
+            return []
+
+        def op() -> list[bytes]:
+            rows = self._db().execute(
+                "SELECT data FROM requests WHERE team = ? ORDER BY id DESC LIMIT ?",
+                (team, limit),
+            )
+            return [bytes(r[0]) for r in rows]
+
+        return await self._run(op)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool:

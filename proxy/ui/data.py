@@ -25,11 +25,15 @@ from proxy.errors import ProxyError
 from proxy.metrics import Metrics
 from proxy.teams import TeamDirectory
 from strategies.fit import FitReport
+from strategies.registry import STRATEGIES
 
-__all__ = ["DashboardData", "FitLog", "History"]
+__all__ = ["ACTIONS", "DashboardData", "FitLog", "History"]
 
 #: Points per route series sent to the page (the newest).
 SERIES_POINTS = 300
+
+#: How the page names each fit action, in the registry's order (it names none itself).
+ACTIONS = [{"name": s.label.action, "verb": s.label.verb, "noun": s.label.noun} for s in STRATEGIES]
 
 
 class FitLog:
@@ -46,12 +50,10 @@ class FitLog:
                 "budget": report.budget,
                 "estimate_before": report.estimate_before,
                 "estimate_after": report.estimate_after,
-                "capped": report.capped,
-                "capped_tokens": report.capped_tokens,
-                "offloaded_images": report.offloaded_images,
-                "offloaded_tokens": report.offloaded_tokens,
-                "elided_messages": report.elided_messages,
-                "elided_tokens": report.elided_tokens,
+                "actions": {
+                    name: {"count": action.count, "tokens_removed": action.tokens}
+                    for name, action in report.actions.items()
+                },
             }
         )
 
@@ -149,6 +151,7 @@ class DashboardData:
             "routes": self._routes(cal["routes"]),
             "teams": await self._teams(),
             "open": self.teams.open,
+            "actions": ACTIONS,
             "fits": list(self.fits.entries)[::-1],
             "history": list(self.history.points),
         }

@@ -18,25 +18,28 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response
 
-from pricing.messages import ChatRequest, RequestError
-from pricing.meter import measure
-from proxy.body import read_json
+from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
-from proxy.fairness import caller
-from proxy.transports import CHAT, MESSAGES, Completion, EventStream, Outbound, StreamBroken
+from proxy.teams import BEARER_OR_API_KEY
+from proxy.transports import CHAT, MESSAGES, Completion, EventStream, Outbound
 from proxy.transports.sse import DONE, encode, event_data, event_name
 from proxy.usage import normalize_usage
 from proxy.wires.anthropic_chat import ChatToAnthropic, chat_body, chat_to_message
 from proxy.wires.anthropic_parse import AnthropicRequest, parse_anthropic
 from proxy.wires.anthropic_render import mark_head, render_messages
-from proxy.wires.base import Answer, Outcome, capped_output
+from proxy.wires.base import (
+    Answer,
+    Outcome,
+    RequestContext,
+    StreamFailed,
+    capped_output,
+    delta_fields,
+)
 from strategies.fit import Fit, FitError
 from strategies.output import OutputReserveError
 
-__all__ = ["AnthropicWire", "anthropic_error", "count_tokens", "error_event"]
+__all__ = ["AnthropicWire", "anthropic_error", "error_event"]
 
 #: Client headers a Messages provider must see.
 _FORWARDED = ("anthropic-version", "anthropic-beta")
@@ -65,14 +68,9 @@ def _type(err: ProxyError) -> str:
     return _TYPES.get(err.status, "invalid_request_error" if err.status < 500 else "api_error")
 
 
-def anthropic_error(err: ProxyError) -> Response:
-    body = {"type": "error", "error": {"type": _type(err), "message": err.message}}
-    return Response(
-        orjson.dumps(body),
-        status_code=err.status,
-        headers=err.headers,
-        media_type="application/json",
-    )
+def anthropic_error(err: ProxyError) -> bytes:
+    """Anthropic's error body: ``{"type": "error", "error": {"type", "message"}}``."""
+    return orjson.dumps({"type": "error", "error": {"type": _type(err), "message": err.message}})
 
 
 def error_event(message: str, kind: str = "api_error") -> bytes:
@@ -107,9 +105,14 @@ def _usage_of(data: Any, key: str) -> Mapping[str, Any] | None:
 
 class AnthropicWire:
     name = MESSAGES
+    paths: tuple[str, ...] = ("/v1/messages",)
+    count_paths: tuple[str, ...] = ("/v1/messages/count_tokens",)
+    stored = False
+    keys = BEARER_OR_API_KEY
+    generated = delta_fields("text", "partial_json", "thinking")
 
-    def parse(self, body: Any) -> ChatRequest:
-        return parse_anthropic(body)
+    def parse(self, ctx: RequestContext) -> ChatRequest:
+        return parse_anthropic(ctx.body, count_only=ctx.counting)
 
     def streams(self, request: ChatRequest) -> bool:
         return bool(request.body.get("stream"))
@@ -170,8 +173,14 @@ class AnthropicWire:
             type="invalid_request_error",
         )
 
-    def error_response(self, err: ProxyError) -> Response:
+    def stream_error(self, request: ChatRequest, outcome: Outcome, message: str) -> bytes:
+        return error_event(message)
+
+    def error_body(self, err: ProxyError) -> bytes:
         return anthropic_error(err)
+
+    def counted(self, tokens: int) -> bytes:
+        return orjson.dumps({"input_tokens": tokens})
 
 
 def _thinking_within(body: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -202,97 +211,47 @@ def _reserve_message(exc: OutputReserveError) -> str:
 
 async def _relay_native(events: EventStream, outcome: Outcome) -> AsyncGenerator[bytes, None]:
     usage: dict[str, Any] = {}
-    failed = False
-    try:
-        async for event in events:
-            name = event_name(event)
-            if name in (b"message_start", b"message_delta"):
-                data = event_data(event)
-                try:
-                    parsed = orjson.loads(data) if data else None
-                except orjson.JSONDecodeError:
-                    parsed = None
-                found = _usage_of(parsed, "message" if name == b"message_start" else "")
-                if found:
-                    usage.update({k: v for k, v in found.items() if v is not None})
-                    outcome.usage = normalize_usage(usage) or outcome.usage
-            elif name == b"message_stop":
-                outcome.completed = True
-            elif name == b"error":
-                failed = True
-            yield event
-    except StreamBroken as exc:
-        yield error_event(f"the upstream stream broke off before it was complete: {exc}")
-        return
-    if not outcome.completed and not failed:
-        yield error_event("the upstream stream ended before it was complete")
+    async for event in events:
+        name = event_name(event)
+        if name in (b"message_start", b"message_delta"):
+            data = event_data(event)
+            try:
+                parsed = orjson.loads(data) if data else None
+            except orjson.JSONDecodeError:
+                parsed = None
+            found = _usage_of(parsed, "message" if name == b"message_start" else "")
+            if found:
+                usage.update({k: v for k, v in found.items() if v is not None})
+                outcome.usage = normalize_usage(usage) or outcome.usage
+        elif name == b"message_stop":
+            outcome.completed = True
+        elif name == b"error":
+            outcome.failed = True  # the provider's own error event ends the stream
+        yield event
 
 
 async def _relay_chat(
     model: str, events: EventStream, outcome: Outcome
 ) -> AsyncGenerator[bytes, None]:
     out = ChatToAnthropic(model)
-    try:
-        async for event in events:
-            data = event_data(event)
-            if data is None:
-                continue
-            if data.strip() == DONE[6:].strip():
-                for chunk in out.finish(outcome.usage):
-                    yield chunk
-                outcome.completed = True
-                continue
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(obj, dict):
-                continue
-            if isinstance(obj.get("error"), Mapping):
-                message = str(obj["error"].get("message") or "upstream error")
-                yield error_event(message)
-                return
-            if obj.get("usage") is not None:
-                outcome.usage = normalize_usage(obj["usage"]) or outcome.usage
-            for chunk in out.chunk(obj):
+    async for event in events:
+        data = event_data(event)
+        if data is None:
+            continue
+        if data.strip() == DONE[6:].strip():
+            for chunk in out.finish(outcome.usage):
                 yield chunk
-    except StreamBroken as exc:
-        yield error_event(f"the upstream stream broke off before it was complete: {exc}")
-        return
-    if not outcome.completed:
-        yield error_event("the upstream stream ended before it was complete")
-
-
-async def count_tokens(gateway: Any, request: Request) -> Response:
-    """``POST /v1/messages/count_tokens``: routefit's calibrated estimate of the request as the
-    client sent it, on its route — the number the fit acts on — answered without the provider.
-
-    Held to the caller's count rate, and a big body is parsed and priced in one of the caller's
-    pricing threads (``proxy.fairness``): counting costs routefit CPU that no budget charges."""
-    try:
-        team = gateway.teams.authenticate(request.headers)
-        who = caller(team, request)
-        gateway.fairness.admit_count(who)
-        body, size = await read_json(request, gateway.config.settings.max_body_bytes)
-        estimate, alias = await gateway.fairness.run(who, size, _count, gateway, team, body)
-    except ProxyError as err:
-        return anthropic_error(err)
-    return Response(
-        orjson.dumps({"input_tokens": estimate}),
-        headers={"x-routefit-route": alias, "x-routefit-prompt-tokens": str(estimate)},
-        media_type="application/json",
-    )
-
-
-def _count(gateway: Any, team: Any, body: Any) -> tuple[int, str]:
-    """(the calibrated estimate, the route's alias) of a count request's body."""
-    try:
-        parsed = parse_anthropic(body, count_only=True)
-        rc = gateway.preparer.route_for(parsed)
-        if team is not None and not team.may_use(rc.route.alias):
-            raise ProxyError(403, f"team {team.id!r} may not use model {rc.route.alias!r}")
-        pressure = measure(parsed, gateway.preparer.route_priced(rc, team))
-    except RequestError as exc:
-        raise ProxyError(400, exc.message, param=exc.param) from None
-    correction = gateway.calibrator.correction(rc.route.alias)
-    return correction.price_pressure(pressure), rc.route.alias
+            outcome.completed = True
+            continue
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if isinstance(obj.get("error"), Mapping):
+            raise StreamFailed(str(obj["error"].get("message") or "upstream error"))
+        if obj.get("usage") is not None:
+            outcome.usage = normalize_usage(obj["usage"]) or outcome.usage
+        for chunk in out.chunk(obj):
+            yield chunk

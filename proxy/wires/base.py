@@ -1,50 +1,111 @@
 """The client-wire seam: one module per API format a client speaks.
 
-A wire turns a request body into the conversation pricing and fitting reason about
-(``pricing.messages`` values that keep a reference to the wire objects they came from), writes the
-fitted conversation back as a provider request (its own format when the route speaks it, chat
-completions otherwise), reads the provider's answer back into the client's format, and owns the
-client's error shape, SSE events and usage extraction. The gateway (``proxy.gateway``) runs the
-same pipeline for every wire; adding a wire is one module here plus its routes in ``proxy.app``.
+A wire turns a request (its ``RequestContext``: the JSON body, path parameters, query, headers
+and the authenticated team, built once by ``proxy.intake``) into the conversation pricing and
+fitting reason about (``pricing.messages`` values that keep a reference to the wire objects they
+came from), writes the fitted conversation back as a provider request (its own format when the
+route speaks it, chat completions otherwise), and reads the provider's answer back into the
+client's format. Of everything else it supplies only shapes: its error body, its stream's error
+event, its count answer, where its clients put their key. Reading, authenticating, permission,
+the error mapping and how a stream ends are the gateway's (``proxy.gateway``, the same for every
+wire): adding a wire is one module here plus one line registering its routes in ``proxy.app``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
-from starlette.responses import Response
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
-from proxy.transports import CHAT, MESSAGES, RESPONSES, Completion, EventStream, Outbound
+from proxy.teams import KeyPlaces, Team
+from proxy.transports import Completion, EventStream, Outbound
 from proxy.usage import Usage
 from strategies.fit import Fit, FitError
 
-__all__ = ["Answer", "Outcome", "Wire", "capped_output", "generated", "noting_relayed"]
+__all__ = [
+    "Answer",
+    "Counting",
+    "Outcome",
+    "RequestContext",
+    "Stored",
+    "StreamFailed",
+    "Wire",
+    "capped_output",
+    "delta_fields",
+    "generated",
+]
 
 #: A JSON string value after its key: its escaped contents (the unrolled form: no alternation
 #: per character).
 _STRING = rb'\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)"'
-#: Where each client wire's stream events carry generated text: the *delta* fields only (a
-#: Responses ``*.done`` event or ``response.completed`` repeats the whole text: never counted).
-#: A quoted key cannot occur inside a JSON string (its quotes would be escaped there).
-_GENERATED = {
-    CHAT: re.compile(rb'"(?:content|reasoning_content|refusal|arguments)"' + _STRING),
-    MESSAGES: re.compile(rb'"(?:text|partial_json|thinking)"' + _STRING),
-    RESPONSES: re.compile(rb'"delta"' + _STRING),
-}
 
 
-def generated(chunk: bytes, wire: str) -> Iterator[bytes]:
-    """The escaped contents of every generated-text value in one of ``wire``'s events."""
-    pattern = _GENERATED.get(wire)
-    if pattern is not None:
-        for found in pattern.finditer(chunk):
-            yield found.group(1)
+def delta_fields(*keys: str) -> re.Pattern[bytes]:
+    """A wire's ``generated`` pattern: the escaped contents of each of ``keys``' string values in
+    an event. Only the *delta* fields belong (an event that repeats the whole text, like
+    Responses' ``*.done``, must never be counted); a quoted key cannot occur inside a JSON string
+    (its quotes would be escaped there)."""
+    names = "|".join(re.escape(k) for k in keys)
+    return re.compile(b'"(?:' + names.encode() + b')"' + _STRING)
+
+
+def generated(chunk: bytes, pattern: re.Pattern[bytes]) -> Iterator[bytes]:
+    """The escaped contents of every generated-text value in one event (``Wire.generated``)."""
+    for found in pattern.finditer(chunk):
+        yield found.group(1)
+
+
+class Stored(Protocol):
+    """A stateful API's stored conversation for one request (Responses' ``previous_response_id``
+    and ``store``), kept by the shell (``proxy.responses_store``): the wire reads what came
+    before and hands over its finished answers, and never touches the store itself."""
+
+    @property
+    def prior(self) -> Sequence[Any] | None:
+        """The items the named earlier response stands for (its whole input and its output),
+        in order; None when the request names none."""
+
+    def keep(self, response: dict[str, Any], input: list[Any]) -> None:
+        """A whole answer (and the input it answered), stored before its body goes out."""
+
+    async def save(self, response: Mapping[str, Any], input: list[Any]) -> None:
+        """A stream's final response, stored before its last event goes out."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """One request as the gateway read it, once (``proxy.intake``): what a wire parses. A wire
+    whose model and stream flag sit in the URL reads them from ``path``."""
+
+    #: The JSON body (decoded, within the size limit).
+    body: Any
+    #: The route's path parameters (``{model}`` ...).
+    path: Mapping[str, str]
+    query: Mapping[str, str]
+    #: The client's headers (case-insensitive).
+    headers: Mapping[str, str]
+    #: The authenticated team; None when routefit runs open.
+    team: Team | None
+    #: The path the client called: a wire serving several (``...:generateContent``,
+    #: ``...:streamGenerateContent``) reads which one here.
+    url_path: str = ""
+    #: The body's decoded size in bytes.
+    size: int = 0
+    #: The body is a count endpoint's (Anthropic's ``count_tokens``: no output settings).
+    counting: bool = False
+    #: The stored conversation the request continues, resolved by the shell before the wire
+    #: parses (``Stored``); None for a stateless wire.
+    stored: Stored | None = None
+
+
+class StreamFailed(Exception):
+    """The provider's own error inside a stream: the gateway ends the stream with the wire's
+    error event carrying this message as it is."""
 
 
 @dataclass(slots=True)
@@ -56,6 +117,14 @@ class Outcome:
     usage: Usage | None = None
     #: The provider's own end-of-stream marker was seen (anything else is a broken stream).
     completed: bool = False
+    #: The provider's own error event was relayed as it came: the stream already ends in the
+    #: client's words, the gateway adds nothing.
+    failed: bool = False
+    #: Events relayed to the client so far (counted by the gateway): the next event's place.
+    sent: int = 0
+    #: The id the stream announced for its answer (Responses: ``response.created``), when the
+    #: wire made one up itself: the error event that ends the stream names the same answer.
+    answer_id: str | None = None
     #: The generated text relayed to the client so far, as escaped JSON string contents: what an
     #: unfinished stream is charged for beyond its prompt.
     relayed: bytearray = field(default_factory=bytearray)
@@ -70,22 +139,6 @@ class Outcome:
         except orjson.JSONDecodeError:  # not ours to judge: count the bytes as they came
             return self.relayed.decode("utf-8", "replace")
         return text if isinstance(text, str) else ""
-
-
-async def noting_relayed(
-    chunks: AsyncGenerator[bytes, None], outcome: Outcome, wire: str
-) -> AsyncGenerator[bytes, None]:
-    """``chunks`` as they are, the generated text in each noted in ``outcome`` before it goes
-    out (what was generated is billed whether or not the client read it)."""
-    pattern = _GENERATED.get(wire)
-    try:
-        async for chunk in chunks:
-            if pattern is not None:
-                for found in pattern.finditer(chunk):
-                    outcome.relayed += found.group(1)
-            yield chunk
-    finally:
-        await chunks.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +166,19 @@ class Wire(Protocol):
 
     #: The provider wire name of this format (``proxy.transports.CHAT`` ...).
     name: str
+    #: The paths its clients POST requests to (``proxy.app.wire_routes`` registers them; a
+    #: path may hold parameters, ``/v1beta/models/{model}:generateContent``: ``ctx.path``).
+    paths: tuple[str, ...]
+    #: Its API stores conversations (Responses): the shell's session resolves what a request
+    #: continues and keeps its answer (``RequestContext.stored``).
+    stored: bool
+    #: Where its clients present their key (``proxy.teams.KeyPlaces``).
+    keys: KeyPlaces
+    #: Where its stream events carry generated text (``delta_fields``): what an unfinished
+    #: stream is charged for beyond its prompt.
+    generated: re.Pattern[bytes]
 
-    def parse(self, body: Any) -> ChatRequest:
+    def parse(self, ctx: RequestContext) -> ChatRequest:
         """The conversation; ``pricing.messages.RequestError`` names a bad field."""
 
     def streams(self, request: ChatRequest) -> bool:
@@ -133,10 +197,25 @@ class Wire(Protocol):
         self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
     ) -> AsyncGenerator[bytes, None]:
         """The provider's events as this wire's events; records usage and completion in
-        ``outcome``; a broken or unfinished stream ends with this wire's error event."""
+        ``outcome``. A provider's error the wire reads raises ``StreamFailed``; how a stream
+        that breaks or stops short ends is the gateway's (with ``stream_error``)."""
+
+    def stream_error(self, request: ChatRequest, outcome: Outcome, message: str) -> bytes:
+        """The event that ends a stream that cannot end normally, in this wire's shape."""
 
     def overflow(self, exc: FitError) -> ProxyError:
         """The refusal of a request that cannot be made to fit, as this wire's clients read it."""
 
-    def error_response(self, err: ProxyError) -> Response:
-        """An error in this wire's shape, with its status."""
+    def error_body(self, err: ProxyError) -> bytes:
+        """An error's body in this wire's shape (the gateway adds its status and headers)."""
+
+
+@runtime_checkable
+class Counting(Wire, Protocol):
+    """A wire with a count endpoint (Anthropic's ``count_tokens``, Gemini's ``countTokens``)."""
+
+    #: The paths of its count endpoint.
+    count_paths: tuple[str, ...]
+
+    def counted(self, tokens: int) -> bytes:
+        """The count endpoint's answer for ``tokens`` input tokens."""

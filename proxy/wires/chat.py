@@ -13,14 +13,14 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
 from pricing.messages import ChatRequest, parse_request
-from proxy.errors import ProxyError, error_response
-from proxy.transports import CHAT, Completion, EventStream, Outbound, StreamBroken
+from proxy.errors import ProxyError, error_body
+from proxy.teams import BEARER_OR_API_KEY
+from proxy.transports import CHAT, Completion, EventStream, Outbound
 from proxy.transports.sse import event_data
 from proxy.usage import normalize_usage
-from proxy.wires.base import Answer, Outcome, capped_output
+from proxy.wires.base import Answer, Outcome, RequestContext, capped_output, delta_fields
 from strategies.fit import Fit, FitError
 from strategies.output import OutputReserveError
 
@@ -111,9 +111,13 @@ def inspect(event: bytes, outcome: Outcome, wants_usage: bool) -> bytes:
 
 class ChatWire:
     name = CHAT
+    paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
+    stored = False
+    keys = BEARER_OR_API_KEY
+    generated = delta_fields("content", "reasoning_content", "refusal", "arguments")
 
-    def parse(self, body: Any) -> ChatRequest:
-        return parse_request(body)
+    def parse(self, ctx: RequestContext) -> ChatRequest:
+        return parse_request(ctx.body)
 
     def streams(self, request: ChatRequest) -> bool:
         return bool(request.body.get("stream"))
@@ -138,16 +142,13 @@ class ChatWire:
     ) -> AsyncGenerator[bytes, None]:
         wants_usage = _wants_usage(request.body)
         rename = Renamer(request.model)
-        try:
-            async for event in events:
-                out = inspect(event, outcome, wants_usage)
-                if out:
-                    yield rename(out)
-        except StreamBroken as exc:
-            yield error_event(f"the upstream stream broke off before it was complete: {exc}")
-            return
-        if not outcome.completed:
-            yield error_event("the upstream stream ended before it was complete")
+        async for event in events:
+            out = inspect(event, outcome, wants_usage)
+            if out:
+                yield rename(out)
+
+    def stream_error(self, request: ChatRequest, outcome: Outcome, message: str) -> bytes:
+        return error_event(message)
 
     def overflow(self, exc: FitError) -> ProxyError:
         if isinstance(exc, OutputReserveError):  # the reply's reservation, not the prompt
@@ -170,5 +171,5 @@ class ChatWire:
             code="context_length_exceeded",
         )
 
-    def error_response(self, err: ProxyError) -> Response:
-        return error_response(err)
+    def error_body(self, err: ProxyError) -> bytes:
+        return error_body(err)

@@ -4,8 +4,9 @@ OpenAI routes get the fitted body natively (the client's own body, byte for byte
 had to change; else the body with ``input`` rewritten from the fitted items); the provider's
 bytes come back unchanged, and usage is read from ``response.completed``. Other routes are
 translated to chat completions and back (``responses_translate``). Items map onto fitting's
-units as ``responses_items`` describes; stored responses live in ``responses_store`` (its HTTP
-endpoints in ``proxy.responses_api``).
+units as ``responses_items`` describes. Stored responses (``store``, ``previous_response_id``)
+are the shell's (``proxy.responses_store``): it resolves the chain a request names before this
+wire parses it (``RequestContext.stored``), and this wire hands it the finished answers to keep.
 
 Unknown item types: kept verbatim, priced as their JSON, grouped with the model-side items around
 them (so removed only with their whole turn); an unknown ``*_call_output`` pairs with its
@@ -14,20 +15,20 @@ them (so removed only with their whole turn); an unknown ``*_call_output`` pairs
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
 from pricing.messages import ChatRequest
-from proxy.errors import ProxyError, error_response
-from proxy.transports import CHAT, RESPONSES, Completion, EventStream, Outbound, StreamBroken
+from proxy.errors import ProxyError, error_body
+from proxy.teams import BEARER_OR_API_KEY
+from proxy.transports import CHAT, RESPONSES, Completion, EventStream, Outbound
 from proxy.transports.sse import event_data
 from proxy.usage import normalize_usage
-from proxy.wires.base import Answer, Outcome, capped_output
+from proxy.wires.base import Answer, Outcome, RequestContext, Stored, capped_output, delta_fields
 from proxy.wires.responses_items import input_items, parse_responses, render_items
-from proxy.wires.responses_store import Keeper
 from proxy.wires.responses_translate import (
     ChatStreamToResponses,
     chat_body,
@@ -39,7 +40,7 @@ from proxy.wires.responses_translate import (
 from strategies.fit import Fit, FitError
 from strategies.output import OutputReserveError
 
-__all__ = ["ResponsesWire"]
+__all__ = ["ResponsesRequest", "ResponsesWire"]
 
 #: Events that end a Responses stream (the provider's own end marker).
 _ENDS = frozenset({b"response.completed", b"response.incomplete", b"response.failed", b"error"})
@@ -62,19 +63,50 @@ def _ends(event: bytes) -> bool:
     return any(b'"type":"' + kind + b'"' in head for kind in _ENDS)
 
 
+@dataclass(frozen=True, slots=True)
+class ResponsesRequest(ChatRequest):
+    """A Responses request, with where its answer is kept (None: a dry run, nothing kept)."""
+
+    stored: Stored | None = None
+
+    @property
+    def keeps(self) -> Stored | None:
+        """Where to keep the answer, when the client asked for it to be stored (``store``
+        defaults to true, as at OpenAI)."""
+        return self.stored if self.body.get("store", True) is not False else None
+
+
+def continued(body: Any, prior: Sequence[Any]) -> Any:
+    """The body with the stored chain ``prior`` before its own input, and without
+    ``previous_response_id`` (the provider is sent the whole conversation, not the id)."""
+    if not isinstance(body, Mapping):
+        return body
+    out = {k: v for k, v in body.items() if k != "previous_response_id"}
+    out["input"] = [*prior, *input_items(body)]
+    return out
+
+
+def _request(request: ChatRequest) -> ResponsesRequest:
+    assert isinstance(request, ResponsesRequest)
+    return request
+
+
 class ResponsesWire:
     name = RESPONSES
+    paths: tuple[str, ...] = ("/v1/responses", "/responses")
+    stored = True
+    keys = BEARER_OR_API_KEY
+    generated = delta_fields("delta")
 
-    def __init__(self, keeper: Keeper | None = None) -> None:
-        self.keeper = keeper
-
-    def parse(self, body: Any) -> ChatRequest:
-        request = parse_responses(body)
-        if self.keeper is not None:
-            self.keeper.enabled = request.body.get("store", True) is not False
-            if self.keeper.enabled:
-                self.keeper.input = input_items(request.body)
-        return request
+    def parse(self, ctx: RequestContext) -> ChatRequest:
+        body = ctx.body
+        stored = ctx.stored
+        if stored is not None and stored.prior is not None:
+            body = continued(body, stored.prior)
+        p = parse_responses(body)
+        return ResponsesRequest(
+            p.model, p.messages, p.tools, p.max_output_tokens, p.body, stored, choices=p.choices
+        )
 
     def streams(self, request: ChatRequest) -> bool:
         return bool(request.body.get("stream"))
@@ -97,23 +129,12 @@ class ResponsesWire:
         data = completion.data
         if wire == CHAT:
             response = chat_to_response(request, data, new_response_id())
-            self._keep(response)
+            _keep(request, response)
             return Answer(orjson.dumps(response), normalize_usage(response.get("usage")))
         if isinstance(data, dict):
-            self._keep(data)
+            _keep(request, data)
             return Answer(completion.body, normalize_usage(data.get("usage")))
         return Answer(completion.body, None)
-
-    def _keep(self, response: dict[str, Any]) -> None:
-        if self.keeper is not None:
-            self.keeper.keep(response)
-
-    async def _final(self, response: Any, outcome: Outcome) -> None:
-        if not isinstance(response, dict):
-            return
-        outcome.usage = normalize_usage(response.get("usage")) or outcome.usage
-        if self.keeper is not None and response.get("status") != "failed":
-            await self.keeper.save(response)
 
     async def relay(
         self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
@@ -122,65 +143,50 @@ class ResponsesWire:
             async for out in self._translated(request, events, outcome):
                 yield out
             return
-        seq = 0
-        try:
-            async for event in events:
-                seq += 1
-                if _ends(event):
-                    data = event_data(event)
-                    try:
-                        obj = orjson.loads(data) if data is not None else None
-                    except orjson.JSONDecodeError:
-                        obj = None
-                    if isinstance(obj, dict):
-                        await self._final(obj.get("response"), outcome)
-                        outcome.completed = True
-                yield event
-        except StreamBroken as exc:
-            message = f"the upstream stream broke off before it was complete: {exc}"
-            yield failed_event(request, new_response_id(), seq, message, "upstream_error")
-            return
-        if not outcome.completed:
-            message = "the upstream stream ended before it was complete"
-            yield failed_event(request, new_response_id(), seq, message, "upstream_error")
+        async for event in events:
+            if _ends(event):
+                data = event_data(event)
+                try:
+                    obj = orjson.loads(data) if data is not None else None
+                except orjson.JSONDecodeError:
+                    obj = None
+                if isinstance(obj, dict):
+                    await _final(request, obj.get("response"), outcome)
+                    outcome.completed = True
+            yield event
 
     async def _translated(
         self, request: ChatRequest, events: EventStream, outcome: Outcome
     ) -> AsyncGenerator[bytes, None]:
-        rid = new_response_id()
+        rid = outcome.answer_id = new_response_id()
         t = ChatStreamToResponses(request, rid)
         for out in t.start():
             yield out
-        done = False
-        try:
-            async for event in events:
-                data = event_data(event)
-                if data is None:
-                    continue
-                if data.strip() == b"[DONE]":
-                    done = True
-                    break
-                try:
-                    chunk = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(chunk, dict):
-                    for out in t.chunk(chunk):
-                        yield out
-        except StreamBroken as exc:
-            message = f"the upstream stream broke off before it was complete: {exc}"
-            yield failed_event(request, rid, t.seq, message, "upstream_error")
-            return
-        if not done:
-            message = "the upstream stream ended before it was complete"
-            yield failed_event(request, rid, t.seq, message, "upstream_error")
-            return
+        async for event in events:
+            data = event_data(event)
+            if data is None:
+                continue
+            if data.strip() == b"[DONE]":
+                break
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(chunk, dict):
+                for out in t.chunk(chunk):
+                    yield out
+        else:
+            return  # no [DONE]: the gateway ends the stream (``stream_error``)
         closing, final = t.finish_events()
         for out in closing:
             yield out
-        await self._final(final, outcome)
+        await _final(request, final, outcome)
         outcome.completed = True
         yield t.end_event(final)
+
+    def stream_error(self, request: ChatRequest, outcome: Outcome, message: str) -> bytes:
+        rid = outcome.answer_id or new_response_id()
+        return failed_event(request, rid, outcome.sent, message, "upstream_error")
 
     def overflow(self, exc: FitError) -> ProxyError:
         if isinstance(exc, OutputReserveError):  # the reply's reservation, not the input
@@ -205,5 +211,22 @@ class ResponsesWire:
             code="context_length_exceeded",
         )
 
-    def error_response(self, err: ProxyError) -> Response:
-        return error_response(err)
+    def error_body(self, err: ProxyError) -> bytes:
+        return error_body(err)
+
+
+def _keep(request: ChatRequest, response: dict[str, Any]) -> None:
+    """A whole answer, kept by the shell before its body goes out (when it is to be stored)."""
+    stored = _request(request).keeps
+    if stored is not None:
+        stored.keep(response, input_items(request.body))
+
+
+async def _final(request: ChatRequest, response: Any, outcome: Outcome) -> None:
+    """A stream's final response: its usage noted, and stored before its last event goes out."""
+    if not isinstance(response, dict):
+        return
+    outcome.usage = normalize_usage(response.get("usage")) or outcome.usage
+    stored = _request(request).keeps
+    if stored is not None and response.get("status") != "failed":
+        await stored.save(response, input_items(request.body))

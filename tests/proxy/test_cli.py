@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
+import time
+from pathlib import Path
 
+import httpx
 import pytest
-from harness import routefit_command
+from harness import free_port, routefit_command
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -64,6 +70,8 @@ def test_price_reads_stdin(example_config, request_file):
             '{"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}',
             "unknown model alias 'gpt-9'",
         ),
+        # issue 32: "unknown model alias ''"; the gateway's words on every wire
+        ('{"messages": [{"role": "user", "content": "x"}]}', "model is required"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(example_config, body, reason):
@@ -354,3 +362,164 @@ def test_fit_shows_the_output_cap_it_would_send(tmp_path, example_config):
     }
     text = run("fit", str(body), "--config", str(example_config)).stdout
     assert "output cap 32000->16384" in text
+
+
+# --- manners (issue 32): closed pipes, the store's path, the port, the order of the log ------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--config", "{config}", "--json"],
+        ["price", "{request}", "--config", "{config}"],
+        ["fit", "{request}", "--config", "{config}", "--json"],
+        ["version"],
+    ],
+    ids=["check", "price", "fit", "version"],
+)
+def test_output_into_a_closed_pipe_ends_quietly(example_config, request_file, args):
+    """``routefit check --json | head -1``: the reader is gone before the command writes (the
+    read end is closed at once, so the write always meets a closed pipe)."""
+    args = [a.format(config=example_config, request=request_file) for a in args]
+    read, write = os.pipe()
+    process = subprocess.Popen(
+        [*routefit_command(), *args], stdout=write, stderr=subprocess.PIPE, text=True
+    )
+    os.close(write)
+    os.close(read)
+    _, err = process.communicate(timeout=120)
+    assert err == ""  # no BrokenPipeError traceback, no "Exception ignored"
+    assert process.returncode == 141  # 128 + SIGPIPE, as a shell reports for any tool
+
+
+_SIM_CONFIG = """\
+model_list:
+  - model_name: local
+    litellm_params: {model: openai/gpt-4o, api_base: "sim://local"}
+"""
+
+
+def _embedded() -> dict[str, str]:
+    """The environment without the tests' Redis (``REDIS_URL`` stands in for ``redis_url``)."""
+    return {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ROUTEFIT_REDIS_URL")}
+
+
+def _serve(config: Path, cwd: Path, port: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*routefit_command(), "serve", "--config", str(config), "--port", str(port)],
+        cwd=cwd,
+        env=_embedded(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_ready(process: subprocess.Popen[str], port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[0]
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("routefit did not become ready")
+
+
+def test_the_embedded_store_is_beside_the_config_wherever_commands_run(tmp_path):
+    """serve run from one folder and calibration from another read one database: the one
+    beside the config file (its path printed at start), and neither creates another."""
+    conf, serve_dir, other_dir = (tmp_path / d for d in ("conf", "serve-here", "elsewhere"))
+    for d in (conf, serve_dir, other_dir):
+        d.mkdir()
+    config = conf / "routefit.yaml"
+    config.write_text(_SIM_CONFIG)  # no store_path: the default, routefit.sqlite3
+    store = conf / "routefit.sqlite3"
+    port = free_port()
+    process = _serve(config, serve_dir, port)
+    try:
+        _wait_ready(process, port)
+        body = {"model": "local", "messages": [{"role": "user", "content": "Hello"}]}
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        process.send_signal(signal.SIGTERM)  # the calibrator flushes its queue on the way out
+        log = process.communicate(timeout=60)[0]
+    assert process.returncode == 0, log
+    assert f"store: sqlite {store}" in log
+    out = subprocess.run(
+        [*routefit_command(), "calibration", "--config", str(config), "--json"],
+        cwd=other_dir,
+        env=_embedded(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"store sqlite {store}" in out.stderr
+    assert json.loads(out.stdout)["local"]["samples"] == 1
+    assert store.exists()
+    assert not list(serve_dir.iterdir()) and not list(other_dir.iterdir())
+
+
+def test_calibration_without_a_database_creates_none(tmp_path):
+    config = tmp_path / "routefit.yaml"
+    config.write_text(_SIM_CONFIG)
+    out = subprocess.run(
+        [*routefit_command(), "calibration", "--config", str(config), "--json"],
+        env=_embedded(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "does not exist: nothing learnt yet" in out.stderr
+    assert json.loads(out.stdout)["local"]["samples"] == 0
+    assert not (tmp_path / "routefit.sqlite3").exists()
+
+
+def test_a_port_in_use_is_the_only_complaint_and_nothing_says_ready(tmp_path):
+    config = tmp_path / "routefit.yaml"
+    config.write_text(_SIM_CONFIG + "routefit_settings: {store_path: ':memory:'}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run("serve", "--config", str(config), "--port", str(port))
+    assert out.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in out.stderr
+    assert "routefit ready" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_routefit_sim_into_a_closed_pipe_keeps_serving_quietly():
+    """A parent that stops reading before the "listening" line (``routefit sim | true``)."""
+    port = free_port()
+    read, write = os.pipe()
+    process = subprocess.Popen(
+        [*routefit_command(), "sim", "--port", str(port)],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write)
+    os.close(read)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.communicate()[1]
+            try:
+                body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]}
+                url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                if httpx.post(url, json=body, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "routefit sim did not answer"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the "listening" line is written once the server runs
+    finally:
+        process.send_signal(signal.SIGINT)
+        err = process.communicate(timeout=30)[1]
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -383,6 +383,23 @@ async def test_responses_reject_bad_arguments(make: Callable[..., Any]) -> None:
         await store.get_response("t", "")
 
 
+async def test_request_records_newest_first_capped_per_team(make: Callable[..., Any]) -> None:
+    store = make()
+    team, other = uid("team"), uid("team")
+    assert await store.recent_requests(team, 10) == []
+    for i in range(9):
+        await store.record_request(team, f"r{i}".encode() + b"\x00\xff", 4)
+    await store.record_request(other, b"theirs", 4)
+    newest = [f"r{i}".encode() + b"\x00\xff" for i in (8, 7, 6, 5)]
+    assert await store.recent_requests(team, 100) == newest  # only the newest 4 are kept
+    assert await store.recent_requests(team, 2) == newest[:2]
+    assert await store.recent_requests(team, 0) == []
+    assert await store.recent_requests(other, 100) == [b"theirs"]
+    for cap in (0, -1, True, 1.5):
+        with pytest.raises(ValueError):
+            await store.record_request(team, b"x", cap)
+
+
 async def test_ping_and_name(make: Callable[..., Any]) -> None:
     store = make()
     assert await store.ping() is True
@@ -502,6 +519,9 @@ async def test_redis_keys_are_hash_tagged_and_expire(redis_url: str) -> None:
         for _ in range(50):
             await store.record_sample(sample(route, 2))
         assert len(await store.recent_samples(route, 1_000)) == 3  # cap exact as observed
+        await store.record_request(team, b"{}", 10)
+        requests = f"{team_tag(team)}:requests"
+        assert key_slot(requests.encode()) in slots and await client.ttl(requests) > 0
     finally:
         await store.close()
 

@@ -2,8 +2,8 @@
 clients that leave mid-body or mid-stream (499, no 5xx, no traceback), slow clients cut by the
 header and body deadlines while others are served, trailing slashes served without a redirect,
 gzip bodies, the client's alias as ``model`` on every route, URL images on litellm routes fetched
-by routefit or refused, ``/readyz`` with a fail-closed store away, and SIGTERM with 50 streams in
-flight (all finish, budgets settle, exit 0).
+by routefit or refused, ``/readyz`` with a fail-closed store away, SIGTERM with 50 streams in
+flight (all finish, budgets settle, exit 0), and the same limits in every spawned worker.
 """
 
 from __future__ import annotations
@@ -458,6 +458,33 @@ def test_worker_logs_keep_the_routefit_format(sim, tmp_path: Path):
         log = running.log()
     # Open mode (no teams) warns once per worker, in routefit's own format.
     assert log.count("WARNING routefit: no teams configured") == 2, log
+
+
+def test_spawned_workers_get_the_command_lines_limits(sim, tmp_path: Path):
+    """With --workers 2 the limits cross into spawned processes: the header cap inside
+    uvicorn's pickled config (the protocol), the body and drain deadlines as the record the
+    command hands over (proxy.serve_settings). The defaults (64 KiB, 30 s, 30 s) would fail each
+    check: a 3 KB header block waits, a stalled body outlasts HANG, the drain says 30 s."""
+    config = gateway_config(tmp_path / "c.yaml", [sim_route("gpt-4o", sim.base_url)])
+    args = ["--max-header-bytes", "2048", "--body-timeout", "1", "--body-min-rate", "0"]
+    with run_routefit(config, workers=2, extra_args=[*args, "--drain-seconds", "1"]) as running:
+        deadline = time.monotonic() + HANG
+        while running.log().count("INFO routefit: routefit ready") < 2:
+            assert time.monotonic() < deadline, running.log()
+            time.sleep(0.1)
+        for _ in range(4):  # the kernel spreads the connections over the workers
+            with _connect(running) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 3000 + b"\r\n")
+                assert _closed_by_server(s).startswith(b"HTTP/1.1 431")
+            body = json.dumps({"model": "gpt-4o", "messages": CHAT}).encode()
+            with _connect(running) as s:
+                s.sendall(_request_head(len(body)) + body[:10])
+                assert _closed_by_server(s).startswith(b"HTTP/1.1 408")
+        running.process.send_signal(signal.SIGTERM)
+        running.process.wait(timeout=HANG)
+        log = running.log()
+    assert log.count("draining for up to 1 s") == 2, log
+    assert "Traceback" not in log, log
 
 
 def test_work_outliving_the_drain_deadline_ends_cleanly_and_settles_its_budget(

@@ -156,7 +156,7 @@ def test_fit_invariants(messages, window, vision, pin, factor):
     fitted_already = correction.apply(original.text, original.framing, original.images) <= budget
     if fitted_already and (vision or not has_images):
         assert result.body is request.body
-        assert result.report.actions() == "none"
+        assert result.report.actions.header() == "none"
     # 3. Valid for the provider: no orphaned tool result, no unanswered call.
     check_no_orphans(out)
     # 4. Protected messages are all there, in order; system and user ones byte for byte
@@ -181,7 +181,7 @@ def test_fit_invariants(messages, window, vision, pin, factor):
     again = fit(parse_request(copy.deepcopy(body)), r, policy, correction)
     assert json.dumps(again.body, sort_keys=True) == json.dumps(result.body, sort_keys=True)
     refit = fit(parse_request(json.loads(json.dumps(result.body))), r, policy, correction)
-    assert refit.report.actions() == "none"
+    assert refit.report.actions.header() == "none"
     assert json.dumps(refit.body, sort_keys=True) == json.dumps(result.body, sort_keys=True)
 
 
@@ -191,7 +191,7 @@ def test_transparent_request_is_forwarded_unchanged():
     result = fit(request, route(8000), FitPolicy())
     assert result.body is body
     assert result.messages == request.messages
-    assert result.report.actions() == "none"
+    assert result.report.actions.header() == "none"
 
 
 def test_protected_messages_alone_overflow_raise_fit_error():
@@ -363,7 +363,7 @@ def test_a_text_only_route_gets_placeholders_not_images():
     sent = result.body["messages"][0]["content"]
     assert [p["type"] for p in sent] == ["text", "text"]
     assert sent[1]["text"].startswith("[image omitted:")
-    assert result.report.offloaded_images == 1
+    assert result.report.actions["offloaded_images"].count == 1
     # what was priced is what is sent
     assert measure(parse_request(result.body), route(8000, vision=False)).total == (
         result.report.estimate_after
@@ -389,4 +389,4 @@ def test_images_beyond_the_route_limit_are_offloaded_oldest_first():
     result = fit(parse_request({"messages": messages}), r, FitPolicy(image_offload_step=2))
     kinds = [m["content"][1]["type"] for m in result.body["messages"]]
     assert kinds == ["text"] * 6 + ["image_url"] * 4
-    assert result.report.offloaded_images == 6
+    assert result.report.actions["offloaded_images"].count == 6

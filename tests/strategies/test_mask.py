@@ -128,8 +128,8 @@ def test_outputs_are_masked_before_any_word_is_elided():
     r = route(24000)
     body = agent_session(120)[-1]
     result = fit(parse_request(body), r, FitPolicy())
-    assert "masked=" in result.report.actions()
-    assert "elided" not in result.report.actions()
+    assert "masked=" in result.report.actions.header()
+    assert "elided" not in result.report.actions.header()
     out = json.dumps(result.body["messages"])
     for m in body["messages"]:
         if m["role"] != "tool":
@@ -137,7 +137,7 @@ def test_outputs_are_masked_before_any_word_is_elided():
         else:
             assert json.dumps(m["tool_call_id"]) in out  # every call still answered
     masked = [m for m in result.body["messages"] if str(m["content"]).startswith(MASK_PREFIX)]
-    assert len(masked) == result.report.masked > 0
+    assert len(masked) == result.report.actions["masked"].count > 0
     assert masked[0]["content"].startswith("[routefit: output of sh (")
 
 
@@ -265,5 +265,5 @@ def test_a_growing_newest_turn_moves_the_head_rarely():
             latest = max(i for i, msg in enumerate(out) if msg["role"] == "user")
             jumps += common <= latest
         previous = out
-    assert result.report.masked and result.report.elided_messages
+    assert result.report.actions["masked"].count and result.report.actions["elided_messages"].count
     assert jumps <= turn * m / (headroom - d) + 2

@@ -137,7 +137,7 @@ def test_history_is_elided_before_the_reply_is_shrunk():
     # the protected messages fit beside the client's whole cap: its reply keeps that room
     r = route(8192, 4096)
     fitted = fit_output(request(200, 4096, history=60), r, FitPolicy())
-    assert fitted.report.elided_messages > 0
+    assert fitted.report.actions["elided_messages"].count > 0
     out = fitted.report.output
     assert out is not None and out.reserve == 4096 and not out.lowered
 

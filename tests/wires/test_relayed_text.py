@@ -8,8 +8,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.transports import CHAT, MESSAGES, RESPONSES
 from proxy.transports.sse import encode
+from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, Wire
 from proxy.wires.base import Outcome, generated
 
 
@@ -31,10 +31,10 @@ def responses_events(text: str) -> list[bytes]:
     return [encode(delta, delta["type"]), encode(done, done["type"])]
 
 
-def relayed(events: list[bytes], wire: str) -> str:
+def relayed(events: list[bytes], wire: Wire) -> str:
     outcome = Outcome()
     for event in events:
-        for piece in generated(event, wire):
+        for piece in generated(event, wire.generated):
             outcome.relayed += piece
     return outcome.relayed_text()
 
@@ -43,16 +43,16 @@ def relayed(events: list[bytes], wire: str) -> str:
 @given(st.lists(st.text(max_size=30), max_size=6))
 def test_every_wire_gives_back_exactly_the_generated_text(pieces: list[str]):
     whole = "".join(pieces)
-    assert relayed([chat_event(p) for p in pieces], CHAT) == whole
-    assert relayed([messages_event(p) for p in pieces], MESSAGES) == whole
+    assert relayed([chat_event(p) for p in pieces], CHAT_WIRE) == whole
+    assert relayed([messages_event(p) for p in pieces], ANTHROPIC_WIRE) == whole
     # the ``*.done`` event repeats the text: counted once
-    assert relayed([e for p in pieces for e in responses_events(p)], RESPONSES) == whole
+    assert relayed([e for p in pieces for e in responses_events(p)], RESPONSES_WIRE) == whole
 
 
 def test_usage_and_role_events_carry_no_generated_text():
     usage = encode({"id": "c", "choices": [], "usage": {"prompt_tokens": 3}})
     role = encode({"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
     start = encode({"type": "message_start", "message": {"content": []}}, "message_start")
-    assert relayed([usage, role], CHAT) == ""
-    assert relayed([start], MESSAGES) == ""
+    assert relayed([usage, role], CHAT_WIRE) == ""
+    assert relayed([start], ANTHROPIC_WIRE) == ""
     assert orjson.loads(usage[6:])["usage"]

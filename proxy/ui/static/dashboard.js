@@ -6,8 +6,10 @@ const DATA_URL = "/routefit/ui/data";
 const SESSION_URL = "/routefit/ui/session";
 const POLL_MS = 3000;
 const SVG = "http://www.w3.org/2000/svg";
-const ACTIONS = ["capped", "offloaded_images", "elided_messages"];
-const ACTION_NAMES = { capped: "capped", offloaded_images: "images offloaded", elided_messages: "elided" };
+// Fit actions come named by the server (data.actions, one per strategy, in order): a new
+// strategy is drawn without a change here, in the next of ACTION_COLOURS (dashboard.css).
+const ACTION_COLOURS = 6;
+const actionClass = (i) => "c-action-" + (i % ACTION_COLOURS);
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -82,7 +84,7 @@ function timeChart(series, opts) {
 }
 
 // Stacked bars of fit actions per time bin. fits: recent fit entries of one route.
-function actionChart(fits) {
+function actionChart(fits, actions) {
   const W = 300, H = 120, L = 40, R = 6, T = 6, B = 16;
   const svg = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}` });
   if (fits.length === 0) {
@@ -93,12 +95,12 @@ function actionChart(fits) {
   }
   const t0 = Math.min(...fits.map((f) => f.time)), t1 = Math.max(...fits.map((f) => f.time));
   const nbins = 24, span = Math.max(t1 - t0, 1) / nbins;
-  const bins = Array.from({ length: nbins }, () => ({ capped: 0, offloaded_images: 0, elided_messages: 0 }));
+  const bins = Array.from({ length: nbins }, () => actions.map(() => 0));
   for (const f of fits) {
     const i = Math.min(nbins - 1, Math.floor((f.time - t0) / span));
-    for (const a of ACTIONS) bins[i][a] += f[a];
+    actions.forEach((a, k) => { bins[i][k] += (f.actions[a.name] || { count: 0 }).count; });
   }
-  const top = Math.max(1, ...bins.map((b) => ACTIONS.reduce((s, a) => s + b[a], 0)));
+  const top = Math.max(1, ...bins.map((b) => b.reduce((s, v) => s + v, 0)));
   const bw = (W - L - R) / nbins;
   svg.append(svgEl("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
   const label = svgEl("text", { x: L - 3, y: T + 6, "text-anchor": "end", class: "tick" });
@@ -106,13 +108,13 @@ function actionChart(fits) {
   svg.append(label);
   bins.forEach((b, i) => {
     let base = H - B;
-    for (const a of ACTIONS) {
-      const h = (b[a] / top) * (H - T - B);
+    b.forEach((v, k) => {
+      const h = (v / top) * (H - T - B);
       if (h > 0) {
-        svg.append(svgEl("rect", { class: "c-" + a, x: L + i * bw + 1, y: base - h, width: bw - 2, height: h }));
+        svg.append(svgEl("rect", { class: actionClass(k), x: L + i * bw + 1, y: base - h, width: bw - 2, height: h }));
         base -= h;
       }
-    }
+    });
   });
   return svg;
 }
@@ -171,8 +173,8 @@ function routeCard(r, data) {
       { cls: "c-anchor", points: rolling(r.series.anchored, 10) },
       { cls: "c-cache", points: r.series.cache }], { min: 0, max: 1, format: fmt.pct0 }),
       [["c-anchor", "anchored (rolling 10)"], ["c-cache", "provider cache hits"]]),
-    figure("fit actions", actionChart(fits), ACTIONS.map((a) => ["c-" + a,
-      `${ACTION_NAMES[a]} ${fmt.int(r.fit_actions[a] || 0)}`]))));
+    figure("fit actions", actionChart(fits, data.actions), data.actions.map((a, k) => [actionClass(k),
+      `${a.verb} ${fmt.int(r.fit_actions[a.name] || 0)}`]))));
   return card;
 }
 
@@ -194,9 +196,10 @@ function teamCard(team) {
   return card;
 }
 
-function fitRow(f) {
-  const acts = ACTIONS.filter((a) => f[a]).map((a) => `${ACTION_NAMES[a]} ${f[a]}`).join(", ") || "none";
-  const removed = f.capped_tokens + f.offloaded_tokens + f.elided_tokens;
+function fitRow(f, actions) {
+  const taken = actions.filter((a) => f.actions[a.name] && f.actions[a.name].count);
+  const acts = taken.map((a) => `${a.verb} ${f.actions[a.name].count} ${a.noun}`).join(", ") || "none";
+  const removed = taken.reduce((s, a) => s + f.actions[a.name].tokens_removed, 0);
   return el("tr", {}, el("td", {}, fmt.clock(f.time)), el("td", {}, f.route),
     el("td", { class: "num" }, fmt.int(f.budget)), el("td", { class: "num" }, fmt.int(f.estimate_before)),
     el("td", { class: "num" }, fmt.int(f.estimate_after)), el("td", {}, acts),
@@ -220,7 +223,7 @@ function render(data) {
   const teams = document.getElementById("teams");
   teams.replaceChildren(...data.teams.map(teamCard));
   if (!data.teams.length) teams.append(el("p", { class: "muted" }, "no teams configured: routefit runs open"));
-  document.querySelector("#fits tbody").replaceChildren(...data.fits.slice(0, 30).map(fitRow));
+  document.querySelector("#fits tbody").replaceChildren(...data.fits.slice(0, 30).map((f) => fitRow(f, data.actions)));
   document.getElementById("updated").textContent = "updated " + fmt.clock(data.time);
   document.getElementById("content").hidden = false;
   document.getElementById("login").hidden = true;

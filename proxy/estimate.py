@@ -1,0 +1,441 @@
+"""The estimate of one request: its price, its fit, and what the provider's figures teach.
+
+``Estimator`` is the one owner: it prices and fits a parsed request, anchors it on the
+provider's count of a prefix, swaps in the exact count of a request a bound let go, fits again
+after the provider refused for context length and stated its own count, and learns from
+credible usage. Its answers are frozen ``Estimate`` values, each replaced by a new one, never
+changed: the gateway holds the current one and only reserves, forwards and answers.
+
+Everything before forwarding is routefit's own overhead. Three ways to reach the figures a
+request goes on, cheapest first:
+
+* **proved by a bound** (bodies over ``_BOUND_ABOVE``): a cheap upper bound (``pricing.bounds``)
+  under the budget lets the request go untouched at once, and the exact fit is counted in a
+  thread meanwhile (``Estimator.exact`` swaps it in once the provider answered). A bound over
+  the budget is first tightened by counting the biggest texts in part (``pricing.bounds.Proof``):
+  a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
+* **counted** (every other request): the exact fit, anchored on the provider's own count of a
+  prefix when one is known — and fitted once more when that anchor says the estimate was low;
+* **refitted** (``Estimator.refit``) after the provider itself refused for context length and
+  stated its count: the count is learnt, the correction raised to it, and the request fitted
+  again the same way.
+
+A body over ``proxy.fairness.THREAD_ABOVE`` is priced, fitted and hashed in a worker thread, one
+of a bounded number per caller (``proxy.fairness``): the event loop serves every other request
+meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+
+import anyio
+import anyio.to_thread
+
+from pricing.bounds import Proof
+from pricing.calibration import Correction, anchored_estimate
+from pricing.messages import ChatRequest, message_wire
+from pricing.meter import measure
+from pricing.route import Route
+from proxy.calibrator import Calibrator, prefix_keys
+from proxy.config import Config, RouteConfig
+from proxy.fairness import Fairness
+from proxy.fetch import ImageSizer, image_urls
+from proxy.metrics import Metrics
+from proxy.teams import Team
+from proxy.usage import Usage, usage_fault, usage_limit
+from proxy.wires import Wire
+from strategies.fit import Fit, FitError
+from strategies.output import bounded_output, fit_output
+from strategies.policy import FitPolicy, output_reserve
+
+__all__ = ["Estimate", "Estimator", "Job"]
+
+log = logging.getLogger("routefit")
+
+#: Bodies above this size are first proved to fit by a cheap upper bound (``pricing.bounds``);
+#: when the proof holds they go at once and are counted exactly in a thread meanwhile, and the
+#: answer waits only for the later of the provider and the count, so its headers, calibration
+#: and metrics are exact. Smaller ones cost less to count (and are mostly cached) than twice.
+_BOUND_ABOVE = 16 * 1024
+#: After a provider overflow the correction is scaled to the provider's count and this much
+#: more: the refit gets one more attempt, and the part the count does not pin down (what the
+#: cut removes and the marker adds) is priced by the scaled weights.
+_REFIT_SLACK = 1.02
+
+Sizes = dict[str, tuple[int, int]]
+#: (the fit, the prompt tokens to act on, its prefix keys, anchored?)
+_Figures = tuple[Fit, int, tuple[bytes, ...], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What fitting one request needs, whichever way it is fitted."""
+
+    wire: Wire
+    request: ChatRequest
+    rc: RouteConfig
+    policy: FitPolicy
+    #: Image sizes fetched for this request (URL images, when the route allows fetching).
+    sizes: Sizes
+    #: ``rc.route`` as priced for the team (``Route.scope``: its memoised counts are its own).
+    priced: Route
+    #: The team whose prompt this is (anchors are its own), None without teams.
+    scope: str | None = None
+    #: Whose pricing threads this request uses (``proxy.fairness.caller``).
+    who: str = "-"
+    #: The body's decoded size: over ``THREAD_ABOVE`` every fit of it runs in a thread.
+    size: int = 0
+
+    def fit(self, correction: Correction) -> Fit:
+        """The exact fit; the wire's own refusal when nothing the policy allows fits."""
+        try:
+            return fit_output(self.request, self.priced, self.policy, correction, self.sizes)
+        except FitError as exc:
+            raise self.wire.overflow(exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A request priced and fitted: the figures it goes on. Never changed: exact figures and a
+    refit are new values (``Estimator.exact``, ``Estimator.refit``)."""
+
+    job: Job
+    team: Team | None
+    #: ``time.perf_counter()`` when the request arrived (routefit's overhead counts from it).
+    started: float
+    fitted: Fit
+    #: The prompt tokens to act on: anchored on the provider's count of a prefix the same team
+    #: sent when one is known, else the calibrated estimate.
+    tokens: int
+    #: Chained digests of the fitted message prefixes (anchor keys).
+    keys: tuple[bytes, ...]
+    anchored: bool = False
+    #: ``fitted`` and ``tokens`` are an upper bound (the bounded path) until ``Estimator.exact``
+    #: answers the exact ones; a bound whose exact count failed stays one, and teaches nothing.
+    bound: bool = False
+    #: On the bounded path: the exact fit, counted in a thread while the request is forwarded.
+    counting: asyncio.Future[Fit] | None = None
+
+    @property
+    def wire(self) -> Wire:
+        return self.job.wire
+
+    @property
+    def rc(self) -> RouteConfig:
+        return self.job.rc
+
+    @property
+    def request(self) -> ChatRequest:
+        return self.job.request
+
+    @property
+    def policy(self) -> FitPolicy:
+        return self.job.policy
+
+    @property
+    def reserved_output(self) -> int:
+        """Every completion the request can produce may use the whole output reservation."""
+        request, route = self.job.request, self.job.rc.route
+        return request.choices * output_reserve(
+            route.max_output_tokens, self.job.policy, request.max_output_tokens
+        )
+
+
+class Estimator:
+    """Prices, fits, re-counts, refits and learns; the only writer of the calibration's
+    samples from the request path (``Calibrator.observe``)."""
+
+    def __init__(
+        self,
+        config: Config,
+        calibrator: Calibrator,
+        sizer: ImageSizer,
+        metrics: Metrics,
+        fairness: Fairness | None = None,
+    ) -> None:
+        self.calibrator = calibrator
+        self.sizer = sizer
+        self.metrics = metrics
+        limits = config.settings.limits
+        self.fairness = fairness or Fairness(
+            limits.pricing_threads_per_team, limits.count_requests_per_minute
+        )
+        self._policies: dict[tuple[str, str], FitPolicy] = {}
+        #: (team, alias) → (the configured route, that route scoped to the team).
+        self._routes: dict[tuple[str, str], tuple[Route, Route]] = {}
+
+    def policy_for(self, rc: RouteConfig, team: Team | None) -> FitPolicy:
+        """The route's fit policy with the team's overrides and per-request prompt quota."""
+        if team is None:
+            return rc.policy
+        key = (team.id, rc.route.alias)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = self._policies[key] = team.fit_policy(rc.policy)
+        return policy
+
+    def route_priced(self, rc: RouteConfig, team: Team | None) -> Route:
+        """The route as priced for ``team``: scoped to it (``Route.scope``), so the memo caches
+        of prompt-derived facts (token counts, image probes) serve it only what it sent itself.
+        Without teams, every caller is one tenant: the route as configured."""
+        if team is None:
+            return rc.route
+        key = (team.id, rc.route.alias)
+        found = self._routes.get(key)
+        if found is None or found[0] is not rc.route:
+            found = self._routes[key] = (rc.route, replace(rc.route, scope=team.id.encode()))
+        return found[1]
+
+    # -- the figures a request goes on -----------------------------------------------------
+
+    async def estimate(
+        self,
+        wire: Wire,
+        request: ChatRequest,
+        rc: RouteConfig,
+        team: Team | None,
+        who: str,
+        size: int,
+        started: float,
+        *,
+        bound: bool = True,
+    ) -> Estimate:
+        """``request`` (parsed from ``wire``, routed to ``rc``, its team's to use) priced and
+        fitted; ``wire.overflow`` when nothing fits. ``who``: whose pricing threads it uses;
+        ``size``: its decoded body's; ``started``: its arrival. ``bound``: a big request may be
+        proved to fit by an upper bound and counted exactly while it is forwarded (the dry run
+        wants the exact figures)."""
+        try:
+            return await self._estimate(wire, request, rc, team, who, size, started, bound)
+        finally:
+            self.metrics.sync_count_cache()
+
+    async def count(
+        self, request: ChatRequest, rc: RouteConfig, team: Team | None, who: str, size: int
+    ) -> int:
+        """The calibrated estimate of the request as the client sent it, unfitted: what a count
+        endpoint answers (in one of the caller's pricing threads when the body is big)."""
+        priced = self.route_priced(rc, team)
+        pressure = await self.fairness.run(who, size, measure, request, priced)
+        return self.calibrator.correction(rc.route.alias).price_pressure(pressure)
+
+    async def _estimate(
+        self,
+        wire: Wire,
+        request: ChatRequest,
+        rc: RouteConfig,
+        team: Team | None,
+        who: str,
+        size: int,
+        started: float,
+        bound: bool,
+    ) -> Estimate:
+        job = await self._job(wire, request, rc, team, who, size)
+        alias = rc.route.alias
+        correction = self.calibrator.correction(alias)
+        proof: Proof | None = None
+        if bound and size > _BOUND_ABOVE:
+            proof = Proof(job.priced)
+            proved = await self._bounded(job, correction, team, started, proof)
+            if proved is not None:
+                self.metrics.fit_proofs.labels(alias, "bound").inc()
+                return proved
+        if bound:
+            self.metrics.fit_proofs.labels(alias, "count").inc()
+        # what a failed proof counted, the exact fit reuses (``Proof.complete``)
+        figures = await self._settled(job, correction, floor=False, proof=proof)
+        return Estimate(job, team, started, *figures)
+
+    async def _job(
+        self,
+        wire: Wire,
+        request: ChatRequest,
+        rc: RouteConfig,
+        team: Team | None,
+        who: str,
+        size: int,
+    ) -> Job:
+        scope = team.id if team is not None else None
+        sizes: Sizes = {}
+        if rc.image_fetch.enabled:
+            sizes = await self.sizer.sizes(image_urls(request), rc.image_fetch, scope or "")
+        route = self.route_priced(rc, team)
+        return Job(wire, request, rc, self.policy_for(rc, team), sizes, route, scope, who, size)
+
+    async def _bounded(
+        self, job: Job, correction: Correction, team: Team | None, started: float, proof: Proof
+    ) -> Estimate | None:
+        """The request as its bound proves it, with its exact fit under way — when the bound
+        (anchored on the provider's count of a prefix when one is known) is under the budget.
+        A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
+        args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
+        # a proof may count (part of) the texts: off the loop where a fit would be
+        # (an image that cannot be priced is the client's ``RequestError``: the gateway's 400)
+        fitted = await self.fairness.run(job.who, job.size, bounded_output, *args)
+        if fitted is None:
+            return None
+        # The bound prices all its text at the dearest class weight; an anchor prices only what
+        # follows the anchored prefix. Acting on the larger of the two keeps both promises.
+        tokens, keys, hit = await self._anchor(job, fitted, floor=True)
+        if tokens > fitted.report.budget:
+            return None
+        counting = asyncio.ensure_future(
+            anyio.to_thread.run_sync(
+                _exact_fit, job, correction, proof, limiter=self.fairness.limiter(job.who)
+            )
+        )
+        # A request that fails before its usage is learnt leaves this unread: read it anyway.
+        counting.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return Estimate(job, team, started, fitted, tokens, keys, hit, True, counting)
+
+    async def exact(self, e: Estimate) -> Estimate:
+        """A bounded request's exact figures (awaited after forwarding it): a new estimate, no
+        longer a bound — or still one, with nothing under way, when they could not be had
+        (nothing is then learnt from the request). ``e`` itself when nothing is under way."""
+        if e.counting is None:
+            return e
+        try:
+            fitted = await e.counting
+        except Exception:
+            log.exception("exact count of a bounded request failed on %s", e.rc.route.alias)
+            return replace(e, counting=None)
+        finally:
+            self.metrics.sync_count_cache()
+        tokens, keys, hit = await self._anchor(e.job, fitted, floor=False)
+        return replace(
+            e, fitted=fitted, tokens=tokens, keys=keys, anchored=hit, bound=False, counting=None
+        )
+
+    async def refit(self, e: Estimate, counted: int) -> Estimate | None:
+        """The provider counted ``counted`` tokens for what ``e`` sent (its exact figures,
+        after ``exact``): that is recorded as an exact sample (and anchors) for the prompt, and
+        the request fitted again with the route's correction scaled by how far it was below the
+        count. None when there is nothing to correct (the provider's refusal then stands)."""
+        if e.counting is not None:
+            raise ValueError("refit before the exact count is in (Estimator.exact)")
+        route = e.rc.route.alias
+        if e.bound or counted <= e.tokens:
+            return None  # no exact figures, or not an under-estimate of ours
+        if counted > 2 * e.rc.route.context_window:
+            # An overflow is a prompt a little over the window, or one we misjudged by a fraction
+            # of it: a count beyond twice the window is not believed (and not learnt from).
+            self._reject(route, "overflow count", f"{counted} tokens")
+            return None
+        self.calibrator.observe(route, e.fitted.pressure, e.keys, e.tokens, e.anchored, counted, 0)
+        self.metrics.estimate_error.labels(route).observe((e.tokens - counted) / counted)
+        current = self.calibrator.correction(route)
+        # Only one more attempt: err a little high rather than be refused twice.
+        priced = current.price_pressure(e.fitted.pressure)
+        corrected = _tighter(current, counted, priced, _REFIT_SLACK)
+        # The anchors just recorded give the head its true count; the tail is priced by the
+        # corrected weights. Acting on the larger of the two keeps both promises.
+        fitted, tokens, keys, hit = await self._settled(e.job, corrected, floor=True)
+        return replace(e, fitted=fitted, tokens=tokens, keys=keys, anchored=hit)
+
+    async def _settled(
+        self, job: Job, correction: Correction, *, floor: bool, proof: Proof | None = None
+    ) -> _Figures:
+        """The fit under ``correction``, anchored — and, when the provider's count of a prefix
+        puts it over the budget (the correction was low), the correction tightened by as much
+        and the request fitted and anchored once more. ``floor``: act on no less than the fit's
+        own estimate (a correction raised past the calibrator's prices the tail higher than the
+        anchor does)."""
+        fitted = await self._fit(job, correction, proof)
+        tokens, keys, hit = await self._anchor(job, fitted, floor=floor)
+        if hit and tokens > fitted.report.budget:
+            tighter = _tighter(correction, tokens, fitted.estimate)
+            fitted = await self._fit(job, tighter)
+            tokens, keys, hit = await self._anchor(job, fitted, floor=floor)
+        return fitted, tokens, keys, hit
+
+    async def _anchor(
+        self, job: Job, fitted: Fit, *, floor: bool
+    ) -> tuple[int, tuple[bytes, ...], bool]:
+        """(tokens to act on, prefix keys, anchored?): anchored on the provider's count of a
+        prefix the same team sent when one is known, else the calibrated estimate; ``floor``:
+        no less than the fit's own estimate."""
+        alias = job.rc.route.alias
+        # hashing every prefix of a big body: ~20 ms per 9 MB, off the loop
+        keys = await self.fairness.run(job.who, job.size, _prefix_keys, job, fitted)
+        hit = await self.calibrator.find_anchor(alias, keys)
+        if hit is None:
+            return fitted.estimate, keys, False
+        correction = self.calibrator.correction(alias)
+        tokens = anchored_estimate(hit[1], fitted.pressure, correction)
+        return (max(tokens, fitted.estimate) if floor else tokens), keys, True
+
+    async def _fit(self, job: Job, correction: Correction, proof: Proof | None = None) -> Fit:
+        return await self.fairness.run(job.who, job.size, _counted_fit, job, correction, proof)
+
+    # -- learning from the provider's figures ----------------------------------------------
+
+    def credible(self, e: Estimate, usage: Usage | None) -> Usage | None:
+        """``usage`` when it is credible (``proxy.usage.usage_fault``); else None, logged and
+        counted as a rejected sample."""
+        if usage is None:
+            return None
+        route = e.rc.route
+        fault = usage_fault(usage, usage_limit(route, e.request.choices, e.reserved_output))
+        if fault is None:
+            return usage
+        self._reject(route.alias, "usage", fault)
+        return None
+
+    def learn(self, e: Estimate, usage: Usage | None) -> None:
+        """Provider usage (credible: ``credible``) into metrics and calibration (queued; never
+        waits for the store). Nothing is learnt without usage, nor against a bound."""
+        if e.bound or usage is None or usage.prompt_tokens <= 0 or usage.invalid:
+            return
+        route = e.rc.route.alias
+        self.metrics.estimated_tokens.labels(route).inc(e.tokens)
+        self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)
+        self.metrics.cached_tokens.labels(route).inc(usage.cached_tokens)
+        error = (e.tokens - usage.prompt_tokens) / usage.prompt_tokens
+        self.metrics.estimate_error.labels(route).observe(error)
+        self.calibrator.observe(
+            route,
+            e.fitted.pressure,
+            e.keys,
+            e.tokens,
+            e.anchored,
+            usage.prompt_tokens,
+            usage.cached_tokens,
+        )
+
+    def _reject(self, route: str, what: str, why: str) -> None:
+        """A provider figure not believed: logged and counted, never learnt from."""
+        self.metrics.samples.labels("rejected").inc()
+        self.calibrator.rejected += 1
+        log.warning("provider %s rejected on %s: %s", what, route, why)
+
+
+def _tighter(correction: Correction, actual: int, priced: int, slack: float = 1.0) -> Correction:
+    """``correction`` scaled by how far ``priced`` fell below ``actual`` (never lowered), times
+    ``slack``: the one way a correction found low is tightened before fitting again."""
+    return correction.scaled(max(1.0, actual / max(1, priced)) * slack)
+
+
+def _prefix_keys(job: Job, fitted: Fit) -> tuple[bytes, ...]:
+    """Chained digests of the fitted prefixes, in the team's own scope (anchors are its own)."""
+    rc = job.rc
+    wire = [message_wire(m) for m in fitted.messages]
+    tools = fitted.body.get("tools")
+    return tuple(prefix_keys(rc.route.alias, rc.upstream.model, tools, wire, job.scope))
+
+
+def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:
+    """The exact fit; the texts a failed proof counted in part are counted to the end first,
+    on every counting thread (the request waits for it)."""
+    if proof is not None:
+        proof.complete()
+    return job.fit(correction)
+
+
+def _exact_fit(job: Job, correction: Correction, proof: Proof) -> Fit:
+    """The exact fit of a request its proof let go: the texts the proof counted in part are
+    counted to the end first (the fit then finds their whole counts memoised)."""
+    proof.complete(side_by_side=False)
+    return job.fit(correction)

@@ -1,0 +1,131 @@
+"""The gateway's intake: one request read, authenticated, parsed, routed and permitted — once,
+the same way for every wire and every endpoint (served, dry run, count).
+
+In order: the team, from the key where the wire's clients present it (``Wire.keys``); a count or
+dry run held to its caller's rate (``proxy.fairness``); the body, within the size limit
+(``proxy.body``); a stateful API's session resolved from that body and team (Responses'
+``previous_response_id``: ``proxy.responses_store.Keeper``); the wire's parse of the
+``RequestContext`` (in one of the caller's pricing threads when the body is big); the route; the
+team's permission for it. Pricing starts where this ends (``Estimator.estimate``), from the
+``Admitted`` request.
+
+A client's mistake in the body surfaces as ``pricing.messages.RequestError``, and every refusal
+as ``proxy.errors.ProxyError``: the gateway turns both into the wire's error shape, in one place.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from starlette.requests import Request
+
+from pricing.messages import ChatRequest
+from proxy.body import read_json
+from proxy.config import Config, RouteConfig
+from proxy.errors import ProxyError
+from proxy.fairness import Fairness, caller
+from proxy.teams import Team, TeamDirectory
+from proxy.wires.base import RequestContext, Wire
+
+__all__ = ["Admitted", "Intake", "Session"]
+
+
+class Session(Protocol):
+    """What a stateful API keeps across requests for one request (Responses' stored
+    conversation): resolved from the read body and the authenticated team before the wire
+    parses, and told when a whole answer is about to go out."""
+
+    async def resolve(self, ctx: RequestContext) -> RequestContext:
+        """The context with what the session adds (``RequestContext.stored``)."""
+
+    async def answered(self) -> None:
+        """A 200 answer is about to go out: keep what it kept for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request read, authenticated, parsed, routed and permitted: what pricing starts from."""
+
+    wire: Wire
+    ctx: RequestContext
+    request: ChatRequest
+    rc: RouteConfig
+    #: Whose pricing threads and count rate it spends (``proxy.fairness.caller``).
+    who: str
+    #: ``time.perf_counter()`` when routefit began with it (its overhead is measured from here).
+    started: float
+
+    @property
+    def team(self) -> Team | None:
+        return self.ctx.team
+
+    @property
+    def size(self) -> int:
+        return self.ctx.size
+
+
+class Intake:
+    def __init__(self, config: Config, teams: TeamDirectory, fairness: Fairness) -> None:
+        self.config = config
+        self.teams = teams
+        self.fairness = fairness
+
+    async def admit(
+        self,
+        request: Request,
+        wire: Wire,
+        session: Session | None = None,
+        *,
+        rated: bool = False,
+        counting: bool = False,
+    ) -> Admitted:
+        """``request`` as ``wire`` reads it, for its team, on its route. ``rated``: a count or dry
+        run, held to its caller's count rate; ``counting``: a count endpoint's body."""
+        started = time.perf_counter()
+        team = self.teams.authenticate(request.headers, request.query_params, wire.keys)
+        who = caller(team, request)
+        if rated:
+            self.fairness.admit_count(who)
+        body, size = await read_json(request, self.config.settings.max_body_bytes)
+        ctx = RequestContext(
+            body,
+            request.path_params,
+            request.query_params,
+            request.headers,
+            team,
+            request.url.path,
+            size,
+            counting,
+        )
+        if session is not None:
+            ctx = await session.resolve(ctx)
+        parsed = await self.fairness.run(who, size, wire.parse, ctx)
+        rc = self.route_for(parsed)
+        permit(team, rc)
+        return Admitted(wire, ctx, parsed, rc, who, started)
+
+    def route_for(self, request: ChatRequest) -> RouteConfig:
+        rc = self.config.route(request.model)
+        if rc is None:
+            if not request.model:
+                raise ProxyError(400, "model is required", param="model", code="missing_model")
+            raise ProxyError(
+                404,
+                f"The model '{request.model}' does not exist or you do not have access to it.",
+                param="model",
+                code="model_not_found",
+            )
+        return rc
+
+
+def permit(team: Team | None, rc: RouteConfig) -> None:
+    """A 403 when ``team`` may not use the route (every endpoint refuses it alike)."""
+    if team is not None and not team.may_use(rc.route.alias):
+        raise ProxyError(
+            403,
+            f"team {team.id!r} may not use model {rc.route.alias!r}",
+            param="model",
+            code="model_not_allowed",
+        )

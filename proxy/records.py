@@ -1,0 +1,469 @@
+"""The request log: one record per request, filled once by the gateway and handed to every sink.
+
+A ``RequestRecord`` is a frozen value: who (team, key fingerprint — never the key), what (wire,
+route, deployment, stream or not), how it ended (status, error code), what it cost (the
+estimate, the provider's prompt, output and cached tokens, USD at the route's prices), what the
+fit did (``FitReport.actions``) and how long it took (total, upstream, and the phases the traces
+draw). The sinks read the same value: the ``routefit.access`` log line (JSON, one per request,
+refusals included), the bounded per-team list in the store (``GET /routefit/requests``) and,
+when configured, the traces (``proxy.tracing``).
+
+Every sink runs after the response has gone (a background task of the response, or the end of a
+stream), like the budget settlement: the client never waits for the log or the store. Prompt
+contents reach the log line only when the operator opts in (``request_log.contents``), redacted
+by the same rule as provider errors; they never reach the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+
+from proxy.config import RouteConfig
+from proxy.config.settings import RequestLogSettings
+from proxy.errors import ProxyError
+from proxy.estimate import Estimate
+from proxy.store import Store, StoreUnavailable
+from proxy.teams import MASTER_TEAM, Team, TeamDirectory, fingerprint, hash_key, presented_key
+from proxy.transports.provider_errors import redact_value
+from proxy.usage import Usage
+from proxy.wires import Wire
+
+__all__ = [
+    "ACCESS",
+    "ANONYMOUS",
+    "Phase",
+    "Records",
+    "RequestRecord",
+    "Sink",
+    "Ticket",
+    "cost_usd",
+    "matches",
+]
+
+ACCESS = logging.getLogger("routefit.access")
+log = logging.getLogger("routefit")
+
+#: Whose records have no team: routefit running open, or a key nobody owns (a 401).
+ANONYMOUS = "-"
+#: The most records one read returns.
+MAX_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One step of a request, in milliseconds from its arrival: ``fit`` (intake, pricing and
+    fitting), ``budget`` (the reservation), ``provider`` (forwarded until the provider's answer
+    or its stream's headers)."""
+
+    name: str
+    start_ms: float
+    duration_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """What one request was and how it ended; the same value for every sink."""
+
+    id: str
+    #: Unix seconds at arrival.
+    time: float
+    #: ``serve`` (forwarded), ``count`` (a count endpoint), ``fit`` (the dry run).
+    kind: str
+    wire: str
+    status: int
+    latency_ms: float
+    team: str | None = None
+    #: The presented key's fingerprint (``proxy.teams.fingerprint``), never the key.
+    key_id: str | None = None
+    route: str | None = None
+    #: Where it went: the route's upstream model (one per alias today).
+    deployment: str | None = None
+    stream: bool = False
+    error_code: str | None = None
+    #: routefit's prompt estimate (what was reserved and fitted to) and the budget it fitted in.
+    prompt_estimate: int | None = None
+    budget: int | None = None
+    #: What the provider reported (None: no usage, or not forwarded).
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    #: At the route's prices (``model_info`` or litellm's map), when it has any.
+    cost_usd: float | None = None
+    #: ``FitReport.actions`` that changed something: (name, count, tokens removed).
+    actions: tuple[tuple[str, int, int], ...] = ()
+    upstream_ms: float | None = None
+    phases: tuple[Phase, ...] = ()
+    #: The client's W3C ``traceparent`` header, as sent (the trace a span joins).
+    traceparent: str | None = None
+    #: The request body, redacted: only when the operator opted in, only in the log line.
+    contents: Any = field(default=None, compare=False)
+
+    def as_dict(self, contents: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "time": round(self.time, 3),
+            "kind": self.kind,
+            "team": self.team,
+            "key_id": self.key_id,
+            "wire": self.wire,
+            "route": self.route,
+            "deployment": self.deployment,
+            "stream": self.stream,
+            "status": self.status,
+            "error_code": self.error_code,
+            "prompt_estimate": self.prompt_estimate,
+            "budget": self.budget,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cost_usd": self.cost_usd,
+            "actions": {name: {"count": n, "tokens_removed": t} for name, n, t in self.actions},
+            "latency_ms": round(self.latency_ms, 3),
+            "upstream_ms": None if self.upstream_ms is None else round(self.upstream_ms, 3),
+            "phases": [
+                [p.name, round(p.start_ms, 3), round(p.duration_ms, 3)] for p in self.phases
+            ],
+            "traceparent": self.traceparent,
+        }
+        if contents and self.contents is not None:
+            out["contents"] = self.contents
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RequestRecord:
+        """A record as the store keeps it (``as_dict`` without contents)."""
+        actions = d.get("actions") or {}
+        return cls(
+            id=d["id"],
+            time=float(d["time"]),
+            kind=d["kind"],
+            wire=d["wire"],
+            status=int(d["status"]),
+            latency_ms=float(d["latency_ms"]),
+            team=d.get("team"),
+            key_id=d.get("key_id"),
+            route=d.get("route"),
+            deployment=d.get("deployment"),
+            stream=bool(d.get("stream")),
+            error_code=d.get("error_code"),
+            prompt_estimate=d.get("prompt_estimate"),
+            budget=d.get("budget"),
+            prompt_tokens=d.get("prompt_tokens"),
+            output_tokens=d.get("output_tokens"),
+            cached_tokens=d.get("cached_tokens"),
+            cost_usd=d.get("cost_usd"),
+            actions=tuple(
+                (name, int(a["count"]), int(a["tokens_removed"])) for name, a in actions.items()
+            ),
+            upstream_ms=d.get("upstream_ms"),
+            phases=tuple(Phase(n, float(s), float(t)) for n, s, t in d.get("phases") or ()),
+            traceparent=d.get("traceparent"),
+        )
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One request's record while it is under way: what is known at arrival, and the phases
+    as they end. The gateway holds it beside the request and turns it into a record once."""
+
+    kind: str
+    wire: str
+    time: float
+    started: float
+    key_id: str | None
+    traceparent: str | None
+    #: The presented key, only to name a refused request's team (never recorded).
+    key: str | None = field(default=None, repr=False)
+    phases: list[Phase] = field(default_factory=list)
+    upstream_ms: float | None = None
+    #: Once admitted: the route and the team (a refusal while pricing still names them).
+    rc: RouteConfig | None = None
+    team: Team | None = None
+
+    def admitted(self, rc: RouteConfig, team: Team | None) -> None:
+        self.rc, self.team = rc, team
+
+    def phase(self, name: str, start: float, end: float | None = None) -> None:
+        """``name`` ran from ``start`` to ``end`` (``time.perf_counter()`` values; now)."""
+        end = time.perf_counter() if end is None else end
+        self.phases.append(Phase(name, (start - self.started) * 1000, (end - start) * 1000))
+        if name == "provider":
+            self.upstream_ms = (end - start) * 1000
+
+
+def cost_usd(rc: RouteConfig, usage: Usage | None) -> float | None:
+    """The provider's usage at the route's prices, as the usd quotas charge it (prompt and
+    output per token); None without usage or without prices."""
+    if usage is None or (rc.input_cost_per_token is None and rc.output_cost_per_token is None):
+        return None
+    cost = usage.prompt_tokens * (rc.input_cost_per_token or 0.0)
+    cost += usage.completion_tokens * (rc.output_cost_per_token or 0.0)
+    return round(cost, 9)
+
+
+def matches(
+    record: RequestRecord,
+    route: str | None = None,
+    status: str | None = None,
+    since: float | None = None,
+) -> bool:
+    """The endpoint's filters: the route, the status (``429`` or a class, ``4xx``), the time."""
+    if route is not None and record.route != route:
+        return False
+    if since is not None and record.time < since:
+        return False
+    if status is not None:
+        code = str(record.status)
+        if status.lower().endswith("xx"):
+            return code[:1] == status[:1]
+        return code == status
+    return True
+
+
+Sink = Callable[[RequestRecord], Awaitable[None]]
+
+
+class Records:
+    """Tickets in, records out, to every sink: the log line, the store, any added (traces)."""
+
+    def __init__(
+        self, settings: RequestLogSettings, store: Store | None, teams: TeamDirectory
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.teams = teams
+        #: Further sinks (``proxy.tracing``), each told of every record after the log line.
+        self.sinks: list[Sink] = []
+        self._closers: list[Callable[[], None]] = []
+        self._store_down = False
+
+    def add(self, sink: Sink, close: Callable[[], None] | None = None) -> None:
+        """Another sink (``proxy.tracing``), and how to flush it when the app stops."""
+        self.sinks.append(sink)
+        if close is not None:
+            self._closers.append(close)
+
+    def close(self) -> None:
+        """Flush and stop every sink that batches (the lifespan's end)."""
+        for close in self._closers:
+            try:
+                close()
+            except Exception:
+                log.exception("closing a request log sink failed")
+
+    # -- filling ---------------------------------------------------------------------------
+    def ticket(self, request: Request, wire: Wire, kind: str) -> Ticket:
+        key = wire.keys.key(request.headers, request.query_params)
+        return Ticket(
+            kind=kind,
+            wire=wire.name,
+            time=time.time(),
+            started=time.perf_counter(),
+            key_id=fingerprint(hash_key(key)) if key else None,
+            traceparent=request.headers.get("traceparent"),
+            key=key or None,
+        )
+
+    def served(
+        self,
+        t: Ticket,
+        e: Estimate,
+        status: int,
+        usage: Usage | None = None,
+        *,
+        stream: bool = False,
+        error_code: str | None = None,
+    ) -> RequestRecord:
+        """The record of a request that was priced (answered, or refused after pricing)."""
+        report = e.fitted.report
+        seen = usage if usage is not None and not usage.invalid else None
+        return RequestRecord(
+            id=uuid.uuid4().hex,
+            time=t.time,
+            kind=t.kind,
+            wire=t.wire,
+            status=status,
+            latency_ms=(time.perf_counter() - t.started) * 1000,
+            team=e.team.id if e.team is not None else None,
+            key_id=t.key_id,
+            route=e.rc.route.alias,
+            deployment=e.rc.upstream.model,
+            stream=stream,
+            error_code=error_code,
+            prompt_estimate=e.tokens,
+            budget=report.budget,
+            prompt_tokens=None if seen is None else seen.prompt_tokens,
+            output_tokens=None if seen is None else seen.completion_tokens,
+            cached_tokens=None if seen is None else seen.cached_tokens,
+            cost_usd=cost_usd(e.rc, seen),
+            actions=tuple((a.name, a.count, a.tokens) for a in report.actions.taken()),
+            upstream_ms=t.upstream_ms,
+            phases=tuple(t.phases),
+            traceparent=t.traceparent,
+            contents=redact_value(dict(e.request.body)) if self.settings.contents else None,
+        )
+
+    def refused(
+        self, t: Ticket, err: ProxyError, e: Estimate | None = None, *, stream: bool = False
+    ) -> RequestRecord:
+        """The record of a refusal or a failure; ``e`` when the request had been priced."""
+        code = err.code or err.type
+        if e is not None:
+            return self.served(t, e, err.status, stream=stream, error_code=code)
+        team = t.team
+        if team is None and t.key and not self.teams.open:
+            team = self.teams.team_for(t.key)
+        return RequestRecord(
+            id=uuid.uuid4().hex,
+            time=t.time,
+            kind=t.kind,
+            wire=t.wire,
+            status=err.status,
+            latency_ms=(time.perf_counter() - t.started) * 1000,
+            team=team.id if team is not None else None,
+            key_id=t.key_id,
+            route=t.rc.route.alias if t.rc is not None else None,
+            deployment=t.rc.upstream.model if t.rc is not None else None,
+            stream=stream,
+            error_code=code,
+            phases=tuple(t.phases),
+            traceparent=t.traceparent,
+        )
+
+    def counted(self, t: Ticket, rc: RouteConfig, team: str | None, tokens: int) -> RequestRecord:
+        """The record of a count endpoint's answer (no fit, nothing forwarded)."""
+        return RequestRecord(
+            id=uuid.uuid4().hex,
+            time=t.time,
+            kind=t.kind,
+            wire=t.wire,
+            status=200,
+            latency_ms=(time.perf_counter() - t.started) * 1000,
+            team=team,
+            key_id=t.key_id,
+            route=rc.route.alias,
+            deployment=rc.upstream.model,
+            prompt_estimate=tokens,
+            phases=tuple(t.phases),
+            traceparent=t.traceparent,
+        )
+
+    # -- the sinks -------------------------------------------------------------------------
+    def later(self, record: RequestRecord) -> BackgroundTask:
+        """``emit`` as a response's background task: after the response is sent."""
+        return BackgroundTask(self.emit, record)
+
+    async def emit(self, record: RequestRecord) -> None:
+        """Every sink, each one's failure its own (a store outage loses records, never a
+        response, and is logged once per outage)."""
+        data = orjson.dumps(record.as_dict())
+        line = data
+        if self.settings.contents and record.contents is not None:
+            line = orjson.dumps(record.as_dict(contents=True))
+        ACCESS.info("%s", line.decode())
+        if self.store is not None:
+            try:
+                await self.store.record_request(record.team or ANONYMOUS, data, self.settings.keep)
+            except StoreUnavailable as exc:
+                if not self._store_down:
+                    log.warning("request log: the store is unavailable, records lost: %s", exc)
+                self._store_down = True
+            else:
+                self._store_down = False
+        for sink in self.sinks:
+            try:
+                await sink(record)
+            except Exception:
+                log.exception("a request log sink failed")
+
+    # -- reading ---------------------------------------------------------------------------
+    def readable(
+        self, headers: Mapping[str, str], team: str | None, client: str | None
+    ) -> tuple[str, ...]:
+        """Whose records the caller may read: the admin key any team's (every team's when none
+        is named), a team key its own only (the rule of ``/routefit/teams/{team}/usage``)."""
+        teams = self.teams
+        if teams.open:
+            return (team or ANONYMOUS,)
+        if team is not None and team != ANONYMOUS:
+            return (teams.usage_reader(headers, team, client).id,)
+        key = presented_key(headers)
+        # every key presented here may be a guess at the admin key: the admin doors' brake
+        # (``proxy.throttle``) is checked first and told of every key that opens nothing
+        if client is not None and key:
+            teams.admin_throttle.check(client)
+        if key and teams.is_admin(key):
+            if client is not None:
+                teams.admin_throttle.succeeded(client)
+            master = (MASTER_TEAM,) if teams.master is not None else ()
+            return (team,) if team is not None else (*teams.teams, *master, ANONYMOUS)
+        if team == ANONYMOUS:
+            teams.authorize_admin(headers, client)  # a 401 or 403, counted as a failed guess
+        try:
+            caller = teams.authenticate(headers)
+        except ProxyError:
+            if client is not None and key:
+                teams.admin_throttle.failed(client)
+            raise
+        return (caller.id,) if caller is not None else (ANONYMOUS,)
+
+    async def read(
+        self,
+        teams: Iterable[str],
+        limit: int,
+        route: str | None = None,
+        status: str | None = None,
+        since: float | None = None,
+    ) -> list[RequestRecord]:
+        """The newest ``limit`` records of ``teams`` that pass the filters, newest first."""
+        if self.store is None:
+            return []
+        found: list[RequestRecord] = []
+        # unfiltered, each team's newest ``limit`` are all that can be answered
+        filtered = route is not None or status is not None or since is not None
+        depth = self.settings.keep if filtered else limit
+        for team in teams:
+            for data in await self.store.recent_requests(team, depth):
+                try:
+                    record = RequestRecord.from_dict(orjson.loads(data))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a record this version cannot read
+                if matches(record, route, status, since):
+                    found.append(record)
+        found.sort(key=lambda r: r.time, reverse=True)
+        return found[:limit]
+
+
+_CLASSES = frozenset({"1xx", "2xx", "3xx", "4xx", "5xx"})
+
+
+def query(params: Mapping[str, str]) -> tuple[int, str | None, str | None, float | None]:
+    """(limit, route, status, since) from the endpoint's query; a bad value is a 400."""
+    try:
+        limit = int(params.get("limit", "100"))
+    except ValueError:
+        raise ProxyError(400, "limit must be an integer", param="limit") from None
+    since_raw = params.get("since")
+    try:
+        since = float(since_raw) if since_raw is not None else None
+    except ValueError:
+        raise ProxyError(400, "since must be unix seconds", param="since") from None
+    status = params.get("status")
+    if status is not None and not (
+        status.isdigit() or status.lower() in ("1xx", "2xx", "3xx", "4xx", "5xx")
+    ):
+        raise ProxyError(400, "status must be a status code or a class (4xx)", param="status")
+    return max(1, min(limit, MAX_LIMIT)), params.get("route"), status, since
+
+
+def page(records: Sequence[RequestRecord]) -> bytes:
+    return orjson.dumps({"object": "list", "data": [r.as_dict() for r in records]})

@@ -1,0 +1,143 @@
+"""Stored responses: ``store`` / ``previous_response_id`` answered from routefit's own store.
+
+Each stored record is one response with the WHOLE input it answered (the chain before it
+included), per team, with a TTL: resolving ``previous_response_id`` is one store read, on any
+replica (Redis) and after a restart (the embedded sqlite file). The price is storage that grows
+with the chain (each record repeats its history); the TTL bounds it.
+
+A response is written before the client can see that it is complete (before
+``response.completed`` goes out on a stream, before the body of a whole answer), so a follow-up
+request naming it always finds it — the read-your-writes that LiteLLM users miss (~10 s there).
+That write is the one cost ``store: true`` adds on the response path. Starting it as soon as
+the answer is read, to overlap the gateway's finishing work, was measured (interleaved, against
+the embedded store) and made no difference: that work is ~0.1 ms of Python and the write goes
+through the store's executor thread, which needs the same GIL. ``store`` defaults to true, as at
+OpenAI; ``store: false`` (Codex CLI) writes nothing.
+
+This module is the shell's side of the Responses wire (``proxy.wires.responses`` never touches
+the store): ``Keeper`` is one request's stored conversation, the ``Session`` the gateway's intake
+resolves after it has read the body and authenticated the team (``previous_response_id`` →
+``RequestContext.stored.prior``: one body parse, one authentication), and where the wire hands
+its finished answers. The HTTP endpoints that read and delete stored responses are
+``proxy.responses_api``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from proxy.errors import ProxyError
+from proxy.store import Store
+from proxy.store.base import StoreUnavailable
+from proxy.teams import Team
+from proxy.wires.base import RequestContext
+
+__all__ = ["OPEN_TEAM", "Keeper", "chain", "delete_record", "load_record", "team_key"]
+
+log = logging.getLogger("routefit")
+
+#: Team key of an open gateway (no teams configured).
+OPEN_TEAM = "-"
+
+
+def team_key(team: Team | None) -> str:
+    """Whose stored responses these are (every record is one team's)."""
+    return team.id if team is not None else OPEN_TEAM
+
+
+@dataclass(slots=True)
+class Keeper:
+    """One request's stored conversation (``proxy.wires.base.Stored``, and the intake's
+    ``Session``): the chain it continues, and the answer to store."""
+
+    store: Store
+    #: Seconds the record lives (``routefit_settings.responses_ttl_seconds``).
+    ttl: int
+    team: str = OPEN_TEAM
+    #: What ``previous_response_id`` stands for (None: the request names none).
+    prior: list[Any] | None = None
+    #: A whole answer and its input to store (``keep``) before its body goes out (``answered``).
+    pending: tuple[dict[str, Any], list[Any]] | None = None
+
+    async def resolve(self, ctx: RequestContext) -> RequestContext:
+        """The request's context with its chain resolved from the already-read body, for the
+        already-authenticated team (a 404 when it names a response the team does not have)."""
+        self.team = team_key(ctx.team)
+        self.prior = await chain(self.store, self.team, ctx.body)
+        return replace(ctx, stored=self)
+
+    def keep(self, response: dict[str, Any], input: list[Any]) -> None:
+        """A whole answer to store once the gateway has finished it (``answered``)."""
+        self.pending = (response, input)
+
+    async def answered(self) -> None:
+        """Store the answer ``keep`` was given (nothing when none was)."""
+        if self.pending is not None:
+            (response, input), self.pending = self.pending, None
+            await self.save(response, input)
+
+    async def save(self, response: Mapping[str, Any], input: list[Any]) -> None:
+        """Store a finished response (a store outage is logged: the answer already exists)."""
+        rid = response.get("id")
+        if not isinstance(rid, str) or not rid:
+            return
+        record = orjson.dumps({"response": response, "input": input})
+        try:
+            await self.store.put_response(self.team, rid, record, self.ttl)
+        except StoreUnavailable as exc:
+            log.warning("could not store response %s: %s", rid, exc)
+
+
+async def load_record(store: Store, team: str, rid: str, param: str | None) -> dict[str, Any]:
+    """The stored record ``rid`` of ``team``; a 404 naming ``param`` (or the id) when absent."""
+    try:
+        raw = await store.get_response(team, rid) if rid else None
+    except StoreUnavailable:
+        raise ProxyError(
+            503, "the response store is unavailable", code="store_unavailable"
+        ) from None
+    if raw is None:
+        if param is not None:
+            raise ProxyError(
+                404,
+                f"Previous response with id '{rid}' not found.",
+                param=param,
+                code="previous_response_not_found",
+            )
+        raise ProxyError(404, f"No response found with id '{rid}'.", code="not_found")
+    record: dict[str, Any] = orjson.loads(raw)
+    return record
+
+
+def _output_items(response: Mapping[str, Any]) -> list[Any]:
+    output = response.get("output")
+    return list(output) if isinstance(output, list) else []
+
+
+async def chain(store: Store, team: str, body: Any) -> list[Any] | None:
+    """The items ``previous_response_id`` stands for: the stored response's whole input and its
+    output (None when the body names none, or is not an object: the wire's parse reports that)."""
+    if not isinstance(body, Mapping) or body.get("previous_response_id") is None:
+        return None
+    previous = body["previous_response_id"]
+    if not isinstance(previous, str):
+        raise ProxyError(400, "previous_response_id must be a string", param="previous_response_id")
+    record = await load_record(store, team, previous, "previous_response_id")
+    return list(record.get("input") or []) + _output_items(record.get("response") or {})
+
+
+async def delete_record(store: Store, team: str, rid: str) -> None:
+    """Delete ``team``'s stored response ``rid``; a 404 when it has none."""
+    try:
+        gone = await store.delete_response(team, rid)
+    except StoreUnavailable:
+        raise ProxyError(
+            503, "the response store is unavailable", code="store_unavailable"
+        ) from None
+    if not gone:
+        raise ProxyError(404, f"No response found with id '{rid}'.", code="not_found")

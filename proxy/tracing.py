@@ -1,0 +1,176 @@
+"""OTLP traces of the request log's records: one server span per request, with the GenAI semantic
+conventions and routefit's own attributes, and a child span per phase (the fit, the budget, the
+provider).
+
+Off unless configured the way every OpenTelemetry service is: an ``OTEL_EXPORTER_OTLP_ENDPOINT``
+(or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) in the environment, and the ``otel`` extra
+installed; ``OTEL_SDK_DISABLED=true`` turns it off again. The exporter (OTLP over HTTP) reads
+the rest of the standard variables itself (headers, timeout, compression, protocol); the
+resource reads ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (``routefit`` when no
+service name is set).
+
+The spans are drawn from the finished ``RequestRecord`` (``proxy.records``) after the response
+has gone, with the times the record measured: the request path carries no tracing code, and
+the trace says exactly what the log line says. A client's W3C ``traceparent`` makes the
+server span its child.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from proxy.records import RequestRecord, Sink
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+__all__ = ["Traces", "attributes", "configured", "traces_from_env"]
+
+log = logging.getLogger("routefit")
+
+#: ``gen_ai.operation.name`` per record kind: a count endpoint and a dry run call no model.
+_OPERATION = {"serve": "chat", "count": "count_tokens", "fit": "fit"}
+_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def configured(environ: Mapping[str, str]) -> bool:
+    """Whether the environment asks for traces (an OTLP endpoint, the SDK not disabled)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return any(environ.get(name) for name in _ENDPOINTS)
+
+
+def attributes(record: RequestRecord, provider: str | None) -> dict[str, Any]:
+    """The server span's attributes: the GenAI conventions, then routefit's own."""
+    out: dict[str, Any] = {
+        "gen_ai.operation.name": _OPERATION.get(record.kind, record.kind),
+        "http.response.status_code": record.status,
+        "routefit.kind": record.kind,
+        "routefit.wire": record.wire,
+        "routefit.stream": record.stream,
+    }
+    if provider:
+        out["gen_ai.provider.name"] = provider
+        out["gen_ai.system"] = provider  # the name before semconv 1.37, still read by many
+    optional: dict[str, Any] = {
+        "gen_ai.request.model": record.route,
+        "gen_ai.response.model": record.deployment,
+        "gen_ai.usage.input_tokens": record.prompt_tokens,
+        "gen_ai.usage.output_tokens": record.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": record.cached_tokens,
+        "error.type": record.error_code or (str(record.status) if record.status >= 400 else None),
+        "routefit.request_id": record.id,
+        "routefit.route": record.route,
+        "routefit.deployment": record.deployment,
+        "routefit.team": record.team,
+        "routefit.key_id": record.key_id,
+        "routefit.estimate": record.prompt_estimate,
+        "routefit.budget": record.budget,
+        "routefit.cost_usd": record.cost_usd,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    for name, count, tokens in record.actions:
+        out[f"routefit.fit.{name}"] = count
+        out[f"routefit.fit.{name}.tokens_removed"] = tokens
+    return out
+
+
+class Traces:
+    """The request log's trace sink: a record in, its spans out (batched, exported off the
+    event loop by the SDK's own thread)."""
+
+    def __init__(self, provider: TracerProvider, providers: Mapping[str, str]) -> None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self._provider = provider
+        self._tracer = provider.get_tracer("routefit")
+        self._propagator = TraceContextTextMapPropagator()
+        #: route alias → its provider (``gen_ai.provider.name``).
+        self._providers = dict(providers)
+
+    async def __call__(self, record: RequestRecord) -> None:
+        self.draw(record)
+
+    def draw(self, record: RequestRecord) -> None:
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        carrier = {"traceparent": record.traceparent} if record.traceparent else {}
+        parent = self._propagator.extract(carrier)
+        start = int(record.time * 1e9)
+        operation = _OPERATION.get(record.kind, record.kind)
+        name = f"{operation} {record.route}" if record.route else operation
+        provider = self._providers.get(record.route or "")
+        span = self._tracer.start_span(
+            name,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes(record, provider),
+            start_time=start,
+        )
+        if record.status >= 500 or (record.status >= 400 and record.error_code):
+            span.set_status(Status(StatusCode.ERROR, record.error_code or str(record.status)))
+        inside = trace.set_span_in_context(span)
+        for phase in record.phases:
+            child_start = start + int(phase.start_ms * 1e6)
+            kind = SpanKind.CLIENT if phase.name == "provider" else SpanKind.INTERNAL
+            child = self._tracer.start_span(
+                f"routefit.{phase.name}",
+                context=inside,
+                kind=kind,
+                attributes=_phase_attributes(record, phase.name, provider),
+                start_time=child_start,
+            )
+            child.end(end_time=child_start + int(phase.duration_ms * 1e6))
+        span.end(end_time=start + int(record.latency_ms * 1e6))
+
+    def close(self) -> None:
+        """Export what is batched, then stop (the lifespan's end)."""
+        self._provider.shutdown()
+
+
+def _phase_attributes(record: RequestRecord, phase: str, provider: str | None) -> dict[str, Any]:
+    if phase == "fit":
+        fit = {"routefit.estimate": record.prompt_estimate, "routefit.budget": record.budget}
+        for name, count, _tokens in record.actions:
+            fit[f"routefit.fit.{name}"] = count
+        return {k: v for k, v in fit.items() if v is not None}
+    if phase == "budget":
+        return {"routefit.team": record.team} if record.team else {}
+    if phase == "provider":
+        out: dict[str, Any] = {"gen_ai.operation.name": "chat"}
+        if provider:
+            out["gen_ai.provider.name"] = provider
+        if record.deployment:
+            out["gen_ai.request.model"] = record.deployment
+        return out
+    return {}
+
+
+def traces_from_env(
+    providers: Mapping[str, str], environ: Mapping[str, str] = os.environ
+) -> tuple[Sink, Callable[[], None]] | None:
+    """(sink, close) when the environment configures traces and the SDK is installed; None
+    otherwise (a configured endpoint without the ``otel`` extra is logged, not fatal)."""
+    if not configured(environ):
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        log.warning(
+            "an OTLP endpoint is configured but the OpenTelemetry SDK is not installed "
+            "(pip install 'routefit[otel]'): no traces"
+        )
+        return None
+    service = environ.get("OTEL_SERVICE_NAME") or "routefit"
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    traces = Traces(provider, providers)
+    log.info("traces: OTLP/HTTP export as service %r", service)
+    return traces, traces.close

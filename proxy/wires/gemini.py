@@ -1,0 +1,192 @@
+"""Google Gemini: ``POST /v1beta/models/{model}:generateContent``, ``:streamGenerateContent``
+and ``:countTokens`` (and the same under ``/v1/``, the ``google-genai`` SDK's default) — Gemini
+CLI's wire.
+
+The model and the stream flag come from the URL: ``{model}`` is a routefit alias (any route, so
+the CLI's model names are mapped by config like any alias), ``:streamGenerateContent?alt=sse``
+streams SSE events; without ``alt=sse`` Google streams one JSON array, and routefit answers that
+array with a single element, the whole response (a client reading the array incrementally sees
+one chunk). Team keys: ``x-goog-api-key``, ``?key=``, or ``Authorization: Bearer``.
+
+Parsing is ``gemini_parse``; no route speaks Gemini natively yet, so every request is translated
+to chat completions and back (``gemini_chat``): the byte-stable passthrough of an unchanged body
+needs a Gemini transport. Every refusal is in Google's shape, ``{"error": {"code", "message",
+"status"}}``, an overflow in Google's words for it, and a stream that cannot end normally ends
+with one more SSE data line holding that error object, as Google's do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+
+import orjson
+
+from pricing.messages import ChatRequest
+from proxy.errors import ProxyError
+from proxy.teams import KeyPlaces
+from proxy.transports import CHAT, Completion, EventStream, Outbound
+from proxy.transports.sse import event_data
+from proxy.usage import normalize_usage
+from proxy.wires.base import (
+    Answer,
+    Outcome,
+    RequestContext,
+    StreamFailed,
+    capped_output,
+    delta_fields,
+)
+from proxy.wires.gemini_chat import ChatToGemini, chat_body, chat_to_gemini, sse
+from proxy.wires.gemini_parse import GeminiRequest, parse_gemini
+from strategies.fit import Fit, FitError
+from strategies.output import OutputReserveError
+
+__all__ = ["GEMINI", "GeminiWire", "google_error", "google_status"]
+
+#: This wire's name: no provider speaks it yet, so every route is reached by chat.
+GEMINI = "gemini"
+
+_PREFIXES = ("/v1beta/models/", "/v1/models/")
+_GENERATE = ":generateContent"
+_STREAM = ":streamGenerateContent"
+_COUNT = ":countTokens"
+
+#: Google's canonical status names by HTTP status (cloud.google.com/apis/design/errors).
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    408: "DEADLINE_EXCEEDED",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def google_status(status: int) -> str:
+    return _STATUS.get(status, "FAILED_PRECONDITION" if status < 500 else "INTERNAL")
+
+
+def _error(status: int, message: str) -> dict[str, dict[str, object]]:
+    return {"error": {"code": status, "message": message, "status": google_status(status)}}
+
+
+def google_error(err: ProxyError) -> bytes:
+    """Google's error body: ``{"error": {"code", "message", "status"}}``."""
+    return orjson.dumps(_error(err.status, err.message))
+
+
+def _request(request: ChatRequest) -> GeminiRequest:
+    assert isinstance(request, GeminiRequest)
+    return request
+
+
+def _model(ctx: RequestContext) -> str:
+    """The model named in the URL; a dry run (``/routefit/fit?wire=gemini``) has no URL model
+    and names it in the body, as ``models/NAME`` or ``NAME``."""
+    model = ctx.path.get("model")
+    if model is None and isinstance(ctx.body, Mapping):
+        model = ctx.body.get("model")
+    model = model if isinstance(model, str) else ""
+    return model.removeprefix("models/")
+
+
+class GeminiWire:
+    name = GEMINI
+    paths: tuple[str, ...] = tuple(
+        p + "{model}" + kind for p in _PREFIXES for kind in (_GENERATE, _STREAM)
+    )
+    count_paths: tuple[str, ...] = tuple(p + "{model}" + _COUNT for p in _PREFIXES)
+    stored = False
+    keys = KeyPlaces(headers=("x-goog-api-key",), query="key")
+    generated = delta_fields("text")
+
+    def parse(self, ctx: RequestContext) -> ChatRequest:
+        stream = ctx.url_path.endswith(_STREAM)
+        sse = stream and ctx.query.get("alt") == "sse"
+        return parse_gemini(
+            ctx.body, _model(ctx), sse=sse, array=stream and not sse, counting=ctx.counting
+        )
+
+    def streams(self, request: ChatRequest) -> bool:
+        return _request(request).sse
+
+    def outbound(
+        self, request: ChatRequest, fitted: Fit, wire: str, headers: Mapping[str, str]
+    ) -> Outbound:
+        # every provider wire but this one is reached by chat (``Transports.leg``)
+        stream = self.streams(request)
+        body = chat_body(_request(request), fitted.messages, stream)
+        return Outbound(CHAT, capped_output(body, fitted, ("max_tokens",)), stream=stream)
+
+    def answer(self, request: ChatRequest, completion: Completion, wire: str) -> Answer:
+        data = completion.data
+        usage = normalize_usage(data.get("usage")) if isinstance(data, Mapping) else None
+        body = orjson.dumps(chat_to_gemini(data, request.model, usage))
+        return Answer(b"[" + body + b"]" if _request(request).array else body, usage)
+
+    async def relay(
+        self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
+    ) -> AsyncGenerator[bytes, None]:
+        out = ChatToGemini(request.model)
+        async for event in events:
+            data = event_data(event)
+            if data is None:
+                continue
+            if data.strip() == b"[DONE]":
+                yield out.finish_chunk(outcome.usage)
+                outcome.completed = True
+                return
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if isinstance(obj.get("error"), Mapping):
+                raise StreamFailed(str(obj["error"].get("message") or "upstream error"))
+            if obj.get("usage") is not None:
+                outcome.usage = normalize_usage(obj["usage"]) or outcome.usage
+            for chunk in out.chunk(obj):
+                yield chunk
+
+    def stream_error(self, request: ChatRequest, outcome: Outcome, message: str) -> bytes:
+        return sse(_error(500, message))
+
+    def overflow(self, exc: FitError) -> ProxyError:
+        """Google's words for a prompt over the window (``The input token count (N) exceeds
+        the maximum number of tokens allowed (M).``, 400 INVALID_ARGUMENT), routefit's reason
+        after them. N is what the prompt needs of the window after every strategy (estimate,
+        output reserve, safety margin), so N > M and N − M is what the client must free."""
+        if isinstance(exc, OutputReserveError):
+            asked = exc.limit.requested if exc.limit.requested is not None else exc.limit.reserve
+            message = (
+                f"The input token count ({exc.window - exc.fits}) plus maxOutputTokens "
+                f"({asked}) exceeds the maximum number of tokens allowed ({exc.window}). {exc}"
+            )
+        elif exc.team_limit is not None:
+            message = (
+                f"The input token count ({exc.estimate}) exceeds the maximum number of tokens "
+                f"allowed ({exc.team_limit}): your team's per-request prompt limit. {exc}"
+            )
+        else:
+            needed = exc.estimate + (exc.window - exc.budget)
+            message = (
+                f"The input token count ({needed}) exceeds the maximum number of tokens "
+                f"allowed ({exc.window}). {exc}"
+            )
+        return ProxyError(400, message, code="context_length_exceeded")
+
+    def error_body(self, err: ProxyError) -> bytes:
+        return google_error(err)
+
+    def counted(self, tokens: int) -> bytes:
+        return orjson.dumps({"totalTokens": tokens})

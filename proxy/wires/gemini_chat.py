@@ -1,0 +1,300 @@
+"""Gemini ↔ chat completions, for routes whose provider does not speak Gemini (all of them
+today: a native Gemini passthrough, where a body nothing changed goes out byte for byte, is a
+transport of its own still to come).
+
+Carried across: the fitted contents (text, images as data URLs, function calls and responses
+paired by id, ``gemini_parse``), ``systemInstruction``, function declarations (their schemas as
+JSON Schema), ``toolConfig``'s calling mode, and ``generationConfig``: ``maxOutputTokens``,
+``temperature``, ``topP``, ``stopSequences``, ``candidateCount``, ``seed``, the penalties, and a
+JSON answer (``responseMimeType: application/json`` with ``responseSchema`` or
+``responseJsonSchema``) as the chat route's ``response_format``.
+
+Lost (docs/wires.md): thought parts and ``thoughtSignature`` (no chat provider takes them),
+``topK``, ``thinkingConfig``, ``safetySettings``, ``cachedContent``, non-function tools
+(``googleSearch``, ``codeExecution``, ...), non-image media (a note stands in), images inside a
+function response (sent as a user message after it, as on the Anthropic wire).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from pricing.messages import ImagePart, Message, TextPart
+from proxy.usage import Usage
+from proxy.wires.gemini_parse import GeminiRequest, json_schema
+
+__all__ = [
+    "ChatToGemini",
+    "chat_body",
+    "chat_to_gemini",
+    "finish_reason",
+    "usage_metadata",
+]
+
+#: chat ``finish_reason`` → Gemini ``finishReason`` (function calls end with ``STOP`` there).
+_FINISH = {
+    "stop": "STOP",
+    "tool_calls": "STOP",
+    "function_call": "STOP",
+    "length": "MAX_TOKENS",
+    "content_filter": "SAFETY",
+}
+
+#: ``generationConfig`` settings chat takes under another name.
+_SAMPLING = {
+    "temperature": "temperature",
+    "topP": "top_p",
+    "seed": "seed",
+    "presencePenalty": "presence_penalty",
+    "frequencyPenalty": "frequency_penalty",
+}
+
+#: ``toolConfig.functionCallingConfig.mode`` → chat ``tool_choice``.
+_MODES = {"AUTO": "auto", "ANY": "required", "VALIDATED": "auto", "NONE": "none"}
+
+
+def finish_reason(chat: Any) -> str:
+    return _FINISH.get(str(chat), "OTHER") if chat else "STOP"
+
+
+def _content(message: Message) -> str | list[dict[str, Any]]:
+    if not message.images:
+        return message.text
+    out: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            out.append({"type": "text", "text": part.text})
+        else:
+            out.append({"type": "image_url", "image_url": {"url": part.url}})
+    return out
+
+
+def _assistant(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    return out
+
+
+def chat_messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
+    """The fitted conversation as chat messages: a tool result whose call is not in the
+    conversation (Gemini pairs loosely) goes as user text; images in a tool result follow it
+    as a user message (chat tool messages carry text only); a model turn of thoughts only is
+    left out (a chat provider refuses an assistant message with neither text nor calls)."""
+    out: list[dict[str, Any]] = []
+    announced: set[str] = set()
+    images: list[dict[str, Any]] = []
+    for message in fitted:
+        if message.role != "tool" and images:
+            out.append({"role": "user", "content": images})
+            images = []
+        if message.role == "assistant":
+            announced.update(c.id for c in message.tool_calls)
+            if message.text or message.tool_calls:  # a turn of thoughts only: nothing to send
+                out.append(_assistant(message))
+        elif message.role == "tool" and message.tool_call_id in announced:
+            out.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+            )
+            images += [
+                {"type": "image_url", "image_url": {"url": p.url}}
+                for p in message.parts
+                if isinstance(p, ImagePart)
+            ]
+        elif message.role == "tool":
+            out.append({"role": "user", "content": f"[function response] {message.text}"})
+        else:
+            out.append({"role": message.role, "content": _content(message)})
+    if images:
+        out.append({"role": "user", "content": images})
+    return out
+
+
+def _tool_choice(body: Mapping[str, Any]) -> Any:
+    config = body.get("toolConfig")
+    calling = config.get("functionCallingConfig") if isinstance(config, Mapping) else None
+    if not isinstance(calling, Mapping):
+        return None
+    allowed = calling.get("allowedFunctionNames")
+    if calling.get("mode") == "ANY" and isinstance(allowed, list) and len(allowed) == 1:
+        return {"type": "function", "function": {"name": allowed[0]}}
+    return _MODES.get(str(calling.get("mode")))
+
+
+def _response_format(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    if config.get("responseMimeType") != "application/json":
+        return None
+    schema = json_schema(config.get("responseJsonSchema", config.get("responseSchema")))
+    if not isinstance(schema, Mapping):
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+
+
+def chat_body(request: GeminiRequest, fitted: Sequence[Message], stream: bool) -> dict[str, Any]:
+    """The chat-completions request for a fitted Gemini conversation."""
+    config = request.config or {}
+    body: dict[str, Any] = {"model": request.model, "messages": chat_messages(fitted)}
+    tools = [{"type": "function", "function": dict(fn)} for fn in request.tools if "name" in fn]
+    if tools:
+        body["tools"] = tools
+        choice = _tool_choice(request.body)
+        if choice is not None:
+            body["tool_choice"] = choice
+    if request.max_output_tokens is not None:
+        body["max_tokens"] = request.max_output_tokens
+    for key, chat in _SAMPLING.items():
+        if config.get(key) is not None:
+            body[chat] = config[key]
+    if config.get("stopSequences"):
+        body["stop"] = config["stopSequences"]
+    if request.choices > 1:
+        body["n"] = request.choices
+    response_format = _response_format(config)
+    if response_format is not None:
+        body["response_format"] = response_format
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def usage_metadata(usage: Usage | None, chat: Any = None) -> dict[str, Any]:
+    """Provider usage in Gemini's ``usageMetadata`` shape (the cached count only when there is
+    one, thoughts when the provider named reasoning tokens, as Google writes them)."""
+    if usage is None:
+        return {}
+    out: dict[str, Any] = {
+        "promptTokenCount": usage.prompt_tokens,
+        "candidatesTokenCount": usage.completion_tokens,
+        "totalTokenCount": usage.total_tokens,
+    }
+    if usage.cached_tokens:
+        out["cachedContentTokenCount"] = usage.cached_tokens
+    details = chat.get("completion_tokens_details") if isinstance(chat, Mapping) else None
+    reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    if isinstance(reasoning, int) and reasoning > 0:
+        out["thoughtsTokenCount"] = reasoning
+        out["candidatesTokenCount"] = max(0, usage.completion_tokens - reasoning)
+    return out
+
+
+def _args(arguments: Any) -> dict[str, Any]:
+    """A call's arguments as Gemini's ``args`` object (a provider's malformed JSON kept as
+    text under one key, rather than lost)."""
+    try:
+        value = orjson.loads(arguments or "{}")
+    except (orjson.JSONDecodeError, TypeError):
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def call_part(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    return {"functionCall": {"id": str(call_id), "name": str(name), "args": _args(arguments)}}
+
+
+def response_id() -> str:
+    return secrets.token_urlsafe(16)
+
+
+def _candidate(choice: Mapping[str, Any]) -> dict[str, Any]:
+    message = choice.get("message") or {}
+    parts: list[dict[str, Any]] = []
+    if isinstance(message.get("reasoning_content"), str) and message["reasoning_content"]:
+        parts.append({"text": message["reasoning_content"], "thought": True})
+    if message.get("content"):
+        parts.append({"text": str(message["content"])})
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        parts.append(call_part(call.get("id"), fn.get("name"), fn.get("arguments")))
+    return {
+        "content": {"role": "model", "parts": parts},
+        "finishReason": finish_reason(choice.get("finish_reason")),
+        "index": int(choice.get("index", 0) or 0),
+    }
+
+
+def chat_to_gemini(data: Any, model: str, usage: Usage | None) -> dict[str, Any]:
+    """A whole chat completion as a ``GenerateContentResponse``."""
+    choices = data.get("choices") if isinstance(data, Mapping) else None
+    out: dict[str, Any] = {
+        "candidates": [_candidate(c) for c in choices or [] if isinstance(c, Mapping)],
+        "modelVersion": model,
+        "responseId": response_id(),
+    }
+    metadata = usage_metadata(usage, data.get("usage") if isinstance(data, Mapping) else None)
+    if metadata:
+        out["usageMetadata"] = metadata
+    return out
+
+
+def sse(data: Mapping[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\r\n\r\n"
+
+
+class ChatToGemini:
+    """Chat completion chunks in, Gemini's SSE chunks out (one stream): text as it comes, each
+    function call whole once its arguments are (Google sends a call in one chunk), the finish
+    reason and ``usageMetadata`` in the last chunk."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.id = response_id()
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.chat_usage: Any = None
+
+    def _chunk(self, parts: list[dict[str, Any]], **extra: Any) -> bytes:
+        candidate = {"content": {"role": "model", "parts": parts}, "index": 0, **extra}
+        data = {"candidates": [candidate], "modelVersion": self.model, "responseId": self.id}
+        return sse(data)
+
+    def chunk(self, data: Mapping[str, Any]) -> list[bytes]:
+        if data.get("usage"):
+            self.chat_usage = data["usage"]
+        out: list[bytes] = []
+        for choice in data.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("reasoning_content"), str) and delta["reasoning_content"]:
+                out.append(self._chunk([{"text": delta["reasoning_content"], "thought": True}]))
+            if delta.get("content"):
+                out.append(self._chunk([{"text": delta["content"]}]))
+            for call in delta.get("tool_calls") or []:
+                slot = self.calls.setdefault(int(call.get("index", 0)), {"args": []})
+                fn = call.get("function") or {}
+                slot["id"] = slot.get("id") or call.get("id")
+                slot["name"] = slot.get("name") or fn.get("name")
+                if fn.get("arguments"):
+                    slot["args"].append(fn["arguments"])
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return out
+
+    def finish_chunk(self, usage: Usage | None) -> bytes:
+        """The last chunk: the calls, the finish reason, the usage."""
+        parts = [
+            call_part(slot.get("id"), slot.get("name"), "".join(slot["args"]))
+            for _, slot in sorted(self.calls.items())
+        ] or [{"text": ""}]
+        candidate = {
+            "content": {"role": "model", "parts": parts},
+            "finishReason": finish_reason(self.finish),
+            "index": 0,
+        }
+        data: dict[str, Any] = {
+            "candidates": [candidate],
+            "modelVersion": self.model,
+            "responseId": self.id,
+        }
+        metadata = usage_metadata(usage, self.chat_usage)
+        if metadata:
+            data["usageMetadata"] = metadata
+        return sse(data)

@@ -1,0 +1,315 @@
+"""Gemini ``generateContent`` bodies as the conversation fitting reasons about.
+
+Gemini's ``contents`` map onto fitting's units like this:
+
+* ``systemInstruction`` is a system message (its text parts).
+* A ``model`` content is one assistant message: its text parts are its text, its
+  ``functionCall`` parts its tool calls. Thought parts (``thought: true``) and
+  ``thoughtSignature`` fields stay in the content object as they came and are never edited nor
+  priced (no route speaks Gemini natively yet, and the chat translation cannot carry them).
+* A ``user`` (or ``function``) content's ``functionResponse`` parts are ``tool`` messages, each
+  answering one call of the model turn before it; its other parts (text, ``inlineData`` /
+  ``fileData`` images, priced by the route's image rule) are one user message after them.
+
+Gemini pairs a response with its call by name and order, and ``id`` only when the client sent
+one; fitting pairs by id. A call without an ``id`` gets a derived one, stable for as long as the
+conversation grows at its end (``gc<content>_<part>``); a response takes its call's id when it
+names it, else that of the first unanswered call of the same name, else of the first unanswered
+call. A response that answers no call (``gr<content>_<part>``) is still a tool message; the
+translation sends it as user text (a chat provider refuses an unannounced tool result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pricing.messages import ChatRequest, ImagePart, Message, Part, RequestError, TextPart, ToolCall
+
+__all__ = [
+    "SYSTEM",
+    "GeminiRequest",
+    "compact",
+    "declarations",
+    "generation",
+    "json_schema",
+    "parse_gemini",
+]
+
+#: Key of the wire of the system message made from ``systemInstruction``.
+SYSTEM = "routefit_system_instruction"
+
+_ROLES = frozenset({"user", "model", "function"})
+
+
+@dataclass(frozen=True, slots=True)
+class GeminiRequest(ChatRequest):
+    """A Gemini request: the model and the stream flag come from the URL called."""
+
+    #: ``:streamGenerateContent`` with ``alt=sse``: answered as SSE events.
+    sse: bool = False
+    #: ``:streamGenerateContent`` without ``alt=sse``: Google streams a JSON array; routefit
+    #: answers the whole response as a one-element array.
+    array: bool = False
+    #: The generation settings as given (``generationConfig``), for the translation.
+    config: Mapping[str, Any] | None = None
+
+
+def compact(value: Any) -> str:
+    """A JSON value as compact text (how a function's arguments or response are priced)."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def json_schema(schema: Any) -> Any:
+    """A Gemini (OpenAPI-subset) schema as JSON Schema: ``type`` names in lower case
+    (``OBJECT`` → ``object``: Gemini CLI writes them so even in ``responseJsonSchema``),
+    ``nullable`` as a null type; everything else as it is."""
+    if isinstance(schema, list):
+        return [json_schema(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "type" and isinstance(value, str):
+            out[key] = value.lower()
+        elif key in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
+            out[key] = {k: json_schema(v) for k, v in value.items()}
+        elif key in ("items", "anyOf", "oneOf", "allOf", "not", "additionalProperties"):
+            out[key] = json_schema(value)
+        elif key != "nullable":
+            out[key] = value
+    if schema.get("nullable") is True and isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def _image(mime: Any, url: str, at: str) -> Part:
+    """An image part priced by the route's rule; other media as a note (chat cannot carry
+    them, and their bytes are not text to price)."""
+    if not isinstance(mime, str):
+        raise RequestError(f"{at}.mimeType must be a string", f"{at}.mimeType")
+    if mime.startswith("image/"):
+        return ImagePart(url)
+    return TextPart(f"[{mime} content omitted: this route takes text and images]")
+
+
+def _media(part: Mapping[str, Any], at: str) -> Part | None:
+    inline = part.get("inlineData") or part.get("inline_data")
+    if isinstance(inline, Mapping):
+        data = inline.get("data")
+        if not isinstance(data, str):
+            raise RequestError(f"{at}.inlineData.data must be a base64 string", f"{at}.inlineData")
+        mime = inline.get("mimeType", inline.get("mime_type"))
+        return _image(mime, f"data:{mime};base64,{data}", f"{at}.inlineData")
+    file = part.get("fileData") or part.get("file_data")
+    if isinstance(file, Mapping):
+        uri = file.get("fileUri", file.get("file_uri"))
+        if not isinstance(uri, str):
+            raise RequestError(f"{at}.fileData.fileUri must be a string", f"{at}.fileData")
+        return _image(file.get("mimeType", file.get("mime_type")), uri, f"{at}.fileData")
+    return None
+
+
+def _part(part: Any, at: str) -> Mapping[str, Any]:
+    if not isinstance(part, Mapping):
+        raise RequestError(f"{at} must be an object", at)
+    return part
+
+
+def _plain(part: Mapping[str, Any], at: str) -> Part | None:
+    """A part that is neither a call nor a response: its text (None for a thought), its image,
+    or (code execution, unknown kinds) its JSON."""
+    if "text" in part:
+        text = part["text"]
+        if not isinstance(text, str):
+            raise RequestError(f"{at}.text must be a string", f"{at}.text")
+        return None if part.get("thought") is True or not text else TextPart(text)
+    media = _media(part, at)
+    if media is not None:
+        return media
+    rest = {k: v for k, v in part.items() if k not in ("thought", "thoughtSignature")}
+    return TextPart(compact(rest)) if rest else None
+
+
+class _Pairing:
+    """Ids for calls and responses across the contents (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.open: list[ToolCall] = []
+
+    def call(self, fn: Mapping[str, Any], where: tuple[int, int], at: str) -> ToolCall:
+        name = fn.get("name")
+        if not isinstance(name, str):
+            raise RequestError(f"{at}.functionCall.name must be a string", f"{at}.functionCall")
+        given = fn.get("id")
+        call_id = given if isinstance(given, str) and given else f"gc{where[0]}_{where[1]}"
+        call = ToolCall(call_id, name, compact(fn.get("args") or {}))
+        self.open.append(call)
+        return call
+
+    def answer(self, fn: Mapping[str, Any], where: tuple[int, int], at: str) -> str:
+        name = fn.get("name")
+        if not isinstance(name, str):
+            raise RequestError(
+                f"{at}.functionResponse.name must be a string", f"{at}.functionResponse"
+            )
+        given = fn.get("id")
+        found = next((c for c in self.open if isinstance(given, str) and c.id == given), None)
+        found = found or next((c for c in self.open if c.name == name), None)
+        if found is None and not given:
+            found = self.open[0] if self.open else None
+        if found is None:
+            return given if isinstance(given, str) and given else f"gr{where[0]}_{where[1]}"
+        self.open.remove(found)
+        return found.id
+
+
+def _response_parts(fn: Mapping[str, Any], at: str) -> tuple[Part, ...]:
+    parts: list[Part] = [TextPart(compact(fn.get("response") or {}))]
+    for j, inner in enumerate(fn.get("parts") or []):
+        media = _media(_part(inner, f"{at}.parts[{j}]"), f"{at}.parts[{j}]")
+        if media is not None:
+            parts.append(media)
+    return tuple(parts)
+
+
+def _content(content: Any, i: int, pairing: _Pairing) -> list[Message]:
+    at = f"contents[{i}]"
+    if not isinstance(content, Mapping):
+        raise RequestError(f"{at} must be an object", at)
+    role = content.get("role", "user")
+    if role not in _ROLES:
+        raise RequestError(f"{at}.role must be 'user' or 'model'", f"{at}.role")
+    raw = content.get("parts")
+    if not isinstance(raw, list):
+        raise RequestError(f"{at}.parts must be a list", f"{at}.parts")
+    parts: list[Part] = []
+    calls: list[ToolCall] = []
+    answers: list[Message] = []
+    for j, item in enumerate(raw):
+        pat = f"{at}.parts[{j}]"
+        part = _part(item, pat)
+        call, response = part.get("functionCall"), part.get("functionResponse")
+        if isinstance(call, Mapping) and role == "model":
+            calls.append(pairing.call(call, (i, j), pat))
+        elif isinstance(response, Mapping):
+            call_id = pairing.answer(response, (i, j), pat)
+            tool = Message("tool", _response_parts(response, pat), tool_call_id=call_id, wire=part)
+            answers.append(tool)
+        else:
+            found = _plain(part, pat)
+            if found is not None:
+                parts.append(found)
+    if role == "model":
+        pairing.open = list(calls)  # an unanswered call of an earlier turn answers nothing now
+        return [Message("assistant", tuple(parts), tool_calls=tuple(calls), wire=content)]
+    user = [Message("user", tuple(parts), wire=content)] if parts or not answers else []
+    return [*answers, *user]
+
+
+def _system(value: Any) -> Message | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, Mapping) and isinstance(value.get("parts"), list):
+        at = "systemInstruction.parts"
+        found = [_plain(_part(p, at), at) for p in value["parts"]]
+        text = "\n".join(p.text for p in found if isinstance(p, TextPart))
+    else:
+        raise RequestError("systemInstruction must be a content with parts", "systemInstruction")
+    return Message("system", (TextPart(text),), wire={SYSTEM: value})
+
+
+def declarations(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """Function declarations as pricing reads them (``{name, description, parameters}``, the
+    parameters as JSON Schema), other tools (``googleSearch``, ``codeExecution``) as they are."""
+    raw = body.get("tools")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RequestError("tools must be a list", "tools")
+    out: list[Mapping[str, Any]] = []
+    for i, tool in enumerate(raw):
+        if not isinstance(tool, Mapping):
+            raise RequestError(f"tools[{i}] must be an object", f"tools[{i}]")
+        decls = tool.get("functionDeclarations", tool.get("function_declarations"))
+        if decls is None:
+            out.append(tool)
+            continue
+        if not isinstance(decls, list):
+            at = f"tools[{i}].functionDeclarations"
+            raise RequestError(f"{at} must be a list", at)
+        for j, decl in enumerate(decls):
+            out.append(_declaration(decl, f"tools[{i}].functionDeclarations[{j}]"))
+    return tuple(out)
+
+
+def _declaration(decl: Any, at: str) -> Mapping[str, Any]:
+    if not isinstance(decl, Mapping) or not isinstance(decl.get("name"), str):
+        raise RequestError(f"{at}.name must be a string", f"{at}.name")
+    params = decl.get("parametersJsonSchema", decl.get("parameters_json_schema"))
+    params = json_schema(decl.get("parameters") if params is None else params)
+    fn: dict[str, Any] = {"name": decl["name"]}
+    if isinstance(decl.get("description"), str):
+        fn["description"] = decl["description"]
+    fn["parameters"] = params if isinstance(params, Mapping) else {"type": "object"}
+    return fn
+
+
+def _positive(config: Mapping[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        at = f"generationConfig.{key}"
+        raise RequestError(f"{at} must be a positive integer", at)
+    return value
+
+
+def generation(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    config = body.get("generationConfig", body.get("generation_config")) or {}
+    if not isinstance(config, Mapping):
+        raise RequestError("generationConfig must be an object", "generationConfig")
+    return config
+
+
+def request_body(body: Any, counting: bool) -> Mapping[str, Any]:
+    """The generate request a body holds: ``countTokens`` may wrap it in
+    ``generateContentRequest``."""
+    if not isinstance(body, Mapping):
+        raise RequestError("the request body must be a JSON object")
+    inner = body.get("generateContentRequest")
+    if counting and isinstance(inner, Mapping):
+        return inner
+    return body
+
+
+def parse_gemini(body: Any, model: str, *, sse: bool, array: bool, counting: bool) -> GeminiRequest:
+    """Validate a Gemini body; raise RequestError naming the bad field."""
+    body = request_body(body, counting)
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise RequestError("contents must be a non-empty list", "contents")
+    pairing = _Pairing()
+    messages: list[Message] = []
+    system = _system(body.get("systemInstruction", body.get("system_instruction")))
+    if system is not None:
+        messages.append(system)
+    for i, content in enumerate(contents):
+        messages += _content(content, i, pairing)
+    config = generation(body)
+    return GeminiRequest(
+        model=model,
+        messages=tuple(messages),
+        tools=declarations(body),
+        max_output_tokens=None if counting else _positive(config, "maxOutputTokens"),
+        body=body,
+        choices=(None if counting else _positive(config, "candidateCount")) or 1,
+        sse=sse,
+        array=array,
+        config=config,
+    )

@@ -1,0 +1,487 @@
+"""The planner's moves made real on one request: offloading images, masking tool outputs and
+eliding units, placed by ``strategies.elide``'s cache-stable plans.
+
+``fit_moves`` prices the units under every combination of the moves the policy allowed so far,
+tries the replayed plan, then the most the policy allows (the newest turn kept whole, then its
+newest outputs masked, then cut into), builds the first that fits, and when none does on the
+policy's last strategy, the last resort (``_last_resort``). ``Job`` is one fit's inputs and what
+it has already priced, shared with ``strategies.fit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from pricing.calibration import FEATURES, IMAGE_FEATURES, Correction, message_features
+from pricing.content import PROSE
+from pricing.messages import ChatRequest, Message, TextPart, message_wire
+from pricing.meter import (
+    Memo,
+    MessagePressure,
+    Pressure,
+    Sizes,
+    measure_message,
+    measure_messages,
+)
+from pricing.route import Route
+from pricing.tokenizers import get_tokenizer
+from strategies.actions import Action, Actions
+from strategies.elide import ELIDE, Plan, Schedule, UnitCosts, elision_marker, plan, plan_max
+from strategies.mask import MASK, mask_output, tool_name
+from strategies.offload import OFFLOAD, offload_images, placeholder_for
+from strategies.policy import FitPolicy
+from strategies.result import NOTHING, Fit, FitReport, actions_of
+from strategies.strategy import FitState
+from strategies.units import Unit, answers_tool_round, group_units, protected_units
+
+__all__ = ["Job", "adapt", "assemble", "fit_moves"]
+
+_TOOL_ROLES = ("tool", "function")
+
+
+@dataclass(slots=True)
+class Job:
+    """One fit: its inputs, and what it has already priced (each message once per request,
+    however many plans are tried)."""
+
+    request: ChatRequest
+    route: Route
+    policy: FitPolicy
+    correction: Correction
+    sizes: Sizes | None
+    budget: int
+    memo: Memo = field(default_factory=Memo)
+    placeholders: dict[int, int] = field(default_factory=dict)
+    offloaded: dict[int, Message] = field(default_factory=dict)
+    masked: dict[int, tuple[Message, MessagePressure]] = field(default_factory=dict)
+    _units: tuple[tuple[Message, ...], tuple[Unit, ...], list[UnitCosts]] | None = None
+
+    def measure(self, messages: Sequence[Message]) -> Pressure:
+        return measure_messages(messages, self.request.tools, self.route, self.sizes, self.memo)
+
+    def estimate(self, pressure: Pressure) -> int:
+        return self.correction.price_pressure(pressure)
+
+    def placeholder_tokens(self, message: Message) -> int:
+        """Tokens of the placeholders that would replace the message's images."""
+        n = self.placeholders.get(id(message))
+        if n is None:
+            tok = get_tokenizer(self.route.tokenizer, self.route.scope)
+            n = sum(tok.count(placeholder_for(part, self.route)) for part in message.images)
+            self.placeholders[id(message)] = n
+        return n
+
+    def units(
+        self, messages: tuple[Message, ...], pressure: Pressure
+    ) -> tuple[tuple[Unit, ...], list[UnitCosts]]:
+        """Units and their costs, computed once per version of the message list."""
+        if self._units is None or self._units[0] is not messages:
+            units = group_units(messages)
+            self._units = (messages, units, _unit_costs(self, messages, units, pressure))
+        return self._units[1], self._units[2]
+
+    def _masked(
+        self, messages: Sequence[Message], unit: Unit, i: int, price: MessagePressure
+    ) -> tuple[Message, MessagePressure]:
+        found = self.masked.get(id(messages[i]))
+        if found is None:
+            message = messages[i]
+            name = tool_name(messages[unit.start : unit.end], message.tool_call_id)
+            masked = mask_output(message, name, price.total)
+            prev = messages[i - 1].role if i else None
+            measured, _ = measure_message(masked, self.route, i, self.sizes, prev)
+            found = self.masked[id(message)] = (masked, measured)
+        return found
+
+    def mask(
+        self, messages: Sequence[Message], unit: Unit, i: int, price: MessagePressure
+    ) -> Message:
+        """Message ``i`` (a tool result of ``unit``) with its output masked."""
+        return self._masked(messages, unit, i, price)[0]
+
+    def mask_price(
+        self, messages: Sequence[Message], unit: Unit, i: int, price: MessagePressure
+    ) -> MessagePressure:
+        return self._masked(messages, unit, i, price)[1]
+
+    def offload(self, message: Message) -> Message:
+        found = self.offloaded.get(id(message))
+        if found is None:
+            found = self.offloaded[id(message)] = offload_images(message, self.route)
+        return found
+
+
+def adapt(job: Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], Action]:
+    """Images the route cannot take go as placeholders, whatever the budget: every image on a
+    text-only route; on a vision route the oldest beyond its image-count limit, in steps of
+    ``image_offload_step`` so consecutive turns offload the same ones. Returns the messages and
+    how many images became placeholders, as the offload's action (no tokens removed: the
+    estimate before the fit is taken after them)."""
+    route = job.route
+    total = sum(len(m.images) for m in messages)
+    if not total:
+        return messages, Action(OFFLOAD.label)
+    if route.supports_vision and route.image_rule.visual:
+        if total <= route.image_limits.max_images:
+            return messages, Action(OFFLOAD.label)
+        step = job.policy.image_offload_step
+        excess = -(-(total - route.image_limits.max_images) // step) * step
+    else:
+        excess = total
+    out = list(messages)
+    done = 0
+    for i, message in enumerate(out):
+        if done >= excess:
+            break
+        if message.images:
+            done += len(message.images)
+            out[i] = job.offload(message)
+    return tuple(out), Action(OFFLOAD.label, done)
+
+
+def fit_moves(job: Job, state: FitState, final: bool) -> tuple[int, Fit | None]:
+    """Plan offload/masking/elision with the moves allowed so far; (estimate, fit or None).
+
+    ``final``: no strategy comes after this one, so the most aggressive plan is built even when
+    its upper-bound estimate says it will not fit (the bound may be a few tokens pessimistic),
+    and when even that overflows, the last resort (``_last_resort``) runs.
+    """
+    messages, pressure = state.messages, state.pressure
+    estimate = job.estimate(pressure)
+    if estimate <= job.budget:  # the rewrites alone were enough
+        return estimate, assemble(job, messages, pressure, estimate)
+    # in the policy's order (``Move.apply`` has left out moves the route does not allow)
+    order = tuple(s for s in job.policy.strategies if s in state.moves)
+    units, costs = job.units(messages, pressure)
+    if order:
+        for candidate_estimate, built in _candidates(
+            job, messages, units, pressure, costs, order, final
+        ):
+            estimate = min(estimate, candidate_estimate)
+            if built is not None and built.estimate <= job.budget:
+                return built.estimate, built
+    if final and ELIDE.name in job.policy.strategies:
+        rescued = _last_resort(job, messages, units, pressure)
+        if rescued is not None:
+            return rescued.estimate, rescued
+    return estimate, None
+
+
+def _candidates(
+    job: Job,
+    messages: tuple[Message, ...],
+    units: Sequence[Unit],
+    pressure: Pressure,
+    costs: Sequence[UnitCosts],
+    order: tuple[str, ...],
+    final: bool,
+) -> list[tuple[int, Fit | None]]:
+    """The cache-stable plans, least aggressive first, each built when it can fit.
+
+    The replayed plan first; when it overflows (a huge new turn), the most the policy allows
+    with the longest head that fits — the pinned head, else a shorter prefix of it (still
+    cached), down to the protected head — stopping elision at the newest turn, then cutting into
+    it (its calls go only when the turn does not fit once masked)."""
+    policy = job.policy
+    overhead = job.correction.apply(0, pressure.tools + pressure.priming)
+    marker = _marker_price(job.route, job.correction)
+    schedule = Schedule(
+        order,
+        policy.low_water,
+        policy.checkpoint_quantum,
+        policy.image_offload_step,
+        policy.pin_fraction,
+        policy.mask_water,
+    )
+    replayed = plan(costs, overhead=overhead, budget=job.budget, marker=marker, schedule=schedule)
+    plans = [replayed]
+    for into_turn in (False, True) if ELIDE.name in order else (False,):
+        plans.append(
+            plan_max(
+                costs,
+                overhead=overhead,
+                marker=marker,
+                offload=OFFLOAD.name in order,
+                elide=ELIDE.name in order,
+                mask=MASK.name in order,
+                head=replayed.head,
+                floor=_protected_head(costs),
+                budget=job.budget,
+                into_turn=into_turn,
+            )
+        )
+    out: list[tuple[int, Fit | None]] = []
+    for n, candidate in enumerate(plans):
+        # A plan's own estimate is an upper bound (markers at their widest, units rounded up):
+        # build only the plans that can fit, and on the last strategy the last plan.
+        last = final and n == len(plans) - 1
+        if n == 2:  # before the newest turn loses a call, its newest outputs are masked too
+            out += _mask_newest(job, messages, units, plans[1]) if MASK.name in order else []
+            if out[-1][0] <= job.budget:
+                break
+        if candidate.estimate > job.budget and not last:
+            out.append((candidate.estimate, None))
+            continue
+        states, masks, offload = _plan_states(messages, units, candidate)
+        built = _build(job, messages, units, states, masks, offload)
+        if n == 0:
+            built = replace(built, settled_mask=_settled(messages, units, masks, candidate))
+        out.append((built.estimate, built))
+        if built.estimate <= job.budget:
+            break
+    return out
+
+
+def _settled(
+    messages: Sequence[Message], units: Sequence[Unit], masks: frozenset[int], chosen: Plan
+) -> str | None:
+    """The call id of the last output masked both here and, by the replay, one unit earlier."""
+    end = units[chosen.settled_mask - 1].end if chosen.settled_mask else 0
+    settled = [i for i in masks if i < end]
+    return messages[max(settled)].tool_call_id if settled else None
+
+
+def _mask_newest(
+    job: Job, messages: tuple[Message, ...], units: Sequence[Unit], chosen: Plan
+) -> list[tuple[int, Fit | None]]:
+    """``chosen`` (the newest turn kept whole, everything older masked or elided) with the
+    newest unit's outputs masked too, oldest first, one more each time, until it fits."""
+    states, masks, offload = _plan_states(messages, units, chosen)
+    n = len(units)
+    newest = [n - 1, n - 2] if answers_tool_round(messages, units, n - 1) else [n - 1]
+    extra = [i for i in _outputs(messages, units, newest) if i not in masks]
+    out: list[tuple[int, Fit | None]] = []
+    for k in range(1, len(extra) + 1):
+        built = _build(job, messages, units, states, masks | frozenset(extra[:k]), offload)
+        out.append((built.estimate, built))
+        if built.estimate <= job.budget:
+            break
+    return out or [(chosen.estimate, None)]
+
+
+def _protected_head(costs: Sequence[UnitCosts]) -> int:
+    for i, unit in enumerate(costs):
+        if unit.user:
+            return min(i + 1, max(len(costs) - 1, 0))
+    return 0
+
+
+def _unit_costs(
+    job: Job, messages: Sequence[Message], units: Sequence[Unit], pressure: Pressure
+) -> list[UnitCosts]:
+    first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
+    costs = []
+    price = job.correction.price
+    masking = MASK.name in job.policy.strategies
+    for u, unit in enumerate(units):
+        features = [0] * len(FEATURES)
+        masked: list[int] | None = None
+        placeholders = count = 0
+        fixed = user = False
+        for i in range(unit.start, unit.end):
+            m, p = messages[i], pressure.messages[i]
+            own = message_features(p)
+            features = [a + b for a, b in zip(features, own, strict=True)]
+            if masking and m.role in _TOOL_ROLES:
+                swap = message_features(job.mask_price(messages, unit, i, p))
+                masked = masked or [0] * len(FEATURES)
+                masked = [a + b - c for a, b, c in zip(masked, swap, own, strict=True)]
+            if p.images:
+                placeholders += job.placeholder_tokens(m)
+                count += len(m.images)
+            fixed |= m.role in ("system", "developer") or i == first_user
+            user |= m.role == "user"
+        offloaded = list(features)
+        offloaded[PROSE] += placeholders  # the placeholder text replaces the image
+        for j in IMAGE_FEATURES:  # every image token leaves with the image
+            offloaded[j] = 0
+        both = None
+        if masked is not None:
+            # Masked outputs lose their images with their text; other images stay or go (the
+            # offloaded form has none left: the masked ones' negative shares must not price
+            # other text below its count).
+            together = [a + b for a, b in zip(offloaded, masked, strict=True)]
+            for j in IMAGE_FEATURES:
+                together[j] = 0
+            both = price(together)
+            masked_price = price([a + b for a, b in zip(features, masked, strict=True)])
+        costs.append(
+            UnitCosts(
+                full=price(features),
+                offloaded=price(offloaded),
+                images=count,
+                fixed=fixed,
+                user=user,
+                answers=answers_tool_round(messages, units, u),
+                masked=None if masked is None else masked_price,
+                masked_offloaded=both,
+            )
+        )
+    return costs
+
+
+def _marker_price(route: Route, correction: Correction) -> int:
+    """An upper bound on one marker message's price (its numbers at their widest)."""
+    marker = Message(role="user", parts=(TextPart(elision_marker(999_999, 999_999_999)),))
+    price, _ = measure_message(marker, route, prev_role="tool")
+    return correction.price(message_features(price))
+
+
+def _marker_message(next_role: str | None, elided: int, tokens: int, first: bool) -> Message:
+    # Alternate with what follows: before a user message the marker speaks as the assistant,
+    # elsewhere as the user (after tool results or a user message, before an assistant turn).
+    # First in the conversation (the last resort dropped the task) it speaks as the user: a
+    # conversation opens with a user turn, and the user message after it merges with it.
+    role = "assistant" if next_role == "user" and not first else "user"
+    text = elision_marker(elided, tokens)
+    return Message(role=role, parts=(TextPart(text),), wire={"role": role, "content": text})
+
+
+#: What becomes of a unit: sent (its outputs maybe masked, its images maybe offloaded), elided.
+KEPT, ELIDED = "keep", "elide"
+
+
+def _outputs(messages: Sequence[Message], units: Sequence[Unit], us: Iterable[int]) -> list[int]:
+    """Indices of the tool results in units ``us``, oldest first."""
+    return [
+        i
+        for u in sorted(us)
+        for i in range(units[u].start, units[u].end)
+        if messages[i].role in _TOOL_ROLES
+    ]
+
+
+def _plan_states(
+    messages: Sequence[Message], units: Sequence[Unit], chosen: Plan
+) -> tuple[list[str], frozenset[int], list[bool]]:
+    """A plan as per-unit states, the outputs to mask and offload flags, protection applied."""
+    keep = protected_units(messages, units)
+    n = len(units)
+    newest = {n - 1, n - 2} if answers_tool_round(messages, units, n - 1) else {n - 1}
+    elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
+    masked = [u for u in range(min(chosen.mask, n)) if u not in newest and not elided[u]]
+    states = [ELIDED if e else KEPT for e in elided]
+    offload = [u < chosen.offload and u not in keep for u in range(n)]
+    return states, frozenset(_outputs(messages, units, masked)), offload
+
+
+def _last_resort(
+    job: Job, messages: tuple[Message, ...], units: Sequence[Unit], pressure: Pressure
+) -> Fit | None:
+    """Refusal is the last resort: what no cut may touch is the system prompt and the latest
+    user message (as the cap rule left them). When the cache-stable plans overflow, try, in
+    order, keeping the task and the newest turn with every output masked; the same without the
+    task; the latest user message with the newest unit masked; the core alone, with a marker,
+    then without one. The first that fits is sent; None when even the bare core does not."""
+    n = len(units)
+    roles = [{m.role for m in messages[u.start : u.end]} for u in units]
+    system = {u for u in range(n) if roles[u] & {"system", "developer"}}
+    users = [u for u in range(n) if "user" in roles[u]]
+    last = users[-1] if users else n - 1
+    first = users[0] if users else last
+    answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
+    turn = set(range(min(last, answered), n))
+    outputs = _outputs(messages, units, turn) if MASK.name in job.policy.strategies else []
+    # The newest turn whole with the task, its outputs masked oldest first, one more each time;
+    # then without the task; then the latest user message with the newest unit, masked.
+    attempts = [({*turn, first}, frozenset(outputs[:k])) for k in range(len(outputs) + 1)]
+    attempts.append((turn, frozenset(outputs)))
+    newest = {n - 1, answered, last}
+    attempts.append((newest, frozenset(_outputs(messages, units, newest) if outputs else ())))
+    attempts.append(({last}, frozenset()))
+    offload = [False] * n
+    for kept, masks in attempts:
+        states = [KEPT if u in system or u in kept else ELIDED for u in range(n)]
+        built = _build(job, messages, units, states, masks, offload)
+        if built.estimate <= job.budget:
+            return built
+    states = [KEPT if u in system or u == last else ELIDED for u in range(n)]
+    built = _build(job, messages, units, states, frozenset(), offload, markers=False)
+    return built if built.estimate <= job.budget else None
+
+
+def _build(
+    job: Job,
+    messages: tuple[Message, ...],
+    units: Sequence[Unit],
+    states: Sequence[str],
+    masks: frozenset[int],
+    offload: Sequence[bool],
+    markers: bool = True,
+) -> Fit:
+    """The messages a per-unit plan sends: elided runs as one marker each, masked outputs as
+    their placeholders, offloaded images as theirs."""
+    out: list[Message] = []
+    run_messages = run_tokens = 0
+    tally = _Tally()
+    prices = job.measure(messages).messages
+
+    def flush(next_role: str | None) -> None:
+        nonlocal run_messages, run_tokens
+        if run_messages and markers:
+            first = all(m.role in ("system", "developer") for m in out)
+            out.append(_marker_message(next_role, run_messages, run_tokens, first))
+        run_messages = run_tokens = 0
+
+    for u, unit in enumerate(units):
+        span = range(unit.start, unit.end)
+        if states[u] == ELIDED:
+            tokens = sum(prices[i].total for i in span)
+            run_messages += len(span)
+            run_tokens += tokens
+            tally.elided += len(span)
+            tally.elided_tokens += tokens
+            continue
+        flush(messages[unit.start].role)
+        for i in span:
+            message = messages[i]
+            if i in masks:
+                masked = job.mask(messages, unit, i, prices[i])
+                tally.masked += 1
+                tally.masked_tokens += max(
+                    0, prices[i].total - job.mask_price(messages, unit, i, prices[i]).total
+                )
+                message = masked
+            elif offload[u] and message.images:
+                tally.offloaded += len(message.images)
+                tally.offloaded_tokens += prices[i].images - job.placeholder_tokens(message)
+                message = job.offload(message)
+            out.append(message)
+    flush(None)
+    return assemble(job, out, job.measure(out), None, tally.actions())
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What a build did, for the report."""
+
+    offloaded: int = 0
+    offloaded_tokens: int = 0
+    elided: int = 0
+    elided_tokens: int = 0
+    masked: int = 0
+    masked_tokens: int = 0
+
+    def actions(self) -> Actions:
+        return actions_of(
+            Action(OFFLOAD.label, self.offloaded, self.offloaded_tokens),
+            Action(MASK.label, self.masked, self.masked_tokens),
+            Action(ELIDE.label, self.elided, self.elided_tokens),
+        )
+
+
+def assemble(
+    job: Job,
+    messages: Sequence[Message],
+    pressure: Pressure,
+    estimate: int | None,
+    actions: Actions = NOTHING,
+) -> Fit:
+    """The body to send: the client's, with the fitted messages (other fields untouched)."""
+    if estimate is None:
+        estimate = job.estimate(pressure)
+    body = dict(job.request.body)
+    body["messages"] = [message_wire(m) for m in messages]
+    report = FitReport(job.route.alias, job.budget, 0, estimate, actions)
+    return Fit(body, tuple(messages), pressure, report, estimate)

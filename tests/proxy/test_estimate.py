@@ -1,0 +1,143 @@
+"""The estimator's contract, in-process on the embedded store with the route's real tokenizer:
+its answers are values (the exact count and a refit give new estimates and leave the one the
+gateway held as it was), a refit prices the prompt at no less than the provider's own count and
+cuts it to the budget, and a figure routefit must not believe or cannot pair with exact figures
+teaches nothing. The path through ``routefit serve`` is tests/proxy/test_bounded_e2e.py and
+test_overflow_refit_e2e.py."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import orjson
+import pytest
+
+from proxy.calibrator import Calibrator
+from proxy.config import parse_config
+from proxy.estimate import Estimate, Estimator
+from proxy.fetch import ImageSizer
+from proxy.metrics import Metrics
+from proxy.store.sqlite import SqliteStore
+from proxy.usage import Usage
+from proxy.wires import CHAT_WIRE
+from proxy.wires.base import RequestContext
+
+pytestmark = pytest.mark.anyio
+
+WINDOW = 128_000
+CONFIG = parse_config(
+    {
+        "model_list": [
+            {
+                "model_name": "m",
+                "litellm_params": {"model": "openai/gpt-4o", "api_base": "http://x"},
+                "model_info": {"max_input_tokens": WINDOW, "max_output_tokens": 4096},
+            }
+        ]
+    }
+)
+WORDS = "the route counts tokens window provider answer session history plan file".split()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _body(turns: int = 12, words: int = 230) -> bytes:
+    """A session of ~20 KB: over the size that is proved by a bound, far under the window."""
+    rng = random.Random(7)
+    messages = [{"role": "system", "content": "You are a careful assistant."}]
+    for _ in range(turns):
+        for role in ("user", "assistant"):
+            messages.append({"role": role, "content": " ".join(rng.choices(WORDS, k=words))})
+    messages.append({"role": "user", "content": "And now?"})
+    return orjson.dumps({"model": "m", "messages": messages})
+
+
+async def _estimated(estimator: Estimator, bound: bool) -> Estimate:
+    body = _body()
+    parsed = CHAT_WIRE.parse(_context(body))
+    rc = CONFIG.routes["m"]
+    return await estimator.estimate(
+        CHAT_WIRE, parsed, rc, None, "addr:test", len(body), 0.0, bound=bound
+    )
+
+
+async def test_a_count_answers_what_the_fit_prices() -> None:
+    """``count_tokens`` answers the estimate the fit acts on (docs/architecture.md), on a
+    route the calibrator prices by an inexact meter's prior (a correction, not the identity)."""
+    estimator, calibrator = _estimator()
+    calibrator.start({"m": False})
+    try:
+        counted = await _estimated(estimator, bound=False)
+        body = _body()
+        parsed = CHAT_WIRE.parse(_context(body))
+        tokens = await estimator.count(parsed, CONFIG.routes["m"], None, "addr:test", len(body))
+    finally:
+        await calibrator.stop()
+    assert tokens == counted.fitted.report.estimate_before == counted.tokens
+
+
+def _estimator() -> tuple[Estimator, Calibrator]:
+    metrics = Metrics()
+    calibrator = Calibrator(SqliteStore(":memory:"), metrics)
+    return Estimator(CONFIG, calibrator, ImageSizer(), metrics), calibrator
+
+
+async def test_exact_and_refit_answer_new_estimates_and_leave_the_held_one() -> None:
+    """The gateway's path on an overflow: a bounded estimate, its exact count, then the
+    provider's count of what was sent (over the window) and the refit."""
+    estimator, calibrator = _estimator()
+    bounded = await _estimated(estimator, bound=True)
+    assert bounded.bound and bounded.counting is not None  # the proof let it go
+    held = (bounded.fitted, bounded.tokens, bounded.keys, bounded.counting)
+
+    exact = await estimator.exact(bounded)
+    assert exact is not bounded and not exact.bound and exact.counting is None
+    assert exact.tokens <= bounded.tokens  # a bound is never below the figure it stands for
+    assert (bounded.fitted, bounded.tokens, bounded.keys, bounded.counting) == held
+    assert bounded.bound
+    assert await estimator.exact(exact) is exact
+
+    budget = exact.fitted.report.budget
+    counted = budget + 1000  # the provider: the prompt as sent is over its window
+    before = (exact.fitted, exact.tokens, exact.keys, exact.anchored)
+    refitted = await estimator.refit(exact, counted)
+    assert refitted is not None and refitted is not exact
+    assert (exact.fitted, exact.tokens, exact.keys, exact.anchored) == before
+    assert refitted.job is exact.job
+    # the same prompt priced again at no less than the provider said, then cut to the budget
+    report = refitted.fitted.report
+    assert report.estimate_before >= counted
+    assert report.actions["elided_messages"].count > 0
+    # acted on: no less than the refit's own figure (its tail priced by the raised weights)
+    assert report.estimate_after <= refitted.tokens <= report.budget == budget
+    assert calibrator.queue.qsize() == 1  # the provider's count, learnt as a sample
+
+
+async def test_figures_not_to_be_believed_or_paired_teach_nothing() -> None:
+    estimator, calibrator = _estimator()
+    counted = await _estimated(estimator, bound=False)
+    assert not counted.bound and counted.counting is None
+    over = counted.fitted.report.budget + 1000
+
+    # not an under-estimate of routefit's: the provider's refusal stands
+    assert await estimator.refit(counted, counted.tokens) is None
+    # a count beyond twice the window is not believed
+    assert await estimator.refit(counted, 2 * WINDOW + 1) is None
+    assert calibrator.rejected == 1
+    # a bound whose exact count failed has no exact figures to pair with the provider's
+    failed = replace(counted, bound=True)
+    assert await estimator.refit(failed, over) is None
+    estimator.learn(failed, Usage(counted.tokens + 10, 5))
+    assert calibrator.queue.qsize() == 0
+
+    estimator.learn(counted, Usage(counted.tokens + 10, 5))
+    assert calibrator.queue.qsize() == 1
+
+
+def _context(body: bytes) -> RequestContext:
+    """The body as the intake hands it to a wire (open mode: no team)."""
+    return RequestContext(orjson.loads(body), {}, {}, {}, None, size=len(body))

@@ -1,0 +1,181 @@
+"""Traces through ``routefit serve``: configured by the standard ``OTEL_*`` variables, exported
+over OTLP/HTTP to a real receiver started here, which decodes what the SDK sent."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from harness import Running, free_port, gateway_config, run_routefit, sim_route
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+KEY = "sk-traced-" + uuid.uuid4().hex
+TRACE_ID = uuid.uuid4().hex
+PARENT_ID = uuid.uuid4().hex[:16]
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: every exported span, decoded, with its resource."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[dict[str, Any], Any]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                with receiver.lock:
+                    for resource_spans in request.resource_spans:
+                        resource = _values(resource_spans.resource.attributes)
+                        for scope in resource_spans.scope_spans:
+                            receiver.spans += [(resource, span) for span in scope.spans]
+                reply = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200 if self.path == "/v1/traces" else 404)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def wait_for(self, count: int, **attrs: Any) -> list[Any]:
+        """The spans (at least ``count``) whose attributes include ``attrs``."""
+        deadline = time.monotonic() + 20
+        while True:
+            with self.lock:
+                found = [
+                    (r, s)
+                    for r, s in self.spans
+                    if all(_values(s.attributes).get(k) == v for k, v in attrs.items())
+                ]
+            if len(found) >= count:
+                return found
+            assert time.monotonic() < deadline, f"spans with {attrs} never arrived"
+            time.sleep(0.05)
+
+    def children(self, span: Any) -> list[Any]:
+        with self.lock:
+            return [s for _, s in self.spans if s.parent_span_id == span.span_id]
+
+
+def _values(attributes: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in attributes:
+        which = kv.value.WhichOneof("value")
+        out[kv.key] = getattr(kv.value, which) if which else None
+    return out
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    r.thread.start()
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def gw(sim: Any, receiver: Receiver, tmp_path_factory: Any) -> Iterator[Running]:
+    routes = [
+        sim_route(
+            "priced",
+            sim.base_url,
+            "gpt-4o",
+            model_info={"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
+        ),
+        sim_route("other", sim.base_url, "gpt-4o"),
+    ]
+    teams = [{"id": "traced", "keys": [KEY], "routes": ["priced"]}]
+    path = gateway_config(tmp_path_factory.mktemp("traces") / "c.yaml", routes, teams=teams)
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
+        "OTEL_SERVICE_NAME": "routefit-under-test",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    with run_routefit(path, env=env) as running:
+        yield running
+
+
+def test_a_request_is_one_server_span_with_genai_attributes_and_phase_children(
+    gw: Running, receiver: Receiver
+) -> None:
+    traceparent = f"00-{TRACE_ID}-{PARENT_ID}-01"
+    reply = httpx.post(
+        gw.v1 + "/chat/completions",
+        json={"model": "priced", "messages": [{"role": "user", "content": "trace me"}]},
+        headers={"authorization": f"Bearer {KEY}", "traceparent": traceparent},
+        timeout=30,
+    )
+    assert reply.status_code == 200
+    usage = reply.json()["usage"]
+    [(resource, span)] = receiver.wait_for(
+        1, **{"routefit.team": "traced", "gen_ai.request.model": "priced"}
+    )
+    assert resource["service.name"] == "routefit-under-test"
+    # the client's trace, the client's span as parent
+    assert span.trace_id.hex() == TRACE_ID and span.parent_span_id.hex() == PARENT_ID
+    assert span.kind == span.SPAN_KIND_SERVER and span.name == "chat priced"
+    attrs = _values(span.attributes)
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.provider.name"] == "openai" and attrs["gen_ai.system"] == "openai"
+    assert attrs["gen_ai.response.model"] == "openai/gpt-4o"
+    assert attrs["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
+    assert attrs["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
+    assert attrs["routefit.route"] == "priced" and attrs["routefit.deployment"] == "openai/gpt-4o"
+    assert attrs["routefit.estimate"] == int(reply.headers["x-routefit-prompt-tokens"])
+    assert attrs["routefit.budget"] == int(reply.headers["x-routefit-budget"])
+    assert attrs["http.response.status_code"] == 200 and "error.type" not in attrs
+    names = _child_names(receiver, span)
+    assert names == ["routefit.budget", "routefit.fit", "routefit.provider"]
+    for child in receiver.children(span):
+        assert child.trace_id == span.trace_id
+        assert span.start_time_unix_nano <= child.start_time_unix_nano
+        assert child.end_time_unix_nano <= span.end_time_unix_nano
+        if child.name == "routefit.provider":
+            assert child.kind == child.SPAN_KIND_CLIENT
+
+
+def _child_names(receiver: Receiver, span: Any) -> list[str]:
+    deadline = time.monotonic() + 20
+    while True:
+        names = sorted(c.name for c in receiver.children(span))
+        if len(names) >= 3 or time.monotonic() > deadline:
+            return names
+        time.sleep(0.05)
+
+
+def test_a_refusal_is_a_span_with_its_error_and_a_new_trace_without_traceparent(
+    gw: Running, receiver: Receiver
+) -> None:
+    reply = httpx.post(
+        gw.v1 + "/chat/completions",
+        json={"model": "other", "messages": [{"role": "user", "content": "not mine"}]},
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
+    assert reply.status_code == 403
+    [(_, span)] = receiver.wait_for(1, **{"http.response.status_code": 403})
+    attrs = _values(span.attributes)
+    assert (
+        attrs["routefit.team"] == "traced" and attrs["error.type"] == reply.json()["error"]["code"]
+    )
+    assert span.status.code == span.status.STATUS_CODE_ERROR
+    assert span.trace_id.hex() != TRACE_ID and not span.parent_span_id
