@@ -9,14 +9,17 @@ tokenizer files, seconds per start (tokenizers are loaded once per test run inst
 
 What stays the same as ``routefit serve``: the app and its lifespan (startup, /readyz after the
 tokenizers, shutdown that stops the calibrator and closes the store and transports), uvicorn's
-httptools protocol with routefit's header deadline (``proxy.protocol.HeaderDeadlineProtocol``),
-no ``Server`` header, forwarded headers believed only from ``trusted_proxies``, the default
-connection limits, and a log in routefit's format (``LEVEL logger: message``) at INFO.
+httptools protocol with routefit's header deadline and size cap (``proxy.protocol.with_limits``),
+the server's limits as one ``ServeSettings`` value (``settings=``; the flags' defaults unless a
+test says otherwise), no ``Server`` header, forwarded headers believed only from
+``trusted_proxies``, the default connection limits, and a log in routefit's format
+(``LEVEL logger: message``) at INFO.
 
 What only the real process shows, so such tests keep ``harness.run_routefit``: the command
-line itself and its flags (``--header-timeout``, ``--drain-seconds``, ``--max-connections`` ...),
-``--workers`` and Prometheus' multiprocess files, signals (SIGTERM's drain), TLS, replicas as
-separate processes, and whatever the environment of a fresh process decides.
+line itself and how its flags become settings and uvicorn options (``--max-connections``,
+``--keep-alive``, TLS, ``--forwarded-allow-ips``), ``--workers`` and Prometheus' multiprocess
+files, signals (SIGTERM's drain), replicas as separate processes, and whatever the environment
+of a fresh process decides.
 
 The provider: by default the routes go wherever the config says (the simulator of
 ``sim_fixtures``, a thread of this process, over loopback HTTP). ``provider=`` is the one
@@ -48,7 +51,8 @@ import uvicorn
 
 from proxy.app import create_app
 from proxy.config import Config, load_config
-from proxy.protocol import HeaderDeadlineProtocol
+from proxy.protocol import with_limits
+from proxy.serve_settings import DEFAULTS, ServeSettings
 
 __all__ = [
     "InProcess",
@@ -224,15 +228,19 @@ def _bind(port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_config(app: Any, config: Config, access_log: bool) -> uvicorn.Config:
-    """``routefit serve``'s uvicorn options at their defaults (proxy/cli.py ``_serve``)."""
+def _uvicorn_config(
+    app: Any, config: Config, settings: ServeSettings, access_log: bool
+) -> uvicorn.Config:
+    """``routefit serve``'s uvicorn options (proxy/cli.py ``_serve``), its flags at their
+    defaults but for ``settings``; the shutdown waits at most 10 s (not the drain's 30 s: no
+    test drains an in-process app, and a test's hung stream must not hold the suite)."""
     trusted = list(config.settings.access.trusted_proxies)
     network: dict[str, Any] = {"proxy_headers": bool(trusted)}
     if trusted:
         network["forwarded_allow_ips"] = trusted
     return uvicorn.Config(
         app,
-        http=HeaderDeadlineProtocol,
+        http=with_limits(settings.header_timeout, settings.max_header_bytes),
         ws="none",
         lifespan="on",
         log_config=None,  # the test process's logging stays as it is; _AppLog keeps the lines
@@ -241,7 +249,7 @@ def _uvicorn_config(app: Any, config: Config, access_log: bool) -> uvicorn.Confi
         server_header=False,
         timeout_keep_alive=5,
         limit_concurrency=2048,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=min(10.0, settings.drain_seconds),
         **network,
     )
 
@@ -250,6 +258,7 @@ def _serve(
     running: InProcess,
     config: Config,
     provider: Provider,
+    settings: ServeSettings,
     access_log: bool,
     sock: socket.socket,
     built: threading.Event,
@@ -259,8 +268,8 @@ def _serve(
     executor's threads."""
     _APP.set(running.ident)
     try:
-        running.app = create_app(config, **provider(config))
-        running.server = uvicorn.Server(_uvicorn_config(running.app, config, access_log))
+        running.app = create_app(config, settings=settings, **provider(config))
+        running.server = uvicorn.Server(_uvicorn_config(running.app, config, settings, access_log))
     except BaseException as exc:
         running.failure.append(exc)
         return
@@ -331,12 +340,14 @@ def run_inprocess(
     env: Mapping[str, str] | None = None,
     timeout: float = 30.0,
     provider: Provider = loopback,
+    settings: ServeSettings = DEFAULTS,
     access_log: bool = False,
 ) -> Iterator[InProcess]:
     """``run_routefit(config)`` in this process: yields once /readyz says ready, stops on exit.
 
     ``env``: set while the app runs, and what the config's ``os.environ/NAME`` resolve from.
     ``provider``: the provider side (default ``loopback``: the real transports, over HTTP).
+    ``settings``: the header, body and drain limits ``routefit serve``'s flags would set.
     ``access_log``: uvicorn's access log in ``log()`` (``routefit serve --access-log``)."""
     ident = f"routefit-app-{next(_ids)}"
     sock = _bind(port or 0)
@@ -351,7 +362,7 @@ def run_inprocess(
             built = threading.Event()
             running.thread = threading.Thread(
                 target=_serve,
-                args=(running, loaded, provider, access_log, sock, built),
+                args=(running, loaded, provider, settings, access_log, sock, built),
                 name=ident,
                 daemon=True,
             )
