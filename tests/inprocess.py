@@ -81,11 +81,12 @@ def asgi_provider_available() -> bool:
 
 def sim_provider(sim: Any) -> Provider:
     """Every provider request of the app answered in-process by ``sim``'s own ASGI app (the
-    same state: ``sim.requests()``, ``sim.inject()`` and the models it serves), through
+    same state: the models it serves, the requests ``sim.requests()`` shows), through
     ``proxy.transports.mock.asgi_transport`` and ``create_app(config, transport=...)``.
 
     What it cannot show, the loopback simulator can: a provider's socket (connection resets,
-    timing between stream events as sent), since the ASGI transport hands over whole answers."""
+    timing between stream events as sent), since httpx's ASGI transport hands over whole
+    answers."""
     import proxy.transports.mock as mock
 
     app = sim.server.config.app
