@@ -2,7 +2,9 @@
 
 ``gateway_config`` writes a config whose routes point at a running provider simulator;
 ``run_routefit`` starts the real console script on a free loopback port, waits for /readyz and
-stops it afterwards (its stderr is kept for assertions about logs).
+stops it afterwards (its stderr is kept for assertions about logs). It is for tests whose point
+is the process (flags, workers, signals, TLS, replicas, its memory); the others serve the app
+in the test process with ``inprocess.run_inprocess`` (docs/testing.md).
 """
 
 from __future__ import annotations

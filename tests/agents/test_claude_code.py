@@ -1,4 +1,4 @@
-"""Claude Code itself, through routefit serve, against the simulator.
+"""Claude Code itself (a real subprocess), through routefit (in-process), against the simulator.
 
 The README's one-line command, as written, against the README's config (it asks for a
 32,000-token reply, twice the route's output limit: routefit clamps it). And on a 32k-window
@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import yaml
 from agent_clis import agent_cli
-from harness import gateway_config, run_routefit
+from harness import gateway_config
+from inprocess import run_inprocess
 
 from proxy.sim.models import get_builtin, small_variant
 
@@ -59,7 +60,7 @@ def test_the_readme_claude_code_command_answers(tmp_path):
     home.mkdir()
     project.mkdir()
     unset = {k: "" for k in os.environ if re.search(r"_API_KEY$", k)}
-    with run_routefit(config, env=unset, timeout=120) as gw:
+    with run_inprocess(config, env=unset, timeout=120) as gw:
         env = {
             # the README's `claude` is the installed one; nothing else of ours is set
             "PATH": os.path.dirname(claude) + os.pathsep + os.environ.get("PATH", "/usr/bin"),
@@ -100,7 +101,7 @@ def test_multi_turn_claude_code_session_is_fitted(sim, tmp_path):
     home.mkdir()
     project.mkdir()
     rng = random.Random(7)
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(home),

@@ -1,4 +1,4 @@
-"""Codex CLI itself, through ``routefit serve``, to the simulator on a small window.
+"""Codex CLI itself (a subprocess), through routefit (in-process), to the simulator, small window.
 
 Codex sends its whole history every turn (``store: false``, no ``previous_response_id``) and
 gives up on ``context_length_exceeded`` ("Codex ran out of room in the model's context window",
@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 from agent_clis import agent_cli
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 from proxy.sim.models import get_builtin, small_variant
 from proxy.sim.server import run_sim
@@ -37,7 +38,7 @@ def stack(tmp_path_factory):
             model_info={"max_input_tokens": WINDOW, "max_output_tokens": 2048},
         )
         config = gateway_config(tmp_path_factory.mktemp("codex") / "routefit.yaml", [route])
-        with run_routefit(config) as gw:
+        with run_inprocess(config) as gw:
             yield sim, gw
 
 

@@ -1,5 +1,5 @@
 """A big new prompt goes on a proof (a cheap upper bound under the budget) instead of an exact
-count, through `routefit serve` between the openai SDK and the simulator; calibration still
+count, through routefit (in-process) between the openai SDK and the simulator; calibration still
 learns from the exact count, and the budget is settled on the provider's figure."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import time
 import httpx
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 WORDS = "alpha beta gamma delta tokens window provider usage naïve café 東京 🚀 42".split()
 TEAM_KEY = "sk-team-bounded-0123456789abcdef"
@@ -39,7 +40,7 @@ def gw(sim, tmp_path_factory):
     config = gateway_config(
         tmp_path_factory.mktemp("b") / "c.yaml", routes, teams=teams, admin_key=ADMIN_KEY
     )
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

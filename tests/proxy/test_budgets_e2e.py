@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 from harness import gateway_config, run_routefit, sim_route
+from inprocess import run_inprocess
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 ALPHA = "sk-alpha-" + uuid.uuid4().hex
@@ -46,7 +47,7 @@ def gw(sim, tmp_path_factory):
         # over between two reads of a test
         teams=teams("alpha", "beta", tokens_per_minute=10_000_000, tokens_per_day=10**10),
     )
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 
@@ -224,7 +225,7 @@ def test_usd_quota(sim, tmp_path):
         admin_key=ADMIN,
         teams=teams(team, "beta", usd_per_month=0.002),
     )
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key=ALPHA, max_retries=0)
         admitted = 0
         with pytest.raises(openai.RateLimitError) as err:
@@ -271,6 +272,7 @@ def test_a_tight_quota_holds_under_concurrency_across_two_replicas(sim, tmp_path
         redis_url=redis_url,
         teams=teams(team, "beta", tokens_per_day=quota),
     )
+    # Replicas as separate processes: only Redis may share the quota between them.
     with run_routefit(config) as a, run_routefit(config) as b:
         results = asyncio.run(_burst([a.v1, b.v1], 200))
         expected = sum(u["prompt_tokens"] + u["completion_tokens"] for s, u in results if u)

@@ -1,4 +1,4 @@
-"""Issue 18 through ``routefit serve``: image tokens routefit never priced do not poison the
+"""Issue 18 through routefit (in-process): image tokens routefit never priced do not poison the
 text factors, and after an elision changed a session's tail, the unchanged head still starts
 from the provider's count (checkpoint anchors)."""
 
@@ -9,7 +9,8 @@ import time
 
 import httpx
 import openai
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 WORDS = (
     "the route counts tokens window provider answer session history plan file change test "
@@ -51,7 +52,7 @@ def test_url_images_of_unknown_size_do_not_poison_plain_prompts(sim, tmp_path):
     config = gateway_config(tmp_path / "c.yaml", [sim_route(alias, sim.base_url)])
     rng = random.Random(18)
     sizes = [(64, 64), (512, 512), (800, 600), (1600, 1200), (3000, 2000), (300, 4000)]
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         for i in range(14):
             parts: list[dict] = [{"type": "text", "text": text(rng, rng.randint(20, 400))}]
@@ -89,7 +90,7 @@ def test_after_a_cut_the_head_is_anchored_on_the_providers_count(sim, tmp_path):
         {"role": "user", "content": "Task: " + text(rng, 120)},
     ]
     turns: list[tuple[str, int, int]] = []
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         for n in range(40):
             estimate, actual, actions = ask(client, alias, messages)

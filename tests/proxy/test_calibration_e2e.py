@@ -16,6 +16,7 @@ import openai
 import pytest
 from harness import gateway_config, routefit_command, run_routefit, sim_route
 from harness import private_redis as harness_private_redis
+from inprocess import run_inprocess
 
 VOCABULARY = (
     "alpha beta gamma delta epsilon tokens window provider usage estimate route calibration "
@@ -66,7 +67,7 @@ def test_estimates_converge_on_an_unknown_tokenizer(sim, tmp_path):
     alias = "mystery"
     config = gateway_config(tmp_path / "c.yaml", [mystery_route(sim.base_url, alias)])
     rng = random.Random(7)
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         errors = []
         for i in range(70):
@@ -87,7 +88,7 @@ def test_anchored_multi_turn_sessions_are_within_one_percent(sim, tmp_path):
     alias = "mystery"
     config = gateway_config(tmp_path / "c.yaml", [mystery_route(sim.base_url, alias)])
     rng = random.Random(11)
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         messages = [{"role": "system", "content": "You are a careful assistant."}]
         anchored_errors = []
@@ -116,6 +117,7 @@ def test_two_replicas_share_redis_and_converge_and_a_restart_keeps_it(sim, tmp_p
         calibration={"refresh_seconds": 0.5},
     )
     rng = random.Random(3)
+    # Replicas as separate processes: what they share must go through Redis.
     with run_routefit(config) as a, run_routefit(config) as b:
         clients = [openai.OpenAI(base_url=g.v1, api_key="x", max_retries=0) for g in (a, b)]
         for i in range(30):
@@ -130,6 +132,7 @@ def test_two_replicas_share_redis_and_converge_and_a_restart_keeps_it(sim, tmp_p
         assert ra["samples"] == rb["samples"] == 30
         assert ra["factors"] == rb["factors"]
         assert ra["factors"]["text"] > 1.0  # learnt that this provider counts more
+    # A restarted replica is a new process with nothing in memory.
     with run_routefit(config) as c:
         time.sleep(1.0)
         rc = httpx.get(c.base_url + "/routefit/calibration").json()["routes"][alias]
@@ -144,12 +147,12 @@ def test_the_embedded_store_keeps_calibration_across_restarts(sim, tmp_path):
         store_path=str(tmp_path / "routefit.sqlite3"),
     )
     rng = random.Random(5)
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         for _ in range(12):
             ask(client, alias, conversation(rng))
         before = settle_samples(gw.base_url, alias, 12)["routes"][alias]
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         after = httpx.get(gw.base_url + "/routefit/calibration").json()["routes"][alias]
     assert after["samples"] == 12 and after["factors"] == before["factors"]
     # ... and the CLI reads the same store
@@ -181,7 +184,7 @@ def test_killing_redis_mid_session_loses_no_response(sim, tmp_path, private_redi
         calibration={"refresh_seconds": 0.5},
     )
     rng = random.Random(9)
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         for _ in range(10):
             ask(client, alias, conversation(rng))
@@ -341,7 +344,7 @@ def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model):
     order = [(s, i) for i in range(15) for s in range(len(sessions)) if i < len(sessions[s])]
     histories: list[list[dict]] = [[] for _ in sessions]
     errors = []
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         for n, (s, i) in enumerate(order):
             histories[s] += sessions[s][i]
@@ -369,7 +372,7 @@ def test_content_aware_calibration_without_anchors(sim, tmp_path, model):
     config = gateway_config(tmp_path / "c.yaml", [route])
     rng = random.Random(zlib.crc32(model.encode()) + 29)
     errors = []
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         for n in range(70):
             steps = mixed_session(random.Random(rng.random()), rng.randint(0, 8))

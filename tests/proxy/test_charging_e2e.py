@@ -1,4 +1,4 @@
-"""Charging on every exit, through ``routefit serve`` and the simulator, on all three wires: a
+"""Charging on every exit, through routefit (in-process) and the simulator, on all three wires: a
 client that reads the first events of a stream and hangs up is still charged the prompt the
 provider billed (its own count when the stream stated one, else routefit's estimate) plus the
 output relayed so far — never 0 — and a non-streamed request whose client leaves while the
@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import httpx
 import orjson
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 KEY = "sk-charged-" + uuid.uuid4().hex
@@ -43,7 +44,7 @@ def gw(sim, tmp_path_factory) -> Iterator:
         admin_key=ADMIN,
         teams=[{"id": TEAM, "keys": [KEY], "quotas": {"tokens_per_day": 10**10}}],
     )
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

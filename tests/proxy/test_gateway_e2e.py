@@ -1,4 +1,4 @@
-"""routefit serve, as a real process, between the real openai SDK and the provider simulator."""
+"""routefit, served in-process over loopback, between the real openai SDK and the simulator."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 from harness import gateway_config, run_routefit, sim_route
+from inprocess import run_inprocess
 from PIL import Image
 
 
@@ -48,7 +49,7 @@ def gw(sim, tmp_path_factory):
     config = gateway_config(
         tmp_path_factory.mktemp("gw") / "routefit.yaml", routes, max_body_bytes=2_000_000
     )
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

@@ -1,4 +1,4 @@
-"""Isolation of prompt-derived facts, end to end through ``routefit serve`` (issue 30, item 3).
+"""Isolation of prompt-derived facts, end to end through routefit in-process (issue 30, item 3).
 
 A memo of something derived from a prompt (a text's token count, an image's size) answers
 faster than computing it, so a memo shared by two teams lets one time its own request to learn
@@ -23,7 +23,8 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 from test_fetch import Server
 
 KEY_A = "sk-a-" + uuid.uuid4().hex
@@ -52,7 +53,7 @@ def gw(sim, images, tmp_path_factory):
     ]
     teams = [{"id": "team-a", "keys": [KEY_A]}, {"id": "team-b", "keys": [KEY_B]}]
     config = gateway_config(tmp_path_factory.mktemp("isolation") / "c.yaml", routes, teams=teams)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

@@ -1,4 +1,4 @@
-"""Output limits through ``routefit serve``, on every wire, with the real SDKs and the simulator
+"""Output limits through routefit (in-process), on every wire, with the real SDKs and the simulator
 (which refuses an output cap above the model's limit, and a prompt plus cap above the window,
 as the providers do).
 
@@ -15,7 +15,8 @@ import re
 import anthropic
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import asgi_provider_available, loopback, run_inprocess, sim_provider
 
 WINDOW, LIMIT = 8192, 4096
 MARGIN = 81  # 1% of the window
@@ -55,7 +56,10 @@ def gw(sim, tmp_path_factory):
         ),
     ]
     config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
-    with run_routefit(config) as running:
+    # The provider in-process too (the simulator's ASGI app through proxy.transports.mock)
+    # where that transport exists; else the same simulator over loopback.
+    provider = sim_provider(sim) if asgi_provider_available() else loopback
+    with run_inprocess(config, provider=provider) as running:
         yield running
 
 

@@ -1,4 +1,4 @@
-"""A provider overflow is a sample, not a failure: through ``routefit serve``, on routes whose
+"""A provider overflow is a sample, not a failure: through routefit (in-process), on routes whose
 tokenizer counts half again more than routefit can know before it has learnt them (the
 simulator's mystery-dense / claude-dense, 8k windows), the first long request passes routefit's
 fit, is refused by the provider for context length with its count, and routefit learns that
@@ -13,7 +13,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 WORDS = (
     "the route counts tokens window provider answer session history plan file change test "
@@ -70,7 +71,7 @@ def gw(sim, tmp_path_factory):
     config = gateway_config(
         tmp_path_factory.mktemp("overflow") / "c.yaml", routes, calibration=modest
     )
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

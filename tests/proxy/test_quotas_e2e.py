@@ -1,4 +1,4 @@
-"""Quotas through ``routefit serve``: a reservation holds every output the request can produce
+"""Quotas through routefit (in-process): a reservation holds every output the request can produce
 (``n × max_tokens``, each wire's output limit), and a team over its per-request prompt quota is
 told the team's limit, not the model's window."""
 
@@ -10,7 +10,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 TIGHT = "sk-tight-" + uuid.uuid4().hex
 NARROW = "sk-narrow-" + uuid.uuid4().hex
@@ -43,7 +44,7 @@ def gw(sim, tmp_path_factory):
     ]
     routes = [sim_route("gpt-4o-mini", sim.base_url), claude_route("claude", sim.base_url)]
     config = gateway_config(tmp_path_factory.mktemp("quotas") / "c.yaml", routes, teams=teams)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

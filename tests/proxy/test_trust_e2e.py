@@ -1,4 +1,4 @@
-"""Trust, end to end through ``routefit serve`` and the simulator (issue 30, items 3 and 4):
+"""Trust, end to end through routefit (in-process) and the simulator (issue 30, items 3 and 4):
 
 * **isolation** — an anchor (the provider's count of a prompt) is a fact about one team's
   prompt: another team sending the same prefix, in a dry run or for real, gets routefit's own
@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 KEY_A = "sk-a-" + uuid.uuid4().hex
@@ -62,7 +63,7 @@ def gw(sim, tmp_path_factory):
             {"id": "team-b", "keys": [KEY_B], "quotas": quotas},
         ],
     )
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

@@ -2,8 +2,9 @@
 and login throttle, TLS and trusted forwarded headers on ``routefit serve``, and the packaged
 simulator's (``sim://local``) image fetching.
 
-Every test runs a real ``routefit serve`` and talks to it over real HTTP(S) on loopback; the
-routes go to the in-process simulator (``sim://local``).
+Every test talks to routefit over real HTTP(S) on loopback, served in-process or, for TLS and
+forwarded headers (the CLI's uvicorn options), as a real ``routefit serve``; the routes go to the
+in-process simulator (``sim://local``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import httpx
 import pytest
 import yaml
 from harness import Running, run_routefit
+from inprocess import run_inprocess
 from relkit import check_error_shape, record
 from wire_shapes import check_anthropic_error_shape
 
@@ -95,7 +97,7 @@ def master_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     path = write_config(
         tmp_path_factory.mktemp("master") / "c.yaml", {}, general_settings={"master_key": MASTER}
     )
-    with run_routefit(path) as running:
+    with run_inprocess(path) as running:
         yield running
 
 
@@ -143,7 +145,7 @@ def test_the_master_key_opens_every_wire_and_the_admin_endpoints(master_gw):
 
 def test_a_config_with_no_keys_runs_open_and_says_so(tmp_path, images):
     """...and its local simulator, not told to fetch, fetches nothing."""
-    with run_routefit(write_config(tmp_path / "c.yaml", {})) as gw:
+    with run_inprocess(write_config(tmp_path / "c.yaml", {})) as gw:
         assert httpx.get(gw.base_url + "/readyz").json()["auth"] == "open"
         assert "running OPEN" in gw.log()
         assert all(r.status_code == 200 for r in wire_calls(gw, {}).values())
@@ -155,7 +157,7 @@ def test_a_config_with_no_keys_runs_open_and_says_so(tmp_path, images):
 
 def test_the_local_simulator_fetches_only_when_its_setting_says_so(tmp_path, images):
     path = write_config(tmp_path / "c.yaml", {"simulator": {"fetch_loopback_images": True}})
-    with run_routefit(path) as gw:
+    with run_inprocess(path) as gw:
         images.hits.clear()
         url = images.url(f"/told-{uuid.uuid4().hex}.png")
         r = image_chat(gw, url)
@@ -168,7 +170,7 @@ def test_an_auth_key_whose_variable_is_unset_never_opens_the_door(tmp_path):
     the start-up log says why; it used to run every route open."""
     name = "ROUTEFIT_TEST_UNSET_" + uuid.uuid4().hex.upper()
     path = write_config(tmp_path / "c.yaml", {"admin_key": f"os.environ/{name}"})
-    with run_routefit(path) as gw:
+    with run_inprocess(path) as gw:
         calls = wire_calls(gw, {"authorization": "Bearer anything"})
         assert {w: r.status_code for w, r in calls.items()} == dict.fromkeys(calls, 401)
         assert httpx.get(gw.base_url + "/routefit/calibration").status_code == 401
@@ -220,6 +222,7 @@ def ui_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         tmp_path_factory.mktemp("ui") / "c.yaml",
         {"admin_key": ADMIN, "teams": [{"id": "t", "keys": [TEAM]}]},
     )
+    # Believing forwarded headers or not is the CLI's choice of uvicorn options: the real process.
     with run_routefit(path) as running:
         yield running
 
@@ -375,6 +378,7 @@ def test_config_tls_and_a_trusted_proxy(tmp_path, certificate):
 
 def test_a_trusted_proxys_https_makes_the_cookie_secure(tmp_path):
     path = write_config(tmp_path / "c.yaml", {"admin_key": ADMIN, "trusted_proxies": ["127.0.0.1"]})
+    # The CLI turns trusted_proxies into uvicorn's forwarded-header options: the real process.
     with run_routefit(path) as gw:
         proxied = {"x-forwarded-proto": "https", "x-forwarded-for": "198.51.100.1"}
         r = httpx.post(gw.base_url + UI + "/session", json={"key": ADMIN}, headers=proxied)

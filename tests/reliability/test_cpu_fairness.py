@@ -41,6 +41,7 @@ def gw(sim, tmp_path_factory) -> Iterator[Running]:
         teams=teams,
         count_requests_per_minute=RATE,
     )
+    # The loop under test needs a CPU of its own: in this process the test's clients share the GIL.
     with run_routefit(config) as running:
         yield running
 

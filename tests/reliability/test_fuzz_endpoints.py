@@ -65,6 +65,7 @@ def gw(sim, tmp_path_factory):
     config = gateway_config(
         tmp_path_factory.mktemp("fuzz") / "c.yaml", routes, max_body_bytes=MAX_BODY
     )
+    # Its memory and descriptors are measured (Proc): a process of its own.
     with run_routefit(config) as running:
         yield running
 

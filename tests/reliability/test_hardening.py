@@ -4,6 +4,9 @@ header and body deadlines while others are served, trailing slashes served witho
 gzip bodies, the client's alias as ``model`` on every route, URL images on litellm routes fetched
 by routefit or refused, ``/readyz`` with a fail-closed store away, SIGTERM with 50 streams in
 flight (all finish, budgets settle, exit 0), and the same limits in every spawned worker.
+
+The client-facing tests run routefit in-process with short limits as a ``ServeSettings`` value;
+SIGTERM, ``--workers``, ``--max-connections`` and the drain run ``routefit serve`` itself.
 """
 
 from __future__ import annotations
@@ -22,18 +25,24 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import Running, gateway_config, private_redis, run_routefit, sim_route
+from harness import gateway_config, private_redis, run_routefit, sim_route
+from inprocess import InProcess, run_inprocess
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from relkit import metric, record
+
+from proxy.serve_settings import ServeSettings
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 KEY = "sk-team-" + uuid.uuid4().hex
 TEAM = "hardening"
 AUTH = {"authorization": f"Bearer {KEY}"}
 CHAT = [{"role": "user", "content": "tell me about hardening"}]
-#: Limits the gateway under test runs with: short, so the slow clients are cut quickly.
+#: Limits the gateway under test runs with: short, so the slow clients are cut quickly (as
+#: ``routefit serve`` flags; ``SHORT`` is the same as the value they build, tests/proxy/
+#: test_serve_settings.py holds that the flags build it).
 LIMITS = ["--header-timeout", "1", "--body-timeout", "1", "--body-min-rate", "0"]
+SHORT = ServeSettings(header_timeout=1, body_timeout=1, body_min_rate=0)
 #: How long a test waits for the server to close a slow connection before calling it a hang.
 HANG = 20.0
 
@@ -71,14 +80,14 @@ def _routes(sim: Any) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def gw(sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+def gw(sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
     path = tmp_path_factory.mktemp("hardening") / "c.yaml"
     config = gateway_config(path, _routes(sim), admin_key=ADMIN, teams=[_team()])
-    with run_routefit(config, extra_args=LIMITS) as running:
+    with run_inprocess(config, settings=SHORT) as running:
         yield running
 
 
-def _connect(gw: Running) -> socket.socket:
+def _connect(gw: InProcess) -> socket.socket:
     host, port = gw.base_url.removeprefix("http://").split(":")
     s = socket.create_connection((host, int(port)), timeout=HANG)
     return s
@@ -107,7 +116,7 @@ def _closed_by_server(s: socket.socket) -> bytes:
     return got
 
 
-def _metrics(gw: Running) -> str:
+def _metrics(gw: InProcess) -> str:
     return httpx.get(gw.base_url + "/metrics", timeout=10).text
 
 
@@ -119,12 +128,12 @@ def _five_xx(text: str) -> float:
     return total
 
 
-def _chat(gw: Running, model: str = "gpt-4o", **extra: Any) -> httpx.Response:
+def _chat(gw: InProcess, model: str = "gpt-4o", **extra: Any) -> httpx.Response:
     body = {"model": model, "messages": CHAT, "max_tokens": 20, **extra}
     return httpx.post(gw.v1 + "/chat/completions", json=body, headers=AUTH, timeout=30)
 
 
-def _stream(gw: Running, model: str = "gpt-4o", **extra: Any) -> list[str]:
+def _stream(gw: InProcess, model: str = "gpt-4o", **extra: Any) -> list[str]:
     body = {"model": model, "messages": CHAT, "max_tokens": 20, "stream": True, **extra}
     with httpx.stream(
         "POST", gw.v1 + "/chat/completions", json=body, headers=AUTH, timeout=60
@@ -136,7 +145,7 @@ def _stream(gw: Running, model: str = "gpt-4o", **extra: Any) -> list[str]:
 # -- clients that leave ---------------------------------------------------------------------
 
 
-def test_clients_leaving_mid_body_and_mid_stream_are_499_not_5xx(gw: Running, fresh_sim):
+def test_clients_leaving_mid_body_and_mid_stream_are_499_not_5xx(gw: InProcess, fresh_sim):
     fresh_sim.state.config.chunk_delay = 0.05
     before = metric(_metrics(gw), "routefit_requests_total", route="-", status="499")
     body = json.dumps({"model": "gpt-4o", "messages": CHAT}).encode()
@@ -190,7 +199,7 @@ def test_a_client_leaving_while_the_provider_thinks_cancels_the_upstream(gw, fre
 # -- slow clients ---------------------------------------------------------------------------
 
 
-def test_slow_clients_are_cut_while_others_are_served(gw: Running):
+def test_slow_clients_are_cut_while_others_are_served(gw: InProcess):
     body = json.dumps({"model": "gpt-4o", "messages": CHAT}).encode()
     slow = {
         "request line": b"POST /v1/chat/comp",
@@ -222,7 +231,7 @@ def test_slow_clients_are_cut_while_others_are_served(gw: Running):
     record("slow_clients", cut=len(slow), served_meanwhile=len(served), limits=LIMITS)
 
 
-def test_a_slow_client_on_a_kept_alive_connection_is_cut_too(gw: Running):
+def test_a_slow_client_on_a_kept_alive_connection_is_cut_too(gw: InProcess):
     body = json.dumps({"model": "gpt-4o", "messages": CHAT, "max_tokens": 5}).encode()
     with _connect(gw) as s:
         s.sendall(_request_head(len(body)) + body)
@@ -232,7 +241,7 @@ def test_a_slow_client_on_a_kept_alive_connection_is_cut_too(gw: Running):
         assert b"HTTP/1.1" not in _closed_by_server(s)
 
 
-def test_an_endless_header_block_gets_431_and_is_closed(gw: Running):
+def test_an_endless_header_block_gets_431_and_is_closed(gw: InProcess):
     with _connect(gw) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         sent = 0
@@ -253,7 +262,7 @@ def test_an_endless_header_block_gets_431_and_is_closed(gw: Running):
 # -- paths, encodings, models ---------------------------------------------------------------
 
 
-def test_trailing_slash_is_served_without_a_redirect(gw: Running):
+def test_trailing_slash_is_served_without_a_redirect(gw: InProcess):
     body = {"model": "gpt-4o", "messages": CHAT, "max_tokens": 5}
     r = httpx.post(
         gw.v1 + "/chat/completions/",
@@ -269,12 +278,12 @@ def test_trailing_slash_is_served_without_a_redirect(gw: Running):
     assert unknown.status_code == 404 and "evil" not in unknown.headers.get("location", "")
 
 
-def _encoded(gw: Running, data: bytes, encoding: str) -> httpx.Response:
+def _encoded(gw: InProcess, data: bytes, encoding: str) -> httpx.Response:
     headers = {**AUTH, "content-type": "application/json", "content-encoding": encoding}
     return httpx.post(gw.v1 + "/chat/completions", content=data, headers=headers, timeout=30)
 
 
-def test_gzip_and_deflate_bodies_are_decoded_and_others_refused(gw: Running):
+def test_gzip_and_deflate_bodies_are_decoded_and_others_refused(gw: InProcess):
     raw = json.dumps({"model": "gpt-4o", "messages": CHAT, "max_tokens": 5}).encode()
     assert _encoded(gw, gzip.compress(raw), "gzip").status_code == 200
     assert _encoded(gw, zlib.compress(raw), "deflate").status_code == 200
@@ -285,7 +294,7 @@ def test_gzip_and_deflate_bodies_are_decoded_and_others_refused(gw: Running):
     assert r.status_code == 400 and "truncated" in r.json()["error"]["message"]
 
 
-def test_a_zip_bomb_is_refused_without_inflating_it(gw: Running):
+def test_a_zip_bomb_is_refused_without_inflating_it(gw: InProcess):
     # 64 MiB of zeros in ~64 KiB: twice the default body limit once inflated.
     bomb = gzip.compress(b"0" * (64 * 1024 * 1024), compresslevel=9)
     r = _encoded(gw, bomb, "gzip")
@@ -294,7 +303,7 @@ def test_a_zip_bomb_is_refused_without_inflating_it(gw: Running):
 
 
 @pytest.mark.parametrize("model", ["gpt-4o", "fast", "claude"])
-def test_every_route_answers_with_the_clients_alias(gw: Running, fresh_sim, model: str):
+def test_every_route_answers_with_the_clients_alias(gw: InProcess, fresh_sim, model: str):
     r = _chat(gw, model)
     assert r.status_code == 200, r.text
     assert r.json()["model"] == model
@@ -304,7 +313,7 @@ def test_every_route_answers_with_the_clients_alias(gw: Running, fresh_sim, mode
     assert chunks and {c["model"] for c in chunks} == {model}
 
 
-def test_upstream_reset_mid_stream_ends_with_a_stream_error(gw: Running, fresh_sim):
+def test_upstream_reset_mid_stream_ends_with_a_stream_error(gw: InProcess, fresh_sim):
     for model in ("gpt-4o", "claude"):
         fresh_sim.inject("cut-stream:2")
         lines = _stream(gw, model)
@@ -317,7 +326,7 @@ def test_upstream_reset_mid_stream_ends_with_a_stream_error(gw: Running, fresh_s
 # -- URL images on litellm routes -----------------------------------------------------------
 
 
-def _image_chat(gw: Running, model: str, url: str) -> httpx.Response:
+def _image_chat(gw: InProcess, model: str, url: str) -> httpx.Response:
     content = [
         {"type": "text", "text": "what is this?"},
         {"type": "image_url", "image_url": {"url": url}},
@@ -326,7 +335,7 @@ def _image_chat(gw: Running, model: str, url: str) -> httpx.Response:
     return httpx.post(gw.v1 + "/chat/completions", json=body, headers=AUTH, timeout=30)
 
 
-def test_litellm_routes_get_images_from_routefits_fetcher_or_a_400(gw: Running, fresh_sim):
+def test_litellm_routes_get_images_from_routefits_fetcher_or_a_400(gw: InProcess, fresh_sim):
     url = fresh_sim.url("/sim/images/64x32.png")
     refused = _image_chat(gw, "claude-closed", url)
     assert refused.status_code == 400, refused.text
@@ -356,7 +365,7 @@ def test_readyz_is_not_ready_while_a_fail_closed_store_is_away(sim, tmp_path: Pa
             budget_failure_mode="closed",
             teams=[_team()],
         )
-        with run_routefit(config) as running:
+        with run_inprocess(config) as running:
             assert httpx.get(running.base_url + "/readyz").status_code == 200
             redis.kill()
             r = httpx.get(running.base_url + "/readyz", timeout=10)
@@ -441,7 +450,7 @@ def test_sigterm_drains_50_streams_settles_budgets_and_exits_0(sim, tmp_path: Pa
     assert len(usage) == streams
     assert "Traceback" not in log
     # Budgets settled: the store holds what the provider reported, not the reservations.
-    with run_routefit(config) as again:
+    with run_inprocess(config) as again:
         assert _team_used(again.base_url) == sum(usage)
     record("drain", streams=streams, completed=len(results), exit_code=code)
 
@@ -559,7 +568,7 @@ def test_work_outliving_the_drain_deadline_ends_cleanly_and_settles_its_budget(
     assert ("routefit_requests_total", "502") not in counted, counted
     assert counted.get(("routefit_errors_total", "disconnect")) == 1, counted
     assert ("routefit_errors_total", "upstream") not in counted, counted
-    with run_routefit(config) as again:
+    with run_inprocess(config) as again:
         # Settled, not left reserved: both requests had reached the provider, so each is
         # charged its prompt (and the stream what it relayed), never its 20-token output reserve
         # (docs/security.md "Charging on every exit").
@@ -583,6 +592,7 @@ def _counters(metrics_dir: Path) -> dict[tuple[str, str], float]:
 def test_connections_beyond_the_limit_get_503_until_slots_free(sim, tmp_path: Path):
     config = gateway_config(tmp_path / "c.yaml", [sim_route("gpt-4o", sim.base_url)])
     args = ["--max-connections", "4", "--header-timeout", "2"]
+    # --max-connections and --header-timeout are serve's flags: the real process.
     with run_routefit(config, extra_args=args) as running:
         host, port = running.base_url.removeprefix("http://").split(":")
         idle = [socket.create_connection((host, int(port)), timeout=HANG) for _ in range(4)]

@@ -72,6 +72,7 @@ def gw(sim, tmp_path_factory):
             }
         ],
     )
+    # Its memory is measured for the record (Proc): a process of its own.
     with run_routefit(config) as running:
         yield running
 

@@ -174,6 +174,7 @@ def gw(sim, fake, tmp_path_factory) -> Iterator[Running]:
         max_provider_body_bytes=BOUND,
         max_sse_event_bytes=BOUND,
     )
+    # Its peak memory is measured (VmHWM): a process of its own.
     with run_routefit(config) as running:
         yield running
 

@@ -1,8 +1,9 @@
 """Provider faults from the simulator: clear errors for clients, bounded retries before the first
 byte, budgets released on failure, and no leaked connections, tasks or file descriptors.
 
-Two ``routefit serve`` processes in front of the simulator: ``plain`` (no retries, the default)
-and ``retry`` (``upstream_retries: 3``). Faults are queued in the simulator (``sim.inject``),
+Two gateways in front of the simulator: ``plain`` (no retries, the default; a ``routefit serve``
+process, whose descriptors and threads are counted) and ``retry`` (``upstream_retries: 3``,
+in-process). Faults are queued in the simulator (``sim.inject``),
 so they hit exactly the upstream requests routefit makes.
 """
 
@@ -24,6 +25,7 @@ import httpx
 import openai
 import pytest
 from harness import gateway_config, run_routefit, sim_route
+from inprocess import run_inprocess
 from relkit import Proc, check_error_shape, metric, record, tasks
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
@@ -128,6 +130,7 @@ def _config(sim, path, retries: int, litellm: bool = False, fake: str | None = N
 
 @pytest.fixture(scope="module")
 def plain(sim, tmp_path_factory):
+    # Its descriptors, threads and memory are measured (Proc): a process of its own.
     with run_routefit(_config(sim, tmp_path_factory.mktemp("plain") / "c.yaml", 0)) as gw:
         yield gw
 
@@ -136,7 +139,7 @@ def plain(sim, tmp_path_factory):
 def retry(sim, tmp_path_factory, retry_after_provider):
     path = tmp_path_factory.mktemp("retry") / "c.yaml"
     config = _config(sim, path, 3, litellm=True, fake=retry_after_provider)
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         yield gw
 
 

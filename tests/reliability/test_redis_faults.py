@@ -1,5 +1,5 @@
 """Redis faults: a private ``redis-server`` is killed (-9) and restarted on the same port while
-``routefit serve`` is under load with team budgets and calibration on Redis.
+routefit (in-process) is under load with team budgets and calibration on Redis.
 
 Fail-open (``budget_failure_mode: open``): no client request fails; calibration keeps serving,
 drops only the samples of the outage (counted in ``/routefit/calibration``) and resumes; budget
@@ -21,7 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import free_port, gateway_config, private_redis, run_routefit, sim_route
+from harness import free_port, gateway_config, private_redis, sim_route
+from inprocess import run_inprocess
 from relkit import check_error_shape, metric, record
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
@@ -143,7 +144,7 @@ def test_fail_open_outage_fails_no_request_and_loses_only_the_outage_samples(sim
     port = free_port()
     with (
         private_redis(port, persistent=True) as redis,
-        run_routefit(config(sim, tmp_path / "c.yaml", redis.url, "open")) as gw,
+        run_inprocess(config(sim, tmp_path / "c.yaml", redis.url, "open")) as gw,
     ):
 
         def kill() -> None:
@@ -227,7 +228,7 @@ def test_fail_closed_outage_is_a_clear_503_and_recovers(sim, tmp_path):
     port = free_port()
     with (
         private_redis(port) as redis,
-        run_routefit(config(sim, tmp_path / "c.yaml", redis.url, "closed")) as gw,
+        run_inprocess(config(sim, tmp_path / "c.yaml", redis.url, "closed")) as gw,
     ):
         body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "closed?"}]}
         url = gw.v1 + "/chat/completions"

@@ -1,7 +1,7 @@
 """Security: keys, team isolation, admin endpoints, secrets that must never leave the process,
 URL images that must not reach private addresses, size limits, header injection.
 
-A real ``routefit serve`` (with its access log on) in front of the provider simulator and of a
+routefit in-process (with its access log on) in front of the provider simulator and of a
 deliberately hostile fake provider that echoes the key it was given and tries to smuggle
 headers into routefit's response.
 """
@@ -21,7 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 from PIL import Image
 from relkit import check_error_shape, record
 
@@ -153,7 +154,7 @@ def gw(sim, hostile, tmp_path_factory):
             {"id": "beta", "keys": [BETA], "routes": ["gpt-4o"]},
         ],
     )
-    with run_routefit(config, extra_args=["--access-log"]) as running:
+    with run_inprocess(config, access_log=True) as running:
         yield running
 
 

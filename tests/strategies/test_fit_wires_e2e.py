@@ -1,6 +1,6 @@
 """The newest turn's tool outputs exceed the budget: forwarded, not refused, on every wire.
 
-``routefit serve`` as a real process between the real openai / anthropic SDKs and the simulator
+routefit (in-process, over loopback) between the real openai / anthropic SDKs and the simulator
 (which rejects overflow). An agent's newest turn carries eight parallel outputs, each under the
 rendered-form cap and together over the whole 8k budget — the first release refused such a
 request with 400 ``context_length_exceeded``. Now the oldest of them are masked (the calls stay)
@@ -13,7 +13,8 @@ import json
 import anthropic
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 from pricing.tokenizers import get_tokenizer
 from strategies.mask import MASK_PREFIX
@@ -50,7 +51,7 @@ def _routes(sim) -> list[dict]:
 @pytest.fixture(scope="module")
 def gw(sim, tmp_path_factory):
     config = gateway_config(tmp_path_factory.mktemp("fit31") / "routefit.yaml", _routes(sim))
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 
@@ -61,7 +62,7 @@ def gw_fixed(sim, tmp_path_factory):
     path = tmp_path_factory.mktemp("fit31-fixed") / "routefit.yaml"
     frozen = {"min_samples": 100_000, "window": 100_000}
     config = gateway_config(path, _routes(sim), calibration=frozen)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

@@ -1,4 +1,4 @@
-"""routefit serve between the real openai SDK and the simulator's Anthropic wire: a chat client on
+"""routefit (in-process) between the openai SDK and the simulator's Anthropic wire: a chat client on
 a Claude route, translated by routefit's own mapping, checked against the same request translated
 by litellm (a second route whose extra litellm_params keep it on litellm)."""
 
@@ -9,7 +9,8 @@ import json
 import httpx
 import openai
 import pytest
-from harness import gateway_config, run_routefit
+from harness import gateway_config
+from inprocess import run_inprocess
 
 
 def claude(alias: str, sim_url: str, **extra: object) -> dict:
@@ -28,7 +29,7 @@ def claude(alias: str, sim_url: str, **extra: object) -> dict:
 def gw(sim, tmp_path_factory):
     routes = [claude("claude", sim.base_url), claude("via-litellm", sim.base_url, drop_params=True)]
     config = gateway_config(tmp_path_factory.mktemp("ac") / "routefit.yaml", routes)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

@@ -1,4 +1,4 @@
-"""A live ``routefit serve`` fed by the in-process simulator, with traffic that exercises what
+"""A live routefit (in-process) fed by the in-process simulator, with traffic that exercises what
 the dashboard and Grafana show: calibration (a route whose tokenizer routefit does not know),
 prefix anchors (a growing conversation), fitting (a small window), streaming, a team quota.
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from harness import Running, gateway_config, run_routefit
+from harness import gateway_config
+from inprocess import InProcess, run_inprocess
 from openai import OpenAI
 
 ADMIN_KEY = "admin-ui-test-key"
@@ -22,7 +23,7 @@ TEAM_KEY = "team-ui-test-key"
 
 @dataclass
 class Traffic:
-    gateway: Running
+    gateway: InProcess
     #: Successful requests sent per route alias.
     sent: dict[str, int]
 
@@ -66,7 +67,9 @@ def _drive(client: OpenAI) -> dict[str, int]:
     return sent
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: an in-process app that outlived the ui tests would keep the test
+# process logging at INFO (inprocess._Levels) under every later test.
+@pytest.fixture(scope="module")
 def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
     path = tmp_path_factory.mktemp("ui") / "routefit.yaml"
     routes = [
@@ -82,6 +85,6 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
         }
     ]
     gateway_config(path, routes, admin_key=ADMIN_KEY, teams=teams)
-    with run_routefit(Path(path)) as gateway:
+    with run_inprocess(Path(path)) as gateway:
         client = OpenAI(base_url=gateway.v1, api_key=TEAM_KEY, max_retries=0)
         yield Traffic(gateway, _drive(client))

@@ -1,7 +1,7 @@
 """The example config's simulator routes (``api_base: sim://local``) serve every client wire with
 no provider key: the openai SDK (chat and Responses, streamed and not) and the anthropic SDK, on
-an OpenAI-provider route and on an Anthropic-provider one, through ``routefit serve --config
-examples/routefit.yaml``."""
+an OpenAI-provider route and on an Anthropic-provider one, through routefit (in-process) serving
+``examples/routefit.yaml``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import anthropic
 import openai
 import pytest
 import yaml
-from harness import Running, run_routefit
+from inprocess import InProcess, run_inprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "routefit.yaml"
@@ -22,7 +22,7 @@ HELLO = [{"role": "user", "content": "Hello"}]
 
 
 @pytest.fixture(scope="module")
-def example(tmp_path_factory) -> Iterator[Running]:
+def example(tmp_path_factory) -> Iterator[InProcess]:
     """The example config as shipped, its store in a scratch folder, no provider key set."""
     data = yaml.safe_load(EXAMPLE.read_text())
     folder = tmp_path_factory.mktemp("example")
@@ -30,7 +30,7 @@ def example(tmp_path_factory) -> Iterator[Running]:
     config = folder / "routefit.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     unset = {k: "" for k in os.environ if re.search(r"_API_KEY$", k)}
-    with run_routefit(config, env=unset, timeout=120) as running:
+    with run_inprocess(config, env=unset, timeout=120) as running:
         yield running
 
 

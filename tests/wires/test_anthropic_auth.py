@@ -7,7 +7,8 @@ from __future__ import annotations
 import anthropic
 import httpx
 import pytest
-from harness import gateway_config, run_routefit
+from harness import gateway_config
+from inprocess import run_inprocess
 
 TEAM_KEY = "sk-team-anthropic-auth"
 TINY_KEY = "sk-team-tiny-anthropic-auth"
@@ -41,14 +42,14 @@ def _config(path, sim_url: str, teams: bool):
 @pytest.fixture(scope="module")
 def teams_gw(sim, tmp_path_factory):
     path = tmp_path_factory.mktemp("anthropic-auth") / "teams.yaml"
-    with run_routefit(_config(path, sim.base_url, teams=True)) as running:
+    with run_inprocess(_config(path, sim.base_url, teams=True)) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def open_gw(sim, tmp_path_factory):
     path = tmp_path_factory.mktemp("anthropic-auth") / "open.yaml"
-    with run_routefit(_config(path, sim.base_url, teams=False)) as running:
+    with run_inprocess(_config(path, sim.base_url, teams=False)) as running:
         yield running
 
 

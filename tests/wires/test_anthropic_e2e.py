@@ -1,4 +1,4 @@
-"""routefit serve, as a real process, between the real anthropic SDK and the simulator."""
+"""routefit, served in-process over loopback, between the real anthropic SDK and the simulator."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import re
 import anthropic
 import httpx
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 
 def claude_route(alias: str, sim_url: str, model: str, **info: int) -> dict:
@@ -35,7 +36,7 @@ def gw(sim, tmp_path_factory):
         sim_route("gpt-4o", url),
     ]
     config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

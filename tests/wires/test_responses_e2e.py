@@ -1,11 +1,12 @@
-"""The openai SDK's Responses API through ``routefit serve`` to the simulator's Responses wire."""
+"""The openai SDK's Responses API through routefit (in-process) to the sim's Responses wire."""
 
 from __future__ import annotations
 
 import httpx
 import openai
 import pytest
-from harness import gateway_config, run_routefit, sim_route
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def gw(sim, tmp_path_factory):
         },
     ]
     config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
-    with run_routefit(config) as running:
+    with run_inprocess(config) as running:
         yield running
 
 

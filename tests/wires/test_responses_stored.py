@@ -7,6 +7,7 @@ import secrets
 
 import openai
 from harness import gateway_config, run_routefit, sim_route
+from inprocess import run_inprocess
 
 TOOLS = [
     {
@@ -40,6 +41,7 @@ def test_two_replicas_share_stored_responses_on_redis(sim, redis_url, tmp_path):
     db = redis_url.rsplit("/", 1)[0] + "/" + str(5 + secrets.randbelow(9))
     routes = [sim_route("gpt-4o", sim.base_url)]
     config = gateway_config(tmp_path / "routefit.yaml", routes, redis_url=db)
+    # Replicas as separate processes: a stored response reaches the other only through Redis.
     with run_routefit(config) as one, run_routefit(config) as two:
         _chain(one.v1, two.v1, sim)
 
@@ -49,10 +51,10 @@ def test_stored_responses_survive_a_restart_on_the_embedded_store(sim, tmp_path)
     store = str(tmp_path / "routefit.db")
     config = gateway_config(tmp_path / "routefit.yaml", routes, store_path=store)
     client_id = None
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         c = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         client_id = c.responses.create(model="gpt-4o", input="remember me").id
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         c = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         follow = c.responses.create(model="gpt-4o", previous_response_id=client_id, input="again")
         assert follow.output_text
@@ -70,7 +72,7 @@ def test_stored_responses_live_for_the_configured_ttl(sim, redis_url, tmp_path):
     config = gateway_config(
         tmp_path / "routefit.yaml", routes, redis_url=db, responses_ttl_seconds=321
     )
-    with run_routefit(config) as gw:
+    with run_inprocess(config) as gw:
         c = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
         rid = c.responses.create(model="gpt-4o", input="keep me a while").id
     client = redis.Redis.from_url(db)
