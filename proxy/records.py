@@ -122,9 +122,9 @@ class RequestRecord:
             "error_code": self.error_code,
             "prompt_estimate": self.prompt_estimate,
             "budget": self.budget,
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-            "cached_tokens": self.cached_tokens,
+            "prompt_tokens": _figure(self.prompt_tokens),
+            "output_tokens": _figure(self.output_tokens),
+            "cached_tokens": _figure(self.cached_tokens),
             "cost_usd": self.cost_usd,
             "actions": {name: {"count": n, "tokens_removed": t} for name, n, t in self.actions},
             "latency_ms": round(self.latency_ms, 3),
@@ -198,6 +198,14 @@ class Ticket:
         self.phases.append(Phase(name, (start - self.started) * 1000, (end - start) * 1000))
         if name == "provider":
             self.upstream_ms = (end - start) * 1000
+
+
+def _figure(value: int | None) -> int | str | None:
+    """A provider's figure as recorded: a lying provider's integer past JSON's exact range (or
+    orjson's 64 bits) is kept as its digits rather than failing the record."""
+    if value is None or -(2**53) < value < 2**53:
+        return value
+    return str(value)
 
 
 def cost_usd(rc: RouteConfig, usage: Usage | None) -> float | None:
