@@ -21,8 +21,6 @@ model_list:
     routefit: {forward_client_key: true}
   - model_name: local-vllm
     litellm_params: {model: hosted_vllm/llama, api_base: "http://127.0.0.1:9/v1"}
-  - model_name: unset
-    litellm_params: {model: openai/gpt-4o, api_key: os.environ/SECOND_ENTRY_IGNORED}
 """
 
 
