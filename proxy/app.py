@@ -37,9 +37,12 @@ from proxy.metrics import Metrics
 from proxy.middleware import Guard, ReadLimits
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
+from proxy.providers import Transport
 from proxy.state import AppState
 from proxy.store import ObservedStore, Store, connect_store
-from proxy.transports import RetryPolicy, Transports
+from proxy.transports import Bounds, RetryPolicy, provider_table
+from proxy.transports import ready as providers_ready
+from proxy.transports import start as start_providers
 from proxy.ui import Dashboard
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE
 from proxy.wires.anthropic import anthropic_error, count_tokens
@@ -187,7 +190,7 @@ async def readyz(request: Request) -> Response:
         "status": status,
         "checks": {
             "tokenizers": state.readiness.tokenizers,
-            "litellm": state.transports.ready,
+            "litellm": providers_ready(state.providers),
             "store": store_ok,
         },
         "store": state.store.name,
@@ -261,21 +264,23 @@ ROUTES = [
 
 
 def build_state(
-    config: Config, store: Store | None = None, transports: Transports | None = None
+    config: Config, store: Store | None = None, transport: Transport | None = None
 ) -> AppState:
-    """Every long-lived part of one app, wired once from the config."""
-    config, local = attach(config)  # sim:// routes → the in-process simulator's port
+    """Every long-lived part of one app, wired once from the config. ``transport`` replaces the
+    passthrough's HTTP client for every route (``proxy.transports.mock``): then no simulator
+    is started for ``sim://`` routes, the injected transport answers them too."""
+    # sim:// routes → the in-process simulator's port (or, injected, to the transport)
+    config, local = attach(config, serve=transport is None)
     modelmap.release()  # the routes are read: their entries stay, the whole map goes
     metrics = Metrics()
     settings = config.settings
-    if transports is None:
-        transports = Transports.default(
-            (rc.upstream for rc in config.routes.values()),
-            RetryPolicy(settings.upstream_retries),
-            on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
-            max_body=settings.limits.max_provider_body_bytes,
-            max_event=settings.limits.max_sse_event_bytes,
-        )
+    providers = provider_table(
+        {alias: rc.upstream for alias, rc in config.routes.items()},
+        RetryPolicy(settings.upstream_retries),
+        on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
+        bounds=Bounds(settings.limits.max_provider_body_bytes, settings.limits.max_sse_event_bytes),
+        http=transport,
+    )
     store = (
         ObservedStore(store, metrics)
         if store is not None
@@ -291,13 +296,13 @@ def build_state(
     budgets = Budgets(store, metrics, settings.budget_failure_mode)
     sizer = ImageSizer()
     keys = ProviderKeys.from_file(config, teams_open=config.open)
-    gateway = Gateway(config, metrics, transports, calibrator, budgets, sizer, keys)
+    gateway = Gateway(config, metrics, providers, calibrator, budgets, sizer, keys)
     dashboard = Dashboard(config, metrics, calibrator, budgets, gateway.teams)
     gateway.on_fit = dashboard.record
     return AppState(
         config,
         metrics,
-        transports,
+        providers,
         store,
         calibrator,
         budgets,
@@ -359,7 +364,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     if state.local is not None:
         state.local.start()
     state.keys.log_warnings()
-    state.transports.start()
+    start_providers(state.providers)
     exact = {alias: rc.route.exact_text for alias, rc in state.config.routes.items()}
     state.calibrator.start(exact)
     _log_start(state)
@@ -370,7 +375,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     finally:
         loading.cancel()
         await state.calibrator.stop()
-        await state.transports.aclose()
+        await state.providers.aclose()
         await state.sizer.aclose()
         await state.store.close()
         if state.local is not None:
@@ -378,9 +383,11 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 
 
 def create_app(
-    config: Config, store: Store | None = None, transports: Transports | None = None
+    config: Config, store: Store | None = None, transport: Transport | None = None
 ) -> Starlette:
-    state = build_state(config, store, transports)
+    """The app for ``config``; ``transport`` (e.g. ``proxy.transports.mock.asgi_transport``)
+    carries every provider request in place of the network (``build_state``)."""
+    state = build_state(config, store, transport)
     app = Starlette(
         routes=[*ROUTES, *state.dashboard.routes()],
         lifespan=lifespan,

@@ -26,9 +26,17 @@ from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 from proxy.budgets import Budgets, rate_limit_headers
 from proxy.calibrator import Calibrator
-from proxy.config import Config, RouteConfig, Upstream
+from proxy.config import Config, RouteConfig
 from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
+from proxy.exchange import (
+    Completion,
+    EventStream,
+    Outbound,
+    Transient,
+    as_completion,
+    as_stream,
+)
 from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
 from proxy.fetch import ImageSizer
 from proxy.inline import inline_images
@@ -36,9 +44,9 @@ from proxy.metrics import Metrics
 from proxy.overflow import provider_count
 from proxy.preparation import Prepared, Preparer
 from proxy.provider_keys import ProviderKeys
+from proxy.providers import Adapter, Leg, ProviderTable
 from proxy.streaming import SSEResponse
 from proxy.teams import TeamDirectory
-from proxy.transports import EventStream, Leg, Outbound, Transient, Transports
 from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Outcome, Wire
 from proxy.wires.base import noting_relayed
@@ -74,7 +82,7 @@ class Gateway:
         self,
         config: Config,
         metrics: Metrics,
-        transports: Transports,
+        providers: ProviderTable,
         calibrator: Calibrator,
         budgets: Budgets,
         sizer: ImageSizer,
@@ -83,7 +91,7 @@ class Gateway:
     ) -> None:
         self.config = config
         self.metrics = metrics
-        self.transports = transports
+        self.providers = providers
         self.calibrator = calibrator
         self.budgets = budgets
         self.sizer = sizer
@@ -100,15 +108,11 @@ class Gateway:
         self.preparer = Preparer(config, self.teams, calibrator, sizer, metrics)
         #: Per-caller pricing threads and count/dry-run rate (``proxy.fairness``).
         self.fairness = self.preparer.fairness
-        self._legs: dict[tuple[str, str], Leg] = {}
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
-        """The transport and provider wire for this route and client wire (chosen once)."""
-        key = (rc.route.alias, wire.name)
-        found = self._legs.get(key)
-        if found is None:
-            found = self._legs[key] = self.transports.leg(rc.upstream, wire.name)
-        return found
+        """The deployment, provider wire and transport for this route and client wire: one
+        lookup in the provider table (its paths were chosen at start-up)."""
+        return self.providers.leg(rc.route.alias, wire.name)
 
     def headers(self, p: Prepared) -> dict[str, str]:
         headers = {
@@ -174,7 +178,7 @@ class Gateway:
         route = p.rc.route.alias
         sent = time.perf_counter()
         if p.wire.streams(p.request):
-            events = await self._send(p, leg, request, leg.transport.stream)
+            events = as_stream(await self._send(p, leg, request))
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
             try:
                 learnt = await self.preparer.exact(p)
@@ -182,7 +186,7 @@ class Gateway:
                 await events.aclose()
                 raise
             return self._relay(p, leg, events, self.headers(p), learnt)
-        completion = await self._send(p, leg, request, leg.transport.complete)
+        completion = as_completion(await self._send(p, leg, request))
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
         # in by now, and the answer's headers, calibration and metrics use it.
@@ -228,22 +232,18 @@ class Gateway:
         self.calibrator.rejected += 1
         log.warning("provider %s rejected on %s: %s", what, route, why)
 
-    async def _send(
-        self,
-        p: Prepared,
-        leg: Leg,
-        request: Request,
-        call: Callable[[Upstream, Outbound], Awaitable[T]],
-    ) -> T:
+    async def _send(self, p: Prepared, leg: Leg, request: Request) -> Completion | EventStream:
         """Forward the fitted request; when the provider refuses it for context length and
         states its count, learn that count, refit and forward once more (a stream is opened
         before any byte goes to the client, so this holds for streams too)."""
-        upstream = p.upstream or p.rc.upstream
+        # the deployment as this request reaches it (with the client's own key, on BYOK routes)
+        target = leg.deployment.keyed(p.upstream or p.rc.upstream)
 
-        async def attempt() -> T:
+        async def attempt() -> Completion | EventStream:
             out = await self._outbound(p, leg, request)
             p.forwarded = True
-            return await until_disconnect(request.receive, _from_upstream(call(upstream, out)))
+            sent = leg.transport.send(target, out)
+            return await until_disconnect(request.receive, _from_upstream(sent))
 
         try:
             return await attempt()
@@ -256,7 +256,7 @@ class Gateway:
 
     async def _outbound(self, p: Prepared, leg: Leg, request: Request) -> Outbound:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
-        if leg.transport is not self.transports.direct:
+        if leg.adapter is not Adapter.PASSTHROUGH:
             # A translated request's URL images are fetched by routefit's fetcher, under the
             # route's policy (or refused), never by litellm inside this process.
             out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))

@@ -25,9 +25,9 @@ from pricing.messages import ChatRequest, RequestError
 from pricing.meter import measure
 from proxy.body import read_json
 from proxy.errors import ProxyError
+from proxy.exchange import CHAT, MESSAGES, Completion, EventStream, Outbound, StreamBroken
+from proxy.exchange.sse import DONE, encode, event_data, event_name
 from proxy.fairness import caller
-from proxy.transports import CHAT, MESSAGES, Completion, EventStream, Outbound, StreamBroken
-from proxy.transports.sse import DONE, encode, event_data, event_name
 from proxy.usage import normalize_usage
 from proxy.wires.anthropic_chat import ChatToAnthropic, chat_body, chat_to_message
 from proxy.wires.anthropic_parse import AnthropicRequest, parse_anthropic

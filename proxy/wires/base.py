@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
-from proxy.transports import CHAT, MESSAGES, RESPONSES, Completion, EventStream, Outbound
+from proxy.exchange import CHAT, MESSAGES, RESPONSES, Completion, EventStream, Outbound
 from proxy.usage import Usage
 from strategies.fit import Fit, FitError
 
@@ -111,7 +111,7 @@ def capped_output(body: Mapping[str, Any], fitted: Fit, keys: tuple[str, ...]) -
 class Wire(Protocol):
     """One client API format."""
 
-    #: The provider wire name of this format (``proxy.transports.CHAT`` ...).
+    #: The provider wire name of this format (``proxy.exchange.CHAT`` ...).
     name: str
 
     def parse(self, body: Any) -> ChatRequest:

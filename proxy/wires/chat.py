@@ -17,8 +17,8 @@ from starlette.responses import Response
 
 from pricing.messages import ChatRequest, parse_request
 from proxy.errors import ProxyError, error_response
-from proxy.transports import CHAT, Completion, EventStream, Outbound, StreamBroken
-from proxy.transports.sse import event_data
+from proxy.exchange import CHAT, Completion, EventStream, Outbound, StreamBroken
+from proxy.exchange.sse import event_data
 from proxy.usage import normalize_usage
 from proxy.wires.base import Answer, Outcome, capped_output
 from strategies.fit import Fit, FitError

@@ -22,8 +22,8 @@ from starlette.responses import Response
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError, error_response
-from proxy.transports import CHAT, RESPONSES, Completion, EventStream, Outbound, StreamBroken
-from proxy.transports.sse import event_data
+from proxy.exchange import CHAT, RESPONSES, Completion, EventStream, Outbound, StreamBroken
+from proxy.exchange.sse import event_data
 from proxy.usage import normalize_usage
 from proxy.wires.base import Answer, Outcome, capped_output
 from proxy.wires.responses_items import input_items, parse_responses, render_items

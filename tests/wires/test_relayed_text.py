@@ -8,8 +8,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.transports import CHAT, MESSAGES, RESPONSES
-from proxy.transports.sse import encode
+from proxy.exchange import CHAT, MESSAGES, RESPONSES
+from proxy.exchange.sse import encode
 from proxy.wires.base import Outcome, generated
 
 
