@@ -9,6 +9,7 @@ start-up, everything routefit needs to reach it:
 - ``urls``: the endpoint of each native wire under its API base;
 - ``auth``: which header carries its key, with which scheme, and the ``anthropic-version`` it
   needs;
+- ``bounds``: what it may send back (a whole answer, one SSE event), whatever carries it;
 - ``adapter``: how a chat request reaches it when chat is not native — ``PASSTHROUGH`` (chat is
   native), ``CHAT_TO_MESSAGES`` (routefit's own translation to an Anthropic provider, litellm
   only for what that cannot map) or ``LITELLM``.
@@ -34,12 +35,15 @@ from typing import Protocol
 
 from proxy.config import Upstream
 from proxy.exchange import CHAT, MESSAGES, RESPONSES, WIRES, Completion, EventStream, Outbound
+from proxy.exchange.sse import MAX_EVENT_BYTES
 
 __all__ = [
     "ANTHROPIC_BASE",
     "ANTHROPIC_VERSION",
+    "MAX_BODY_BYTES",
     "Adapter",
     "Auth",
+    "Bounds",
     "Deployment",
     "Leg",
     "Path",
@@ -51,6 +55,8 @@ __all__ = [
 ANTHROPIC_BASE = "https://api.anthropic.com"
 #: Sent when the client named none: the version Anthropic's SDKs send today.
 ANTHROPIC_VERSION = "2023-06-01"
+#: The default bound of a whole provider answer.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class Adapter(StrEnum):
@@ -83,6 +89,15 @@ class Auth:
 
 
 @dataclass(frozen=True, slots=True)
+class Bounds:
+    """What a deployment may send back (``routefit_settings.max_provider_body_bytes`` for a
+    whole answer, ``max_sse_event_bytes`` for one event of a stream)."""
+
+    max_body: int = MAX_BODY_BYTES
+    max_event: int = MAX_EVENT_BYTES
+
+
+@dataclass(frozen=True, slots=True)
 class Path:
     """How one client wire reaches one deployment: the provider wire and the adapter."""
 
@@ -100,6 +115,7 @@ class Deployment:
     urls: Mapping[str, str]
     auth: Auth
     adapter: Adapter
+    bounds: Bounds = Bounds()
     #: Per client wire, computed once from the fields above.
     paths: Mapping[str, Path] = field(init=False)
 
@@ -116,7 +132,9 @@ class Deployment:
         """This deployment reached with ``up`` (the same, or carrying the client's own key)."""
         if up is self.upstream:
             return self
-        return Deployment(self.name, up, self.native, self.urls, self.auth, self.adapter)
+        return Deployment(
+            self.name, up, self.native, self.urls, self.auth, self.adapter, self.bounds
+        )
 
 
 def _messages_url(api_base: str | None) -> str:
@@ -124,8 +142,9 @@ def _messages_url(api_base: str | None) -> str:
     return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
 
 
-def deployment(name: str, up: Upstream) -> Deployment:
+def deployment(name: str, up: Upstream, bounds: Bounds | None = None) -> Deployment:
     """The record of ``up``, by its transport (``proxy.config.transport``)."""
+    bounds = bounds or Bounds()
     if up.transport == "openai":
         base = (up.api_base or "").rstrip("/")
         native = frozenset({CHAT, RESPONSES} if up.provider == "openai" else {CHAT})
@@ -137,6 +156,7 @@ def deployment(name: str, up: Upstream) -> Deployment:
             {w: u for w, u in urls.items() if w in native},
             Auth("authorization", "Bearer "),
             Adapter.PASSTHROUGH,
+            bounds,
         )
     if up.transport == "anthropic":
         # litellm_params beyond routefit's own are litellm's to apply: chat goes through it
@@ -148,8 +168,9 @@ def deployment(name: str, up: Upstream) -> Deployment:
             {MESSAGES: _messages_url(up.api_base)},
             Auth("x-api-key", "", ANTHROPIC_VERSION),
             adapter,
+            bounds,
         )
-    return Deployment(name, up, frozenset(), {}, Auth(), Adapter.LITELLM)
+    return Deployment(name, up, frozenset(), {}, Auth(), Adapter.LITELLM, bounds)
 
 
 class Transport(Protocol):

@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from proxy.config import Upstream
-from proxy.providers import Adapter, ProviderTable, Transport, deployment
+from proxy.providers import Adapter, Bounds, ProviderTable, Transport, deployment
 from proxy.transports.anthropic import AnthropicChat
 from proxy.transports.litellm import LiteLLM, loaded, preload
 from proxy.transports.passthrough import Passthrough
-from proxy.transports.provider_http import Bounds
 from proxy.transports.retry import Retrying, RetryPolicy
 
 __all__ = ["Bounds", "RetryPolicy", "provider_table", "ready", "start"]
@@ -37,17 +36,17 @@ def provider_table(
     http: Transport | None = None,
 ) -> ProviderTable:
     """The table of ``upstreams`` (one deployment per name) and the transports its paths end
-    in. ``bounds``: what a provider may send back, on the passthrough (and the Anthropic
-    translation over it) and through litellm."""
-    bounds = bounds or Bounds()
-    http = http if http is not None else Passthrough(bounds=bounds)
-    litellm = LiteLLM(bounds)
+    in. ``bounds``: what a provider may send back, each deployment's whatever carries it (the
+    passthrough, an injected transport, the Anthropic translation over either, litellm)."""
+    http = http if http is not None else Passthrough()
+    litellm = LiteLLM()
     transports: dict[Adapter, Transport] = {
         Adapter.PASSTHROUGH: Retrying(http, retry, on_retry),
         Adapter.CHAT_TO_MESSAGES: Retrying(AnthropicChat(http, litellm), retry, on_retry),
         Adapter.LITELLM: Retrying(litellm, retry, on_retry),
     }
-    return ProviderTable((deployment(n, up) for n, up in upstreams.items()), transports)
+    deployments = (deployment(name, up, bounds) for name, up in upstreams.items())
+    return ProviderTable(deployments, transports)
 
 
 def start(table: ProviderTable) -> None:

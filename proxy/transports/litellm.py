@@ -50,10 +50,9 @@ from proxy.config import Upstream
 from proxy.errors import ProxyError
 from proxy.exchange import Completion, EventStream, Outbound, StreamBroken, Transient
 from proxy.exchange.sse import DONE, EventTooLarge
-from proxy.providers import Deployment
+from proxy.providers import Bounds, Deployment
 from proxy.transports.bounded_http import BoundedTransport, Trip, trip
 from proxy.transports.provider_errors import RETRY_STATUSES, redact, retry_after
-from proxy.transports.provider_http import Bounds
 
 __all__ = ["LiteLLM", "loaded", "preload"]
 
@@ -144,41 +143,44 @@ class _Chunks:
 class LiteLLM:
     """litellm behind the transport seam (its import: ``preload``, this module's)."""
 
-    def __init__(self, bounds: Bounds | None = None) -> None:
-        self.bounds = bounds or Bounds()
-        self._transport: BoundedTransport | None = None
-        #: one litellm client per timeout (a handler given a client may not pass the call's
-        #: timeout on), all over one bounded transport and so one connection pool
-        self._clients: dict[float, Any] = {}
+    def __init__(self) -> None:
+        #: one bounded transport per deployment bounds (in practice one: the settings'), and
+        #: one litellm client per timeout over it (a handler given a client may not pass the
+        #: call's timeout on)
+        self._transports: dict[Bounds, BoundedTransport] = {}
+        self._clients: dict[tuple[float, Bounds], Any] = {}
 
     async def aclose(self) -> None:
         self._clients.clear()
-        if self._transport is not None:
-            await self._transport.aclose()
-            self._transport = None
+        transports, self._transports = self._transports, {}
+        for transport in transports.values():
+            await transport.aclose()
 
-    def _client(self, up: Upstream) -> Any:
+    def _client(self, up: Upstream, bounds: Bounds) -> Any:
         """The bounded client for ``up``'s calls, or None where its handler would misuse it."""
         if up.provider not in _HONOURS_CLIENT or _PROXIED:
             return None
         handlers = importlib.import_module("litellm.llms.custom_httpx.http_handler")
-        if self._transport is None:
+        transport = self._transports.get(bounds)
+        if transport is None:
             # litellm's own transport (its aiohttp one by default), wrapped: the bound changes
             # what is read, never how the provider is reached
             inner = handlers.AsyncHTTPHandler.create_async_transport()
             if inner is None:
                 inner = httpx.AsyncHTTPTransport()
-            self._transport = BoundedTransport(inner, self.bounds.max_body, self.bounds.max_event)
-        client = self._clients.get(up.timeout)
+            transport = BoundedTransport(inner, bounds.max_body, bounds.max_event)
+            self._transports[bounds] = transport
+        client = self._clients.get((up.timeout, bounds))
         if client is None:
-            client = handlers.AsyncHTTPHandler(timeout=up.timeout, transport=self._transport)
-            self._clients[up.timeout] = client
+            client = handlers.AsyncHTTPHandler(timeout=up.timeout, transport=transport)
+            self._clients[(up.timeout, bounds)] = client
         return client
 
-    async def _call(self, up: Upstream, kwargs: dict[str, Any], mark: Trip) -> Any:
+    async def _call(self, target: Deployment, kwargs: dict[str, Any], mark: Trip) -> Any:
         """``litellm.acompletion`` over the bounded client, its errors mapped."""
+        up = target.upstream
         litellm = await _module()
-        client = self._client(up)
+        client = self._client(up, target.bounds)
         if client is not None:
             kwargs["client"] = client
         token = trip.set(mark)
@@ -204,8 +206,8 @@ class LiteLLM:
         if out.stream:
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}
-            return _Chunks(await self._call(up, kwargs, mark), up, mark)
-        resp = await self._call(up, kwargs, mark)
+            return _Chunks(await self._call(target, kwargs, mark), up, mark)
+        resp = await self._call(target, kwargs, mark)
         data = resp.model_dump(exclude_none=True)
         return Completion(orjson.dumps(data), data)
 

@@ -29,7 +29,9 @@ Use::
 The injected transport carries every passthrough request of every route (``sim://local``
 routes included: no simulator thread is started when a transport is injected), and routefit's
 own chat→Messages translation runs over it; only litellm routes still need litellm.
-``MockTransport.sent`` keeps every request it was given, in order. A handler that raises an
+The config's bounds (``max_provider_body_bytes``, ``max_sse_event_bytes``) apply as on the
+network: they travel with each deployment. ``MockTransport.sent`` keeps every request it was
+given, in order. A handler that raises an
 ``httpx.TimeoutException`` is a provider that timed out, any other ``httpx.TransportError`` one
 that could not be reached (``Transient``: retried like a refused connection).
 """
@@ -43,7 +45,7 @@ import httpx
 from proxy.errors import ProxyError
 from proxy.exchange import Completion, EventStream, Outbound, Transient
 from proxy.providers import Deployment
-from proxy.transports.provider_http import Bounds, ReadBroken, interpret, provider_request
+from proxy.transports.provider_http import ReadBroken, interpret, provider_request
 from proxy.types import ASGIApp
 
 __all__ = ["Handler", "MockTransport", "asgi_handler", "asgi_transport"]
@@ -92,9 +94,8 @@ class _Response:
 class MockTransport:
     """Sends each request to ``handler`` and reads its response as the passthrough would."""
 
-    def __init__(self, handler: Handler, bounds: Bounds | None = None) -> None:
+    def __init__(self, handler: Handler) -> None:
         self.handler = handler
-        self.bounds = bounds or Bounds()
         self.sent: list[httpx.Request] = []
 
     async def send(self, target: Deployment, out: Outbound) -> Completion | EventStream:
@@ -112,7 +113,7 @@ class MockTransport:
                 f"upstream {model} is unreachable: {type(exc).__name__}",
                 code="upstream_unreachable",
             ) from None
-        return await interpret(_Response(response), target, out, self.bounds)
+        return await interpret(_Response(response), target, out)
 
     async def aclose(self) -> None:
         return None
@@ -128,6 +129,6 @@ def asgi_handler(app: ASGIApp) -> Handler:
     return handle
 
 
-def asgi_transport(app: ASGIApp, bounds: Bounds | None = None) -> MockTransport:
+def asgi_transport(app: ASGIApp) -> MockTransport:
     """A ``MockTransport`` whose provider is the ASGI ``app`` (e.g. ``proxy.sim.app``'s)."""
-    return MockTransport(asgi_handler(app), bounds)
+    return MockTransport(asgi_handler(app))

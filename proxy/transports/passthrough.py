@@ -20,7 +20,7 @@ import aiohttp
 from proxy.errors import ProxyError
 from proxy.exchange import Completion, EventStream, Outbound, Transient
 from proxy.providers import Deployment
-from proxy.transports.provider_http import Bounds, ReadBroken, interpret, provider_request
+from proxy.transports.provider_http import ReadBroken, interpret, provider_request
 
 __all__ = ["Passthrough"]
 
@@ -65,9 +65,8 @@ class _Response:
 class Passthrough:
     """The pooled HTTP client of one app (created on the running loop, as aiohttp requires)."""
 
-    def __init__(self, max_connections: int = 512, bounds: Bounds | None = None) -> None:
+    def __init__(self, max_connections: int = 512) -> None:
         self.max_connections = max_connections
-        self.bounds = bounds or Bounds()
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -88,7 +87,7 @@ class Passthrough:
             await self._session.close()
 
     async def send(self, target: Deployment, out: Outbound) -> Completion | EventStream:
-        return await interpret(await self._post(target, out), target, out, self.bounds)
+        return await interpret(await self._post(target, out), target, out)
 
     async def _post(self, target: Deployment, out: Outbound) -> _Response:
         """The provider's response once its headers arrived (body unread).

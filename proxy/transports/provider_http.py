@@ -7,9 +7,9 @@ its response to ``RawResponse`` — a status, headers and a byte iterator whose 
 ``ReadBroken`` or ``TimeoutError`` — and hands it to ``interpret``, so a test through the mock
 meets the very rules the passthrough applies: an error status is the provider's error
 (``upstream_error``, keys scrubbed); a whole answer is bounded
-(``routefit_settings.max_provider_body_bytes``: 502 ``upstream_too_large``) and must be JSON
+(the deployment's ``Bounds``: 502 ``upstream_too_large``) and must be JSON
 (502 ``upstream_malformed``); a stream is re-cut into complete SSE events, each bounded
-(``max_sse_event_bytes``), and a break after it started is ``StreamBroken``. An error body is
+(``max_event``), and a break after it started is ``StreamBroken``. An error body is
 read only as far as its message can matter (``ERROR_BODY_BYTES``).
 """
 
@@ -29,8 +29,6 @@ from proxy.transports.provider_errors import upstream_error
 
 __all__ = [
     "ERROR_BODY_BYTES",
-    "MAX_BODY_BYTES",
-    "Bounds",
     "ProviderRequest",
     "RawResponse",
     "ReadBroken",
@@ -38,18 +36,8 @@ __all__ = [
     "provider_request",
 ]
 
-#: The default bound of a whole provider answer.
-MAX_BODY_BYTES = 64 * 1024 * 1024
 #: An error body past this is cut (its message is near the start); it is never an answer.
 ERROR_BODY_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """What a provider may send back: a whole answer, one SSE event."""
-
-    max_body: int = MAX_BODY_BYTES
-    max_event: int = MAX_EVENT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +188,11 @@ async def completion(raw: RawResponse, target: Deployment, max_body: int) -> Com
 
 
 async def interpret(
-    raw: RawResponse, target: Deployment, out: Outbound, bounds: Bounds
+    raw: RawResponse, target: Deployment, out: Outbound
 ) -> Completion | EventStream:
-    """What ``raw`` means for ``out``: the provider's error, its whole answer, or its events."""
+    """What ``raw`` means for ``out``: the provider's error, its whole answer, or its events
+    (bounded by ``target.bounds``)."""
     await refuse_error_status(raw, target)
     if out.stream:
-        return Events(raw, bounds.max_event)
-    return await completion(raw, target, bounds.max_body)
+        return Events(raw, target.bounds.max_event)
+    return await completion(raw, target, target.bounds.max_body)
