@@ -46,9 +46,9 @@ __all__ = [
     "Bounds",
     "Deployment",
     "Leg",
-    "Path",
     "ProviderTable",
     "Transport",
+    "WirePath",
     "deployment",
 ]
 
@@ -98,7 +98,7 @@ class Bounds:
 
 
 @dataclass(frozen=True, slots=True)
-class Path:
+class WirePath:
     """How one client wire reaches one deployment: the provider wire and the adapter."""
 
     wire: str
@@ -117,13 +117,13 @@ class Deployment:
     adapter: Adapter
     bounds: Bounds = Bounds()
     #: Per client wire, computed once from the fields above.
-    paths: Mapping[str, Path] = field(init=False)
+    paths: Mapping[str, WirePath] = field(init=False)
 
     def __post_init__(self) -> None:
         paths = {
-            wire: Path(wire, Adapter.PASSTHROUGH)
+            wire: WirePath(wire, Adapter.PASSTHROUGH)
             if wire in self.native
-            else Path(CHAT, Adapter.PASSTHROUGH if CHAT in self.native else self.adapter)
+            else WirePath(CHAT, Adapter.PASSTHROUGH if CHAT in self.native else self.adapter)
             for wire in WIRES
         }
         object.__setattr__(self, "paths", paths)
