@@ -8,8 +8,7 @@ inline (Anthropic, Bedrock, Gemini, ...): a second, unfenced fetcher next to rou
 for litellm to fetch: each http(s) image URL in the chat body is fetched by routefit's own
 fetcher under the route's ``image_fetch`` policy (allowlist, address checks, redirects,
 deadline) and handed on as a ``data:`` URL, or the request is refused with a 400 naming the
-part. ``data:`` URLs pass as
-they are; any other scheme is refused.
+part. ``data:`` URLs pass as they are; any other scheme is refused.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ started, and the injected one answers them.
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,8 +29,7 @@ from proxy.app import create_app
 from proxy.config import load_config
 from proxy.sim.app import create_app as create_sim
 from proxy.sim.state import SimState
-from proxy.transports.mock import MockTransport, asgi_handler, asgi_transport
-from proxy.types import ASGIApp, Receive, Scope, Send
+from proxy.transports.mock import MockTransport, asgi_handler, asgi_transport, task_per_request
 
 pytestmark = pytest.mark.anyio
 
@@ -94,16 +92,6 @@ def _config(tmp_path: Path, store_url: str, **settings: Any) -> Path:
     return path
 
 
-def _task_per_request(app: ASGIApp) -> ASGIApp:
-    """Each request served in a task of its own, as a server does: routefit cancels a request's
-    task when its client leaves, which must never be the test's own task."""
-
-    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
-        await asyncio.ensure_future(app(scope, receive, send))
-
-    return serve
-
-
 @asynccontextmanager
 async def gateway(config: Path, transport: MockTransport) -> AsyncIterator[httpx.AsyncClient]:
     """routefit's app over ``transport``, started (lifespan) and reached in process."""
@@ -112,7 +100,7 @@ async def gateway(config: Path, transport: MockTransport) -> AsyncIterator[httpx
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=_task_per_request(app)),
+            transport=httpx.ASGITransport(app=task_per_request(app)),
             base_url="http://routefit",
             timeout=60,
         ) as client,
