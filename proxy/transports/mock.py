@@ -10,13 +10,13 @@ Use::
 
     from proxy.app import create_app
     from proxy.sim.app import create_app as create_sim
-    from proxy.transports.mock import MockTransport, asgi_transport, task_per_request
+    from proxy.transports.mock import MockTransport, asgi_transport
 
     # the provider simulator (or any ASGI app) answering every route of the config
     app = create_app(config, transport=asgi_transport(create_sim()))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(task_per_request(app)), base_url="http://routefit"
+            transport=httpx.ASGITransport(app), base_url="http://routefit"
         ) as client:
             await client.post("/v1/chat/completions", json=...)
 
@@ -34,16 +34,10 @@ network: they travel with each deployment. ``MockTransport.sent`` keeps every re
 given, in order. A handler that raises an
 ``httpx.TimeoutException`` is a provider that timed out, any other ``httpx.TransportError`` one
 that could not be reached (``Transient``: retried like a refused connection).
-
-``task_per_request``: httpx's ``ASGITransport`` runs the app in the caller's task, and routefit
-cancels a request's task when its client leaves (``proxy.disconnect``) — under it, the caller's
-own task (a test's: its lifespan's end then hung). Wrapped, each request gets a task of its own,
-as under a server.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import httpx
@@ -52,9 +46,9 @@ from proxy.errors import ProxyError
 from proxy.exchange import Completion, EventStream, Outbound, Transient
 from proxy.providers import Deployment
 from proxy.transports.provider_http import ReadBroken, interpret, provider_request
-from proxy.types import ASGIApp, Receive, Scope, Send
+from proxy.types import ASGIApp
 
-__all__ = ["Handler", "MockTransport", "asgi_handler", "asgi_transport", "task_per_request"]
+__all__ = ["Handler", "MockTransport", "asgi_handler", "asgi_transport"]
 
 #: What answers a request: ``async (httpx.Request) -> httpx.Response``, as in httpx.
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
@@ -138,12 +132,3 @@ def asgi_handler(app: ASGIApp) -> Handler:
 def asgi_transport(app: ASGIApp) -> MockTransport:
     """A ``MockTransport`` whose provider is the ASGI ``app`` (e.g. ``proxy.sim.app``'s)."""
     return MockTransport(asgi_handler(app))
-
-
-def task_per_request(app: ASGIApp) -> ASGIApp:
-    """``app`` with each request served in a task of its own (see the module docstring)."""
-
-    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
-        await asyncio.ensure_future(app(scope, receive, send))
-
-    return serve

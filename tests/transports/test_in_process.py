@@ -29,7 +29,7 @@ from proxy.app import create_app
 from proxy.config import load_config
 from proxy.sim.app import create_app as create_sim
 from proxy.sim.state import SimState
-from proxy.transports.mock import MockTransport, asgi_handler, asgi_transport, task_per_request
+from proxy.transports.mock import MockTransport, asgi_handler, asgi_transport
 
 pytestmark = pytest.mark.anyio
 
@@ -100,7 +100,7 @@ async def gateway(config: Path, transport: MockTransport) -> AsyncIterator[httpx
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=task_per_request(app)),
+            transport=httpx.ASGITransport(app=app),
             base_url="http://routefit",
             timeout=60,
         ) as client,
