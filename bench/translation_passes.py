@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
+from proxy.exchange.sse import event_data
 from proxy.transports.messages_to_chat import MessagesToChat, chat_completion
-from proxy.transports.sse import event_data
 from proxy.wires.chat import as_alias
 from proxy.wires.responses_items import parse_responses
 from proxy.wires.responses_translate import ChatStreamToResponses

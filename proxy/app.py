@@ -39,12 +39,14 @@ from proxy.metrics import Metrics
 from proxy.middleware import Guard
 from proxy.openapi import build_openapi
 from proxy.provider_keys import ProviderKeys
+from proxy.providers import Transport
 from proxy.records import page, query
 from proxy.responses_store import Keeper
 from proxy.serve_settings import DEFAULTS, ServeSettings, handed_over
 from proxy.state import AppState
 from proxy.store import ObservedStore, Store, StoreUnavailable, connect_store
-from proxy.transports import RetryPolicy, Transports
+from proxy.transports import Bounds, RetryPolicy, provider_table
+from proxy.transports import start as start_providers
 from proxy.ui import Dashboard
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, GEMINI_WIRE, RESPONSES_WIRE, Wire
 from proxy.wires.base import Counting
@@ -259,22 +261,24 @@ ROUTES = [
 def build_state(
     config: Config,
     store: Store | None = None,
-    transports: Transports | None = None,
+    transport: Transport | None = None,
     serve_settings: ServeSettings = DEFAULTS,
 ) -> AppState:
-    """Every long-lived part of one app, wired once from the config."""
-    config, local = attach(config)  # sim:// routes → the in-process simulator's port
+    """Every long-lived part of one app, wired once from the config. ``transport`` replaces the
+    passthrough's HTTP client for every route (``proxy.transports.mock``): then no simulator
+    is started for ``sim://`` routes, the injected transport answers them too."""
+    # sim:// routes → the in-process simulator's port (or, injected, to the transport)
+    config, local = attach(config, serve=transport is None)
     modelmap.release()  # the routes are read: their entries stay, the whole map goes
     metrics = Metrics()
     settings = config.settings
-    if transports is None:
-        transports = Transports.default(
-            (rc.upstream for rc in config.routes.values()),
-            RetryPolicy(settings.upstream_retries),
-            on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
-            max_body=settings.limits.max_provider_body_bytes,
-            max_event=settings.limits.max_sse_event_bytes,
-        )
+    providers = provider_table(
+        {alias: rc.upstream for alias, rc in config.routes.items()},
+        RetryPolicy(settings.upstream_retries),
+        on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
+        bounds=Bounds(settings.limits.max_provider_body_bytes, settings.limits.max_sse_event_bytes),
+        http=transport,
+    )
     store = (
         ObservedStore(store, metrics)
         if store is not None
@@ -290,13 +294,13 @@ def build_state(
     budgets = Budgets(store, metrics, settings.budget_failure_mode)
     sizer = ImageSizer()
     keys = ProviderKeys.from_file(config, teams_open=config.open)
-    gateway = Gateway(config, metrics, transports, calibrator, budgets, sizer, keys)
+    gateway = Gateway(config, metrics, providers, calibrator, budgets, sizer, keys)
     dashboard = Dashboard(config, metrics, calibrator, budgets, gateway.teams)
     gateway.on_fit = dashboard.record
     return AppState(
         config,
         metrics,
-        transports,
+        providers,
         store,
         calibrator,
         budgets,
@@ -359,7 +363,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     if state.local is not None:
         state.local.start()
     state.keys.log_warnings()
-    state.transports.start()
+    start_providers(state.providers)
     exact = {alias: rc.route.exact_text for alias, rc in state.config.routes.items()}
     state.calibrator.start(exact)
     _log_start(state)
@@ -371,7 +375,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         loading.cancel()
         await state.calibrator.stop()
         await asyncio.to_thread(state.gateway.records.close)  # traces batched: exported
-        await state.transports.aclose()
+        await state.providers.aclose()
         await state.sizer.aclose()
         await state.store.close()
         if state.local is not None:
@@ -381,12 +385,14 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 def create_app(
     config: Config,
     store: Store | None = None,
-    transports: Transports | None = None,
+    transport: Transport | None = None,
     settings: ServeSettings = DEFAULTS,
 ) -> Starlette:
-    """The app over ``config``; ``store`` and ``transports`` replace what the config names (tests),
-    ``settings`` are ``routefit serve``'s limits (``proxy.serve_settings``)."""
-    state = build_state(config, store, transports, settings)
+    """The app over ``config``; ``store`` replaces what the config names (tests), ``transport``
+    (e.g. ``proxy.transports.mock.asgi_transport``) carries every provider request in place of
+    the network (``build_state``), ``settings`` are ``routefit serve``'s limits
+    (``proxy.serve_settings``)."""
+    state = build_state(config, store, transport, settings)
     app = Starlette(
         routes=[*ROUTES, *state.dashboard.routes()],
         lifespan=lifespan,

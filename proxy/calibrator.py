@@ -251,6 +251,11 @@ class Calibrator:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
+            # a cancel that lands as a store call returns can be lost (the refresher then slept
+            # on and the lifespan's end waited for ever, seen in process): repeat it until done
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.1)
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 

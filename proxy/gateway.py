@@ -40,6 +40,15 @@ from proxy.config import Config, RouteConfig, Upstream
 from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
 from proxy.estimate import Estimate, Estimator, Job
+from proxy.exchange import (
+    Completion,
+    EventStream,
+    Outbound,
+    StreamBroken,
+    Transient,
+    as_completion,
+    as_stream,
+)
 from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
 from proxy.fairness import Fairness
 from proxy.fetch import ImageSizer
@@ -48,11 +57,11 @@ from proxy.intake import Intake, Session
 from proxy.metrics import Metrics
 from proxy.overflow import provider_count
 from proxy.provider_keys import ProviderKeys
+from proxy.providers import Adapter, Leg, ProviderTable
 from proxy.records import Records, Ticket
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
 from proxy.tracing import traces_from_env
-from proxy.transports import EventStream, Leg, Outbound, StreamBroken, Transient, Transports
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
 from proxy.wires.base import Counting, StreamFailed, generated
@@ -128,7 +137,7 @@ class Gateway:
         self,
         config: Config,
         metrics: Metrics,
-        transports: Transports,
+        providers: ProviderTable,
         calibrator: Calibrator,
         budgets: Budgets,
         sizer: ImageSizer,
@@ -137,7 +146,7 @@ class Gateway:
     ) -> None:
         self.config = config
         self.metrics = metrics
-        self.transports = transports
+        self.providers = providers
         self.calibrator = calibrator
         self.budgets = budgets
         self.sizer = sizer
@@ -156,7 +165,6 @@ class Gateway:
         self.fairness = Fairness(limits.pricing_threads_per_team, limits.count_requests_per_minute)
         self.intake = Intake(config, self.teams, self.fairness)
         self.estimator = Estimator(config, calibrator, sizer, metrics, self.fairness)
-        self._legs: dict[tuple[str, str], Leg] = {}
         #: The request log: one record per request to its sinks (``proxy.records``).
         self.records = Records(config.settings.request_log, budgets.store, self.teams)
         traced = traces_from_env({a: rc.route.provider for a, rc in config.routes.items()})
@@ -164,12 +172,9 @@ class Gateway:
             self.records.add(*traced)
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
-        """The transport and provider wire for this route and client wire (chosen once)."""
-        key = (rc.route.alias, wire.name)
-        found = self._legs.get(key)
-        if found is None:
-            found = self._legs[key] = self.transports.leg(rc.upstream, wire.name)
-        return found
+        """The deployment, provider wire and transport for this route and client wire: one
+        lookup in the provider table (its paths were chosen at start-up)."""
+        return self.providers.leg(rc.route.alias, wire.name)
 
     def headers(self, p: Estimate, held: Held | None = None) -> dict[str, str]:
         headers = {
@@ -262,7 +267,7 @@ class Gateway:
         route = p.rc.route.alias
         sent = time.perf_counter()
         if p.wire.streams(p.request):
-            events = await self._send(p, leg, request, leg.transport.stream)
+            events = as_stream(await self._send(p, leg, request))
             self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
             p.ticket.phase("provider", sent)
             try:
@@ -271,7 +276,7 @@ class Gateway:
                 await events.aclose()
                 raise
             return self._relay(p, leg, events, self.headers(p.estimate, p.held), learnt)
-        completion = await self._send(p, leg, request, leg.transport.complete)
+        completion = as_completion(await self._send(p, leg, request))
         self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
         p.ticket.phase("provider", sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
@@ -321,22 +326,18 @@ class Gateway:
         """``usage`` when credible (``Estimator.credible``); else None, counted as rejected."""
         return self.estimator.credible(p.estimate, usage)
 
-    async def _send(
-        self,
-        p: Flight,
-        leg: Leg,
-        request: Request,
-        call: Callable[[Upstream, Outbound], Awaitable[T]],
-    ) -> T:
+    async def _send(self, p: Flight, leg: Leg, request: Request) -> Completion | EventStream:
         """Forward the fitted request; when the provider refuses it for context length and
         states its count, learn that count, refit and forward once more (a stream is opened
         before any byte goes to the client, so this holds for streams too)."""
-        upstream = p.upstream or p.rc.upstream
+        # the deployment as this request reaches it (with the client's own key, on BYOK routes)
+        target = leg.deployment.keyed(p.upstream or p.rc.upstream)
 
-        async def attempt() -> T:
+        async def attempt() -> Completion | EventStream:
             out = await self._outbound(p, leg, request)
             p.forwarded = True
-            return await until_disconnect(request.receive, _from_upstream(call(upstream, out)))
+            sent = leg.transport.send(target, out)
+            return await until_disconnect(request.receive, _from_upstream(sent))
 
         try:
             return await attempt()
@@ -349,7 +350,7 @@ class Gateway:
 
     async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
-        if leg.transport is not self.transports.direct:
+        if leg.adapter is not Adapter.PASSTHROUGH:
             # A translated request's URL images are fetched by routefit's fetcher, under the
             # route's policy (or refused), never by litellm inside this process.
             out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))

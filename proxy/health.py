@@ -31,6 +31,7 @@ from starlette.routing import Route
 from proxy.config import RouteConfig
 from proxy.errors import ProxyError, error_response
 from proxy.state import AppState
+from proxy.transports import ready as providers_ready
 from proxy.version import package_version
 
 __all__ = ["HEALTH_ROUTES", "readiness"]
@@ -60,7 +61,7 @@ async def readiness(state: AppState) -> tuple[bool, dict[str, Any]]:
         "status": status,
         "checks": {
             "tokenizers": state.readiness.tokenizers,
-            "litellm": state.transports.ready,
+            "litellm": providers_ready(state.providers),
             "store": store_ok,
         },
         "store": state.store.name,

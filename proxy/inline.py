@@ -1,12 +1,14 @@
-"""URL images on routes that go through litellm: fetched by routefit, or refused.
+"""URL images on translated legs (litellm, routefit's chat→Messages): fetched by routefit, or
+refused.
 
 litellm downloads image URLs itself, inside the proxy's process, for providers that want images
 inline (Anthropic, Bedrock, Gemini, ...): a second, unfenced fetcher next to routefit's
-(``proxy.fetch``), reachable by any client. So on a litellm leg no URL is left for litellm to
-fetch: each http(s) image URL in the chat body is fetched by routefit's own fetcher under the
-route's ``image_fetch`` policy (allowlist, address checks, redirects, deadline) and handed on as
-a ``data:`` URL, or the request is refused with a 400 naming the part. ``data:`` URLs pass as
-they are; any other scheme is refused.
+(``proxy.fetch``), reachable by any client. So on a leg whose adapter is not the passthrough
+(``proxy.providers.Adapter``; the chat→Messages adapter may fall back to litellm) no URL is left
+for litellm to fetch: each http(s) image URL in the chat body is fetched by routefit's own
+fetcher under the route's ``image_fetch`` policy (allowlist, address checks, redirects,
+deadline) and handed on as a ``data:`` URL, or the request is refused with a 400 naming the
+part. ``data:`` URLs pass as they are; any other scheme is refused.
 """
 
 from __future__ import annotations

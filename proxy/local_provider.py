@@ -9,10 +9,13 @@ runs for real against it; only the answers are synthetic.
 How: :func:`attach` runs before the app builds its upstreams. It binds a loopback socket on a
 free port and rewrites every ``sim://`` route to ``http://127.0.0.1:PORT/v1`` (an ``openai/``
 model: the OpenAI passthrough, chat and Responses) or ``http://127.0.0.1:PORT`` (an
-``anthropic/`` model: Messages natively, chat by litellm's Anthropic adapter), so nothing
-downstream knows the provider is local. Every client wire works on either kind: the openai SDK
-(chat, Responses), the anthropic SDK, Claude Code and Codex. A route without a key gets a
-placeholder one (the simulator takes any; litellm refuses to call without one).
+``anthropic/`` model: Messages natively, chat by routefit's own chat→Messages adapter), so
+nothing downstream knows the provider is local. Every client wire works on either kind: the
+openai SDK (chat, Responses), the anthropic SDK, Claude Code and Codex. A route without a key
+gets a placeholder one (the simulator takes any; litellm refuses to call without one). An app
+given its own transport (``create_app(config, transport=...)``, ``proxy.transports.mock``)
+starts no simulator: its ``sim://`` routes point at ``http://sim.local`` and the injected
+transport answers them.
 
 The app's lifespan calls :meth:`LocalProvider.start` / :meth:`LocalProvider.stop`. The simulator
 runs on its own thread and event loop, so its work never blocks routefit's loop and its server
@@ -103,10 +106,10 @@ def _check_model(alias: str, rc: RouteConfig, path: str) -> None:
             f"{path}: model_list[{alias}].litellm_params.model: {rc.upstream.model!r} is not a "
             f"simulator model (api_base {rc.upstream.api_base}); known: {', '.join(sorted(known))}"
         )
-    if rc.upstream.provider != "anthropic" and rc.upstream.transport != "openai":
+    if rc.upstream.transport not in ("openai", "anthropic"):
         raise ConfigError(
             f"{path}: model_list[{alias}].routefit.transport: a sim:// route speaks the "
-            "openai transport (use an openai/<model> or anthropic/<model> name)"
+            "openai or anthropic transport (use an openai/<model> or anthropic/<model> name)"
         )
 
 
@@ -122,15 +125,25 @@ def _local_upstream(rc: RouteConfig, base_url: str) -> RouteConfig:
     )
 
 
-def attach(config: Config, host: str = "127.0.0.1") -> tuple[Config, LocalProvider | None]:
+#: Where ``sim://`` routes point when the app's transport is injected (nothing listens there).
+INJECTED_BASE = "http://sim.local"
+
+
+def attach(
+    config: Config, host: str = "127.0.0.1", serve: bool = True
+) -> tuple[Config, LocalProvider | None]:
     """The config with its ``sim://`` routes pointed at a freshly bound loopback port, and the
-    simulator to start there (None when no route is local). Raises ConfigError for a sim://
-    route whose model the simulator does not serve."""
+    simulator to start there (None when no route is local). ``serve=False`` (an injected
+    transport answers): pointed at ``INJECTED_BASE``, no socket, no simulator. Raises
+    ConfigError for a sim:// route whose model the simulator does not serve."""
     local = {a: rc for a, rc in config.routes.items() if is_local(rc.upstream.api_base)}
     if not local:
         return config, None
     for alias, rc in local.items():
         _check_model(alias, rc, config.path)
+    if not serve:
+        injected = {a: _local_upstream(rc, INJECTED_BASE) for a, rc in local.items()}
+        return replace(config, routes={**config.routes, **injected}), None
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))

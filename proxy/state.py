@@ -13,10 +13,10 @@ from proxy.gateway import Gateway
 from proxy.local_provider import LocalProvider
 from proxy.metrics import Metrics
 from proxy.provider_keys import ProviderKeys
+from proxy.providers import ProviderTable
 from proxy.serve_settings import DEFAULTS, ServeSettings
 from proxy.store import Store
 from proxy.teams import TeamDirectory
-from proxy.transports import Transports
 from proxy.ui import Dashboard
 
 __all__ = ["AppState", "Readiness"]
@@ -36,7 +36,7 @@ class Readiness:
 class AppState:
     config: Config
     metrics: Metrics
-    transports: Transports
+    providers: ProviderTable
     store: Store
     calibrator: Calibrator
     budgets: Budgets

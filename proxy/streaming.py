@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from proxy.disconnect import TaskStop, watching
 from proxy.errors import ProxyError
-from proxy.transports import EventStream
+from proxy.exchange import EventStream
 from proxy.types import Receive, Scope, Send
 
 __all__ = ["SSEResponse"]

@@ -63,7 +63,7 @@ REQUEST_LOG_KEYS = frozenset({"contents", "keep"})
 _REQUEST_LOG_KEEP = 1000
 #: A whole (non-streamed) provider answer: far above any real completion, far below memory.
 _MAX_PROVIDER_BODY = 64 * 1024 * 1024
-#: One SSE event of a provider's stream (``proxy.transports.sse``).
+#: One SSE event of a provider's stream (``proxy.exchange.sse``).
 _MAX_SSE_EVENT = 16 * 1024 * 1024
 #: Count and dry-run requests a team may make per minute (a burst of as many).
 _COUNT_RATE = 600

@@ -1,8 +1,12 @@
-"""Where a route's requests go: provider, transport (direct passthrough or litellm), base, key.
+"""Where a route's requests go: provider, transport, API base, key (as the config file says).
 
-Providers whose wire format is OpenAI's are forwarded directly (no translation, no litellm on the
-request path); every other provider goes through litellm. ``routefit.transport`` overrides the
-choice per route.
+``Upstream.transport`` is the HTTP dialect routefit speaks to the provider: ``openai`` (an
+OpenAI-compatible API: chat completions, and responses on OpenAI itself), ``anthropic``
+(Anthropic's Messages API, by routefit's own client) or ``litellm`` (everything through
+litellm's translation). Providers whose wire format is OpenAI's default to ``openai``,
+``anthropic/`` models to ``anthropic``, every other provider to ``litellm``;
+``routefit.transport`` overrides the choice per route. What that means per client wire (which
+provider wire, which adapter) is ``proxy.providers``' table, built from this record.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ __all__ = [
     "read_upstream",
 ]
 
-TRANSPORTS = ("openai", "litellm")
+TRANSPORTS = ("openai", "anthropic", "litellm")
 #: litellm_params keys routefit reads itself; the others are forwarded to litellm as is.
 LITELLM_PARAMS = frozenset(
     {"model", "api_base", "api_key", "base_url", "timeout", "stream_timeout"}
@@ -69,7 +73,7 @@ class Upstream:
 
     model: str  # the litellm model string, e.g. "openai/gpt-4o"
     provider: str
-    transport: str  # "openai" (direct passthrough) | "litellm" (translated)
+    transport: str  # "openai" | "anthropic" (routefit's own client) | "litellm" (translated)
     api_base: str | None
     api_key: str | None = field(repr=False)
     timeout: float
@@ -94,7 +98,9 @@ def provider_of(model: str, entry: Mapping[str, Any]) -> str:
 def _transport(own: Mapping[str, Any], provider: str, where: str, rd: Reader) -> str:
     transport = own.get("transport")
     if transport is None:
-        return "openai" if provider in OPENAI_COMPATIBLE else "litellm"
+        if provider in OPENAI_COMPATIBLE:
+            return "openai"
+        return "anthropic" if provider == "anthropic" else "litellm"
     if transport not in TRANSPORTS:
         raise rd.error(f"{where}.routefit.transport", f"must be one of {list(TRANSPORTS)}")
     return str(transport)

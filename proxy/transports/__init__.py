@@ -1,112 +1,61 @@
-"""Provider transports: the outgoing seam (see ``proxy.transports.base``).
+"""Provider transports: the outgoing seam, bound to the provider table once per app.
 
-``Transports`` is the set one app uses, chosen once from the config: the passthrough for
-providers that speak a wire natively, routefit's own chat→Messages translation for Anthropic
-providers, litellm for the rest, each wrapped in bounded retries. litellm is imported only when
-a configured route needs it.
-``route_plan`` answers, once per (route, client wire), which transport carries the request and
-in which provider wire.
+A transport is httpx-shaped (``proxy.providers.Transport``): ``send(deployment, outbound)``
+returns the whole answer or the event stream, ``aclose`` releases its client. The modules:
+``passthrough`` (aiohttp, the socket) and ``mock`` (an httpx handler, in process) share
+``provider_http`` (the request a deployment asks for, what its response means); ``anthropic``
+is routefit's own chat→Messages adapter over either; ``litellm`` is the only litellm importer
+(and owns that import: ``preload`` / ``loaded``); ``retry`` wraps any transport.
+
+``provider_table`` builds the app's ``ProviderTable``: one record per deployment and each
+adapter's transport, every one wrapped in bounded retries. ``http`` replaces the passthrough's
+aiohttp client (a ``MockTransport`` runs the whole gateway in process). ``start`` (the app's
+lifespan) begins what the table needs loaded, ``ready`` says whether it is: the transports
+themselves have no lifecycle beyond ``aclose``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 
 from proxy.config import Upstream
-from proxy.transports.anthropic import AnthropicChat, covers
-from proxy.transports.base import (
-    CHAT,
-    MESSAGES,
-    RESPONSES,
-    Completion,
-    EventStream,
-    Outbound,
-    StreamBroken,
-    Transient,
-    Transport,
-)
-from proxy.transports.litellm import LiteLLM
-from proxy.transports.passthrough import MAX_BODY_BYTES, Passthrough
+from proxy.providers import Adapter, Bounds, ProviderTable, Transport, deployment
+from proxy.transports.anthropic import AnthropicChat
+from proxy.transports.litellm import LiteLLM, loaded, preload
+from proxy.transports.passthrough import Passthrough
 from proxy.transports.retry import Retrying, RetryPolicy
-from proxy.transports.sse import MAX_EVENT_BYTES
 
-__all__ = [
-    "CHAT",
-    "MESSAGES",
-    "RESPONSES",
-    "Completion",
-    "EventStream",
-    "Leg",
-    "Outbound",
-    "RetryPolicy",
-    "StreamBroken",
-    "Transient",
-    "Transport",
-    "Transports",
-]
+__all__ = ["Bounds", "RetryPolicy", "provider_table", "ready", "start"]
 
 
-@dataclass(frozen=True, slots=True)
-class Leg:
-    """How one client wire reaches one route: the transport and the provider wire it carries."""
+def provider_table(
+    upstreams: Mapping[str, Upstream],
+    retry: RetryPolicy,
+    on_retry: Callable[[str], None] | None = None,
+    bounds: Bounds | None = None,
+    http: Transport | None = None,
+) -> ProviderTable:
+    """The table of ``upstreams`` (one deployment per name) and the transports its paths end
+    in. ``bounds``: what a provider may send back, each deployment's whatever carries it (the
+    passthrough, an injected transport, the Anthropic translation over either, litellm)."""
+    http = http if http is not None else Passthrough()
+    litellm = LiteLLM()
+    transports: dict[Adapter, Transport] = {
+        Adapter.PASSTHROUGH: Retrying(http, retry, on_retry),
+        Adapter.CHAT_TO_MESSAGES: Retrying(AnthropicChat(http, litellm), retry, on_retry),
+        Adapter.LITELLM: Retrying(litellm, retry, on_retry),
+    }
+    deployments = (deployment(name, up, bounds) for name, up in upstreams.items())
+    return ProviderTable(deployments, transports)
 
-    transport: Transport
-    wire: str
+
+def start(table: ProviderTable) -> None:
+    """Begin importing litellm, in a thread, when a deployment needs it for every chat
+    request (a chat→Messages deployment imports it only on its first unmapped request)."""
+    if table.needs_litellm:
+        preload()
 
 
-@dataclass(slots=True)
-class Transports:
-    """The transports of one app: ``direct`` speaks wires natively, ``translated`` speaks chat
-    through litellm, ``anthropic`` speaks chat to Anthropic providers (litellm as its fallback)."""
-
-    direct: Transport
-    translated: Transport
-    anthropic: Transport
-
-    @classmethod
-    def default(
-        cls,
-        upstreams: Iterable[Upstream],
-        retry: RetryPolicy,
-        on_retry: Callable[[str], None] | None = None,
-        max_body: int = MAX_BODY_BYTES,
-        max_event: int = MAX_EVENT_BYTES,
-    ) -> Transports:
-        """``max_body`` / ``max_event``: the bounds of what a provider may send back (a whole
-        answer, one SSE event) on the passthrough (and the Anthropic translation over it) and
-        through litellm."""
-        needs_litellm = any(up.transport == "litellm" and not covers(up) for up in upstreams)
-        passthrough = Passthrough(max_body=max_body, max_event=max_event)
-        litellm = LiteLLM(needs_litellm, max_body=max_body, max_event=max_event)
-        return cls(
-            Retrying(passthrough, retry, on_retry),
-            Retrying(litellm, retry, on_retry),
-            Retrying(AnthropicChat(passthrough, litellm), retry, on_retry),
-        )
-
-    def leg(self, up: Upstream, client_wire: str) -> Leg:
-        """The client's own wire when the provider speaks it; else chat, directly to an
-        OpenAI-compatible provider, translated by routefit to an Anthropic one, or through
-        litellm."""
-        if client_wire in self.direct.speaks(up):
-            return Leg(self.direct, client_wire)
-        if up.transport == "openai" and CHAT in self.direct.speaks(up):
-            return Leg(self.direct, CHAT)
-        if covers(up):
-            return Leg(self.anthropic, CHAT)
-        return Leg(self.translated, CHAT)
-
-    def start(self) -> None:
-        self.direct.start()
-        self.translated.start()
-        self.anthropic.start()
-
-    @property
-    def ready(self) -> bool:
-        return self.direct.ready and self.translated.ready and self.anthropic.ready
-
-    async def aclose(self) -> None:
-        await self.direct.aclose()
-        await self.translated.aclose()
-        await self.anthropic.aclose()
+def ready(table: ProviderTable) -> bool:
+    """Whether every deployment can be served at once (litellm imported, where needed)."""
+    return not table.needs_litellm or loaded()

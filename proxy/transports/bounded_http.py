@@ -66,19 +66,21 @@ class _Counted(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0  # the whole body's bytes, or the unfinished event's
-        tail = b""  # a terminator may straddle two chunks: the last 3 bytes
+        # a terminator may straddle two chunks: the unfinished event's last 3 bytes (never a
+        # byte of a terminator already counted, which ``split_events`` would not reuse either)
+        tail = b""
         async for chunk in self._inner:
             if not self._sse:
                 seen += len(chunk)
                 if seen > self._bound:
                     raise self._fail("an answer")
             else:
-                seen = self._event_bytes(seen, tail, chunk)
-                tail = (tail + chunk)[-3:]
+                seen, tail = self._event_bytes(seen, tail, chunk)
             yield chunk
 
-    def _event_bytes(self, seen: int, tail: bytes, chunk: bytes) -> int:
-        """The unfinished event's size after ``chunk``; raises if any event passed the bound."""
+    def _event_bytes(self, seen: int, tail: bytes, chunk: bytes) -> tuple[int, bytes]:
+        """The unfinished event's size after ``chunk`` and its last bytes; raises if any event
+        passed the bound."""
         joined = tail + chunk
         start = 0
         while (end := _first_end(joined, start)) >= 0:
@@ -90,7 +92,7 @@ class _Counted(httpx.AsyncByteStream):
         seen += len(joined) - max(start, len(tail))
         if seen > self._bound:
             raise self._fail("an SSE event")
-        return seen
+        return seen, joined[max(start, len(joined) - 3) :]
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.transports.anthropic_terms import ANTHROPIC_TOOL_CHOICE, tool_input
+from proxy.exchange.anthropic_terms import ANTHROPIC_TOOL_CHOICE, tool_input
 
 __all__ = ["Unmapped", "messages_body"]
 

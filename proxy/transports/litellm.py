@@ -13,7 +13,9 @@ at ~110-130). So it is imported only when a configured route needs it (OpenAI-co
 plain Anthropic routes never do: tests/transports/test_imports.py), and then at start-up, in a
 thread, not under the first request to such a route: deferring it would show a lower idle
 figure right after start, but the first request would wait seconds for the import and the
-worker would hold the same memory from then on.
+worker would hold the same memory from then on. The import is this module's, not any
+transport's (it is the process's, whatever app runs in it): ``preload`` starts it, ``loaded``
+says whether it is done (``/readyz``'s ``litellm`` check), and a call waits for it.
 
 What a provider sends back is bounded here too (``max_provider_body_bytes`` for a whole answer,
 ``max_sse_event_bytes`` for one event of a stream), as on the passthrough: litellm reads each
@@ -32,9 +34,11 @@ transport would not follow it, and reaching the provider comes before bounding i
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import logging
 import os
+import threading
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -44,17 +48,16 @@ import orjson
 
 from proxy.config import Upstream
 from proxy.errors import ProxyError
-from proxy.transports.base import CHAT, Completion, Outbound, StreamBroken, Transient
+from proxy.exchange import Completion, EventStream, Outbound, StreamBroken, Transient
+from proxy.exchange.sse import DONE, EventTooLarge
+from proxy.providers import Bounds, Deployment
 from proxy.transports.bounded_http import BoundedTransport, Trip, trip
-from proxy.transports.passthrough import MAX_BODY_BYTES
 from proxy.transports.provider_errors import RETRY_STATUSES, redact, retry_after
-from proxy.transports.sse import DONE, MAX_EVENT_BYTES, EventTooLarge
 
-__all__ = ["LiteLLM"]
+__all__ = ["LiteLLM", "loaded", "preload"]
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-_CHAT_ONLY = frozenset({CHAT})
 #: litellm providers whose chat handler uses a ``client=`` ``AsyncHTTPHandler`` it is given
 #: (read in litellm's ``main.py`` and handlers: Gemini/Vertex's, Bedrock's, Anthropic's). Cohere's
 #: handler drops ``client=`` and Azure's takes it for an OpenAI SDK client: not here.
@@ -69,6 +72,46 @@ def _import_litellm() -> Any:
     setattr(litellm, "telemetry", False)  # noqa: B010 - no network calls of its own
     setattr(litellm, "suppress_debug_info", True)  # noqa: B010
     return litellm
+
+
+#: The process's one import of litellm, once begun (a thread's result: any event loop awaits it).
+_loading: concurrent.futures.Future[Any] | None = None
+_lock = threading.Lock()
+
+
+def _run(future: concurrent.futures.Future[Any]) -> None:
+    try:
+        future.set_result(_import_litellm())
+    except BaseException as exc:  # kept for whoever awaits it
+        future.set_exception(exc)
+
+
+def preload() -> None:
+    """Begin importing litellm in a thread, once per process (start-up stays fast)."""
+    global _loading
+    with _lock:
+        if _loading is not None:
+            return
+        _loading = concurrent.futures.Future()
+        future = _loading
+    if _PROXIED:
+        logging.getLogger("routefit").warning(
+            "an HTTP proxy is set: litellm routes use litellm's own client, which follows "
+            "it, and their provider answers are not bounded by max_provider_body_bytes"
+        )
+    threading.Thread(target=_run, args=(future,), name="routefit-litellm", daemon=True).start()
+
+
+def loaded() -> bool:
+    """Whether litellm is imported (and the import did not fail)."""
+    loading = _loading
+    return loading is not None and loading.done() and loading.exception() is None
+
+
+async def _module() -> Any:
+    preload()
+    assert _loading is not None
+    return await asyncio.wrap_future(_loading)
 
 
 class _Chunks:
@@ -98,82 +141,46 @@ class _Chunks:
 
 
 class LiteLLM:
-    """litellm behind the transport seam; imported lazily, in a thread."""
+    """litellm behind the transport seam (its import: ``preload``, this module's)."""
 
-    def __init__(
-        self, needed: bool, max_body: int = MAX_BODY_BYTES, max_event: int = MAX_EVENT_BYTES
-    ) -> None:
-        self.needed = needed
-        self.max_body = max_body
-        self.max_event = max_event
-        self._litellm: Any = None
-        self._loading: asyncio.Task[Any] | None = None
-        self._transport: BoundedTransport | None = None
-        #: one litellm client per timeout (a handler given a client may not pass the call's
-        #: timeout on), all over one bounded transport and so one connection pool
-        self._clients: dict[float, Any] = {}
-
-    def speaks(self, up: Upstream) -> frozenset[str]:
-        return _CHAT_ONLY
-
-    def start(self) -> None:
-        """Begin importing litellm in a thread when a route needs it (start-up stays fast)."""
-        if self.needed and _PROXIED:
-            logging.getLogger("routefit").warning(
-                "an HTTP proxy is set: litellm routes use litellm's own client, which follows "
-                "it, and their provider answers are not bounded by max_provider_body_bytes"
-            )
-        if self.needed and self._loading is None:
-            self._loading = asyncio.get_running_loop().create_task(
-                asyncio.to_thread(_import_litellm)
-            )
-
-    @property
-    def ready(self) -> bool:
-        loading = self._loading
-        return (
-            not self.needed
-            or self._litellm is not None
-            or (loading is not None and loading.done() and not loading.exception())
-        )
-
-    async def module(self) -> Any:
-        if self._litellm is None:
-            if self._loading is None:
-                self._loading = asyncio.get_running_loop().create_task(
-                    asyncio.to_thread(_import_litellm)
-                )
-            self._litellm = await self._loading
-        return self._litellm
+    def __init__(self) -> None:
+        #: one bounded transport per deployment bounds (in practice one: the settings'), and
+        #: one litellm client per timeout over it (a handler given a client may not pass the
+        #: call's timeout on)
+        self._transports: dict[Bounds, BoundedTransport] = {}
+        self._clients: dict[tuple[float, Bounds], Any] = {}
 
     async def aclose(self) -> None:
         self._clients.clear()
-        if self._transport is not None:
-            await self._transport.aclose()
-            self._transport = None
+        transports, self._transports = self._transports, {}
+        for transport in transports.values():
+            await transport.aclose()
 
-    def _client(self, up: Upstream) -> Any:
+    def _client(self, up: Upstream, bounds: Bounds) -> Any:
         """The bounded client for ``up``'s calls, or None where its handler would misuse it."""
         if up.provider not in _HONOURS_CLIENT or _PROXIED:
             return None
         handlers = importlib.import_module("litellm.llms.custom_httpx.http_handler")
-        if self._transport is None:
+        transport = self._transports.get(bounds)
+        if transport is None:
             # litellm's own transport (its aiohttp one by default), wrapped: the bound changes
             # what is read, never how the provider is reached
             inner = handlers.AsyncHTTPHandler.create_async_transport()
             if inner is None:
                 inner = httpx.AsyncHTTPTransport()
-            self._transport = BoundedTransport(inner, self.max_body, self.max_event)
-        client = self._clients.get(up.timeout)
+            transport = BoundedTransport(inner, bounds.max_body, bounds.max_event)
+            self._transports[bounds] = transport
+        client = self._clients.get((up.timeout, bounds))
         if client is None:
-            client = handlers.AsyncHTTPHandler(timeout=up.timeout, transport=self._transport)
-            self._clients[up.timeout] = client
+            client = handlers.AsyncHTTPHandler(timeout=up.timeout, transport=transport)
+            self._clients[(up.timeout, bounds)] = client
         return client
 
-    async def _call(self, up: Upstream, kwargs: dict[str, Any], mark: Trip) -> Any:
+    async def _call(self, target: Deployment, kwargs: dict[str, Any], mark: Trip) -> Any:
         """``litellm.acompletion`` over the bounded client, its errors mapped."""
-        litellm = await self.module()
-        client = self._client(up)
+        up = target.upstream
+        litellm = await _module()
+        client = self._client(up, target.bounds)
         if client is not None:
             kwargs["client"] = client
         token = trip.set(mark)
@@ -191,17 +198,18 @@ class LiteLLM:
         finally:
             trip.reset(token)
 
-    async def complete(self, up: Upstream, out: Outbound) -> Completion:
-        resp = await self._call(up, _kwargs(up, out.body), Trip())
+    async def send(self, target: Deployment, out: Outbound) -> Completion | EventStream:
+        """``out`` (always chat) through ``litellm.acompletion``."""
+        up = target.upstream
+        kwargs = _kwargs(up, out.body)
+        mark = Trip()
+        if out.stream:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+            return _Chunks(await self._call(target, kwargs, mark), up, mark)
+        resp = await self._call(target, kwargs, mark)
         data = resp.model_dump(exclude_none=True)
         return Completion(orjson.dumps(data), data)
-
-    async def stream(self, up: Upstream, out: Outbound) -> _Chunks:
-        kwargs = _kwargs(up, out.body)
-        kwargs["stream"] = True
-        kwargs["stream_options"] = {"include_usage": True}
-        mark = Trip()
-        return _Chunks(await self._call(up, kwargs, mark), up, mark)
 
 
 def _kwargs(up: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.transports.anthropic_terms import CHAT_FINISH
+from proxy.exchange.anthropic_terms import CHAT_FINISH
 
 __all__ = ["MessagesToChat", "chat_completion", "chat_usage"]
 

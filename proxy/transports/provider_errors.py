@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.transports.base import Transient
+from proxy.exchange import Transient
 
 __all__ = ["RETRY_STATUSES", "redact", "redact_value", "retry_after", "upstream_error"]
 

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
-from proxy.config import Upstream
-from proxy.transports.base import Completion, EventStream, Outbound, Transient, Transport
+from proxy.exchange import Completion, EventStream, Outbound, Transient
+from proxy.providers import Deployment, Transport
 
 __all__ = ["RetryPolicy", "Retrying"]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,30 +57,11 @@ class Retrying:
         self.on_retry = on_retry
         self._rng = random.Random()
 
-    def speaks(self, up: Upstream) -> frozenset[str]:
-        return self.inner.speaks(up)
-
-    async def complete(self, up: Upstream, out: Outbound) -> Completion:
-        return await self._attempts(lambda: self.inner.complete(up, out))
-
-    async def stream(self, up: Upstream, out: Outbound) -> EventStream:
-        return await self._attempts(lambda: self.inner.stream(up, out))
-
-    def start(self) -> None:
-        self.inner.start()
-
-    @property
-    def ready(self) -> bool:
-        return self.inner.ready
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def _attempts(self, call: Callable[[], Awaitable[T]]) -> T:
+    async def send(self, target: Deployment, out: Outbound) -> Completion | EventStream:
         attempt = 0
         while True:
             try:
-                return await call()
+                return await self.inner.send(target, out)
             except Transient as err:
                 wait = self.policy.delay(attempt, err.retry_after, self._rng.random())
                 if wait is None:
@@ -92,3 +70,6 @@ class Retrying:
                     self.on_retry(err.code if err.status == 502 and err.code else str(err.status))
                 attempt += 1
                 await asyncio.sleep(wait)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -21,9 +21,9 @@ import orjson
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
+from proxy.exchange import CHAT, MESSAGES, Completion, EventStream, Outbound
+from proxy.exchange.sse import DONE, encode, event_data, event_name
 from proxy.teams import BEARER_OR_API_KEY
-from proxy.transports import CHAT, MESSAGES, Completion, EventStream, Outbound
-from proxy.transports.sse import DONE, encode, event_data, event_name
 from proxy.usage import normalize_usage
 from proxy.wires.anthropic_chat import ChatToAnthropic, chat_body, chat_to_message
 from proxy.wires.anthropic_parse import AnthropicRequest, parse_anthropic

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pricing.messages import ImagePart, Message, TextPart
-from proxy.transports.anthropic_terms import ANTHROPIC_STOP as _STOP
-from proxy.transports.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
-from proxy.transports.sse import encode
+from proxy.exchange.anthropic_terms import ANTHROPIC_STOP as _STOP
+from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
+from proxy.exchange.sse import encode
 from proxy.usage import Usage
 from proxy.wires.anthropic_parse import AnthropicRequest
 

@@ -22,8 +22,8 @@ import orjson
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
+from proxy.exchange import Completion, EventStream, Outbound
 from proxy.teams import KeyPlaces, Team
-from proxy.transports import Completion, EventStream, Outbound
 from proxy.usage import Usage
 from strategies.fit import Fit, FitError
 
@@ -164,7 +164,7 @@ def capped_output(body: Mapping[str, Any], fitted: Fit, keys: tuple[str, ...]) -
 class Wire(Protocol):
     """One client API format."""
 
-    #: The provider wire name of this format (``proxy.transports.CHAT`` ...).
+    #: The provider wire name of this format (``proxy.exchange.CHAT`` ...).
     name: str
     #: The paths its clients POST requests to (``proxy.app.wire_routes`` registers them; a
     #: path may hold parameters, ``/v1beta/models/{model}:generateContent``: ``ctx.path``).

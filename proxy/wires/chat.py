@@ -16,9 +16,9 @@ import orjson
 
 from pricing.messages import ChatRequest, parse_request
 from proxy.errors import ProxyError, error_body
+from proxy.exchange import CHAT, Completion, EventStream, Outbound
+from proxy.exchange.sse import event_data
 from proxy.teams import BEARER_OR_API_KEY
-from proxy.transports import CHAT, Completion, EventStream, Outbound
-from proxy.transports.sse import event_data
 from proxy.usage import normalize_usage
 from proxy.wires.base import Answer, Outcome, RequestContext, capped_output, delta_fields
 from strategies.fit import Fit, FitError

@@ -23,9 +23,9 @@ import orjson
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
+from proxy.exchange import CHAT, Completion, EventStream, Outbound
+from proxy.exchange.sse import event_data
 from proxy.teams import KeyPlaces
-from proxy.transports import CHAT, Completion, EventStream, Outbound
-from proxy.transports.sse import event_data
 from proxy.usage import normalize_usage
 from proxy.wires.base import (
     Answer,
@@ -122,7 +122,7 @@ class GeminiWire:
     def outbound(
         self, request: ChatRequest, fitted: Fit, wire: str, headers: Mapping[str, str]
     ) -> Outbound:
-        # every provider wire but this one is reached by chat (``Transports.leg``)
+        # every provider wire but this one is reached by chat (``ProviderTable.leg``)
         stream = self.streams(request)
         body = chat_body(_request(request), fitted.messages, stream)
         return Outbound(CHAT, capped_output(body, fitted, ("max_tokens",)), stream=stream)

@@ -23,9 +23,9 @@ import orjson
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError, error_body
+from proxy.exchange import CHAT, RESPONSES, Completion, EventStream, Outbound
+from proxy.exchange.sse import event_data
 from proxy.teams import BEARER_OR_API_KEY
-from proxy.transports import CHAT, RESPONSES, Completion, EventStream, Outbound
-from proxy.transports.sse import event_data
 from proxy.usage import normalize_usage
 from proxy.wires.base import Answer, Outcome, RequestContext, Stored, capped_output, delta_fields
 from proxy.wires.responses_items import input_items, parse_responses, render_items

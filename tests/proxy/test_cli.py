@@ -254,7 +254,7 @@ def test_check_prints_the_example_config_for_a_person(example_config):
     out = run("check", "--config", str(example_config))
     assert out.returncode == 0, out.stderr
     assert "route claude-sonnet -> anthropic/claude-sonnet-4-5" in out.stdout
-    assert "transport litellm" in out.stdout
+    assert "transport anthropic" in out.stdout
     assert "window 131,072" in out.stdout  # deepseek-chat's model_info override
     assert "teams: none" in out.stdout
     assert "store " in out.stdout

@@ -29,7 +29,7 @@ def test_the_example_config_loads(example_config):
     assert any("OPENAI_API_KEY" in m for m in config.missing_env)
     assert config.routes["gpt-4"].route.tokenizer == "cl100k_base"
     assert config.routes["deepseek-chat"].route.framing.family == "deepseek"
-    assert config.routes["claude-sonnet"].upstream.transport == "litellm"
+    assert config.routes["claude-sonnet"].upstream.transport == "anthropic"
 
 
 def test_defaults_come_from_litellms_model_map(tmp_path):

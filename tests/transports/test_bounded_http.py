@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.exchange.sse import split_events
 from proxy.transports.bounded_http import BoundedTransport, TooLarge, Trip, trip
-from proxy.transports.sse import split_events
 
 BOUND = 64
 

@@ -1,4 +1,4 @@
-"""Properties of the provider-side bounds and scrubbing (``proxy.transports.sse``,
+"""Properties of the provider-side bounds and scrubbing (``proxy.exchange.sse``,
 ``proxy.transports.provider_errors``): however the network chunks a stream, the bounded
 splitter yields exactly the events of the whole, and refuses exactly when an event outgrows the
 bound; however deep a provider hides the key in its error, no field the client gets holds it."""
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.exchange.sse import EventTooLarge, split_events, split_stream
 from proxy.transports.provider_errors import redact_value, upstream_error
-from proxy.transports.sse import EventTooLarge, split_events, split_stream
 
 _EVENT = st.builds(
     lambda body, crlf: body + (b"\r\n\r\n" if crlf else b"\n\n"),

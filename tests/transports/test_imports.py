@@ -23,7 +23,7 @@ HEAVY = ("litellm", "tokenizers", "openai", "anthropic", "tiktoken")
 _PROBE = textwrap.dedent(
     """
     import asyncio, json, sys
-    from proxy import app as app_module, modelmap
+    from proxy import app as app_module, modelmap, transports
     from proxy.config import load_config
 
     async def main():
@@ -33,7 +33,7 @@ _PROBE = textwrap.dedent(
             for _ in range(1200):
                 if state.readiness.error:
                     raise SystemExit(state.readiness.error)
-                if state.readiness.tokenizers and state.transports.ready:
+                if state.readiness.tokenizers and transports.ready(state.providers):
                     break
                 await asyncio.sleep(0.1)
             else:

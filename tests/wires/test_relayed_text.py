@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.transports.sse import encode
+from proxy.exchange.sse import encode
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, Wire
 from proxy.wires.base import Outcome, generated
 

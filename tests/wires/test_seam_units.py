@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.exchange import CHAT, MESSAGES, RESPONSES, StreamBroken
+from proxy.exchange.sse import encode
 from proxy.gateway import _ended
 from proxy.teams import BEARER_OR_API_KEY, KeyPlaces, Quotas, Team, TeamDirectory, hash_key
-from proxy.transports import CHAT, MESSAGES, RESPONSES, StreamBroken
-from proxy.transports.sse import encode
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, Outcome, RequestContext, Wire
 from proxy.wires.responses import ResponsesRequest
 

@@ -1,14 +1,15 @@
-"""The transport seam: how routefit talks to a provider, whatever the client's wire.
+"""What the two seams exchange: a provider-wire request going out, the answer coming back.
 
-A transport carries one *provider wire* request (``Outbound``: a path relative to the route's API
-base, a JSON body, extra headers) and returns the provider's answer, either whole
-(``Completion``) or as a stream of complete SSE events (``EventStream``). It knows nothing of
-pricing, fitting, budgets or the client's wire: those belong to ``proxy.gateway`` and
-``proxy.wires``. Like httpx's ``BaseTransport``, it is the one thing a test replaces to run the
-gateway in-process (``proxy.transports.mock``).
+A client wire (``proxy.wires``) writes the fitted conversation as an ``Outbound`` in a provider
+wire and reads the provider's ``Completion`` or ``EventStream`` back; a transport
+(``proxy.transports``) carries that ``Outbound`` to a provider and returns its answer. Both
+import this package and never each other, so a wire can be read (and tested) without any HTTP
+client, and a transport without any API format's rules. ``proxy.exchange.sse`` is the SSE
+framing both read and write; ``proxy.exchange.anthropic_terms`` the Anthropic ↔ chat words the
+Anthropic wire and the chat→Messages adapter share.
 
 Failures before any byte of the answer are ``ProxyError`` (``Transient`` when another attempt
-may succeed, for ``proxy.transports.retry``); a stream that breaks after it started raises
+may succeed: ``proxy.transports.retry``); a stream that breaks after it started raises
 ``StreamBroken`` from its iterator, and the client's wire turns that into its own error event.
 """
 
@@ -18,30 +19,36 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.config import Upstream
 from proxy.errors import ProxyError
 
 __all__ = [
+    "CHAT",
+    "MESSAGES",
+    "RESPONSES",
+    "WIRES",
     "Completion",
     "EventStream",
     "Outbound",
     "StreamBroken",
     "Transient",
-    "Transport",
+    "as_completion",
+    "as_stream",
 ]
 
 #: Provider wires: OpenAI chat completions, Anthropic messages, OpenAI responses.
 CHAT, MESSAGES, RESPONSES = "chat", "messages", "responses"
+WIRES = (CHAT, MESSAGES, RESPONSES)
 
 
 @dataclass(frozen=True, slots=True)
 class Outbound:
-    """One request in a provider wire, ready to send on a route."""
+    """One request in a provider wire, ready to send to a deployment."""
 
     wire: str
     body: Mapping[str, Any]
     #: Headers of the client's that the provider must see (e.g. ``anthropic-beta``).
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Whether the answer is asked for as a stream (``EventStream``) or whole (``Completion``).
     stream: bool = False
 
 
@@ -75,20 +82,15 @@ class EventStream(Protocol):
         """Stop reading and drop the provider's connection (idempotent)."""
 
 
-class Transport(Protocol):
-    """What the gateway needs from a way of reaching providers."""
+def as_completion(answer: Completion | EventStream) -> Completion:
+    """The whole answer a non-streamed ``Outbound`` was sent for."""
+    if not isinstance(answer, Completion):
+        raise TypeError("a transport answered a whole-answer request with a stream")
+    return answer
 
-    def speaks(self, up: Upstream) -> frozenset[str]:
-        """The provider wires this transport can carry to ``up`` without translation."""
 
-    async def complete(self, up: Upstream, out: Outbound) -> Completion: ...
-
-    async def stream(self, up: Upstream, out: Outbound) -> EventStream: ...
-
-    def start(self) -> None:
-        """Begin any slow preparation in the background (called from the app's lifespan)."""
-
-    @property
-    def ready(self) -> bool: ...
-
-    async def aclose(self) -> None: ...
+def as_stream(answer: Completion | EventStream) -> EventStream:
+    """The event stream a streamed ``Outbound`` was sent for."""
+    if isinstance(answer, Completion):
+        raise TypeError("a transport answered a stream request with a whole answer")
+    return answer

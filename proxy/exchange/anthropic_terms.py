@@ -3,7 +3,8 @@
 Two translations meet Anthropic: the Anthropic wire answering a client from a chat provider
 (``proxy.wires.anthropic_chat``) and the chat wire reaching an Anthropic provider
 (``proxy.transports.anthropic``). They read the same tables, so a stop reason or a tool choice
-means the same thing whichever way it travels. Here, below both, so neither imports the other.
+means the same thing whichever way it travels. Here, in the exchange both seams import, so
+neither imports the other.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from proxy.transports.base import StreamBroken
+from proxy.exchange import StreamBroken
 
 __all__ = [
     "DONE",

@@ -1,0 +1,198 @@
+"""A provider's HTTP exchange, whatever client performs it: the request a deployment's table
+entry asks for, and what its response means.
+
+Two clients share this: the passthrough's aiohttp session (``proxy.transports.passthrough``,
+the socket) and ``proxy.transports.mock`` (an httpx-style handler, in process). Each reduces
+its response to ``RawResponse`` — a status, headers and a byte iterator whose failures are
+``ReadBroken`` or ``TimeoutError`` — and hands it to ``interpret``, so a test through the mock
+meets the very rules the passthrough applies: an error status is the provider's error
+(``upstream_error``, keys scrubbed); a whole answer is bounded
+(the deployment's ``Bounds``: 502 ``upstream_too_large``) and must be JSON
+(502 ``upstream_malformed``); a stream is re-cut into complete SSE events, each bounded
+(``max_event``), and a break after it started is ``StreamBroken``. An error body is
+read only as far as its message can matter (``ERROR_BODY_BYTES``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from proxy.errors import ProxyError
+from proxy.exchange import Completion, EventStream, Outbound, StreamBroken
+from proxy.exchange.sse import MAX_EVENT_BYTES, split_stream
+from proxy.providers import Deployment
+from proxy.transports.provider_errors import upstream_error
+
+__all__ = [
+    "ERROR_BODY_BYTES",
+    "ProviderRequest",
+    "RawResponse",
+    "ReadBroken",
+    "interpret",
+    "provider_request",
+]
+
+#: An error body past this is cut (its message is near the start); it is never an answer.
+ERROR_BODY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRequest:
+    """One POST to a deployment, as its table entry says to make it."""
+
+    url: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def provider_request(target: Deployment, out: Outbound) -> ProviderRequest:
+    """The fitted body with only ``model`` rewritten to the provider's name, to the endpoint of
+    ``out.wire``, with the deployment's auth and the client's forwarded headers."""
+    payload: dict[str, Any] = dict(out.body)
+    payload["model"] = target.upstream.model_name
+    headers = {"content-type": "application/json", "accept": "application/json"}
+    headers.update(target.auth.headers(target.upstream.api_key))
+    headers.update(out.headers)
+    return ProviderRequest(target.urls[out.wire], orjson.dumps(payload), headers)
+
+
+class ReadBroken(Exception):
+    """The response's bytes stopped coming (the client library's error, by name)."""
+
+
+class BodyTooLarge(Exception):
+    """A provider's body ran past its bound."""
+
+
+class RawResponse(Protocol):
+    """A provider's response once its headers arrived, its body unread."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def content_length(self) -> int | None: ...
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; ``ReadBroken`` or ``TimeoutError`` when it stops."""
+
+    def at_eof(self) -> bool: ...
+
+    async def finish(self, whole: bool) -> None:
+        """Done with it: read to its end (``whole``: the connection may be reused) or cut short
+        (the connection is dropped)."""
+
+
+async def read_bounded(raw: RawResponse, limit: int) -> bytes:
+    """The whole body, or ``BodyTooLarge`` as soon as it (or its announced length) is over
+    ``limit``: nothing past the bound is buffered."""
+    if raw.content_length is not None and raw.content_length > limit:
+        raise BodyTooLarge
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in raw.chunks():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def read_prefix(raw: RawResponse, limit: int) -> bytes:
+    """At most the first ``limit`` bytes of the body (the rest is dropped with the connection)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in raw.chunks():
+        parts.append(chunk[: limit - size])
+        size += len(parts[-1])
+        if size >= limit:
+            break
+    return b"".join(parts)
+
+
+class Events:
+    """A provider's SSE response as complete events; a break raises ``StreamBroken``."""
+
+    def __init__(self, raw: RawResponse, max_event: int = MAX_EVENT_BYTES) -> None:
+        self._raw = raw
+        self._max_event = max_event
+        self._done = False
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for event in split_stream(self._raw.chunks(), self._max_event):
+                yield event
+            self._done = True
+        except (ReadBroken, TimeoutError) as exc:
+            raise StreamBroken(str(exc) or type(exc).__name__) from None
+
+    async def aclose(self) -> None:
+        # A stream read to its end goes back to the pool; one cut short must not.
+        if not self._closed:
+            self._closed = True
+            await self._raw.finish(self._done)
+
+
+async def refuse_error_status(raw: RawResponse, target: Deployment) -> None:
+    """An error status is the provider's error (``Transient`` for 429/502/503/504)."""
+    if raw.status < 400:
+        return
+    try:
+        content = await read_prefix(raw, ERROR_BODY_BYTES)
+    except (ReadBroken, TimeoutError):
+        content = b""
+    finally:
+        # read to its end: back to the pool; cut at the bound: dropped
+        await raw.finish(raw.at_eof())
+    raise upstream_error(raw.status, content, raw.headers, target.upstream.api_key)
+
+
+async def completion(raw: RawResponse, target: Deployment, max_body: int) -> Completion:
+    """The whole answer, bounded and parsed; its failures are never retried (the provider had
+    the request)."""
+    model = target.upstream.model
+    try:
+        content = await read_bounded(raw, max_body)
+    except BodyTooLarge:
+        await raw.finish(False)
+        raise ProxyError(
+            502,
+            f"upstream {model} sent an answer over {max_body:,} bytes "
+            "(routefit_settings.max_provider_body_bytes)",
+            code="upstream_too_large",
+        ) from None
+    except TimeoutError:
+        await raw.finish(False)
+        raise ProxyError(504, f"upstream {model} timed out", code="upstream_timeout") from None
+    except ReadBroken as exc:  # the response started: never retried
+        await raw.finish(False)
+        raise ProxyError(
+            502, f"upstream {model} broke off its response: {exc}", code="upstream_incomplete"
+        ) from None
+    await raw.finish(True)
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        raise ProxyError(
+            502, f"upstream {model} returned a malformed response", code="upstream_malformed"
+        ) from None
+    return Completion(content, data)
+
+
+async def interpret(
+    raw: RawResponse, target: Deployment, out: Outbound
+) -> Completion | EventStream:
+    """What ``raw`` means for ``out``: the provider's error, its whole answer, or its events
+    (bounded by ``target.bounds``)."""
+    await refuse_error_status(raw, target)
+    if out.stream:
+        return Events(raw, target.bounds.max_event)
+    return await completion(raw, target, target.bounds.max_body)
