@@ -22,7 +22,7 @@ import orjson
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
 from proxy.exchange import CHAT, MESSAGES, Completion, EventStream, Outbound
-from proxy.exchange.sse import DONE, encode, event_data, event_name
+from proxy.exchange.sse import encode, event_data, event_name
 from proxy.teams import BEARER_OR_API_KEY
 from proxy.usage import normalize_usage
 from proxy.wires.anthropic_chat import ChatToAnthropic, chat_body, chat_to_message
@@ -32,8 +32,8 @@ from proxy.wires.base import (
     Answer,
     Outcome,
     RequestContext,
-    StreamFailed,
     capped_output,
+    chat_chunks,
     delta_fields,
 )
 from strategies.fit import Fit, FitError
@@ -234,24 +234,11 @@ async def _relay_chat(
     model: str, events: EventStream, outcome: Outcome
 ) -> AsyncGenerator[bytes, None]:
     out = ChatToAnthropic(model)
-    async for event in events:
-        data = event_data(event)
-        if data is None:
-            continue
-        if data.strip() == DONE[6:].strip():
+    async for obj in chat_chunks(events, outcome):
+        if obj is None:
             for chunk in out.finish(outcome.usage):
                 yield chunk
             outcome.completed = True
-            continue
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if not isinstance(obj, dict):
-            continue
-        if isinstance(obj.get("error"), Mapping):
-            raise StreamFailed(str(obj["error"].get("message") or "upstream error"))
-        if obj.get("usage") is not None:
-            outcome.usage = normalize_usage(obj["usage"]) or outcome.usage
+            return
         for chunk in out.chunk(obj):
             yield chunk

@@ -16,26 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pricing.messages import ImagePart, Message, TextPart
+from pricing.messages import ImagePart, Message
 from proxy.exchange.anthropic_terms import ANTHROPIC_STOP as _STOP
 from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
 from proxy.usage import Usage
 from proxy.wires.anthropic_parse import AnthropicRequest
+from proxy.wires.base import chat_content
 
 __all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "usage_block"]
-
-
-def _content(message: Message) -> str | list[dict[str, Any]]:
-    if not message.images:
-        return message.text
-    out: list[dict[str, Any]] = []
-    for part in message.parts:
-        if isinstance(part, TextPart):
-            out.append({"type": "text", "text": part.text})
-        else:
-            out.append({"type": "image_url", "image_url": {"url": part.url}})
-    return out
 
 
 def _assistant(message: Message, original: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -79,7 +68,7 @@ def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[
                 if isinstance(p, ImagePart)
             ]
         else:
-            out.append({"role": message.role, "content": _content(message)})
+            out.append({"role": message.role, "content": chat_content(message)})
     if pending_images:
         out.append({"role": "user", "content": pending_images})
     return out

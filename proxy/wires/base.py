@@ -20,11 +20,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
-from pricing.messages import ChatRequest
+from pricing.messages import ChatRequest, Message, TextPart
 from proxy.errors import ProxyError
 from proxy.exchange import Completion, EventStream, Outbound
+from proxy.exchange.sse import event_data
 from proxy.teams import KeyPlaces, Team
-from proxy.usage import Usage
+from proxy.usage import Usage, normalize_usage
 from strategies.fit import Fit, FitError
 
 __all__ = [
@@ -219,3 +220,43 @@ class Counting(Wire, Protocol):
 
     def counted(self, tokens: int) -> bytes:
         """The count endpoint's answer for ``tokens`` input tokens."""
+
+
+def chat_content(message: Message) -> str | list[dict[str, Any]]:
+    """A message's content as a chat request carries it (a wire translating to chat): its text,
+    or text and image parts in order when it has images."""
+    if not message.images:
+        return message.text
+    out: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            out.append({"type": "text", "text": part.text})
+        else:
+            out.append({"type": "image_url", "image_url": {"url": part.url}})
+    return out
+
+
+async def chat_chunks(
+    events: EventStream, outcome: Outcome
+) -> AsyncGenerator[dict[str, Any] | None, None]:
+    """A chat stream read for a wire that translates it: each chunk parsed, its usage noted in
+    ``outcome``, the provider's own error raised as ``StreamFailed``; ``None`` once, at the
+    provider's ``[DONE]`` (the wire writes its closing events, then marks the stream complete)."""
+    async for event in events:
+        data = event_data(event)
+        if data is None:
+            continue
+        if data.strip() == b"[DONE]":
+            yield None
+            return
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if isinstance(obj.get("error"), Mapping):
+            raise StreamFailed(str(obj["error"].get("message") or "upstream error"))
+        if obj.get("usage") is not None:
+            outcome.usage = normalize_usage(obj["usage"]) or outcome.usage
+        yield obj

@@ -24,15 +24,14 @@ import orjson
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
 from proxy.exchange import CHAT, Completion, EventStream, Outbound
-from proxy.exchange.sse import event_data
 from proxy.teams import KeyPlaces
 from proxy.usage import normalize_usage
 from proxy.wires.base import (
     Answer,
     Outcome,
     RequestContext,
-    StreamFailed,
     capped_output,
+    chat_chunks,
     delta_fields,
 )
 from proxy.wires.gemini_chat import ChatToGemini, chat_body, chat_to_gemini, sse
@@ -137,24 +136,11 @@ class GeminiWire:
         self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
     ) -> AsyncGenerator[bytes, None]:
         out = ChatToGemini(request.model)
-        async for event in events:
-            data = event_data(event)
-            if data is None:
-                continue
-            if data.strip() == b"[DONE]":
+        async for obj in chat_chunks(events, outcome):
+            if obj is None:
                 yield out.finish_chunk(outcome.usage)
                 outcome.completed = True
                 return
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(obj, dict):
-                continue
-            if isinstance(obj.get("error"), Mapping):
-                raise StreamFailed(str(obj["error"].get("message") or "upstream error"))
-            if obj.get("usage") is not None:
-                outcome.usage = normalize_usage(obj["usage"]) or outcome.usage
             for chunk in out.chunk(obj):
                 yield chunk
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import orjson
 
-from pricing.messages import ImagePart, Message, TextPart
+from pricing.messages import ImagePart, Message
 from proxy.usage import Usage
+from proxy.wires.base import chat_content
 from proxy.wires.gemini_parse import GeminiRequest, json_schema
 
 __all__ = [
@@ -59,18 +60,6 @@ _MODES = {"AUTO": "auto", "ANY": "required", "VALIDATED": "auto", "NONE": "none"
 
 def finish_reason(chat: Any) -> str:
     return _FINISH.get(str(chat), "OTHER") if chat else "STOP"
-
-
-def _content(message: Message) -> str | list[dict[str, Any]]:
-    if not message.images:
-        return message.text
-    out: list[dict[str, Any]] = []
-    for part in message.parts:
-        if isinstance(part, TextPart):
-            out.append({"type": "text", "text": part.text})
-        else:
-            out.append({"type": "image_url", "image_url": {"url": part.url}})
-    return out
 
 
 def _assistant(message: Message) -> dict[str, Any]:
@@ -111,7 +100,7 @@ def chat_messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
         elif message.role == "tool":
             out.append({"role": "user", "content": f"[function response] {message.text}"})
         else:
-            out.append({"role": message.role, "content": _content(message)})
+            out.append({"role": message.role, "content": chat_content(message)})
     if images:
         out.append({"role": "user", "content": images})
     return out
