@@ -907,7 +907,7 @@ BUGS = [
         "`redact()`: the route's key and anything key-like (`sk-…`, masked `***` forms)",
     ),
     (
-        "`proxy/transports/passthrough.py` `Passthrough.complete`",
+        "`proxy/transports/provider_http.py` `completion`",
         "a response whose body broke off was reported as `upstream … is unreachable` (the "
         "connection had worked)",
         "502 `upstream_incomplete`, never retried",

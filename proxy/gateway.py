@@ -285,7 +285,7 @@ class Gateway:
         answer = p.wire.answer(p.request, completion, leg.wire)
         self.metrics.requests.labels(route, "200").inc()
         # Learnt and settled after the response is sent: the client waits for neither the
-        # calibration nor the store (nothing awaits before ``on_usage`` runs, so a client's
+        # calibration nor the store (nothing awaits before ``Estimator.learn`` runs, so a client's
         # next request still finds it learnt).
         after = BackgroundTask(self._after, p, answer.usage, learnt)
         headers = self.headers(p.estimate, p.held)
@@ -301,8 +301,8 @@ class Gateway:
 
     async def _after(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
         """Learn from the provider's usage and settle the team's reservation to it — when it is
-        credible (``_credible``). One that is not teaches nothing, and the team is charged what
-        routefit reserved: its own prompt estimate plus the output reservation
+        credible (``Estimator.credible``). One that is not teaches nothing, and the team is
+        charged what routefit reserved: its own prompt estimate plus the output reservation
         (docs/security.md, "Untrusted provider usage"). Then the request's record (status 200:
         a whole answer or a finished stream) goes to the request log's sinks."""
         streamed = p.wire.streams(p.request)
@@ -313,18 +313,14 @@ class Gateway:
             await self.records.emit(record)
 
     async def _settle_answered(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
-        checked = self._credible(p, usage)
+        checked = self.estimator.credible(p.estimate, usage)
         if checked is not None and learnt:
-            self.on_usage(p, checked)
+            self.estimator.learn(p.estimate, checked)
         charged = checked
         if usage is not None and checked is None:
             charged = Usage(p.estimate.tokens, p.estimate.reserved_output)
         if p.held is not None and charged is not None:
             await self.budgets.settle(p.held, charged, False)
-
-    def _credible(self, p: Flight, usage: Usage | None) -> Usage | None:
-        """``usage`` when credible (``Estimator.credible``); else None, counted as rejected."""
-        return self.estimator.credible(p.estimate, usage)
 
     async def _send(self, p: Flight, leg: Leg, request: Request) -> Completion | EventStream:
         """Forward the fitted request; when the provider refuses it for context length and
@@ -384,9 +380,9 @@ class Gateway:
                 return
             # Only what the provider itself reported, and credibly, is learnt from (its prompt
             # count is exact even when the stream did not finish); a guess never becomes a sample.
-            seen = self._credible(p, outcome.usage)
+            seen = self.estimator.credible(p.estimate, outcome.usage)
             if learnt and seen is not None:
-                self.on_usage(p, seen)
+                self.estimator.learn(p.estimate, seen)
             code = "client_closed" if disconnected else "upstream_incomplete"
             record = self.records.served(
                 p.ticket, p.estimate, int(status), outcome.usage, stream=True, error_code=code
@@ -473,15 +469,6 @@ class Gateway:
         return response
 
     # -- after the provider answered -------------------------------------------------------
-
-    def on_usage(self, p: Flight, usage: Usage | None) -> None:
-        """Provider usage into metrics and calibration (``Estimator.learn``; queued, never
-        waits for the store).
-
-        No usage (a provider that omits it): nothing is learnt, and the budget reservation is
-        not settled, so it stays charged as reserved — the conservative reading of "served,
-        cost unknown"."""
-        self.estimator.learn(p.estimate, usage)
 
     def _count_actions(self, p: Flight) -> None:
         route = p.rc.route.alias
