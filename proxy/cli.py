@@ -482,7 +482,7 @@ def check_text(info: dict[str, Any]) -> str:
         fit, out = r["fit"], r["output"]
         lines += [
             f"route {alias} -> {r['model']}",
-            f"  transport {r['transport']}  api base {r['api_base'] or '(litellm default)'}"
+            f"  transport {r['transport']}  api base {r['api_base'] or '(the provider default)'}"
             f"  key {'set' if r['api_key_set'] else 'unset'}",
             f"  window {r['context_window']:,}  max output {r['max_output_tokens']:,}"
             f"  tokenizer {r['tokenizer']}  framing {r['framing']['family']}",
