@@ -79,7 +79,7 @@ def sentinel_client(
         for key in ("username", "password", "db"):
             if parsed.get(key) is not None:
                 master_kwargs[key] = parsed[key]
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(sentinels), sentinel_kwargs=sentinel_kwargs, **master_kwargs
     )
     client: Redis = sentinel.master_for(master_name, **master_kwargs)
