@@ -127,8 +127,9 @@ def _ratio(part: float, whole: float) -> float | None:
 def key_states(config: Config, keys: ProviderKeys) -> dict[str, dict[str, Any]]:
     """Per route, where its provider key comes from and whether it is there: ``missing`` (an
     ``os.environ/NAME`` that is unset: the route answers ``provider_key_missing``), ``client``
-    (``forward_client_key``: each client brings its own), ``set``, or ``none`` (no key named:
-    a local server, or a provider library that reads its own variable — not known to fail)."""
+    (``forward_client_key``: each client brings its own), ``set``, ``local`` (a ``sim://`` route)
+    or ``none`` (no key named: a local server, or a provider library that reads its own
+    variable — not known to fail)."""
     out: dict[str, dict[str, Any]] = {}
     for alias, rc in config.routes.items():
         source = keys.sources.get(alias)
@@ -137,7 +138,9 @@ def key_states(config: Config, keys: ProviderKeys) -> dict[str, dict[str, Any]]:
             state = "client"
         elif alias in keys.missing:
             state = "missing"
-        elif rc.upstream.api_key not in (None, PLACEHOLDER_KEY):  # the simulator takes none
+        elif rc.upstream.api_key == PLACEHOLDER_KEY:
+            state = "local"  # a sim:// route: the packaged simulator checks no key
+        elif rc.upstream.api_key is not None:
             state = "set"
         else:
             state = "none"

@@ -19,18 +19,19 @@ from typing import Any
 
 from proxy.records import ANONYMOUS, RequestRecord
 
-__all__ = ["BIN_WIDTHS", "MAX_BINS", "bin_width", "spend"]
+__all__ = ["BIN_WIDTHS", "MAX_BINS", "MIN_BINS", "bin_width", "spend"]
 
 #: Candidate bar widths in seconds, smallest first.
 BIN_WIDTHS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400, 7 * 86400)
-#: The most bars the chart draws.
+#: The most and the fewest bars the chart draws.
 MAX_BINS = 36
+MIN_BINS = 12
 
 
 def bin_width(span: float) -> int:
     """The smallest round width that covers ``span`` seconds in at most ``MAX_BINS`` bars."""
     for width in BIN_WIDTHS:
-        if span / width < MAX_BINS:
+        if span / width < MAX_BINS - 1:
             return width
     return BIN_WIDTHS[-1]
 
@@ -90,8 +91,10 @@ def spend(
     found = [r for r in records if r.kind == "serve"]
     start_time = min((r.time for r in found), default=now)
     width = bin_width(max(now - start_time, 1.0))
-    start = math.floor(start_time / width) * width
-    bins = min(MAX_BINS, int((now - start) // width) + 1)
+    # the bars end with the current one; at least MIN_BINS of them, so a burst is a bar
+    last = math.floor(now / width) * width
+    bins = min(MAX_BINS, max(MIN_BINS, int((last - start_time) // width) + 2))
+    start = last - (bins - 1) * width
     teams: dict[str, _Tally] = {}
     by_key: dict[tuple[str, str], _Tally] = {}
     for team, fingerprints in (keys or {}).items():
@@ -107,6 +110,7 @@ def spend(
     return {
         "since": round(start_time, 3) if found else None,
         "start": start,
+        "now": round(now, 3),
         "bin_seconds": width,
         "bins": bins,
         "records": len(found),

@@ -17,7 +17,7 @@ from proxy.provider_keys import ProviderKeys, key_sources
 from proxy.records import RequestRecord
 from proxy.ui.data import errors_by_route, key_states
 from proxy.ui.deployments import deployment_health
-from proxy.ui.spend import BIN_WIDTHS, MAX_BINS, bin_width, spend
+from proxy.ui.spend import BIN_WIDTHS, MAX_BINS, MIN_BINS, bin_width, spend
 
 
 def _record(t: float, team: str | None, key: str | None, usd: float | None, **kw) -> RequestRecord:
@@ -67,7 +67,7 @@ def test_spend_sums_per_team_and_key_and_never_counts_unpriced_as_zero_spent() -
 def test_spend_with_no_records_is_empty_not_an_error() -> None:
     out = spend([], 5_000.0)
     assert out["records"] == 0 and out["usd"] == 0 and out["teams"] == [] and out["since"] is None
-    assert out["bins"] >= 1
+    assert out["bins"] == MIN_BINS
 
 
 @given(
@@ -85,8 +85,11 @@ def test_every_priced_dollar_lands_in_exactly_one_bar(rows) -> None:
     now = 30 * 86400 + 1.0
     records = [_record(now - age, team, key, usd) for age, team, key, usd in rows]
     out = spend(records, now)
-    assert 1 <= out["bins"] <= MAX_BINS and out["bin_seconds"] in BIN_WIDTHS
+    assert MIN_BINS <= out["bins"] <= MAX_BINS and out["bin_seconds"] in BIN_WIDTHS
     assert out["start"] % out["bin_seconds"] == 0
+    # the last bar holds now; the first one the oldest record (when there is one)
+    assert out["start"] + out["bins"] * out["bin_seconds"] > now
+    assert all(out["start"] <= now - age for age, *_ in rows)
     for group in (out["teams"], out["keys"]):
         assert sum(g["usd"] for g in group) == pytest.approx(out["usd"], abs=1e-5)
         for g in group:
@@ -98,9 +101,9 @@ def test_every_priced_dollar_lands_in_exactly_one_bar(rows) -> None:
 @given(st.floats(1, 400 * 86400))
 def test_bin_width_is_the_smallest_round_width_that_fits(span: float) -> None:
     width = bin_width(span)
-    assert span / width < MAX_BINS or width == BIN_WIDTHS[-1]
+    assert span / width < MAX_BINS - 1 or width == BIN_WIDTHS[-1]
     smaller = [w for w in BIN_WIDTHS if w < width]
-    assert all(span / w >= MAX_BINS for w in smaller)
+    assert all(span / w >= MAX_BINS - 1 for w in smaller)
 
 
 # -- errors by route and status ----------------------------------------------------------

@@ -100,7 +100,7 @@ def test_a_refusal_while_fitting_counts_on_its_own_route(gateway: InProcess) -> 
 def test_a_route_whose_key_variable_is_unset_is_flagged(gateway: InProcess) -> None:
     routes = {r["alias"]: r for r in _data(gateway)["routes"]}
     assert routes["keyless"]["key"] == {"state": "missing", "env": UNSET}
-    assert routes["sim-gpt-4o"]["key"]["state"] == "none"
+    assert routes["sim-gpt-4o"]["key"]["state"] == "local"
     deployments = {r["alias"]: r["deployments"] for r in _data(gateway)["deployments"]["routes"]}
     assert set(deployments) == {"sim-gpt-4o", "sim-small", "keyless"}
     assert all(len(d) == 1 for d in deployments.values())

@@ -49,7 +49,7 @@ const seriesClass = (i) => "s" + (i % SERIES_COLOURS);
 
 // A line/scatter chart over time. series: [{cls, points: [[t, v]], dots}]
 function timeChart(series, opts) {
-  const W = 300, H = 120, L = 40, R = 6, T = 6, B = 16;
+  const W = 300, H = 100, L = 40, R = 6, T = 6, B = 16;
   const svg = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}` });
   const all = series.flatMap((s) => s.points);
   if (all.length === 0) {
@@ -94,7 +94,7 @@ function timeChart(series, opts) {
 
 // Stacked bars of fit actions per time bin. fits: recent fit entries of one route.
 function actionChart(fits, actions) {
-  const W = 300, H = 120, L = 40, R = 6, T = 6, B = 16;
+  const W = 300, H = 100, L = 40, R = 6, T = 6, B = 16;
   const svg = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}` });
   if (fits.length === 0) {
     const t = svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" });
@@ -209,9 +209,9 @@ function fitRow(f, actions) {
   const taken = actions.filter((a) => f.actions[a.name] && f.actions[a.name].count);
   const acts = taken.map((a) => `${a.verb} ${f.actions[a.name].count} ${a.noun}`).join(", ") || "none";
   const removed = taken.reduce((s, a) => s + f.actions[a.name].tokens_removed, 0);
-  return el("tr", {}, el("td", {}, fmt.clock(f.time)), el("td", {}, f.route),
-    el("td", { class: "num" }, fmt.int(f.budget)), el("td", { class: "num" }, fmt.int(f.estimate_before)),
-    el("td", { class: "num" }, fmt.int(f.estimate_after)), el("td", {}, acts),
+  return el("tr", {}, el("td", {}, fmt.clock(f.time)), el("td", { class: "name" }, f.route),
+    el("td", { class: "num" }, fmt.int(f.budget)),
+    el("td", { class: "num" }, `${fmt.int(f.estimate_before)} → ${fmt.int(f.estimate_after)}`), el("td", {}, acts),
     el("td", { class: "num" }, fmt.int(removed)));
 }
 
@@ -223,8 +223,8 @@ const keyName = (k) => (k.key_id === "-" ? "(no key)" : k.key_id);
 
 // Stacked USD bars per time bin, one series per team (or per key).
 function spendChart(spend, by) {
-  const W = 900, H = 170, L = 52, R = 8, T = 8, B = 18;
-  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-chart": "spend" });
+  const W = 900, H = 150, L = 46, R = 6, T = 6, B = 16;
+  const svg = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, "data-chart": "spend" });
   const rows = (by === "keys" ? spend.keys : spend.teams).filter((s) => s.usd > 0);
   const legend = el("div", { class: "legend" });
   if (!rows.length) {
@@ -319,7 +319,7 @@ function renderErrors(data) {
     ...e.statuses.map((s) => el("th", { class: "num status-" + s[0] }, s))));
   document.querySelector("#errors tbody").replaceChildren(...e.routes.map((r) =>
     el("tr", { "data-route": r.route },
-      el("td", {}, r.route === "-" ? "(no route)" : r.route),
+      el("td", { class: "name" }, r.route === "-" ? "(no route)" : r.route),
       el("td", { class: "num" }, fmt.int(r.requests)),
       el("td", { class: "num", "data-figure": "errors" }, r.errors ? fmt.int(r.errors) : "–"),
       ...e.statuses.map((s) => el("td", { class: "num", "data-status": s },
@@ -330,6 +330,7 @@ const KEY_BADGES = {
   missing: (k) => ["bad", `MISSING: ${k.env} unset`],
   set: (k) => ["ok", k.env ? k.env : "in config"],
   client: () => ["", "client's own"],
+  local: () => ["", "simulator: none needed"],
   none: () => ["", "none named"],
 };
 const HEALTH = { ok: "ok", degraded: "warn", failing: "bad", idle: "", unknown: "" };
@@ -341,15 +342,18 @@ function renderDeployments(data) {
   document.getElementById("deploy-note").textContent = (missing ? `${missing} without a provider key · ` : "") +
     (d.exported ? "attempts since start, this worker" : "this gateway exports no per-deployment metrics");
   const rows = [];
-  for (const r of d.routes) {
+  // routes that cannot serve (no provider key) first
+  const order = [...d.routes].sort((a, b) =>
+    (routes[b.alias].key.state === "missing") - (routes[a.alias].key.state === "missing"));
+  for (const r of order) {
     const key = routes[r.alias].key;
     const [cls, label] = KEY_BADGES[key.state](key);
     r.deployments.forEach((dep, i) => {
       const failed = Object.entries(dep.failed).map(([k, v]) => `${k} ${fmt.int(v)}`).join(", ");
       const state = dep.state === "unknown" ? "no metrics" : dep.state === "idle" ? "no traffic" : dep.state;
       rows.push(el("tr", { class: i ? "sub" : "", "data-deployment": dep.id, "data-route": r.alias },
-        el("td", {}, r.alias),
-        el("td", {}, i ? "" : el("span", { class: "badge " + cls, "data-figure": "key" }, label)),
+        el("td", { class: "name" }, r.alias),
+        el("td", {}, i ? "" : el("span", { class: "badge wrap " + cls, "data-figure": "key" }, label)),
         el("td", { class: "mono id" }, dep.id), el("td", { class: "id" }, dep.model),
         el("td", { class: "num" }, fmt.int(dep.ok)),
         el("td", { class: failed ? "status-5" : "muted" }, failed || "–"),
@@ -387,7 +391,7 @@ function logRow(r, actions) {
   const acts = taken.map((a) => `${a.verb} ${r.actions[a.name].count} ${a.noun}`).join(", ");
   return el("tr", { "data-status": String(r.status), "data-route": r.route || "-" },
     el("td", {}, fmt.clock(r.time)), el("td", {}, r.team || "–"),
-    el("td", { class: "mono" }, r.key_id || "–"), el("td", {}, r.route || "–"),
+    el("td", { class: "mono" }, r.key_id || "–"), el("td", { class: "name" }, r.route || "–"),
     el("td", { class: "id" }, r.deployment || "–"),
     el("td", { class: "num status-" + String(r.status)[0] }, String(r.status)),
     el("td", { class: "id" }, r.error_code || ""),
