@@ -7,7 +7,8 @@ Endpoints (see :mod:`proxy.ui.auth` for why the key travels as it does):
 * ``GET /routefit/ui/static/{name}`` — its script and style sheet;
 * ``GET /routefit/ui/data`` — the figures; admin key as a bearer header, or the session cookie;
 * ``GET /routefit/ui/requests`` — the request log (``proxy.records``, the store's per-team lists:
-  the records ``GET /routefit/requests`` serves), newest first, with the same filters
+  the records ``GET /routefit/requests`` serves, read through ``proxy.ui.recent``), newest
+  first, with the same filters
   (``route``, ``status`` as a code or a class, ``since``, ``limit``) plus ``team`` and ``key``
   (a key's fingerprint); same access as the data (the session cookie is scoped to this path);
 * ``POST /routefit/ui/session`` — ``{"key": "<admin key>"}`` → the session cookie;
@@ -33,7 +34,7 @@ from proxy.calibrator import Calibrator
 from proxy.config import Config
 from proxy.errors import ProxyError, error_response
 from proxy.metrics import Metrics
-from proxy.records import ANONYMOUS, RequestRecord, page, query
+from proxy.records import ANONYMOUS, RequestRecord, matches, page, query
 from proxy.store import StoreUnavailable
 from proxy.teams import TeamDirectory
 from proxy.ui.auth import COOKIE, SESSION_SECONDS, Sessions
@@ -143,12 +144,13 @@ class Dashboard:
             if team not in teams:
                 raise ProxyError(400, f"unknown team {team!r}", param="team")
             teams = (team,)
-        if key is None:
-            return await self.data.records.read(teams, limit, route, status, since)
-        # the store filters by team only: a key's records are found among all that are kept
-        depth = self.data.records.settings.keep * len(teams)
-        found = await self.data.records.read(teams, depth, route, status, since)
-        return [r for r in found if (r.key_id or ANONYMOUS) == key][:limit]
+        await self.data.recent.refresh(teams)
+        found = [
+            r
+            for r in self.data.recent.records(teams)
+            if matches(r, route, status, since) and (key is None or (r.key_id or ANONYMOUS) == key)
+        ]
+        return found[:limit]
 
     async def session_state(self, request: Request) -> Response:
         """Whether this browser may read the figures (always 200: the page asks before it

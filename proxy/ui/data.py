@@ -4,8 +4,9 @@ Sources: the config (window, tokenizer, model and deployments per route, where e
 provider key comes from: ``proxy.provider_keys``), the calibrator (factors, recent samples:
 estimate error, anchored share and cached tokens over time), the metrics registry (requests by
 route and status, errors by kind, fit actions, per-deployment attempts: ``proxy.ui.deployments``),
-the budgets (each team's windows), the request log's records in the store (spend per team and
-key: ``proxy.ui.spend``; the log view: ``Dashboard.requests``) and two small rings kept here:
+the budgets (each team's windows), the request log's records in the store, copied by
+``proxy.ui.recent`` (spend per team and key: ``proxy.ui.spend``; the log view:
+``Dashboard.requests``) and two small rings kept here:
 recent fit reports (sizes and actions only — never message content) and a history of the
 calibration factors (the calibrator keeps only the current ones).
 
@@ -16,6 +17,7 @@ worker writes the same store).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -29,10 +31,11 @@ from proxy.errors import ProxyError
 from proxy.local_provider import PLACEHOLDER_KEY
 from proxy.metrics import Metrics
 from proxy.provider_keys import ProviderKeys
-from proxy.records import ANONYMOUS, Records, RequestRecord
+from proxy.records import ANONYMOUS
 from proxy.store import StoreUnavailable
 from proxy.teams import MASTER_TEAM, TeamDirectory, fingerprint
 from proxy.ui.deployments import deployment_health
+from proxy.ui.recent import THREAD_AT, RecentRecords
 from proxy.ui.spend import spend
 from strategies.fit import FitReport
 from strategies.registry import STRATEGIES
@@ -41,6 +44,8 @@ __all__ = ["ACTIONS", "DashboardData", "FitLog", "History", "errors_by_route", "
 
 #: Points per route series sent to the page (the newest).
 SERIES_POINTS = 300
+#: Seconds a long request log's spend is reused before it is summed again.
+SPEND_EVERY = 10.0
 
 #: How the page names each fit action, in the registry's order (it names none itself).
 ACTIONS = [{"name": s.label.action, "verb": s.label.verb, "noun": s.label.noun} for s in STRATEGIES]
@@ -195,8 +200,9 @@ class DashboardData:
         self.fits = FitLog()
         self.history = History()
         self.keys = key_states(config, ProviderKeys.from_file(config, config.open))
-        # the gateway's request log reads the same store with the same settings
-        self.records = Records(config.settings.request_log, budgets.store, teams)
+        # the request log's records: the lists the gateway's ``Records`` writes to the store
+        self.recent = RecentRecords(budgets.store, config.settings.request_log.keep)
+        self._spent: tuple[float, dict[str, Any]] | None = None
 
     def record(self, report: FitReport) -> None:
         """Called by the chat path once per fitted request (no I/O, a few microseconds)."""
@@ -241,16 +247,23 @@ class DashboardData:
 
     async def _spend(self) -> dict[str, Any]:
         teams = self.log_teams()
-        keep = self.config.settings.request_log.keep
         try:
-            # unfiltered, a read takes each team's newest ``limit``: all that is kept
-            found: list[RequestRecord] = await self.records.read(teams, keep * len(teams))
+            await self.recent.refresh(teams)
         except StoreUnavailable as exc:
             return {"error": f"the store is unavailable: {exc}"}
+        found = self.recent.records(teams)
         keys = {
             team.id: [fingerprint(h) for h in team.key_hashes] for team in self.teams.teams.values()
         }
-        return {"keep": keep, **spend(found, time.time(), keys)}
+        now = time.time()
+        if len(found) < THREAD_AT:
+            return {"keep": self.recent.keep, **spend(found, now, keys)}
+        # ~15 µs a record: a long log is summed off the event loop, at most every SPEND_EVERY
+        # seconds (the page polls every 3 s; spend moves slower than that)
+        if self._spent is None or now - self._spent[0] >= SPEND_EVERY:
+            summed = await asyncio.to_thread(spend, found, now, keys)
+            self._spent = (now, {"keep": self.recent.keep, **summed})
+        return self._spent[1]
 
     def _routes(self, summaries: Mapping[str, Any]) -> list[dict[str, Any]]:
         requests = _counter(self.metrics.requests, ("route", "status"))
