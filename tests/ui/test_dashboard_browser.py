@@ -1,5 +1,6 @@
 """The dashboard in a real headless Chromium against a live routefit (in-process) with eight
-routes: the sign-in, the live figures, the operating panels, and the layout at 1024 and 1920 px.
+routes: the sign-in, the live figures, the layout at 1024 and 1920 px, the operating panels (in
+this order: the last one adds deployment series to the app's metrics).
 
 Chromium is the Debian package ``chromium`` driven by playwright-python (never ``playwright
 install``). Without it the test is skipped with the reason — except in CI (``CI`` set), where a
@@ -24,6 +25,7 @@ from conftest import ADMIN_KEY, TEAM_KEY, Traffic, _drive, _local
 from harness import gateway_config
 from inprocess import run_inprocess
 from openai import OpenAI
+from prometheus_client import Counter, Histogram
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHROMIUM_ARGS = [
@@ -188,56 +190,33 @@ def test_dashboard_shows_live_figures_without_console_errors(eight: Traffic) -> 
     assert problems == []
 
 
-def test_operating_panels_show_spend_errors_keys_and_the_request_log(eight: Traffic) -> None:
-    executable = _chromium()
-    from playwright.sync_api import expect, sync_playwright
+def _declared(registry: Any, kind: Any, name: str, labels: list[str]) -> Any:
+    """The series ``name`` in ``registry``: declared here, or the gateway's own where it
+    declares it (a gateway that routes between deployments does)."""
+    try:
+        return kind(name, name, labels, registry=registry)
+    except ValueError:  # already declared
+        return registry._names_to_collectors[name]
 
-    base = eight.gateway.base_url
-    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
-    data = httpx.get(base + "/routefit/ui/data", headers=admin).json()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1024, "height": 900})
-            problems = _problems(page)
-            _sign_in(page, base, problems)
-            # the route without its key: flagged in the header and on its row
-            assert page.locator('[data-pill="keyless"]').inner_text().endswith("1")
-            badge = page.locator('#deployments [data-route="prod-gpt-4o"] [data-figure="key"]')
-            assert badge.inner_text() == f"MISSING: {UNSET} unset"
-            assert "bad" in (badge.get_attribute("class") or "")
-            health = page.locator('#deployments [data-figure="health"]')
-            assert health.count() == 8  # one deployment per alias, each listed
-            # errors by status and route: the refusal on its own route, the unknown model apart
-            small = page.locator('#errors [data-route="sim-small"] [data-status="400"]')
-            assert small.inner_text() == "1"
-            keyless = page.locator('#errors [data-route="prod-gpt-4o"] [data-status="503"]')
-            assert keyless.inner_text() == "1"
-            assert page.locator('#errors [data-route="-"] [data-status="404"]').inner_text() == "1"
-            # spend: one bar series per team that spent, the table per key
-            spent = [t for t in data["spend"]["teams"] if t["usd"] > 0]
-            assert spent and page.locator("#spend-chart rect").count() >= len(spent)
-            assert page.locator("#keys tbody tr").count() == len(data["spend"]["keys"])
-            page.select_option("#spend-by", "keys")
-            assert page.locator("#spend-chart .legend span").count() == len(
-                [k for k in data["spend"]["keys"] if k["usd"] > 0]
-            )
-            # the request log: every record, then the one a click on the 400 count selects
-            log = httpx.get(base + "/routefit/requests", headers=admin).json()["data"]
-            assert page.locator("#log tbody tr").count() == len(log)
-            small.locator("button").click()
-            expect(page.locator("#log tbody tr")).to_have_count(1)
-            row = page.locator("#log tbody tr")
-            assert row.get_attribute("data-route") == "sim-small"
-            assert "context_length_exceeded" in row.inner_text()
-            page.click("#log-filters button[type=reset]")
-            expect(page.locator("#log tbody tr")).to_have_count(len(log))
-            page.select_option('#log-filters select[name="team"]', "search")
-            searched = len([r for r in log if r["team"] == "search"])
-            expect(page.locator("#log tbody tr")).to_have_count(searched)
-        finally:
-            browser.close()
-    assert problems == []
+
+def _export_deployment_series(traffic: Traffic, data: dict[str, Any]) -> str:
+    """Per-deployment series as a routing gateway exports them, in the live app's registry, for
+    the keyless route's deployment (refused before anything leaves, so no gateway counts an
+    attempt of its own there): nine attempts answered, one timed out, 0.25 s each."""
+    registry = traffic.gateway.app.state.routefit.metrics.registry
+    (route,) = [r for r in data["deployments"]["routes"] if r["alias"] == "prod-gpt-4o"]
+    deployment: str = route["deployments"][0]["id"]
+    attempts = _declared(
+        registry, Counter, "routefit_deployment_attempts", ["route", "deployment", "outcome"]
+    )
+    latency = _declared(
+        registry, Histogram, "routefit_deployment_latency_seconds", ["route", "deployment"]
+    )
+    attempts.labels("prod-gpt-4o", deployment, "ok").inc(9)
+    attempts.labels("prod-gpt-4o", deployment, "timeout").inc(1)
+    for _ in range(10):
+        latency.labels("prod-gpt-4o", deployment).observe(0.25)
+    return deployment
 
 
 def _layout(page: Any) -> dict[str, Any]:
@@ -305,4 +284,61 @@ def test_the_page_is_usable_from_1024_to_1920_px(eight: Traffic) -> None:
     # the issue's 6,761 px page at 1024, and wider is not taller
     assert heights[1024] < OLD_HEIGHT / 2, heights
     assert heights[1920] <= heights[1024], heights
+    assert problems == []
+
+
+def test_operating_panels_show_spend_errors_keys_and_the_request_log(eight: Traffic) -> None:
+    executable = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    base = eight.gateway.base_url
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    data = httpx.get(base + "/routefit/ui/data", headers=admin).json()
+    deployment = _export_deployment_series(eight, data)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1024, "height": 900})
+            problems = _problems(page)
+            _sign_in(page, base, problems)
+            # the route without its key: flagged in the header and on its row
+            assert page.locator('[data-pill="keyless"]').inner_text().endswith("1")
+            badge = page.locator('#deployments [data-route="prod-gpt-4o"] [data-figure="key"]')
+            assert badge.inner_text() == f"MISSING: {UNSET} unset"
+            assert "bad" in (badge.get_attribute("class") or "")
+            health = page.locator('#deployments [data-figure="health"]')
+            assert health.count() == 8  # one deployment per alias, each listed
+            # the deployment series, where the gateway exports them, fill its row
+            row = page.locator(f'#deployments tr[data-deployment="{deployment}"]')
+            assert row.locator('[data-figure="health"]').inner_text() == "degraded"
+            assert "timeout 1" in row.inner_text() and "250 ms" in row.inner_text()
+            # errors by status and route: the refusal on its own route, the unknown model apart
+            small = page.locator('#errors [data-route="sim-small"] [data-status="400"]')
+            assert small.inner_text() == "1"
+            keyless = page.locator('#errors [data-route="prod-gpt-4o"] [data-status="503"]')
+            assert keyless.inner_text() == "1"
+            assert page.locator('#errors [data-route="-"] [data-status="404"]').inner_text() == "1"
+            # spend: one bar series per team that spent, the table per key
+            spent = [t for t in data["spend"]["teams"] if t["usd"] > 0]
+            assert spent and page.locator("#spend-chart rect").count() >= len(spent)
+            assert page.locator("#keys tbody tr").count() == len(data["spend"]["keys"])
+            page.select_option("#spend-by", "keys")
+            assert page.locator("#spend-chart .legend span").count() == len(
+                [k for k in data["spend"]["keys"] if k["usd"] > 0]
+            )
+            # the request log: every record, then the one a click on the 400 count selects
+            log = httpx.get(base + "/routefit/requests", headers=admin).json()["data"]
+            assert page.locator("#log tbody tr").count() == len(log)
+            small.locator("button").click()
+            expect(page.locator("#log tbody tr")).to_have_count(1)
+            row = page.locator("#log tbody tr")
+            assert row.get_attribute("data-route") == "sim-small"
+            assert "context_length_exceeded" in row.inner_text()
+            page.click("#log-filters button[type=reset]")
+            expect(page.locator("#log tbody tr")).to_have_count(len(log))
+            page.select_option('#log-filters select[name="team"]', "search")
+            searched = len([r for r in log if r["team"] == "search"])
+            expect(page.locator("#log tbody tr")).to_have_count(searched)
+        finally:
+            browser.close()
     assert problems == []
