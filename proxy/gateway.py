@@ -210,6 +210,7 @@ class Gateway:
         try:
             a = await self.intake.admit(request, wire, session)
             t.admitted(a.rc, a.team)
+            route = a.rc.route.alias  # a refusal while pricing (an overflow) counts on its route
             p = Flight(
                 await self.estimator.estimate(
                     wire, a.request, a.rc, a.team, a.who, a.size, a.started
@@ -217,7 +218,6 @@ class Gateway:
                 t,
             )
             t.phase("fit", t.started)
-            route = p.rc.route.alias
             p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
             if self.on_fit is not None:
                 self.on_fit(p.fitted.report)

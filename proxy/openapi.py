@@ -514,8 +514,31 @@ def _ui_paths(security: Security) -> dict[str, Any]:
             responses(json_ok("The figures", "Object"), "401", "403", "429", "503"),
             security=security,
         ),
+        "/routefit/ui/requests": get(
+            "dashboardRequests",
+            "The request log, newest first, filtered (admin key or session cookie)",
+            responses(json_ok("The records", "Object"), "400", "401", "403", "429", "503"),
+            parameters=_log_filters(),
+            security=security,
+        ),
         "/routefit/ui/session": session,
     }
+
+
+def _log_filters() -> list[dict[str, Any]]:
+    """The dashboard's request-log filters (``proxy.records.query`` plus team and key)."""
+    schemas = {
+        "limit": {"type": "integer", "minimum": 1},
+        "route": {"type": "string"},
+        "status": {"type": "string", "pattern": "^([0-9]+|[1-5]xx)$"},
+        "since": {"type": "number"},
+        "team": {"type": "string"},
+        "key": {"type": "string"},
+    }
+    return [
+        {"name": name, "in": "query", "required": False, "schema": schema}
+        for name, schema in schemas.items()
+    ]
 
 
 def _wire_schemas(aliases: list[str]) -> dict[str, Any]:

@@ -6,6 +6,11 @@ Endpoints (see :mod:`proxy.ui.auth` for why the key travels as it does):
 * ``GET /routefit/ui`` — the page (a shell: no data, so it needs no key);
 * ``GET /routefit/ui/static/{name}`` — its script and style sheet;
 * ``GET /routefit/ui/data`` — the figures; admin key as a bearer header, or the session cookie;
+* ``GET /routefit/ui/requests`` — the request log (``proxy.records``, the store's per-team lists:
+  the records ``GET /routefit/requests`` serves, read through ``proxy.ui.recent``), newest
+  first, with the same filters
+  (``route``, ``status`` as a code or a class, ``since``, ``limit``) plus ``team`` and ``key``
+  (a key's fingerprint); same access as the data (the session cookie is scoped to this path);
 * ``POST /routefit/ui/session`` — ``{"key": "<admin key>"}`` → the session cookie;
   ``DELETE`` revokes it (server-side: a copy of the cookie dies too); ``GET`` says whether this
   browser may read the figures.
@@ -16,6 +21,7 @@ fetches only; no framing), so even a hostile route alias could not run script in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 
 import orjson
@@ -28,6 +34,8 @@ from proxy.calibrator import Calibrator
 from proxy.config import Config
 from proxy.errors import ProxyError, error_response
 from proxy.metrics import Metrics
+from proxy.records import ANONYMOUS, RequestRecord, matches, page, query
+from proxy.store import StoreUnavailable
 from proxy.teams import TeamDirectory
 from proxy.ui.auth import COOKIE, SESSION_SECONDS, Sessions
 from proxy.ui.data import DashboardData
@@ -91,6 +99,7 @@ class Dashboard:
             Route(PREFIX + "/", self.page, methods=["GET"]),
             Route(PREFIX + "/static/{name}", self.static, methods=["GET"]),
             Route(PREFIX + "/data", self.figures, methods=["GET"]),
+            Route(PREFIX + "/requests", self.requests, methods=["GET"]),
             Route(PREFIX + "/session", self.session_state, methods=["GET"]),
             Route(PREFIX + "/session", self.session, methods=["POST", "DELETE"]),
         ]
@@ -114,6 +123,34 @@ class Dashboard:
             return error_response(err, headers=_SECURITY)
         body = orjson.dumps(await self.data.build())
         return Response(body, media_type="application/json", headers=_SECURITY)
+
+    async def requests(self, request: Request) -> Response:
+        try:
+            await self.sessions.authorize(request.headers, request.cookies, _client(request))
+            found = await self._log(request.query_params)
+        except ProxyError as err:
+            return error_response(err, headers=_SECURITY)
+        except StoreUnavailable as exc:
+            down = ProxyError(503, f"the store is unavailable: {exc}", code="store_unavailable")
+            return error_response(down, headers=_SECURITY)
+        return Response(page(found), media_type="application/json", headers=_SECURITY)
+
+    async def _log(self, params: Mapping[str, str]) -> list[RequestRecord]:
+        """The request log's records the filters pass: every team's, or the one named."""
+        limit, route, status, since = query(params)
+        team, key = params.get("team") or None, params.get("key") or None
+        teams = self.data.log_teams()
+        if team is not None:
+            if team not in teams:
+                raise ProxyError(400, f"unknown team {team!r}", param="team")
+            teams = (team,)
+        await self.data.recent.refresh(teams)
+        found = [
+            r
+            for r in self.data.recent.records(teams)
+            if matches(r, route, status, since) and (key is None or (r.key_id or ANONYMOUS) == key)
+        ]
+        return found[:limit]
 
     async def session_state(self, request: Request) -> Response:
         """Whether this browser may read the figures (always 200: the page asks before it

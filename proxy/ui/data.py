@@ -1,17 +1,23 @@
 """What the dashboard shows, as one JSON document built from the running app's own objects.
 
-Sources: the config (window, tokenizer, model per route), the calibrator (factors, recent
-samples: estimate error, anchored share and cached tokens over time), the metrics registry
-(requests by status, fit actions), the budgets (each team's windows) and two small rings kept
-here: recent fit reports (sizes and actions only — never message content) and a history of the
+Sources: the config (window, tokenizer, model and deployments per route, where each route's
+provider key comes from: ``proxy.provider_keys``), the calibrator (factors, recent samples:
+estimate error, anchored share and cached tokens over time), the metrics registry (requests by
+route and status, errors by kind, fit actions, per-deployment attempts: ``proxy.ui.deployments``),
+the budgets (each team's windows), the request log's records in the store, copied by
+``proxy.ui.recent`` (spend per team and key: ``proxy.ui.spend``; the log view:
+``Dashboard.requests``) and two small rings kept here:
+recent fit reports (sizes and actions only — never message content) and a history of the
 calibration factors (the calibrator keeps only the current ones).
 
-It reflects the worker that answers; with several workers or replicas, Grafana over the
-Prometheus metrics shows the fleet.
+The metrics and rings reflect the worker that answers; with several workers or replicas, Grafana
+over the Prometheus metrics shows the fleet. The request log's figures are the fleet's (every
+worker writes the same store).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -22,15 +28,24 @@ from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config
 from proxy.errors import ProxyError
+from proxy.local_provider import PLACEHOLDER_KEY
 from proxy.metrics import Metrics
-from proxy.teams import TeamDirectory
+from proxy.provider_keys import ProviderKeys
+from proxy.records import ANONYMOUS
+from proxy.store import StoreUnavailable
+from proxy.teams import MASTER_TEAM, TeamDirectory, fingerprint
+from proxy.ui.deployments import deployment_health
+from proxy.ui.recent import THREAD_AT, RecentRecords
+from proxy.ui.spend import spend
 from strategies.fit import FitReport
 from strategies.registry import STRATEGIES
 
-__all__ = ["ACTIONS", "DashboardData", "FitLog", "History"]
+__all__ = ["ACTIONS", "DashboardData", "FitLog", "History", "errors_by_route", "key_states"]
 
 #: Points per route series sent to the page (the newest).
 SERIES_POINTS = 300
+#: Seconds a long request log's spend is reused before it is summed again.
+SPEND_EVERY = 10.0
 
 #: How the page names each fit action, in the registry's order (it names none itself).
 ACTIONS = [{"name": s.label.action, "verb": s.label.verb, "noun": s.label.noun} for s in STRATEGIES]
@@ -114,6 +129,60 @@ def _ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
+def key_states(config: Config, keys: ProviderKeys) -> dict[str, dict[str, Any]]:
+    """Per route, where its provider key comes from and whether it is there: ``missing`` (an
+    ``os.environ/NAME`` that is unset: the route answers ``provider_key_missing``), ``client``
+    (``forward_client_key``: each client brings its own), ``set``, ``local`` (a ``sim://`` route)
+    or ``none`` (no key named: a local server, or a provider library that reads its own
+    variable — not known to fail)."""
+    out: dict[str, dict[str, Any]] = {}
+    for alias, rc in config.routes.items():
+        source = keys.sources.get(alias)
+        env = source.env if source is not None else None
+        if source is not None and source.forward_client_key:
+            state = "client"
+        elif alias in keys.missing:
+            state = "missing"
+        elif rc.upstream.api_key == PLACEHOLDER_KEY:
+            state = "local"  # a sim:// route: the packaged simulator checks no key
+        elif rc.upstream.api_key is not None:
+            state = "set"
+        else:
+            state = "none"
+        out[alias] = {"state": state, "env": env}
+    return out
+
+
+def errors_by_route(
+    requests: Mapping[tuple[str, ...], float], aliases: Iterable[str]
+) -> dict[str, Any]:
+    """``routefit_requests_total`` as a route × status table of everything but 200: configured
+    routes first (in config order, each listed even without errors), then any other label —
+    ``-`` is a request refused before it had a route (an unknown model, a key that opens
+    nothing)."""
+    rows: dict[str, dict[str, int]] = {alias: {} for alias in aliases}
+    served: dict[str, int] = {}
+    for (route, status), value in requests.items():
+        if status == "200":
+            served[route] = served.get(route, 0) + int(value)
+        elif value:
+            row = rows.setdefault(route, {})
+            row[status] = row.get(status, 0) + int(value)
+    statuses = sorted({st for row in rows.values() for st in row}, key=lambda st: (len(st), st))
+    return {
+        "statuses": statuses,
+        "routes": [
+            {
+                "route": route,
+                "by_status": row,
+                "errors": sum(row.values()),
+                "requests": served.get(route, 0) + sum(row.values()),
+            }
+            for route, row in rows.items()
+        ],
+    }
+
+
 class DashboardData:
     def __init__(
         self,
@@ -130,6 +199,10 @@ class DashboardData:
         self.teams = teams
         self.fits = FitLog()
         self.history = History()
+        self.keys = key_states(config, ProviderKeys.from_file(config, config.open))
+        # the request log's records: the lists the gateway's ``Records`` writes to the store
+        self.recent = RecentRecords(budgets.store, config.settings.request_log.keep)
+        self._spent: tuple[float, dict[str, Any]] | None = None
 
     def record(self, report: FitReport) -> None:
         """Called by the chat path once per fitted request (no I/O, a few microseconds)."""
@@ -154,7 +227,43 @@ class DashboardData:
             "actions": ACTIONS,
             "fits": list(self.fits.entries)[::-1],
             "history": list(self.history.points),
+            "errors": errors_by_route(
+                _counter(self.metrics.requests, ("route", "status")), self.config.routes
+            ),
+            "error_kinds": {
+                k: int(v) for (k,), v in _counter(self.metrics.errors, ("kind",)).items()
+            },
+            "deployments": deployment_health(self.config, self.metrics.registry),
+            "spend": await self._spend(),
         }
+
+    def log_teams(self) -> tuple[str, ...]:
+        """Whose records the request log holds: every team's, the master key's, and the
+        records of no team (routefit running open, or a key that opened nothing)."""
+        if self.teams.open:
+            return (ANONYMOUS,)
+        master = (MASTER_TEAM,) if self.teams.master is not None else ()
+        return (*self.teams.teams, *master, ANONYMOUS)
+
+    async def _spend(self) -> dict[str, Any]:
+        teams = self.log_teams()
+        try:
+            await self.recent.refresh(teams)
+        except StoreUnavailable as exc:
+            return {"error": f"the store is unavailable: {exc}"}
+        found = self.recent.records(teams)
+        keys = {
+            team.id: [fingerprint(h) for h in team.key_hashes] for team in self.teams.teams.values()
+        }
+        now = time.time()
+        if len(found) < THREAD_AT:
+            return {"keep": self.recent.keep, **spend(found, now, keys)}
+        # ~15 µs a record: a long log is summed off the event loop, at most every SPEND_EVERY
+        # seconds (the page polls every 3 s; spend moves slower than that)
+        if self._spent is None or now - self._spent[0] >= SPEND_EVERY:
+            summed = await asyncio.to_thread(spend, found, now, keys)
+            self._spent = (now, {"keep": self.recent.keep, **summed})
+        return self._spent[1]
 
     def _routes(self, summaries: Mapping[str, Any]) -> list[dict[str, Any]]:
         requests = _counter(self.metrics.requests, ("route", "status"))
@@ -175,6 +284,7 @@ class DashboardData:
                     "max_output": rc.route.max_output_tokens,
                     "tokenizer": rc.route.tokenizer,
                     "exact": rc.route.exact_text,
+                    "key": self.keys[alias],
                     "calibration": summaries.get(alias),
                     "cache_hit_ratio": _ratio(sum(s.cached for s in samples), actual),
                     "anchored_share": _ratio(sum(s.anchored for s in samples), len(samples)),

@@ -637,6 +637,7 @@ ENDPOINTS = [
     "/routefit/ui",
     "/routefit/ui/",
     "/routefit/ui/data",
+    "/routefit/ui/requests",
     "/routefit/ui/session",
     "/routefit/ui/static/dashboard.js",
     "/routefit/ui/static/../../etc/passwd",

@@ -1,8 +1,9 @@
-// routefit dashboard: polls /routefit/ui/data and draws plain SVG. No dependencies, no build.
+// routefit dashboard: polls /routefit/ui/data and /routefit/ui/requests and draws plain SVG. No dependencies, no build.
 // Every value from the server is written with textContent or as an SVG attribute, never as HTML.
 "use strict";
 
 const DATA_URL = "/routefit/ui/data";
+const LOG_URL = "/routefit/ui/requests";
 const SESSION_URL = "/routefit/ui/session";
 const POLL_MS = 3000;
 const SVG = "http://www.w3.org/2000/svg";
@@ -36,11 +37,19 @@ const fmt = {
   signedPct: (v) => (v == null ? "–" : (v >= 0 ? "+" : "") + (v * 100).toFixed(1) + "%"),
   factor: (v) => (v == null ? "–" : v.toFixed(3)),
   clock: (t) => new Date(t * 1000).toLocaleTimeString("en-GB"),
+  short: (t) => new Date(t * 1000).toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" }),
+  day: (t) => new Date(t * 1000).toLocaleString("en-GB", { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }),
+  usd: (v) => (v == null ? "–" : v === 0 ? "$0" : v < 0.01 ? "$" + v.toFixed(4) : "$" + v.toFixed(2)),
+  ms: (v) => (v == null ? "–" : v < 1000 ? Math.round(v) + " ms" : (v / 1000).toFixed(1) + " s"),
+  secs: (v) => (v == null ? "–" : v < 1 ? Math.round(v * 1000) + " ms" : v.toFixed(2) + " s"),
+  span: (s) => (s < 3600 ? s / 60 + " min" : s < 86400 ? s / 3600 + " h" : s / 86400 + " d"),
 };
+const SERIES_COLOURS = 8;
+const seriesClass = (i) => "s" + (i % SERIES_COLOURS);
 
 // A line/scatter chart over time. series: [{cls, points: [[t, v]], dots}]
 function timeChart(series, opts) {
-  const W = 300, H = 120, L = 40, R = 6, T = 6, B = 16;
+  const W = 300, H = 100, L = 40, R = 6, T = 6, B = 16;
   const svg = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}` });
   const all = series.flatMap((s) => s.points);
   if (all.length === 0) {
@@ -85,7 +94,7 @@ function timeChart(series, opts) {
 
 // Stacked bars of fit actions per time bin. fits: recent fit entries of one route.
 function actionChart(fits, actions) {
-  const W = 300, H = 120, L = 40, R = 6, T = 6, B = 16;
+  const W = 300, H = 100, L = 40, R = 6, T = 6, B = 16;
   const svg = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}` });
   if (fits.length === 0) {
     const t = svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" });
@@ -150,7 +159,7 @@ function routeCard(r, data) {
     el("h3", {}, r.alias, el("span", { class: "model" }, "→ " + r.model)),
     el("div", { class: "facts" },
       `window ${fmt.int(r.window)} · max output ${fmt.int(r.max_output)} · tokenizer ${r.tokenizer} · ` +
-      `${r.transport} transport · ${r.exact ? "exact meter" : "approximate meter (calibrated)"}`),
+      `${r.transport} · ${r.exact ? "exact meter" : "approximate meter (calibrated)"}`),
     el("div", { class: "stats" },
       stat("requests ok", fmt.int(served), "requests"),
       stat("errors", fmt.int(failed), "errors"),
@@ -179,9 +188,9 @@ function routeCard(r, data) {
 }
 
 function teamCard(team) {
-  const card = el("article", { class: "card", "data-team": team.id }, el("h3", {}, team.id));
+  const card = el("div", { class: "team", "data-team": team.id }, el("h3", {}, team.id));
   if (team.error) { card.append(el("p", { class: "error" }, team.error)); return card; }
-  if (!team.windows.length) { card.append(el("p", { class: "muted" }, "no quotas")); return card; }
+  if (!team.windows.length) { card.append(el("span", { class: "muted" }, "no quotas")); return card; }
   for (const w of team.windows) {
     const share = w.limit ? Math.min(1, w.used / w.limit) : 0;
     const money = w.name === "usd_per_month";
@@ -200,38 +209,248 @@ function fitRow(f, actions) {
   const taken = actions.filter((a) => f.actions[a.name] && f.actions[a.name].count);
   const acts = taken.map((a) => `${a.verb} ${f.actions[a.name].count} ${a.noun}`).join(", ") || "none";
   const removed = taken.reduce((s, a) => s + f.actions[a.name].tokens_removed, 0);
-  return el("tr", {}, el("td", {}, fmt.clock(f.time)), el("td", {}, f.route),
-    el("td", { class: "num" }, fmt.int(f.budget)), el("td", { class: "num" }, fmt.int(f.estimate_before)),
-    el("td", { class: "num" }, fmt.int(f.estimate_after)), el("td", {}, acts),
+  return el("tr", {}, el("td", {}, fmt.clock(f.time)), el("td", { class: "name" }, f.route),
+    el("td", { class: "num" }, fmt.int(f.budget)),
+    el("td", { class: "num" }, `${fmt.int(f.estimate_before)} → ${fmt.int(f.estimate_after)}`), el("td", {}, acts),
     el("td", { class: "num" }, fmt.int(removed)));
 }
 
-function pill(label, value, bad) {
-  return el("span", { class: "pill" + (bad ? " bad" : "") }, label + " ", el("b", {}, value));
+function pill(label, value, bad, name) {
+  return el("span", { class: "pill" + (bad ? " bad" : ""), "data-pill": name || label }, label + " ", el("b", {}, value));
+}
+
+const keyName = (k) => (k.key_id === "-" ? "(no key)" : k.key_id);
+
+// Stacked USD bars per time bin, one series per team (or per key).
+function spendChart(spend, by) {
+  const W = 900, H = 150, L = 46, R = 6, T = 6, B = 16;
+  const svg = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, "data-chart": "spend" });
+  const rows = (by === "keys" ? spend.keys : spend.teams).filter((s) => s.usd > 0);
+  const legend = el("div", { class: "legend" });
+  if (!rows.length) {
+    const t = svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" });
+    t.textContent = spend.records ? "no priced requests in the log" : "no requests in the log yet";
+    svg.append(t);
+    return [svg, legend];
+  }
+  const shown = rows.slice(0, SERIES_COLOURS - 1);
+  if (rows.length > shown.length) {
+    const rest = rows.slice(shown.length);
+    shown.push({ team: `${rest.length} more`, key_id: `${rest.length} more`, usd: rest.reduce((s, r) => s + r.usd, 0),
+      series: spend.teams[0].series.map((_, i) => rest.reduce((s, r) => s + r.series[i], 0)) });
+  }
+  const totals = Array.from({ length: spend.bins }, (_, i) => shown.reduce((s, r) => s + r.series[i], 0));
+  const top = Math.max(...totals) || 1;
+  const bw = (W - L - R) / spend.bins;
+  svg.append(svgEl("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
+  for (const v of [0, top]) {
+    const label = svgEl("text", { x: L - 4, y: T + (1 - v / top) * (H - T - B) + 3, "text-anchor": "end", class: "tick" });
+    label.textContent = fmt.usd(v);
+    svg.append(label);
+  }
+  const ticks = Math.min(spend.bins, 6);
+  for (let k = 0; k < ticks; k++) {
+    const i = Math.round((k * (spend.bins - 1)) / Math.max(ticks - 1, 1));
+    const t = spend.start + i * spend.bin_seconds;
+    const label = svgEl("text", { x: L + (i + 0.5) * bw, y: H - 5, "text-anchor": "middle", class: "tick" });
+    label.textContent = spend.bin_seconds >= 86400 ? fmt.day(t) : fmt.short(t);
+    svg.append(label);
+  }
+  for (let i = 0; i < spend.bins; i++) {
+    let base = H - B;
+    shown.forEach((r, k) => {
+      const h = (r.series[i] / top) * (H - T - B);
+      if (h > 0) {
+        svg.append(svgEl("rect", { class: seriesClass(k), x: L + i * bw + 1, y: base - h, width: Math.max(bw - 2, 1), height: h }));
+        base -= h;
+      }
+    });
+  }
+  shown.forEach((r, k) => legend.append(el("span", { class: "key " + seriesClass(k) },
+    `${by === "keys" ? keyName(r) + " (" + r.team + ")" : r.team} ${fmt.usd(r.usd)}`)));
+  return [svg, legend];
+}
+
+function renderSpend(data) {
+  const spend = data.spend;
+  const note = document.getElementById("spend-note");
+  const box = document.getElementById("spend-chart");
+  if (spend.error) {
+    note.textContent = "";
+    box.replaceChildren(el("p", { class: "error" }, spend.error));
+    document.querySelector("#keys tbody").replaceChildren();
+    return;
+  }
+  const by = document.getElementById("spend-by").value;
+  const [svg, legend] = spendChart(spend, by);
+  note.textContent = `USD at the routes' prices · ${fmt.usd(spend.usd)} in ${fmt.int(spend.records)} logged requests` +
+    (spend.since ? ` since ${fmt.day(spend.since)}` : "") + ` · bars of ${fmt.span(spend.bin_seconds)}`;
+  box.replaceChildren(svg, legend);
+  document.querySelector("#keys tbody").replaceChildren(...spend.keys.map((k) =>
+    el("tr", { "data-key": k.key_id },
+      el("td", { class: "mono" }, keyName(k)), el("td", {}, k.team),
+      el("td", { class: "num" }, fmt.int(k.requests)),
+      el("td", { class: "num" + (k.errors ? " status-4" : "") }, fmt.int(k.errors)),
+      el("td", { class: "num" }, `${fmt.int(k.prompt_tokens)} · ${fmt.int(k.output_tokens)}`),
+      el("td", { class: "num", "data-figure": "usd" }, k.unpriced === k.requests && k.requests ? "unpriced" : fmt.usd(k.usd)),
+      el("td", { class: "muted" }, k.last ? fmt.clock(k.last) : "never"))));
+}
+
+function logLink(label, route, status) {
+  const b = el("button", { type: "button", class: "link" }, label);
+  b.addEventListener("click", () => {
+    const form = document.getElementById("log-filters");
+    setOptions(form.elements.route, [route], route);
+    setOptions(form.elements.status, [status], status);
+    form.elements.route.value = route;
+    form.elements.status.value = status;
+    loadLog();
+    form.scrollIntoView({ block: "start" });
+  });
+  return b;
+}
+
+function renderErrors(data) {
+  const e = data.errors;
+  const kinds = Object.entries(data.error_kinds).filter(([, v]) => v).map(([k, v]) => `${k} ${fmt.int(v)}`);
+  document.getElementById("error-kinds").textContent = kinds.length ? "by kind: " + kinds.join(" · ") : "none so far";
+  document.querySelector("#errors thead").replaceChildren(el("tr", {}, el("th", {}, "route"),
+    el("th", { class: "num" }, "requests"), el("th", { class: "num" }, "errors"),
+    ...e.statuses.map((s) => el("th", { class: "num status-" + s[0] }, s))));
+  document.querySelector("#errors tbody").replaceChildren(...e.routes.map((r) =>
+    el("tr", { "data-route": r.route },
+      el("td", { class: "name" }, r.route === "-" ? "(no route)" : r.route),
+      el("td", { class: "num" }, fmt.int(r.requests)),
+      el("td", { class: "num", "data-figure": "errors" }, r.errors ? fmt.int(r.errors) : "–"),
+      ...e.statuses.map((s) => el("td", { class: "num", "data-status": s },
+        r.by_status[s] ? (r.route === "-" ? fmt.int(r.by_status[s]) : logLink(fmt.int(r.by_status[s]), r.route, s)) : "")))));
+}
+
+const KEY_BADGES = {
+  missing: (k) => ["bad", `MISSING: ${k.env} unset`],
+  set: (k) => ["ok", k.env ? k.env : "in config"],
+  client: () => ["", "client's own"],
+  local: () => ["", "simulator: none needed"],
+  none: () => ["", "none named"],
+};
+const HEALTH = { ok: "ok", degraded: "warn", failing: "bad", idle: "", unknown: "" };
+
+function renderDeployments(data) {
+  const d = data.deployments;
+  const routes = Object.fromEntries(data.routes.map((r) => [r.alias, r]));
+  const missing = data.routes.filter((r) => r.key.state === "missing").length;
+  document.getElementById("deploy-note").textContent = (missing ? `${missing} without a provider key · ` : "") +
+    (d.exported ? "attempts since start, this worker" : "this gateway exports no per-deployment metrics");
+  const rows = [];
+  // routes that cannot serve (no provider key) first
+  const order = [...d.routes].sort((a, b) =>
+    (routes[b.alias].key.state === "missing") - (routes[a.alias].key.state === "missing"));
+  for (const r of order) {
+    const key = routes[r.alias].key;
+    const [cls, label] = KEY_BADGES[key.state](key);
+    r.deployments.forEach((dep, i) => {
+      const failed = Object.entries(dep.failed).map(([k, v]) => `${k} ${fmt.int(v)}`).join(", ");
+      const state = dep.state === "unknown" ? "no metrics" : dep.state === "idle" ? "no traffic" : dep.state;
+      rows.push(el("tr", { class: i ? "sub" : "", "data-deployment": dep.id, "data-route": r.alias },
+        el("td", { class: "name" }, r.alias),
+        el("td", {}, i ? "" : el("span", { class: "badge wrap " + cls, "data-figure": "key" }, label)),
+        el("td", { class: "mono id" }, dep.id), el("td", { class: "id" }, dep.model),
+        el("td", { class: "num" }, fmt.int(dep.ok)),
+        el("td", { class: failed ? "status-5" : "muted" }, failed || "–"),
+        el("td", { class: "num" }, fmt.int(dep.cooldowns)),
+        el("td", { class: "num" }, `${fmt.secs(dep.latency_mean)} · ${fmt.secs(dep.latency_p95)}`),
+        el("td", {}, el("span", { class: "badge " + HEALTH[dep.state], "data-figure": "health" }, state))));
+    });
+  }
+  document.querySelector("#deployments tbody").replaceChildren(...rows);
+}
+
+// A select's options: "all" then the values, keeping the current choice (even if gone).
+function setOptions(select, values, keep) {
+  const current = keep !== undefined ? keep : select.value;
+  const wanted = [...new Set([...values, ...(current ? [current] : [])])];
+  const have = [...select.options].slice(1).map((o) => o.value);
+  if (have.join("\n") === wanted.join("\n")) return;
+  while (select.options.length > 1) select.remove(1);
+  for (const v of wanted) select.append(el("option", { value: v }, v === "-" ? "(none)" : v));
+  select.value = current;
+}
+
+function renderFilters(data) {
+  const form = document.getElementById("log-filters");
+  const teams = data.spend.teams ? data.spend.teams.map((t) => t.team) : [];
+  setOptions(form.elements.team, [...new Set([...data.teams.map((t) => t.id), ...teams])].sort());
+  setOptions(form.elements.key, data.spend.keys ? data.spend.keys.map((k) => k.key_id) : []);
+  setOptions(form.elements.route, data.routes.map((r) => r.alias));
+  const codes = data.errors.statuses.filter((s) => ![...form.elements.status.options].some((o) => o.value === s));
+  for (const s of codes) form.elements.status.append(el("option", { value: s }, s));
+}
+
+function logRow(r, actions) {
+  const taken = actions.filter((a) => r.actions[a.name]);
+  const acts = taken.map((a) => `${a.verb} ${r.actions[a.name].count} ${a.noun}`).join(", ");
+  return el("tr", { "data-status": String(r.status), "data-route": r.route || "-" },
+    el("td", {}, fmt.clock(r.time)), el("td", {}, r.team || "–"),
+    el("td", { class: "mono" }, r.key_id || "–"), el("td", { class: "name" }, r.route || "–"),
+    el("td", { class: "id" }, r.deployment || "–"),
+    el("td", { class: "num status-" + String(r.status)[0] }, String(r.status)),
+    el("td", { class: "id" }, r.error_code || ""),
+    el("td", { class: "num" }, r.prompt_tokens == null && r.output_tokens == null ? "–"
+      : `${fmt.int(r.prompt_tokens)} · ${fmt.int(r.output_tokens)}`),
+    el("td", { class: "num" }, fmt.usd(r.cost_usd)),
+    el("td", { class: "num" }, fmt.ms(r.latency_ms)),
+    el("td", {}, acts));
+}
+
+let actionsKnown = [];
+
+async function loadLog() {
+  const form = document.getElementById("log-filters");
+  const params = new URLSearchParams({ limit: "200" });
+  for (const name of ["team", "key", "route", "status"]) {
+    if (form.elements[name].value) params.set(name, form.elements[name].value);
+  }
+  if (form.elements.since.value) params.set("since", String(Date.now() / 1000 - Number(form.elements.since.value)));
+  const response = await fetch(LOG_URL + "?" + params, { credentials: "same-origin", cache: "no-store" });
+  if (!response.ok) throw new Error(`${LOG_URL} answered ${response.status}`);
+  const found = (await response.json()).data;
+  document.querySelector("#log tbody").replaceChildren(...found.map((r) => logRow(r, actionsKnown)));
+  document.getElementById("log-note").textContent = found.length
+    ? `newest ${found.length}${found.length === 200 ? " (of more)" : ""} · every worker's, from the store`
+    : "no request matches";
 }
 
 function render(data) {
   const requests = data.routes.reduce((s, r) => s + Object.values(r.requests).reduce((a, b) => a + b, 0), 0);
+  const errors = data.errors.routes.reduce((s, r) => s + r.errors, 0);
+  const keyless = data.routes.filter((r) => r.key.state === "missing").length;
   document.getElementById("pills").replaceChildren(
     pill("routes", String(data.routes.length)),
     pill("requests", fmt.int(requests)),
+    pill("errors", fmt.int(errors), false),
+    pill("spend", data.spend.error ? "?" : fmt.usd(data.spend.usd)),
+    ...(keyless ? [pill("routes without a key", String(keyless), true, "keyless")] : []),
     pill("store", `${data.store.name} ${data.store.up ? "up" : "DOWN"}`, !data.store.up),
     pill("anchor hit rate", fmt.pct(data.anchor.lookups ? data.anchor.hit_rate : null)),
-    pill("samples", fmt.int(data.samples.recorded)),
     pill("mode", data.open ? "open (no teams)" : "teams"));
+  actionsKnown = data.actions;
+  renderSpend(data);
+  renderErrors(data);
+  renderDeployments(data);
+  renderFilters(data);
   document.getElementById("routes").replaceChildren(...data.routes.map((r) => routeCard(r, data)));
   const teams = document.getElementById("teams");
   teams.replaceChildren(...data.teams.map(teamCard));
   if (!data.teams.length) teams.append(el("p", { class: "muted" }, "no teams configured: routefit runs open"));
-  document.querySelector("#fits tbody").replaceChildren(...data.fits.slice(0, 30).map((f) => fitRow(f, data.actions)));
+  document.querySelector("#fits tbody").replaceChildren(...data.fits.slice(0, 50).map((f) => fitRow(f, data.actions)));
   document.getElementById("updated").textContent = "updated " + fmt.clock(data.time);
   document.getElementById("content").hidden = false;
   document.getElementById("login").hidden = true;
   document.getElementById("error").hidden = true;
-  document.body.dataset.loaded = "true";
 }
 
 let timer = null;
+let last = null;
 
 async function refresh() {
   clearTimeout(timer);
@@ -249,7 +468,10 @@ async function refresh() {
     }
     const response = await fetch(DATA_URL, { credentials: "same-origin", cache: "no-store" });
     if (!response.ok) throw new Error(`${DATA_URL} answered ${response.status}`);
-    render(await response.json());
+    last = await response.json();
+    render(last);
+    await loadLog();
+    document.body.dataset.loaded = "true";
   } catch (exc) {
     const box = document.getElementById("error");
     box.textContent = "cannot load figures: " + exc.message;
@@ -281,4 +503,14 @@ async function signOut() {
 
 document.getElementById("login-form").addEventListener("submit", signIn);
 document.getElementById("logout").addEventListener("click", signOut);
+document.getElementById("spend-by").addEventListener("change", () => last && renderSpend(last));
+const filters = document.getElementById("log-filters");
+const reload = () => loadLog().catch((exc) => {
+  const box = document.getElementById("error");
+  box.textContent = "cannot load the request log: " + exc.message;
+  box.hidden = false;
+});
+filters.addEventListener("change", reload);
+filters.addEventListener("reset", () => setTimeout(reload, 0));
+filters.addEventListener("submit", (event) => { event.preventDefault(); reload(); });
 refresh();
