@@ -134,10 +134,11 @@ def test_a_file_that_would_open_a_keyed_gateway_is_refused(config: Path, sim: An
 
 
 def test_a_route_whose_tokenizer_cannot_load_is_refused(config: Path, sim: Any) -> None:
+    missing = f"hf:{config.parent / 'none.json'}"
     with run_inprocess(config) as running:
         gateway_config(
             config,
-            [sim_route("first", sim.base_url, "gpt-4o", tokenizer=f"hf:{config.parent / 'none.json'}")],
+            [sim_route("first", sim.base_url, "gpt-4o", tokenizer=missing)],
             teams=[_team("old", OLD_KEY)],
             admin_key=ADMIN,
         )
@@ -170,9 +171,7 @@ def _stream_lines(base: str, first: threading.Event, lines: list[str]) -> None:
                 first.set()
 
 
-def test_a_stream_in_flight_finishes_on_the_config_it_started_with(
-    config: Path, sim: Any
-) -> None:
+def test_a_stream_in_flight_finishes_on_the_config_it_started_with(config: Path, sim: Any) -> None:
     sim.state.config.chunk_delay = 0.05
     try:
         with run_inprocess(config) as running:
