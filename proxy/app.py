@@ -35,6 +35,8 @@ from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, ConfigError, load_config
 from proxy.drain import cut_after, on_terminate
+from proxy.embeddings import completions_refused
+from proxy.embeddings import embeddings as forward_embeddings
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.gateway import reply_error
@@ -206,6 +208,11 @@ async def requests_log(request: Request) -> Response:
     return Response(page(found), media_type="application/json")
 
 
+async def embeddings(request: Request) -> Response:
+    """POST /v1/embeddings: forwarded, priced and budgeted (``proxy.embeddings``)."""
+    return await forward_embeddings(request, _state(request), pinned(request))
+
+
 async def openapi(request: Request) -> Response:
     return Response(pinned(request).openapi, media_type="application/json")
 
@@ -283,6 +290,10 @@ ROUTES = [
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),
+    Route("/v1/embeddings", embeddings, methods=["POST"]),
+    Route("/embeddings", embeddings, methods=["POST"]),
+    Route("/v1/completions", completions_refused, methods=["POST"]),
+    Route("/completions", completions_refused, methods=["POST"]),
     Route("/routefit/fit", fit_only, methods=["POST"]),
     Route("/routefit/calibration", calibration, methods=["GET"]),
     Route("/routefit/teams/{team}/usage", team_usage, methods=["GET"]),

@@ -1,0 +1,227 @@
+"""``POST /v1/embeddings`` (and ``/embeddings``): OpenAI's embeddings API, forwarded to the
+route, priced and counted against the team's budget. There is nothing to fit: an input is
+embedded whole or not at all.
+
+The path: the team's key, the body (within ``max_body_bytes``), the route and the team's
+permission for it, the route's provider key (BYOK too) — as for chat — then the inputs counted
+by the route's tokenizer (token-id inputs count as themselves; a big body in one of the team's
+pricing threads), that count reserved in every window of the team, the request forwarded, and the
+reservation settled to the provider's ``usage.prompt_tokens`` when it is credible
+(``proxy.usage.usage_fault``, a limit of the route's window per input), else to routefit's own
+count. A provider's refusal (an input over the model's limit, a bad parameter) is relayed in
+OpenAI's shape and releases the reservation: routefit does not refuse overlong inputs itself,
+since a provider refusal costs nothing and the route's tokenizer may only approximate the
+model's. A provider that stops answering after it had the request is charged routefit's count.
+
+Which routes: those reached over the OpenAI wire (``transport: openai``: OpenAI and any
+OpenAI-compatible base), at ``{api_base}/embeddings``, through the route's own passthrough
+transport (its retries, bounds and connection pool). A route reached through litellm or
+Anthropic's API answers 400 naming the routes that do serve embeddings: routefit's litellm
+adapter speaks chat only.
+
+``/v1/completions`` (the legacy text completions API) is refused with a 404 in OpenAI's shape
+that names what is served (``completions_refused``): forwarding it right would need its own
+pricing, budget and stream relay for a prompt that cannot be fitted, for an API OpenAI keeps
+only for older models.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pricing.tokenizers import get_tokenizer
+from proxy.body import read_json
+from proxy.budgets import Held, rate_limit_headers
+from proxy.config import RouteConfig
+from proxy.errors import ProxyError, error_response
+from proxy.exchange import CHAT, Completion, EventStream, Outbound, as_completion
+from proxy.fairness import caller
+from proxy.intake import permit
+from proxy.providers import Deployment, Leg
+from proxy.usage import Usage, normalize_usage, usage_fault
+
+if TYPE_CHECKING:
+    from proxy.reload import Generation
+    from proxy.state import AppState
+
+__all__ = ["EMBEDDINGS", "completions_refused", "embeddings"]
+
+log = logging.getLogger("routefit")
+
+#: The provider wire name of an embeddings request (a URL of the deployment, not a chat wire).
+EMBEDDINGS = "embeddings"
+#: Failures after forwarding that leave the input billed at the provider.
+_BILLED = frozenset({"upstream_timeout", "upstream_incomplete", "upstream_malformed"})
+#: What is served, as the refusals name it.
+SERVED = (
+    "/v1/chat/completions, /v1/responses, /v1/messages, /v1/embeddings "
+    "(and Gemini's generateContent)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    model: str
+    #: Each input: a text, or token ids.
+    inputs: tuple[str | tuple[int, ...], ...]
+
+
+def parse(body: Any) -> EmbeddingRequest:
+    """The model and inputs of an embeddings body; a 400 naming the field otherwise."""
+    if not isinstance(body, dict):
+        raise ProxyError(400, "expected a JSON object", code="invalid_json")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ProxyError(400, "model is required", param="model", code="missing_model")
+    value = body.get("input")
+
+    def ids(v: Any) -> bool:
+        return isinstance(v, list) and bool(v) and all(type(i) is int for i in v)
+
+    items: list[Any]
+    if isinstance(value, str) or ids(value):
+        items = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, str) or ids(v) for v in value):
+        items = value
+    else:
+        raise ProxyError(
+            400,
+            "input must be a string, an array of strings, an array of token ids, or an array "
+            "of arrays of token ids",
+            param="input",
+        )
+    inputs = tuple(v if isinstance(v, str) else tuple(v) for v in items)
+    return EmbeddingRequest(model, inputs)
+
+
+def count(rc: RouteConfig, inputs: Sequence[str | tuple[int, ...]]) -> int:
+    """The inputs' tokens as the route counts them (token ids are already tokens)."""
+    route = rc.route
+    tokenizer = get_tokenizer(route.tokenizer, route.scope)
+    return sum(len(i) if isinstance(i, tuple) else tokenizer.count(i) for i in inputs)
+
+
+def _route(g: Generation, model: str) -> RouteConfig:
+    rc = g.config.route(model)
+    if rc is None:
+        raise ProxyError(
+            404,
+            f"The model '{model}' does not exist or you do not have access to it.",
+            param="model",
+            code="model_not_found",
+        )
+    return rc
+
+
+def _target(g: Generation, rc: RouteConfig) -> Leg:
+    """The route's passthrough leg, when its provider speaks OpenAI's wire."""
+    leg = g.providers.leg(rc.route.alias, CHAT)
+    if rc.upstream.transport != "openai" or CHAT not in leg.deployment.urls:
+        served = [a for a, r in g.config.routes.items() if r.upstream.transport == "openai"]
+        raise ProxyError(
+            400,
+            f"model {rc.route.alias!r} does not serve embeddings: routefit forwards "
+            "/v1/embeddings to routes on the OpenAI wire (transport openai); here: "
+            + (", ".join(served) or "none"),
+            param="model",
+            code="unsupported_model",
+        )
+    return leg
+
+
+def _embedding_deployment(d: Deployment) -> Deployment:
+    """The deployment with its embeddings endpoint beside its chat one."""
+    url = d.urls[CHAT].removesuffix("/chat/completions") + "/embeddings"
+    return Deployment(
+        d.name, d.upstream, d.native, {**d.urls, EMBEDDINGS: url}, d.auth, d.adapter, d.bounds
+    )
+
+
+def _charged(data: Any, estimate: int, rc: RouteConfig, inputs: int) -> Usage:
+    """The provider's prompt count when credible, else routefit's own count."""
+    usage = normalize_usage(data.get("usage") if isinstance(data, dict) else None)
+    if usage is not None and usage_fault(usage, rc.route.context_window * inputs) is None:
+        return Usage(usage.prompt_tokens, 0)
+    log.warning("embeddings on %s: no credible usage; charged routefit's count", rc.route.alias)
+    return Usage(estimate, 0)
+
+
+async def embeddings(request: Request, state: AppState, g: Generation) -> Response:
+    """The whole path (module doc); every failure in OpenAI's shape."""
+    route = "-"
+    held: Held | None = None
+    forwarded, tokens = False, 0
+    try:
+        team = g.teams.authenticate(request.headers)
+        body, size = await read_json(request, g.config.settings.max_body_bytes)
+        parsed = parse(body)
+        rc = _route(g, parsed.model)
+        route = rc.route.alias
+        permit(team, rc)
+        leg = _target(g, rc)
+        upstream = g.keys.upstream(rc, request.headers)
+        tokens = await g.gateway.fairness.run(caller(team, request), size, count, rc, parsed.inputs)
+        started = time.perf_counter()
+        held = await state.budgets.reserve(team, rc, tokens, 0)
+        target = _embedding_deployment(leg.deployment).keyed(upstream)
+        forwarded = True
+        answer = as_completion(await _send(leg, target, Outbound(EMBEDDINGS, body)))
+        state.metrics.upstream_latency.labels(route).observe(time.perf_counter() - started)
+    except ProxyError as err:
+        billed = forwarded and err.code in _BILLED
+        await state.budgets.settle(held, Usage(tokens, 0) if billed else None, not billed)
+        return _refused(state, route, err)
+    except BaseException:  # cancelled (the drain's deadline): billed once the provider had it
+        with anyio.CancelScope(shield=True):
+            charged = Usage(tokens, 0) if forwarded else None
+            await state.budgets.settle(held, charged, not forwarded)
+        raise
+    charged = _charged(answer.data, tokens, rc, len(parsed.inputs))
+    await state.budgets.settle(held, charged, False)
+    state.metrics.requests.labels(route, "200").inc()
+    headers = {"x-routefit-route": route, "x-routefit-prompt-tokens": str(tokens)}
+    if held is not None:
+        headers.update(rate_limit_headers(held.windows))
+    return Response(answer.body, headers=headers, media_type="application/json")
+
+
+async def _send(leg: Leg, target: Deployment, out: Outbound) -> Completion | EventStream:
+    try:
+        return await leg.transport.send(target, out)
+    except ProxyError as err:
+        err.origin = "upstream"
+        raise
+
+
+def _refused(state: AppState, route: str, err: ProxyError) -> Response:
+    state.metrics.requests.labels(route, str(err.status)).inc()
+    state.metrics.errors.labels(_kind(err)).inc()
+    return error_response(err)
+
+
+def _kind(err: ProxyError) -> str:
+    if err.origin == "upstream":
+        return "upstream"
+    if err.code in ("rate_limit_exceeded", "store_unavailable"):
+        return "budget"
+    return "internal" if err.status >= 500 else "client"
+
+
+async def completions_refused(request: Request) -> Response:
+    """``/v1/completions``: not served (module doc), said in OpenAI's shape."""
+    return error_response(
+        ProxyError(
+            404,
+            "routefit does not serve the legacy completions API (/v1/completions): send the "
+            f"prompt as a user message to /v1/chat/completions. Served: {SERVED}",
+            code="unsupported_endpoint",
+        )
+    )
