@@ -176,7 +176,6 @@ def _serve_settings(args: argparse.Namespace) -> ServeSettings:
         body_timeout=args.body_timeout,
         body_min_rate=args.body_min_rate,
         drain_seconds=args.drain_seconds,
-        reload_on_sighup=True,
         workers=args.workers,
     )
 

@@ -50,9 +50,10 @@ class ServeSettings:
     body_min_rate: float = 1024.0
     #: After SIGTERM, seconds in-flight work may take to finish.
     drain_seconds: float = 30.0
-    #: SIGHUP reloads the config (``proxy.reload``): set by ``routefit serve``, off in-process
-    #: (a test's event loop has no signals of its own to take).
-    reload_on_sighup: bool = False
+    #: SIGHUP reloads the config (``proxy.reload``, ``proxy.hangup``). Only an app whose event
+    #: loop runs in the main thread can take signals: an app served on another thread (a test's)
+    #: installs nothing whatever this says.
+    reload_on_sighup: bool = True
     #: ``--workers``: a reload asked of one worker (``POST /routefit/reload``) is then handed to
     #: the parent, which passes SIGHUP to every worker (``proxy.hangup``).
     workers: int = 1
