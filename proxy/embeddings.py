@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ from proxy.exchange import CHAT, Completion, EventStream, Outbound, as_completio
 from proxy.fairness import caller
 from proxy.intake import permit
 from proxy.providers import Deployment, Leg
+from proxy.records import RequestRecord, cost_usd
+from proxy.teams import Team, fingerprint, hash_key, presented_key
 from proxy.usage import Usage, normalize_usage, usage_fault
 
 if TYPE_CHECKING:
@@ -154,43 +157,121 @@ def _charged(data: Any, estimate: int, rc: RouteConfig, inputs: int) -> Usage:
     return Usage(estimate, 0)
 
 
-async def embeddings(request: Request, state: AppState, g: Generation) -> Response:
-    """The whole path (module doc); every failure in OpenAI's shape."""
-    route = "-"
+@dataclass(slots=True)
+class _Trip:
+    """One embeddings request on its way: what its record and its settlement need."""
+
+    arrived: float
+    started: float
+    key_id: str | None
+    traceparent: str | None
+    team: Team | None = None
+    rc: RouteConfig | None = None
+    tokens: int = 0
     held: Held | None = None
-    forwarded, tokens = False, 0
+    forwarded: bool = False
+    upstream_ms: float | None = None
+
+    @property
+    def route(self) -> str:
+        return self.rc.route.alias if self.rc is not None else "-"
+
+
+def _trip(request: Request) -> _Trip:
+    key = presented_key(request.headers)
+    return _Trip(
+        time.time(),
+        time.perf_counter(),
+        fingerprint(hash_key(key)) if key else None,
+        request.headers.get("traceparent"),
+    )
+
+
+async def embeddings(request: Request, state: AppState, g: Generation) -> Response:
+    """The whole path (module doc); every failure in OpenAI's shape; one request-log record."""
+    trip = _trip(request)
     try:
-        team = g.teams.authenticate(request.headers)
-        body, size = await read_json(request, g.config.settings.max_body_bytes)
-        parsed = parse(body)
-        rc = _route(g, parsed.model)
-        route = rc.route.alias
-        permit(team, rc)
-        leg = _target(g, rc)
-        upstream = g.keys.upstream(rc, request.headers)
-        tokens = await g.gateway.fairness.run(caller(team, request), size, count, rc, parsed.inputs)
-        started = time.perf_counter()
-        held = await state.budgets.reserve(team, rc, tokens, 0)
-        target = _embedding_deployment(leg.deployment).keyed(upstream)
-        forwarded = True
-        answer = as_completion(await _send(leg, target, Outbound(EMBEDDINGS, body)))
-        state.metrics.upstream_latency.labels(route).observe(time.perf_counter() - started)
+        response = await _serve(request, state, g, trip)
     except ProxyError as err:
-        billed = forwarded and err.code in _BILLED
-        await state.budgets.settle(held, Usage(tokens, 0) if billed else None, not billed)
-        return _refused(state, route, err)
+        response = await _failed(state, g, trip, err)
+    except Exception:
+        log.exception("internal error on an embeddings request")
+        internal = ProxyError(500, "routefit internal error", code="internal")
+        response = await _failed(state, g, trip, internal)
     except BaseException:  # cancelled (the drain's deadline): billed once the provider had it
         with anyio.CancelScope(shield=True):
-            charged = Usage(tokens, 0) if forwarded else None
-            await state.budgets.settle(held, charged, not forwarded)
+            charged = Usage(trip.tokens, 0) if trip.forwarded else None
+            await state.budgets.settle(trip.held, charged, not trip.forwarded)
         raise
-    charged = _charged(answer.data, tokens, rc, len(parsed.inputs))
-    await state.budgets.settle(held, charged, False)
-    state.metrics.requests.labels(route, "200").inc()
-    headers = {"x-routefit-route": route, "x-routefit-prompt-tokens": str(tokens)}
-    if held is not None:
-        headers.update(rate_limit_headers(held.windows))
-    return Response(answer.body, headers=headers, media_type="application/json")
+    return response
+
+
+async def _serve(request: Request, state: AppState, g: Generation, trip: _Trip) -> Response:
+    trip.team = g.teams.authenticate(request.headers)
+    body, size = await read_json(request, g.config.settings.max_body_bytes)
+    parsed = parse(body)
+    rc = trip.rc = _route(g, parsed.model)
+    permit(trip.team, rc)
+    leg = _target(g, rc)
+    upstream = g.keys.upstream(rc, request.headers)
+    who = caller(trip.team, request)
+    trip.tokens = await g.gateway.fairness.run(who, size, count, rc, parsed.inputs)
+    trip.held = await state.budgets.reserve(trip.team, rc, trip.tokens, 0)
+    target = _embedding_deployment(leg.deployment).keyed(upstream)
+    sent = time.perf_counter()
+    trip.forwarded = True
+    answer = as_completion(await _send(leg, target, Outbound(EMBEDDINGS, body)))
+    trip.upstream_ms = (time.perf_counter() - sent) * 1000
+    state.metrics.upstream_latency.labels(trip.route).observe(trip.upstream_ms / 1000)
+    charged = _charged(answer.data, trip.tokens, rc, len(parsed.inputs))
+    await state.budgets.settle(trip.held, charged, False)
+    state.metrics.requests.labels(trip.route, "200").inc()
+    headers = {"x-routefit-route": trip.route, "x-routefit-prompt-tokens": str(trip.tokens)}
+    if trip.held is not None:
+        headers.update(rate_limit_headers(trip.held.windows))
+    done = g.gateway.records.later(_record(trip, 200, charged))
+    return Response(answer.body, headers=headers, media_type="application/json", background=done)
+
+
+async def _failed(state: AppState, g: Generation, trip: _Trip, err: ProxyError) -> Response:
+    """A refusal or failure: the reservation released, or charged routefit's count when the
+    provider had the request and stopped answering; counted, recorded, answered."""
+    billed = trip.forwarded and err.code in _BILLED
+    charged = Usage(trip.tokens, 0) if billed else None
+    await state.budgets.settle(trip.held, charged, not billed)
+    state.metrics.requests.labels(trip.route, str(err.status)).inc()
+    state.metrics.errors.labels(_kind(err)).inc()
+    response = error_response(err)
+    response.background = g.gateway.records.later(
+        _record(trip, err.status, None, err.code or err.type)
+    )
+    return response
+
+
+def _record(
+    trip: _Trip, status: int, usage: Usage | None, error: str | None = None
+) -> RequestRecord:
+    """The request log's record (``proxy.records``): kind ``serve``, wire ``embeddings``."""
+    rc = trip.rc
+    return RequestRecord(
+        id=uuid.uuid4().hex,
+        time=trip.arrived,
+        kind="serve",
+        wire=EMBEDDINGS,
+        status=status,
+        latency_ms=(time.perf_counter() - trip.started) * 1000,
+        team=trip.team.id if trip.team is not None else None,
+        key_id=trip.key_id,
+        route=rc.route.alias if rc is not None else None,
+        deployment=rc.upstream.model if rc is not None else None,
+        error_code=error,
+        prompt_estimate=trip.tokens or None,
+        prompt_tokens=usage.prompt_tokens if usage is not None else None,
+        output_tokens=0 if usage is not None else None,
+        cost_usd=cost_usd(rc, usage) if rc is not None else None,
+        upstream_ms=trip.upstream_ms,
+        traceparent=trip.traceparent,
+    )
 
 
 async def _send(leg: Leg, target: Deployment, out: Outbound) -> Completion | EventStream:
@@ -199,12 +280,6 @@ async def _send(leg: Leg, target: Deployment, out: Outbound) -> Completion | Eve
     except ProxyError as err:
         err.origin = "upstream"
         raise
-
-
-def _refused(state: AppState, route: str, err: ProxyError) -> Response:
-    state.metrics.requests.labels(route, str(err.status)).inc()
-    state.metrics.errors.labels(_kind(err)).inc()
-    return error_response(err)
 
 
 def _kind(err: ProxyError) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,3 +178,38 @@ def test_legacy_completions_are_refused_naming_what_is_served(gw: InProcess) -> 
     assert "/v1/chat/completions" in caught.value.message
     assert "/v1/embeddings" in caught.value.message
     assert caught.value.code == "unsupported_endpoint"
+
+
+def _records(gw: InProcess) -> list[dict[str, Any]]:
+    r = httpx.get(
+        gw.base_url + "/routefit/requests",
+        params={"team": TEAM, "route": "embed"},
+        headers={"authorization": f"Bearer {ADMIN}"},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    return list(r.json()["data"])
+
+
+def test_each_request_is_in_the_request_log_with_its_tokens(gw: InProcess) -> None:
+    answer = _client(gw).embeddings.create(model="embed", input=TEXTS[1])
+    refused = httpx.post(
+        gw.v1 + "/embeddings",
+        json={"model": "embed", "input": "lorem " * 9000},
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
+    assert refused.status_code == 400
+
+    def found() -> list[dict[str, Any]]:
+        return [r for r in _records(gw) if r["wire"] == "embeddings"][:2]
+
+    deadline = time.monotonic() + 10  # the records are written after each answer
+    while len(found()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    failed, served = found()
+    assert served["status"] == 200 and served["prompt_tokens"] == answer.usage.prompt_tokens
+    assert served["team"] == TEAM and served["deployment"] == "openai/text-embedding-3-small"
+    assert failed["status"] == 400 and failed["prompt_tokens"] is None
+    access = [line for line in gw.log().splitlines() if line.startswith("INFO routefit.access")]
+    assert any(served["id"] in line and '"wire":"embeddings"' in line for line in access)
