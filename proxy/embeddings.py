@@ -15,9 +15,10 @@ model's. A provider that stops answering after it had the request is charged rou
 
 Which routes: those reached over the OpenAI wire (``transport: openai``: OpenAI and any
 OpenAI-compatible base), at ``{api_base}/embeddings``, through the route's own passthrough
-transport (its retries, bounds and connection pool). A route reached through litellm or
-Anthropic's API answers 400 naming the routes that do serve embeddings: routefit's litellm
-adapter speaks chat only.
+transport (its retries, bounds and connection pool); and those reached through litellm
+(``transport: litellm``: Gemini, Vertex AI, Bedrock, Cohere, ...) through ``litellm.aembedding``
+(``proxy.transports.litellm``). A route on Anthropic's API (which has no embeddings) answers
+400 naming the routes that do serve them.
 
 ``/v1/completions`` (the legacy text completions API) is refused with a 404 in OpenAI's shape
 that names what is served (``completions_refused``): forwarding it right would need its own
@@ -43,7 +44,7 @@ from proxy.body import read_json
 from proxy.budgets import Held, rate_limit_headers
 from proxy.config import RouteConfig
 from proxy.errors import ProxyError, error_response
-from proxy.exchange import CHAT, Completion, EventStream, Outbound, as_completion
+from proxy.exchange import CHAT, EMBEDDINGS, Completion, EventStream, Outbound, as_completion
 from proxy.fairness import caller
 from proxy.intake import permit
 from proxy.providers import Deployment, Leg
@@ -59,8 +60,6 @@ __all__ = ["EMBEDDINGS", "completions_refused", "embeddings"]
 
 log = logging.getLogger("routefit")
 
-#: The provider wire name of an embeddings request (a URL of the deployment, not a chat wire).
-EMBEDDINGS = "embeddings"
 #: Failures after forwarding that leave the input billed at the provider.
 _BILLED = frozenset({"upstream_timeout", "upstream_incomplete", "upstream_malformed"})
 #: What is served, as the refusals name it.
@@ -124,16 +123,20 @@ def _route(g: Generation, model: str) -> RouteConfig:
     return rc
 
 
+#: The transports that carry embeddings: the OpenAI wire's passthrough, litellm's aembedding.
+_EMBEDS = ("openai", "litellm")
+
+
 def _target(g: Generation, rc: RouteConfig) -> Leg:
-    """The route's passthrough leg, when its provider speaks OpenAI's wire."""
+    """The route's leg for chat: the passthrough on the OpenAI wire, else litellm."""
     leg = g.providers.leg(rc.route.alias, CHAT)
-    if rc.upstream.transport != "openai" or CHAT not in leg.deployment.urls:
-        served = [a for a, r in g.config.routes.items() if r.upstream.transport == "openai"]
+    if rc.upstream.transport not in _EMBEDS:
+        served = [a for a, r in g.config.routes.items() if r.upstream.transport in _EMBEDS]
         raise ProxyError(
             400,
             f"model {rc.route.alias!r} does not serve embeddings: routefit forwards "
-            "/v1/embeddings to routes on the OpenAI wire (transport openai); here: "
-            + (", ".join(served) or "none"),
+            "/v1/embeddings to routes on the OpenAI wire or through litellm (transport openai "
+            "or litellm); here: " + (", ".join(served) or "none"),
             param="model",
             code="unsupported_model",
         )
@@ -141,7 +144,10 @@ def _target(g: Generation, rc: RouteConfig) -> Leg:
 
 
 def _embedding_deployment(d: Deployment) -> Deployment:
-    """The deployment with its embeddings endpoint beside its chat one."""
+    """The deployment with its embeddings endpoint beside its chat one (a passthrough's; a
+    litellm deployment has no URLs: litellm knows its provider's)."""
+    if CHAT not in d.urls:
+        return d
     url = d.urls[CHAT].removesuffix("/chat/completions") + "/embeddings"
     return Deployment(
         d.name, d.upstream, d.native, {**d.urls, EMBEDDINGS: url}, d.auth, d.adapter, d.bounds

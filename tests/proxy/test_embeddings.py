@@ -30,6 +30,7 @@ TEXTS = ["The quick brown fox.", "Jumps over the lazy dog, twice!", "数字 123 
 def _config(path: Path, sim_url: str) -> Path:
     routes = [
         sim_route("embed", sim_url, "text-embedding-3-small"),
+        sim_route("via-litellm", sim_url, "text-embedding-3-small", transport="litellm"),
         sim_route("chat", sim_url, "gpt-4o"),
         {
             "model_name": "claude",
@@ -85,6 +86,15 @@ def test_the_sdk_embeds_through_the_route_and_the_team_pays_the_providers_count(
     assert _used(gw) - before == answer.usage.prompt_tokens
     again = _client(gw).embeddings.create(model="embed", input=TEXTS[0])
     assert again.data[0].embedding == answer.data[0].embedding  # the same text, the same vector
+
+
+def test_a_litellm_route_embeds_through_litellm(gw: InProcess, fresh_sim: Any) -> None:
+    before = _used(gw)
+    answer = _client(gw).embeddings.create(model="via-litellm", input=TEXTS[:2], dimensions=16)
+    assert [len(d.embedding) for d in answer.data] == [16, 16]
+    sent = fresh_sim.last_request("/v1/embeddings")
+    assert sent["body"]["input"] == TEXTS[:2]
+    assert _used(gw) - before == sent["prompt_tokens"] > 0
 
 
 def test_float_encoding_dimensions_and_token_id_inputs_pass_through(gw: InProcess) -> None:
