@@ -313,6 +313,11 @@ async def reload(state: AppState, cause: str) -> Generation:
         except ConfigError as exc:
             refused(state, cause, exc)
             raise
+        except Exception as exc:  # nothing is swapped before the end: the running config stays
+            log.exception("config reload (%s) failed", cause)
+            failed = ConfigError(f"{state.live.current.config.path}: the reload failed: {exc}")
+            refused(state, cause, failed)
+            raise failed from exc
         state.metrics.config_reloads.labels("applied").inc()
         log.info(
             "config reloaded (%s) from %s: generation %d, %d route(s), %d team(s)",
