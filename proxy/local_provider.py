@@ -98,9 +98,11 @@ class LocalProvider:
 
 def _check_model(alias: str, rc: RouteConfig, path: str) -> None:
     from proxy.sim.models import BUILTIN_MODELS
+    from proxy.sim.wire_openai import EMBEDDING_MODELS
 
     name = rc.upstream.model_name
     known = {n for m in BUILTIN_MODELS.values() for n in (m.name, *m.aliases)}
+    known |= set(EMBEDDING_MODELS)  # /v1/embeddings (proxy.embeddings)
     if name not in known:
         raise ConfigError(
             f"{path}: model_list[{alias}].litellm_params.model: {rc.upstream.model!r} is not a "

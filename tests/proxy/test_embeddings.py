@@ -223,3 +223,19 @@ def test_each_request_is_in_the_request_log_with_its_tokens(gw: InProcess) -> No
     assert failed["status"] == 400 and failed["prompt_tokens"] is None
     access = [line for line in gw.log().splitlines() if line.startswith("INFO routefit.access")]
     assert any(served["id"] in line and '"wire":"embeddings"' in line for line in access)
+
+
+def test_a_sim_local_embedding_route_works_with_no_key_and_no_network(tmp_path: Path) -> None:
+    routes = [
+        {
+            "model_name": "local-embed",
+            "litellm_params": {"model": "openai/text-embedding-3-large", "api_base": "sim://local"},
+        }
+    ]
+    config = gateway_config(tmp_path / "c.yaml", routes)
+    with run_inprocess(config) as running:
+        answer = openai.OpenAI(base_url=running.v1, api_key="none").embeddings.create(
+            model="local-embed", input="hello"
+        )
+    assert len(answer.data[0].embedding) == 3072
+    assert answer.usage.prompt_tokens == 1
