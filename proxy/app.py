@@ -3,16 +3,21 @@
 Endpoints: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``GET /v1/models``,
 ``POST /routefit/fit`` (dry run), ``GET /healthz`` (the process answers), ``GET /readyz`` (it can
 serve: route tokenizers loaded; ``tasks`` counts live asyncio tasks), ``GET /metrics``
-(Prometheus), ``GET /openapi.json`` (``proxy.openapi``). A client wire's endpoints are one
-gateway call each with its ``proxy.wires`` module: ``serve`` (forwarded), ``count`` (a count
-endpoint), ``fit_only`` (the dry run); a new wire is its module plus its entry in ``WIRES``.
+(Prometheus), ``GET /openapi.json`` (``proxy.openapi``), ``POST /routefit/reload`` (the config
+file read again, ``proxy.reload``; SIGHUP does the same, ``proxy.hangup``). A client wire's
+endpoints are one gateway call each with its ``proxy.wires`` module: ``serve`` (forwarded),
+``count`` (a count endpoint), ``fit_only`` (the dry run); a new wire is its module plus its
+entry in ``WIRES``.
+
+Every handler reads what the config decides from the request's own generation
+(``proxy.reload.pinned``): a reload never changes a request under way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -25,29 +30,41 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pricing.tokenizers import get_tokenizer
-from proxy import modelmap, responses_api
+from proxy import hangup, modelmap, responses_api
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
-from proxy.config import Config, load_config
+from proxy.config import Config, ConfigError, load_config
 from proxy.drain import cut_after, on_terminate
+from proxy.embeddings import completions_refused
+from proxy.embeddings import embeddings as forward_embeddings
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
-from proxy.gateway import Gateway, reply_error
+from proxy.gateway import reply_error
 from proxy.health import HEALTH_ROUTES
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
 from proxy.middleware import Guard
-from proxy.openapi import build_openapi
-from proxy.provider_keys import ProviderKeys
 from proxy.providers import Transport
 from proxy.records import page, query
+from proxy.reload import (
+    Generation,
+    Live,
+    Pin,
+    Shared,
+    build_generation,
+    checked,
+    dispatched,
+    pinned,
+    refused,
+    retire,
+    summary,
+)
+from proxy.reload import reload as reload_config
 from proxy.responses_store import Keeper
 from proxy.serve_settings import DEFAULTS, ServeSettings, handed_over
 from proxy.state import AppState
 from proxy.store import ObservedStore, Store, StoreUnavailable, connect_store
-from proxy.transports import Bounds, RetryPolicy, provider_table
 from proxy.transports import start as start_providers
-from proxy.ui import Dashboard
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, GEMINI_WIRE, RESPONSES_WIRE, Wire
 from proxy.wires.base import Counting
 
@@ -77,13 +94,14 @@ def _state(request: Request) -> AppState:
 async def serve(request: Request, wire: Wire) -> Response:
     """POST on one of a client wire's ``paths`` (``wire_routes`` binds ``wire``): the gateway's
     whole path, with the stored conversation of a wire whose API keeps them."""
-    state = _state(request)
-    return await state.gateway.serve(request, wire, _stored(state) if wire.stored else None)
+    g = pinned(request)
+    keeper = _stored(_state(request), g) if wire.stored else None
+    return await g.gateway.serve(request, wire, keeper)
 
 
 async def count(request: Request, wire: Counting) -> Response:
     """POST on a client wire's ``count_paths`` (Anthropic's ``count_tokens``)."""
-    return await _state(request).gateway.count(request, wire)
+    return await pinned(request).gateway.count(request, wire)
 
 
 def wire_routes(wire: Wire) -> list[Route]:
@@ -96,18 +114,16 @@ def wire_routes(wire: Wire) -> list[Route]:
 
 
 async def response_get(request: Request) -> Response:
-    state = _state(request)
-    return await responses_api.retrieve(request, state.teams, state.store)
+    return await responses_api.retrieve(request, pinned(request).teams, _state(request).store)
 
 
 async def response_delete(request: Request) -> Response:
-    state = _state(request)
-    return await responses_api.delete(request, state.teams, state.store)
+    return await responses_api.delete(request, pinned(request).teams, _state(request).store)
 
 
 async def response_input_items(request: Request) -> Response:
-    state = _state(request)
-    return await responses_api.input_items_list(request, state.teams, state.store)
+    teams = pinned(request).teams
+    return await responses_api.input_items_list(request, teams, _state(request).store)
 
 
 async def root(request: Request) -> Response:
@@ -115,36 +131,36 @@ async def root(request: Request) -> Response:
     return _json({"service": "routefit"})
 
 
-def _stored(state: AppState) -> Keeper:
+def _stored(state: AppState, g: Generation) -> Keeper:
     """One Responses request's stored conversation (``proxy.responses_store``)."""
-    return Keeper(state.store, state.config.settings.responses_ttl_seconds)
+    return Keeper(state.store, g.config.settings.responses_ttl_seconds)
 
 
 async def fit_only(request: Request) -> Response:
     """POST /routefit/fit: the fitted request and its report; nothing is forwarded.
     ``?wire=`` names the client wire whose body it is (``chat`` by default; ``messages``,
     ``responses``: a Responses body's ``previous_response_id`` resolved as creating it would)."""
-    state = _state(request)
+    g = pinned(request)
     wire = _BY_NAME.get(request.query_params.get("wire", "chat"))
     if wire is None:
         names = ", ".join(_BY_NAME)
         return error_response(ProxyError(400, f"wire must be one of {names}", param="wire"))
-    session = _stored(state) if wire.stored else None
-    return await state.gateway.fit_only(request, wire, session)
+    session = _stored(_state(request), g) if wire.stored else None
+    return await g.gateway.fit_only(request, wire, session)
 
 
 # -- routefit's own endpoints ----------------------------------------------------------------
 
 
 async def models(request: Request) -> Response:
-    state = _state(request)
+    g = pinned(request)
     try:
-        team = state.teams.authenticate(request.headers)
+        team = g.teams.authenticate(request.headers)
     except ProxyError as err:
         return error_response(err)
     data = [
         {"id": alias, "object": "model", "created": 0, "owned_by": rc.upstream.provider}
-        for alias, rc in state.config.routes.items()
+        for alias, rc in g.config.routes.items()
         if team is None or team.may_use(alias)
     ]
     return _json({"object": "list", "data": data})
@@ -152,12 +168,11 @@ async def models(request: Request) -> Response:
 
 async def team_usage(request: Request) -> Response:
     """GET /routefit/teams/{id}/usage: the admin key, or that team's own key."""
-    state = _state(request)
     try:
-        team = state.teams.usage_reader(
+        team = pinned(request).teams.usage_reader(
             request.headers, request.path_params["team"], _client(request)
         )
-        windows = await state.budgets.usage(team)
+        windows = await _state(request).budgets.usage(team)
     except ProxyError as err:
         return error_response(err)
     return _json(
@@ -180,7 +195,7 @@ async def team_usage(request: Request) -> Response:
 async def requests_log(request: Request) -> Response:
     """GET /routefit/requests: the request log's records, newest first (``proxy.records``);
     the admin key reads any team's (every team's without ``team=``), a team key its own."""
-    records = _state(request).gateway.records
+    records = pinned(request).gateway.records
     params = request.query_params
     try:
         teams = records.readable(request.headers, params.get("team"), _client(request))
@@ -193,17 +208,46 @@ async def requests_log(request: Request) -> Response:
     return Response(page(found), media_type="application/json")
 
 
+async def embeddings(request: Request) -> Response:
+    """POST /v1/embeddings: forwarded, priced and budgeted (``proxy.embeddings``)."""
+    return await forward_embeddings(request, _state(request), pinned(request))
+
+
 async def openapi(request: Request) -> Response:
-    return Response(_state(request).openapi, media_type="application/json")
+    return Response(pinned(request).openapi, media_type="application/json")
 
 
 async def calibration(request: Request) -> Response:
-    state = _state(request)
     try:
-        state.teams.authorize_admin(request.headers, _client(request))
+        pinned(request).teams.authorize_admin(request.headers, _client(request))
     except ProxyError as err:
         return error_response(err)
-    return _json(state.calibrator.report())
+    return _json(_state(request).calibrator.report())
+
+
+async def reload(request: Request) -> Response:
+    """POST /routefit/reload (the admin key): the config file read again and served from now
+    on (``proxy.reload``), or 422 with the loader's message and the running config kept. With
+    ``--workers N`` this worker checks the file, then the parent passes SIGHUP to every worker
+    (202: each reloads on its own, as for a SIGHUP sent to the parent)."""
+    state = _state(request)
+    try:
+        pinned(request).teams.authorize_admin(request.headers, _client(request))
+    except ProxyError as err:
+        return error_response(err)
+    try:
+        if state.settings.workers > 1:
+            try:
+                await checked(state)
+            except ConfigError as exc:
+                refused(state, "POST /routefit/reload", exc)
+                raise
+            hangup.ask_parent()
+            return _json({"reloaded": "every worker", "workers": state.settings.workers}, 202)
+        g = await reload_config(state, "POST /routefit/reload")
+    except ConfigError as exc:
+        return error_response(ProxyError(422, str(exc), code="invalid_config"))
+    return _json(summary(g))
 
 
 async def prometheus(request: Request) -> Response:
@@ -246,10 +290,15 @@ ROUTES = [
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/models", models, methods=["GET"]),
+    Route("/v1/embeddings", embeddings, methods=["POST"]),
+    Route("/embeddings", embeddings, methods=["POST"]),
+    Route("/v1/completions", completions_refused, methods=["POST"]),
+    Route("/completions", completions_refused, methods=["POST"]),
     Route("/routefit/fit", fit_only, methods=["POST"]),
     Route("/routefit/calibration", calibration, methods=["GET"]),
     Route("/routefit/teams/{team}/usage", team_usage, methods=["GET"]),
     Route("/routefit/requests", requests_log, methods=["GET"]),
+    Route("/routefit/reload", reload, methods=["POST"]),
     *HEALTH_ROUTES,  # /healthz, /readyz and LiteLLM's /health family (proxy.health)
     Route("/metrics", prometheus, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
@@ -264,21 +313,15 @@ def build_state(
     transport: Transport | None = None,
     serve_settings: ServeSettings = DEFAULTS,
 ) -> AppState:
-    """Every long-lived part of one app, wired once from the config. ``transport`` replaces the
-    passthrough's HTTP client for every route (``proxy.transports.mock``): then no simulator
-    is started for ``sim://`` routes, the injected transport answers them too."""
+    """Every long-lived part of one app, wired once, and the first generation of what the
+    config decides (``proxy.reload``). ``transport`` replaces the passthrough's HTTP client for
+    every route (``proxy.transports.mock``): then no simulator is started for ``sim://``
+    routes, the injected transport answers them too."""
     # sim:// routes → the in-process simulator's port (or, injected, to the transport)
     config, local = attach(config, serve=transport is None)
     modelmap.release()  # the routes are read: their entries stay, the whole map goes
     metrics = Metrics()
     settings = config.settings
-    providers = provider_table(
-        {alias: rc.upstream for alias, rc in config.routes.items()},
-        RetryPolicy(settings.upstream_retries),
-        on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
-        bounds=Bounds(settings.limits.max_provider_body_bytes, settings.limits.max_sse_event_bytes),
-        http=transport,
-    )
     store = (
         ObservedStore(store, metrics)
         if store is not None
@@ -292,25 +335,18 @@ def build_state(
         anchor_ttl=settings.anchor_ttl,
     )
     budgets = Budgets(store, metrics, settings.budget_failure_mode)
-    sizer = ImageSizer()
-    keys = ProviderKeys.from_file(config, teams_open=config.open)
-    gateway = Gateway(config, metrics, providers, calibrator, budgets, sizer, keys)
-    dashboard = Dashboard(config, metrics, calibrator, budgets, gateway.teams)
-    gateway.on_fit = dashboard.record
+    shared = Shared(metrics, calibrator, budgets, ImageSizer(), transport)
+    first = build_generation(1, config, shared)
     return AppState(
-        config,
+        Live(first),
         metrics,
-        providers,
         store,
         calibrator,
         budgets,
-        sizer,
-        gateway,
-        keys,
-        dashboard,
-        orjson.dumps(build_openapi(config)),
+        shared.sizer,
         local,
         serve_settings,
+        transport,
     )
 
 
@@ -356,6 +392,26 @@ def _drain(state: AppState, loop: asyncio.AbstractEventLoop) -> None:
     log.info("SIGTERM: draining for up to %g s (not ready; in-flight requests finish)", seconds)
 
 
+def _reload_on_hangup(state: AppState, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """SIGHUP reloads the config (``proxy.hangup``); returns what unhooks it."""
+    running: set[asyncio.Task[None]] = set()
+
+    async def hung_up() -> None:
+        try:
+            await reload_config(state, "SIGHUP")
+        except ConfigError:
+            pass  # logged at ERROR by the reload; the running config stays
+        except Exception:
+            log.exception("config reload (SIGHUP) failed; the running config stays")
+
+    def signalled() -> None:
+        task = loop.create_task(hung_up())
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+    return hangup.on_hangup(loop, signalled)
+
+
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     state: AppState = app.state.routefit
@@ -369,13 +425,18 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     _log_start(state)
     loop = asyncio.get_running_loop()
     on_terminate(lambda: _drain(state, loop))
+    unhook = _reload_on_hangup(state, loop) if state.settings.reload_on_sighup else None
     try:
         yield
     finally:
+        if unhook is not None:
+            unhook()
         loading.cancel()
         await state.calibrator.stop()
-        await asyncio.to_thread(state.gateway.records.close)  # traces batched: exported
-        await state.providers.aclose()
+        for g in state.live.every():  # traces batched: exported; provider clients closed
+            await retire(g)
+        if state.transport is not None:
+            await state.transport.aclose()
         await state.sizer.aclose()
         await state.store.close()
         if state.local is not None:
@@ -394,10 +455,11 @@ def create_app(
     (``proxy.serve_settings``)."""
     state = build_state(config, store, transport, settings)
     app = Starlette(
-        routes=[*ROUTES, *state.dashboard.routes()],
+        routes=[*ROUTES, *dispatched(state.dashboard.routes())],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(Guard, limits=settings.read_limits())],
+        # Pin outermost: a request holds its config generation until its response is done
+        middleware=[Middleware(Pin), Middleware(Guard, limits=settings.read_limits())],
     )
     app.router.redirect_slashes = False  # never a redirect built from the client's Host
     app.state.routefit = state
@@ -407,5 +469,6 @@ def create_app(
 def create_app_from_env() -> Starlette:
     """uvicorn's factory in each worker of ``routefit serve --workers N``: the config path and
     settings the command handed over (one record: ``proxy.serve_settings``)."""
+    hangup.ignore()  # until the lifespan takes SIGHUP: never the default (the end of the worker)
     path, settings = handed_over()
     return create_app(load_config(path), settings=settings)

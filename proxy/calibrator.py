@@ -235,14 +235,22 @@ class Calibrator:
     def start(self, routes: Mapping[str, bool]) -> None:
         """Begin the background tasks; ``routes`` maps each alias to whether its meter is
         exact (inexact routes start from the policy's conservative prior)."""
+        self.track(routes)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._writer()), loop.create_task(self._refresher())]
+
+    def track(self, routes: Mapping[str, bool]) -> None:
+        """Learn for ``routes`` too (a reloaded config's new aliases, ``proxy.reload``): an
+        alias already tracked keeps what it learnt unless its meter changed exactness."""
         for route, exact in routes.items():
+            known = self.routes.get(route)
+            if known is not None and known.exact == exact:
+                continue
             self.routes[route] = _Route(
                 deque(maxlen=self.policy.window),
                 fit_correction((), self.policy, exact),
                 exact,
             )
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._writer()), loop.create_task(self._refresher())]
 
     async def stop(self) -> None:
         # Give queued samples a moment to reach the store, then stop.

@@ -176,6 +176,7 @@ def _serve_settings(args: argparse.Namespace) -> ServeSettings:
         body_timeout=args.body_timeout,
         body_min_rate=args.body_min_rate,
         drain_seconds=args.drain_seconds,
+        workers=args.workers,
     )
 
 
@@ -250,9 +251,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from proxy import hangup
     from proxy.config import ConfigError, load_config
     from proxy.protocol import with_limits
 
+    hangup.ignore()  # a SIGHUP before the app takes it (a reload) must not end the server
     path = os.path.abspath(args.config)
     try:
         config = load_config(path)  # fail here, with exit 2, rather than in every worker
@@ -295,7 +298,8 @@ def _serve(args: argparse.Namespace) -> int:
     )
     app = _app_for_uvicorn(path, config, settings, args.workers)
     if sock is None:
-        uvicorn.run(app, **options)
+        # uvicorn.run's own supervisor, but SIGHUP passed on to each worker (proxy.hangup)
+        hangup.run_workers(uvicorn.Config(app, **options))
         return 0
     return _serve_one(app, sock, options)
 
@@ -570,7 +574,9 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
     """``routefit serve``'s options: where to listen, and the limits on slow or many clients."""
     from proxy.serve_settings import DEFAULTS
 
-    serve.add_argument("--config", required=True, help="routefit / LiteLLM YAML config")
+    serve.add_argument(
+        "--config", required=True, help="routefit / LiteLLM YAML config (SIGHUP reloads it)"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4000, help="port (default 4000)")
     serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")

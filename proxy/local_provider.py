@@ -98,9 +98,11 @@ class LocalProvider:
 
 def _check_model(alias: str, rc: RouteConfig, path: str) -> None:
     from proxy.sim.models import BUILTIN_MODELS
+    from proxy.sim.wire_openai import EMBEDDING_MODELS
 
     name = rc.upstream.model_name
     known = {n for m in BUILTIN_MODELS.values() for n in (m.name, *m.aliases)}
+    known |= set(EMBEDDING_MODELS)  # /v1/embeddings (proxy.embeddings)
     if name not in known:
         raise ConfigError(
             f"{path}: model_list[{alias}].litellm_params.model: {rc.upstream.model!r} is not a "
@@ -130,20 +132,25 @@ INJECTED_BASE = "http://sim.local"
 
 
 def attach(
-    config: Config, host: str = "127.0.0.1", serve: bool = True
+    config: Config,
+    host: str = "127.0.0.1",
+    serve: bool = True,
+    running: LocalProvider | None = None,
 ) -> tuple[Config, LocalProvider | None]:
     """The config with its ``sim://`` routes pointed at a freshly bound loopback port, and the
     simulator to start there (None when no route is local). ``serve=False`` (an injected
-    transport answers): pointed at ``INJECTED_BASE``, no socket, no simulator. Raises
-    ConfigError for a sim:// route whose model the simulator does not serve."""
+    transport answers): pointed at ``INJECTED_BASE``, no socket, no simulator. ``running``: a
+    simulator already serving (a reloaded config, ``proxy.reload``): pointed at it, nothing new
+    bound. Raises ConfigError for a sim:// route whose model the simulator does not serve."""
     local = {a: rc for a, rc in config.routes.items() if is_local(rc.upstream.api_base)}
     if not local:
-        return config, None
+        return config, running
     for alias, rc in local.items():
         _check_model(alias, rc, config.path)
-    if not serve:
-        injected = {a: _local_upstream(rc, INJECTED_BASE) for a, rc in local.items()}
-        return replace(config, routes={**config.routes, **injected}), None
+    if not serve or running is not None:
+        base = running.base_url if running is not None else INJECTED_BASE
+        pointed = {a: _local_upstream(rc, base) for a, rc in local.items()}
+        return replace(config, routes={**config.routes, **pointed}), running
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))

@@ -149,6 +149,13 @@ class Metrics:
 
     def _dependencies(self, r: CollectorRegistry) -> None:
         """What routefit depends on: the upstream's retries and the store."""
+        self.config_reloads = Counter(
+            "routefit_config_reloads",
+            "Config reloads (SIGHUP or POST /routefit/reload) by result: applied, or refused "
+            "(the file did not load; the running config stays)",
+            ["result"],
+            registry=r,
+        )
         self.upstream_retries = Counter(
             "routefit_upstream_retries",
             "Upstream attempts retried, by reason (status, or upstream_unreachable)",

@@ -15,6 +15,8 @@ described per concern, each wire's in its own module:
   ``GET /v1/models``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``, ``HEAD``/``GET /``,
   ``GET /routefit/calibration`` (admin), ``GET /routefit/teams/{team}/usage`` (admin or that
   team), the dashboard under ``/routefit/ui``.
+- LiteLLM's ``/health`` family, ``GET /routefit/requests``, ``POST /routefit/reload`` and
+  ``POST /v1/embeddings`` (``proxy.openapi_ops``).
 
 The description holds no secret: aliases and team ids only, never a provider key, an API key or
 an upstream URL.
@@ -26,6 +28,7 @@ from typing import Any
 
 from proxy.config import Config
 from proxy.openapi_messages import messages_paths, messages_schemas
+from proxy.openapi_ops import ops_paths, ops_schemas
 from proxy.openapi_parts import (
     NAME,
     Security,
@@ -544,6 +547,7 @@ def _log_filters() -> list[dict[str, Any]]:
 def _wire_schemas(aliases: list[str]) -> dict[str, Any]:
     model = _model(aliases)
     return {
+        **ops_schemas(model),
         **messages_schemas(model),
         **responses_schemas(model),
         "AnyError": {"anyOf": [ref("Error"), ref("AnthropicError")]},
@@ -573,6 +577,7 @@ def build_openapi(config: Config) -> dict[str, Any]:
         **_ui_paths(security),
         **_probe_paths(),
         **_root_paths(),
+        **ops_paths(security),
     }
     aliases = sorted(config.routes)
     doc: dict[str, Any] = {

@@ -50,6 +50,13 @@ class ServeSettings:
     body_min_rate: float = 1024.0
     #: After SIGTERM, seconds in-flight work may take to finish.
     drain_seconds: float = 30.0
+    #: SIGHUP reloads the config (``proxy.reload``, ``proxy.hangup``). Only an app whose event
+    #: loop runs in the main thread can take signals: an app served on another thread (a test's)
+    #: installs nothing whatever this says.
+    reload_on_sighup: bool = True
+    #: ``--workers``: a reload asked of one worker (``POST /routefit/reload``) is then handed to
+    #: the parent, which passes SIGHUP to every worker (``proxy.hangup``).
+    workers: int = 1
 
     def read_limits(self) -> ReadLimits:
         return ReadLimits(self.body_timeout, self.body_min_rate)

@@ -23,6 +23,7 @@ from proxy.errors import ProxyError
 
 __all__ = [
     "CHAT",
+    "EMBEDDINGS",
     "MESSAGES",
     "RESPONSES",
     "WIRES",
@@ -38,6 +39,8 @@ __all__ = [
 #: Provider wires: OpenAI chat completions, Anthropic messages, OpenAI responses.
 CHAT, MESSAGES, RESPONSES = "chat", "messages", "responses"
 WIRES = (CHAT, MESSAGES, RESPONSES)
+#: An embeddings request (``proxy.embeddings``): a provider endpoint, not a chat wire.
+EMBEDDINGS = "embeddings"
 
 
 @dataclass(frozen=True, slots=True)

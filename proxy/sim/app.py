@@ -24,7 +24,7 @@ from proxy.sim.wire_anthropic import collect_pictures as anthropic_pictures
 from proxy.sim.wire_anthropic import image_key
 from proxy.sim.wire_anthropic import messages as anthropic_messages
 from proxy.sim.wire_anthropic import validate as validate_anthropic
-from proxy.sim.wire_openai import chat_completions, validate_chat
+from proxy.sim.wire_openai import chat_completions, embeddings, validate_chat
 from proxy.sim.wire_openai import collect_pictures as openai_pictures
 from proxy.sim.wire_responses import responses
 
@@ -395,6 +395,11 @@ def create_app(state: SimState | None = None) -> SimApp:
         Route(
             "/v1/chat/completions",
             _provider_endpoint(state, "openai", chat_completions),
+            methods=["POST"],
+        ),
+        Route(
+            "/v1/embeddings",
+            _provider_endpoint(state, "openai", embeddings),
             methods=["POST"],
         ),
         Route(

@@ -21,7 +21,7 @@ from proxy.sim.streaming import CutBody, EventStream, sse
 if TYPE_CHECKING:
     from proxy.sim.ctx import Ctx
 
-__all__ = ["chat_completions", "validate_chat"]
+__all__ = ["EMBEDDING_MODELS", "chat_completions", "embeddings", "validate_chat"]
 
 KNOWN_PARAMS = frozenset(
     {
@@ -730,3 +730,129 @@ async def chat_completions(ctx: Ctx) -> Response:
     if body.get("stream"):
         return _stream(ctx, body, ident, answers, usage, headers)
     return _completion(ctx, ident, answers, usage, headers)
+
+
+# ----------------------------------------------------------------------------------- embeddings
+
+#: OpenAI's embedding models: (native dimensions, whether ``dimensions`` may shorten them).
+EMBEDDING_MODELS: dict[str, tuple[int, bool]] = {
+    "text-embedding-3-small": (1536, True),
+    "text-embedding-3-large": (3072, True),
+    "text-embedding-ada-002": (1536, False),
+}
+#: Tokens one input may have, and one request in all (OpenAI's published limits).
+EMBEDDING_INPUT_LIMIT = 8192
+EMBEDDING_REQUEST_LIMIT = 300_000
+EMBEDDING_MAX_INPUTS = 2048
+_EMBEDDING_TOKENIZER = "cl100k_base"
+
+
+def _embedding_inputs(value: Any) -> list[str | list[int]]:
+    """The inputs of a body's ``input`` (a string, strings, token ids, lists of token ids), as
+    OpenAI accepts them; anything else is its 400."""
+    invalid = SimError(
+        400,
+        "'$.input' is invalid. Please check the API reference: "
+        "https://platform.openai.com/docs/api-reference.",
+        param="input",
+    )
+
+    def ids(v: Any) -> bool:
+        return isinstance(v, list) and all(type(i) is int for i in v)
+
+    if isinstance(value, str):
+        items: list[Any] = [value]
+    elif ids(value) and value:
+        items = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, str) or ids(v) for v in value):
+        items = value
+    else:
+        raise invalid
+    if len(items) > EMBEDDING_MAX_INPUTS or any(len(v) == 0 for v in items):
+        raise invalid
+    return items
+
+
+def _embedding_vector(model: str, item: str | list[int], dims: int) -> list[float]:
+    """A deterministic unit vector for one input: the same text always embeds the same way."""
+    import hashlib
+    import math
+    import random
+
+    seed = hashlib.sha256(f"{model}\0{item!r}".encode()).digest()
+    rng = random.Random(seed)
+    raw = [rng.gauss(0.0, 1.0) for _ in range(dims)]
+    norm = math.sqrt(sum(x * x for x in raw)) or 1.0
+    return [x / norm for x in raw]
+
+
+def _embedding_dims(body: Mapping[str, Any], model: str) -> int:
+    native, shortens = EMBEDDING_MODELS[model]
+    dims = body.get("dimensions")
+    if dims is None:
+        return native
+    if not shortens:
+        raise SimError(400, "This model does not support specifying dimensions.", "dimensions")
+    if not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= native:
+        raise SimError(400, f"Invalid 'dimensions': must be 1 to {native}.", param="dimensions")
+    return dims
+
+
+def _encoded(vector: list[float], fmt: str) -> list[float] | str:
+    if fmt == "float":
+        return vector
+    import base64
+    import struct
+
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+
+
+async def embeddings(ctx: Ctx) -> Response:
+    """``POST /v1/embeddings``: inputs counted by cl100k_base (token ids count as themselves);
+    one over the model's input limit, or a request over its total, refused as OpenAI does."""
+    from proxy.sim.tokens import get_encoder
+
+    body = ctx.body
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        raise SimError(400, "you must provide a model parameter", param="model")
+    name = body["model"]
+    if name not in EMBEDDING_MODELS:
+        raise SimError(
+            404,
+            f"The model `{name}` does not exist or you do not have access to it.",
+            code="model_not_found",
+        )
+    items = _embedding_inputs(body.get("input"))
+    fmt = body.get("encoding_format", "float")
+    if fmt not in ("float", "base64"):
+        raise SimError(
+            400, "Invalid 'encoding_format': must be 'float' or 'base64'.", "encoding_format"
+        )
+    dims = _embedding_dims(body, name)
+    encoder = get_encoder(_EMBEDDING_TOKENIZER)
+    counts = [len(i) if isinstance(i, list) else encoder.count(i) for i in items]
+    for n in counts:
+        if n > EMBEDDING_INPUT_LIMIT:
+            raise SimError(
+                400,
+                f"This model's maximum context length is {EMBEDDING_INPUT_LIMIT} tokens, however "
+                f"you requested {n} tokens ({n} in your prompt; 0 for the completion). Please "
+                "reduce your prompt; or completion length.",
+            )
+    total = sum(counts)
+    if total > EMBEDDING_REQUEST_LIMIT:
+        raise SimError(
+            400, f"Requested {total} tokens, max {EMBEDDING_REQUEST_LIMIT} tokens per request"
+        )
+    ctx.entry["prompt_tokens"] = total
+    prompt = ctx.plan.lie if ctx.plan.lie is not None else total
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encoded(vector, fmt)}
+        for i, vector in enumerate(_embedding_vector(name, v, dims) for v in items)
+    ]
+    usage = {"prompt_tokens": prompt, "total_tokens": prompt}
+    if ctx.plan.no_usage:
+        return JSONResponse({"object": "list", "data": data, "model": name})
+    headers = {"x-request-id": ctx.request_id, "x-sim-prompt-tokens": str(total)}
+    payload = {"object": "list", "data": data, "model": name, "usage": usage}
+    return JSONResponse(payload, headers=headers)

@@ -48,7 +48,14 @@ import orjson
 
 from proxy.config import Upstream
 from proxy.errors import ProxyError
-from proxy.exchange import Completion, EventStream, Outbound, StreamBroken, Transient
+from proxy.exchange import (
+    EMBEDDINGS,
+    Completion,
+    EventStream,
+    Outbound,
+    StreamBroken,
+    Transient,
+)
 from proxy.exchange.sse import DONE, EventTooLarge
 from proxy.providers import Bounds, Deployment
 from proxy.transports.bounded_http import BoundedTransport, Trip, trip
@@ -176,16 +183,19 @@ class LiteLLM:
             self._clients[(up.timeout, bounds)] = client
         return client
 
-    async def _call(self, target: Deployment, kwargs: dict[str, Any], mark: Trip) -> Any:
-        """``litellm.acompletion`` over the bounded client, its errors mapped."""
+    async def _call(
+        self, target: Deployment, kwargs: dict[str, Any], mark: Trip, call: str = "acompletion"
+    ) -> Any:
+        """``litellm.acompletion`` (or ``call``: ``aembedding``, on litellm's own client) over
+        the bounded client, its errors mapped."""
         up = target.upstream
         litellm = await _module()
-        client = self._client(up, target.bounds)
+        client = self._client(up, target.bounds) if call == "acompletion" else None
         if client is not None:
             kwargs["client"] = client
         token = trip.set(mark)
         try:
-            return await litellm.acompletion(**kwargs)
+            return await getattr(litellm, call)(**kwargs)
         except Exception as exc:  # litellm raises its own exception tree; map it
             if mark.reason is not None:
                 raise ProxyError(
@@ -199,10 +209,16 @@ class LiteLLM:
             trip.reset(token)
 
     async def send(self, target: Deployment, out: Outbound) -> Completion | EventStream:
-        """``out`` (always chat) through ``litellm.acompletion``."""
+        """``out`` (chat) through ``litellm.acompletion``; an embeddings request
+        (``proxy.embeddings``) through ``litellm.aembedding``."""
         up = target.upstream
         kwargs = _kwargs(up, out.body)
         mark = Trip()
+        if out.wire == EMBEDDINGS:
+            resp = await self._call(target, kwargs, mark, "aembedding")
+            # base64 vectors (what the openai SDK asks for) sit in a field typed list[float]
+            data = resp.model_dump(exclude_none=True, warnings=False)
+            return Completion(orjson.dumps(data), data)
         if out.stream:
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}
