@@ -174,7 +174,8 @@ async def _pictures(state: SimState, body: Mapping[str, Any], m: SimModel) -> di
 async def _picture(state: SimState, media: Mapping[str, Any]) -> Picture:
     try:
         if "data" in media:
-            data = decode_base64(str(media["data"]))
+            # Google takes the URL-safe alphabet too (the google-genai SDK sends it)
+            data = decode_base64(str(media["data"]).replace("-", "+").replace("_", "/"))
             width, height, actual = probe_bytes(data)
             return Picture(width, height, actual, digest(data))
         uri = str(media.get("fileUri", media.get("file_uri", "")))

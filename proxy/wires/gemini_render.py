@@ -34,6 +34,10 @@ def _is_response(part: Any) -> bool:
     return isinstance(part, Mapping) and any(k in part for k in _RESPONSE)
 
 
+def _inner(part: Mapping[str, Any]) -> Any:
+    return next((part[k] for k in _RESPONSE if k in part), None)
+
+
 def _response_object(text: str) -> Any:
     """What a cut response's text is as ``response``: its JSON object, else the text."""
     try:
@@ -92,8 +96,10 @@ class _Contents:
         self.out: list[Any] = []
         self.pending: list[Any] = []
         self.originals = {id(m.wire) for m in request.messages if m.wire is not None}
+        #: The content each function response came from, by its inner object (which a capped
+        #: or masked copy of the part still holds).
         self.owner: dict[int, Mapping[str, Any]] = {
-            id(part): content
+            id(_inner(part)): content
             for content in request.body.get("contents") or []
             if isinstance(content, Mapping)
             for part in content.get("parts") or []
@@ -106,8 +112,16 @@ class _Contents:
     def response(self, message: Message) -> None:
         self.pending.append(message.wire if self.original(message) else _changed_response(message))
 
+    def _from(self, wire: Mapping[str, Any]) -> bool:
+        """Whether every waiting response came from the content ``wire`` is (or copies)."""
+        parts = wire.get("parts")
+        owners = [self.owner.get(id(_inner(p))) for p in self.pending]
+        return parts is not None and all(o is not None and o.get("parts") is parts for o in owners)
+
     def user(self, message: Message) -> None:
         wire = message.wire or {}
+        if not self._from(wire):
+            self.flush()  # responses of an earlier content: a content of their own
         if self.original(message):
             plain = _plain_parts(wire)
             source: Mapping[str, Any] | None = wire
@@ -131,8 +145,8 @@ class _Contents:
         self.pending = []
         if not parts:
             return
-        if source is None and plain == [] and parts:
-            source = self.owner.get(id(parts[0]))
+        if source is None and not plain:
+            source = self.owner.get(id(_inner(parts[0])))
         if source is not None and _same(parts, source.get("parts") or []):
             self.out.append(source)
             return
