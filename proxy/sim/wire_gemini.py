@@ -244,7 +244,7 @@ def _answer(body: Mapping[str, Any], m: SimModel, prompt_total: int) -> Answer:
         tools=[] if off else _offered(body),
         forced=forced,
         wants_call=last.get("role", "user") == "user" and not responded,
-        max_tokens=config.get("maxOutputTokens") or None,
+        max_tokens=config.get("maxOutputTokens", config.get("max_output_tokens")) or None,
         room=m.context_window - prompt_total,
         id_prefix="",
         schema=_schema(config),

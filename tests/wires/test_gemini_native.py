@@ -265,6 +265,34 @@ def test_a_missing_key_says_where_gemini_clients_put_it(native: Native):
     assert "x-goog-api-key" in error["message"] and "?key=" in error["message"]
 
 
+# -- the other wires on a Gemini route: chat through litellm, to the same provider -----------
+
+
+def test_chat_messages_and_responses_clients_reach_a_gemini_route_through_litellm():
+    """litellm carries chat to Google's wire (its own HTTP client: the simulator on loopback);
+    the Messages and Responses wires reach it through chat, as on any litellm route."""
+    from proxy.sim.server import run_sim
+
+    with run_sim(api_keys=[PROVIDER_KEY]) as sim:
+        route = _route("gem", "gemini-sim", 1_048_576)
+        route["litellm_params"]["api_base"] = f"{sim.base_url}/v1beta"
+        data = {"model_list": [route], "routefit_settings": {"store_path": ":memory:"}}
+        config = parse_config(yaml.safe_load(yaml.safe_dump(data)), "r.yaml", environ={})
+        with TestClient(create_app(config)) as client:
+            hi = [{"role": "user", "content": "hi"}]
+            asks = [
+                ("/v1/chat/completions", {"messages": hi}),
+                ("/v1/messages", {"max_tokens": 50, "messages": hi}),
+                ("/v1/responses", {"input": "hi"}),
+            ]
+            for path, body in asks:
+                reply = client.post(path, json={"model": "gem", **body})
+                assert reply.status_code == 200, (path, reply.text)
+        seen = sim.requests()
+    assert [r["path"] for r in seen] == ["/v1beta/models/gemini-sim:generateContent"] * 3
+    assert all(r["status"] == 200 for r in seen)
+
+
 # -- the google-genai SDK, in process ---------------------------------------------------------
 
 genai = pytest.importorskip("google.genai")
