@@ -197,16 +197,17 @@ _CLAUDE = SimModel(
     aliases=("claude-sonnet-4-5",),
 )
 
-#: Gemini (the generateContent wire): Google publishes no tokenizer, so the stand-in is o200k
-#: with per-class rates routefit does not know (SentencePiece splits digits one by one and
-#: merges common words), a small per-content overhead, and the image rule Google publishes:
-#: ``gemini-tile`` on 2.x, a fixed 1,120 per image on Gemini 3 (docs/images.md).
+#: Gemini (the generateContent wire): Google publishes no tokenizer, so the stand-in is cl100k,
+#: a vocabulary other than the o200k routefit assumes for an unknown model (the difference,
+#: content-dependent, is calibration's to learn; a scaled or per-class encoder would cost tens
+#: to hundreds of ms per agent prompt), a small per-content overhead, and the image rule Google
+#: publishes: ``gemini-tile`` on 2.x, 1,120 per image on Gemini 3 (docs/images.md).
 _GEMINI = SimModel(
     "gemini-sim",
     wire="gemini",
     context_window=1_048_576,
     max_output=65_536,
-    class_rates="word=0.97,punct=1.1,digit=0,script=0.9,space=1.0",
+    tokenizer="cl100k_base",
     chat_format="gemini",
     per_message=3,
     per_name=0,
