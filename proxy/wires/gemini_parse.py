@@ -6,7 +6,8 @@ Gemini's ``contents`` map onto fitting's units like this:
 * A ``model`` content is one assistant message: its text parts are its text, its
   ``functionCall`` parts its tool calls. Thought parts (``thought: true``) and
   ``thoughtSignature`` fields stay in the content object as they came and are never edited nor
-  priced (no route speaks Gemini natively yet, and the chat translation cannot carry them).
+  priced: a native Gemini route gets the model content back whole (Google does not count an
+  earlier turn's thoughts as input), and the chat translation cannot carry them.
 * A ``user`` (or ``function``) content's ``functionResponse`` parts are ``tool`` messages, each
   answering one call of the model turn before it; its other parts (text, ``inlineData`` /
   ``fileData`` images, priced by the route's image rule) are one user message after them.
