@@ -25,6 +25,7 @@ from proxy.app import create_app
 from proxy.config import parse_config
 from proxy.sim.app import create_app as create_sim
 from proxy.sim.completion import WORDS
+from proxy.sim.faults import FaultRule
 from proxy.sim.state import SimConfig, SimState
 from proxy.transports.mock import MockTransport, asgi_transport
 
@@ -140,6 +141,19 @@ def test_a_stream_without_alt_sse_is_one_whole_answer_in_an_array(native: Native
     chunks = reply.json()
     assert isinstance(chunks, list) and len(chunks) == 1
     assert chunks[0]["candidates"][0]["finishReason"] == "STOP"
+
+
+def test_a_providers_refusal_reaches_the_client_in_googles_shape(native: Native):
+    native.sim.faults.add(
+        [FaultRule.from_json({"fault": "status:429", "count": None, "model": "gemini-sim"})]
+    )
+    try:
+        reply = native.client.post(GEN, headers=HEADERS, json=HELLO)
+    finally:
+        native.sim.faults.clear()
+    assert reply.status_code == 429, reply.text
+    error = reply.json()["error"]
+    assert error["status"] == "RESOURCE_EXHAUSTED" and error["code"] == 429
 
 
 def _turn(i: int, size: int) -> list[dict[str, Any]]:
@@ -291,6 +305,26 @@ def test_chat_messages_and_responses_clients_reach_a_gemini_route_through_litell
         seen = sim.requests()
     assert [r["path"] for r in seen] == ["/v1beta/models/gemini-sim:generateContent"] * 3
     assert all(r["status"] == 200 for r in seen)
+
+
+def test_a_stream_the_provider_cuts_ends_with_googles_error_event():
+    """Over a real socket (the in-process transport cannot drop a connection): the events the
+    provider sent, then the end in Google's shape, as Google's streams report errors."""
+    from proxy.sim.server import run_sim
+
+    with run_sim(api_keys=[PROVIDER_KEY]) as sim:
+        route = _route("gem", "gemini-sim", 1_048_576)
+        route["litellm_params"]["api_base"] = f"{sim.base_url}/v1beta"
+        data = {"model_list": [route], "routefit_settings": {"store_path": ":memory:"}}
+        config = parse_config(yaml.safe_load(yaml.safe_dump(data)), "r.yaml", environ={})
+        sim.inject("cut-stream:2")
+        with TestClient(create_app(config)) as client:
+            reply = client.post(STREAM, params={"alt": "sse"}, json=HELLO)
+    assert reply.status_code == 200
+    events = [json.loads(e[6:]) for e in _events(reply.text)]
+    assert len(events) == 3, events  # the two the provider sent, then the error
+    assert all("candidates" in e for e in events[:2])
+    assert set(events[-1]) == {"error"} and events[-1]["error"]["status"] == "INTERNAL"
 
 
 # -- the google-genai SDK, in process ---------------------------------------------------------
