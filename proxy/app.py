@@ -268,7 +268,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
     )
     # under a wire's own paths, its clients read their own shape (Anthropic's on /v1/messages...)
     for wire in WIRES:
-        if any(request.url.path.startswith(path) for path in _paths(wire)):
+        if any(_under(request.url.path, path) for path in _paths(wire)):
             return reply_error(wire, err)
     return error_response(err)
 
@@ -276,6 +276,17 @@ async def http_error(request: Request, exc: Exception) -> Response:
 def _paths(wire: Wire) -> tuple[str, ...]:
     """Every path a wire's clients call (its count endpoint's too)."""
     return (*wire.paths, *wire.count_paths) if isinstance(wire, Counting) else wire.paths
+
+
+def _under(called: str, path: str) -> bool:
+    """Whether ``called`` is under a wire's ``path``: its prefix, or, for a path with a
+    parameter (``/v1beta/models/{model}:generateContent``), the same text up to the parameter
+    and a method after it (``/v1beta/models/NAME:anyMethod``)."""
+    head, brace, _ = path.partition("{")
+    if not brace:
+        return called.startswith(path)
+    rest = called[len(head) :]
+    return called.startswith(head) and ":" in rest and "/" not in rest
 
 
 #: The client wires: registering one is one entry here (its paths are its own, ``Wire.paths``).

@@ -10,7 +10,9 @@ described per concern, each wire's in its own module:
   the sampling parameters. ``model`` is one of the aliases this deployment routes.
 - ``POST /v1/messages`` and ``/v1/messages/count_tokens`` (``proxy.openapi_messages``), errors in
   Anthropic's shape; ``POST /v1/responses`` and the stored responses
-  (``proxy.openapi_responses``), errors in OpenAI's shape.
+  (``proxy.openapi_responses``), errors in OpenAI's shape; Gemini's ``generateContent``,
+  ``streamGenerateContent`` and ``countTokens`` under ``/v1beta`` and ``/v1``
+  (``proxy.openapi_gemini``), errors in Google's shape.
 - ``POST /routefit/fit`` (any wire's body, ``?wire=``; the fitted request and its report),
   ``GET /v1/models``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``, ``HEAD``/``GET /``,
   ``GET /routefit/calibration`` (admin), ``GET /routefit/teams/{team}/usage`` (admin or that
@@ -27,6 +29,12 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.config import Config
+from proxy.openapi_gemini import (
+    GEMINI_SECURITY_SCHEMES,
+    gemini_paths,
+    gemini_schemas,
+    gemini_security,
+)
 from proxy.openapi_messages import messages_paths, messages_schemas
 from proxy.openapi_ops import ops_paths, ops_schemas
 from proxy.openapi_parts import (
@@ -550,6 +558,7 @@ def _wire_schemas(aliases: list[str]) -> dict[str, Any]:
         **ops_schemas(model),
         **messages_schemas(model),
         **responses_schemas(model),
+        **gemini_schemas(model),
         "AnyError": {"anyOf": [ref("Error"), ref("AnthropicError")]},
         "Service": obj({"service": {"type": "string"}}, ["service"]),
         "DashboardSession": obj(
@@ -572,6 +581,7 @@ def build_openapi(config: Config) -> dict[str, Any]:
         **_chat_paths(security),
         **messages_paths(security),
         **responses_paths(security),
+        **gemini_paths(gemini_security(secured)),
         **_fit_paths(security),
         **_routefit_paths(security),
         **_ui_paths(security),
@@ -596,5 +606,6 @@ def build_openapi(config: Config) -> dict[str, Any]:
         doc["components"]["securitySchemes"] = {
             "bearer": {"type": "http", "scheme": "bearer"},
             "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            **GEMINI_SECURITY_SCHEMES,
         }
     return doc

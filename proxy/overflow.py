@@ -40,7 +40,11 @@ _TOO_LONG = re.compile(rf"prompt is too long: {_N} tokens > {_N} maximum", re.IG
 _WITH_OUTPUT = re.compile(
     rf"input length and `?max_tokens`? exceed context limit: {_N} \+ {_N} > {_N}", re.IGNORECASE
 )
-_MARKERS = ("context", "too long")
+#: Google (Gemini): "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+_INPUT_COUNT = re.compile(
+    rf"input token count \({_N}\) exceeds the maximum number of tokens allowed", re.IGNORECASE
+)
+_MARKERS = ("context", "too long", "exceeds the maximum number of tokens")
 
 
 def _looks_like_overflow(err: ProxyError) -> bool:
@@ -65,5 +69,7 @@ def provider_count(err: ProxyError) -> int | None:
     if m := _TOO_LONG.search(text):
         return _int(m.group(1))
     if m := _WITH_OUTPUT.search(text):
+        return _int(m.group(1))
+    if m := _INPUT_COUNT.search(text):
         return _int(m.group(1))
     return None

@@ -5,7 +5,8 @@ A *deployment* is one place a model alias's requests can go (today one per route
 start-up, everything routefit needs to reach it:
 
 - ``native``: the provider wires it accepts as they are (an OpenAI-compatible API: chat, and
-  responses on OpenAI itself; Anthropic: messages; a litellm provider: none);
+  responses on OpenAI itself; Anthropic: messages; Google AI Studio, ``gemini/``: gemini; any
+  other litellm provider: none);
 - ``urls``: the endpoint of each native wire under its API base;
 - ``auth``: which header carries its key, with which scheme, and the ``anthropic-version`` it
   needs;
@@ -34,12 +35,22 @@ from enum import StrEnum
 from typing import Protocol
 
 from proxy.config import Upstream
-from proxy.exchange import CHAT, MESSAGES, RESPONSES, WIRES, Completion, EventStream, Outbound
+from proxy.exchange import (
+    CHAT,
+    GEMINI,
+    MESSAGES,
+    RESPONSES,
+    WIRES,
+    Completion,
+    EventStream,
+    Outbound,
+)
 from proxy.exchange.sse import MAX_EVENT_BYTES
 
 __all__ = [
     "ANTHROPIC_BASE",
     "ANTHROPIC_VERSION",
+    "GEMINI_BASE",
     "MAX_BODY_BYTES",
     "Adapter",
     "Auth",
@@ -50,11 +61,14 @@ __all__ = [
     "Transport",
     "WirePath",
     "deployment",
+    "gemini_url",
 ]
 
 ANTHROPIC_BASE = "https://api.anthropic.com"
 #: Sent when the client named none: the version Anthropic's SDKs send today.
 ANTHROPIC_VERSION = "2023-06-01"
+#: Google AI Studio's Gemini API, with its version, as litellm reads a ``gemini/`` api_base.
+GEMINI_BASE = "https://generativelanguage.googleapis.com/v1beta"
 #: The default bound of a whole provider answer.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -142,9 +156,32 @@ def _messages_url(api_base: str | None) -> str:
     return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
 
 
+def _gemini_model_url(api_base: str | None, model: str) -> str:
+    """``{api_base}/models/{model}``: the api_base carries the API version (``/v1beta``), as
+    litellm joins it for the same route's chat requests."""
+    return f"{(api_base or GEMINI_BASE).rstrip('/')}/models/{model}"
+
+
+def gemini_url(target: Deployment, stream: bool) -> str:
+    """The method a Gemini request calls: SSE when streamed (``alt=sse``), else whole."""
+    method = ":streamGenerateContent?alt=sse" if stream else ":generateContent"
+    return target.urls[GEMINI] + method
+
+
 def deployment(name: str, up: Upstream, bounds: Bounds | None = None) -> Deployment:
     """The record of ``up``, by its transport (``proxy.config.transport``)."""
     bounds = bounds or Bounds()
+    if up.provider == "gemini" and up.transport == "litellm":
+        # Google AI Studio: Gemini clients natively, the other wires' chat through litellm
+        return Deployment(
+            name,
+            up,
+            frozenset({GEMINI}),
+            {GEMINI: _gemini_model_url(up.api_base, up.model_name)},
+            Auth("x-goog-api-key"),
+            Adapter.LITELLM,
+            bounds,
+        )
     if up.transport == "openai":
         base = (up.api_base or "").rstrip("/")
         native = frozenset({CHAT, RESPONSES} if up.provider == "openai" else {CHAT})
@@ -213,9 +250,8 @@ class ProviderTable:
         return any(d.adapter is Adapter.LITELLM for d in self.deployments.values())
 
     def leg(self, name: str, client_wire: str) -> Leg:
-        """How a ``client_wire`` request goes to deployment ``name``; a client wire no
-        provider speaks natively (Gemini's, today) goes the way chat does, translated by the
-        wire."""
+        """How a ``client_wire`` request goes to deployment ``name``: natively when the
+        deployment speaks it, else the way chat does, translated by the wire."""
         found = self._legs.get((name, client_wire))
         return found if found is not None else self._legs[(name, CHAT)]
 

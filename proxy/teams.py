@@ -263,8 +263,12 @@ class KeyPlaces:
 
     @property
     def hint(self) -> str:
-        """How to send a key, for the 401 that says it is missing."""
-        return "send 'Authorization: Bearer <key>'"
+        """How to send a key, for the 401 that says it is missing (a wire whose SDKs use their
+        own header or a query parameter, Google's, names those too)."""
+        if self.query is None:
+            return "send 'Authorization: Bearer <key>'"
+        headers = "".join(f"an '{h}' header, " for h in self.headers)
+        return f"send {headers}'?{self.query}=<key>' or 'Authorization: Bearer <key>'"
 
 
 #: OpenAI's and Anthropic's SDKs: ``Authorization: Bearer`` or ``x-api-key``.

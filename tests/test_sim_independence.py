@@ -58,6 +58,8 @@ def test_the_simulator_imports_nothing_it_checks() -> None:
         ("anthropic", (1000, 1000), "auto", 1334),
         ("anthropic:2576/4784", (2000, 1500), "auto", 4000),
         ("flat:1500", (10, 10), "auto", 1500),
+        ("gemini-tile", (384, 384), "auto", 258),  # Gemini image docs: both sides <= 384
+        ("gemini-tile", (960, 540), "auto", 1548),  # u = 360: 3 x 2 crops
     ],
 )
 def test_image_rules_reproduce_the_published_vectors(rule, size, detail, tokens) -> None:
@@ -71,4 +73,4 @@ def test_anthropic_stays_near_its_token_limit() -> None:
 
 def test_an_unknown_rule_is_refused() -> None:
     with pytest.raises(ValueError, match="no image rule"):
-        image_tokens("gemini-tile", 100, 100)
+        image_tokens("gemini-fixed", 100, 100)

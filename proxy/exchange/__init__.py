@@ -24,6 +24,7 @@ from proxy.errors import ProxyError
 __all__ = [
     "CHAT",
     "EMBEDDINGS",
+    "GEMINI",
     "MESSAGES",
     "RESPONSES",
     "WIRES",
@@ -36,9 +37,10 @@ __all__ = [
     "as_stream",
 ]
 
-#: Provider wires: OpenAI chat completions, Anthropic messages, OpenAI responses.
-CHAT, MESSAGES, RESPONSES = "chat", "messages", "responses"
-WIRES = (CHAT, MESSAGES, RESPONSES)
+#: Provider wires: OpenAI chat completions, Anthropic messages, OpenAI responses, Google's
+#: generateContent (its model and method in the URL: ``proxy.providers.gemini_url``).
+CHAT, MESSAGES, RESPONSES, GEMINI = "chat", "messages", "responses", "gemini"
+WIRES = (CHAT, MESSAGES, RESPONSES, GEMINI)
 #: An embeddings request (``proxy.embeddings``): a provider endpoint, not a chat wire.
 EMBEDDINGS = "embeddings"
 

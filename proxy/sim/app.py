@@ -24,6 +24,7 @@ from proxy.sim.wire_anthropic import collect_pictures as anthropic_pictures
 from proxy.sim.wire_anthropic import image_key
 from proxy.sim.wire_anthropic import messages as anthropic_messages
 from proxy.sim.wire_anthropic import validate as validate_anthropic
+from proxy.sim.wire_gemini import gemini_routes
 from proxy.sim.wire_openai import chat_completions, embeddings, validate_chat
 from proxy.sim.wire_openai import collect_pictures as openai_pictures
 from proxy.sim.wire_responses import responses
@@ -412,6 +413,7 @@ def create_app(state: SimState | None = None) -> SimApp:
             _provider_endpoint(state, "anthropic", anthropic_messages),
             methods=["POST"],
         ),
+        *gemini_routes(state),
         *_control_routes(state),
     ]
     app = Starlette(routes=routes, exception_handlers={Exception: _server_error})

@@ -21,6 +21,14 @@ anthropic
     rule, tool_use / tool_result blocks ``per_tool_call`` (6) + name + JSON input / content,
     ``priming`` (3); with tools, the tool-use system prompt (346 tokens, 313 when
     ``tool_choice`` forces a tool) plus each tool's compact JSON. Order: tools, system, messages.
+gemini
+    Tools first: each function declaration's compact JSON (other tools, ``googleSearch`` ...,
+    theirs); a JSON answer's schema (``responseSchema`` / ``responseJsonSchema``) its compact
+    JSON. Then ``systemInstruction`` and every content: ``per_message`` (3) each, text parts by
+    the tokenizer (thought parts of earlier turns are not part of the prompt), images by the
+    model's rule, other media (PDF, audio) a flat ``GEMINI_MEDIA_TOKENS`` (258), ``functionCall``
+    / ``functionResponse`` parts ``per_tool_call`` (4) + name + compact JSON of ``args`` /
+    ``response``, any other part its compact JSON; ``priming`` (2) at the end.
 """
 
 from __future__ import annotations
@@ -47,10 +55,12 @@ from proxy.sim.tokens import (
 )
 
 __all__ = [
+    "GEMINI_MEDIA_TOKENS",
     "Prompt",
     "anthropic_prompt",
     "completion_count",
     "deepseek_render",
+    "gemini_prompt",
     "openai_prompt",
 ]
 
@@ -392,6 +402,85 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
     breakdown["messages"] = len(tokens) - start - images
     breakdown["images"] = images
     return Prompt(tokens, breakdown, points, images)
+
+
+# --------------------------------------------------------------------------------------- Gemini
+
+#: What one non-image media part (a PDF page, a second of audio...) costs on the Gemini wire.
+GEMINI_MEDIA_TOKENS = 258
+
+
+def gemini_media(part: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ``inlineData`` / ``fileData`` object of a part (either spelling), or None."""
+    for key in ("inlineData", "inline_data", "fileData", "file_data"):
+        media = part.get(key)
+        if isinstance(media, Mapping):
+            return media
+    return None
+
+
+def _gemini_part(
+    part: Mapping[str, Any], m: SimModel, enc: Encoder, pictures: Pictures
+) -> tuple[list[int], int]:
+    """(token ids, of which image tokens) of one part."""
+    if "text" in part:
+        return ([] if part.get("thought") is True else enc.encode(_text(part["text"]))), 0
+    media = gemini_media(part)
+    if media is not None:
+        mime = str(media.get("mimeType", media.get("mime_type", "")))
+        if not mime.startswith("image/"):
+            return specials(FILL, GEMINI_MEDIA_TOKENS), 0
+        pic = pictures(part)
+        n = image_tokens(m.image_rule or "flat:0", pic.width, pic.height)
+        ids = image_token_ids(pic.key, n)
+        return ids, len(ids)
+    for key, inner in (("functionCall", "args"), ("functionResponse", "response")):
+        fn = part.get(key)
+        if isinstance(fn, Mapping):
+            ids = specials(CALL, m.per_tool_call) + enc.encode(_text(fn.get("name")))
+            return ids + enc.encode(_compact(fn.get(inner) or {})), 0
+    rest = {k: v for k, v in part.items() if k not in ("thought", "thoughtSignature")}
+    return (enc.encode(_compact(rest)) if rest else []), 0
+
+
+def _gemini_tools(body: Mapping[str, Any], enc: Encoder) -> list[int]:
+    tokens: list[int] = []
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, Mapping):
+            continue
+        decls = tool.get("functionDeclarations", tool.get("function_declarations"))
+        for item in decls if isinstance(decls, list) else [tool]:
+            tokens += enc.encode(_compact(item))
+    config = body.get("generationConfig", body.get("generation_config"))
+    if isinstance(config, Mapping):
+        for key in ("responseSchema", "responseJsonSchema", "response_schema"):
+            if config.get(key) is not None:
+                tokens += enc.encode(_compact(config[key]))
+    return tokens
+
+
+def gemini_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -> Prompt:
+    """The prompt of a ``generateContent`` request (``pictures`` resolves a media part)."""
+    enc = get_encoder(m.tokenizer, m.token_scale, m.class_rates)
+    tokens = _gemini_tools(body, enc)
+    breakdown = {"tools": len(tokens)}
+    images = 0
+    system = body.get("systemInstruction", body.get("system_instruction"))
+    contents = list(body.get("contents") or [])
+    if isinstance(system, Mapping):
+        contents.insert(0, system)
+    elif isinstance(system, str):
+        contents.insert(0, {"parts": [{"text": system}]})
+    start = len(tokens)
+    for content in contents:
+        tokens += specials(START, m.per_message)
+        for part in content.get("parts") or []:
+            ids, n = _gemini_part(part, m, enc, pictures)
+            tokens += ids
+            images += n
+    tokens += specials(PRIME, m.priming)
+    breakdown.update(contents=len(tokens) - start - images, images=images)
+    return Prompt(tokens, breakdown, images=images)
 
 
 def completion_count(m: SimModel, text: str) -> int:

@@ -2,6 +2,7 @@
 
 OpenAI: ``{"error": {"message", "type", "param", "code"}}``.
 Anthropic: ``{"type": "error", "error": {"type", "message"}, "request_id"}``.
+Google (Gemini): ``{"error": {"code", "message", "status"}}``, ``SimError.type`` the status name.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-__all__ = ["SimError", "anthropic_error", "fault_error", "openai_error"]
+__all__ = ["SimError", "anthropic_error", "fault_error", "google_error", "openai_error"]
 
 
 @dataclass
@@ -43,6 +44,23 @@ def anthropic_error(err: SimError, request_id: str = "") -> JSONResponse:
     }
     headers = {"request-id": request_id, **err.headers} if request_id else dict(err.headers)
     return JSONResponse(body, status_code=err.status, headers=headers)
+
+
+def google_error(err: SimError, request_id: str = "") -> JSONResponse:
+    body = {"error": {"code": err.status, "message": err.message, "status": err.type}}
+    return JSONResponse(body, status_code=err.status, headers=dict(err.headers))
+
+
+_GOOGLE_FAULTS: dict[int, tuple[str, str]] = {
+    400: ("INVALID_ARGUMENT", "Request contains an invalid argument."),
+    401: ("UNAUTHENTICATED", "Request had invalid authentication credentials."),
+    403: ("PERMISSION_DENIED", "The caller does not have permission"),
+    404: ("NOT_FOUND", "Requested entity was not found."),
+    429: ("RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota)."),
+    500: ("INTERNAL", "An internal error has occurred. Please retry or report it."),
+    503: ("UNAVAILABLE", "The model is overloaded. Please try again later."),
+    504: ("DEADLINE_EXCEEDED", "The request timed out. Please try again."),
+}
 
 
 _OPENAI_FAULTS: dict[int, tuple[str, str | None, str]] = {
@@ -95,6 +113,11 @@ def fault_error(wire: str, status: int) -> SimError:
     headers = {"retry-after": "1"} if status == 429 else {}
     if status == 429 and wire == "openai":
         headers["retry-after-ms"] = "1000"
+    if wire == "gemini":
+        kind, message = _GOOGLE_FAULTS.get(
+            status, ("INTERNAL" if status >= 500 else "FAILED_PRECONDITION", f"HTTP {status}")
+        )
+        return SimError(status, message, kind, headers=headers)
     if wire == "anthropic":
         kind, message = _ANTHROPIC_FAULTS.get(
             status, ("api_error" if status >= 500 else "invalid_request_error", f"HTTP {status}")

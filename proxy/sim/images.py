@@ -1,10 +1,10 @@
 """Image sizes and image token rules, as the simulated provider sees them.
 
 :func:`image_tokens` is the one place a rule is applied. The rules (``openai-tile[:base/tile]``,
-``anthropic[:edge/limit]``, ``flat:N``) are implemented here from docs/images.md § Sources and
-published vectors, independently of ``pricing.images``: the simulator is the tests' oracle, so
-it never borrows the code it checks. Those are the rules its models use; any other name is
-refused (a model's rule is the simulator's own configuration).
+``anthropic[:edge/limit]``, ``gemini-tile[:tile]``, ``flat:N``) are implemented here from
+docs/images.md § Sources and published vectors, independently of ``pricing.images``: the
+simulator is the tests' oracle, so it never borrows the code it checks. Those are the rules its
+models use; any other name is refused (a model's rule is the simulator's own configuration).
 """
 
 from __future__ import annotations
@@ -51,9 +51,11 @@ def image_tokens(rule: str, width: int, height: int, detail: str = "auto") -> in
     if kind == "anthropic":
         edge, limit = (int(x) for x in args.split("/")) if args else (1568, 1568)
         return _anthropic(width, height, edge, limit)
+    if kind == "gemini-tile":
+        return _gemini_tile(width, height, int(args) if args else 258)
     raise ValueError(
         f"the simulator has no image rule {rule!r} "
-        "(it knows openai-tile[:base/tile], anthropic[:edge/limit] and flat:N)"
+        "(it knows openai-tile[:base/tile], anthropic[:edge/limit], gemini-tile[:tile] and flat:N)"
     )
 
 
@@ -76,6 +78,15 @@ def _anthropic(width: int, height: int, edge: int, limit: int) -> int:
     scale = min(1.0, edge / max(width, height), math.sqrt(limit * 750 / (width * height)))
     w, h = max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
     return math.ceil(w * h / 750)
+
+
+def _gemini_tile(width: int, height: int, tile: int) -> int:
+    """Gemini 2.x: both sides <= 384 px is one tile; else crops of u = floor(min side / 1.5),
+    u clamped to [256, 768], each a tile (docs/images.md, Gemini tiles)."""
+    if width <= 384 and height <= 384:
+        return tile
+    unit = min(768, max(256, math.floor(min(width, height) / 1.5)))
+    return tile * math.ceil(width / unit) * math.ceil(height / unit)
 
 
 def probe_bytes(data: bytes) -> tuple[int, int, str]:

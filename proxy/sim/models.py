@@ -7,8 +7,8 @@ from typing import Literal
 
 __all__ = ["BUILTIN_MODELS", "SimModel", "builtin_models", "get_builtin", "small_variant"]
 
-Wire = Literal["openai", "anthropic"]
-ChatFormat = Literal["openai", "deepseek", "anthropic"]
+Wire = Literal["openai", "anthropic", "gemini"]
+ChatFormat = Literal["openai", "deepseek", "anthropic", "gemini"]
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,8 @@ class SimModel:
     ``chat_format``: how a request is rendered into tokens (see docs/simulator.md):
     ``openai`` (cookbook rule: ``per_message`` + role + fields, ``per_name`` for a name,
     ``priming``; the function-schema rule for tools), ``deepseek`` (V3 chat template rendered as
-    one string, tokenized once), ``anthropic`` (fixed per-message overhead, tool-use system prompt).
+    one string, tokenized once), ``anthropic`` (fixed per-message overhead, tool-use system prompt),
+    ``gemini`` (per-content overhead, declarations as compact JSON).
     ``image_rule``: ``None`` = text-only (images are rejected with 400), else a rule name for
     :func:`proxy.sim.images.image_tokens`.
     """
@@ -61,12 +62,13 @@ class SimModel:
     aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.wire not in ("openai", "anthropic"):
+        if self.wire not in ("openai", "anthropic", "gemini"):
             raise ValueError(f"sim model {self.name}: unknown wire {self.wire!r}")
-        if self.chat_format not in ("openai", "deepseek", "anthropic"):
+        if self.chat_format not in ("openai", "deepseek", "anthropic", "gemini"):
             raise ValueError(f"sim model {self.name}: unknown chat_format {self.chat_format!r}")
-        if (self.wire == "anthropic") != (self.chat_format == "anthropic"):
-            raise ValueError(f"sim model {self.name}: the anthropic wire needs anthropic framing")
+        for own in ("anthropic", "gemini"):
+            if (self.wire == own) != (self.chat_format == own):
+                raise ValueError(f"sim model {self.name}: the {own} wire needs {own} framing")
         if self.context_window < 1 or self.max_output < 1:
             raise ValueError(f"sim model {self.name}: window and max_output must be positive")
 
@@ -195,6 +197,30 @@ _CLAUDE = SimModel(
     aliases=("claude-sonnet-4-5",),
 )
 
+#: Gemini (the generateContent wire): Google publishes no tokenizer, so the stand-in is cl100k,
+#: a vocabulary other than the o200k routefit assumes for an unknown model (the difference,
+#: content-dependent, is calibration's to learn; a scaled or per-class encoder would cost tens
+#: to hundreds of ms per agent prompt), a small per-content overhead, and the image rule Google
+#: publishes: ``gemini-tile`` on 2.x, 1,120 per image on Gemini 3 (docs/images.md).
+_GEMINI = SimModel(
+    "gemini-sim",
+    wire="gemini",
+    context_window=1_048_576,
+    max_output=65_536,
+    tokenizer="cl100k_base",
+    chat_format="gemini",
+    per_message=3,
+    per_name=0,
+    priming=2,
+    per_tool_call=4,
+    image_rule="gemini-tile",
+    cache_block=256,
+    cache_min=1024,
+    owned_by="google",
+    aliases=("gemini-2.5-flash",),
+)
+_GEMINI_3 = replace(_GEMINI, name="gemini-3-sim", image_rule="flat:1120", aliases=())
+
 BUILTIN_MODELS: dict[str, SimModel] = {
     m.name: m
     for m in (
@@ -208,10 +234,13 @@ BUILTIN_MODELS: dict[str, SimModel] = {
         _MYSTERY_DENSE,
         _CLAUDE,
         _CLAUDE_DENSE,
+        _GEMINI,
+        _GEMINI_3,
         small_variant(_GPT_4O),
         small_variant(_DEEPSEEK),
         small_variant(_MYSTERY),
         small_variant(_CLAUDE),
+        small_variant(_GEMINI),
     )
 }
 

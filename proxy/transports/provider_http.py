@@ -22,9 +22,9 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.exchange import Completion, EventStream, Outbound, StreamBroken
+from proxy.exchange import GEMINI, Completion, EventStream, Outbound, StreamBroken
 from proxy.exchange.sse import MAX_EVENT_BYTES, split_stream
-from proxy.providers import Deployment
+from proxy.providers import Deployment, gemini_url
 from proxy.transports.provider_errors import upstream_error
 
 __all__ = [
@@ -51,12 +51,15 @@ class ProviderRequest:
 
 def provider_request(target: Deployment, out: Outbound) -> ProviderRequest:
     """The fitted body with only ``model`` rewritten to the provider's name, to the endpoint of
-    ``out.wire``, with the deployment's auth and the client's forwarded headers."""
-    payload: dict[str, Any] = dict(out.body)
-    payload["model"] = target.upstream.model_name
+    ``out.wire``, with the deployment's auth and the client's forwarded headers. Gemini names
+    its model (and whether it streams) in the URL: its body goes exactly as the wire wrote it."""
     headers = {"content-type": "application/json", "accept": "application/json"}
     headers.update(target.auth.headers(target.upstream.api_key))
     headers.update(out.headers)
+    if out.wire == GEMINI:
+        return ProviderRequest(gemini_url(target, out.stream), orjson.dumps(out.body), headers)
+    payload: dict[str, Any] = dict(out.body)
+    payload["model"] = target.upstream.model_name
     return ProviderRequest(target.urls[out.wire], orjson.dumps(payload), headers)
 
 

@@ -8,22 +8,28 @@ streams SSE events; without ``alt=sse`` Google streams one JSON array, and route
 array with a single element, the whole response (a client reading the array incrementally sees
 one chunk). Team keys: ``x-goog-api-key``, ``?key=``, or ``Authorization: Bearer``.
 
-Parsing is ``gemini_parse``; no route speaks Gemini natively yet, so every request is translated
-to chat completions and back (``gemini_chat``): the byte-stable passthrough of an unchanged body
-needs a Gemini transport. Every refusal is in Google's shape, ``{"error": {"code", "message",
-"status"}}``, an overflow in Google's words for it, and a stream that cannot end normally ends
-with one more SSE data line holding that error object, as Google's do.
+Parsing is ``gemini_parse``. A route whose provider speaks Gemini (``gemini/`` models:
+``proxy.providers``) gets the client's body as it came when the fit changed nothing (byte for
+byte), else with its contents rebuilt (``gemini_render``), and ``maxOutputTokens`` lowered when
+the fit settled a smaller cap; its answer and its SSE events come back as the provider sent them
+(usage read from ``usageMetadata``, the array form answered as a one-element array of the whole
+answer). Every other route is translated to chat completions and back (``gemini_chat``). Every
+refusal is in Google's shape, ``{"error": {"code", "message", "status"}}``, an overflow in
+Google's words for it, and a stream that cannot end normally ends with one more SSE data line
+holding that error object, as Google's do.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
+from typing import Any
 
 import orjson
 
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
-from proxy.exchange import CHAT, Completion, EventStream, Outbound
+from proxy.exchange import CHAT, GEMINI, Completion, EventStream, Outbound
+from proxy.exchange.sse import event_data
 from proxy.teams import KeyPlaces
 from proxy.usage import normalize_usage
 from proxy.wires.base import (
@@ -36,13 +42,11 @@ from proxy.wires.base import (
 )
 from proxy.wires.gemini_chat import ChatToGemini, chat_body, chat_to_gemini, sse
 from proxy.wires.gemini_parse import GeminiRequest, parse_gemini
+from proxy.wires.gemini_render import native_body
 from strategies.fit import Fit, FitError
 from strategies.output import OutputReserveError
 
 __all__ = ["GEMINI", "GeminiWire", "google_error", "google_status"]
-
-#: This wire's name: no provider speaks it yet, so every route is reached by chat.
-GEMINI = "gemini"
 
 _PREFIXES = ("/v1beta/models/", "/v1/models/")
 _GENERATE = ":generateContent"
@@ -121,28 +125,30 @@ class GeminiWire:
     def outbound(
         self, request: ChatRequest, fitted: Fit, wire: str, headers: Mapping[str, str]
     ) -> Outbound:
-        # every provider wire but this one is reached by chat (``ProviderTable.leg``)
         stream = self.streams(request)
-        body = chat_body(_request(request), fitted.messages, stream)
+        req = _request(request)
+        if wire == GEMINI:
+            body = _capped(native_body(req, fitted.body, fitted.messages), fitted)
+            return Outbound(GEMINI, body, stream=stream)
+        body = chat_body(req, fitted.messages, stream)
         return Outbound(CHAT, capped_output(body, fitted, ("max_tokens",)), stream=stream)
 
     def answer(self, request: ChatRequest, completion: Completion, wire: str) -> Answer:
         data = completion.data
-        usage = normalize_usage(data.get("usage")) if isinstance(data, Mapping) else None
-        body = orjson.dumps(chat_to_gemini(data, request.model, usage))
+        if wire == GEMINI:
+            found = data.get("usageMetadata") if isinstance(data, Mapping) else None
+            usage, body = normalize_usage(found), completion.body
+        else:
+            usage = normalize_usage(data.get("usage")) if isinstance(data, Mapping) else None
+            body = orjson.dumps(chat_to_gemini(data, request.model, usage))
         return Answer(b"[" + body + b"]" if _request(request).array else body, usage)
 
-    async def relay(
+    def relay(
         self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
     ) -> AsyncGenerator[bytes, None]:
-        out = ChatToGemini(request.model)
-        async for obj in chat_chunks(events, outcome):
-            if obj is None:
-                yield out.finish_chunk(outcome.usage)
-                outcome.completed = True
-                return
-            for chunk in out.chunk(obj):
-                yield chunk
+        if wire == GEMINI:
+            return _relay_native(events, outcome)
+        return _relay_chat(request.model, events, outcome)
 
     def stream_error(self, request: ChatRequest, outcome: Outcome, message: str) -> bytes:
         return sse(_error(500, message))
@@ -176,3 +182,53 @@ class GeminiWire:
 
     def counted(self, tokens: int) -> bytes:
         return orjson.dumps({"totalTokens": tokens})
+
+
+def _capped(body: Mapping[str, Any], fitted: Fit) -> Mapping[str, Any]:
+    """``body`` with ``generationConfig.maxOutputTokens`` at the cap the fit settled when it
+    lowered the client's (the very same object otherwise: byte-stable)."""
+    output = fitted.report.output
+    if output is None or not output.lowered:
+        return body
+    key = "generation_config" if "generation_config" in body else "generationConfig"
+    config = body.get(key)
+    config = config if isinstance(config, Mapping) else {}
+    return {**body, key: {**config, "maxOutputTokens": output.sent}}
+
+
+async def _relay_native(events: EventStream, outcome: Outcome) -> AsyncGenerator[bytes, None]:
+    """Google's events as they came; the usage of the latest ``usageMetadata`` (complete on the
+    last chunk), finished once a chunk states its ``finishReason`` and the stream then ends, an
+    ``error`` object the provider's own end."""
+    finished = False
+    async for event in events:
+        data = event_data(event)
+        try:
+            parsed = orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, Mapping):
+            if "error" in parsed:
+                outcome.failed = True
+            usage = normalize_usage(parsed.get("usageMetadata"))
+            outcome.usage = usage or outcome.usage
+            candidates = parsed.get("candidates")
+            if isinstance(candidates, list) and any(
+                isinstance(c, Mapping) and c.get("finishReason") for c in candidates
+            ):
+                finished = True
+        yield event
+    outcome.completed = finished and not outcome.failed
+
+
+async def _relay_chat(
+    model: str, events: EventStream, outcome: Outcome
+) -> AsyncGenerator[bytes, None]:
+    out = ChatToGemini(model)
+    async for obj in chat_chunks(events, outcome):
+        if obj is None:
+            yield out.finish_chunk(outcome.usage)
+            outcome.completed = True
+            return
+        for chunk in out.chunk(obj):
+            yield chunk

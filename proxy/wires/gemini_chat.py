@@ -1,6 +1,5 @@
-"""Gemini ↔ chat completions, for routes whose provider does not speak Gemini (all of them
-today: a native Gemini passthrough, where a body nothing changed goes out byte for byte, is a
-transport of its own still to come).
+"""Gemini ↔ chat completions, for routes whose provider does not speak Gemini (every route but
+``gemini/`` ones, which get the client's own wire: ``gemini_render``).
 
 Carried across: the fitted contents (text, images as data URLs, function calls and responses
 paired by id, ``gemini_parse``), ``systemInstruction``, function declarations (their schemas as

@@ -6,7 +6,8 @@ Gemini's ``contents`` map onto fitting's units like this:
 * A ``model`` content is one assistant message: its text parts are its text, its
   ``functionCall`` parts its tool calls. Thought parts (``thought: true``) and
   ``thoughtSignature`` fields stay in the content object as they came and are never edited nor
-  priced (no route speaks Gemini natively yet, and the chat translation cannot carry them).
+  priced: a native Gemini route gets the model content back whole (Google does not count an
+  earlier turn's thoughts as input), and the chat translation cannot carry them.
 * A ``user`` (or ``function``) content's ``functionResponse`` parts are ``tool`` messages, each
   answering one call of the model turn before it; its other parts (text, ``inlineData`` /
   ``fileData`` images, priced by the route's image rule) are one user message after them.
@@ -96,6 +97,16 @@ def _image(mime: Any, url: str, at: str) -> Part:
     return TextPart(f"[{mime} content omitted: this route takes text and images]")
 
 
+_URLSAFE = str.maketrans("-_", "+/")
+
+
+def _standard(data: str) -> str:
+    """Base64 in the standard alphabet: the ``google-genai`` SDK sends the URL-safe one (Google
+    takes both), while a data URL, which pricing probes and chat providers read, takes only
+    the standard one."""
+    return data.translate(_URLSAFE) if "-" in data or "_" in data else data
+
+
 def _media(part: Mapping[str, Any], at: str) -> Part | None:
     inline = part.get("inlineData") or part.get("inline_data")
     if isinstance(inline, Mapping):
@@ -103,7 +114,7 @@ def _media(part: Mapping[str, Any], at: str) -> Part | None:
         if not isinstance(data, str):
             raise RequestError(f"{at}.inlineData.data must be a base64 string", f"{at}.inlineData")
         mime = inline.get("mimeType", inline.get("mime_type"))
-        return _image(mime, f"data:{mime};base64,{data}", f"{at}.inlineData")
+        return _image(mime, f"data:{mime};base64,{_standard(data)}", f"{at}.inlineData")
     file = part.get("fileData") or part.get("file_data")
     if isinstance(file, Mapping):
         uri = file.get("fileUri", file.get("file_uri"))

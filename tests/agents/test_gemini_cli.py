@@ -1,5 +1,6 @@
-"""Gemini CLI itself, through ``routefit serve``, against the simulator (every Gemini request is
-translated to chat: the simulator speaks chat).
+"""Gemini CLI itself, through ``routefit serve``, against the simulator: on chat routes (every
+Gemini request translated to chat and back) and on native Gemini routes (``gemini/`` models: the
+simulator's own Gemini wire receives the CLI's requests in Gemini's wire, fitted when they must be).
 
 Setup as a new user would (issue 33): a scratch ``HOME`` whose ``.gemini/settings.json`` selects
 API-key auth, ``GEMINI_API_KEY``, ``GOOGLE_GEMINI_BASE_URL`` pointing at routefit and
@@ -63,6 +64,30 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimServer,
         tiny = {"max_input_tokens": 4096, "max_output_tokens": 1024}
         routes.append(sim_route("tiny", sim.base_url, model.name, model_info=tiny))
         path = tmp_path_factory.mktemp("gemini-cli") / "routefit.yaml"
+        with run_routefit(gateway_config(path, routes)) as gw:
+            yield sim, gw
+
+
+def _gemini_route(alias: str, sim_url: str, model: str, info: dict[str, int]) -> dict[str, Any]:
+    """A route whose provider speaks Gemini: the simulator's Gemini wire under ``/v1beta``."""
+    return {
+        "model_name": alias,
+        "litellm_params": {
+            "model": f"gemini/{model}",
+            "api_base": f"{sim_url}/v1beta",
+            "api_key": "sk-sim-google",
+        },
+        "model_info": info,
+    }
+
+
+@pytest.fixture(scope="module")
+def native_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimServer, Running]]:
+    model = replace(small_variant(get_builtin("gemini-sim"), WINDOW, 4096), name="gemini-24k")
+    info = {"max_input_tokens": WINDOW, "max_output_tokens": 2048}
+    with run_sim(models=[model], api_keys=["sk-sim-google"]) as sim:
+        routes = [_gemini_route(n, sim.base_url, model.name, info) for n in (*CLI_MODELS, "small")]
+        path = tmp_path_factory.mktemp("gemini-cli-native") / "routefit.yaml"
         with run_routefit(gateway_config(path, routes)) as gw:
             yield sim, gw
 
@@ -185,3 +210,31 @@ def test_an_overflow_reaches_the_cli_as_googles_error(stack, tmp_path):
     assert "The input token count (" in done.stderr
     assert "exceeds the maximum number of tokens allowed (4096)" in done.stderr
     assert sim.requests(path="/v1/chat/completions") == []
+
+
+@pytest.mark.parametrize("model", [None, "small"], ids=["routed", "with-m"])
+def test_a_session_on_a_native_gemini_route_it_outgrows(native_stack, tmp_path, model):
+    """Six turns continuing one session on a 24k Gemini route: every turn exits 0, the
+    provider receives the CLI's own wire (its model in the URL, routefit's key for it in
+    ``x-goog-api-key``) and never refuses, and the later turns are fitted."""
+    sim, gw = native_stack
+    sim.reset()
+    home, work = _home(tmp_path)
+    chosen = ["-m", model] if model else []
+    for turn in range(TURNS):
+        resume = ["-r", "latest"] if turn else []
+        result = _gemini(gw, home, work, [*resume, *chosen, "-p", f"Turn {turn}. {NOTE}"])
+        assert _simulated(result["response"]), (turn, result["response"])
+    seen = sim.requests()
+    assert len(seen) >= TURNS
+    assert all(r["status"] == 200 for r in seen), [(r["path"], r["status"]) for r in seen]
+    assert all(r["path"].startswith("/v1beta/models/gemini-24k:") for r in seen)
+    assert all(r["headers"]["x-goog-api-key"] == "sk-sim-google" for r in seen)
+    assert max(r["prompt_tokens"] for r in seen) <= WINDOW
+    streamed = [r for r in seen if r["path"].endswith(":streamGenerateContent")]
+    assert len(streamed) >= TURNS
+    assert all(r["body"]["tools"] and r["body"]["systemInstruction"] for r in streamed)
+    metrics = httpx.get(gw.base_url + "/metrics").text
+    assert 'routefit_fit_actions_total{action="elided_messages"' in metrics
+    last = [r for r in streamed if f"Turn {TURNS - 1}." in json.dumps(r["body"]["contents"][-1])]
+    assert last and json.dumps(last[-1]["body"]["contents"]).count(NOTE[:30]) < TURNS

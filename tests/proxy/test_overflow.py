@@ -43,6 +43,12 @@ def upstream(message: str, status: int = 400, code: str | None = None) -> ProxyE
             9200,
         ),
         ("prompt is too long: 210345 tokens > 200000 maximum", None, 210345),
+        (  # Google (Gemini), as the simulator's Gemini wire words it too
+            "The input token count (1048999) exceeds the maximum number of tokens allowed "
+            "(1048576).",
+            None,
+            1048999,
+        ),
         (
             "input length and `max_tokens` exceed context limit: 7990 + 400 > 8192, decrease "
             "input length or `max_tokens` and try again",

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from proxy.config import load_config
-from proxy.exchange import CHAT, MESSAGES, RESPONSES, Outbound
+from proxy.exchange import CHAT, GEMINI, MESSAGES, RESPONSES, Outbound
 from proxy.providers import Adapter, WirePath, deployment
 from proxy.transports.provider_http import provider_request
 
@@ -53,16 +53,20 @@ def test_each_client_wire_has_one_path_per_deployment(upstreams: dict[str, Any])
         CHAT: WirePath(CHAT, native),
         MESSAGES: WirePath(CHAT, native),
         RESPONSES: WirePath(RESPONSES, native),
+        GEMINI: WirePath(CHAT, native),
     }
     assert paths["deepseek"][RESPONSES] == WirePath(CHAT, native)
     assert paths["claude"] == {
         CHAT: WirePath(CHAT, Adapter.CHAT_TO_MESSAGES),
         MESSAGES: WirePath(MESSAGES, native),
         RESPONSES: WirePath(CHAT, Adapter.CHAT_TO_MESSAGES),
+        GEMINI: WirePath(CHAT, Adapter.CHAT_TO_MESSAGES),
     }
     # litellm_params beyond routefit's own are litellm's: chat goes through it
     assert paths["claude-extra"][CHAT] == WirePath(CHAT, Adapter.LITELLM)
     assert paths["claude-extra"][MESSAGES] == WirePath(MESSAGES, native)
+    # Google AI Studio speaks Gemini natively; the other wires' chat goes through litellm
+    assert paths["gemini"].pop(GEMINI) == WirePath(GEMINI, native)
     assert set(paths["gemini"].values()) == {WirePath(CHAT, Adapter.LITELLM)}
 
 
@@ -86,6 +90,16 @@ def test_the_request_carries_the_deployments_url_and_auth(upstreams: dict[str, A
     assert sent.headers["x-api-key"] == "sk-test"
     assert "authorization" not in sent.headers
     assert sent.headers["anthropic-version"] == "2024-01-01"  # the client's own wins
+
+    gemini = deployment("gemini", upstreams["gemini"])
+    body = {"contents": [{"parts": [{"text": "hi"}]}]}
+    sent = provider_request(gemini, Outbound(GEMINI, body, stream=True))
+    base = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash"
+    assert sent.url == base + ":streamGenerateContent?alt=sse"
+    assert sent.headers["x-goog-api-key"] == "sk-test"
+    assert "authorization" not in sent.headers
+    assert sent.body == b'{"contents":[{"parts":[{"text":"hi"}]}]}'  # no model: it is in the URL
+    assert provider_request(gemini, Outbound(GEMINI, body)).url == base + ":generateContent"
 
 
 def test_a_client_key_reaches_the_same_deployment(upstreams: dict[str, Any]) -> None:

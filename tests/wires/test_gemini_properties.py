@@ -1,6 +1,9 @@
 """Invariants of parse → fit → chat on the Gemini form, for generated sessions: every
 ``functionCall`` and ``functionResponse`` stays paired, whether the client gave ids or Gemini's
-pairing by name and order had to be turned into ids, and whatever the fit removed."""
+pairing by name and order had to be turned into ids, and whatever the fit removed. And of
+parse → fit → Gemini (a native route, ``gemini_render``): an unchanged conversation rebuilt is
+the client's contents object for object; a fitted one sends model turns as they came and every
+function response after the model turn that called it."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from pricing.images import default_image_rule
 from pricing.route import Route
 from proxy.wires.gemini_chat import chat_messages
 from proxy.wires.gemini_parse import GeminiRequest, parse_gemini
+from proxy.wires.gemini_render import native_body
 from strategies.fit import FitError, fit
 from strategies.policy import FitPolicy
 
@@ -141,3 +145,40 @@ def test_derived_ids_are_stable_as_the_conversation_grows(contents):
     after = _parse([*contents, {"role": "user", "parts": [{"text": "more"}]}]).messages
     ids = [c.id for m in before for c in m.tool_calls]
     assert ids == [c.id for m in after[: len(before)] for c in m.tool_calls]
+
+
+@COMMON
+@given(sessions())
+def test_a_conversation_rebuilt_unchanged_is_the_clients_contents(contents):
+    """Even when the body must be rebuilt (another field changed), every content the fit left
+    whole goes out as the very object the client sent: a provider's cached prefix is intact."""
+    request = _parse(contents)
+    assert native_body(request, request.body, request.messages) is request.body
+    rebuilt = native_body(request, {}, request.messages)["contents"]
+    assert len(rebuilt) == len(contents)
+    assert all(a is b for a, b in zip(rebuilt, contents, strict=True))
+
+
+@COMMON
+@given(sessions())
+def test_fitted_native_contents_keep_model_turns_and_pairs(contents):
+    request = _parse(contents)
+    try:
+        fitted = fit(request, ROUTE, POLICY)
+    except FitError:
+        return
+    sent = native_body(request, fitted.body, fitted.messages)["contents"]
+    originals = {id(c) for c in contents}
+    called: Counter[str] = Counter()
+    for content in sent:
+        parts = content["parts"]
+        assert parts, content
+        if content.get("role") == "model":
+            calls = [p["functionCall"]["name"] for p in parts if "functionCall" in p]
+            assert id(content) in originals or not calls  # a marker has no calls
+            called = Counter(calls)
+            continue
+        answered = Counter(p["functionResponse"]["name"] for p in parts if "functionResponse" in p)
+        assert not answered - called, (answered, called)  # each answers the turn before it
+        called -= answered
+    assert sent[-1] is contents[-1]
