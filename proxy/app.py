@@ -273,7 +273,7 @@ def build_state(
     metrics = Metrics()
     settings = config.settings
     providers = provider_table(
-        {alias: rc.upstream for alias, rc in config.routes.items()},
+        {rc.deployment_id: rc.upstream for rc in config.every_deployment()},
         RetryPolicy(settings.upstream_retries),
         on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
         bounds=Bounds(settings.limits.max_provider_body_bytes, settings.limits.max_sse_event_bytes),
@@ -317,7 +317,7 @@ def build_state(
 async def _load_tokenizers(state: AppState) -> None:
     """Tokenizer files take ~0.5 s to load: loaded before /readyz says yes, in a thread, rather
     than on the event loop under the first request."""
-    specs = sorted({rc.route.tokenizer for rc in state.config.routes.values()})
+    specs = sorted({rc.route.tokenizer for rc in state.config.every_deployment()})
 
     def preload() -> None:
         for spec in specs:
@@ -364,7 +364,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.local.start()
     state.keys.log_warnings()
     start_providers(state.providers)
-    exact = {alias: rc.route.exact_text for alias, rc in state.config.routes.items()}
+    exact = {rc.calibration_key: rc.route.exact_text for rc in state.config.every_deployment()}
     state.calibrator.start(exact)
     _log_start(state)
     loop = asyncio.get_running_loop()
