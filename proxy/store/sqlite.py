@@ -473,6 +473,7 @@ class SqliteStore:
         self, ids: Sequence[str], now: float
     ) -> dict[str, DeploymentHealth]:
         wanted = list(dict.fromkeys(ids))
+        minute = int(now // 60)
 
         def op() -> dict[str, DeploymentHealth]:
             out: dict[str, DeploymentHealth] = {}
@@ -487,12 +488,13 @@ class SqliteStore:
                         for t, k in json.loads(row[6])
                         if now - float(t) < FAILURE_WINDOW
                     )
+                    current = int(row[3]) == minute  # an older minute's usage counts 0
                     out[row[0]] = DeploymentHealth(
                         int(row[1]),
                         row[2],
-                        int(row[3]),
-                        int(row[4]),
-                        int(row[5]),
+                        minute,
+                        int(row[4]) if current else 0,
+                        int(row[5]) if current else 0,
                         failures,
                         float(row[7]),
                     )

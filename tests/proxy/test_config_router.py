@@ -218,6 +218,14 @@ def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
     assert shown["router"]["settings"]["fallbacks"] == {"a": ["b"]}
     errors, _ = window_problems(config)
     assert any("route 'a@a-deepseek'" in e for e in errors)  # every deployment is checked
+    from proxy.cli import check_text
+
+    text = check_text(shown)
+    first = config.route("a").deployment_id
+    assert f"  deployment {first} -> openai/gpt-4o" in text
+    assert "  deployment a-deepseek -> deepseek/deepseek-chat" in text
+    assert "weight 3  rpm 60  tpm 9000" in text
+    assert "deployment" not in text.split("route b ->")[1].split("route ")[0]  # one: not listed
 
 
 def test_a_route_s_context_fallback_choice_is_read_and_checked() -> None:
