@@ -227,14 +227,24 @@ class Gateway:
             t.admitted(a.rc, a.team)
             route = a.rc.route.alias
             attempts = await self.routing.start(a.rc, a.team, a.size // 4)
+            failure: ProxyError | None = None
             while True:
-                p = await self._prepared(a, attempts, t, request)
+                try:
+                    p = await self._prepared(a, attempts, t, request)
+                except _Unfit as unfit:
+                    # a deployment tried after another failed cannot take the request (its
+                    # window, image rule...): the next one, else the provider's failure stands
+                    assert failure is not None
+                    if attempts.unfit(unfit.err):
+                        continue
+                    raise failure from None
                 try:
                     return await self._forward(p, request)
-                except ProxyError as failure:
-                    if failure.origin != "upstream":
+                except ProxyError as failed:
+                    if failed.origin != "upstream":
                         raise
-                    if not await attempts.failed(failure, p.own_key):
+                    failure = failed
+                    if not await attempts.failed(failed, p.own_key):
                         raise
                 # another attempt, on a deployment priced and fitted for it: this one's
                 # reservation is released (the team is charged once, by the one that answers)
@@ -271,9 +281,14 @@ class Gateway:
         calibration): what is fitted for one deployment is never sent to another."""
         rc = attempts.upstream_timeout(attempts.rc)
         first = attempts.plan.current.number == 1
-        estimate = await self.estimator.estimate(
-            a.wire, a.request, rc, a.team, a.who, a.size, a.started
-        )
+        try:
+            estimate = await self.estimator.estimate(
+                a.wire, a.request, rc, a.team, a.who, a.size, a.started
+            )
+        except ProxyError as err:
+            if first:
+                raise
+            raise _Unfit(err) from None
         p = Flight(estimate, t, attempts=attempts)
         if first:
             t.phase("fit", t.started)
@@ -313,7 +328,8 @@ class Gateway:
         if p.wire.streams(p.request):
             # nothing reaches the client before the provider's first event: a stream that
             # breaks before it is another attempt's to answer
-            events = await _primed(as_stream(await self._send(p, leg, request)))
+            opened = as_stream(await self._send(p, leg, request))
+            events = await until_disconnect(request.receive, _primed(opened))
             self._answered(p, sent)
             try:
                 learnt = await self._exact(p)
@@ -608,6 +624,15 @@ async def _count_relayed(route: Route, text: str) -> int:
         return len(text.encode())
 
 
+class _Unfit(Exception):
+    """A later attempt's deployment refused the request before it was sent (it cannot be
+    fitted there): ``err`` is that refusal."""
+
+    def __init__(self, err: ProxyError) -> None:
+        super().__init__(err.message)
+        self.err = err
+
+
 class _Primed:
     """A provider's event stream whose first event is already in hand."""
 
@@ -635,8 +660,11 @@ async def _primed(events: EventStream) -> EventStream:
         first: bytes | None = await anext(rest)
     except StopAsyncIteration:
         first = None
-    except StreamBroken as exc:
-        await events.aclose()
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            await events.aclose()  # the client left, or the stream broke: drop the connection
+        if not isinstance(exc, StreamBroken):
+            raise
         timed_out = "timeout" in str(exc).lower()
         err = ProxyError(
             504 if timed_out else 502,

@@ -37,7 +37,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from proxy import router
 from proxy.config import Config, RouteConfig
@@ -107,6 +107,9 @@ class Routing:
         }
         self._policies: dict[tuple[int, bool], router.Policy] = {}
         self._tasks: set[asyncio.Task[object]] = set()
+        #: (router settings, alias) → the first plan of an alias that is not routed.
+        self._single: dict[tuple[int, str], router.Plan] = {}
+        self._observers: dict[str, tuple[Any, Any]] = {}
         self._down = False
 
     def policy(self, settings: RouterSettings, routed: bool) -> router.Policy:
@@ -133,24 +136,40 @@ class Routing:
         guess of its size (usage-based routing's room), before it is priced for a deployment."""
         settings = self.config.router_for(team.id if team is not None else None)
         alias = rc.route.alias
+        single = self._single.get((id(settings), alias))
+        if single is not None:  # one deployment, no fallbacks: the same first plan every time
+            return Attempts(self, single, {}, False, settings.timeout)
         shared = self.routed(alias, settings)
         policy = self.policy(settings, shared)
         if not shared:
-            table = {alias: self.table.get(alias) or (router.Deployment.of(rc),)}
-            health: Mapping[str, router.Health] = {}
-        else:
-            table = {
-                name: deployments
-                for name, deployments in self.table.items()
-                if team is None or team.may_use(name)
-            }
-            table[alias] = self.table[alias]
-            chain = (alias, *policy.fallbacks.get(alias, policy.default_fallbacks))
-            health = await self.read([d.id for name in chain for d in table.get(name, ())])
+            deployments = self.table.get(alias) or (router.Deployment.of(rc),)
+            plan = router.plan(alias, {alias: deployments}, {}, policy, tokens, 0.0, self.rng)
+            assert plan is not None
+            self._single[(id(settings), alias)] = plan
+            return Attempts(self, plan, {}, False, settings.timeout)
+        table = {
+            name: deployments
+            for name, deployments in self.table.items()
+            if team is None or team.may_use(name)
+        }
+        table[alias] = self.table[alias]
+        chain = (alias, *policy.fallbacks.get(alias, policy.default_fallbacks))
+        health = await self.read([d.id for name in chain for d in table.get(name, ())])
         plan = router.plan(alias, table, health, policy, tokens, self.clock(), self.rng)
         if plan is None:  # the intake admitted the alias: it has its deployment
             raise ProxyError(500, f"no deployment for model {alias!r}", code="internal")
         return Attempts(self, plan, health, shared, settings.timeout)
+
+    def observers(self, alias: str, ident: str) -> tuple[Any, Any]:
+        """The deployment's ``ok`` attempts counter and latency histogram (looked up once)."""
+        found = self._observers.get(ident)
+        if found is None:
+            m = self.metrics
+            found = self._observers[ident] = (
+                m.deployment_attempts.labels(alias, ident, "ok"),
+                m.deployment_latency.labels(alias, ident),
+            )
+        return found
 
     # -- the store: never a request's failure ------------------------------------------------
 
@@ -205,6 +224,8 @@ class Attempts:
     #: ``router_settings.timeout``: each attempt's upstream timeout, over the route's own.
     timeout: float | None = None
     _sent: float = 0.0
+    #: The plan as it stood at the last failed attempt (what answers when no other can).
+    _answered_by: router.Plan | None = None
 
     @property
     def deployment(self) -> str:
@@ -240,9 +261,10 @@ class Attempts:
         """The current attempt's deployment answered (headers in: nothing more is retried)."""
         latency = time.perf_counter() - self._sent
         r = self.routing
-        route, ident = self.alias, self.deployment
-        r.metrics.deployment_attempts.labels(route, ident, "ok").inc()
-        r.metrics.deployment_latency.labels(route, ident).observe(latency)
+        ident = self.deployment
+        ok, latencies = r.observers(self.alias, ident)
+        ok.inc()
+        latencies.observe(latency)
         if self.shared:
             average = router.ended(self.health.get(ident, router.Health()), latency).latency
             r.later("ended", lambda: r.store.deployment_ended(ident, average))
@@ -263,6 +285,7 @@ class Attempts:
         nxt = router.advance(self.plan, router.Outcome(kind))
         if nxt is None:
             return False
+        self._answered_by = self.plan
         retry_after = err.retry_after if isinstance(err, Transient) else None
         delay = router.wait(nxt, retry_after, r.rng.random(), backoff=r.backoff)
         if delay is None:
@@ -291,6 +314,27 @@ class Attempts:
         )
         if delay > 0:
             await asyncio.sleep(delay)
+        return True
+
+    def unfit(self, err: ProxyError) -> bool:
+        """The current deployment refused the request before it was sent (it cannot be fitted
+        there): on to the next deployment or fallback, as after a refused key but recording
+        nothing against the deployment; False when none is left (the last failed attempt's
+        plan is current again: its failure is the answer)."""
+        skipped = self.deployment
+        nxt = router.advance(self.plan, router.Outcome("auth"))
+        if nxt is None:
+            self.plan = self._answered_by or self.plan
+            return False
+        log.info(
+            "routing %s: %s skipped, the request cannot go there (%s); attempt %d on %s",
+            self.alias,
+            skipped,
+            err.message,
+            nxt.current.number,
+            nxt.current.deployment.id,
+        )
+        self.plan = nxt
         return True
 
     async def _record(self, ident: str, kind: str) -> None:

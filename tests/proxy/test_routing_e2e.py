@@ -389,3 +389,30 @@ def test_no_attempt_overflows_across_deployments_with_other_windows_and_tokenize
             assert 400 not in providers.statuses, providers.statuses
 
         check()
+
+
+def test_a_deployment_that_cannot_take_the_request_is_skipped_not_answered(
+    tmp_path: Path, providers: Providers
+) -> None:
+    """The primary fails; the next deployment's window cannot hold the request at all: it is
+    skipped (the client's request was fine) — the next one answers, or, with none left, the
+    provider's failure does, never a context-length refusal of the client's request."""
+    tiny = {"max_input_tokens": 3000, "max_output_tokens": 500}
+    big = " ".join(WORDS[i % len(WORDS)] for i in range(8000))
+    body = {"model": "chat", "messages": [{"role": "user", "content": big}], "max_tokens": 20}
+    providers.fail["big.test"] = "500"
+    three = [
+        deployment("big.test", weight=1_000_000),
+        deployment("tiny.test", weight=1_000, **tiny),
+        deployment("mid.test", weight=0.001),
+    ]
+    with serve(write_config(tmp_path, three, {"num_retries": 1}), providers) as gw:
+        answered = post(gw, body)
+    assert answered.status_code == 200, answered.text
+    assert answered.headers["x-routefit-deployment"] == "mid.test"
+    assert providers.hits["tiny.test"] == 0
+    two = three[:2]
+    with serve(write_config(tmp_path, two, {"num_retries": 1}), providers) as gw:
+        failed = post(gw, body)
+    assert failed.status_code == 500, failed.text  # the provider's failure, not a 400
+    assert providers.hits["tiny.test"] == 0
