@@ -34,6 +34,7 @@ from starlette.responses import Response
 from pricing.messages import ChatRequest, RequestError
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
+from proxy import router
 from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator
 from proxy.config import Config, RouteConfig, Upstream
@@ -231,6 +232,7 @@ class Gateway:
             while True:
                 try:
                     p = await self._prepared(a, attempts, t, request)
+                    attempts = p.attempts or attempts  # a context-window fallback's
                 except _Unfit as unfit:
                     # a deployment tried after another failed cannot take the request (its
                     # window, image rule...): the next one, else the provider's failure stands
@@ -286,9 +288,12 @@ class Gateway:
                 a.wire, a.request, rc, a.team, a.who, a.size, a.started
             )
         except ProxyError as err:
+            if not first:
+                raise _Unfit(err) from None
+            estimate, attempts = await self._window(a, attempts, None, err)
+        else:
             if first:
-                raise
-            raise _Unfit(err) from None
+                estimate, attempts = await self._window(a, attempts, estimate, None)
         p = Flight(estimate, t, attempts=attempts)
         if first:
             t.phase("fit", t.started)
@@ -302,6 +307,66 @@ class Gateway:
             self.metrics.overhead.observe(time.perf_counter() - p.started)
         self._count_actions(p)
         return p
+
+    async def _window(
+        self, a: Admitted, attempts: Attempts, chosen: Estimate | None, refused: ProxyError | None
+    ) -> tuple[Estimate, Attempts]:
+        """A context-window fallback decided (``router.choose_window``): when the chosen
+        deployment would cut the conversation (or cannot hold it at all: ``refused``) and the
+        alias has ``context_window_fallbacks`` the team may use, the request is priced for each
+        of those aliases' first deployment, by its own route facts, and goes where the route's
+        ``context_fallback`` says — the larger window (``keep_more``) or, only when cheaper as
+        sent, the cut (``pay_less``); a request the chosen deployment refuses goes to the one
+        holding most. The answer says which: ``x-routefit-context`` fits / kept / cut."""
+        policy = attempts.plan.policy
+        names = [
+            n
+            for n in router.wider(attempts.alias, policy)
+            if (a.team is None or a.team.may_use(n)) and self.config.route(n) is not None
+        ]
+        if not names:
+            if refused is not None:
+                raise refused
+            assert chosen is not None
+            return chosen, attempts
+        here = _candidate(attempts.rc, chosen)
+        if chosen is not None and here.kept >= 1.0:
+            attempts.context = "fits"
+            return chosen, attempts
+        options: list[tuple[router.Candidate, Attempts, Estimate]] = []
+        for name in names:
+            other = await self.routing.start(self.config.routes[name], a.team, a.size // 4)
+            rc = other.upstream_timeout(other.rc)
+            try:
+                e = await self.estimator.estimate(
+                    a.wire, a.request, rc, a.team, a.who, a.size, a.started
+                )
+            except ProxyError:
+                continue  # it cannot hold it either
+            options.append((_candidate(other.rc, e), other, e))
+        choice = attempts.rc.context_fallback if chosen is not None else "keep_more"
+        pick, word = router.choose_window(here, [o[0] for o in options], choice)
+        log.info(
+            "routing %s: the conversation (%d tokens) %s on %s (budget %d); context_fallback "
+            "%s: %s %s",
+            attempts.alias,
+            here.tokens,
+            "is refused" if chosen is None else "would be cut",
+            here.id,
+            here.budget,
+            choice,
+            word,
+            pick.id,
+        )
+        if word != "kept":
+            if refused is not None:
+                raise refused
+            assert chosen is not None
+            attempts.context = word
+            return chosen, attempts
+        _, other, e = next(o for o in options if o[0] is pick)
+        other.context = "kept"
+        return e, other
 
     async def _unanswered(self, p: Flight, err: ProxyError | None) -> None:
         """Settle a request that ends without an answer: released when the provider never had
@@ -622,6 +687,17 @@ async def _count_relayed(route: Route, text: str) -> int:
     except Exception:
         log.exception("counting a relayed answer failed; charging its bytes")
         return len(text.encode())
+
+
+def _candidate(rc: RouteConfig, e: Estimate | None) -> router.Candidate:
+    """``rc``'s deployment as a window candidate for the conversation ``e`` priced there (None:
+    it refused it: holds none of it)."""
+    if e is None:
+        return router.Candidate(rc.deployment_id, 0, 1, rc.input_cost_per_token)
+    report = e.fitted.report
+    return router.Candidate(
+        rc.deployment_id, report.budget, report.estimate_before, rc.input_cost_per_token
+    )
 
 
 class _Unfit(Exception):

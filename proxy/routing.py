@@ -49,11 +49,13 @@ from proxy.store import Store
 from proxy.store.base import DeploymentHealth
 from proxy.teams import Team
 
-__all__ = ["LITELLM_NUM_RETRIES", "Attempts", "Routing", "failure_kind"]
+__all__ = ["CONTEXT_HEADER", "LITELLM_NUM_RETRIES", "Attempts", "Routing", "failure_kind"]
 
 log = logging.getLogger("routefit.routing")
 T = TypeVar("T")
 
+#: What a context-window fallback decided for the response (``router.choose_window``'s word).
+CONTEXT_HEADER = "x-routefit-context"
 #: LiteLLM's router retries this many times unless told otherwise (openai's DEFAULT_MAX_RETRIES).
 LITELLM_NUM_RETRIES = 2
 #: Transport codes for failures where no answer came: the connection's, or the clock's.
@@ -226,6 +228,8 @@ class Attempts:
     _sent: float = 0.0
     #: The plan as it stood at the last failed attempt (what answers when no other can).
     _answered_by: router.Plan | None = None
+    #: A context-window fallback's decision (``router.choose_window``): fits, kept or cut.
+    context: str | None = None
 
     @property
     def deployment(self) -> str:
@@ -241,7 +245,10 @@ class Attempts:
         return self.plan.current.deployment.alias
 
     def headers(self) -> dict[str, str]:
-        return router.headers(self.plan)
+        out = router.headers(self.plan)
+        if self.context is not None:
+            out[CONTEXT_HEADER] = self.context
+        return out
 
     def upstream_timeout(self, rc: RouteConfig) -> RouteConfig:
         """``rc`` with the router's timeout, when ``router_settings`` sets one."""

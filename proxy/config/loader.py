@@ -128,30 +128,6 @@ def _team_routers(
     return out
 
 
-def _refuse_unbuilt(
-    router: RouterSettings,
-    teams: Mapping[str, RouterSettings],
-    items: list[Mapping[str, Any]],
-    rd: Reader,
-) -> None:
-    """Context-window fallbacks are parsed and valid, but the gateway does not decide them yet
-    (``proxy.router.choose_window``): accepting them would be a silent no-op, so they are
-    refused naming the key."""
-    for i, item in enumerate(items):
-        if (item.get("routefit") or {}).get("context_fallback") not in (None, "keep_more"):
-            raise rd.error(
-                f"model_list[{i}].routefit.context_fallback",
-                "parsed and valid, but not yet used by routefit's gateway; remove it until it is",
-            )
-    for where, settings in (("router_settings", router), *teams.items()):
-        if settings.context_window_fallbacks and "context_window_fallbacks" in settings.written:
-            raise rd.error(
-                f"{where}.context_window_fallbacks",
-                "parsed and valid, but routefit's gateway does not fall back on context length "
-                "yet (it fits the conversation to the chosen deployment); remove it until it does",
-            )
-
-
 def parse_config(
     data: Any, path: str = "<config>", environ: Mapping[str, str] | None = None
 ) -> Config:
@@ -174,9 +150,6 @@ def parse_config(
     routes = {alias: deployments[0] for alias, deployments in table.items()}
     teams = read_teams(raw.get("teams"), list(routes), rd)
     team_router = _team_routers(raw.get("teams"), teams, router, list(routes), rd)
-    at = {team.id: f"routefit_settings.teams[{i}].router_settings" for i, team in enumerate(teams)}
-    by_path = {at[team]: settings for team, settings in team_router.items()}
-    _refuse_unbuilt(router, by_path, data["model_list"], rd)
     if any(access.master_key_hash in t.key_hashes for t in teams):
         raise rd.error("general_settings.master_key", "is also a team's key")
     return Config(

@@ -85,7 +85,7 @@ def test_every_router_key_is_parsed(routed: None) -> None:
     assert (r.retry_after, r.allowed_fails, r.cooldown_time, r.timeout) == (1.0, 1, 30.0, 20.0)
     assert r.fallbacks == {"a": ("b",)} and r.default_fallbacks == ("b",)
     assert r.retry_policy == {"rate_limit": 4} and r.allowed_fails_policy == {"auth": 2}
-    # parsed as LiteLLM writes it (one name for a list), though the gateway refuses it for now
+    # parsed as LiteLLM writes it (one name for a list)
     rd = Reader("r.yaml", {})
     windows = read_router_settings({"context_window_fallbacks": [{"b": "a"}]}, ["a", "b"], rd)
     assert windows.context_window_fallbacks == {"b": ("a",)}
@@ -129,11 +129,9 @@ def test_the_router_s_features_load(router: dict[str, Any]) -> None:
     assert key in _parse(router).router.written
 
 
-def test_context_window_fallbacks_are_refused_saying_so_until_the_gateway_decides_them() -> None:
-    with pytest.raises(
-        ConfigError, match=r"router_settings\.context_window_fallbacks: parsed and valid"
-    ):
-        _parse({"context_window_fallbacks": [{"a": ["b"]}]})
+def test_context_window_fallbacks_load() -> None:
+    config = _parse({"context_window_fallbacks": [{"a": ["b"]}]})
+    assert config.router.context_window_fallbacks == {"a": ("b",)}
 
 
 def test_until_the_gateway_routes_what_changes_nothing_loads() -> None:
@@ -191,16 +189,14 @@ def test_a_team_s_fallbacks_stay_within_its_routes(routed: None) -> None:
         parse_config(data, "r.yaml", environ={})
 
 
-def test_a_team_s_router_keys_are_as_strict_and_as_gated_as_the_global_ones() -> None:
+def test_a_team_s_router_keys_are_as_strict_as_the_global_ones() -> None:
     wrong = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams({"redis_host": "x"})}}
     with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings\.redis_host: LiteLLM"):
         parse_config(wrong, "r.yaml", environ={})
     block = {"context_window_fallbacks": [{"a": ["b"]}]}
-    gated = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams(block)}}
-    with pytest.raises(
-        ConfigError, match=r"teams\[0\]\.router_settings\.context_window_fallbacks: parsed"
-    ):
-        parse_config(gated, "r.yaml", environ={})
+    mine = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams(block)}}
+    config = parse_config(mine, "r.yaml", environ={})
+    assert config.router_for("t0").context_window_fallbacks == {"a": ("b",)}
 
 
 def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
@@ -230,12 +226,9 @@ def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
 
 def test_a_route_s_context_fallback_choice_is_read_and_checked() -> None:
     paying = {**_B, "routefit": {"context_fallback": "pay_less"}}
-    with pytest.raises(ConfigError, match=r"context_fallback: parsed and valid, but not yet"):
-        _parse(models=[_A, paying])
-    keeping = {**_B, "routefit": {"context_fallback": "keep_more"}}
-    config = _parse(models=[_A, keeping])
+    config = _parse(models=[_A, paying])
     assert config.route("a").context_fallback == "keep_more"
-    assert config.route("b").context_fallback == "keep_more"
+    assert config.route("b").context_fallback == "pay_less"
     wrong = {**_B, "routefit": {"context_fallback": "cheapest"}}
     with pytest.raises(ConfigError, match=r"routefit\.context_fallback: must be one of keep_more"):
         _parse(models=[_A, wrong])

@@ -416,3 +416,86 @@ def test_a_deployment_that_cannot_take_the_request_is_skipped_not_answered(
         failed = post(gw, body)
     assert failed.status_code == 500, failed.text  # the provider's failure, not a 400
     assert providers.hits["tiny.test"] == 0
+
+
+def _conversation(turns: int, words: int) -> list[dict[str, str]]:
+    out = []
+    for i in range(turns):
+        text = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(words))
+        out.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
+    out.append({"role": "user", "content": "Sum it up."})
+    return out
+
+
+def _windows(tmp_path: Path, choice: str, small_price: float, large_price: float) -> Path:
+    small = deployment(
+        "small.test",
+        alias="small",
+        model="openai/gpt-4",
+        input_cost_per_token=small_price,
+        output_cost_per_token=small_price,
+    )
+    small["routefit"] = {"context_fallback": choice}
+    large = deployment(
+        "large.test",
+        alias="large",
+        model="openai/gpt-4o-mini",
+        input_cost_per_token=large_price,
+        output_cost_per_token=large_price,
+    )
+    return write_config(
+        tmp_path, [small, large], {"context_window_fallbacks": [{"small": ["large"]}]}
+    )
+
+
+@pytest.mark.parametrize(
+    ("choice", "small_price", "large_price", "word", "answered"),
+    [
+        ("keep_more", 1e-6, 1e-5, "kept", "large.test"),  # the larger window, whatever it costs
+        ("pay_less", 1e-6, 1e-5, "cut", "small.test"),  # the cut is cheaper as sent
+        ("pay_less", 1e-5, 1e-7, "kept", "large.test"),  # the whole one is cheaper
+    ],
+)
+def test_a_context_window_fallback_is_a_decision_the_response_names(
+    tmp_path: Path,
+    providers: Providers,
+    choice: str,
+    small_price: float,
+    large_price: float,
+    word: str,
+    answered: str,
+) -> None:
+    config = _windows(tmp_path, choice, small_price, large_price)
+    long = {"model": "small", "messages": _conversation(12, 1200), "max_tokens": 50}
+    short = {"model": "small", **CHAT}
+    with serve(config, providers) as gw:
+        decided = post(gw, long)
+        fits = post(gw, short)
+        log = gw.log()
+    assert decided.status_code == 200, decided.text
+    assert decided.headers["x-routefit-context"] == word
+    assert decided.headers["x-routefit-deployment"] == answered
+    cut = decided.headers["x-routefit-actions"] != "none"
+    assert cut == (word == "cut")
+    assert f"context_fallback {choice}: {word}" in log
+    assert fits.headers["x-routefit-context"] == "fits"
+    assert fits.headers["x-routefit-deployment"] == "small.test"
+    assert 400 not in providers.statuses
+
+
+def test_a_conversation_the_chosen_window_refuses_goes_to_the_larger_one(
+    tmp_path: Path, providers: Providers
+) -> None:
+    """A conversation the small route may not cut (its fit allows no strategy) is refused
+    there, and held whole by the context-window fallback — even under pay_less (refusing is not
+    paying less)."""
+    config = _windows(tmp_path, "pay_less", 1e-6, 1e-5)
+    data = yaml.safe_load(config.read_text())
+    data["model_list"][0]["routefit"]["fit"] = {"strategies": []}
+    config.write_text(yaml.safe_dump(data))
+    body = {"model": "small", "messages": _conversation(4, 3000), "max_tokens": 50}
+    with serve(config, providers) as gw:
+        answer = post(gw, body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-routefit-deployment"] == "large.test"
+    assert answer.headers["x-routefit-context"] == "kept"
