@@ -499,3 +499,30 @@ def test_a_conversation_the_chosen_window_refuses_goes_to_the_larger_one(
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-routefit-deployment"] == "large.test"
     assert answer.headers["x-routefit-context"] == "kept"
+
+
+def test_the_anthropic_sdk_through_an_overloaded_primary(
+    tmp_path: Path, providers: Providers
+) -> None:
+    import anthropic
+
+    providers.fail["primary.test"] = "529"
+    model = "anthropic/claude-sonnet-4-5"
+    models = [
+        deployment("primary.test", model=model, **PRIMARY),
+        deployment("backup.test", model=model),
+    ]
+    for entry in models:  # Anthropic's API base has no /v1
+        entry["litellm_params"]["api_base"] = entry["litellm_params"]["api_base"][:-3]
+    with serve(write_config(tmp_path, models), providers) as gw:
+        client = anthropic.Anthropic(base_url=gw.base_url, api_key="unused", max_retries=0)
+        raw = client.messages.with_raw_response.create(
+            model="chat", max_tokens=20, messages=[{"role": "user", "content": "Say hello."}]
+        )
+        with client.messages.stream(
+            model="chat", max_tokens=20, messages=[{"role": "user", "content": "Say hello."}]
+        ) as stream:
+            text = "".join(stream.text_stream)
+    assert raw.headers["x-routefit-deployment"] == "backup.test"
+    assert raw.parse().content[0].text and text
+    assert providers.hits["primary.test"] == 2  # the stream failed over before its first byte
