@@ -21,9 +21,10 @@ Decisions (docs/architecture.md, "Router"):
   by default (a LiteLLM config with two deployments fails over the same way here); an alias with
   one deployment keeps routefit's default of no retry (``upstream_retries`` is its knob), so a
   single-deployment route answers a provider's failure as it always did.
-* Writes the next request of this replica does not need at once (in flight, usage, latency) go
-  in the background; a failure and its cooldown are written before the next attempt, so the
-  next request — on any replica — skips a deployment that just cooled down.
+* In-flight counts, latency and usage are written only for the strategies that read them
+  (least-busy, latency-based, usage-based), in the background; a failure and its cooldown are
+  written before the next attempt, so the next request — on any replica — skips a deployment
+  that just cooled down.
 * A provider's 401/403 is the deployment's fault: answered 502 naming the deployment (never the
   key), and the deployment cooled down. On a route that forwards the client's own provider key
   the key is the client's, so its 401 is passed on as it is and cools nothing down.
@@ -56,6 +57,8 @@ T = TypeVar("T")
 
 #: What a context-window fallback decided for the response (``router.choose_window``'s word).
 CONTEXT_HEADER = "x-routefit-context"
+#: The strategies that read what each attempt writes (in flight, latency, usage this minute).
+_TRACKED = frozenset({"least-busy", "latency-based-routing", "usage-based-routing-v2"})
 #: LiteLLM's router retries this many times unless told otherwise (openai's DEFAULT_MAX_RETRIES).
 LITELLM_NUM_RETRIES = 2
 #: Transport codes for failures where no answer came: the connection's, or the clock's.
@@ -256,10 +259,16 @@ class Attempts:
             return rc
         return replace(rc, upstream=replace(rc.upstream, timeout=self.timeout))
 
+    @property
+    def tracked(self) -> bool:
+        """Whether the alias's strategy reads in-flight counts, latency or usage: only then are
+        they written (failures and cooldowns are written for every routed alias)."""
+        return self.shared and self.plan.policy.strategy in _TRACKED
+
     def began(self, tokens: int) -> None:
         """The current attempt is being sent with ``tokens`` of prompt."""
         self._sent = time.perf_counter()
-        if self.shared:
+        if self.tracked:
             ident, now = self.deployment, self.routing.clock()
             store = self.routing.store
             self.routing.later("began", lambda: store.deployment_began(ident, tokens, now))
@@ -272,7 +281,7 @@ class Attempts:
         ok, latencies = r.observers(self.alias, ident)
         ok.inc()
         latencies.observe(latency)
-        if self.shared:
+        if self.tracked:
             average = router.ended(self.health.get(ident, router.Health()), latency).latency
             r.later("ended", lambda: r.store.deployment_ended(ident, average))
 
@@ -286,8 +295,9 @@ class Attempts:
         r, failed = self.routing, self.plan.current
         ident = failed.deployment.id
         r.metrics.deployment_attempts.labels(self.alias, ident, kind).inc()
-        if self.shared:
+        if self.tracked:
             r.later("ended", lambda: r.store.deployment_ended(ident, None))
+        if self.shared:
             await self._record(ident, kind)
         nxt = router.advance(self.plan, router.Outcome(kind))
         if nxt is None:

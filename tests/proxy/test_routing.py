@@ -3,6 +3,7 @@ store, the weighted shuffle as ``Routing.start`` draws it, and a store that fail
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
@@ -134,3 +135,32 @@ async def test_a_store_that_fails_never_fails_the_request() -> None:
 def test_a_provider_failure_is_classified(err: ProxyError, kind: str) -> None:
     assert failure_kind(err) == kind
     assert (kind in router.RETRYABLE) == (kind not in ("auth", "bad_request"))
+
+
+async def test_least_busy_sees_another_replica_s_requests_in_flight(store: Store) -> None:
+    """Two replicas (two ``Routing`` on one store): what one has in flight, the other avoids;
+    once it is answered, the count is back (least-busy reads the shared count, no other)."""
+    ids = uuid.uuid4().hex[:6]
+    models = [
+        {
+            "model_name": "chat",
+            "litellm_params": {"model": "openai/gpt-4o", "api_key": "k"},
+            "model_info": {"id": f"{name}-{ids}"},
+        }
+        for name in ("x", "y")
+    ]
+    data = {"model_list": models, "router_settings": {"routing_strategy": "least-busy"}}
+    config = parse_config(data, "r.yaml", environ={})
+    one = Routing(config, store, Metrics(), rng=random.Random(3))
+    two = Routing(config, store, Metrics(), rng=random.Random(4))
+    rc = config.route("chat")
+    for _ in range(6):
+        busy = await one.start(rc, None, 10)
+        busy.began(10)
+        await asyncio.gather(*one._tasks)
+        other = await two.start(rc, None, 10)
+        assert other.deployment != busy.deployment
+        busy.answered()
+        await asyncio.gather(*one._tasks)
+    found = await store.deployment_health([f"x-{ids}", f"y-{ids}"], time.time())
+    assert [h.in_flight for h in found.values()] == [0, 0]
