@@ -228,18 +228,19 @@ class Gateway:
             t.admitted(a.rc, a.team)
             route = a.rc.route.alias
             attempts = await self.routing.start(a.rc, a.team, a.size // 4)
-            failure: ProxyError | None = None
+            failure: ProxyError | None = None  # the last provider failure
+            refusal: ProxyError | None = None  # the first deployment's refusal to fit it
             while True:
                 try:
                     p = await self._prepared(a, attempts, t, request)
                     attempts = p.attempts or attempts  # a context-window fallback's
                 except _Unfit as unfit:
-                    # a deployment tried after another failed cannot take the request (its
-                    # window, image rule...): the next one, else the provider's failure stands
-                    assert failure is not None
+                    # this deployment cannot take the request (its window, image rule...): the
+                    # next one; else a provider's failure stands, or the first refusal
+                    refusal = refusal or unfit.err
                     if attempts.unfit(unfit.err):
                         continue
-                    raise failure from None
+                    raise (failure or refusal) from None
                 try:
                     return await self._forward(p, request)
                 except ProxyError as failed:
@@ -290,7 +291,10 @@ class Gateway:
         except ProxyError as err:
             if not first:
                 raise _Unfit(err) from None
-            estimate, attempts = await self._window(a, attempts, None, err)
+            try:  # held by a context-window fallback, else by another deployment of the alias
+                estimate, attempts = await self._window(a, attempts, None, err)
+            except ProxyError as refused:
+                raise _Unfit(refused) from None
         else:
             if first:
                 estimate, attempts = await self._window(a, attempts, estimate, None)
@@ -701,8 +705,8 @@ def _candidate(rc: RouteConfig, e: Estimate | None) -> router.Candidate:
 
 
 class _Unfit(Exception):
-    """A later attempt's deployment refused the request before it was sent (it cannot be
-    fitted there): ``err`` is that refusal."""
+    """An attempt's deployment refused the request before it was sent (it cannot be fitted
+    there): ``err`` is that refusal."""
 
     def __init__(self, err: ProxyError) -> None:
         super().__init__(err.message)

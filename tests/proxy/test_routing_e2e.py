@@ -384,8 +384,12 @@ def test_no_attempt_overflows_across_deployments_with_other_windows_and_tokenize
                 at += size
             messages[-1]["role"] = "user"
             answer = post(gw, {"model": "chat", "messages": messages, "max_tokens": 50})
-            assert answer.status_code == 200, answer.text
-            assert answer.headers["x-routefit-deployment"] != failing
+            # the big deployment holds every conversation here: only its own failure, when the
+            # small one cannot hold what it was sent, is not answered — and by its failure
+            if answer.status_code != 200:
+                assert failing == "big.test" and answer.status_code == 500, answer.text
+            else:
+                assert answer.headers["x-routefit-deployment"] != failing
             assert 400 not in providers.statuses, providers.statuses
 
         check()
@@ -526,3 +530,22 @@ def test_the_anthropic_sdk_through_an_overloaded_primary(
     assert raw.headers["x-routefit-deployment"] == "backup.test"
     assert raw.parse().content[0].text and text
     assert providers.hits["primary.test"] == 2  # the stream failed over before its first byte
+
+
+def test_a_request_the_chosen_deployment_cannot_hold_goes_to_one_that_can(
+    tmp_path: Path, providers: Providers
+) -> None:
+    tiny = {"max_input_tokens": 3000, "max_output_tokens": 500}
+    big = " ".join(WORDS[i % len(WORDS)] for i in range(8000))
+    body = {"model": "chat", "messages": [{"role": "user", "content": big}], "max_tokens": 20}
+    models = [deployment("tiny.test", weight=1_000_000, **tiny), deployment("large.test")]
+    with serve(write_config(tmp_path, models), providers) as gw:
+        answer = post(gw, body)
+        alone = [deployment("tiny.test", **tiny)]
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-routefit-deployment"] == "large.test"
+    assert providers.hits["tiny.test"] == 0
+    with serve(write_config(tmp_path, alone), providers) as gw:
+        refused = post(gw, body)
+    assert refused.status_code == 400  # nowhere to go: the client's request is too long
+    assert refused.json()["error"]["code"] == "context_length_exceeded"
