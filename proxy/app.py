@@ -364,7 +364,7 @@ def build_state(
 async def _load_tokenizers(state: AppState) -> None:
     """Tokenizer files take ~0.5 s to load: loaded before /readyz says yes, in a thread, rather
     than on the event loop under the first request."""
-    specs = sorted({rc.route.tokenizer for rc in state.config.routes.values()})
+    specs = sorted({rc.route.tokenizer for rc in state.config.every_deployment()})
 
     def preload() -> None:
         for spec in specs:
@@ -431,7 +431,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.local.start()
     state.keys.log_warnings()
     start_providers(state.providers)
-    exact = {alias: rc.route.exact_text for alias, rc in state.config.routes.items()}
+    exact = {rc.calibration_key: rc.route.exact_text for rc in state.config.every_deployment()}
     state.calibrator.start(exact)
     _log_start(state)
     loop = asyncio.get_running_loop()

@@ -461,11 +461,12 @@ def _check(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    for alias, rc in config.routes.items():  # what serve would fail on at start-up
+    for rc in config.every_deployment():  # what serve would fail on at start-up
         try:
             get_tokenizer(rc.route.tokenizer)
         except TokenizerError as exc:
-            raise UsageError(f"{config.path}: route {alias!r}: {exc}") from None
+            where = f"{rc.route.alias}@{rc.deployment_id}"
+            raise UsageError(f"{config.path}: route {where!r}: {exc}") from None
     errors, _ = window_problems(config)  # what every request to a route would fail on
     if errors:
         raise UsageError("\nroutefit: ".join(errors))
@@ -495,6 +496,15 @@ def check_text(info: dict[str, Any]) -> str:
             f"{out['reserve']:,} (shrinks to {out['min_reserve']:,})  safety margin "
             f"{out['safety_margin']:,}  pin {fit['pin_fraction']}  low water {fit['low_water']}",
         ]
+        others = info.get("deployments", {}).get(alias, [])
+        for d in [r, *others] if others else []:  # an alias's deployments, when several
+            lines.append(
+                f"  deployment {d['deployment_id']} -> {d['model']}  api base "
+                f"{d['api_base'] or '(the provider default)'}  window {d['context_window']:,}"
+                f"  tokenizer {d['tokenizer']}  weight {d['weight']:g}"
+                + (f"  rpm {d['rpm']}" if d["rpm"] else "")
+                + (f"  tpm {d['tpm']}" if d["tpm"] else "")
+            )
     if not info["teams"]:
         lines.append(f"teams: none, {info['mode']}")
     for team in info["teams"]:

@@ -129,7 +129,7 @@ _EMBEDS = ("openai", "litellm")
 
 def _target(g: Generation, rc: RouteConfig) -> Leg:
     """The route's leg for chat: the passthrough on the OpenAI wire, else litellm."""
-    leg = g.providers.leg(rc.route.alias, CHAT)
+    leg = g.providers.leg(rc.deployment_id, CHAT)  # the alias's first deployment
     if rc.upstream.transport not in _EMBEDS:
         served = [a for a, r in g.config.routes.items() if r.upstream.transport in _EMBEDS]
         raise ProxyError(

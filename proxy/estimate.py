@@ -171,7 +171,7 @@ class Estimator:
         """The route's fit policy with the team's overrides and per-request prompt quota."""
         if team is None:
             return rc.policy
-        key = (team.id, rc.route.alias)
+        key = (team.id, rc.calibration_key)
         policy = self._policies.get(key)
         if policy is None:
             policy = self._policies[key] = team.fit_policy(rc.policy)
@@ -183,7 +183,7 @@ class Estimator:
         Without teams, every caller is one tenant: the route as configured."""
         if team is None:
             return rc.route
-        key = (team.id, rc.route.alias)
+        key = (team.id, rc.calibration_key)
         found = self._routes.get(key)
         if found is None or found[0] is not rc.route:
             found = self._routes[key] = (rc.route, replace(rc.route, scope=team.id.encode()))
@@ -220,7 +220,7 @@ class Estimator:
         endpoint answers (in one of the caller's pricing threads when the body is big)."""
         priced = self.route_priced(rc, team)
         pressure = await self.fairness.run(who, size, measure, request, priced)
-        return self.calibrator.correction(rc.route.alias).price_pressure(pressure)
+        return self.calibrator.correction(rc.calibration_key).price_pressure(pressure)
 
     async def _estimate(
         self,
@@ -235,7 +235,7 @@ class Estimator:
     ) -> Estimate:
         job = await self._job(wire, request, rc, team, who, size)
         alias = rc.route.alias
-        correction = self.calibrator.correction(alias)
+        correction = self.calibrator.correction(rc.calibration_key)
         proof: Proof | None = None
         if bound and size > _BOUND_ABOVE:
             proof = Proof(job.priced)
@@ -316,7 +316,7 @@ class Estimator:
         count. None when there is nothing to correct (the provider's refusal then stands)."""
         if e.counting is not None:
             raise ValueError("refit before the exact count is in (Estimator.exact)")
-        route = e.rc.route.alias
+        route, key = e.rc.route.alias, e.rc.calibration_key
         if e.bound or counted <= e.tokens:
             return None  # no exact figures, or not an under-estimate of ours
         if counted > 2 * e.rc.route.context_window:
@@ -324,9 +324,9 @@ class Estimator:
             # of it: a count beyond twice the window is not believed (and not learnt from).
             self._reject(route, "overflow count", f"{counted} tokens")
             return None
-        self.calibrator.observe(route, e.fitted.pressure, e.keys, e.tokens, e.anchored, counted, 0)
+        self.calibrator.observe(key, e.fitted.pressure, e.keys, e.tokens, e.anchored, counted, 0)
         self.metrics.estimate_error.labels(route).observe((e.tokens - counted) / counted)
-        current = self.calibrator.correction(route)
+        current = self.calibrator.correction(key)
         # Only one more attempt: err a little high rather than be refused twice.
         priced = current.price_pressure(e.fitted.pressure)
         corrected = _tighter(current, counted, priced, _REFIT_SLACK)
@@ -357,13 +357,14 @@ class Estimator:
         """(tokens to act on, prefix keys, anchored?): anchored on the provider's count of a
         prefix the same team sent when one is known, else the calibrated estimate; ``floor``:
         no less than the fit's own estimate."""
-        alias = job.rc.route.alias
+        # calibration and anchors are the deployment's own (another may count differently)
+        where = job.rc.calibration_key
         # hashing every prefix of a big body: ~20 ms per 9 MB, off the loop
         keys = await self.fairness.run(job.who, job.size, _prefix_keys, job, fitted)
-        hit = await self.calibrator.find_anchor(alias, keys)
+        hit = await self.calibrator.find_anchor(where, keys)
         if hit is None:
             return fitted.estimate, keys, False
-        correction = self.calibrator.correction(alias)
+        correction = self.calibrator.correction(where)
         tokens = anchored_estimate(hit[1], fitted.pressure, correction)
         return (max(tokens, fitted.estimate) if floor else tokens), keys, True
 
@@ -396,7 +397,7 @@ class Estimator:
         error = (e.tokens - usage.prompt_tokens) / usage.prompt_tokens
         self.metrics.estimate_error.labels(route).observe(error)
         self.calibrator.observe(
-            route,
+            e.rc.calibration_key,
             e.fitted.pressure,
             e.keys,
             e.tokens,
@@ -423,7 +424,7 @@ def _prefix_keys(job: Job, fitted: Fit) -> tuple[bytes, ...]:
     rc = job.rc
     wire = [message_wire(m) for m in fitted.messages]
     tools = fitted.body.get("tools")
-    return tuple(prefix_keys(rc.route.alias, rc.upstream.model, tools, wire, job.scope))
+    return tuple(prefix_keys(rc.calibration_key, rc.upstream.model, tools, wire, job.scope))
 
 
 def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:

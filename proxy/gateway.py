@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -34,6 +34,7 @@ from starlette.responses import Response
 from pricing.messages import ChatRequest, RequestError
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
+from proxy import router
 from proxy.budgets import Budgets, Held, rate_limit_headers
 from proxy.calibrator import Calibrator
 from proxy.config import Config, RouteConfig, Upstream
@@ -53,12 +54,13 @@ from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
 from proxy.fairness import Fairness
 from proxy.fetch import ImageSizer
 from proxy.inline import inline_images
-from proxy.intake import Intake, Session
+from proxy.intake import Admitted, Intake, Session
 from proxy.metrics import Metrics
 from proxy.overflow import provider_count
 from proxy.provider_keys import ProviderKeys
 from proxy.providers import Adapter, Leg, ProviderTable
 from proxy.records import Records, Ticket
+from proxy.routing import Attempts, Routing
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
 from proxy.tracing import traces_from_env
@@ -102,6 +104,13 @@ class Flight:
     forwarded: bool = False
     #: The route's upstream with the key this request must carry (``ProviderKeys``).
     upstream: Upstream | None = None
+    #: The request's attempts over its alias's deployments (``proxy.routing``).
+    attempts: Attempts | None = None
+
+    @property
+    def own_key(self) -> bool:
+        """The request carries the client's own provider key (a forward_client_key route)."""
+        return self.upstream is not None and self.upstream.api_key != self.rc.upstream.api_key
 
     @property
     def job(self) -> Job:
@@ -165,6 +174,8 @@ class Gateway:
         self.fairness = Fairness(limits.pricing_threads_per_team, limits.count_requests_per_minute)
         self.intake = Intake(config, self.teams, self.fairness)
         self.estimator = Estimator(config, calibrator, sizer, metrics, self.fairness)
+        #: Which deployment each attempt goes to, and their shared health (``proxy.routing``).
+        self.routing = Routing(config, budgets.store, metrics)
         #: The request log: one record per request to its sinks (``proxy.records``).
         self.records = Records(config.settings.request_log, budgets.store, self.teams)
         traced = traces_from_env({a: rc.route.provider for a, rc in config.routes.items()})
@@ -174,9 +185,11 @@ class Gateway:
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
         """The deployment, provider wire and transport for this route and client wire: one
         lookup in the provider table (its paths were chosen at start-up)."""
-        return self.providers.leg(rc.route.alias, wire.name)
+        return self.providers.leg(rc.deployment_id, wire.name)
 
-    def headers(self, p: Estimate, held: Held | None = None) -> dict[str, str]:
+    def headers(
+        self, p: Estimate, held: Held | None = None, attempts: Attempts | None = None
+    ) -> dict[str, str]:
         headers = {
             "x-routefit-route": p.rc.route.alias,
             "x-routefit-budget": str(p.fitted.report.budget),
@@ -190,6 +203,8 @@ class Gateway:
             headers["x-routefit-output-clamped"] = output.describe()
         if held is not None:
             headers.update(rate_limit_headers(held.windows))
+        if attempts is not None:
+            headers.update(attempts.headers())
         return headers
 
     # -- serving ---------------------------------------------------------------------------
@@ -206,34 +221,49 @@ class Gateway:
     async def _serve(self, request: Request, wire: Wire, session: Session | None) -> Response:
         route = "-"
         p: Flight | None = None
+        attempts: Attempts | None = None
         t = self.records.ticket(request, wire, "serve")
         try:
             a = await self.intake.admit(request, wire, session)
             t.admitted(a.rc, a.team)
             route = a.rc.route.alias  # a refusal while pricing (an overflow) counts on its route
-            p = Flight(
-                await self.estimator.estimate(
-                    wire, a.request, a.rc, a.team, a.who, a.size, a.started
-                ),
-                t,
-            )
-            t.phase("fit", t.started)
-            p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
-            if self.on_fit is not None:
-                self.on_fit(p.fitted.report)
-            reserving = time.perf_counter()
-            await self._reserve(p)
-            t.phase("budget", reserving)
-            self._count_actions(p)
-            self.metrics.overhead.observe(time.perf_counter() - p.started)
-            return await self._forward(p, request)
+            attempts = await self.routing.start(a.rc, a.team, a.size // 4)
+            failure: ProxyError | None = None  # the last provider failure
+            refusal: ProxyError | None = None  # the first deployment's refusal to fit it
+            while True:
+                try:
+                    p = await self._prepared(a, attempts, t, request)
+                    attempts = p.attempts or attempts  # a context-window fallback's
+                except _Unfit as unfit:
+                    # this deployment cannot take the request (its window, image rule...): the
+                    # next one; else a provider's failure stands, or the first refusal
+                    refusal = refusal or unfit.err
+                    if attempts.unfit(unfit.err):
+                        continue
+                    raise (failure or refusal) from None
+                try:
+                    return await self._forward(p, request)
+                except ProxyError as failed:
+                    if failed.origin != "upstream":
+                        raise
+                    failure = failed
+                    if not await attempts.failed(failed, p.own_key):
+                        raise
+                # another attempt, on a deployment priced and fitted for it: this one's
+                # reservation is released (the team is charged once, by the one that answers)
+                await self.budgets.settle(p.held, None, released=True)
+                p = None
         except Exception as exc:
             err = _refusal(exc, route)
+            if attempts is not None and isinstance(exc, ProxyError):
+                err = attempts.explain(err, p is not None and p.own_key)
             if p is not None:
                 # a failure of routefit's own (not a refusal) after forwarding is billed
                 mine = not isinstance(exc, ProxyError | RequestError)
                 await self._unanswered(p, None if mine else err)
             response = self._error(wire, route, err)
+            if attempts is not None and p is not None:
+                response.headers.update(attempts.headers())
             streamed = p is not None and p.wire.streams(p.request)
             e = p.estimate if p is not None else None
             response.background = self.records.later(
@@ -245,6 +275,102 @@ class Gateway:
                 with anyio.CancelScope(shield=True):
                     await self._unanswered(p, None)
             raise
+
+    async def _prepared(
+        self, a: Admitted, attempts: Attempts, t: Ticket, request: Request
+    ) -> Flight:
+        """The request priced, fitted and reserved for the current attempt's deployment, by its
+        own route facts (tokenizer, framing, window, image rule, output limit, prices,
+        calibration): what is fitted for one deployment is never sent to another."""
+        rc = attempts.upstream_timeout(attempts.rc)
+        first = attempts.plan.current.number == 1
+        try:
+            estimate = await self.estimator.estimate(
+                a.wire, a.request, rc, a.team, a.who, a.size, a.started
+            )
+        except ProxyError as err:
+            if not first:
+                raise _Unfit(err) from None
+            try:  # held by a context-window fallback, else by another deployment of the alias
+                estimate, attempts = await self._window(a, attempts, None, err)
+            except ProxyError as refused:
+                raise _Unfit(refused) from None
+        else:
+            if first:
+                estimate, attempts = await self._window(a, attempts, estimate, None)
+        p = Flight(estimate, t, attempts=attempts)
+        if first:
+            t.phase("fit", t.started)
+        p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
+        if self.on_fit is not None:
+            self.on_fit(p.fitted.report)
+        reserving = time.perf_counter()
+        await self._reserve(p)
+        if first:
+            t.phase("budget", reserving)
+            self.metrics.overhead.observe(time.perf_counter() - p.started)
+        self._count_actions(p)
+        return p
+
+    async def _window(
+        self, a: Admitted, attempts: Attempts, chosen: Estimate | None, refused: ProxyError | None
+    ) -> tuple[Estimate, Attempts]:
+        """A context-window fallback decided (``router.choose_window``): when the chosen
+        deployment would cut the conversation (or cannot hold it at all: ``refused``) and the
+        alias has ``context_window_fallbacks`` the team may use, the request is priced for each
+        of those aliases' first deployment, by its own route facts, and goes where the route's
+        ``context_fallback`` says — the larger window (``keep_more``) or, only when cheaper as
+        sent, the cut (``pay_less``); a request the chosen deployment refuses goes to the one
+        holding most. The answer says which: ``x-routefit-context`` fits / kept / cut."""
+        policy = attempts.plan.policy
+        names = [
+            n
+            for n in router.wider(attempts.alias, policy)
+            if (a.team is None or a.team.may_use(n)) and self.config.route(n) is not None
+        ]
+        if not names:
+            if refused is not None:
+                raise refused
+            assert chosen is not None
+            return chosen, attempts
+        here = _candidate(attempts.rc, chosen)
+        if chosen is not None and here.kept >= 1.0:
+            attempts.context = "fits"
+            return chosen, attempts
+        options: list[tuple[router.Candidate, Attempts, Estimate]] = []
+        for name in names:
+            other = await self.routing.start(self.config.routes[name], a.team, a.size // 4)
+            rc = other.upstream_timeout(other.rc)
+            try:
+                e = await self.estimator.estimate(
+                    a.wire, a.request, rc, a.team, a.who, a.size, a.started
+                )
+            except ProxyError:
+                continue  # it cannot hold it either
+            options.append((_candidate(other.rc, e), other, e))
+        choice = attempts.rc.context_fallback if chosen is not None else "keep_more"
+        pick, word = router.choose_window(here, [o[0] for o in options], choice)
+        log.info(
+            "routing %s: the conversation (%d tokens) %s on %s (budget %d); context_fallback "
+            "%s: %s %s",
+            attempts.alias,
+            here.tokens,
+            "is refused" if chosen is None else "would be cut",
+            here.id,
+            here.budget,
+            choice,
+            word,
+            pick.id,
+        )
+        if word != "kept":
+            if refused is not None:
+                raise refused
+            assert chosen is not None
+            attempts.context = word
+            return chosen, attempts
+        _, other, e = next(o for o in options if o[0] is pick)
+        other.context = "kept"
+        return e, other
 
     async def _unanswered(self, p: Flight, err: ProxyError | None) -> None:
         """Settle a request that ends without an answer: released when the provider never had
@@ -266,19 +392,23 @@ class Gateway:
         leg = self.leg(p.rc, p.wire)
         route = p.rc.route.alias
         sent = time.perf_counter()
+        if p.attempts is not None:
+            p.attempts.began(p.estimate.tokens)
         if p.wire.streams(p.request):
-            events = as_stream(await self._send(p, leg, request))
-            self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
-            p.ticket.phase("provider", sent)
+            # nothing reaches the client before the provider's first event: a stream that
+            # breaks before it is another attempt's to answer
+            opened = as_stream(await self._send(p, leg, request))
+            events = await until_disconnect(request.receive, _primed(opened))
+            self._answered(p, sent)
             try:
                 learnt = await self._exact(p)
             except BaseException:
                 await events.aclose()
                 raise
-            return self._relay(p, leg, events, self.headers(p.estimate, p.held), learnt)
+            headers = self.headers(p.estimate, p.held, p.attempts)
+            return self._relay(p, leg, events, headers, learnt)
         completion = as_completion(await self._send(p, leg, request))
-        self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - sent)
-        p.ticket.phase("provider", sent)
+        self._answered(p, sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
         # in by now, and the answer's headers, calibration and metrics use it.
         learnt = await self._exact(p)
@@ -288,10 +418,16 @@ class Gateway:
         # calibration nor the store (nothing awaits before ``Estimator.learn`` runs, so a client's
         # next request still finds it learnt).
         after = BackgroundTask(self._after, p, answer.usage, learnt)
-        headers = self.headers(p.estimate, p.held)
+        headers = self.headers(p.estimate, p.held, p.attempts)
         return Response(
             answer.body, headers=headers, media_type="application/json", background=after
         )
+
+    def _answered(self, p: Flight, sent: float) -> None:
+        self.metrics.upstream_latency.labels(p.rc.route.alias).observe(time.perf_counter() - sent)
+        p.ticket.phase("provider", sent)
+        if p.attempts is not None:
+            p.attempts.answered()
 
     async def _exact(self, p: Flight) -> bool:
         """The request's exact figures in place of its bound (``Estimator.exact``); False when
@@ -555,6 +691,69 @@ async def _count_relayed(route: Route, text: str) -> int:
     except Exception:
         log.exception("counting a relayed answer failed; charging its bytes")
         return len(text.encode())
+
+
+def _candidate(rc: RouteConfig, e: Estimate | None) -> router.Candidate:
+    """``rc``'s deployment as a window candidate for the conversation ``e`` priced there (None:
+    it refused it: holds none of it)."""
+    if e is None:
+        return router.Candidate(rc.deployment_id, 0, 1, rc.input_cost_per_token)
+    report = e.fitted.report
+    return router.Candidate(
+        rc.deployment_id, report.budget, report.estimate_before, rc.input_cost_per_token
+    )
+
+
+class _Unfit(Exception):
+    """An attempt's deployment refused the request before it was sent (it cannot be fitted
+    there): ``err`` is that refusal."""
+
+    def __init__(self, err: ProxyError) -> None:
+        super().__init__(err.message)
+        self.err = err
+
+
+class _Primed:
+    """A provider's event stream whose first event is already in hand."""
+
+    def __init__(self, first: bytes | None, rest: AsyncIterator[bytes], source: EventStream):
+        self._first = first
+        self._rest = rest
+        self._source = source
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._first is not None:
+            yield self._first
+            async for event in self._rest:
+                yield event
+
+    async def aclose(self) -> None:
+        await self._source.aclose()
+
+
+async def _primed(events: EventStream) -> EventStream:
+    """``events`` with its first event read: a stream that breaks (or stalls past the read
+    timeout) before it is the provider's failure before any byte reached the client, as
+    ``ProxyError`` of the upstream — another attempt may answer it."""
+    rest = aiter(events)
+    try:
+        first: bytes | None = await anext(rest)
+    except StopAsyncIteration:
+        first = None
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            await events.aclose()  # the client left, or the stream broke: drop the connection
+        if not isinstance(exc, StreamBroken):
+            raise
+        timed_out = "timeout" in str(exc).lower()
+        err = ProxyError(
+            504 if timed_out else 502,
+            f"the upstream stream broke off before its first event: {exc}",
+            code="upstream_timeout" if timed_out else "upstream_unreachable",
+        )
+        err.origin = "upstream"
+        raise err from None
+    return _Primed(first, rest, events)
 
 
 async def _from_upstream(call: Awaitable[T]) -> T:

@@ -29,6 +29,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from proxy.config import Config, ConfigError, RouteConfig
@@ -141,25 +142,26 @@ def attach(
     simulator to start there (None when no route is local). ``serve=False`` (an injected
     transport answers): pointed at ``INJECTED_BASE``, no socket, no simulator. ``running``: a
     simulator already serving (a reloaded config, ``proxy.reload``): pointed at it, nothing new
-    bound. Raises ConfigError for a sim:// route whose model the simulator does not serve."""
-    local = {a: rc for a, rc in config.routes.items() if is_local(rc.upstream.api_base)}
+    bound. Every deployment of an alias is attached, not only its first. Raises ConfigError for
+    a sim:// route whose model the simulator does not serve."""
+    local = [rc for rc in config.every_deployment() if is_local(rc.upstream.api_base)]
     if not local:
         return config, running
-    for alias, rc in local.items():
-        _check_model(alias, rc, config.path)
+    for rc in local:
+        _check_model(rc.route.alias, rc, config.path)
+
+    def pointed(base: str) -> Callable[[RouteConfig], RouteConfig]:
+        return lambda rc: _local_upstream(rc, base) if is_local(rc.upstream.api_base) else rc
+
     if not serve or running is not None:
         base = running.base_url if running is not None else INJECTED_BASE
-        pointed = {a: _local_upstream(rc, base) for a, rc in local.items()}
-        return replace(config, routes={**config.routes, **pointed}), running
+        return config.mapped(pointed(base)), running
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     sock.listen(128)
     sock.setblocking(False)
     fetch = config.settings.access.sim_fetch_loopback_images
-    provider = LocalProvider(sock, tuple(local), fetch_loopback_images=fetch)
-    routes = {
-        alias: _local_upstream(rc, provider.base_url) if alias in local else rc
-        for alias, rc in config.routes.items()
-    }
-    return replace(config, routes=routes), provider
+    aliases = tuple(dict.fromkeys(rc.route.alias for rc in local))
+    provider = LocalProvider(sock, aliases, fetch_loopback_images=fetch)
+    return config.mapped(pointed(provider.base_url)), provider

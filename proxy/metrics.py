@@ -42,6 +42,19 @@ class Metrics:
             ["route", "status"],
             registry=r,
         )
+        self.deployment_attempts = Counter(
+            "routefit_deployment_attempts",
+            "Attempts per deployment by outcome: ok, or the kind of failure (connection, "
+            "timeout, rate_limit, server, auth, bad_request, content_policy)",
+            ["route", "deployment", "outcome"],
+            registry=r,
+        )
+        self.deployment_cooldowns = Counter(
+            "routefit_deployment_cooldowns",
+            "Times a deployment was cooled down (skipped while others are healthy)",
+            ["route", "deployment"],
+            registry=r,
+        )
         self.errors = Counter(
             "routefit_errors",
             "Errors by kind (client, upstream, fit, budget, internal)",
@@ -110,6 +123,13 @@ class Metrics:
             "routefit_upstream_latency_seconds",
             "Time to the upstream's response headers",
             ["route"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.deployment_latency = Histogram(
+            "routefit_deployment_latency_seconds",
+            "Time to a deployment's response headers, per answering attempt",
+            ["route", "deployment"],
             buckets=_LATENCY,
             registry=r,
         )

@@ -133,7 +133,7 @@ def build_generation(
     recent fits and history carry over from ``previous``: they describe traffic, not config."""
     metrics, settings = shared.metrics, config.settings
     providers = provider_table(
-        {alias: rc.upstream for alias, rc in config.routes.items()},
+        {rc.deployment_id: rc.upstream for rc in config.every_deployment()},
         RetryPolicy(settings.upstream_retries),
         on_retry=lambda reason: metrics.upstream_retries.labels(reason).inc(),
         bounds=Bounds(settings.limits.max_provider_body_bytes, settings.limits.max_sse_event_bytes),
@@ -255,11 +255,12 @@ def _prepare(path: str) -> Config:
     """The config at ``path``, checked as far as a running server needs (in a thread: a YAML
     file, the model map, tokenizer files)."""
     config = load_config(path)
-    for alias, rc in config.routes.items():
+    for rc in config.every_deployment():
         try:
             get_tokenizer(rc.route.tokenizer).count("warm up")
         except Exception as exc:
-            raise ConfigError(f"{config.path}: route {alias!r}: {exc}") from None
+            where = f"{rc.route.alias!r} (deployment {rc.deployment_id!r})"
+            raise ConfigError(f"{config.path}: route {where}: {exc}") from None
     return config
 
 
@@ -343,7 +344,9 @@ async def _next(state: AppState) -> Generation:
     shared = Shared(state.metrics, state.calibrator, state.budgets, state.sizer, state.transport)
     g = build_generation(old.number + 1, config, shared, old)
     start_providers(g.providers)
-    state.calibrator.track({a: rc.route.exact_text for a, rc in config.routes.items()})
+    state.calibrator.track(
+        {rc.calibration_key: rc.route.exact_text for rc in config.every_deployment()}
+    )
     g.keys.log_warnings()
     for warning in config.warnings:
         log.warning("%s", warning)

@@ -54,6 +54,9 @@ def _route(rc: RouteConfig) -> dict[str, Any]:
     r, up = rc.route, rc.upstream
     return {
         "deployment_id": rc.deployment_id,
+        "weight": rc.weight,
+        "rpm": rc.rpm,
+        "tpm": rc.tpm,
         "model": r.model,
         "provider": r.provider,
         "transport": up.transport,

@@ -1,13 +1,15 @@
 """The whole file: settings, then routes, then teams (which name routes), into one Config.
 
 Every ``model_list`` entry is a deployment of its ``model_name``; ``Config.route(alias)`` is the
-alias's first deployment (what the gateway sends to), ``Config.deployments(alias)`` all of them.
+alias's first deployment (its facts stand for the alias where one set is needed: the intake's
+checks, the dashboard), ``Config.deployments(alias)`` all of them, between which the gateway
+routes (``proxy.routing``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,24 +25,15 @@ from proxy.config.settings import SETTINGS_KEYS, Settings, read_settings
 from proxy.config.teams import read_teams
 from proxy.teams import Team
 
-__all__ = ["GATEWAY_ROUTES", "Config", "load_config", "parse_config"]
+__all__ = ["Config", "load_config", "parse_config"]
 
 _TOP_KEYS = frozenset({"model_list", "routefit_settings", "general_settings", "router_settings"})
-
-#: Whether the gateway routes between deployments (``proxy.router``). Until it does, a config
-#: that asks for more than the first deployment of an alias, or for a router setting that would
-#: change what happens to a request, is refused at load: the core parses and validates it all,
-#: but accepting it would be a silent no-op. The gateway integration flips this one flag.
-GATEWAY_ROUTES = False
-#: router_settings keys whose defaults leave one deployment per alias as it is today (with one
-#: deployment there is nothing to choose between).
-_INERT_ROUTER_KEYS = frozenset({"routing_strategy"})
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
     path: str
-    #: Each alias's first deployment: the one the gateway sends to.
+    #: Each alias's first deployment.
     routes: Mapping[str, RouteConfig]
     settings: Settings
     teams: tuple[Team, ...] = ()
@@ -69,6 +62,17 @@ class Config:
             return found
         first = self.routes.get(alias)
         return () if first is None else (first,)
+
+    def every_deployment(self) -> tuple[RouteConfig, ...]:
+        """Every deployment of every alias, alias by alias in file order."""
+        return tuple(rc for alias in self.routes for rc in self.deployments(alias))
+
+    def mapped(self, fn: Callable[[RouteConfig], RouteConfig]) -> Config:
+        """The config with ``fn`` applied to every deployment (``routes`` kept the first)."""
+        table = {alias: tuple(map(fn, self.deployments(alias))) for alias in self.routes}
+        return replace(
+            self, routes={alias: found[0] for alias, found in table.items()}, deployment_table=table
+        )
 
     @property
     def open(self) -> bool:
@@ -124,55 +128,6 @@ def _team_routers(
     return out
 
 
-def _refuse_unused(settings: RouterSettings, where: str, rd: Reader) -> None:
-    default = RouterSettings()
-    for key in sorted(settings.written - _INERT_ROUTER_KEYS):
-        if getattr(settings, key) != getattr(default, key):
-            raise rd.error(
-                f"{where}.{key}",
-                "parsed and valid, but not yet used by routefit's gateway; remove it until it is",
-            )
-
-
-def _refuse_unrouted(
-    router: RouterSettings,
-    teams: Mapping[str, RouterSettings],
-    items: list[Mapping[str, Any]],
-    rd: Reader,
-) -> None:
-    """Until ``GATEWAY_ROUTES``: refuse what the gateway would not do (see the flag)."""
-    if GATEWAY_ROUTES:
-        return
-    named: set[object] = set()
-    for i, item in enumerate(items):
-        alias = item.get("model_name")
-        if alias in named:
-            raise rd.error(
-                f"model_list[{i}].model_name",
-                f"a second deployment of {alias!r}: routefit parses several deployments per "
-                "alias but its gateway does not route between them yet; list each alias once",
-            )
-        named.add(alias)
-        if (item.get("routefit") or {}).get("context_fallback") not in (None, "keep_more"):
-            raise rd.error(
-                f"model_list[{i}].routefit.context_fallback",
-                "parsed and valid, but not yet used by routefit's gateway; remove it until it is",
-            )
-    limited = any(
-        k in item or k in (item.get("litellm_params") or {})
-        for item in items
-        for k in ("rpm", "tpm")
-    )
-    for where, settings in (("router_settings", router), *teams.items()):
-        if settings.routing_strategy == "usage-based-routing-v2" and limited:
-            raise rd.error(
-                f"{where}.routing_strategy",
-                "usage-based-routing-v2 with rpm/tpm limits is parsed and valid, but routefit's "
-                "gateway does not enforce the limits yet; remove one or the other until it does",
-            )
-        _refuse_unused(settings, where, rd)
-
-
 def parse_config(
     data: Any, path: str = "<config>", environ: Mapping[str, str] | None = None
 ) -> Config:
@@ -195,9 +150,6 @@ def parse_config(
     routes = {alias: deployments[0] for alias, deployments in table.items()}
     teams = read_teams(raw.get("teams"), list(routes), rd)
     team_router = _team_routers(raw.get("teams"), teams, router, list(routes), rd)
-    at = {team.id: f"routefit_settings.teams[{i}].router_settings" for i, team in enumerate(teams)}
-    by_path = {at[team]: settings for team, settings in team_router.items()}
-    _refuse_unrouted(router, by_path, data["model_list"], rd)
     if any(access.master_key_hash in t.key_hashes for t in teams):
         raise rd.error("general_settings.master_key", "is also a team's key")
     return Config(

@@ -6,8 +6,9 @@ error naming it, never a warning (a config that asks for fallbacks must not load
 fall back). The values mean what they mean in LiteLLM's router (docs.litellm.ai, "Configuration
 and defaults"); the defaults are its defaults.
 
-``proxy.router`` implements the selection these settings describe; until the gateway uses it,
-``proxy.config.loader`` refuses the settings that would change behaviour (``GATEWAY_ROUTES``).
+``proxy.router`` implements the selection these settings describe and ``proxy.routing`` drives it
+for each request; ``proxy.config.loader`` refuses only ``context_window_fallbacks``, which the
+gateway does not decide yet.
 """
 
 from __future__ import annotations

@@ -18,10 +18,13 @@ from typing import Protocol
 from pricing.calibration import Anchor, Sample
 
 __all__ = [
+    "FAILURE_WINDOW",
+    "HEALTH_TTL",
     "MONTH",
     "PERIODS",
     "AnchorWrite",
     "BudgetWindow",
+    "DeploymentHealth",
     "Reservation",
     "Store",
     "StoreObserver",
@@ -30,6 +33,7 @@ __all__ = [
     "anchor_keys",
     "check_request_cap",
     "check_response_args",
+    "deployment_tag",
     "requests_key",
     "response_key",
     "route_tag",
@@ -73,6 +77,30 @@ class Reservation:
     windows: tuple[WindowState, ...]
     #: When not admitted: seconds until the first exhausted window resets.
     retry_after: float = 0.0
+
+
+#: Seconds a deployment's failures count toward its cooldown (LiteLLM's "within a minute").
+FAILURE_WINDOW = 60.0
+#: Seconds a deployment's health outlives its last write: a replica that died with requests in
+#: flight leaves its counts behind, and they must not make the deployment look busy for ever.
+HEALTH_TTL = 600
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentHealth:
+    """One deployment's shared health as the store holds it (``proxy.router.Health`` is the
+    router's view of the same facts; the store does not import the router)."""
+
+    in_flight: int = 0
+    #: The answers' latency average, seconds; None: none seen yet.
+    latency: float | None = None
+    #: ``int(now // 60)`` of the usage counts below.
+    minute: int = -1
+    requests: int = 0
+    tokens: int = 0
+    #: (time, kind) of the failures within ``FAILURE_WINDOW``, oldest first.
+    failures: tuple[tuple[float, str], ...] = ()
+    cooldown_until: float = 0.0
 
 
 #: One anchor to write: (route, prefix key, anchor).
@@ -148,6 +176,34 @@ class Store(Protocol):
         """The team's newest records, newest first, at most ``limit``."""
         ...
 
+    # -- deployment health (``proxy.routing``): shared by every replica ----------------------
+    async def deployment_health(
+        self, ids: Sequence[str], now: float
+    ) -> dict[str, DeploymentHealth]:
+        """The health of each of ``ids`` at unix time ``now``, in ONE round trip (the hot path
+        of a routed request); a deployment never written reads as ``DeploymentHealth()``."""
+        ...
+
+    async def deployment_began(self, id: str, tokens: int, now: float) -> None:
+        """An attempt sent: one more in flight, one request and ``tokens`` in ``now``'s minute."""
+        ...
+
+    async def deployment_ended(self, id: str, latency: float | None) -> None:
+        """An attempt over: one fewer in flight (never below 0); ``latency``, when given, is the
+        new latency average (the caller averages: a lost update only blurs an average)."""
+        ...
+
+    async def deployment_failed(
+        self, id: str, kind: str, now: float
+    ) -> tuple[tuple[float, str], ...]:
+        """Record a failure of ``kind`` at ``now``; the failures within ``FAILURE_WINDOW``
+        (this one last), as every replica recorded them, so the caller can decide a cooldown."""
+        ...
+
+    async def deployment_cool(self, id: str, until: float) -> None:
+        """Cool the deployment down until unix time ``until`` (a later cooldown is kept)."""
+        ...
+
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool: ...
 
@@ -179,6 +235,10 @@ def check_response_args(response_id: str, ttl_seconds: int | None = None) -> Non
 
 def route_tag(route: str) -> str:
     return "{rf:route:" + route + "}"
+
+
+def deployment_tag(deployment: str) -> str:
+    return "{rf:dep:" + deployment + "}"
 
 
 def team_tag(team: str) -> str:

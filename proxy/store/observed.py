@@ -14,6 +14,7 @@ from pricing.calibration import Anchor, Sample
 from proxy.store.base import (
     AnchorWrite,
     BudgetWindow,
+    DeploymentHealth,
     Reservation,
     Store,
     StoreObserver,
@@ -97,6 +98,29 @@ class ObservedStore:
 
     async def recent_requests(self, team: str, limit: int) -> list[bytes]:
         return await self._timed("recent_requests", lambda: self.inner.recent_requests(team, limit))
+
+    async def deployment_health(
+        self, ids: Sequence[str], now: float
+    ) -> dict[str, DeploymentHealth]:
+        return await self._timed(
+            "deployment_health", lambda: self.inner.deployment_health(ids, now)
+        )
+
+    async def deployment_began(self, id: str, tokens: int, now: float) -> None:
+        await self._timed("deployment_began", lambda: self.inner.deployment_began(id, tokens, now))
+
+    async def deployment_ended(self, id: str, latency: float | None) -> None:
+        await self._timed("deployment_ended", lambda: self.inner.deployment_ended(id, latency))
+
+    async def deployment_failed(
+        self, id: str, kind: str, now: float
+    ) -> tuple[tuple[float, str], ...]:
+        return await self._timed(
+            "deployment_failed", lambda: self.inner.deployment_failed(id, kind, now)
+        )
+
+    async def deployment_cool(self, id: str, until: float) -> None:
+        await self._timed("deployment_cool", lambda: self.inner.deployment_cool(id, until))
 
     async def ping(self) -> bool:
         return await self.inner.ping()

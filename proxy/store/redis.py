@@ -12,7 +12,12 @@ Redis Cluster slot):
   with the last bucket of its reservation;
 - ``{rf:team:<team>}:resp:<response id>`` — a stored response (bytes), ``EX ttl_seconds``;
 - ``{rf:team:<team>}:requests`` — list, the team's request records newest first (``LPUSH``),
-  trimmed to the cap (``LTRIM``), expires ``sample_ttl`` after the last write.
+  trimmed to the cap (``LTRIM``), expires ``sample_ttl`` after the last write;
+- ``{rf:dep:<deployment>}:h`` — hash of one deployment's health (``in_flight``, ``latency``,
+  ``cool``: its cooldown's end), ``{rf:dep:<deployment>}:f`` — sorted set of its failures
+  (score: when), ``{rf:dep:<deployment>}:u:<minute>`` — hash of that minute's ``requests`` and
+  ``tokens``; each expires ``HEALTH_TTL`` (the minute's: 120 s) after its last write. Reading the
+  health of an alias's deployments is one pipeline (one round trip per node on a Cluster).
 
 Budgets run in one Lua script (``_LUA``, loaded once, called with EVALSHA) with three modes:
 ``reserve``, ``settle`` and ``usage``. It reads the server clock (``TIME``), so replicas with
@@ -40,8 +45,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pricing.calibration import Anchor, Sample
 from proxy.store.base import (
+    FAILURE_WINDOW,
+    HEALTH_TTL,
     AnchorWrite,
     BudgetWindow,
+    DeploymentHealth,
     Reservation,
     StoreObserver,
     StoreUnavailable,
@@ -49,6 +57,7 @@ from proxy.store.base import (
     anchor_keys,
     check_request_cap,
     check_response_args,
+    deployment_tag,
     requests_key,
     response_key,
     route_tag,
@@ -201,6 +210,18 @@ error('unknown mode ' .. tostring(mode))
 
 _LUA = LUA_CALENDAR + _LUA_BUDGET
 
+#: A cooldown's end kept at its latest: KEYS[1] the health hash, ARGV[1] the end, ARGV[2] TTL.
+_LUA_COOL = """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'cool') or '0')
+if tonumber(ARGV[1]) > cur then redis.call('HSET', KEYS[1], 'cool', ARGV[1]) end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
 
 def _window_prefix(team: str, name: str) -> str:
     return f"{team_tag(team)}:w:{name}"
@@ -301,6 +322,7 @@ class RedisStore:
         # capped here instead, and the wait for a slot counts against the attempt's deadline.
         self._slots = asyncio.Semaphore(max_connections)
         self._script = self._redis.register_script(_LUA)
+        self._cool = self._redis.register_script(_LUA_COOL)
 
     async def _call(self, op: str, attempt: Callable[[], Awaitable[T]]) -> T:
         give_up = time.monotonic() + self._failover
@@ -512,6 +534,99 @@ class RedisStore:
         return [v.encode() if isinstance(v, str) else bytes(v) for v in values or []]
 
     # -- lifecycle -------------------------------------------------------------------------
+    # -- deployment health -----------------------------------------------------------------
+    async def deployment_health(
+        self, ids: Sequence[str], now: float
+    ) -> dict[str, DeploymentHealth]:
+        wanted = list(dict.fromkeys(ids))
+        minute = int(now // 60)
+        if not wanted:
+            return {}
+
+        async def op() -> list[object]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for id in wanted:
+                    tag = deployment_tag(id)
+                    pipe.hmget(f"{tag}:h", ["in_flight", "latency", "cool"])
+                    pipe.zrangebyscore(f"{tag}:f", now - FAILURE_WINDOW, "+inf", withscores=True)
+                    pipe.hmget(f"{tag}:u:{minute}", ["requests", "tokens"])
+                result: list[object] = await pipe.execute()
+                return result
+
+        r = await self._call("deployment_health", op)
+        out: dict[str, DeploymentHealth] = {}
+        for i, id in enumerate(wanted):
+            h, f, u = r[3 * i : 3 * i + 3]
+            assert isinstance(h, list) and isinstance(f, list) and isinstance(u, list)
+            failures = tuple(
+                sorted((float(score), _text(member).split(":", 2)[1]) for member, score in f)
+            )
+            out[id] = DeploymentHealth(
+                in_flight=max(0, int(h[0] or 0)),
+                latency=float(h[1]) if h[1] is not None else None,
+                minute=minute,
+                requests=int(u[0] or 0),
+                tokens=int(u[1] or 0),
+                failures=failures,
+                cooldown_until=float(h[2] or 0.0),
+            )
+        return out
+
+    async def deployment_began(self, id: str, tokens: int, now: float) -> None:
+        tag = deployment_tag(id)
+        usage = f"{tag}:u:{int(now // 60)}"
+
+        async def op() -> None:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hincrby(f"{tag}:h", "in_flight", 1)
+                pipe.expire(f"{tag}:h", HEALTH_TTL)
+                pipe.hincrby(usage, "requests", 1)
+                pipe.hincrby(usage, "tokens", max(0, tokens))
+                pipe.expire(usage, 120)
+                await pipe.execute()
+
+        await self._call("deployment_began", op)
+
+    async def deployment_ended(self, id: str, latency: float | None) -> None:
+        key = f"{deployment_tag(id)}:h"
+
+        async def op() -> None:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hincrby(key, "in_flight", -1)
+                if latency is not None:
+                    pipe.hset(key, "latency", repr(float(latency)))
+                pipe.expire(key, HEALTH_TTL)
+                await pipe.execute()
+
+        await self._call("deployment_ended", op)
+
+    async def deployment_failed(
+        self, id: str, kind: str, now: float
+    ) -> tuple[tuple[float, str], ...]:
+        key = f"{deployment_tag(id)}:f"
+        member = f"{now!r}:{kind}:{new_token_id()}"
+
+        async def op() -> list[object]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.zadd(key, {member: now})
+                pipe.zremrangebyscore(key, "-inf", f"({now - FAILURE_WINDOW!r}")
+                pipe.expire(key, HEALTH_TTL)
+                pipe.zrangebyscore(key, now - FAILURE_WINDOW, "+inf", withscores=True)
+                result: list[object] = await pipe.execute()
+                return result
+
+        found = (await self._call("deployment_failed", op))[-1]
+        assert isinstance(found, list)
+        return tuple(sorted((float(score), _text(m).split(":", 2)[1]) for m, score in found))
+
+    async def deployment_cool(self, id: str, until: float) -> None:
+        key = f"{deployment_tag(id)}:h"
+
+        # a later cooldown stays: read-compare-write would race, so the max is kept in Lua
+        await self._call(
+            "deployment_cool", lambda: self._cool(keys=[key], args=[repr(float(until)), HEALTH_TTL])
+        )
+
     async def ping(self) -> bool:
         """One attempt, no failover retries: readiness reports the moment, it does not wait."""
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import sqlite3
 import time
@@ -26,8 +27,11 @@ from typing import Any, TypeVar
 
 from pricing.calibration import Anchor, Sample
 from proxy.store.base import (
+    FAILURE_WINDOW,
+    HEALTH_TTL,
     AnchorWrite,
     BudgetWindow,
+    DeploymentHealth,
     Reservation,
     StoreUnavailable,
     WindowState,
@@ -98,8 +102,20 @@ CREATE TABLE IF NOT EXISTS requests (
     data BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS requests_team ON requests (team, id);
+CREATE TABLE IF NOT EXISTS deployments (
+    id TEXT PRIMARY KEY,
+    in_flight INTEGER NOT NULL DEFAULT 0,
+    latency REAL,
+    minute INTEGER NOT NULL DEFAULT -1,
+    requests INTEGER NOT NULL DEFAULT 0,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    failures TEXT NOT NULL DEFAULT '[]',
+    cooldown_until REAL NOT NULL DEFAULT 0,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
 """
 
+_HEALTH_COLUMNS = "id, in_flight, latency, minute, requests, tokens, failures, cooldown_until"
 _PURGE_EVERY = 60.0  # seconds between sweeps of expired anchors / buckets / settle markers
 _IN_CHUNK = 500  # host parameters per ``IN (...)``
 
@@ -162,7 +178,7 @@ class SqliteStore:
             result = fn(db, now)
             if now - self._last_purge >= _PURGE_EVERY:
                 self._last_purge = now
-                for table in ("anchors", "budget", "settled", "responses"):
+                for table in ("anchors", "budget", "settled", "responses", "deployments"):
                     db.execute(f"DELETE FROM {table} WHERE expires_at <= ?", (now,))  # noqa: S608
             db.execute("COMMIT")
         except BaseException:
@@ -451,6 +467,98 @@ class SqliteStore:
             return [bytes(r[0]) for r in rows]
 
         return await self._run(op)
+
+    # -- deployment health -----------------------------------------------------------------
+    async def deployment_health(
+        self, ids: Sequence[str], now: float
+    ) -> dict[str, DeploymentHealth]:
+        wanted = list(dict.fromkeys(ids))
+        minute = int(now // 60)
+
+        def op() -> dict[str, DeploymentHealth]:
+            out: dict[str, DeploymentHealth] = {}
+            for i in range(0, len(wanted), _IN_CHUNK):
+                chunk = wanted[i : i + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT {_HEALTH_COLUMNS} FROM deployments WHERE id IN ({marks}) AND expires_at > ?"  # noqa: S608, E501
+                rows = self._db().execute(query, (*chunk, self._clock()))
+                for row in rows:
+                    failures = tuple(
+                        (float(t), str(k))
+                        for t, k in json.loads(row[6])
+                        if now - float(t) < FAILURE_WINDOW
+                    )
+                    current = int(row[3]) == minute  # an older minute's usage counts 0
+                    out[row[0]] = DeploymentHealth(
+                        int(row[1]),
+                        row[2],
+                        minute,
+                        int(row[4]) if current else 0,
+                        int(row[5]) if current else 0,
+                        failures,
+                        float(row[7]),
+                    )
+            return out
+
+        return await self._run(op)
+
+    def _upsert(self, db: sqlite3.Connection, id: str, now: float) -> None:
+        db.execute(
+            "INSERT INTO deployments (id, expires_at) VALUES (?, ?) ON CONFLICT (id)"
+            " DO UPDATE SET expires_at = excluded.expires_at",
+            (id, now + HEALTH_TTL),
+        )
+
+    async def deployment_began(self, id: str, tokens: int, now: float) -> None:
+        minute = int(now // 60)
+
+        def op(db: sqlite3.Connection, clock: float) -> None:
+            self._upsert(db, id, clock)
+            db.execute(
+                "UPDATE deployments SET in_flight = in_flight + 1,"
+                " requests = CASE WHEN minute = ? THEN requests + 1 ELSE 1 END,"
+                " tokens = CASE WHEN minute = ? THEN tokens + ? ELSE ? END, minute = ?"
+                " WHERE id = ?",
+                (minute, minute, max(0, tokens), max(0, tokens), minute, id),
+            )
+
+        await self._run(self._tx, op)
+
+    async def deployment_ended(self, id: str, latency: float | None) -> None:
+        def op(db: sqlite3.Connection, clock: float) -> None:
+            self._upsert(db, id, clock)
+            db.execute(
+                "UPDATE deployments SET in_flight = MAX(0, in_flight - 1),"
+                " latency = COALESCE(?, latency) WHERE id = ?",
+                (latency, id),
+            )
+
+        await self._run(self._tx, op)
+
+    async def deployment_failed(
+        self, id: str, kind: str, now: float
+    ) -> tuple[tuple[float, str], ...]:
+        def op(db: sqlite3.Connection, clock: float) -> tuple[tuple[float, str], ...]:
+            self._upsert(db, id, clock)
+            (raw,) = db.execute("SELECT failures FROM deployments WHERE id = ?", (id,)).fetchone()
+            kept = [
+                (float(t), str(k)) for t, k in json.loads(raw) if now - float(t) < FAILURE_WINDOW
+            ]
+            kept.append((now, kind))
+            db.execute("UPDATE deployments SET failures = ? WHERE id = ?", (json.dumps(kept), id))
+            return tuple(kept)
+
+        return await self._run(self._tx, op)
+
+    async def deployment_cool(self, id: str, until: float) -> None:
+        def op(db: sqlite3.Connection, clock: float) -> None:
+            self._upsert(db, id, clock)
+            db.execute(
+                "UPDATE deployments SET cooldown_until = MAX(cooldown_until, ?) WHERE id = ?",
+                (until, id),
+            )
+
+        await self._run(self._tx, op)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def ping(self) -> bool:

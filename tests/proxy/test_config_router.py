@@ -1,7 +1,7 @@
-"""Deployments and LiteLLM's router_settings: parsed and validated whole, and — until the gateway
-routes between deployments (``GATEWAY_ROUTES``) — refused when they would change behaviour, with
-an error that says so rather than a warning (issue 29: ``router_settings.fallbacks`` was ignored
-with a warning and ``routefit check`` exited 0)."""
+"""Deployments and LiteLLM's router_settings: parsed and validated whole; what the gateway does
+not do yet (context-window fallbacks) refused with an error that says so rather than a warning
+(issue 29: ``router_settings.fallbacks`` was ignored with a warning and ``routefit check`` exited
+0)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from proxy.config import ConfigError, loader, parse_config
-from proxy.config.router_settings import RouterSettings
+from proxy.config.reader import Reader
+from proxy.config.router_settings import RouterSettings, read_router_settings
 
 _A = {"model_name": "a", "litellm_params": {"model": "openai/gpt-4o", "api_key": "k"}}
 _B = {"model_name": "b", "litellm_params": {"model": "anthropic/claude-sonnet-4-5"}}
@@ -29,9 +30,8 @@ def _parse(router: Any = None, models: list[Any] | None = None) -> loader.Config
 
 
 @pytest.fixture
-def routed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As the gateway integration will: the router's features accepted."""
-    monkeypatch.setattr(loader, "GATEWAY_ROUTES", True)
+def routed() -> None:
+    """The gateway routes: the router's features are accepted."""
 
 
 def test_the_route_stays_the_first_deployment_and_deployments_lists_them_all(routed: None) -> None:
@@ -75,7 +75,6 @@ def test_every_router_key_is_parsed(routed: None) -> None:
             "cooldown_time": 30,
             "timeout": 20,
             "fallbacks": [{"a": ["b"]}],
-            "context_window_fallbacks": [{"b": "a"}],
             "default_fallbacks": ["b"],
             "retry_policy": {"RateLimitErrorRetries": 4},
             "allowed_fails_policy": {"AuthenticationErrorAllowedFails": 2},
@@ -84,9 +83,12 @@ def test_every_router_key_is_parsed(routed: None) -> None:
     r = config.router
     assert r.routing_strategy == "usage-based-routing-v2" and r.num_retries == 2
     assert (r.retry_after, r.allowed_fails, r.cooldown_time, r.timeout) == (1.0, 1, 30.0, 20.0)
-    assert r.fallbacks == {"a": ("b",)} and r.context_window_fallbacks == {"b": ("a",)}
-    assert r.default_fallbacks == ("b",)
+    assert r.fallbacks == {"a": ("b",)} and r.default_fallbacks == ("b",)
     assert r.retry_policy == {"rate_limit": 4} and r.allowed_fails_policy == {"auth": 2}
+    # parsed as LiteLLM writes it (one name for a list)
+    rd = Reader("r.yaml", {})
+    windows = read_router_settings({"context_window_fallbacks": [{"b": "a"}]}, ["a", "b"], rd)
+    assert windows.context_window_fallbacks == {"b": ("a",)}
 
 
 @pytest.mark.parametrize(
@@ -117,21 +119,19 @@ def test_a_wrong_router_key_is_an_error_naming_it(
     "router",
     [
         {"fallbacks": [{"a": ["b"]}]},
-        {"context_window_fallbacks": [{"a": ["b"]}]},
         {"default_fallbacks": ["b"]},
         {"num_retries": 2},
         {"cooldown_time": 60},
     ],
 )
-def test_until_the_gateway_routes_a_router_feature_is_refused_saying_so(
-    router: dict[str, Any],
-) -> None:
-    assert not loader.GATEWAY_ROUTES
+def test_the_router_s_features_load(router: dict[str, Any]) -> None:
     [key] = router
-    with pytest.raises(
-        ConfigError, match=rf"router_settings\.{key}: parsed and valid, but not yet"
-    ):
-        _parse(router)
+    assert key in _parse(router).router.written
+
+
+def test_context_window_fallbacks_load() -> None:
+    config = _parse({"context_window_fallbacks": [{"a": ["b"]}]})
+    assert config.router.context_window_fallbacks == {"a": ("b",)}
 
 
 def test_until_the_gateway_routes_what_changes_nothing_loads() -> None:
@@ -142,11 +142,10 @@ def test_until_the_gateway_routes_what_changes_nothing_loads() -> None:
     assert _parse().router == RouterSettings()
 
 
-def test_until_the_gateway_routes_usage_limits_under_usage_routing_are_refused() -> None:
+def test_usage_limits_load_under_usage_routing() -> None:
     limited = {**_B, "litellm_params": {**_B["litellm_params"], "rpm": 5}}
-    with pytest.raises(ConfigError, match="does not enforce the limits yet"):
-        _parse({"routing_strategy": "usage-based-routing-v2"}, models=[_A, limited])
-    assert _parse(models=[_A, limited]).route("b").rpm == 5  # simple-shuffle: inert
+    config = _parse({"routing_strategy": "usage-based-routing-v2"}, models=[_A, limited])
+    assert config.route("b").rpm == 5 and config.router.routing_strategy == "usage-based-routing-v2"
 
 
 def test_a_limit_in_both_places_is_an_error(routed: None) -> None:
@@ -190,13 +189,14 @@ def test_a_team_s_fallbacks_stay_within_its_routes(routed: None) -> None:
         parse_config(data, "r.yaml", environ={})
 
 
-def test_a_team_s_router_keys_are_as_strict_and_as_gated_as_the_global_ones() -> None:
+def test_a_team_s_router_keys_are_as_strict_as_the_global_ones() -> None:
     wrong = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams({"redis_host": "x"})}}
     with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings\.redis_host: LiteLLM"):
         parse_config(wrong, "r.yaml", environ={})
-    gated = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams({"num_retries": 2})}}
-    with pytest.raises(ConfigError, match=r"teams\[0\]\.router_settings\.num_retries: parsed and"):
-        parse_config(gated, "r.yaml", environ={})
+    block = {"context_window_fallbacks": [{"a": ["b"]}]}
+    mine = {"model_list": [_A, _B], "routefit_settings": {"teams": _teams(block)}}
+    config = parse_config(mine, "r.yaml", environ={})
+    assert config.router_for("t0").context_window_fallbacks == {"a": ("b",)}
 
 
 def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
@@ -214,15 +214,17 @@ def test_check_describes_every_deployment_and_the_router(routed: None) -> None:
     assert shown["router"]["settings"]["fallbacks"] == {"a": ["b"]}
     errors, _ = window_problems(config)
     assert any("route 'a@a-deepseek'" in e for e in errors)  # every deployment is checked
+    from proxy.cli import check_text
+
+    text = check_text(shown)
+    first = config.route("a").deployment_id
+    assert f"  deployment {first} -> openai/gpt-4o" in text
+    assert "  deployment a-deepseek -> deepseek/deepseek-chat" in text
+    assert "weight 3  rpm 60  tpm 9000" in text
+    assert "deployment" not in text.split("route b ->")[1].split("route ")[0]  # one: not listed
 
 
-def test_a_route_s_context_fallback_choice_is_read_and_checked(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    paying = {**_B, "routefit": {"context_fallback": "pay_less"}}
-    with pytest.raises(ConfigError, match=r"context_fallback: parsed and valid, but not yet"):
-        _parse(models=[_A, paying])
-    monkeypatch.setattr(loader, "GATEWAY_ROUTES", True)
+def test_a_route_s_context_fallback_choice_is_read_and_checked() -> None:
     paying = {**_B, "routefit": {"context_fallback": "pay_less"}}
     config = _parse(models=[_A, paying])
     assert config.route("a").context_fallback == "keep_more"

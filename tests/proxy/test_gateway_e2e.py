@@ -294,7 +294,8 @@ def test_unknown_path_and_method_are_openai_shaped(gw):
     [
         ("status:429", 429, openai.RateLimitError),
         ("status:503", 503, openai.InternalServerError),
-        ("status:401", 401, openai.AuthenticationError),
+        # a provider refusing routefit's key is the provider's fault, not the client's key's
+        ("status:401", 502, openai.InternalServerError),
         ("reset", 502, openai.InternalServerError),
         ("malformed", 502, openai.InternalServerError),
     ],

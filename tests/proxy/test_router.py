@@ -356,10 +356,7 @@ def test_holding_says_which_candidates_hold_the_conversation_whole() -> None:
 # --- from the config ----------------------------------------------------------------------------
 
 
-def test_deployments_and_policy_come_from_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.config import loader
-
-    monkeypatch.setattr(loader, "GATEWAY_ROUTES", True)
+def test_deployments_and_policy_come_from_the_config() -> None:
     entry = {"model_name": "a", "litellm_params": {"model": "openai/gpt-4o", "weight": 2}}
     other = {"model_name": "a", "litellm_params": {"model": "openai/gpt-4o-mini", "tpm": 10}}
     config = parse_config(

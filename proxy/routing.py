@@ -1,0 +1,390 @@
+"""One request's attempts: the shell around ``proxy.router``'s policy.
+
+``Routing`` (one per app) knows every alias's deployments and the store holding their shared
+health; ``Routing.start`` reads that health (one pipelined store call) and asks ``router.plan``
+for the first attempt. The ``Attempts`` it returns follows the request: the gateway prices, fits,
+reserves and sends for ``Attempts.rc`` (the current deployment's own route facts, never another's),
+and reports back — ``answered`` or ``failed``. ``failed`` classifies the provider's error
+(``router.classify``), records it (a cooldown once a deployment fails more than its policy
+allows), asks ``router.advance`` for the next attempt, waits ``router.wait``'s backoff and says
+whether to go on. Nothing here decides a route: the policy is ``proxy.router``'s.
+
+Decisions (docs/architecture.md, "Router"):
+
+* An alias with one deployment and no fallbacks is not *routed*: no health is read or written
+  for it (its only deployment is tried whatever its health), so a single-deployment route pays
+  nothing for routing. Its retries (``num_retries``) still go through the plan, on the same
+  deployment.
+* The store failing never fails a request: the health then reads as empty (every deployment
+  healthy) and writes are dropped (logged once per outage).
+* ``num_retries`` left out of the file: a routed alias retries twice, as LiteLLM's router does
+  by default (a LiteLLM config with two deployments fails over the same way here); an alias with
+  one deployment keeps routefit's default of no retry (``upstream_retries`` is its knob), so a
+  single-deployment route answers a provider's failure as it always did.
+* In-flight counts, latency and usage are written only for the strategies that read them
+  (least-busy, latency-based, usage-based), in the background; a failure and its cooldown are
+  written before the next attempt, so the next request — on any replica — skips a deployment
+  that just cooled down.
+* A provider's 401/403 is the deployment's fault: answered 502 naming the deployment (never the
+  key), and the deployment cooled down. On a route that forwards the client's own provider key
+  the key is the client's, so its 401 is passed on as it is and cools nothing down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from proxy import router
+from proxy.config import Config, RouteConfig
+from proxy.config.router_settings import RouterSettings
+from proxy.errors import ProxyError
+from proxy.exchange import Transient
+from proxy.metrics import Metrics
+from proxy.store import Store
+from proxy.store.base import DeploymentHealth
+from proxy.teams import Team
+
+__all__ = ["CONTEXT_HEADER", "LITELLM_NUM_RETRIES", "Attempts", "Routing", "failure_kind"]
+
+log = logging.getLogger("routefit.routing")
+T = TypeVar("T")
+
+#: What a context-window fallback decided for the response (``router.choose_window``'s word).
+CONTEXT_HEADER = "x-routefit-context"
+#: The strategies that read what each attempt writes (in flight, latency, usage this minute).
+_TRACKED = frozenset({"least-busy", "latency-based-routing", "usage-based-routing-v2"})
+#: LiteLLM's router retries this many times unless told otherwise (openai's DEFAULT_MAX_RETRIES).
+LITELLM_NUM_RETRIES = 2
+#: Transport codes for failures where no answer came: the connection's, or the clock's.
+_NO_ANSWER = {"upstream_unreachable": "connection", "upstream_timeout": "timeout"}
+
+
+def failure_kind(err: ProxyError) -> str:
+    """The router's kind of a provider failure (``router.classify``): no answer at all (a
+    connection refused or reset before the answer, a timeout), an overloaded provider (529,
+    Anthropic's ``overloaded_error`` whatever its status), or the provider's status."""
+    code = err.code or ""
+    if code in _NO_ANSWER:
+        return router.classify(None, timed_out=_NO_ANSWER[code] == "timeout")
+    if code in ("upstream_incomplete", "upstream_malformed", "upstream_too_large"):
+        return "server"  # it answered, but not usably: the provider's fault, not the request's
+    if err.type == "overloaded_error" or "overloaded" in err.message.lower():
+        return "server"
+    return router.classify(err.status, content_policy=code == "content_policy_violation")
+
+
+def _health(h: DeploymentHealth) -> router.Health:
+    return router.Health(
+        h.in_flight, h.latency, h.minute, h.requests, h.tokens, h.failures, h.cooldown_until
+    )
+
+
+class Routing:
+    """Every alias's deployments and the store of their shared health, for the app's life."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        metrics: Metrics,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
+        backoff: router.Backoff | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self.backoff = backoff or router.Backoff()
+        every = config.every_deployment()
+        #: Deployment id → its route facts.
+        self.routes: dict[str, RouteConfig] = {rc.deployment_id: rc for rc in every}
+        self.table: dict[str, tuple[router.Deployment, ...]] = {
+            alias: tuple(router.Deployment.of(rc) for rc in config.deployments(alias))
+            for alias in config.routes
+        }
+        self._policies: dict[tuple[int, bool], router.Policy] = {}
+        self._tasks: set[asyncio.Task[object]] = set()
+        #: (router settings, alias) → the first plan of an alias that is not routed.
+        self._single: dict[tuple[int, str], router.Plan] = {}
+        self._observers: dict[str, tuple[Any, Any]] = {}
+        self._down = False
+
+    def policy(self, settings: RouterSettings, routed: bool) -> router.Policy:
+        """The router's policy of ``settings``. A routed alias retries as LiteLLM's router does
+        by default (``LITELLM_NUM_RETRIES``) unless the file says otherwise; an alias with one
+        deployment keeps routefit's default of none, answering a provider's failure at once."""
+        key = (id(settings), routed)
+        found = self._policies.get(key)
+        if found is None:
+            found = router.Policy.of(settings)
+            written = settings.written | self.config.router.written
+            if routed and "num_retries" not in written:
+                found = replace(found, num_retries=LITELLM_NUM_RETRIES)
+            self._policies[key] = found
+        return found
+
+    def routed(self, alias: str, settings: RouterSettings) -> bool:
+        """Whether a request of ``alias`` may reach more than one deployment."""
+        chain = settings.fallbacks.get(alias, settings.default_fallbacks)
+        return len(self.table.get(alias, ())) > 1 or bool(chain)
+
+    async def start(self, rc: RouteConfig, team: Team | None, tokens: int) -> Attempts:
+        """The first attempt of a request the intake routed to ``rc``'s alias. ``tokens``: a
+        guess of its size (usage-based routing's room), before it is priced for a deployment."""
+        settings = self.config.router_for(team.id if team is not None else None)
+        alias = rc.route.alias
+        single = self._single.get((id(settings), alias))
+        if single is not None:  # one deployment, no fallbacks: the same first plan every time
+            return Attempts(self, single, {}, False, settings.timeout)
+        shared = self.routed(alias, settings)
+        policy = self.policy(settings, shared)
+        if not shared:
+            deployments = self.table.get(alias) or (router.Deployment.of(rc),)
+            plan = router.plan(alias, {alias: deployments}, {}, policy, tokens, 0.0, self.rng)
+            assert plan is not None
+            self._single[(id(settings), alias)] = plan
+            return Attempts(self, plan, {}, False, settings.timeout)
+        table = {
+            name: deployments
+            for name, deployments in self.table.items()
+            if team is None or team.may_use(name)
+        }
+        table[alias] = self.table[alias]
+        chain = (alias, *policy.fallbacks.get(alias, policy.default_fallbacks))
+        health = await self.read([d.id for name in chain for d in table.get(name, ())])
+        plan = router.plan(alias, table, health, policy, tokens, self.clock(), self.rng)
+        if plan is None:  # the intake admitted the alias: it has its deployment
+            raise ProxyError(500, f"no deployment for model {alias!r}", code="internal")
+        return Attempts(self, plan, health, shared, settings.timeout)
+
+    def observers(self, alias: str, ident: str) -> tuple[Any, Any]:
+        """The deployment's ``ok`` attempts counter and latency histogram (looked up once)."""
+        found = self._observers.get(ident)
+        if found is None:
+            m = self.metrics
+            found = self._observers[ident] = (
+                m.deployment_attempts.labels(alias, ident, "ok"),
+                m.deployment_latency.labels(alias, ident),
+            )
+        return found
+
+    # -- the store: never a request's failure ------------------------------------------------
+
+    async def read(self, ids: Sequence[str]) -> dict[str, router.Health]:
+        try:
+            found = await self.store.deployment_health(ids, self.clock())
+        except Exception as exc:
+            self._failed("read", exc)
+            return {}
+        self._recovered()
+        return {id: _health(h) for id, h in found.items()}
+
+    async def write(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+        try:
+            result = await call()
+        except Exception as exc:
+            self._failed(what, exc)
+            return None
+        self._recovered()
+        return result
+
+    def later(self, what: str, call: Callable[[], Awaitable[object]]) -> None:
+        task: asyncio.Task[object] = asyncio.ensure_future(self.write(what, call))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        if not self._down:
+            self._down = True
+            log.warning(
+                "deployment health unavailable (%s: %s): routing as if every deployment were "
+                "healthy until the store answers",
+                what,
+                exc,
+            )
+
+    def _recovered(self) -> None:
+        if self._down:
+            self._down = False
+            log.warning("deployment health is back")
+
+
+@dataclass(slots=True)
+class Attempts:
+    """One request's attempts, as ``router.Plan`` orders them."""
+
+    routing: Routing
+    plan: router.Plan
+    health: Mapping[str, router.Health]
+    #: The alias is routed: health is read and written (``Routing.routed``).
+    shared: bool
+    #: ``router_settings.timeout``: each attempt's upstream timeout, over the route's own.
+    timeout: float | None = None
+    _sent: float = 0.0
+    #: The plan as it stood at the last failed attempt (what answers when no other can).
+    _answered_by: router.Plan | None = None
+    #: A context-window fallback's decision (``router.choose_window``): fits, kept or cut.
+    context: str | None = None
+
+    @property
+    def deployment(self) -> str:
+        return self.plan.current.deployment.id
+
+    @property
+    def rc(self) -> RouteConfig:
+        """The current attempt's deployment's own route facts."""
+        return self.routing.routes[self.deployment]
+
+    @property
+    def alias(self) -> str:
+        return self.plan.current.deployment.alias
+
+    def headers(self) -> dict[str, str]:
+        out = router.headers(self.plan)
+        if self.context is not None:
+            out[CONTEXT_HEADER] = self.context
+        return out
+
+    def upstream_timeout(self, rc: RouteConfig) -> RouteConfig:
+        """``rc`` with the router's timeout, when ``router_settings`` sets one."""
+        if self.timeout is None:
+            return rc
+        return replace(rc, upstream=replace(rc.upstream, timeout=self.timeout))
+
+    @property
+    def tracked(self) -> bool:
+        """Whether the alias's strategy reads in-flight counts, latency or usage: only then are
+        they written (failures and cooldowns are written for every routed alias)."""
+        return self.shared and self.plan.policy.strategy in _TRACKED
+
+    def began(self, tokens: int) -> None:
+        """The current attempt is being sent with ``tokens`` of prompt."""
+        self._sent = time.perf_counter()
+        if self.tracked:
+            ident, now = self.deployment, self.routing.clock()
+            store = self.routing.store
+            self.routing.later("began", lambda: store.deployment_began(ident, tokens, now))
+
+    def answered(self) -> None:
+        """The current attempt's deployment answered (headers in: nothing more is retried)."""
+        latency = time.perf_counter() - self._sent
+        r = self.routing
+        ident = self.deployment
+        ok, latencies = r.observers(self.alias, ident)
+        ok.inc()
+        latencies.observe(latency)
+        if self.tracked:
+            average = router.ended(self.health.get(ident, router.Health()), latency).latency
+            r.later("ended", lambda: r.store.deployment_ended(ident, average))
+
+    async def failed(self, err: ProxyError, own_key: bool = False) -> bool:
+        """The current attempt failed before a byte reached the client: recorded, and True
+        when another attempt is to be made (after its backoff, waited here). ``own_key``: the
+        request carried the client's own provider key (its 401 is the client's)."""
+        kind = failure_kind(err)
+        if own_key and kind == "auth":
+            kind = "bad_request"
+        r, failed = self.routing, self.plan.current
+        ident = failed.deployment.id
+        r.metrics.deployment_attempts.labels(self.alias, ident, kind).inc()
+        if self.tracked:
+            r.later("ended", lambda: r.store.deployment_ended(ident, None))
+        if self.shared:
+            await self._record(ident, kind)
+        nxt = router.advance(self.plan, router.Outcome(kind))
+        if nxt is None:
+            return False
+        self._answered_by = self.plan
+        retry_after = err.retry_after if isinstance(err, Transient) else None
+        delay = router.wait(nxt, retry_after, r.rng.random(), backoff=r.backoff)
+        if delay is None:
+            log.info(
+                "routing %s: not retrying %s after %s (HTTP %s): its retry-after %.1fs is past "
+                "the cap",
+                self.alias,
+                ident,
+                kind,
+                err.status,
+                retry_after or 0.0,
+            )
+            return False
+        self.plan = nxt
+        log.info(
+            "routing %s: attempt %d on %s (%s) after %s on %s: HTTP %s %s; waiting %.2fs",
+            failed.deployment.alias,
+            nxt.current.number,
+            nxt.current.deployment.id,
+            nxt.current.reason,
+            kind,
+            ident,
+            err.status,
+            err.code or "",
+            delay,
+        )
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return True
+
+    def unfit(self, err: ProxyError) -> bool:
+        """The current deployment refused the request before it was sent (it cannot be fitted
+        there): on to the next deployment or fallback, as after a refused key but recording
+        nothing against the deployment; False when none is left (the last failed attempt's
+        plan is current again: its failure is the answer)."""
+        skipped = self.deployment
+        nxt = router.advance(self.plan, router.Outcome("auth"))
+        if nxt is None:
+            self.plan = self._answered_by or self.plan
+            return False
+        log.info(
+            "routing %s: %s skipped, the request cannot go there (%s); attempt %d on %s",
+            self.alias,
+            skipped,
+            err.message,
+            nxt.current.number,
+            nxt.current.deployment.id,
+        )
+        self.plan = nxt
+        return True
+
+    async def _record(self, ident: str, kind: str) -> None:
+        """The failure in the shared health; a cooldown when it is one too many."""
+        r = self.routing
+        now = r.clock()
+        seen = await r.write("failed", lambda: r.store.deployment_failed(ident, kind, now))
+        failures = seen or ()
+        before = router.Health(failures=tuple(f for f in failures if f != (now, kind)))
+        after = router.failed(before, kind, now, self.plan.policy)
+        if after.cooldown_until <= now:
+            return
+        r.metrics.deployment_cooldowns.labels(self.alias, ident).inc()
+        log.info(
+            "routing %s: %s cooled down for %gs after %d %s failure(s) within a minute",
+            self.alias,
+            ident,
+            after.cooldown_until - now,
+            len(after.failures),
+            kind,
+        )
+        await r.write("cool", lambda: r.store.deployment_cool(ident, after.cooldown_until))
+
+    def explain(self, err: ProxyError, own_key: bool = False) -> ProxyError:
+        """The answer for the last attempt's failure: a provider refusing routefit's own key
+        is the provider's fault (502, naming the deployment, never the key)."""
+        if err.origin != "upstream" or own_key or err.status not in (401, 403):
+            return err
+        out = ProxyError(
+            502,
+            f"deployment {self.deployment!r} of model {self.alias!r} refused routefit's "
+            f"provider credentials (HTTP {err.status}); this is not your key's fault",
+            code="upstream_auth_failed",
+        )
+        out.origin = "upstream"
+        return out
