@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from compare_commits import checkout, serve
 from procs import Server, Servers, _ok, free_port, openai_entry, write_yaml
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_small
@@ -121,6 +122,11 @@ def main() -> int:
         help="serve with `routefit serve` and run.py's config (team key, two routes), not the "
         "in-process minimal app",
     )
+    parser.add_argument(
+        "--rev",
+        help="with --as-bench: serve this git revision (a temporary worktree first on "
+        "PYTHONPATH, as compare_commits.py does) instead of the working tree",
+    )
     args = parser.parse_args()
     if (
         importlib.util.find_spec("py_spy") is None
@@ -136,7 +142,12 @@ def main() -> int:
         sim = servers.sim()
         headers: dict[str, str] = {}
         if args.as_bench:
-            server = servers.routefit(routefit_config(servers.dir / "bench.yaml", sim.base_url))
+            config = routefit_config(servers.dir / "bench.yaml", sim.base_url)
+            if args.rev:
+                source = checkout(args.rev, servers.dir / "rev")
+                server = serve(servers, source, config, "routefit-rev")
+            else:
+                server = servers.routefit(config)
             headers = {"Authorization": f"Bearer {BENCH_KEY}"}
         else:
             server = serve_minimal(servers, sim.base_url, app_file)
@@ -184,6 +195,11 @@ def main() -> int:
             for name, share, own in top(profile, args.top):
                 print(f"    {share:6.1%} {own:6.1%} own  {name}")
         servers.stop(server)
+        if args.as_bench and args.rev:
+            subprocess.run(
+                ["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(source)],
+                capture_output=True,
+            )
     return 0
 
 
