@@ -43,6 +43,8 @@ from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import text
 
 NONCE = "@@NONCE@@"
+#: A serial as long as the ones sent (a phase's prefix and the load generator's 9 digits).
+_SENT = "11ro123456-000000001"
 SHARED_TOKENS = 1_000
 PLACEMENTS = ("start", "middle", "end")
 KINDS = ("prose", "code", "json", "cjk")
@@ -128,13 +130,13 @@ def block(kind: str, units: int, seed: int) -> str:
 def _tokens(s: str) -> int:
     from pricing.tokenizers import get_tokenizer
 
-    return get_tokenizer("o200k_base").count(s.replace(NONCE, "123456789"))
+    return get_tokenizer("o200k_base").count(s.replace(NONCE, _SENT))
 
 
 def _content_tokens(payload: str) -> int:
     """o200k tokens of the message's content as sent (a serial as long as a sent one)."""
     content = json.loads(payload)["messages"][1]["content"]
-    return _tokens(content.replace(NONCE, "11ro123456-" + NONCE))
+    return _tokens(content)
 
 
 def sized_block(kind: str, tokens: int, seed: int) -> str:
@@ -215,6 +217,11 @@ def main() -> int:
     parser.add_argument("--sizes", help="comma-separated token counts (default 8000,32000,120000)")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--out", type=Path, default=HERE / "results" / "new_text.json")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="replace only the measured cells in --out (a re-run of some cells)",
+    )
     args = parser.parse_args()
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else None
     sizes = sizes or (QUICK_SIZES if args.quick else SIZES)
@@ -262,6 +269,11 @@ def main() -> int:
             rows.append(row)
             print(line(row, list(running)), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.update and args.out.is_file():
+        again = {(r["kind"], r["size"], r["placement"]) for r in rows}
+        old = json.loads(args.out.read_text())["rows"]
+        kept = [r for r in old if (r["kind"], r["size"], r["placement"]) not in again]
+        rows = sorted(kept + rows, key=lambda r: (r["kind"] != "prose", r["kind"], r["size"]))
     args.out.write_text(json.dumps({"targets": targets, "rows": rows}, indent=1))
     print()
     print(table(rows, [t for t in targets if any(t in r for r in rows)]))
@@ -270,7 +282,7 @@ def main() -> int:
 
 def added(row: dict, name: str) -> float | None:
     got = row.get(name)
-    if not got or not got["ok"]:
+    if not got or not got["ok"] or not row["direct"]["ok"]:
         return None
     return float(got["p50_ms"] - row["direct"]["p50_ms"])
 
