@@ -66,8 +66,9 @@ class Batches:
             self._overflowing = True
             return
         self._overflowing = False
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # the first record, or an app served again on a new loop
+            self._loop, self._timer, self._task = loop, None, None
         self._pending.append((team, data))
         if self._task is not None:
             return  # the running write looks again when it ends

@@ -228,3 +228,25 @@ async def _read(db: Path, team: str, limit: int) -> list[bytes]:
         return await store.recent_requests(team, limit)
     finally:
         await store.close()
+
+
+def test_records_queued_on_one_loop_are_written_from_the_next() -> None:
+    """An app served again on a new event loop (tests, a restarted server) keeps writing: what
+    waited when the first loop ended is written by the second."""
+    sink: list[Item] = []
+
+    async def write(batch: Sequence[Item]) -> None:
+        sink.extend(batch)
+
+    batches = Batches(write, size=100, delay=3600)
+
+    async def first() -> None:
+        batches.put("t", b"a")
+
+    async def second() -> None:
+        batches.put("t", b"b")
+        await batches.flush()
+
+    asyncio.run(first())
+    asyncio.run(second())
+    assert sink == [("t", b"a"), ("t", b"b")]
