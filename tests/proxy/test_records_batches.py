@@ -6,6 +6,7 @@ bounded queue, ``put`` never awaits), and a clean shutdown writes what was waiti
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -132,9 +133,27 @@ async def test_a_failed_write_does_not_stop_the_next() -> None:
 
 
 def test_record_ids_are_unique_and_uuid_shaped() -> None:
-    ids = {new_id() for _ in range(10_000)}
-    assert len(ids) == 10_000
+    ids = [new_id() for _ in range(10_000)]
+    assert len(set(ids)) == 10_000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    # random, not counted: a team reading its ids learns nothing of the others' traffic
+    steps = {int(b, 16) - int(a, 16) for a, b in zip(ids, ids[1:], strict=False)}
+    assert len(steps) > 9_000
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_worker_never_repeats_its_parents_ids() -> None:
+    new_id()  # the parent holds random bytes not used yet
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, then out without running the test session's exit
+        os.write(write, new_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    theirs = os.read(read, 64).decode()
+    os.close(read)
+    assert len(theirs) == 32 and theirs != new_id()
 
 
 # -- the stores' batch write ---------------------------------------------------------------
