@@ -116,7 +116,7 @@ def serve_minimal(servers: Servers, upstream: str, app_file: Path) -> Server:
     return server
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=("small", "long", "stream", "new"), default="small")
     parser.add_argument("--kind", default="prose", help="new: the kind of new text (new_text.py)")
@@ -142,7 +142,11 @@ def main() -> int:
         help="with --as-bench: serve this git revision (a temporary worktree first on "
         "PYTHONPATH, as compare_commits.py does) instead of the working tree",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def profile(checked_out: list[Path]) -> int:
+    args = _args()
     if (
         importlib.util.find_spec("py_spy") is None
         and not (Path(sys.executable).parent / "py-spy").exists()
@@ -162,6 +166,7 @@ def main() -> int:
             config = routefit_config(servers.dir / "bench.yaml", sim.base_url)
             if args.rev:
                 source = checkout(args.rev, servers.dir / "rev")
+                checked_out.append(source)
                 server = serve(servers, source, config, "routefit-rev")
             else:
                 server = servers.routefit(config)
@@ -214,12 +219,19 @@ def main() -> int:
             for name, share, own in top(profile, args.top):
                 print(f"    {share:6.1%} {own:6.1%} own  {name}")
         servers.stop(server)
-        if args.as_bench and args.rev:
+    return 0
+
+
+def main() -> int:
+    checked_out: list[Path] = []
+    try:
+        return profile(checked_out)
+    finally:  # the revision's worktree goes whatever happened
+        for source in checked_out:
             subprocess.run(
                 ["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(source)],
                 capture_output=True,
             )
-    return 0
 
 
 if __name__ == "__main__":
