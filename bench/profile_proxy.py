@@ -4,10 +4,13 @@
 
 Starts the simulator and an in-process-built routefit app (``proxy.app.create_app`` under
 uvicorn, one route ``gpt-4o``), drives the workload (small requests; ``long``: a ~28k-token
-prompt of new text, the bounded-fit path; ``stream``: small streamed requests) at the given
-concurrency with bench/loadgen.py, records the server with ``py-spy record --idle --threads`` and
-prints the main thread's time by component (installs py-spy into this venv if missing). aiohttp
-is the passthrough's HTTP client; the earlier aiohttp-vs-httpx experiment is settled and gone.
+prompt of new text, the bounded-fit path; ``stream``: small streamed requests; ``new``: a big
+prompt of text never seen anywhere in it, as bench/new_text.py sends it: ``--kind``, ``--size``,
+``--placement``) at the given concurrency with bench/loadgen.py, records the server with
+``py-spy record --idle --threads`` and prints the main thread's time by component (installs
+py-spy into this venv if missing). aiohttp is the passthrough's HTTP client; the earlier
+aiohttp-vs-httpx experiment is settled and gone. ``--as-bench --rev REV`` profiles another
+commit the way bench/compare_commits.py serves it (a before/after of a change).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import new_text
+from compare_commits import checkout, serve
 from procs import Server, Servers, _ok, free_port, openai_entry, write_yaml
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_small
@@ -46,6 +51,9 @@ COMPONENTS = [
     ("    bounded fit (pricing.bounds)", "bound_pressure"),
     ("    exact fit (strategies.fit)", "fit (strategies"),
     ("    anchor lookup (Calibrator.find_anchor)", "Calibrator.find_anchor"),
+    ("    proof: counting pieces before forwarding (Proof.tighten)", "Proof.tighten"),
+    ("    proof: counting the rest (Proof.complete)", "Proof.complete"),
+    ("    counting whole texts (Tokenizer.count)", "_Tiktoken.count"),
     ("  upstream call, whole or a stream's opening (Passthrough.send)", "Passthrough.send"),
     ("  relaying a stream (Wire.relay)", ".relay ("),
     ("learning from the usage, after the answer (Estimator.learn)", "Estimator.learn"),
@@ -108,12 +116,20 @@ def serve_minimal(servers: Servers, upstream: str, app_file: Path) -> Server:
     return server
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=("small", "long", "stream"), default="small")
+    parser.add_argument("--workload", choices=("small", "long", "stream", "new"), default="small")
+    parser.add_argument("--kind", default="prose", help="new: the kind of new text (new_text.py)")
+    parser.add_argument("--size", type=int, default=30_000, help="new: its size in tokens")
+    parser.add_argument("--placement", default="start", help="new: start, middle or end")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--top", type=int, default=0, help="also list the N costliest functions")
+    parser.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="sample only threads on a CPU (no --idle): where CPU goes, not where time waits",
+    )
     parser.add_argument("--keep", type=Path, help="copy py-spy's raw profile (stacks) here")
     parser.add_argument(
         "--as-bench",
@@ -121,7 +137,16 @@ def main() -> int:
         help="serve with `routefit serve` and run.py's config (team key, two routes), not the "
         "in-process minimal app",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--rev",
+        help="with --as-bench: serve this git revision (a temporary worktree first on "
+        "PYTHONPATH, as compare_commits.py does) instead of the working tree",
+    )
+    return parser.parse_args()
+
+
+def profile(checked_out: list[Path]) -> int:
+    args = _args()
     if (
         importlib.util.find_spec("py_spy") is None
         and not (Path(sys.executable).parent / "py-spy").exists()
@@ -132,16 +157,25 @@ def main() -> int:
     app_file.write_text(APP.format(root=str(HERE.parent)))
     stream = args.workload == "stream"
     body = openai_long("gpt-4o") if args.workload == "long" else openai_small("gpt-4o", stream)
+    if args.workload == "new":
+        body = new_text.body(args.kind, args.size, args.placement)
     with Servers() as servers:
         sim = servers.sim()
         headers: dict[str, str] = {}
         if args.as_bench:
-            server = servers.routefit(routefit_config(servers.dir / "bench.yaml", sim.base_url))
+            config = routefit_config(servers.dir / "bench.yaml", sim.base_url)
+            if args.rev:
+                source = checkout(args.rev, servers.dir / "rev")
+                checked_out.append(source)
+                server = serve(servers, source, config, "routefit-rev")
+            else:
+                server = servers.routefit(config)
             headers = {"Authorization": f"Bearer {BENCH_KEY}"}
         else:
             server = serve_minimal(servers, sim.base_url, app_file)
         url = server.base_url + "/v1/chat/completions"
-        run_phase(url, body, headers, 4, stream, 1.0, 0.0, {})  # prime
+        # prime; its requests' serials are not the measured ones' (a count cache would hit)
+        run_phase(url, body.replace("@@NONCE@@", "p@@NONCE@@"), headers, 4, stream, 1.0, 0.0, {})
         profile = servers.dir / "profile.txt"
         record = [
             "record",
@@ -152,8 +186,9 @@ def main() -> int:
             "-r",
             "250",
         ]
+        idle = [] if args.cpu_only else ["--idle"]
         spy = subprocess.Popen(
-            [spy_exe, *record, "--idle", "--threads", "-f", "raw", "-o", str(profile)],
+            [spy_exe, *record, *idle, "--threads", "-f", "raw", "-o", str(profile)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -185,6 +220,18 @@ def main() -> int:
                 print(f"    {share:6.1%} {own:6.1%} own  {name}")
         servers.stop(server)
     return 0
+
+
+def main() -> int:
+    checked_out: list[Path] = []
+    try:
+        return profile(checked_out)
+    finally:  # the revision's worktree goes whatever happened
+        for source in checked_out:
+            subprocess.run(
+                ["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(source)],
+                capture_output=True,
+            )
 
 
 if __name__ == "__main__":

@@ -172,6 +172,11 @@ class Store(Protocol):
         ``cap`` (>= 1): the list is bounded whatever the traffic."""
         ...
 
+    async def record_requests(self, items: Sequence[tuple[str, bytes]], cap: int) -> None:
+        """``record_request`` for each (team, record) of ``items``, in order, in one write (one
+        transaction, one round trip): the request log writes its records in batches."""
+        ...
+
     async def recent_requests(self, team: str, limit: int) -> list[bytes]:
         """The team's newest records, newest first, at most ``limit``."""
         ...

@@ -96,6 +96,9 @@ class ObservedStore:
     async def record_request(self, team: str, data: bytes, cap: int) -> None:
         await self._timed("record_request", lambda: self.inner.record_request(team, data, cap))
 
+    async def record_requests(self, items: Sequence[tuple[str, bytes]], cap: int) -> None:
+        await self._timed("record_requests", lambda: self.inner.record_requests(items, cap))
+
     async def recent_requests(self, team: str, limit: int) -> list[bytes]:
         return await self._timed("recent_requests", lambda: self.inner.recent_requests(team, limit))
 

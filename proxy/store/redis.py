@@ -526,6 +526,26 @@ class RedisStore:
 
         await self._call("record_request", op)
 
+    async def record_requests(self, items: Sequence[tuple[str, bytes]], cap: int) -> None:
+        check_request_cap(cap)
+        lists: dict[str, list[bytes]] = {}
+        for team, data in items:
+            lists.setdefault(requests_key(team), []).append(bytes(data))
+        if not lists:
+            return
+
+        async def op() -> None:
+            # every team's list in its own slot: a cluster pipeline sends each node's commands
+            # in one round trip; LPUSH of several values pushes them in order (newest at the head)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key, values in lists.items():
+                    pipe.lpush(key, *values)
+                    pipe.ltrim(key, 0, cap - 1)
+                    pipe.pexpire(key, self._sample_ttl_ms)
+                await pipe.execute()
+
+        await self._call("record_requests", op)
+
     async def recent_requests(self, team: str, limit: int) -> list[bytes]:
         if limit <= 0:
             return []

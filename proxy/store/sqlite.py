@@ -455,6 +455,23 @@ class SqliteStore:
 
         await self._run(self._tx, op)
 
+    async def record_requests(self, items: Sequence[tuple[str, bytes]], cap: int) -> None:
+        check_request_cap(cap)
+        rows = [(team, bytes(data)) for team, data in items]
+        if not rows:
+            return
+
+        def op(db: sqlite3.Connection, now: float) -> None:
+            db.executemany("INSERT INTO requests (team, data) VALUES (?, ?)", rows)
+            for team in dict.fromkeys(team for team, _ in rows):
+                db.execute(
+                    "DELETE FROM requests WHERE team = ? AND id <= (SELECT id FROM requests"
+                    " WHERE team = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                    (team, team, cap),
+                )
+
+        await self._run(self._tx, op)
+
     async def recent_requests(self, team: str, limit: int) -> list[bytes]:
         if limit <= 0:
             return []
