@@ -118,8 +118,10 @@ class RequestRecord:
     #: The presented key's fingerprint (``proxy.teams.fingerprint``), never the key.
     key_id: str | None = None
     route: str | None = None
-    #: Where it went: the route's upstream model (one per alias today).
+    #: Where it went: the deployment that answered (or refused), by the id the
+    #: ``x-routefit-deployment`` header names, and that deployment's upstream model.
     deployment: str | None = None
+    model: str | None = None
     stream: bool = False
     error_code: str | None = None
     #: routefit's prompt estimate (what was reserved and fitted to) and the budget it fitted in.
@@ -150,6 +152,7 @@ class RequestRecord:
             "wire": self.wire,
             "route": self.route,
             "deployment": self.deployment,
+            "model": self.model,
             "stream": self.stream,
             "status": self.status,
             "error_code": self.error_code,
@@ -186,6 +189,7 @@ class RequestRecord:
             key_id=d.get("key_id"),
             route=d.get("route"),
             deployment=d.get("deployment"),
+            model=d.get("model"),
             stream=bool(d.get("stream")),
             error_code=d.get("error_code"),
             prompt_estimate=d.get("prompt_estimate"),
@@ -360,7 +364,8 @@ class Records:
             team=e.team.id if e.team is not None else None,
             key_id=t.key_id,
             route=e.rc.route.alias,
-            deployment=e.rc.upstream.model,
+            deployment=e.rc.deployment_id,
+            model=e.rc.upstream.model,
             stream=stream,
             error_code=error_code,
             prompt_estimate=e.tokens,
@@ -396,7 +401,8 @@ class Records:
             team=team.id if team is not None else None,
             key_id=t.key_id,
             route=t.rc.route.alias if t.rc is not None else None,
-            deployment=t.rc.upstream.model if t.rc is not None else None,
+            deployment=t.rc.deployment_id if t.rc is not None else None,
+            model=t.rc.upstream.model if t.rc is not None else None,
             stream=stream,
             error_code=code,
             phases=tuple(t.phases),
@@ -415,7 +421,8 @@ class Records:
             team=team,
             key_id=t.key_id,
             route=rc.route.alias,
-            deployment=rc.upstream.model,
+            deployment=rc.deployment_id,
+            model=rc.upstream.model,
             prompt_estimate=tokens,
             phases=tuple(t.phases),
             traceparent=t.traceparent,

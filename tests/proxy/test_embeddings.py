@@ -219,7 +219,7 @@ def test_each_request_is_in_the_request_log_with_its_tokens(gw: InProcess) -> No
         time.sleep(0.05)
     failed, served = found()
     assert served["status"] == 200 and served["prompt_tokens"] == answer.usage.prompt_tokens
-    assert served["team"] == TEAM and served["deployment"] == "openai/text-embedding-3-small"
+    assert served["team"] == TEAM and served["model"] == "openai/text-embedding-3-small"
     assert failed["status"] == 400 and failed["prompt_tokens"] is None
     access = [line for line in gw.log().splitlines() if line.startswith("INFO routefit.access")]
     assert any(served["id"] in line and '"wire":"embeddings"' in line for line in access)

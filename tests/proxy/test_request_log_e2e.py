@@ -126,7 +126,8 @@ def test_an_answer_is_logged_and_recorded_with_tokens_cost_and_no_key(gw: Runnin
     usage = reply.json()["usage"]
     line = newest_line(gw, seen, team=ALPHA, status=200)
     assert line["kind"] == "serve" and line["wire"] == "chat" and line["route"] == "priced"
-    assert line["deployment"] == "openai/gpt-4o" and line["stream"] is False
+    assert line["model"] == "openai/gpt-4o" and line["stream"] is False
+    assert line["deployment"] == reply.headers["x-routefit-deployment"]
     assert line["key_id"] == fingerprint(hash_key(KEYS[ALPHA]))
     assert line["prompt_tokens"] == usage["prompt_tokens"]
     assert line["output_tokens"] == usage["completion_tokens"]
