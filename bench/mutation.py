@@ -1,6 +1,7 @@
 """Mutation testing of the core and the shell's decision modules (docs/mutation.md).
 
     python bench/mutation.py run GROUP [--module PATH] [--dir DIR] [--nice 10] [--budget S]
+        [-- MUTANT ...]                                 # only these mutants (e.g. survivors)
     python bench/mutation.py report [DIR/mutants] [--survivors]
 
 ``run`` copies the committed tree (``git archive HEAD``) to DIR (default
@@ -62,6 +63,7 @@ def run(
     module: str | None = None,
     niceness: int = 10,
     budget: float | None = None,
+    names: list[str] | None = None,
 ) -> int:
     """mutmut over GROUP (or one ``module`` of it) in ``workdir``, at ``niceness``, stopped after
     ``budget`` seconds if given (what was checked is kept; the same command resumes)."""
@@ -84,7 +86,7 @@ def run(
         pyproject.write_text(text)
     mutmut = Path(sys.executable).with_name("mutmut")
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    cmd = ["nice", "-n", str(niceness), str(mutmut), "run", "--max-children", "1"]
+    cmd = ["nice", "-n", str(niceness), str(mutmut), "run", "--max-children", "1", *(names or [])]
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, start_new_session=True)
     try:
         return proc.wait(timeout=budget)
@@ -133,6 +135,7 @@ def main(argv: list[str]) -> int:
             module,
             int(_option(argv, "--nice") or 10),
             float(_option(argv, "--budget") or 0) or None,
+            argv[argv.index("--") + 1 :] if "--" in argv else None,
         )
     if argv[:1] != ["report"]:
         print(__doc__, file=sys.stderr)
