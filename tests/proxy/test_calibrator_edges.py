@@ -123,10 +123,11 @@ def _metric(metrics: Metrics, name: str, **labels: str) -> float:
 
 async def test_a_route_first_seen_in_a_batch_keeps_at_most_its_window() -> None:
     calibrator = _calibrator(CalibrationPolicy(window=4, min_samples=1))
-    await calibrator._write([(_sample(n), None, None, ()) for n in range(6)])
+    await calibrator._write([(_sample(n), None, None, ()) for n in range(5)])
+    await calibrator._write([(_sample(5), None, None, ())])
     state = calibrator.routes["r"]
     assert [s.text for s in state.samples] == [_sample(n).text for n in range(2, 6)]
-    assert calibrator.recorded == 6
+    assert calibrator.recorded == 6  # both batches
 
 
 async def test_samples_written_within_the_gap_are_counted_as_pending() -> None:
@@ -148,10 +149,11 @@ async def test_a_batch_the_store_refuses_is_dropped_and_counted_and_the_store_ma
     away = RedisStore(f"redis://127.0.0.1:{free_port()}", timeout=0.2)  # nothing listens
     calibrator = Calibrator(away, metrics)
     try:
-        await calibrator._write([(_sample(n), None, None, ()) for n in range(3)])
+        await calibrator._write([(_sample(n), None, None, ()) for n in range(2)])
+        await calibrator._write([(_sample(2), None, None, ())])
     finally:
         await away.close()
-    assert (calibrator.dropped, calibrator.recorded) == (3, 0)
+    assert (calibrator.dropped, calibrator.recorded) == (3, 0)  # both batches
     assert _metric(metrics, "routefit_calibration_samples_total", outcome="dropped") == 3
     assert not calibrator.store_up
     assert _metric(metrics, "routefit_store_up") == 0
