@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from harness import free_port
@@ -201,3 +203,29 @@ def test_the_report_names_every_figure_and_rounds_errors_to_five_places() -> Non
     report = calibrator.report()
     assert report["samples_rejected"] == 2
     assert abs(report["time"] - time.time()) < 60
+
+
+async def test_a_batch_the_writer_fails_on_is_dropped_and_counted_and_the_writer_goes_on() -> None:
+    # "a bug here must not kill the writer": an item no store can write (its anchor is not an
+    # Anchor) stands for the bug; the batch is dropped and counted, the next one recorded.
+    metrics = Metrics()
+    calibrator = Calibrator(SqliteStore(":memory:"), metrics)
+    calibrator.start({})
+    broken: Any = (_sample(1), None, None, ((b"k" * 16, "not an anchor"),))
+    try:
+        for expected in (1, 2):  # two bad batches, one at a time
+            calibrator.queue.put_nowait(broken)
+            await _until(lambda n=expected: calibrator.dropped == n)
+        calibrator.queue.put_nowait((_sample(2), None, None, ()))
+        await _until(lambda: calibrator.recorded == 1)
+    finally:
+        await calibrator.stop()
+    assert (calibrator.dropped, calibrator.recorded) == (2, 1)
+    assert _metric(metrics, "routefit_calibration_samples_total", outcome="dropped") == 2
+
+
+async def _until(condition: Any, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not reached"
+        await asyncio.sleep(0.01)
