@@ -44,7 +44,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "shell": (
         ["proxy/budgets.py", "proxy/overflow.py", "proxy/calibrator.py"],
         ["tests/proxy/test_overflow.py", "tests/proxy/test_budgets.py",
-         "tests/proxy/test_calibrator.py", "tests/proxy/test_calibrator_edges.py"],
+         "tests/proxy/test_calibrator.py", "tests/proxy/test_calibrator_edges.py",
+         "tests/proxy/test_budgets_edges.py"],
     ),
     "wires": (
         ["proxy/wires/anthropic_parse.py", "proxy/wires/anthropic_render.py"],
