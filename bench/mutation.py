@@ -1,14 +1,17 @@
 """Mutation testing of the core and the shell's decision modules (docs/mutation.md).
 
-    python bench/mutation.py run GROUP [--dir DIR]     # one group, one worker, nice 19
+    python bench/mutation.py run GROUP [--module PATH] [--dir DIR] [--nice 10] [--budget S]
+        [-- MUTANT ...]                                 # only these mutants (e.g. survivors)
     python bench/mutation.py report [DIR/mutants] [--survivors]
 
 ``run`` copies the committed tree (``git archive HEAD``) to DIR (default
-``/tmp/routefit-mutation/GROUP``), narrows pyproject's ``[tool.mutmut]`` to the group's modules
-and their fast tests, and runs ``mutmut run --max-children 1`` under ``nice -n 19`` there: the
-working tree is never touched, and mutmut's stats run (every selected test, traced) covers only
-the group's tests. A stopped run resumes where it stopped when started again with the same DIR.
-``report`` prints the score per module.
+``/tmp/routefit-mutation/GROUP``, or ``GROUP-MODULE``), narrows pyproject's ``[tool.mutmut]`` to
+the group's modules (or to one ``--module`` of it) and their fast tests, and runs ``mutmut run
+--max-children 1`` under ``nice -n 10`` (``--nice``) there: the working tree is never touched,
+and mutmut's stats run (every selected test, traced) covers only the group's tests. ``--budget
+S`` stops the run after S seconds (a module too large for a shared machine's turn); a stopped
+run resumes where it stopped when started again with the same DIR. ``report`` prints the score
+per module.
 
 The score is killed / (killed + survived) over the mutants a test reached and mutmut judged:
 a timeout counts as killed (the mutant made a test hang, which CI would notice), a mutant no
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -40,7 +44,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "shell": (
         ["proxy/budgets.py", "proxy/overflow.py", "proxy/calibrator.py"],
         ["tests/proxy/test_overflow.py", "tests/proxy/test_budgets.py",
-         "tests/proxy/test_calibrator.py"],
+         "tests/proxy/test_calibrator.py", "tests/proxy/test_calibrator_edges.py",
+         "tests/proxy/test_budgets_edges.py"],
     ),
     "wires": (
         ["proxy/wires/anthropic_parse.py", "proxy/wires/anthropic_render.py"],
@@ -53,8 +58,19 @@ def _toml_list(values: list[str]) -> str:
     return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
 
-def run(group: str, workdir: Path) -> int:
+def run(
+    group: str,
+    workdir: Path,
+    module: str | None = None,
+    niceness: int = 10,
+    budget: float | None = None,
+    names: list[str] | None = None,
+) -> int:
+    """mutmut over GROUP (or one ``module`` of it) in ``workdir``, at ``niceness``, stopped after
+    ``budget`` seconds if given (what was checked is kept; the same command resumes)."""
     modules, tests = GROUPS[group]
+    if module is not None:
+        modules = [module]
     if not (workdir / "pyproject.toml").exists():
         workdir.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(
@@ -71,8 +87,15 @@ def run(group: str, workdir: Path) -> int:
         pyproject.write_text(text)
     mutmut = Path(sys.executable).with_name("mutmut")
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    cmd = ["nice", "-n", "19", str(mutmut), "run", "--max-children", "1"]
-    return subprocess.run(cmd, cwd=workdir, env=env, check=False).returncode
+    cmd = ["nice", "-n", str(niceness), str(mutmut), "run", "--max-children", "1", *(names or [])]
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=budget)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # its own session: mutmut and its forked workers
+        proc.wait()
+        print(f"stopped after {budget:.0f} s: unchecked mutants left (rerun to resume)")
+        return 124
 
 
 #: mutmut 3's exit codes (mutmut.stats.status_by_exit_code), folded into what the score uses.
@@ -99,10 +122,22 @@ def modules(root: Path) -> dict[str, dict[str, str]]:
     return found
 
 
+def _option(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["run"] and len(argv) >= 2 and argv[1] in GROUPS:
-        where = argv[argv.index("--dir") + 1] if "--dir" in argv else None
-        return run(argv[1], Path(where or f"/tmp/routefit-mutation/{argv[1]}"))
+        module = _option(argv, "--module")
+        default = argv[1] + ("-" + Path(module).stem if module else "")
+        return run(
+            argv[1],
+            Path(_option(argv, "--dir") or f"/tmp/routefit-mutation/{default}"),
+            module,
+            int(_option(argv, "--nice") or 10),
+            float(_option(argv, "--budget") or 0) or None,
+            argv[argv.index("--") + 1 :] if "--" in argv else None,
+        )
     if argv[:1] != ["report"]:
         print(__doc__, file=sys.stderr)
         return 2

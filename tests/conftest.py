@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from depth import PROFILE
 from harness import PrivateRedis, redis_answers
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-# Hypothesis profiles, chosen by ``HYPOTHESIS_PROFILE`` (or ``--hypothesis-profile``):
+# Hypothesis profiles, chosen by ``HYPOTHESIS_PROFILE`` (or ``--hypothesis-profile``), else
+# ``ci`` when ``CI`` is set (depth.PROFILE):
 # * ``default``: the everyday run; each property sets its own budget.
 # * ``ci``: .ci/run's; the properties that guard a known hiding place (``depth.examples``) search
 #   with their deep budget, and a failure prints the blob that reproduces it.
@@ -38,7 +40,7 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+settings.load_profile(PROFILE)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -12,11 +12,11 @@ import uuid
 
 import pytest
 import redis
-from harness import LocalRedisCluster, LocalSentinel, PrivateRedis, free_port
+from harness import LocalRedisCluster, LocalSentinel, PrivateRedis, free_cluster_port, free_port
 
 from proxy.metrics import Metrics
 from proxy.store import ObservedStore
-from proxy.store.base import BudgetWindow, StoreUnavailable, team_tag
+from proxy.store.base import BudgetWindow, Reservation, StoreUnavailable, team_tag
 from proxy.store.redis import RedisStore
 from proxy.store.topology import cluster_client, sentinel_client
 
@@ -130,38 +130,65 @@ async def test_sentinel_master_killed_mid_reservations(redis_sentinel: LocalSent
 
 
 async def test_a_cluster_client_failing_outside_redis_errors_is_retried_through() -> None:
-    """The cluster client raises ``RedisClusterException`` (not a ``RedisError``) while no node
-    it can reach serves every slot: as in a failover, the call is retried within
-    ``failover_seconds``, not given up at once. Here the only node comes up, and then gets its
-    slots, while the first reservation is being retried."""
-    node = PrivateRedis()
+    """The cluster client raises exceptions that are not ``RedisError``s while no node it can
+    reach serves every slot — ``RedisClusterUnreachableError`` while its only node is down,
+    ``RedisClusterException`` once the node is up without slots: as in a failover, the call is
+    retried within ``failover_seconds``, not given up at once. Each step waits for the retry of
+    the step before (no race with a sleep): the node comes up only once the client has been
+    retried through its absence, and gets its slots only once it has been retried through
+    their absence. The node's port leaves room for its cluster bus port (+10000): a port drawn
+    from the ephemeral range above 55535 made redis-server refuse to start (one run in five)."""
+    node = PrivateRedis(free_cluster_port())
     node.cmd += ["--cluster-enabled", "yes", "--cluster-config-file", f"{node.workdir}/n.conf"]
-
-    def come_up() -> None:
-        time.sleep(0.3)
-        node.start()
-        time.sleep(0.3)
-        with redis.Redis(port=node.port) as admin:
-            admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-
     metrics = Metrics()
     store = ObservedStore(
         RedisStore(
             client=cluster_client(node.url.removesuffix("/0"), 0.5, 8),
-            failover_seconds=15.0,
+            failover_seconds=30.0,
             observer=metrics,
         ),
         metrics,
     )
+
+    async def retried(reserving: asyncio.Task[Reservation], *errors: str) -> None:
+        """Until a retry of one of ``errors`` is counted (the reservation failing instead
+        fails the test with its error)."""
+        give_up = time.monotonic() + 20
+        while sum(retried_for(metrics, "reserve", e) for e in errors) < 1:
+            if reserving.done():
+                await reserving  # raises what gave the call up
+                pytest.fail(f"the reservation ended before a retry of {errors}")
+            assert time.monotonic() < give_up, f"no retry of {errors} was counted"
+            await asyncio.sleep(0.01)
+
+    def add_slots() -> None:
+        with redis.Redis(port=node.port) as admin:
+            admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+
+    window = BudgetWindow("t", "day", 9)
+    reserving = asyncio.create_task(store.reserve("late-" + uuid.uuid4().hex[:8], [(window, 1)]))
     try:
-        starting = asyncio.create_task(asyncio.to_thread(come_up))
-        r = await store.reserve("late-" + uuid.uuid4().hex[:8], [(BudgetWindow("t", "day", 9), 1)])
-        await starting
+        # nothing listens (an older redis-py may say RedisClusterException here too)
+        await retried(reserving, "RedisClusterUnreachableError", "RedisClusterException")
+        await asyncio.to_thread(node.start)
+        await retried(reserving, "RedisClusterException")  # a node, no slot served
+        await asyncio.to_thread(add_slots)
+        r = await reserving
         assert r.admitted
-        assert retried_for(metrics, "reserve", "RedisClusterException") >= 1
     finally:
+        reserving.cancel()  # a test failing mid-way leaves no call retrying
         await store.close()
         node.close()
+
+
+def non_redis_retries(metrics: Metrics) -> float:
+    """Retries of what the cluster client raises, outside ``RedisError``, when no node it can
+    reach serves the slots: ``RedisClusterUnreachableError`` with nothing listening (redis-py
+    8), ``RedisClusterException`` (earlier versions, and a node serving no slot)."""
+    return sum(
+        retried_for(metrics, "reserve", name)
+        for name in ("RedisClusterUnreachableError", "RedisClusterException")
+    )
 
 
 def retried_for(metrics: Metrics, op: str, error: str) -> float:
@@ -196,6 +223,6 @@ async def test_a_failover_window_shorter_than_an_attempt_still_retries_once(
     try:
         with pytest.raises(StoreUnavailable):
             await store.reserve("down", [(BudgetWindow("t", "day", 9), 1)])
-        assert retried_for(metrics, "reserve", "RedisClusterException") == retried
+        assert non_redis_retries(metrics) == retried
     finally:
         await store.close()
