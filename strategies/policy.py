@@ -77,6 +77,13 @@ class FitPolicy:
     #: little; a high one keeps more outputs verbatim but re-sends the tail after the mask point
     #: at every step (docs/fitting.md, "Masking").
     mask_water: float = 0.0
+    #: When masking runs, the head of the conversation up to this fraction of the budget keeps
+    #: its tool outputs verbatim; masking starts after it and reaches into it (newest first, for
+    #: good) only when everything after it is masked and the prompt still overflows. Between
+    #: mask steps the prompt grows from about this fraction (plus what is masked) to the
+    #: budget, so 0.7 keeps the mean window use at 0.85 or more; masking every output at once
+    #: (0) let it fall to what the masked conversation weighs (docs/fitting.md, "Masking").
+    verbatim_head: float = 0.7
     #: An upper bound on the prompt budget (a team's per-request quota); None = the window's.
     max_prompt_tokens: int | None = None
 
@@ -108,10 +115,17 @@ def _check(key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{key} must be a positive integer")
         return value
-    if key in ("cap_fraction", "low_water", "checkpoint_quantum", "pin_fraction", "mask_water"):
+    if key in (
+        "cap_fraction",
+        "low_water",
+        "checkpoint_quantum",
+        "pin_fraction",
+        "mask_water",
+        "verbatim_head",
+    ):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{key} must be a number")
-        lo = 0.0 if key in ("pin_fraction", "mask_water") else 0.01
+        lo = 0.0 if key in ("pin_fraction", "mask_water", "verbatim_head") else 0.01
         if not lo <= float(value) <= 1.0:
             raise ValueError(f"{key} must be between {lo} and 1")
         return float(value)
