@@ -282,7 +282,7 @@ def test_the_head_keeps_its_outputs_until_the_masked_rest_no_longer_fits_beside_
     # Masking starts after the verbatim head (its outputs verbatim) and, once everything after
     # it is masked and the prompt still overflows, masks the head too, all at once and for good.
     r = route(24000)
-    policy = FitPolicy()
+    policy = FitPolicy(verbatim_head=0.7)
     budget = prompt_budget(r.context_window, r.max_output_tokens, policy, None)
     phases: list[str] = []
     kept = 0  # outputs the head keeps verbatim: it never shrinks a little, only all at once
