@@ -25,6 +25,7 @@ pointing ``PYTHONPATH`` at that commit's tree (the servers import from it).
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import sys
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from procs import Server, Servers, openai_entry, write_yaml
+from procs import Server, Servers, _ok, free_port, openai_entry, write_yaml
 from sessions import TOOLS, _tool_output_tokens
 from workloads import png_data_url, text_tokens
 
@@ -92,6 +93,62 @@ def session(seed: int, rounds: int) -> list[list[dict[str, Any]]]:
         for k, call in enumerate(calls):
             size = rng.randint(900, 1150) if fan_out else _tool_output_tokens(rng)
             out = text_tokens(size, seed * 10_000_000 + r * 10 + k)
+            new.append({"role": "tool", "tool_call_id": call["id"], "content": out})
+        steps.append(new)
+    return steps
+
+
+#: Agent-shaped sessions (``--shape agent``): the proportions of real coding-agent sessions — a
+#: large system prompt, prompts of 20-60k tokens once the history outgrows the window, 1-3k new
+#: tokens per round — on routes of these windows (one session per window in turn).
+AGENT_WINDOWS = (32_768, 65_536)
+AGENT_MAX_TOKENS = 4096
+
+
+def _agent_output_tokens(rng: random.Random) -> int:
+    """One tool output: mostly short listings and edits, some file reads, a few long logs."""
+    r = rng.random()
+    if r < 0.45:
+        return rng.randint(100, 800)
+    if r < 0.85:
+        return rng.randint(800, 2500)
+    if r < 0.97:
+        return rng.randint(2500, 6000)
+    return rng.randint(8000, 16000)  # a big file or a long log (capped by the fit)
+
+
+def agent_session(seed: int, rounds: int) -> list[list[dict[str, Any]]]:
+    """Chat messages appended before each model call, shaped like a coding agent's session:
+    a ~4k-token system prompt, a task, 1-3k new tokens per round (a thought, 1-4 calls and
+    their outputs), a user follow-up every 12-40 rounds."""
+    rng = random.Random(seed)
+    system = {"role": "system", "content": f"Agent {seed}. " + text_tokens(4000, seed * 7 + 3)}
+    task = {"role": "user", "content": f"Task {seed}: " + text_tokens(400, seed * 7 + 4)}
+    steps: list[list[dict[str, Any]]] = [[system, task]]
+    follow = rng.randint(12, 40)
+    for r in range(rounds):
+        new: list[dict[str, Any]] = []
+        if r and r % follow == 0:
+            new.append({"role": "assistant", "content": text_tokens(250, seed * 1000 + r)})
+            text = text_tokens(rng.randint(50, 400), seed * 1000 + r + 500)
+            steps.append([*new, {"role": "user", "content": text}])
+            new = []
+        n_calls = rng.choices((1, 2, 3, 4), weights=(70, 18, 8, 4))[0]
+        calls = []
+        for k in range(n_calls):
+            tool = rng.choice(TOOLS)["function"]["name"]
+            arg = {"read_file": "path", "run_shell": "command", "search": "query"}[tool]
+            calls.append(
+                {
+                    "id": f"call_{seed}_{r}_{k}",
+                    "type": "function",
+                    "function": {"name": tool, "arguments": json.dumps({arg: f"{tool}-{r}-{k}"})},
+                }
+            )
+        thought = text_tokens(rng.randint(30, 300), seed * 100_000 + r)
+        new.append({"role": "assistant", "content": thought, "tool_calls": calls})
+        for k, call in enumerate(calls):
+            out = text_tokens(_agent_output_tokens(rng), seed * 10_000_000 + r * 10 + k)
             new.append({"role": "tool", "tool_call_id": call["id"], "content": out})
         steps.append(new)
     return steps
@@ -191,9 +248,11 @@ def to_responses(history: list[dict[str, Any]]) -> dict[str, Any]:
     return {"instructions": history[0]["content"], "input": items}
 
 
-def request(wire: str, alias: str, history: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+def request(
+    wire: str, alias: str, history: list[dict[str, Any]], max_tokens: int = MAX_TOKENS
+) -> tuple[str, dict[str, Any]]:
     if wire == "chat":
-        body = {"model": alias, "messages": history, "tools": TOOLS, "max_tokens": MAX_TOKENS}
+        body = {"model": alias, "messages": history, "tools": TOOLS, "max_tokens": max_tokens}
         return "/v1/chat/completions", body
     if wire == "messages":
         tools = [
@@ -204,10 +263,10 @@ def request(wire: str, alias: str, history: list[dict[str, Any]]) -> tuple[str, 
             }
             for t in TOOLS
         ]
-        body = {"model": alias, "max_tokens": MAX_TOKENS, "tools": tools, **to_messages(history)}
+        body = {"model": alias, "max_tokens": max_tokens, "tools": tools, **to_messages(history)}
         return "/v1/messages", body
     tools = [{"type": "function", **t["function"]} for t in TOOLS]
-    body = {"model": alias, "max_output_tokens": MAX_TOKENS, "tools": tools, "store": False}
+    body = {"model": alias, "max_output_tokens": max_tokens, "tools": tools, "store": False}
     return "/v1/responses", {**body, **to_responses(history)}
 
 
@@ -286,13 +345,15 @@ def replay(
     rf: str,
     sim: str,
     alias: str,
+    window: int = WINDOW,
+    max_tokens: int = MAX_TOKENS,
 ) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = []
     records = []
     last_id = _last_sim(client, sim)[0]
     for step in steps:
         history.extend(step)
-        path, body = request(wire, alias, history)
+        path, body = request(wire, alias, history, max_tokens)
         resp = client.post(rf + path, json=body)
         try:
             data = resp.json()
@@ -306,6 +367,7 @@ def replay(
         actions = resp.headers.get("x-routefit-actions") or "none"
         record: dict[str, Any] = {
             "kind": kind,
+            "window": window,
             "prompt": prompt,
             "cached": cached,
             "fitted": actions != "none",
@@ -342,7 +404,9 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "invalid": sum(r["kind"] == "invalid" for r in records),
         "other_errors": sum(r["kind"].startswith("error") for r in records),
         "cache_hit_ratio": cached / prompt if prompt else 0.0,
-        "median_window_use": statistics.median(r["prompt"] / WINDOW for r in ok) if ok else 0.0,
+        "median_window_use": statistics.median(r["prompt"] / r["window"] for r in ok)
+        if ok
+        else 0.0,
         "fitted": len(fitted),
         "newest_turn_kept": (
             sum(r["newest_turn_kept"] for r in fitted) / len(fitted) if fitted else 1.0
@@ -358,26 +422,49 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _entries(sim_url: str, policies: list[str]) -> list[dict[str, Any]]:
-    info = {"max_input_tokens": WINDOW, "max_output_tokens": 4096}
+#: Per shape: the session generator, (sessions, rounds) full and quick, the routes' windows, the
+#: output cap the client asks for, and the simulator's models behind the routes (chat, Messages).
+SHAPES: dict[str, tuple[Any, tuple[int, int], tuple[int, int], tuple[int, ...], int, str, str]] = {
+    "fit": (session, (5, 110), (2, 60), (WINDOW,), MAX_TOKENS, "gpt-4o-small", "claude-sim-small"),
+    "agent": (
+        agent_session,
+        (4, 220),
+        (2, 80),
+        AGENT_WINDOWS,
+        AGENT_MAX_TOKENS,
+        "gpt-4o",
+        "claude-sim",
+    ),
+}
+
+
+def _alias(wire: str, name: str, window: int) -> str:
+    return f"{'an' if wire == 'messages' else 'oa'}-{name}-{window}"
+
+
+def _entries(sim_url: str, policies: list[str], shape: str) -> list[dict[str, Any]]:
+    _, _, _, windows, _, chat_model, messages_model = SHAPES[shape]
     entries = []
     for name in policies:
-        fit = POLICIES[name]
-        extra: dict[str, Any] = {"model_info": info}
-        if fit:
-            extra["routefit"] = {"fit": fit}
-        entries.append(openai_entry(f"oa-{name}", sim_url, "gpt-4o-small", **extra))
-        entries.append(
-            {
-                "model_name": f"an-{name}",
-                "litellm_params": {
-                    "model": "anthropic/claude-sim-small",
-                    "api_base": sim_url,
-                    "api_key": "sk-ant-sim",
-                },
-                **extra,
-            }
-        )
+        for window in windows:
+            fit = POLICIES[name]
+            info = {"max_input_tokens": window, "max_output_tokens": 4096}
+            extra: dict[str, Any] = {"model_info": info}
+            if fit:
+                extra["routefit"] = {"fit": fit}
+            alias = _alias("chat", name, window)
+            entries.append(openai_entry(alias, sim_url, chat_model, **extra))
+            entries.append(
+                {
+                    "model_name": _alias("messages", name, window),
+                    "litellm_params": {
+                        "model": f"anthropic/{messages_model}",
+                        "api_base": sim_url,
+                        "api_key": "sk-ant-sim",
+                    },
+                    **extra,
+                }
+            )
     return entries
 
 
@@ -387,25 +474,32 @@ def run(
     policies: list[str] | None = None,
     wires: list[str] | None = None,
     log=print,
+    shape: str = "fit",
 ) -> dict:
+    """Replay the shape's sessions through routefit; with ``ROUTEFIT_BEFORE`` (a routefit
+    executable of the code before a change) first through it, then through this checkout, on
+    one simulator (rows ``before/…`` and ``…``)."""
     policies = policies or list(POLICIES)
     wires = wires or list(WIRES)
-    n_sessions, rounds = (2, 60) if quick else (5, 110)
-    sessions = [session(2000 + s, rounds) for s in range(n_sessions)]
+    make, full, short, windows, _, _, _ = SHAPES[shape]
+    n_sessions, rounds = short if quick else full
+    seed0 = 2000 if shape == "fit" else 3000
+    sessions = [make(seed0 + s, rounds) for s in range(n_sessions)]
     sim: Server = servers.sim()
     config = write_yaml(
         servers.dir / "routefit-sessions-fit.yaml",
         {
-            "model_list": _entries(sim.base_url, policies),
-            "routefit_settings": {"store_path": ":memory:", "max_body_bytes": 64_000_000},
+            "model_list": _entries(sim.base_url, policies, shape),
+            "routefit_settings": {"store_path": ":memory:", "max_body_bytes": 256_000_000},
         },
     )
-    rf = servers.routefit(config)
     history_tokens = [
         sum(_tokens(_text_of(m["content"])) for step in s for m in step) for s in sessions
     ]
     out: dict[str, Any] = {
-        "window": WINDOW,
+        "shape": shape,
+        "window": windows[0],
+        "windows": list(windows),
         "sessions": n_sessions,
         "rounds": rounds,
         "model_calls": sum(len(s) for s in sessions),
@@ -413,34 +507,73 @@ def run(
         "policies": {name: POLICIES[name] for name in policies},
         "results": {},
     }
-    with httpx.Client(timeout=120) as client:
+    before = os.environ.get("ROUTEFIT_BEFORE")
+    for label, exe in ([("before/", before)] if before else []) + [("", None)]:
+        rf = _routefit(servers, exe, config) if exe else servers.routefit(config)
+        _measure(rf.base_url, sim.base_url, sessions, policies, wires, shape, label, out, log)
+        servers.stop(rf)
+    servers.stop(sim)
+    return out
+
+
+def _routefit(servers: Servers, exe: str, config: Path) -> Server:
+    """``routefit serve`` from another checkout's executable (the code before a change)."""
+    port = free_port()
+    cmd = [exe, "serve", "--config", str(config), "--port", str(port), "--workers", "1"]
+    cmd += ["--log-level", "warning"]
+    process, log_path, started = servers.spawn("routefit-before", cmd, {"ROUTEFIT_REDIS_URL": ""})
+    base = f"http://127.0.0.1:{port}"
+    return servers.wait_ready(
+        "routefit-before", process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
+    )
+
+
+def _measure(
+    rf: str,
+    sim: str,
+    sessions: list[list[list[dict[str, Any]]]],
+    policies: list[str],
+    wires: list[str],
+    shape: str,
+    label: str,
+    out: dict[str, Any],
+    log: Any,
+) -> None:
+    windows, max_tokens = SHAPES[shape][3], SHAPES[shape][4]
+    with httpx.Client(timeout=300) as client:
         for name in policies:
             for wire in wires:
-                client.post(sim.base_url + "/sim/reset")
-                alias = f"{'an' if wire == 'messages' else 'oa'}-{name}"
+                client.post(sim + "/sim/reset")
                 records = []
-                for steps in sessions:
-                    records += replay(wire, steps, client, rf.base_url, sim.base_url, alias)
+                for k, steps in enumerate(sessions):
+                    window = windows[k % len(windows)]
+                    alias = _alias(wire, name, window)
+                    records += replay(wire, steps, client, rf, sim, alias, window, max_tokens)
                 s = summarise(records)
-                out["results"][f"{name}/{wire}"] = s
+                out["results"][f"{label}{name}/{wire}"] = s
                 log(
-                    f"  {name:<16} {wire:<9} refused {s['refused']:3} overflow {s['overflow']:3} "
-                    f"invalid {s['invalid']:3} other {s['other_errors']:3}  cache hit "
+                    f"  {label + name:<16} {wire:<9} refused {s['refused']:3} "
+                    f"overflow {s['overflow']:3} invalid {s['invalid']:3} "
+                    f"other {s['other_errors']:3}  cache hit "
                     f"{s['cache_hit_ratio']:6.1%}  window p50 {s['median_window_use']:.2f}  "
                     f"newest turn kept {s['newest_turn_kept']:6.1%}  "
                     f"user {s['median_user_verbatim']:.2f}"
                     f"  assistant {s['median_assistant_verbatim']:.2f}  tool "
                     f"{s['median_tool_arrived']:.2f}  ({s['fitted']} fitted)"
                 )
-    servers.stop(rf)
-    servers.stop(sim)
-    return out
 
 
 if __name__ == "__main__":
     chosen = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--policy"]
     wires = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--wire"]
     with Servers() as s:
-        result = run(s, quick="--quick" in sys.argv, policies=chosen or None, wires=wires or None)
+        shape = "agent" if "--shape=agent" in sys.argv else "fit"
+        result = run(
+            s,
+            quick="--quick" in sys.argv,
+            policies=chosen or None,
+            wires=wires or None,
+            shape=shape,
+        )
     target = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--out=")), None)
     Path(target or "/tmp/sessions_fit.json").write_text(json.dumps(result, indent=1))

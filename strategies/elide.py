@@ -38,7 +38,16 @@ from itertools import accumulate
 from strategies.actions import Label
 from strategies.strategy import Move
 
-__all__ = ["ELIDE", "Plan", "Schedule", "UnitCosts", "elision_marker", "plan", "plan_max"]
+__all__ = [
+    "ELIDE",
+    "Plan",
+    "Schedule",
+    "UnitCosts",
+    "elision_marker",
+    "plan",
+    "plan_max",
+    "verbatim_head",
+]
 
 #: Unprotected units past the pinned head are elided at the planner's cut points (one marker
 #: per elided run); with it in the policy, the fit's last resort may drop all but the core.
@@ -73,6 +82,8 @@ class Plan:
     cut: int
     estimate: int
     mask: int = 0
+    #: Units before this one are never masked by the replayed plan: the verbatim head.
+    verbatim: int = 0
     #: The mask point of the previous request of the session (this one minus its newest unit):
     #: after a mask step the prefix both requests share ends there, not at ``mask``.
     settled_mask: int = 0
@@ -113,38 +124,47 @@ class _Sums:
             last_user.append(current)
         self.last_user = last_user
 
-    def free(self, x: int, offload: int, mask: int) -> int:
+    def free(self, x: int, offload: int, mask: int, verbatim: int = 0) -> int:
         """Σ over unprotected units below x of their price, images before ``offload`` offloaded
-        and outputs before ``mask`` masked."""
+        and outputs in ``[verbatim, mask)`` masked."""
+        if verbatim:
+            v = min(x, verbatim, mask)
+            return (
+                self.free(x, offload, mask) - self.free(v, offload, mask) + self.free(v, offload, 0)
+            )
         a = min(offload, mask, x)
         b = min(max(offload, mask), x)
         both, off, masked, full = self.free_v[3], self.free_v[1], self.free_v[2], self.free_v[0]
         middle = off if offload > mask else masked
         return both[a] + middle[b] - middle[a] + full[x] - full[b]
 
-    def cost(self, u: int, offload: int, mask: int) -> int:
-        return _variants(self.units[u])[int(u < offload) + 2 * int(u < mask)]
+    def cost(self, u: int, offload: int, mask: int, verbatim: int = 0) -> int:
+        return _variants(self.units[u])[int(u < offload) + 2 * int(verbatim <= u < mask)]
 
     def newest_turn(self, e: int) -> int:
         """The first unit of prefix ``[0, e)``'s newest turn: its latest user message."""
         lu = self.last_user[e - 1]
         return e - 1 if lu is None else lu
 
-    def estimate(self, e: int, head: int, offload: int, cut: int, mask: int = 0) -> int:
+    def estimate(
+        self, e: int, head: int, offload: int, cut: int, mask: int = 0, verbatim: int = 0
+    ) -> int:
         """Price of prefix ``[0, e)`` under a plan (``e`` units, the newest one protected)."""
         newest = {e - 1}
         if self.units[e - 1].answers:
             newest.add(e - 2)
         lu = self.last_user[e - 1]
         dynamic = {d for d in (*newest, lu) if d is not None and not self.units[d].fixed}
-        kept = self.fixed_full[e] + self.free(e, offload, mask)
+        kept = self.fixed_full[e] + self.free(e, offload, mask, verbatim)
         # The newest unit, the round it answers and the latest user message go as they are.
-        kept += sum(self.units[d].full - self.cost(d, offload, mask) for d in dynamic)
+        kept += sum(self.units[d].full - self.cost(d, offload, mask, verbatim) for d in dynamic)
         stop = min(cut, e)
         if stop > head:
-            elided = self.free(stop, offload, mask) - self.free(head, offload, mask)
+            elided = self.free(stop, offload, mask, verbatim) - self.free(
+                head, offload, mask, verbatim
+            )
             inside = [d for d in dynamic if head <= d < stop]
-            elided -= sum(self.cost(d, offload, mask) for d in inside)
+            elided -= sum(self.cost(d, offload, mask, verbatim) for d in inside)
             if elided:
                 splits = len(inside) + self.fixed_count[stop] - self.fixed_count[head]
                 kept += self.marker * (1 + splits) - elided
@@ -213,6 +233,19 @@ class Schedule:
     step: int
     pin_fraction: float
     mask_water: float = 0.0
+    verbatim: float = 0.0
+
+
+def verbatim_head(units: Sequence[UnitCosts], budget: int, fraction: float) -> int:
+    """The longest prefix of whole units whose full price is at most ``fraction × budget``
+    (never the newest unit): it depends only on the prefix, so every request agrees on it."""
+    limit = fraction * budget
+    total = 0
+    for i, u in enumerate(units[:-1]):
+        total += u.full
+        if total > limit:
+            return i
+    return max(len(units) - 1, 0)
 
 
 def plan(
@@ -241,7 +274,13 @@ def plan(
     state = replay.state
     estimate = replay.price(n) if n else overhead
     return Plan(
-        state["head"], state["offload_images"], state["elide"], estimate, state["mask"], settled
+        state["head"],
+        state["offload_images"],
+        state["elide"],
+        estimate,
+        state["mask"],
+        state["verbatim"],
+        settled,
     )
 
 
@@ -276,14 +315,26 @@ class _Replay:
         self.cuts = [c for c in checkpoints if c > head] if "elide" in order else []
         self.masks = checkpoints if "mask" in order else []
         self.offs = _offload_checkpoints(units, schedule.step) if "offload_images" in order else []
-        self.state = {"offload_images": 0, "mask": 0, "elide": head, "head": head}
+        verbatim = verbatim_head(units, budget, schedule.verbatim) if "mask" in order else 0
+        self.state = {
+            "offload_images": 0,
+            "mask": 0,
+            "elide": head,
+            "head": head,
+            "verbatim": verbatim,
+        }
         self.floor = _protected(units)
         self.low = schedule.low_water * budget
 
     def price(self, e: int) -> int:
         state = self.state
         return self.sums.estimate(
-            e, state["head"], state["offload_images"], state["elide"], state["mask"]
+            e,
+            state["head"],
+            state["offload_images"],
+            state["elide"],
+            state["mask"],
+            state["verbatim"],
         )
 
     def advance(self, name: str, points: list[int], e: int, target: float, limit: int) -> None:
@@ -305,10 +356,21 @@ class _Replay:
                 self.advance(name, self.offs, e, low, limit)
             elif name == "mask":
                 self.advance(name, self.masks, e, self.schedule.mask_water * budget, limit)
+                self.unpin(e)
             elif name == "elide":
                 self.advance(name, self.cuts, e, low, min(limit, self.sums.newest_turn(e)))
         if "elide" in self.order:
             self.give_way(e)
+
+    def unpin(self, e: int) -> None:
+        """Everything after the verbatim head is masked and the prompt still overflows: the
+        head's outputs are masked too, all at once and for good. One step, like a mask step at
+        ``mask_water`` 0: a prompt is re-sent from the head's first output once per session, not
+        from a moving head end every few rounds (on Messages, where reads land only at
+        breakpoints, each such move would miss the whole head); an output once masked stays
+        masked, as the same bytes, on every later request."""
+        if self.price(e) > self.budget:
+            self.state["verbatim"] = 0
 
     def give_way(self, e: int) -> None:
         """The newest turn does not fit beside the head: the head gives way first, to a prefix
@@ -341,6 +403,7 @@ def plan_max(
     budget: int | None = None,
     mask: bool = False,
     into_turn: bool = False,
+    verbatim: int = 0,
 ) -> Plan:
     """The most the policy allows: every unprotected image offloaded, every unprotected output
     masked, every unprotected unit after the head elided — up to the newest turn, or into it
@@ -360,7 +423,7 @@ def plan_max(
 
     def at(h: int) -> Plan:
         cut = max(end if elide else h, h)
-        return Plan(h, off, cut, sums.estimate(n, h, off, cut, mc), mc)
+        return Plan(h, off, cut, sums.estimate(n, h, off, cut, mc, verbatim), mc, verbatim)
 
     best = at(head)
     if floor is None or budget is None:

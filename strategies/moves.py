@@ -193,10 +193,18 @@ def _candidates(
         policy.image_offload_step,
         policy.pin_fraction,
         policy.mask_water,
+        policy.verbatim_head,
     )
     replayed = plan(costs, overhead=overhead, budget=job.budget, marker=marker, schedule=schedule)
+    # The most the policy allows: the verbatim head kept, then masked too (before any output of
+    # the newest unit is), then elision into the newest turn.
+    steps = [(False, replayed.verbatim)]
+    if replayed.verbatim:
+        steps.append((False, 0))
+    if ELIDE.name in order:
+        steps.append((True, 0))
     plans = [replayed]
-    for into_turn in (False, True) if ELIDE.name in order else (False,):
+    for into_turn, verbatim in steps:
         plans.append(
             plan_max(
                 costs,
@@ -209,15 +217,17 @@ def _candidates(
                 floor=_protected_head(costs),
                 budget=job.budget,
                 into_turn=into_turn,
+                verbatim=verbatim,
             )
         )
+    into = len(plans) - 1 if ELIDE.name in order else None
     out: list[tuple[int, Fit | None]] = []
     for n, candidate in enumerate(plans):
         # A plan's own estimate is an upper bound (markers at their widest, units rounded up):
         # build only the plans that can fit, and on the last strategy the last plan.
         last = final and n == len(plans) - 1
-        if n == 2:  # before the newest turn loses a call, its newest outputs are masked too
-            out += _mask_newest(job, messages, units, plans[1]) if MASK.name in order else []
+        if n == into:  # before the newest turn loses a call, its newest outputs are masked too
+            out += _mask_newest(job, messages, units, plans[n - 1]) if MASK.name in order else []
             if out[-1][0] <= job.budget:
                 break
         if candidate.estimate > job.budget and not last:
@@ -360,7 +370,9 @@ def _plan_states(
     n = len(units)
     newest = {n - 1, n - 2} if answers_tool_round(messages, units, n - 1) else {n - 1}
     elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
-    masked = [u for u in range(min(chosen.mask, n)) if u not in newest and not elided[u]]
+    masked = [
+        u for u in range(chosen.verbatim, min(chosen.mask, n)) if u not in newest and not elided[u]
+    ]
     states = [ELIDED if e else KEPT for e in elided]
     offload = [u < chosen.offload and u not in keep for u in range(n)]
     return states, frozenset(_outputs(messages, units, masked)), offload

@@ -151,7 +151,7 @@ def test_messages_reads_back_the_previous_request_when_the_fit_kept_it(gw_fixed,
     messages: list[dict] = [{"role": "user", "content": "Read the logs one by one."}]
     tool = [{"name": "cat", "description": "Read a log", "input_schema": {"type": "object"}}]
     previous: tuple[list, int, str] | None = None  # (sent, written, actions)
-    kept = steps = 0
+    kept = steps = unpinned = 0
     for k in range(40):
         cid = f"r{k}"
         use = {"type": "tool_use", "id": cid, "name": "cat", "input": {}}
@@ -172,6 +172,12 @@ def test_messages_reads_back_the_previous_request_when_the_fit_kept_it(gw_fixed,
         if fitted and previous is not None and sent[: len(previous[0])] == previous[0]:
             kept += 1
             assert (usage.cache_read_input_tokens or 0) >= previous[1], k
+        elif previous is not None and _masked(sent)[: len(_masked(previous[0]))] != _masked(
+            previous[0]
+        ):
+            # The verbatim head's outputs masked (once, all at once): like the first mask step,
+            # the prompt is re-sent from the head's first output.
+            unpinned += 1
         elif previous is not None and "elided" not in actions + previous[2]:
             # A mask step: what both requests share ends at the previous request's last masked
             # output, where routefit's breakpoint stood then and stands now (over 1,024 tokens
@@ -179,7 +185,7 @@ def test_messages_reads_back_the_previous_request_when_the_fit_kept_it(gw_fixed,
             steps += 1
             assert (usage.cache_read_input_tokens or 0) > 0, k
         previous = (sent, written, actions) if "masked" in actions else None
-    assert kept >= 10 and steps >= 1
+    assert kept >= 10 and steps >= 1 and unpinned <= 1
 
 
 _EPH = {"type": "ephemeral"}
@@ -187,6 +193,17 @@ _EPH = {"type": "ephemeral"}
 
 def result_of(message: dict) -> dict:
     return {k: v for k, v in message["content"][0].items() if k != "cache_control"}
+
+
+def _masked(sent: list[dict]) -> list[str]:
+    """The call ids whose outputs were sent masked, in order."""
+    return [
+        b["tool_use_id"]
+        for m in sent
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result" and MASK_PREFIX in json.dumps(b.get("content"))
+    ]
 
 
 def _plain(message: dict) -> dict:

@@ -267,3 +267,51 @@ def test_a_growing_newest_turn_moves_the_head_rarely():
         previous = out
     assert result.report.actions["masked"].count and result.report.actions["elided_messages"].count
     assert jumps <= turn * m / (headroom - d) + 2
+
+
+def _sent_outputs(body: dict) -> list[tuple[str, bool]]:
+    """(call id, masked) of every tool result sent, in order."""
+    return [
+        (m["tool_call_id"], str(m["content"]).startswith(MASK_PREFIX))
+        for m in body["messages"]
+        if m["role"] == "tool"
+    ]
+
+
+def test_the_head_keeps_its_outputs_until_the_masked_rest_no_longer_fits_beside_it():
+    # Masking starts after the verbatim head (its outputs verbatim) and, once everything after
+    # it is masked and the prompt still overflows, masks the head too, all at once and for good.
+    r = route(24000)
+    policy = FitPolicy(verbatim_head=0.7)
+    budget = prompt_budget(r.context_window, r.max_output_tokens, policy, None)
+    phases: list[str] = []
+    kept = 0  # outputs the head keeps verbatim: it never shrinks a little, only all at once
+    for body in agent_session(400):
+        out = fit(parse_request(body), r, policy).body
+        flags = [masked for _, masked in _sent_outputs(out)[:-1]]  # not the newest unit's
+        if True not in flags:
+            phase = "none"
+        else:
+            first = flags.index(True)
+            rest = flags[first:]
+            # One masked run; after it only what grew since the last mask step.
+            assert False not in rest or True not in rest[rest.index(False) :]
+            phase = "all" if first == 0 else "after-head"
+            assert first >= kept or first == 0
+            kept = first
+            if first:
+                cut = [i for i, m in enumerate(out["messages"]) if m["role"] == "tool"][first]
+                head = measure(parse_request({**out, "messages": out["messages"][:cut]}), r)
+                assert head.total <= policy.verbatim_head * budget + 200  # whole units
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+    # Each phase once, in order: the head is masked only after everything after it, never back.
+    assert phases == ["none", "after-head", "all"]
+
+
+def test_without_a_verbatim_head_masking_starts_at_the_first_output():
+    r = route(24000)
+    policy = FitPolicy(verbatim_head=0.0)
+    for body in agent_session(120)[60:]:
+        sent = _sent_outputs(fit(parse_request(body), r, policy).body)
+        assert sent[0][1]
