@@ -57,7 +57,7 @@ def attributes(record: RequestRecord, provider: str | None) -> dict[str, Any]:
         out["gen_ai.system"] = provider  # the name before semconv 1.37, still read by many
     optional: dict[str, Any] = {
         "gen_ai.request.model": record.route,
-        "gen_ai.response.model": record.deployment,
+        "gen_ai.response.model": record.model,
         "gen_ai.usage.input_tokens": record.prompt_tokens,
         "gen_ai.usage.output_tokens": record.output_tokens,
         "gen_ai.usage.cache_read.input_tokens": record.cached_tokens,
@@ -144,8 +144,8 @@ def _phase_attributes(record: RequestRecord, phase: str, provider: str | None) -
         out: dict[str, Any] = {"gen_ai.operation.name": "chat"}
         if provider:
             out["gen_ai.provider.name"] = provider
-        if record.deployment:
-            out["gen_ai.request.model"] = record.deployment
+        if record.model:
+            out["gen_ai.request.model"] = record.model
         return out
     return {}
 

@@ -137,9 +137,9 @@ def test_a_litellm_config_loads_as_is_with_warnings(tmp_path):
     assert config.routes["gpt-4o"].upstream.extra == {"seed": 7}
 
 
-def test_a_second_deployment_of_an_alias_is_refused_until_the_gateway_routes(tmp_path):
+def test_every_entry_of_an_alias_is_one_of_its_deployments(tmp_path):
     """Was: a warning, the first entry used alone (issue 29: 6 of 6 requests answered 500 with
-    the healthy second entry never tried)."""
+    the healthy second entry never tried); then refused until the gateway routed."""
     text = """
         model_list:
           - model_name: gpt-4o
@@ -147,8 +147,10 @@ def test_a_second_deployment_of_an_alias_is_refused_until_the_gateway_routes(tmp
           - model_name: gpt-4o
             litellm_params: {model: azure/gpt-4o, api_base: https://x.openai.azure.com}
     """
-    with pytest.raises(ConfigError, match=r"model_list\[1\]\.model_name: a second deployment"):
-        load_config(write(tmp_path, text), environ={})
+    config = load_config(write(tmp_path, text), environ={})
+    deployments = config.deployments("gpt-4o")
+    assert [rc.upstream.model for rc in deployments] == ["gpt-4o", "azure/gpt-4o"]
+    assert len({rc.deployment_id for rc in deployments}) == 2
 
 
 @pytest.mark.parametrize(

@@ -139,7 +139,10 @@ def test_a_request_is_one_server_span_with_genai_attributes_and_phase_children(
     assert attrs["gen_ai.response.model"] == "openai/gpt-4o"
     assert attrs["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
     assert attrs["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
-    assert attrs["routefit.route"] == "priced" and attrs["routefit.deployment"] == "openai/gpt-4o"
+    assert (
+        attrs["routefit.route"] == "priced"
+        and attrs["routefit.deployment"] == reply.headers["x-routefit-deployment"]
+    )
     assert attrs["routefit.estimate"] == int(reply.headers["x-routefit-prompt-tokens"])
     assert attrs["routefit.budget"] == int(reply.headers["x-routefit-budget"])
     assert attrs["http.response.status_code"] == 200 and "error.type" not in attrs

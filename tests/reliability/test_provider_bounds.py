@@ -47,8 +47,8 @@ class Fake(BaseHTTPRequestHandler):
         key = self.headers.get("x-api-key") or self.headers.get("authorization", "")
         key = key.removeprefix("Bearer ")
         try:
-            if model == "echo-key":
-                self._echo(key)
+            if model in ("echo-key", "echo-401"):
+                self._echo(key, 401 if model == "echo-401" else 400)
             elif model == "huge-body":
                 self._huge_body()
             elif model == "huge-event":
@@ -56,8 +56,8 @@ class Fake(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # routefit dropped the connection: what it should do
 
-    def _echo(self, key: str) -> None:
-        """A 401 echoing the key it was sent in every field, nested too."""
+    def _echo(self, key: str, status: int) -> None:
+        """An error echoing the key it was sent in every field, nested too."""
         error = {
             "message": f"Incorrect API key provided: {key}. Header was 'Bearer {key}'.",
             "type": f"invalid_request_error:{key}",
@@ -68,7 +68,7 @@ class Fake(BaseHTTPRequestHandler):
             payload = {"type": "error", "error": {**error, "type": "authentication_error"}}
         else:
             payload = {"error": error}
-        self._send(401, json.dumps(payload).encode())
+        self._send(status, json.dumps(payload).encode())
 
     def _huge_body(self) -> None:
         """A 200 whose JSON never ends within the bound, no content-length: read to learn."""
@@ -160,6 +160,7 @@ def gw(sim, fake, tmp_path_factory) -> Iterator[Running]:
     routes = [
         sim_route("gpt-4o", sim.base_url),
         _route("echo-key", "openai/echo-key", fake + "/v1"),
+        _route("echo-401", "openai/echo-401", fake + "/v1"),
         _route("echo-claude", "anthropic/echo-key", fake),
         _route("huge-body", "openai/huge-body", fake + "/v1"),
         _route("huge-event", "openai/huge-event", fake + "/v1"),
@@ -207,12 +208,23 @@ def test_a_provider_error_never_hands_the_key_to_the_client(gw, path, model, bod
         json={"model": model, **body},
         headers={"anthropic-version": "2023-06-01"},
     )
-    assert r.status_code == 401, r.text
+    assert r.status_code == 400, r.text
     assert SECRET not in r.text
     assert SECRET[:20] not in r.text  # not a prefix of it either
     error = r.json()["error"]
     assert error["message"]  # still says what went wrong
     assert "[redacted]" in r.text
+    assert SECRET not in gw.log()
+
+
+def test_a_provider_refusing_routefits_key_is_its_fault_and_never_echoes_the_key(gw):
+    """A provider's 401 blames routefit's credentials, not the client's key (issue 29): a 502
+    naming the deployment, with nothing of what the provider said about the key."""
+    r = httpx.post(gw.v1 + "/chat/completions", json={"model": "echo-401", "messages": CHAT})
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["code"] == "upstream_auth_failed"
+    assert r.headers["x-routefit-deployment"] in r.json()["error"]["message"]
+    assert SECRET not in r.text and SECRET[:20] not in r.text
     assert SECRET not in gw.log()
 
 

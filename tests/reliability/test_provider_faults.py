@@ -352,7 +352,7 @@ def test_retries_are_bounded_and_then_the_error_is_the_providers(retry, fresh_si
     [
         ("status:500", "gpt-4o", 500),
         ("status:400", "gpt-4o", 400),
-        ("status:401", "gpt-4o", 401),
+        ("status:401", "gpt-4o", 502),  # the provider refused routefit's key: its fault
         ("malformed", "gpt-4o", 502),
         ("cut-stream:0", "gpt-4o", 502),
         ("delay:3", "slow", 504),

@@ -289,7 +289,7 @@ def test_provider_keys_never_reach_a_client(gw, fresh_sim):
         r = httpx.post(
             gw.v1 + "/chat/completions", json={**BODY, "stream": stream}, headers=bearer(ALPHA)
         )
-        assert r.status_code == 401 and r.json()["error"]["message"]
+        assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_auth_failed"
         seen.append(r.text)
     fresh_sim.state.config.api_keys = None
     for path in (

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from proxy.config import parse_config
 from proxy.metrics import Metrics
@@ -187,7 +187,8 @@ def _two_deployments():
 
 def test_without_deployment_metrics_every_deployment_is_listed_as_unknown() -> None:
     config = _two_deployments()
-    out = deployment_health(config, Metrics().registry)
+    # a registry without the series (a gateway before routing): every deployment unknown
+    out = deployment_health(config, CollectorRegistry())
     assert out["exported"] is False
     assert [(r["alias"], [d["id"] for d in r["deployments"]]) for r in out["routes"]] == [
         ("chat", ["east", "west"]),
@@ -198,7 +199,7 @@ def test_without_deployment_metrics_every_deployment_is_listed_as_unknown() -> N
 
 def test_deployment_series_fill_each_deployment_by_its_labels() -> None:
     config = _two_deployments()
-    registry = Metrics().registry
+    registry = CollectorRegistry()  # the series declared by hand, as a gateway would
     attempts = Counter(
         "routefit_deployment_attempts",
         "attempts",
@@ -238,10 +239,18 @@ def test_deployment_series_fill_each_deployment_by_its_labels() -> None:
 
 def test_a_latency_gauge_is_read_as_its_value() -> None:
     config = _two_deployments()
-    registry = Metrics().registry
+    registry = CollectorRegistry()  # the series declared by hand, as a gateway would
     gauge = Gauge(
         "routefit_deployment_latency_seconds", "l", ["route", "deployment"], registry=registry
     )
     gauge.labels("chat", "west").set(0.42)
     west = deployment_health(config, registry)["routes"][0]["deployments"][1]
     assert west["latency_mean"] == 0.42 and west["state"] == "idle"
+
+
+def test_the_gateways_own_registry_exports_the_deployment_series() -> None:
+    """The names the panel reads are the ones the gateway declares (proxy.metrics): a fresh
+    gateway lists its deployments as exported with no traffic yet."""
+    out = deployment_health(_two_deployments(), Metrics().registry)
+    assert out["exported"] is True
+    assert {d["state"] for r in out["routes"] for d in r["deployments"]} != {"unknown"}
