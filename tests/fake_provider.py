@@ -51,6 +51,11 @@ class FakeProvider:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as a provider's load balancer would
+            # One send per answer (headers and body buffered, flushed by the server after each
+            # request) and no Nagle: else the body waits on the client's delayed ACK of the
+            # headers, and every failover "costs" the 40 ms of that stall (bench/failover.py).
+            wbufsize = -1
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
