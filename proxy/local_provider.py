@@ -109,10 +109,11 @@ def _check_model(alias: str, rc: RouteConfig, path: str) -> None:
             f"{path}: model_list[{alias}].litellm_params.model: {rc.upstream.model!r} is not a "
             f"simulator model (api_base {rc.upstream.api_base}); known: {', '.join(sorted(known))}"
         )
-    if rc.upstream.transport not in ("openai", "anthropic"):
+    if rc.upstream.transport not in ("openai", "anthropic") and rc.upstream.provider != "gemini":
         raise ConfigError(
-            f"{path}: model_list[{alias}].routefit.transport: a sim:// route speaks the "
-            "openai or anthropic transport (use an openai/<model> or anthropic/<model> name)"
+            f"{path}: model_list[{alias}].routefit.transport: a sim:// route speaks the openai "
+            "or anthropic transport or Gemini's wire (use an openai/<model>, anthropic/<model> "
+            "or gemini/<model> name)"
         )
 
 
@@ -122,7 +123,9 @@ PLACEHOLDER_KEY = "sk-sim-local"
 
 def _local_upstream(rc: RouteConfig, base_url: str) -> RouteConfig:
     up = rc.upstream
-    api_base = base_url if up.provider == "anthropic" else f"{base_url}/v1"
+    # each provider's base as its deployments read it: Gemini's carries its API version
+    version = {"anthropic": "", "gemini": "/v1beta"}.get(up.provider, "/v1")
+    api_base = f"{base_url}{version}"
     return replace(
         rc, upstream=replace(up, api_base=api_base, api_key=up.api_key or PLACEHOLDER_KEY)
     )
