@@ -60,10 +60,10 @@ from proxy.overflow import provider_count
 from proxy.provider_keys import ProviderKeys
 from proxy.providers import Adapter, Leg, ProviderTable
 from proxy.records import Records, Ticket
-from proxy.routing import Attempts, Routing
+from proxy.routing import Attempts, Routing, client_deadline
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
-from proxy.tracing import traces_from_env
+from proxy.tracing import provider_traceparent, traces_from_env
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
 from proxy.wires.base import Counting, StreamFailed, generated
@@ -181,6 +181,7 @@ class Gateway:
         traced = traces_from_env({a: rc.route.provider for a, rc in config.routes.items()})
         if traced is not None:
             self.records.add(*traced)
+            self.records.traced = True
 
     def leg(self, rc: RouteConfig, wire: Wire) -> Leg:
         """The deployment, provider wire and transport for this route and client wire: one
@@ -227,7 +228,8 @@ class Gateway:
             a = await self.intake.admit(request, wire, session)
             t.admitted(a.rc, a.team)
             route = a.rc.route.alias  # a refusal while pricing (an overflow) counts on its route
-            attempts = await self.routing.start(a.rc, a.team, a.size // 4)
+            deadline = client_deadline(request.headers, a.started)
+            attempts = await self.routing.start(a.rc, a.team, a.size // 4, deadline)
             failure: ProxyError | None = None  # the last provider failure
             refusal: ProxyError | None = None  # the first deployment's refusal to fit it
             while True:
@@ -339,7 +341,9 @@ class Gateway:
             return chosen, attempts
         options: list[tuple[router.Candidate, Attempts, Estimate]] = []
         for name in names:
-            other = await self.routing.start(self.config.routes[name], a.team, a.size // 4)
+            other = await self.routing.start(
+                self.config.routes[name], a.team, a.size // 4, attempts.deadline
+            )
             rc = other.upstream_timeout(other.rc)
             try:
                 e = await self.estimator.estimate(
@@ -482,6 +486,10 @@ class Gateway:
 
     async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
+        told = provider_traceparent(p.ticket.traceparent, self.records.traced)
+        p.ticket.provider_traceparent = told
+        if told is not None:
+            out = replace(out, headers={**out.headers, "traceparent": told})
         if leg.adapter is not Adapter.PASSTHROUGH:
             # A translated request's URL images are fetched by routefit's fetcher, under the
             # route's policy (or refused), never by litellm inside this process.

@@ -139,6 +139,8 @@ class RequestRecord:
     phases: tuple[Phase, ...] = ()
     #: The client's W3C ``traceparent`` header, as sent (the trace a span joins).
     traceparent: str | None = None
+    #: The ``traceparent`` the answering attempt sent the provider (``proxy.tracing``).
+    provider_traceparent: str | None = None
     #: The request body, redacted: only when the operator opted in, only in the log line.
     contents: Any = field(default=None, compare=False)
 
@@ -169,6 +171,7 @@ class RequestRecord:
                 [p.name, round(p.start_ms, 3), round(p.duration_ms, 3)] for p in self.phases
             ],
             "traceparent": self.traceparent,
+            "provider_traceparent": self.provider_traceparent,
         }
         if contents and self.contents is not None:
             out["contents"] = self.contents
@@ -204,6 +207,7 @@ class RequestRecord:
             upstream_ms=d.get("upstream_ms"),
             phases=tuple(Phase(n, float(s), float(t)) for n, s, t in d.get("phases") or ()),
             traceparent=d.get("traceparent"),
+            provider_traceparent=d.get("provider_traceparent"),
         )
 
 
@@ -222,6 +226,8 @@ class Ticket:
     key: str | None = field(default=None, repr=False)
     phases: list[Phase] = field(default_factory=list)
     upstream_ms: float | None = None
+    #: The ``traceparent`` the latest attempt sent the provider (``proxy.tracing``).
+    provider_traceparent: str | None = None
     #: Once admitted: the route and the team (a refusal while pricing still names them).
     rc: RouteConfig | None = None
     team: Team | None = None
@@ -288,6 +294,8 @@ class Records:
         self.teams = teams
         #: Further sinks (``proxy.tracing``), each told of every record after the log line.
         self.sinks: list[Sink] = []
+        #: Traces are drawn: each attempt tells the provider its span (``proxy.tracing``).
+        self.traced = False
         self._closers: list[Callable[[], None]] = []
         self._store_down = False
         #: The store's writes, batched (None without a store).
@@ -378,6 +386,7 @@ class Records:
             upstream_ms=t.upstream_ms,
             phases=tuple(t.phases),
             traceparent=t.traceparent,
+            provider_traceparent=t.provider_traceparent,
             contents=redact_value(dict(e.request.body)) if self.settings.contents else None,
         )
 

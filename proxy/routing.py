@@ -50,7 +50,14 @@ from proxy.store import Store
 from proxy.store.base import DeploymentHealth
 from proxy.teams import Team
 
-__all__ = ["CONTEXT_HEADER", "LITELLM_NUM_RETRIES", "Attempts", "Routing", "failure_kind"]
+__all__ = [
+    "CONTEXT_HEADER",
+    "LITELLM_NUM_RETRIES",
+    "Attempts",
+    "Routing",
+    "client_deadline",
+    "failure_kind",
+]
 
 log = logging.getLogger("routefit.routing")
 T = TypeVar("T")
@@ -77,6 +84,29 @@ def failure_kind(err: ProxyError) -> str:
     if err.type == "overloaded_error" or "overloaded" in err.message.lower():
         return "server"
     return router.classify(err.status, content_policy=code == "content_policy_violation")
+
+
+#: Request headers carrying the client's own timeout in seconds: the openai and anthropic SDKs
+#: send theirs as ``x-stainless-timeout``; LiteLLM's proxy reads ``x-litellm-timeout``.
+_DEADLINE_HEADERS = ("x-litellm-timeout", "x-stainless-timeout")
+
+
+def client_deadline(headers: Mapping[str, str], started: float) -> float | None:
+    """When the client gives up on this request (``time.perf_counter()`` seconds), from the
+    timeout it says it keeps, counted from ``started``; None when it says none. A retry whose
+    backoff would end past it is not waited for: the client would have hung up by then, so the
+    last failure is answered while it still listens (a malformed value is no deadline)."""
+    for name in _DEADLINE_HEADERS:
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            seconds = float(raw)
+        except ValueError:
+            continue
+        if 0 < seconds < float("inf"):
+            return started + seconds
+    return None
 
 
 def _health(h: DeploymentHealth) -> router.Health:
@@ -136,14 +166,17 @@ class Routing:
         chain = settings.fallbacks.get(alias, settings.default_fallbacks)
         return len(self.table.get(alias, ())) > 1 or bool(chain)
 
-    async def start(self, rc: RouteConfig, team: Team | None, tokens: int) -> Attempts:
+    async def start(
+        self, rc: RouteConfig, team: Team | None, tokens: int, deadline: float | None = None
+    ) -> Attempts:
         """The first attempt of a request the intake routed to ``rc``'s alias. ``tokens``: a
-        guess of its size (usage-based routing's room), before it is priced for a deployment."""
+        guess of its size (usage-based routing's room), before it is priced for a deployment;
+        ``deadline``: when the client gives up (``client_deadline``)."""
         settings = self.config.router_for(team.id if team is not None else None)
         alias = rc.route.alias
         single = self._single.get((id(settings), alias))
         if single is not None:  # one deployment, no fallbacks: the same first plan every time
-            return Attempts(self, single, {}, False, settings.timeout)
+            return Attempts(self, single, {}, False, settings.timeout, deadline)
         shared = self.routed(alias, settings)
         policy = self.policy(settings, shared)
         if not shared:
@@ -151,7 +184,7 @@ class Routing:
             plan = router.plan(alias, {alias: deployments}, {}, policy, tokens, 0.0, self.rng)
             assert plan is not None
             self._single[(id(settings), alias)] = plan
-            return Attempts(self, plan, {}, False, settings.timeout)
+            return Attempts(self, plan, {}, False, settings.timeout, deadline)
         table = {
             name: deployments
             for name, deployments in self.table.items()
@@ -163,7 +196,7 @@ class Routing:
         plan = router.plan(alias, table, health, policy, tokens, self.clock(), self.rng)
         if plan is None:  # the intake admitted the alias: it has its deployment
             raise ProxyError(500, f"no deployment for model {alias!r}", code="internal")
-        return Attempts(self, plan, health, shared, settings.timeout)
+        return Attempts(self, plan, health, shared, settings.timeout, deadline)
 
     def observers(self, alias: str, ident: str) -> tuple[Any, Any]:
         """The deployment's ``ok`` attempts counter and latency histogram (looked up once)."""
@@ -228,6 +261,8 @@ class Attempts:
     shared: bool
     #: ``router_settings.timeout``: each attempt's upstream timeout, over the route's own.
     timeout: float | None = None
+    #: When the client gives up (``time.perf_counter()``; ``client_deadline``), if it said.
+    deadline: float | None = None
     _sent: float = 0.0
     #: The plan as it stood at the last failed attempt (what answers when no other can).
     _answered_by: router.Plan | None = None
@@ -304,16 +339,18 @@ class Attempts:
             return False
         self._answered_by = self.plan
         retry_after = err.retry_after if isinstance(err, Transient) else None
-        delay = router.wait(nxt, retry_after, r.rng.random(), backoff=r.backoff)
+        left = None if self.deadline is None else self.deadline - time.perf_counter()
+        delay = router.wait(nxt, retry_after, r.rng.random(), left, r.backoff)
         if delay is None:
             log.info(
-                "routing %s: not retrying %s after %s (HTTP %s): its retry-after %.1fs is past "
-                "the cap",
+                "routing %s: not retrying %s after %s (HTTP %s): the wait (retry-after %.1fs) "
+                "is past the cap or the client's deadline (%s)",
                 self.alias,
                 ident,
                 kind,
                 err.status,
                 retry_after or 0.0,
+                "none" if left is None else f"{left:.2f}s left",
             )
             return False
         self.plan = nxt

@@ -13,21 +13,29 @@ The spans are drawn from the finished ``RequestRecord`` (``proxy.records``) afte
 has gone, with the times the record measured: the request path carries no tracing code, and
 the trace says exactly what the log line says. A client's W3C ``traceparent`` makes the
 server span its child.
+
+The provider is told the trace too: each attempt carries a ``traceparent`` naming the span
+that will stand for it (``provider_traceparent``, chosen before the request is sent), and the
+span drawn later takes that id (``_Chosen``), so the provider's own trace hangs under routefit's
+provider span. Without traces configured, routefit is a hop that records nothing: the client's
+``traceparent`` goes to the provider as it came.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from proxy.records import RequestRecord, Sink
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-__all__ = ["Traces", "attributes", "configured", "traces_from_env"]
+__all__ = ["Traces", "attributes", "configured", "provider_traceparent", "traces_from_env"]
 
 log = logging.getLogger("routefit")
 
@@ -41,6 +49,32 @@ def configured(environ: Mapping[str, str]) -> bool:
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     return any(environ.get(name) for name in _ENDPOINTS)
+
+
+def _parsed(traceparent: str | None) -> tuple[str, str, str] | None:
+    """(trace id, parent span id, flags) of a valid version-00 ``traceparent``; else None."""
+    if not traceparent:
+        return None
+    parts = traceparent.strip().lower().split("-")
+    if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
+        return None
+    trace_id, span_id, flags = parts[1], parts[2], parts[3]
+    hexes = all(c in "0123456789abcdef" for c in trace_id + span_id + flags)
+    sizes = len(trace_id) == 32 and len(span_id) == 16 and len(flags) == 2
+    if not (hexes and sizes) or set(trace_id) == {"0"} or set(span_id) == {"0"}:
+        return None
+    return trace_id, span_id, flags
+
+
+def provider_traceparent(client: str | None, traced: bool) -> str | None:
+    """The ``traceparent`` an attempt sends to the provider. Traced: the client's trace (or a
+    new one) with a new span id, the one the attempt's span is drawn with later. Not traced:
+    the client's own header, passed on (None when it sent none or an invalid one)."""
+    found = _parsed(client)
+    if not traced:
+        return client.strip() if found is not None and client is not None else None
+    trace_id, flags = (found[0], found[2]) if found else (secrets.token_hex(16), "01")
+    return f"00-{trace_id}-{secrets.token_hex(8)}-{flags}"
 
 
 def attributes(record: RequestRecord, provider: str | None) -> dict[str, Any]:
@@ -82,9 +116,12 @@ class Traces:
     """The request log's trace sink: a record in, its spans out (batched, exported off the
     event loop by the SDK's own thread)."""
 
-    def __init__(self, provider: TracerProvider, providers: Mapping[str, str]) -> None:
+    def __init__(
+        self, provider: TracerProvider, providers: Mapping[str, str], ids: _Chosen
+    ) -> None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+        self._ids = ids
         self._provider = provider
         self._tracer = provider.get_tracer("routefit")
         self._propagator = TraceContextTextMapPropagator()
@@ -100,6 +137,11 @@ class Traces:
 
         carrier = {"traceparent": record.traceparent} if record.traceparent else {}
         parent = self._propagator.extract(carrier)
+        told = _parsed(record.provider_traceparent)
+        if told is not None and not carrier:
+            # the trace the provider was told of, begun for this request (a client's trace
+            # comes with its parent)
+            self._ids.trace_id = int(told[0], 16)
         start = int(record.time * 1e9)
         operation = _OPERATION.get(record.kind, record.kind)
         name = f"{operation} {record.route}" if record.route else operation
@@ -111,12 +153,15 @@ class Traces:
             attributes=attributes(record, provider),
             start_time=start,
         )
+        self._ids.trace_id = None
         if record.status >= 500 or (record.status >= 400 and record.error_code):
             span.set_status(Status(StatusCode.ERROR, record.error_code or str(record.status)))
         inside = trace.set_span_in_context(span)
         for phase in record.phases:
             child_start = start + int(phase.start_ms * 1e6)
             kind = SpanKind.CLIENT if phase.name == "provider" else SpanKind.INTERNAL
+            if phase.name == "provider" and told is not None:
+                self._ids.span_id = int(told[1], 16)  # the span the provider was told of
             child = self._tracer.start_span(
                 f"routefit.{phase.name}",
                 context=inside,
@@ -124,6 +169,7 @@ class Traces:
                 attributes=_phase_attributes(record, phase.name, provider),
                 start_time=child_start,
             )
+            self._ids.span_id = None
             child.end(end_time=child_start + int(phase.duration_ms * 1e6))
         span.end(end_time=start + int(record.latency_ms * 1e6))
 
@@ -169,8 +215,35 @@ def traces_from_env(
         )
         return None
     service = environ.get("OTEL_SERVICE_NAME") or "routefit"
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}))
+    ids = _Chosen()
+    resource = Resource.create({SERVICE_NAME: service})
+    provider = TracerProvider(resource=resource, id_generator=cast("IdGenerator", ids))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    traces = Traces(provider, providers)
+    traces = Traces(provider, providers, ids)
     log.info("traces: OTLP/HTTP export as service %r", service)
     return traces, traces.close
+
+
+class _Chosen:
+    """The SDK's id generator, but an id set beforehand is handed out once: the spans are drawn
+    after the request, with the ids the provider was already told of (``Traces.draw`` sets them
+    just before the span that takes them, on the one event loop that draws)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+        self._random = RandomIdGenerator()
+        self.trace_id: int | None = None
+        self.span_id: int | None = None
+
+    def generate_trace_id(self) -> int:
+        chosen, self.trace_id = self.trace_id, None
+        return chosen if chosen is not None else self._random.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        chosen, self.span_id = self.span_id, None
+        return chosen if chosen is not None else self._random.generate_span_id()
+
+    def is_trace_id_random(self) -> bool:
+        """Whether trace ids are random (W3C trace context level 2): a client's need not be."""
+        return False

@@ -42,6 +42,10 @@ def standalone_client(url: str, timeout: float, max_connections: int) -> Client:
     return client, client.aclose
 
 
+#: The shortest spacing of error-triggered slot-map refreshes (see ``cluster_client``).
+_REFRESH_INTERVAL = 0.1
+
+
 def cluster_client(url: str, timeout: float, max_connections: int) -> Client:
     """``url`` is any node (a seed): the client learns the slot map from it (CLUSTER SLOTS),
     follows MOVED / ASK itself, and refreshes the map after a connection error."""
@@ -52,6 +56,13 @@ def cluster_client(url: str, timeout: float, max_connections: int) -> Client:
         max_connections=max_connections,  # per node
         # One quick refresh-and-retry of its own; RedisStore retries with backoff after that.
         retry=Retry(NoBackoff(), 1),
+        # redis-py spaces the slot-map refreshes that errors trigger by one second by default:
+        # a refresh that failed during a failover then left the client on the dead master for
+        # up to a second after the cluster was whole again, and every call in that second
+        # failed (503s with budget_failure_mode: closed). A tenth of a second still collapses
+        # a burst of failing calls into one refresh, and is shorter than our first backoff
+        # step plus an attempt, so the retry RedisStore owes a re-learnt topology gets one.
+        topology_refresh_min_interval=_REFRESH_INTERVAL,
     )
     return client, client.aclose
 

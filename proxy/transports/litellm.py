@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import importlib
 import logging
 import os
@@ -213,6 +214,8 @@ class LiteLLM:
         (``proxy.embeddings``) through ``litellm.aembedding``."""
         up = target.upstream
         kwargs = _kwargs(up, out.body)
+        if out.headers:  # the headers the gateway adds for the provider (a traceparent)
+            kwargs["extra_headers"] = {**kwargs.get("extra_headers", {}), **out.headers}
         mark = Trip()
         if out.wire == EMBEDDINGS:
             resp = await self._call(target, kwargs, mark, "aembedding")
@@ -228,8 +231,48 @@ class LiteLLM:
         return Completion(orjson.dumps(data), data)
 
 
+#: Settings of the OpenAI client litellm builds (not in litellm's own list below): where the
+#: request goes, with which key and headers, how long and how often it is tried.
+_CLIENT_SETTINGS = frozenset(
+    {
+        "model",
+        "stream",
+        "stream_options",
+        "base_url",
+        "api_base",
+        "api_key",
+        "api_version",
+        "organization",
+        "deployment_id",
+        "default_headers",
+        "extra_headers",
+        "headers",
+        "timeout",
+        "request_timeout",
+        "max_retries",
+        "num_retries",
+        "client",
+    }
+)
+
+
+@functools.cache
+def _steering() -> frozenset[str]:
+    """Body keys litellm reads as its own settings rather than the model's parameters. A
+    client's request body is not a place to set them: ``base_url`` there wins over the route's
+    ``api_base`` and would send routefit's provider key to the client's host; ``mock_response``
+    answers without the provider; ``custom_llm_provider``, ``metadata`` and the callbacks' keys
+    reach litellm's machinery. They are dropped before litellm sees the body (the route's own
+    ``litellm_params`` set what litellm needs). Read once litellm is loaded (its list is
+    litellm's to keep current)."""
+    from litellm.types.utils import all_litellm_params
+
+    return _CLIENT_SETTINGS | frozenset(all_litellm_params)
+
+
 def _kwargs(up: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
-    kwargs = {k: v for k, v in body.items() if k not in ("model", "stream", "stream_options")}
+    steering = _steering()
+    kwargs = {k: v for k, v in body.items() if k not in steering}
     kwargs.update(up.extra)
     kwargs["model"] = up.model
     if up.api_base:

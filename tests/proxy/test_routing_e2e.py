@@ -59,6 +59,10 @@ class Providers:
             return httpx.Response(
                 429, headers={"retry-after": "0.2"}, json={"error": {"message": "slow down"}}
             )
+        if how == "429-1s":
+            return httpx.Response(
+                429, headers={"retry-after": "1"}, json={"error": {"message": "slow down"}}
+            )
         if how == "529":
             body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
             return httpx.Response(529, json=body)
@@ -176,6 +180,26 @@ def test_a_failing_primary_fails_over_to_the_healthy_deployment(
     latency = "routefit_deployment_latency_seconds_count"
     assert sample(metrics, latency, deployment="backup.test") == 6
     assert sample(metrics, latency, deployment="primary.test") is None
+
+
+@pytest.mark.parametrize("header", ["x-stainless-timeout", "x-litellm-timeout"])
+def test_a_retry_the_client_would_not_wait_for_is_not_made(
+    tmp_path: Path, providers: Providers, header: str
+) -> None:
+    """One deployment, asked to wait a second before its retry: a client that says it gives
+    up in half a second gets the provider's 429 at once (one attempt); one that waits half a
+    minute gets the retry, after the wait."""
+    providers.fail["only.test"] = "429-1s"
+    config = write_config(tmp_path, [deployment("only.test")], {"num_retries": 1})
+    with serve(config, providers) as gw:
+        hurried = post(gw, {"model": "chat", **CHAT}, headers={header: "0.5"})
+        hurried_hits = providers.hits["only.test"]
+        patient = post(gw, {"model": "chat", **CHAT}, headers={header: "30"})
+        log = gw.log()
+    assert hurried.status_code == 429 and patient.status_code == 429
+    assert hurried_hits == 1  # no retry: the client would be gone before it
+    assert providers.hits["only.test"] == 3  # the patient one was retried once
+    assert re.search(r"not retrying only.test after rate_limit .* \(0\.\d+s left\)", log), log
 
 
 def test_a_stream_fails_over_before_its_first_byte_but_never_after(

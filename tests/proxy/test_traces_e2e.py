@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from harness import Running, free_port, gateway_config, run_routefit, sim_route
+from inprocess import run_inprocess
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -55,8 +56,8 @@ class Receiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def wait_for(self, count: int, **attrs: Any) -> list[Any]:
-        """The spans (at least ``count``) whose attributes include ``attrs``."""
+    def wait_for(self, count: int, trace_id: str | None = None, **attrs: Any) -> list[Any]:
+        """The spans (at least ``count``) whose attributes include ``attrs`` (of one trace)."""
         deadline = time.monotonic() + 20
         while True:
             with self.lock:
@@ -64,6 +65,7 @@ class Receiver:
                     (r, s)
                     for r, s in self.spans
                     if all(_values(s.attributes).get(k) == v for k, v in attrs.items())
+                    and trace_id in (None, s.trace_id.hex())
                 ]
             if len(found) >= count:
                 return found
@@ -114,8 +116,21 @@ def gw(sim: Any, receiver: Receiver, tmp_path_factory: Any) -> Iterator[Running]
         yield running
 
 
+def _told(sim: Any, text: str) -> tuple[str, str, str]:
+    """(trace id, parent span id, flags) of the ``traceparent`` the provider received with
+    the request whose last message is ``text``."""
+    [seen] = [
+        r
+        for r in sim.requests(path="/v1/chat/completions")
+        if r["body"]["messages"][-1]["content"] == text
+    ]
+    version, trace_id, span_id, flags = seen["headers"]["traceparent"].split("-")
+    assert version == "00"
+    return trace_id, span_id, flags
+
+
 def test_a_request_is_one_server_span_with_genai_attributes_and_phase_children(
-    gw: Running, receiver: Receiver
+    gw: Running, receiver: Receiver, sim: Any
 ) -> None:
     traceparent = f"00-{TRACE_ID}-{PARENT_ID}-01"
     reply = httpx.post(
@@ -154,6 +169,8 @@ def test_a_request_is_one_server_span_with_genai_attributes_and_phase_children(
         assert child.end_time_unix_nano <= span.end_time_unix_nano
         if child.name == "routefit.provider":
             assert child.kind == child.SPAN_KIND_CLIENT
+            # the provider was told of the client's trace, its parent routefit's provider span
+            assert _told(sim, "trace me") == (TRACE_ID, child.span_id.hex(), "01")
 
 
 def _child_names(receiver: Receiver, span: Any) -> list[str]:
@@ -182,3 +199,46 @@ def test_a_refusal_is_a_span_with_its_error_and_a_new_trace_without_traceparent(
     )
     assert span.status.code == span.status.STATUS_CODE_ERROR
     assert span.trace_id.hex() != TRACE_ID and not span.parent_span_id
+
+
+def test_a_request_without_traceparent_begins_a_trace_the_provider_joins(
+    gw: Running, receiver: Receiver, sim: Any
+) -> None:
+    reply = httpx.post(
+        gw.v1 + "/chat/completions",
+        json={"model": "priced", "messages": [{"role": "user", "content": "untraced client"}]},
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200
+    trace_id, span_id, flags = _told(sim, "untraced client")
+    [(_, span)] = receiver.wait_for(1, trace_id, **{"routefit.kind": "serve"})
+    assert not span.parent_span_id  # a new trace, begun by routefit
+    assert _child_names(receiver, span)[-1] == "routefit.provider"
+    [provider] = [c for c in receiver.children(span) if c.name == "routefit.provider"]
+    assert provider.span_id.hex() == span_id and flags == "01"
+
+
+@pytest.mark.parametrize("sent", [f"00-{TRACE_ID}-{PARENT_ID}-01", None, "00-zz-not-hex-01"])
+def test_without_traces_the_client_s_traceparent_goes_to_the_provider_as_it_came(
+    sim: Any, tmp_path: Any, sent: str | None
+) -> None:
+    """No OTLP endpoint: routefit records no trace, so it is no hop of its own in one — a
+    valid ``traceparent`` passes through unchanged, none (or an invalid one) stays none."""
+    path = gateway_config(tmp_path / "c.yaml", [sim_route("gpt-4o", sim.base_url)])
+    text = "pass it on " + uuid.uuid4().hex
+    with run_inprocess(path) as running:
+        reply = httpx.post(
+            running.v1 + "/chat/completions",
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": text}]},
+            headers={"traceparent": sent} if sent else {},
+            timeout=30,
+        )
+    assert reply.status_code == 200
+    [seen] = [
+        r
+        for r in sim.requests(path="/v1/chat/completions")
+        if r["body"]["messages"][-1]["content"] == text
+    ]
+    expected = sent if sent and "zz" not in sent else None
+    assert seen["headers"].get("traceparent") == expected

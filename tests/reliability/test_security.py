@@ -127,6 +127,7 @@ def gw(sim, hostile, tmp_path_factory):
             "gpt-4o",
             image_fetch={"allow_hosts": hosts, "allow_private": True},
         ),
+        _route("via-litellm", url, "gpt-4o", transport="litellm"),
         {
             "model_name": "echo",
             "litellm_params": {
@@ -309,6 +310,40 @@ def test_provider_keys_never_reach_a_client(gw, fresh_sim):
     assert PROVIDER_KEY[-4:] not in blob  # not even the tail providers echo
     assert PROVIDER_KEY[3:15] not in blob
     assert PROVIDER_KEY not in gw.log()
+
+
+#: Body keys litellm reads as its own settings, not the model's: where to send the request and
+#: with which credentials, headers, a canned answer instead of the provider's.
+STEERING = ("base_url", "api_base", "api_key", "extra_headers", "headers", "custom_llm_provider")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_cannot_steer_litellm_to_another_host_or_key(gw, hostile, fresh_sim, stream):
+    """A route translated by litellm: the request body's keys that litellm would read as where
+    to send it (``base_url`` even over the route's own ``api_base``) and with which key never
+    steer it — routefit's provider key never reaches the client's host, and no canned
+    ``mock_response`` stands in for the provider's answer."""
+    Hostile.hits.clear()
+    body = {
+        **BODY,
+        "model": "via-litellm",
+        "stream": stream,
+        "base_url": hostile + "/v1",
+        "api_base": hostile + "/v1",
+        "api_key": "sk-client-chosen",
+        "extra_headers": {"x-exfiltrate": "1"},
+        "headers": {"x-exfiltrate": "1"},
+        "custom_llm_provider": "openai",
+        "mock_response": "answered by nobody",
+    }
+    r = httpx.post(gw.v1 + "/chat/completions", json=body, headers=bearer(ALPHA), timeout=30)
+    assert r.status_code == 200, r.text
+    assert "answered by nobody" not in r.text
+    assert Hostile.hits == []  # nothing went to the client's host
+    [seen] = fresh_sim.requests(path="/v1/chat/completions")
+    assert seen["headers"]["authorization"] == f"Bearer {PROVIDER_KEY}"
+    assert "x-exfiltrate" not in seen["headers"]
+    assert not set(STEERING) & set(seen["body"])
 
 
 def test_client_keys_are_never_logged(gw):
