@@ -10,7 +10,7 @@ endpoints are one gateway call each with its ``proxy.wires`` module: ``serve`` (
 entry in ``WIRES``.
 
 Every handler reads what the config decides from the request's own generation
-(``proxy.reload.pinned``): a reload never changes a request under way.
+(``proxy.generation.pinned``): a reload never changes a request under way.
 """
 
 from __future__ import annotations
@@ -40,25 +40,23 @@ from proxy.embeddings import embeddings as forward_embeddings
 from proxy.errors import ProxyError, error_response
 from proxy.fetch import ImageSizer
 from proxy.gateway import reply_error
+from proxy.generation import (
+    Generation,
+    Live,
+    Pin,
+    Shared,
+    build_generation,
+    dispatched,
+    pinned,
+    retire,
+)
 from proxy.health import HEALTH_ROUTES
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
 from proxy.middleware import Guard
 from proxy.providers import Transport
 from proxy.records import page, query
-from proxy.reload import (
-    Generation,
-    Live,
-    Pin,
-    Shared,
-    build_generation,
-    checked,
-    dispatched,
-    pinned,
-    refused,
-    retire,
-    summary,
-)
+from proxy.reload import checked, refused, summary
 from proxy.reload import reload as reload_config
 from proxy.responses_store import Keeper
 from proxy.serve_settings import DEFAULTS, ServeSettings, handed_over

@@ -53,7 +53,7 @@ from proxy.teams import Team, fingerprint, hash_key, presented_key
 from proxy.usage import Usage, normalize_usage, usage_fault
 
 if TYPE_CHECKING:
-    from proxy.reload import Generation
+    from proxy.generation import Generation
     from proxy.state import AppState
 
 __all__ = ["EMBEDDINGS", "completions_refused", "embeddings"]

@@ -1,9 +1,10 @@
 """What one app holds while it runs, typed: the handlers in ``proxy.app`` read it from
 ``request.app.state.routefit``.
 
-What the config decides is one ``Generation`` (``proxy.reload``), replaced whole when the config
-is reloaded; a request reads its own with ``proxy.reload.pinned``. The properties here are the
-current generation's, for what runs outside a request (start-up, shutdown, probes)."""
+What the config decides is one ``Generation`` (``proxy.generation``), replaced whole when the
+config is reloaded (``proxy.reload``); a request reads its own with
+``proxy.generation.pinned``. The properties here are the current generation's, for what runs
+outside a request (start-up, shutdown, probes)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from proxy.calibrator import Calibrator
 from proxy.config import Config
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway
+from proxy.generation import Generation, Live
 from proxy.local_provider import LocalProvider
 from proxy.metrics import Metrics
 from proxy.provider_keys import ProviderKeys
 from proxy.providers import ProviderTable, Transport
-from proxy.reload import Generation, Live
 from proxy.serve_settings import DEFAULTS, ServeSettings
 from proxy.store import Store
 from proxy.teams import TeamDirectory

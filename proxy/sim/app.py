@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,8 +16,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.sim.counting import anthropic_prompt, openai_prompt
 from proxy.sim.ctx import Ctx, Handler
 from proxy.sim.errors import SimError, anthropic_error, fault_error, openai_error
-from proxy.sim.faults import FaultPlan, FaultRule, parse_faults, plan_faults
+from proxy.sim.faults import FaultRule
 from proxy.sim.state import SimState
+from proxy.sim.steps import chunk_delay, decode_body, log_request, plan_request_faults
 from proxy.sim.streaming import DisconnectWatch, DropConnection
 from proxy.sim.wire_anthropic import collect_pictures as anthropic_pictures
 from proxy.sim.wire_anthropic import image_key
@@ -66,41 +66,6 @@ def _check_auth(state: SimState, request: Request, wire: str) -> SimError | None
     return None
 
 
-def _decode_body(raw: bytes) -> tuple[Any, str | None]:
-    """(the JSON body, why it could not be parsed): a bad body is reported only after auth and
-    faults, as the providers do, so it is kept rather than raised here."""
-    try:
-        return (json.loads(raw), None) if raw else (None, "empty body")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return None, str(exc)
-
-
-def _log_request(
-    state: SimState, request: Request, number: int, raw: bytes, body: Any, parse_error: str | None
-) -> dict[str, Any]:
-    """Record the request before anything can refuse it, so tests see refused requests too."""
-    model = body.get("model") if isinstance(body, dict) else None
-    entry: dict[str, Any] = {
-        "id": number,
-        "time": time.time(),
-        "method": request.method,
-        "path": request.url.path,
-        "headers": dict(request.headers),
-        "body": body,
-        "raw": raw.decode("utf-8", "replace") if parse_error else None,
-        "model": model if isinstance(model, str) else None,
-        "faults": [],
-        "status": None,
-    }
-    request.scope["sim.entry"] = entry
-    state.record(entry)
-    with state.lock:
-        state.stats.by_path[request.url.path] += 1
-        if entry["model"]:
-            state.stats.by_model[entry["model"]] += 1
-    return entry
-
-
 def _check_headers(state: SimState, request: Request, wire: str) -> None:
     err = _check_auth(state, request, wire)
     if err is not None:
@@ -108,22 +73,6 @@ def _check_headers(state: SimState, request: Request, wire: str) -> None:
     needs_version = wire == "anthropic" and state.config.require_anthropic_version
     if needs_version and "anthropic-version" not in request.headers:
         raise SimError(400, "anthropic-version: header is required")
-
-
-def _plan_request_faults(state: SimState, request: Request, entry: dict[str, Any]) -> FaultPlan:
-    """The faults this request asked for (``x-sim-fault``) plus those queued for it."""
-    try:
-        faults = parse_faults(request.headers.get("x-sim-fault"))
-    except ValueError as exc:
-        raise SimError(400, f"x-sim-fault: {exc}", code="sim_bad_fault") from None
-    faults += state.faults.take(entry["model"], request.url.path)
-    plan = plan_faults(faults)
-    entry["faults"] = list(plan.names)
-    if plan.any:
-        with state.lock:
-            for name in plan.names:
-                state.stats.faults[name.split(":")[0]] += 1
-    return plan
 
 
 def _unparsable(wire: str, parse_error: str) -> SimError:
@@ -140,15 +89,6 @@ def _unparsable(wire: str, parse_error: str) -> SimError:
     )
 
 
-def _chunk_delay(state: SimState, request: Request) -> float:
-    if "x-sim-chunk-delay" not in request.headers:
-        return state.config.chunk_delay
-    try:
-        return float(request.headers["x-sim-chunk-delay"])
-    except ValueError:
-        raise SimError(400, "x-sim-chunk-delay must be a number of seconds") from None
-
-
 def _provider_endpoint(
     state: SimState, wire: str, handler: Handler
 ) -> Callable[[Request], Awaitable[Response]]:
@@ -161,11 +101,11 @@ def _provider_endpoint(
         raw = await request.body()
         watch: DisconnectWatch = request.scope["sim.watch"]
         watch.start()  # the body is read: from now on receive() only reports a disconnect
-        body, parse_error = _decode_body(raw)
-        entry = _log_request(state, request, number, raw, body, parse_error)
+        body, parse_error = decode_body(raw)
+        entry = log_request(state, request, number, raw, body, parse_error)
         try:
             _check_headers(state, request, wire)
-            plan = _plan_request_faults(state, request, entry)
+            plan = plan_request_faults(state, request, entry)
             if plan.delay and await watch.sleep(plan.delay):
                 return DropConnection()  # the client gave up while we were "thinking"
             if plan.reset:
@@ -174,7 +114,7 @@ def _provider_endpoint(
                 raise fault_error(wire, plan.status)
             if parse_error is not None:
                 raise _unparsable(wire, parse_error)
-            ctx = Ctx(state, request, body, number, plan, _chunk_delay(state, request), entry)
+            ctx = Ctx(state, request, body, number, plan, chunk_delay(state, request), entry)
             return await handler(ctx)
         except SimError as exc:
             return render(exc, f"req_sim{number:06d}")

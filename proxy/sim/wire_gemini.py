@@ -31,6 +31,7 @@ from proxy.sim.errors import SimError, fault_error, google_error
 from proxy.sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
 from proxy.sim.models import SimModel
 from proxy.sim.state import SimState
+from proxy.sim.steps import chunk_delay, decode_body, log_request, plan_request_faults
 from proxy.sim.streaming import CutBody, DropConnection, EventStream
 from proxy.sim.tokens import digest
 
@@ -397,21 +398,20 @@ _METHODS: dict[str, Handler] = {
 def _endpoint(state: SimState) -> Callable[[Request], Awaitable[Response]]:
     """Every Gemini request goes through the simulator's common steps (logged, then the key,
     then injected faults, then the body's JSON), refused in Google's shape."""
-    from proxy.sim import app as shell  # its shared steps; it registers this module's routes
 
     async def endpoint(request: Request) -> Response:
         number = state.next_id()
         raw = await request.body()
         watch = request.scope["sim.watch"]
         watch.start()  # the body is read: from now on receive() only reports a disconnect
-        body, parse_error = shell._decode_body(raw)
-        entry = shell._log_request(state, request, number, raw, body, parse_error)
+        body, parse_error = decode_body(raw)
+        entry = log_request(state, request, number, raw, body, parse_error)
         entry["model"] = request.path_params["model"]
         with state.lock:
             state.stats.by_model[entry["model"]] += 1
         try:
             _check_key(state, request)
-            plan = shell._plan_request_faults(state, request, entry)
+            plan = plan_request_faults(state, request, entry)
             if plan.delay and await watch.sleep(plan.delay):
                 return DropConnection()
             if plan.reset:
@@ -424,7 +424,7 @@ def _endpoint(state: SimState) -> Callable[[Request], Awaitable[Response]]:
             handler = _METHODS.get(method)
             if handler is None:
                 raise SimError(404, f"Method not found: {method}", "NOT_FOUND")
-            delay = shell._chunk_delay(state, request)
+            delay = chunk_delay(state, request)
             return await handler(Ctx(state, request, body, number, plan, delay, entry))
         except SimError as exc:
             if exc.type == "invalid_request_error":  # a shared step's refusal: Google's words

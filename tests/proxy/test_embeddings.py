@@ -168,6 +168,7 @@ def test_the_team_pays_the_providers_count_when_credible_else_routefits(
         (OTHER, {"model": "embed", "input": "x"}, 403, "model_not_allowed"),
         ("sk-wrong", {"model": "embed", "input": "x"}, 401, None),
     ],
+    ids=["no-input", "bad-input", "no-model", "unknown", "unsupported", "other-team", "bad-key"],
 )
 def test_refusals_are_openai_shaped(
     gw: InProcess, key: str, body: dict[str, Any], status: int, code: str | None

@@ -148,7 +148,7 @@ def test_a_route_whose_tokenizer_cannot_load_is_refused(config: Path, sim: Any) 
         assert _chat(running.base_url, OLD_KEY).status_code == 200
 
 
-@pytest.mark.parametrize("key", [None, OLD_KEY, "sk-wrong"])
+@pytest.mark.parametrize("key", [None, OLD_KEY, "sk-wrong"], ids=["none", "team", "wrong"])
 def test_only_the_admin_key_reloads(config: Path, key: str | None) -> None:
     with run_inprocess(config) as running:
         headers = {"authorization": f"Bearer {key}"} if key else {}

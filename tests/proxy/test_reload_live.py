@@ -1,4 +1,4 @@
-"""``proxy.reload.Live``'s bookkeeping, as a property: whatever the order of requests arriving,
+"""``proxy.generation.Live``'s bookkeeping, as a property: whatever the order of requests arriving,
 ending and reloads, a generation is handed back for closing exactly once, never while a request
 holds it, never while it is current, and every retired one once nothing holds it."""
 
@@ -10,7 +10,7 @@ from typing import cast
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.reload import Generation, Live
+from proxy.generation import Generation, Live
 
 # an event: "arrive" (a request pins the current generation), ("end", i) (the i-th request still
 # in flight ends, modulo their number), "reload" (a new generation is swapped in)

@@ -219,7 +219,11 @@ def test_a_request_without_traceparent_begins_a_trace_the_provider_joins(
     assert provider.span_id.hex() == span_id and flags == "01"
 
 
-@pytest.mark.parametrize("sent", [f"00-{TRACE_ID}-{PARENT_ID}-01", None, "00-zz-not-hex-01"])
+@pytest.mark.parametrize(
+    "sent",
+    [f"00-{TRACE_ID}-{PARENT_ID}-01", None, "00-zz-not-hex-01"],
+    ids=["valid", "none", "bad"],
+)
 def test_without_traces_the_client_s_traceparent_goes_to_the_provider_as_it_came(
     sim: Any, tmp_path: Any, sent: str | None
 ) -> None:
