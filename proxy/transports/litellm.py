@@ -213,7 +213,7 @@ class LiteLLM:
         """``out`` (chat) through ``litellm.acompletion``; an embeddings request
         (``proxy.embeddings``) through ``litellm.aembedding``."""
         up = target.upstream
-        kwargs = _kwargs(up, out.body)
+        kwargs = _kwargs(up, out.body, _steering(await _module()))
         if out.headers:  # the headers the gateway adds for the provider (a traceparent)
             kwargs["extra_headers"] = {**kwargs.get("extra_headers", {}), **out.headers}
         mark = Trip()
@@ -257,21 +257,18 @@ _CLIENT_SETTINGS = frozenset(
 
 
 @functools.cache
-def _steering() -> frozenset[str]:
+def _steering(litellm: Any) -> frozenset[str]:
     """Body keys litellm reads as its own settings rather than the model's parameters. A
     client's request body is not a place to set them: ``base_url`` there wins over the route's
     ``api_base`` and would send routefit's provider key to the client's host; ``mock_response``
     answers without the provider; ``custom_llm_provider``, ``metadata`` and the callbacks' keys
     reach litellm's machinery. They are dropped before litellm sees the body (the route's own
-    ``litellm_params`` set what litellm needs). Read once litellm is loaded (its list is
-    litellm's to keep current)."""
-    from litellm.types.utils import all_litellm_params
-
-    return _CLIENT_SETTINGS | frozenset(all_litellm_params)
+    ``litellm_params`` set what litellm needs). Read from the loaded module (its list is
+    litellm's to keep current; importing it here would race the preload's import)."""
+    return _CLIENT_SETTINGS | frozenset(litellm.types.utils.all_litellm_params)
 
 
-def _kwargs(up: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
-    steering = _steering()
+def _kwargs(up: Upstream, body: Mapping[str, Any], steering: frozenset[str]) -> dict[str, Any]:
     kwargs = {k: v for k, v in body.items() if k not in steering}
     kwargs.update(up.extra)
     kwargs["model"] = up.model
