@@ -122,6 +122,8 @@ class RequestRecord:
     #: ``x-routefit-deployment`` header names, and that deployment's upstream model.
     deployment: str | None = None
     model: str | None = None
+    #: The provider attempts it took (``x-routefit-attempts``): retries and failovers included.
+    attempts: int | None = None
     stream: bool = False
     error_code: str | None = None
     #: routefit's prompt estimate (what was reserved and fitted to) and the budget it fitted in.
@@ -172,6 +174,7 @@ class RequestRecord:
             ],
             "traceparent": self.traceparent,
             "provider_traceparent": self.provider_traceparent,
+            "attempts": self.attempts,
         }
         if contents and self.contents is not None:
             out["contents"] = self.contents
@@ -208,6 +211,7 @@ class RequestRecord:
             phases=tuple(Phase(n, float(s), float(t)) for n, s, t in d.get("phases") or ()),
             traceparent=d.get("traceparent"),
             provider_traceparent=d.get("provider_traceparent"),
+            attempts=d.get("attempts"),
         )
 
 
@@ -228,6 +232,8 @@ class Ticket:
     upstream_ms: float | None = None
     #: The ``traceparent`` the latest attempt sent the provider (``proxy.tracing``).
     provider_traceparent: str | None = None
+    #: Attempts made so far (the gateway counts each one it sends).
+    attempts: int | None = None
     #: Once admitted: the route and the team (a refusal while pricing still names them).
     rc: RouteConfig | None = None
     team: Team | None = None
@@ -387,6 +393,7 @@ class Records:
             phases=tuple(t.phases),
             traceparent=t.traceparent,
             provider_traceparent=t.provider_traceparent,
+            attempts=t.attempts,
             contents=redact_value(dict(e.request.body)) if self.settings.contents else None,
         )
 

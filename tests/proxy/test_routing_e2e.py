@@ -8,6 +8,7 @@ simulator (``proxy.sim``), which refuses any prompt over its model's real window
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -180,6 +181,31 @@ def test_a_failing_primary_fails_over_to_the_healthy_deployment(
     latency = "routefit_deployment_latency_seconds_count"
     assert sample(metrics, latency, deployment="backup.test") == 6
     assert sample(metrics, latency, deployment="primary.test") is None
+
+
+def test_the_request_log_names_the_answering_deployment_and_the_attempts(
+    tmp_path: Path, providers: Providers
+) -> None:
+    providers.fail["primary.test"] = "500"
+    config = write_config(
+        tmp_path, [deployment("primary.test", **PRIMARY), deployment("backup.test")]
+    )
+    with run_inprocess(
+        config, provider=lambda _: {"transport": MockTransport(providers)}, access_log=True
+    ) as gw:
+        answer = post(gw, {"model": "chat", **CHAT})
+        deadline = time.monotonic() + 10
+        while '"attempts":' not in gw.log() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the line is written after the response
+        lines = [
+            json.loads(line[line.index("{") :])
+            for line in gw.log().splitlines()
+            if '"attempts":' in line
+        ]
+    assert answer.status_code == 200 and answer.headers["x-routefit-attempts"] == "2"
+    [record] = lines
+    assert record["deployment"] == "backup.test" and record["attempts"] == 2
+    assert record["status"] == 200
 
 
 @pytest.mark.parametrize("header", ["x-stainless-timeout", "x-litellm-timeout"])
