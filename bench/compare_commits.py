@@ -1,6 +1,6 @@
 """Two commits of routefit side by side on the same load: a before/after for a change.
 
-    python bench/compare_commits.py REV_A [REV_B] [--rounds 4] [--seconds 4]
+    python bench/compare_commits.py REV_A [REV_B] [--rounds 4] [--seconds 4] [--phases 'long c1']
 
 Each revision is checked out into a temporary git worktree and served by this venv's Python with
 that worktree first on ``sys.path`` (the packages' dependencies are the same), one worker each,
@@ -83,7 +83,13 @@ def main() -> int:
     parser.add_argument("rev_b", nargs="?", default=None)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--phases", help="comma-separated phase names to run (default: all), e.g. 'long c1'"
+    )
     args = parser.parse_args()
+    if args.phases:
+        wanted = {p.strip() for p in args.phases.split(",")}
+        PHASES[:] = [p for p in PHASES if p[0] in wanted]
     with tempfile.TemporaryDirectory() as tmp, Servers() as servers:
         a_src = checkout(args.rev_a, Path(tmp) / "a")
         b_src = checkout(args.rev_b, Path(tmp) / "b") if args.rev_b else ROOT
