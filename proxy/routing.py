@@ -264,6 +264,8 @@ class Attempts:
     #: When the client gives up (``time.perf_counter()``; ``client_deadline``), if it said.
     deadline: float | None = None
     _sent: float = 0.0
+    #: Attempts sent to a provider (a deployment skipped as unable to take the request is none).
+    sent: int = 0
     #: The plan as it stood at the last failed attempt (what answers when no other can).
     _answered_by: router.Plan | None = None
     #: A context-window fallback's decision (``router.choose_window``): fits, kept or cut.
@@ -284,6 +286,8 @@ class Attempts:
 
     def headers(self) -> dict[str, str]:
         out = router.headers(self.plan)
+        if self.sent:  # what reached a provider, not the plan's rank (skipped ones are not)
+            out[router.ATTEMPTS_HEADER] = str(self.sent)
         if self.context is not None:
             out[CONTEXT_HEADER] = self.context
         return out
@@ -303,6 +307,7 @@ class Attempts:
     def began(self, tokens: int) -> None:
         """The current attempt is being sent with ``tokens`` of prompt."""
         self._sent = time.perf_counter()
+        self.sent += 1
         if self.tracked:
             ident, now = self.deployment, self.routing.clock()
             store = self.routing.store

@@ -464,6 +464,7 @@ def test_a_deployment_that_cannot_take_the_request_is_skipped_not_answered(
         answered = post(gw, body)
     assert answered.status_code == 200, answered.text
     assert answered.headers["x-routefit-deployment"] == "mid.test"
+    assert answered.headers["x-routefit-attempts"] == "2"  # big, then mid: tiny was no attempt
     assert providers.hits["tiny.test"] == 0
     two = three[:2]
     with serve(write_config(tmp_path, two, {"num_retries": 1}), providers) as gw:
