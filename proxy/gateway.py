@@ -303,7 +303,13 @@ class Gateway:
         p = Flight(estimate, t, attempts=attempts)
         if first:
             t.phase("fit", t.started)
-        p.upstream = self.keys.upstream(p.rc, request.headers)  # provider_key_missing
+        try:
+            p.upstream = self.keys.upstream(p.rc, request.headers)
+        except ProxyError as err:
+            if err.code != "provider_key_missing":
+                raise
+            # routefit holds no key for this deployment: the alias's next one may have its own
+            raise _Unfit(err) from None
         if self.on_fit is not None:
             self.on_fit(p.fitted.report)
         reserving = time.perf_counter()

@@ -72,16 +72,21 @@ class MissingKey:
 
 
 def key_sources(model_list: Any) -> dict[str, KeySource]:
-    """Per alias, the key source of its first ``model_list`` entry (as routefit routes it)."""
-    out: dict[str, KeySource] = {}
+    """Per alias, the key source of its first ``model_list`` entry (what the dashboard and the
+    health endpoints show for the route)."""
+    return {alias: found[0] for alias, found in entry_key_sources(model_list).items()}
+
+
+def entry_key_sources(model_list: Any) -> dict[str, list[KeySource]]:
+    """Per alias, the key source of each of its ``model_list`` entries, in file order: its
+    deployments, in the order the loader lists them (``Config.deployments``)."""
+    out: dict[str, list[KeySource]] = {}
     if not isinstance(model_list, Sequence) or isinstance(model_list, str):
         return out
     for item in model_list:
         if not isinstance(item, Mapping) or not isinstance(item.get("model_name"), str):
             continue
         alias = item["model_name"]
-        if alias in out:
-            continue
         params = item.get("litellm_params")
         own = item.get("routefit")
         key = params.get("api_key") if isinstance(params, Mapping) else None
@@ -89,7 +94,7 @@ def key_sources(model_list: Any) -> dict[str, KeySource]:
             key[len(ENV_PREFIX) :] if isinstance(key, str) and key.startswith(ENV_PREFIX) else None
         )
         forward = isinstance(own, Mapping) and own.get("forward_client_key") is True
-        out[alias] = KeySource(env, forward)
+        out.setdefault(alias, []).append(KeySource(env, forward))
     return out
 
 
@@ -100,12 +105,28 @@ def missing_provider_keys(
     does not forward the client's key."""
     missing = []
     for alias, rc in config.routes.items():
-        source = sources.get(alias)
-        if source is None or source.env is None or source.forward_client_key:
-            continue
-        if rc.upstream.api_key is None:
-            missing.append(MissingKey(alias, source.env))
+        found = _missing(rc, sources.get(alias))
+        if found is not None:
+            missing.append(found)
     return tuple(missing)
+
+
+def _missing(rc: RouteConfig, source: KeySource | None) -> MissingKey | None:
+    if source is None or source.env is None or source.forward_client_key:
+        return None
+    return MissingKey(rc.route.alias, source.env) if rc.upstream.api_key is None else None
+
+
+def by_deployment(
+    config: Config, entries: Mapping[str, Sequence[KeySource]]
+) -> dict[str, KeySource]:
+    """Deployment id → the key source of its own entry (an alias's entries and its
+    deployments are both in file order)."""
+    out: dict[str, KeySource] = {}
+    for alias in config.routes:
+        for rc, source in zip(config.deployments(alias), entries.get(alias, ()), strict=False):
+            out[rc.deployment_id] = source
+    return out
 
 
 def provider_key_missing(alias: str, env: str) -> ProxyError:
@@ -125,10 +146,31 @@ def provider_key_missing(alias: str, env: str) -> ProxyError:
 class ProviderKeys:
     """The request-path check: the upstream to forward to, with the key it must carry."""
 
-    def __init__(self, config: Config, sources: Mapping[str, KeySource], teams_open: bool) -> None:
+    def __init__(
+        self,
+        config: Config,
+        sources: Mapping[str, KeySource],
+        teams_open: bool,
+        deployments: Mapping[str, KeySource] | None = None,
+    ) -> None:
+        #: Per alias, its first entry's (what the dashboard and health endpoints show).
         self.sources = dict(sources)
         self.teams_open = teams_open
         self.missing = {m.alias: m for m in missing_provider_keys(config, sources)}
+        #: Per deployment, its own entry's: what a request to that deployment needs. Every
+        #: deployment of an alias has its own key (one may be set and another not, one may
+        #: forward the client's key): an alias's first entry does not speak for the others.
+        own = dict(deployments) if deployments is not None else {}
+        for rc in config.every_deployment():
+            own.setdefault(rc.deployment_id, sources.get(rc.route.alias) or KeySource(None))
+        self._own = own
+        self._missing = {
+            rc.deployment_id: m
+            for rc in config.every_deployment()
+            if (m := _missing(rc, own.get(rc.deployment_id))) is not None
+        }
+        for m in self._missing.values():  # a route is flagged when any deployment lacks its key
+            self.missing.setdefault(m.alias, m)
 
     @classmethod
     def from_file(cls, config: Config, teams_open: bool) -> ProviderKeys:
@@ -140,7 +182,9 @@ class ProviderKeys:
         except (OSError, yaml.YAMLError):
             data = None
         raw = data.get("model_list") if isinstance(data, Mapping) else None
-        return cls(config, key_sources(raw), teams_open)
+        entries = entry_key_sources(raw)
+        first = {alias: found[0] for alias, found in entries.items()}
+        return cls(config, first, teams_open, by_deployment(config, entries))
 
     def log_warnings(self) -> None:
         for m in self.missing.values():
@@ -149,7 +193,7 @@ class ProviderKeys:
     def upstream(self, rc: RouteConfig, headers: Mapping[str, str]) -> Upstream:
         """``rc.upstream``, or a copy carrying the client's key; raises provider_key_missing."""
         alias = rc.route.alias
-        source = self.sources.get(alias)
+        source = self._own.get(rc.deployment_id) or self.sources.get(alias)
         if source is not None and source.forward_client_key:
             key = self.client_key(headers)
             if key is None:
@@ -165,7 +209,7 @@ class ProviderKeys:
                     code="provider_key_required",
                 )
             return replace(rc.upstream, api_key=key)
-        missing = self.missing.get(alias)
+        missing = self._missing.get(rc.deployment_id)
         if missing is not None:
             raise provider_key_missing(alias, missing.env)
         return rc.upstream

@@ -183,6 +183,29 @@ def test_a_failing_primary_fails_over_to_the_healthy_deployment(
     assert sample(metrics, latency, deployment="primary.test") is None
 
 
+def test_a_deployment_without_its_provider_key_is_skipped_for_one_that_has_its_own(
+    tmp_path: Path, providers: Providers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each deployment has its own key: the first-ranked one's variable is unset, so the
+    request goes to the one whose key is there — never keyless to a provider; with no such
+    deployment left, the operator's error (503 provider_key_missing) is the answer."""
+    monkeypatch.delenv("ROUTEFIT_TEST_UNSET_KEY", raising=False)
+    keyless = deployment("keyless.test", **PRIMARY)
+    keyless["litellm_params"]["api_key"] = "os.environ/ROUTEFIT_TEST_UNSET_KEY"
+    with serve(write_config(tmp_path, [keyless, deployment("keyed.test")]), providers) as gw:
+        answer = post(gw, {"model": "chat", **CHAT})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-routefit-deployment"] == "keyed.test"
+    assert answer.headers["x-routefit-attempts"] == "1"
+    assert providers.hits["keyless.test"] == 0
+    with serve(write_config(tmp_path, [keyless]), providers) as gw:
+        refused = post(gw, {"model": "chat", **CHAT})
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "provider_key_missing"
+    assert "ROUTEFIT_TEST_UNSET_KEY" in refused.json()["error"]["message"]
+    assert providers.hits["keyless.test"] == 0
+
+
 def test_the_request_log_names_the_answering_deployment_and_the_attempts(
     tmp_path: Path, providers: Providers
 ) -> None:
