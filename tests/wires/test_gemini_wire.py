@@ -4,6 +4,7 @@ count endpoint, what the provider is sent, Google's error shapes."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -23,7 +24,8 @@ from proxy.config import parse_config
 from proxy.sim.completion import WORDS
 from proxy.sim.models import get_builtin, small_variant
 from proxy.sim.server import SimServer
-from proxy.wires.gemini import google_status
+from proxy.wires.base import Outcome
+from proxy.wires.gemini import _relay_chat, google_status
 
 KEY = "gemini-team-key"
 TINY = 4096
@@ -390,3 +392,46 @@ def test_a_model_turn_of_thoughts_only_is_not_sent_empty(client: TestClient, sim
         {"role": "user", "content": "first"},
         {"role": "user", "content": "second"},
     ]
+
+
+@pytest.mark.parametrize("usage", [True, False], ids=["with-usage", "without-usage"])
+def test_a_chat_stream_ending_cleanly_without_a_finish_reason_ends_with_stop(usage: bool):
+    """Some OpenAI-compatible providers end a stream with ``[DONE]`` and never state a
+    ``finish_reason``. Gemini CLI takes a stream whose last chunk has no ``finishReason`` for an
+    invalid one and sends the turn again: the translated stream still ends with ``STOP`` (and
+    the usage, when the provider gave one), and the gateway counts it complete."""
+    chunks: list[dict[str, Any]] = [
+        {"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]},
+        {"id": "c", "choices": [{"index": 0, "delta": {"content": " there"}}]},
+    ]
+    if usage:
+        chunks.append(
+            {
+                "id": "c",
+                "choices": [],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+            }
+        )
+    raw = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
+
+    async def events() -> Any:
+        for event in raw:
+            yield event
+
+    async def relay() -> tuple[list[bytes], Outcome]:
+        outcome = Outcome()
+        out = [e async for e in _relay_chat("small", events(), outcome)]
+        return out, outcome
+
+    out, outcome = asyncio.run(relay())
+    sent = _events(b"".join(out).decode())
+    assert "".join(_text(e) for e in sent) == "hi there"
+    last = sent[-1]["candidates"][0]
+    assert last["finishReason"] == "STOP"
+    assert all("finishReason" not in e["candidates"][0] for e in sent[:-1])
+    assert outcome.completed
+    if usage:
+        assert sent[-1]["usageMetadata"]["promptTokenCount"] == 7
+        assert sent[-1]["usageMetadata"]["candidatesTokenCount"] == 2
+    else:
+        assert "usageMetadata" not in sent[-1]
