@@ -378,10 +378,15 @@ def _fit_paths(security: Security) -> dict[str, Any]:
         "name": "wire",
         "in": "query",
         "required": False,
-        "schema": {"type": "string", "enum": ["chat", "messages", "responses"]},
+        "schema": {"type": "string", "enum": ["chat", "messages", "responses", "gemini"]},
     }
     body = {
-        "anyOf": [ref("ChatCompletionRequest"), ref("MessagesRequest"), ref("ResponsesRequest")]
+        "anyOf": [
+            ref("ChatCompletionRequest"),
+            ref("MessagesRequest"),
+            ref("ResponsesRequest"),
+            ref("GeminiFitRequest"),
+        ]
     }
     return {
         "/routefit/fit": {
@@ -559,7 +564,7 @@ def _wire_schemas(aliases: list[str]) -> dict[str, Any]:
         **messages_schemas(model),
         **responses_schemas(model),
         **gemini_schemas(model),
-        "AnyError": {"anyOf": [ref("Error"), ref("AnthropicError")]},
+        "AnyError": {"anyOf": [ref("Error"), ref("AnthropicError"), ref("GoogleError")]},
         "Service": obj({"service": {"type": "string"}}, ["service"]),
         "DashboardSession": obj(
             {

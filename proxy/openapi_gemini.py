@@ -115,7 +115,19 @@ def _request(model: dict[str, Any]) -> dict[str, Any]:
             ),
         ]
     }
-    return {"GeminiModel": model, "GenerateContentRequest": body, "GeminiCountRequest": count}
+    # routefit's dry run (POST /routefit/fit?wire=gemini) has no URL to carry the model: the
+    # body names it, as the alias
+    fit = {
+        **body,
+        "properties": {**body["properties"], "model": {"type": "string", "minLength": 1}},
+        "required": ["contents", "model"],
+    }
+    return {
+        "GeminiModel": model,
+        "GenerateContentRequest": body,
+        "GeminiCountRequest": count,
+        "GeminiFitRequest": fit,
+    }
 
 
 def gemini_schemas(model: dict[str, Any]) -> dict[str, Any]:

@@ -52,14 +52,14 @@ def check_anthropic_error_shape(status: int, body: bytes, what: str = "") -> Non
 
 
 def wire_of(path: str, wire: object = None) -> str:
-    """``messages`` when the answer to ``path`` is Anthropic-shaped (``wire``: the dry run's
-    ``?wire=`` parameter)."""
+    """``messages`` when the answer to ``path`` is Anthropic-shaped, ``gemini`` when Google's
+    (``wire``: the dry run's ``?wire=`` parameter)."""
     if path.startswith(ANTHROPIC_PREFIX):
         return "messages"
     if _GEMINI.match(path):
         return "gemini"
-    if path.startswith("/routefit/fit") and wire == "messages":
-        return "messages"
+    if path.startswith("/routefit/fit") and wire in ("messages", "gemini"):
+        return str(wire)
     return "openai"
 
 
