@@ -33,8 +33,10 @@ from relkit import SCALE, Proc, Tally, check_error_shape, record
 from wire_shapes import check_wire_error_shape
 
 MAX_BODY = 2_000_000
-#: A request that takes longer than this is a hang.
-HANG_S = 20.0
+#: A request with no answer after this long is a hang: the client gives up and the test fails
+#: (a read timeout). Generous on purpose: it bounds a hang, it does not time routefit — on a
+#: loaded 2-core machine the 3,000-message requests alone took over 20 s (bench/ times them).
+HANG_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,7 @@ def gw(sim, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def http(gw):
-    with httpx.Client(base_url=gw.base_url, timeout=HANG_S + 10) as client:
+    with httpx.Client(base_url=gw.base_url, timeout=HANG_S) as client:
         yield client
 
 
@@ -128,9 +130,8 @@ def send(
     )
     elapsed = time.monotonic() - started
     tally.add(r.status_code, r.content, elapsed)
-    assert elapsed < HANG_S, f"{what}: took {elapsed:.1f}s"
     bare, _, query = path.partition("?")
-    wire = "messages" if "wire=messages" in query else None
+    wire = next((w for w in ("messages", "gemini") if f"wire={w}" in query), None)
     check_wire_error_shape(bare, r.status_code, r.content, what or path, wire)
     return r
 
