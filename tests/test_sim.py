@@ -841,12 +841,12 @@ def test_rate_limit_through_the_sdk_and_global_fault_queue(fresh_sim: SimServer)
 
 
 def test_delay_fault_times_out_the_client(fresh_sim: SimServer) -> None:
-    started = time.monotonic()
+    # a delay far past the client's timeout: a timeout error is the client giving up (had the
+    # delay not held the answer back, the call would have succeeded)
     with pytest.raises(openai.APITimeoutError):
         client(fresh_sim, timeout=0.3).chat.completions.create(
-            **SIMPLE, extra_headers={"x-sim-fault": "delay:2"}
+            **SIMPLE, extra_headers={"x-sim-fault": "delay:30"}
         )
-    assert time.monotonic() - started < 2.0  # the client gave up before the 2 s delay ended
     fresh_sim.wait_for(lambda s: s["in_flight"] == 0)  # the sim gave up on the abandoned request
     slow = post(fresh_sim, SIMPLE, fault="delay:0.2")
     assert slow.status_code == 200 and slow.elapsed.total_seconds() >= 0.2
