@@ -18,7 +18,9 @@ per module.
 generate the mutants and trace the tests (``mutmut run`` with a name that matches no mutant:
 mutmut generates, collects its stats, then stops on the empty filter), draws N names uniformly
 at random with the seed from the ``*.py.meta`` files, writes them to ``DIR/sample.json`` and
-runs only those not yet judged (started again, it resumes; a different N or seed is refused).
+runs only those not yet judged (started again, it resumes; another seed, or a larger N, is
+refused; a smaller N draws that many of the sample with the seed, itself a uniform sample: what
+a run that will not finish in time can keep, the verdicts so far included).
 ``report`` then counts only the sampled mutants, and adds the sample's score over the whole
 group with its 95% Wilson interval: an estimate of the group's kill rate. A sample cut short
 (``--budget``) is not yet one: mutmut runs the quickest mutants first, so let it finish.
@@ -133,14 +135,18 @@ def draw(names: list[str], n: int, seed: int) -> list[str]:
 def _sample(workdir: Path, n: int, seed: int) -> list[str]:
     """The sample kept in ``workdir/sample.json``, drawn (and written) the first time."""
     path = workdir / "sample.json"
-    if path.exists():
-        kept = json.loads(path.read_text())
-        if (kept["n"], kept["seed"]) != (n, seed):
-            raise SystemExit(f"{path} holds n={kept['n']} seed={kept['seed']}: use another --dir")
-        return list(kept["names"])
-    names = draw(mutant_names(workdir / "mutants"), n, seed)
-    path.write_text(json.dumps({"n": n, "seed": seed, "names": names}, indent=1) + "\n")
-    return names
+    if not path.exists():
+        names = draw(mutant_names(workdir / "mutants"), n, seed)
+        path.write_text(json.dumps({"n": n, "seed": seed, "names": names}, indent=1) + "\n")
+        return names
+    kept = json.loads(path.read_text())
+    if kept["seed"] != seed or n > kept["n"]:
+        raise SystemExit(f"{path} holds n={kept['n']} seed={kept['seed']}: use another --dir")
+    if n < kept["n"]:  # a random part of a random sample is one: what the time left allows
+        names = draw(kept["names"], n, seed)
+        shrunk = {"n": n, "seed": seed, "names": names, "drawn_from": kept}
+        path.write_text(json.dumps(shrunk, indent=1) + "\n")
+    return list(json.loads(path.read_text())["names"])
 
 
 def run_sample(
