@@ -10,11 +10,12 @@ import pytest
 from PIL import Image
 
 from pricing.bounds import bound_pressure
-from pricing.framing import FAMILIES, Framing, default_framing, parse_framing
+from pricing.framing import FAMILIES, Framing, default_framing, parse_framing, tools_tokens
 from pricing.images import default_image_rule
 from pricing.messages import parse_request
 from pricing.meter import measure
 from pricing.route import Route
+from pricing.tokenizers import get_tokenizer
 
 
 def text_only_route() -> Route:
@@ -64,3 +65,17 @@ def test_an_unknown_framing_family_is_refused_with_the_known_ones_listed() -> No
     assert message.startswith("unknown framing family 'chatml' (known: ")
     listed = message.removeprefix("unknown framing family 'chatml' (known: ").removesuffix(")")
     assert listed.split(", ") == list(FAMILIES)
+
+
+def test_a_family_without_a_tools_rule_prices_its_schemas_as_compact_json() -> None:
+    """Families other than OpenAI's render each tool's schema as JSON in their system prompt:
+    priced as compact JSON with sorted keys (no space after ``,`` or ``:``), plus a message's
+    framing each and the tools preamble."""
+    tool = {"parameters": {"type": "object"}, "name": "lookup"}
+    rendered = '{"name":"lookup","parameters":{"type":"object"}}'
+    tok = get_tokenizer("o200k_base")
+    for family in ("generic", "deepseek"):
+        framing = Framing(family=family)
+        expected = tok.count(rendered) + framing.per_message + framing.tools_preamble
+        assert tools_tokens((tool,), framing, tok) == expected
+        assert tok.count(rendered) < tok.count(rendered.replace(",", ", ").replace(":", ": "))
