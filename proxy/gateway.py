@@ -408,8 +408,12 @@ class Gateway:
         if p.wire.streams(p.request):
             # nothing reaches the client before the provider's first event: a stream that
             # breaks before it is another attempt's to answer
-            opened = as_stream(await self._send(p, leg, request))
-            events = await until_disconnect(request.receive, _primed(opened))
+            try:
+                opened = as_stream(await self._send(p, leg, request))
+                events = await until_disconnect(request.receive, _primed(opened))
+            except ProxyError as err:
+                _failed_attempt(p, sent, err)
+                raise
             self._answered(p, sent)
             try:
                 learnt = await self._exact(p)
@@ -418,7 +422,11 @@ class Gateway:
                 raise
             headers = self.headers(p.estimate, p.held, p.attempts)
             return self._relay(p, leg, events, headers, learnt)
-        completion = as_completion(await self._send(p, leg, request))
+        try:
+            completion = as_completion(await self._send(p, leg, request))
+        except ProxyError as err:
+            _failed_attempt(p, sent, err)
+            raise
         self._answered(p, sent)
         # A bounded request's exact count ran while the provider worked: it is (nearly always)
         # in by now, and the answer's headers, calibration and metrics use it.
@@ -436,7 +444,7 @@ class Gateway:
 
     def _answered(self, p: Flight, sent: float) -> None:
         self.metrics.upstream_latency.labels(p.rc.route.alias).observe(time.perf_counter() - sent)
-        p.ticket.phase("provider", sent)
+        p.ticket.phase("provider", sent, deployment=p.rc.deployment_id)
         if p.attempts is not None:
             p.attempts.answered()
 
@@ -493,7 +501,8 @@ class Gateway:
 
     async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
-        told = provider_traceparent(p.ticket.traceparent, self.records.traced)
+        t = p.ticket
+        told = provider_traceparent(t.traceparent, self.records.traced, t.provider_traceparent)
         p.ticket.provider_traceparent = told
         if told is not None:
             out = replace(out, headers={**out.headers, "traceparent": told})
@@ -717,6 +726,14 @@ def _candidate(rc: RouteConfig, e: Estimate | None) -> router.Candidate:
     return router.Candidate(
         rc.deployment_id, report.budget, report.estimate_before, rc.input_cost_per_token
     )
+
+
+def _failed_attempt(p: Flight, sent: float, err: ProxyError) -> None:
+    """A provider attempt that failed before its answer: a phase of its own in the request's
+    record (and a span in its trace), naming its deployment and its error."""
+    if err.origin == "upstream":
+        code = err.code or str(err.status)
+        p.ticket.phase("provider", sent, deployment=p.rc.deployment_id, error=code)
 
 
 class _Unfit(Exception):

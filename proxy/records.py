@@ -100,6 +100,37 @@ class Phase:
     name: str
     start_ms: float
     duration_ms: float
+    #: A ``provider`` phase is one attempt: the deployment it went to, its failure (the error
+    #: code; None when it answered) and the ``traceparent`` it sent (its span's id).
+    deployment: str | None = None
+    error: str | None = None
+    traceparent: str | None = None
+
+    def as_list(self) -> list[Any]:
+        """``[name, start ms, duration ms]``, and the attempt's facts when it has any."""
+        out: list[Any] = [self.name, round(self.start_ms, 3), round(self.duration_ms, 3)]
+        extra = {
+            k: v
+            for k, v in (
+                ("deployment", self.deployment),
+                ("error", self.error),
+                ("traceparent", self.traceparent),
+            )
+            if v is not None
+        }
+        return [*out, extra] if extra else out
+
+    @classmethod
+    def from_list(cls, item: Sequence[Any]) -> Phase:
+        extra = item[3] if len(item) > 3 and isinstance(item[3], Mapping) else {}
+        return cls(
+            str(item[0]),
+            float(item[1]),
+            float(item[2]),
+            extra.get("deployment"),
+            extra.get("error"),
+            extra.get("traceparent"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +200,7 @@ class RequestRecord:
             "actions": {name: {"count": n, "tokens_removed": t} for name, n, t in self.actions},
             "latency_ms": round(self.latency_ms, 3),
             "upstream_ms": None if self.upstream_ms is None else round(self.upstream_ms, 3),
-            "phases": [
-                [p.name, round(p.start_ms, 3), round(p.duration_ms, 3)] for p in self.phases
-            ],
+            "phases": [p.as_list() for p in self.phases],
             "traceparent": self.traceparent,
             "provider_traceparent": self.provider_traceparent,
             "attempts": self.attempts,
@@ -208,7 +237,7 @@ class RequestRecord:
                 (name, int(a["count"]), int(a["tokens_removed"])) for name, a in actions.items()
             ),
             upstream_ms=d.get("upstream_ms"),
-            phases=tuple(Phase(n, float(s), float(t)) for n, s, t in d.get("phases") or ()),
+            phases=tuple(Phase.from_list(item) for item in d.get("phases") or ()),
             traceparent=d.get("traceparent"),
             provider_traceparent=d.get("provider_traceparent"),
             attempts=d.get("attempts"),
@@ -241,10 +270,29 @@ class Ticket:
     def admitted(self, rc: RouteConfig, team: Team | None) -> None:
         self.rc, self.team = rc, team
 
-    def phase(self, name: str, start: float, end: float | None = None) -> None:
-        """``name`` ran from ``start`` to ``end`` (``time.perf_counter()`` values; now)."""
+    def phase(
+        self,
+        name: str,
+        start: float,
+        end: float | None = None,
+        *,
+        deployment: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """``name`` ran from ``start`` to ``end`` (``time.perf_counter()`` values; now); a
+        provider attempt says its ``deployment``, its ``error`` and the traceparent it sent."""
         end = time.perf_counter() if end is None else end
-        self.phases.append(Phase(name, (start - self.started) * 1000, (end - start) * 1000))
+        told = self.provider_traceparent if name == "provider" else None
+        self.phases.append(
+            Phase(
+                name,
+                (start - self.started) * 1000,
+                (end - start) * 1000,
+                deployment,
+                error,
+                told,
+            )
+        )
         if name == "provider":
             self.upstream_ms = (end - start) * 1000
 

@@ -29,7 +29,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from proxy.records import RequestRecord, Sink
+from proxy.records import Phase, RequestRecord, Sink
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -66,13 +66,17 @@ def _parsed(traceparent: str | None) -> tuple[str, str, str] | None:
     return trace_id, span_id, flags
 
 
-def provider_traceparent(client: str | None, traced: bool) -> str | None:
-    """The ``traceparent`` an attempt sends to the provider. Traced: the client's trace (or a
-    new one) with a new span id, the one the attempt's span is drawn with later. Not traced:
-    the client's own header, passed on (None when it sent none or an invalid one)."""
+def provider_traceparent(
+    client: str | None, traced: bool, before: str | None = None
+) -> str | None:
+    """The ``traceparent`` an attempt sends to the provider. Traced: the client's trace (else
+    the one an earlier attempt of the request began, ``before``, else a new one) with a new span
+    id, the one the attempt's span is drawn with later. Not traced: the client's own header,
+    passed on (None when it sent none or an invalid one)."""
     found = _parsed(client)
     if not traced:
         return client.strip() if found is not None and client is not None else None
+    found = found or _parsed(before)
     trace_id, flags = (found[0], found[2]) if found else (secrets.token_hex(16), "01")
     return f"00-{trace_id}-{secrets.token_hex(8)}-{flags}"
 
@@ -160,16 +164,19 @@ class Traces:
         for phase in record.phases:
             child_start = start + int(phase.start_ms * 1e6)
             kind = SpanKind.CLIENT if phase.name == "provider" else SpanKind.INTERNAL
-            if phase.name == "provider" and told is not None:
-                self._ids.span_id = int(told[1], 16)  # the span the provider was told of
+            sent = _parsed(phase.traceparent)
+            if sent is not None:
+                self._ids.span_id = int(sent[1], 16)  # the span the provider was told of
             child = self._tracer.start_span(
                 f"routefit.{phase.name}",
                 context=inside,
                 kind=kind,
-                attributes=_phase_attributes(record, phase.name, provider),
+                attributes=_phase_attributes(record, phase, provider),
                 start_time=child_start,
             )
             self._ids.span_id = None
+            if phase.error is not None:
+                child.set_status(Status(StatusCode.ERROR, phase.error))
             child.end(end_time=child_start + int(phase.duration_ms * 1e6))
         span.end(end_time=start + int(record.latency_ms * 1e6))
 
@@ -178,7 +185,8 @@ class Traces:
         self._provider.shutdown()
 
 
-def _phase_attributes(record: RequestRecord, phase: str, provider: str | None) -> dict[str, Any]:
+def _phase_attributes(record: RequestRecord, p: Phase, provider: str | None) -> dict[str, Any]:
+    phase = p.name
     if phase == "fit":
         fit = {"routefit.estimate": record.prompt_estimate, "routefit.budget": record.budget}
         for name, count, _tokens in record.actions:
@@ -192,6 +200,10 @@ def _phase_attributes(record: RequestRecord, phase: str, provider: str | None) -
             out["gen_ai.provider.name"] = provider
         if record.model:
             out["gen_ai.request.model"] = record.model
+        if p.deployment is not None:
+            out["routefit.deployment"] = p.deployment
+        if p.error is not None:
+            out["error.type"] = p.error
         return out
     return {}
 

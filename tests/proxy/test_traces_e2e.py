@@ -104,8 +104,11 @@ def gw(sim: Any, receiver: Receiver, tmp_path_factory: Any) -> Iterator[Running]
             model_info={"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
         ),
         sim_route("other", sim.base_url, "gpt-4o"),
+        # two deployments of one model (each entry one), so that a failure is failed over
+        sim_route("flaky", sim.base_url, "gpt-4o"),
+        sim_route("flaky", sim.base_url, "gpt-4o"),
     ]
-    teams = [{"id": "traced", "keys": [KEY], "routes": ["priced"]}]
+    teams = [{"id": "traced", "keys": [KEY], "routes": ["priced", "flaky"]}]
     path = gateway_config(tmp_path_factory.mktemp("traces") / "c.yaml", routes, teams=teams)
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
@@ -246,3 +249,42 @@ def test_without_traces_the_client_s_traceparent_goes_to_the_provider_as_it_came
     ]
     expected = sent if sent and "zz" not in sent else None
     assert seen["headers"].get("traceparent") == expected
+
+
+def test_each_provider_attempt_is_a_span_of_its_own(
+    gw: Running, receiver: Receiver, sim: Any
+) -> None:
+    """A failover: the first attempt's 500 and the answering attempt are two provider spans
+    under the request's, each naming its deployment, the failed one with its error, each with
+    the span id its own request told the provider."""
+    text = "fail over " + uuid.uuid4().hex
+    sim.inject("status:500", 1, path="/v1/chat/completions")
+    reply = httpx.post(
+        gw.v1 + "/chat/completions",
+        json={"model": "flaky", "messages": [{"role": "user", "content": text}]},
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-routefit-attempts"] == "2"
+    sent = [
+        r["headers"]["traceparent"].split("-")
+        for r in sim.requests(path="/v1/chat/completions")
+        if r["body"]["messages"][-1]["content"] == text
+    ]
+    assert len(sent) == 2 and sent[0][1] == sent[1][1]  # one trace, two spans told
+    [(_, span)] = receiver.wait_for(1, sent[0][1], **{"routefit.kind": "serve"})
+    deadline = time.monotonic() + 20
+    while True:
+        attempts = [c for c in receiver.children(span) if c.name == "routefit.provider"]
+        if len(attempts) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    attempts.sort(key=lambda c: c.start_time_unix_nano)
+    assert [c.span_id.hex() for c in attempts] == [sent[0][2], sent[1][2]]
+    failed, answered = (_values(c.attributes) for c in attempts)
+    assert failed["error.type"] and "error.type" not in answered
+    assert attempts[0].status.code == attempts[0].status.STATUS_CODE_ERROR
+    assert answered["routefit.deployment"] == reply.headers["x-routefit-deployment"]
+    # failed over: the other deployment of the model answered
+    assert failed["routefit.deployment"] != answered["routefit.deployment"]
