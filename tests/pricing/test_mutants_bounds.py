@@ -7,11 +7,11 @@ import base64
 import io
 
 import pytest
+from gpt4o_route import gpt4o_route
 from PIL import Image
 
 from pricing.bounds import bound_pressure
-from pricing.framing import FAMILIES, Framing, default_framing, parse_framing, tools_tokens
-from pricing.images import default_image_rule
+from pricing.framing import FAMILIES, Framing, parse_framing, tools_tokens
 from pricing.messages import parse_request
 from pricing.meter import measure
 from pricing.route import Route
@@ -19,16 +19,7 @@ from pricing.tokenizers import get_tokenizer
 
 
 def text_only_route() -> Route:
-    return Route(
-        alias="bounds",
-        model="gpt-4o",
-        context_window=200_000,
-        max_output_tokens=1024,
-        tokenizer="o200k_base",
-        framing=default_framing("gpt-4o", "o200k_base"),
-        image_rule=default_image_rule("gpt-4o", False),
-        supports_vision=False,
-    )
+    return gpt4o_route(200_000, 1024, vision=False, alias="bounds")
 
 
 def png(width: int, height: int) -> str:

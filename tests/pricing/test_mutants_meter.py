@@ -4,24 +4,16 @@ Gemini rule whose default level is another."""
 
 from __future__ import annotations
 
-from pricing.framing import default_framing
-from pricing.images import default_image_rule, parse_image_rule
+from gpt4o_route import gpt4o_route
+
+from pricing.images import parse_image_rule
 from pricing.messages import parse_request
 from pricing.meter import Memo, measure_messages
 from pricing.route import Route
 
 
 def route() -> Route:
-    return Route(
-        alias="memo",
-        model="gpt-4o",
-        context_window=128_000,
-        max_output_tokens=1024,
-        tokenizer="o200k_base",
-        framing=default_framing("gpt-4o", "o200k_base"),
-        image_rule=default_image_rule("gpt-4o", True),
-        supports_vision=True,
-    )
+    return gpt4o_route(128_000, 1024, alias="memo")
 
 
 def test_a_memoised_message_met_at_another_index_is_priced_at_that_index() -> None:

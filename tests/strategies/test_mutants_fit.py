@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from gpt4o_route import gpt4o_route
+
 from pricing.calibration import FEATURES, FRAMING, Correction, _legacy
-from pricing.framing import default_framing
-from pricing.images import default_image_rule
 from pricing.messages import ChatRequest, parse_request
 from pricing.route import Route
 from strategies.fit import fit, fit_bounded
@@ -18,16 +18,7 @@ from strategies.policy import FitPolicy, output_limit, reserve_floor
 
 
 def route(window: int, max_output: int = 4096) -> Route:
-    return Route(
-        alias="test",
-        model="gpt-4o",
-        context_window=window,
-        max_output_tokens=max_output,
-        tokenizer="o200k_base",
-        framing=default_framing("gpt-4o", "o200k_base"),
-        image_rule=default_image_rule("gpt-4o", True),
-        supports_vision=True,
-    )
+    return gpt4o_route(window, max_output)
 
 
 def conversation(turns: int, cap: int | None = None) -> ChatRequest:

@@ -5,11 +5,10 @@ a refusal that the reservation causes says so and names the cap that would fit."
 from __future__ import annotations
 
 import pytest
+from gpt4o_route import gpt4o_route
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pricing.framing import default_framing
-from pricing.images import default_image_rule
 from pricing.messages import parse_request
 from pricing.route import Route
 from strategies.fit import FitError, fit
@@ -26,16 +25,7 @@ from strategies.policy import (
 
 
 def route(window: int, max_output: int) -> Route:
-    return Route(
-        alias="test",
-        model="gpt-4o",
-        context_window=window,
-        max_output_tokens=max_output,
-        tokenizer="o200k_base",
-        framing=default_framing("gpt-4o", "o200k_base"),
-        image_rule=default_image_rule("gpt-4o", True),
-        supports_vision=True,
-    )
+    return gpt4o_route(window, max_output)
 
 
 def request(words: int, cap: int | None, history: int = 0):
