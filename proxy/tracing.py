@@ -66,9 +66,7 @@ def _parsed(traceparent: str | None) -> tuple[str, str, str] | None:
     return trace_id, span_id, flags
 
 
-def provider_traceparent(
-    client: str | None, traced: bool, before: str | None = None
-) -> str | None:
+def provider_traceparent(client: str | None, traced: bool, before: str | None = None) -> str | None:
     """The ``traceparent`` an attempt sends to the provider. Traced: the client's trace (else
     the one an earlier attempt of the request began, ``before``, else a new one) with a new span
     id, the one the attempt's span is drawn with later. Not traced: the client's own header,
