@@ -34,6 +34,7 @@ __all__ = [
     "CONTEXT_CHOICES",
     "DEPLOYMENT_HEADER",
     "RETRYABLE",
+    "SKIPPED",
     "Attempt",
     "Backoff",
     "Candidate",
@@ -61,6 +62,10 @@ __all__ = [
 Kind = Literal[
     "connection", "timeout", "rate_limit", "server", "auth", "bad_request", "content_policy"
 ]
+#: The outcome of a deployment that could not take the request (its window, its image rule,
+#: its missing key): nothing was sent; on to the next deployment as after a refused key, but
+#: not an attempt the client is told of.
+SKIPPED = "skipped"
 #: Failures worth another attempt: the provider's or the network's, not the request's.
 RETRYABLE: frozenset[str] = frozenset({"connection", "timeout", "rate_limit", "server"})
 #: Kinds counted by LiteLLM's per-kind policies under another kind's name.
@@ -306,12 +311,21 @@ class Plan:
     attempts: tuple[Attempt, ...]
     group: int = 0
     retries: int = 0
-    #: Deployments refused for authentication in this request: never tried again.
+    #: Deployments refused for authentication in this request, or skipped as unable to take
+    #: it: never tried again.
     refused: frozenset[str] = frozenset()
+    #: Attempts skipped before anything was sent (``SKIPPED``): in the plan, not in the count
+    #: of attempts the client is told.
+    skipped: int = 0
 
     @property
     def current(self) -> Attempt:
         return self.attempts[-1]
+
+    @property
+    def sent(self) -> int:
+        """Attempts that reached (or are reaching) a provider: the current one included."""
+        return self.current.number - self.skipped
 
 
 def _chain(alias: str, policy: Policy) -> tuple[str, ...]:
@@ -362,6 +376,9 @@ def advance(p: Plan, outcome: Outcome) -> Plan | None:
     kind = outcome.kind
     if kind is None or outcome.relayed:
         return None
+    skipped = p.skipped + (kind == SKIPPED)
+    if kind == SKIPPED:
+        kind = "auth"  # moves on the same way: to the next deployment, never this one again
     if kind not in RETRYABLE and kind != "auth":
         # The request's own fault: its answer, unless retry_policy names the kind (LiteLLM's
         # BadRequestErrorRetries); never a fallback, which would fail the same way.
@@ -381,6 +398,7 @@ def advance(p: Plan, outcome: Outcome) -> Plan | None:
                 p,
                 attempts=(*p.attempts, Attempt(number, found, "next_deployment")),
                 refused=refused,
+                skipped=skipped,
             )
     elif p.retries < p.policy.retries_for(kind):
         found = _within(p, "retry", refused)
@@ -392,7 +410,12 @@ def advance(p: Plan, outcome: Outcome) -> Plan | None:
         if first is not None:
             attempt = Attempt(number, first, "fallback")
             return replace(
-                p, attempts=(*p.attempts, attempt), group=group, retries=0, refused=refused
+                p,
+                attempts=(*p.attempts, attempt),
+                group=group,
+                retries=0,
+                refused=refused,
+                skipped=skipped,
             )
     return None
 
@@ -441,7 +464,7 @@ ATTEMPTS_HEADER = "x-routefit-attempts"
 
 def headers(p: Plan) -> dict[str, str]:
     """What the response says of its route: the answering deployment, the attempts made."""
-    return {DEPLOYMENT_HEADER: p.current.deployment.id, ATTEMPTS_HEADER: str(p.current.number)}
+    return {DEPLOYMENT_HEADER: p.current.deployment.id, ATTEMPTS_HEADER: str(p.sent)}
 
 
 # --- context-window fallbacks: a decision input -------------------------------------------------

@@ -264,8 +264,6 @@ class Attempts:
     #: When the client gives up (``time.perf_counter()``; ``client_deadline``), if it said.
     deadline: float | None = None
     _sent: float = 0.0
-    #: Attempts sent to a provider (a deployment skipped as unable to take the request is none).
-    sent: int = 0
     #: The plan as it stood at the last failed attempt (what answers when no other can).
     _answered_by: router.Plan | None = None
     #: A context-window fallback's decision (``router.choose_window``): fits, kept or cut.
@@ -286,8 +284,6 @@ class Attempts:
 
     def headers(self) -> dict[str, str]:
         out = router.headers(self.plan)
-        if self.sent:  # what reached a provider, not the plan's rank (skipped ones are not)
-            out[router.ATTEMPTS_HEADER] = str(self.sent)
         if self.context is not None:
             out[CONTEXT_HEADER] = self.context
         return out
@@ -307,7 +303,6 @@ class Attempts:
     def began(self, tokens: int) -> None:
         """The current attempt is being sent with ``tokens`` of prompt."""
         self._sent = time.perf_counter()
-        self.sent += 1
         if self.tracked:
             ident, now = self.deployment, self.routing.clock()
             store = self.routing.store
@@ -362,7 +357,7 @@ class Attempts:
         log.info(
             "routing %s: attempt %d on %s (%s) after %s on %s: HTTP %s %s; waiting %.2fs",
             failed.deployment.alias,
-            nxt.current.number,
+            nxt.sent,
             nxt.current.deployment.id,
             nxt.current.reason,
             kind,
@@ -381,7 +376,7 @@ class Attempts:
         nothing against the deployment; False when none is left (the last failed attempt's
         plan is current again: its failure is the answer)."""
         skipped = self.deployment
-        nxt = router.advance(self.plan, router.Outcome("auth"))
+        nxt = router.advance(self.plan, router.Outcome(router.SKIPPED))
         if nxt is None:
             self.plan = self._answered_by or self.plan
             return False
@@ -390,7 +385,7 @@ class Attempts:
             self.alias,
             skipped,
             err.message,
-            nxt.current.number,
+            nxt.sent,
             nxt.current.deployment.id,
         )
         self.plan = nxt

@@ -15,6 +15,7 @@ from proxy.config import parse_config
 from proxy.router import (
     ATTEMPTS_HEADER,
     DEPLOYMENT_HEADER,
+    SKIPPED,
     Backoff,
     Candidate,
     Deployment,
@@ -427,6 +428,20 @@ def test_headers_name_the_deployment_that_answered_and_the_attempts() -> None:
     p = advance(p, _FAIL)
     assert p is not None
     assert headers(p) == {DEPLOYMENT_HEADER: p.current.deployment.id, ATTEMPTS_HEADER: "2"}
+
+
+def test_a_skipped_deployment_moves_on_but_is_no_attempt() -> None:
+    """A deployment that cannot take the request (nothing sent) is left like one that refused
+    its key — the next deployment, never this one again — without counting as an attempt."""
+    p = _plan(Policy(num_retries=0))
+    assert p is not None
+    first = p.current.deployment.id
+    skipped = advance(p, Outcome(SKIPPED))
+    assert skipped is not None and skipped.current.deployment.id != first
+    assert first in skipped.refused
+    assert headers(skipped)[ATTEMPTS_HEADER] == "1"
+    failed = advance(skipped, Outcome("auth"))  # a refused key is an attempt
+    assert failed is not None and headers(failed)[ATTEMPTS_HEADER] == "2"
 
 
 # --- a context-window fallback is a decision ------------------------------------------------------
