@@ -404,7 +404,6 @@ class Gateway:
         sent = time.perf_counter()
         if p.attempts is not None:
             p.attempts.began(p.estimate.tokens)
-            p.ticket.attempts = p.attempts.sent
         if p.wire.streams(p.request):
             # nothing reaches the client before the provider's first event: a stream that
             # breaks before it is another attempt's to answer

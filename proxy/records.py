@@ -153,7 +153,8 @@ class RequestRecord:
     #: ``x-routefit-deployment`` header names, and that deployment's upstream model.
     deployment: str | None = None
     model: str | None = None
-    #: The provider attempts it took (``x-routefit-attempts``): retries and failovers included.
+    #: The provider attempts it took (``x-routefit-attempts``): retries and failovers included
+    #: (its ``provider`` phases; None when nothing was sent).
     attempts: int | None = None
     stream: bool = False
     error_code: str | None = None
@@ -172,8 +173,6 @@ class RequestRecord:
     phases: tuple[Phase, ...] = ()
     #: The client's W3C ``traceparent`` header, as sent (the trace a span joins).
     traceparent: str | None = None
-    #: The ``traceparent`` the answering attempt sent the provider (``proxy.tracing``).
-    provider_traceparent: str | None = None
     #: The request body, redacted: only when the operator opted in, only in the log line.
     contents: Any = field(default=None, compare=False)
 
@@ -202,7 +201,6 @@ class RequestRecord:
             "upstream_ms": None if self.upstream_ms is None else round(self.upstream_ms, 3),
             "phases": [p.as_list() for p in self.phases],
             "traceparent": self.traceparent,
-            "provider_traceparent": self.provider_traceparent,
             "attempts": self.attempts,
         }
         if contents and self.contents is not None:
@@ -239,7 +237,6 @@ class RequestRecord:
             upstream_ms=d.get("upstream_ms"),
             phases=tuple(Phase.from_list(item) for item in d.get("phases") or ()),
             traceparent=d.get("traceparent"),
-            provider_traceparent=d.get("provider_traceparent"),
             attempts=d.get("attempts"),
         )
 
@@ -259,16 +256,19 @@ class Ticket:
     key: str | None = field(default=None, repr=False)
     phases: list[Phase] = field(default_factory=list)
     upstream_ms: float | None = None
-    #: The ``traceparent`` the latest attempt sent the provider (``proxy.tracing``).
+    #: The ``traceparent`` the latest attempt sent the provider (``proxy.tracing``): its
+    #: ``provider`` phase keeps it.
     provider_traceparent: str | None = None
-    #: Attempts made so far (the gateway counts each one it sends).
-    attempts: int | None = None
     #: Once admitted: the route and the team (a refusal while pricing still names them).
     rc: RouteConfig | None = None
     team: Team | None = None
 
     def admitted(self, rc: RouteConfig, team: Team | None) -> None:
         self.rc, self.team = rc, team
+
+    def attempts(self) -> int | None:
+        """The provider attempts made: one ``provider`` phase each (None: nothing was sent)."""
+        return sum(p.name == "provider" for p in self.phases) or None
 
     def phase(
         self,
@@ -440,8 +440,7 @@ class Records:
             upstream_ms=t.upstream_ms,
             phases=tuple(t.phases),
             traceparent=t.traceparent,
-            provider_traceparent=t.provider_traceparent,
-            attempts=t.attempts,
+            attempts=t.attempts(),
             contents=redact_value(dict(e.request.body)) if self.settings.contents else None,
         )
 

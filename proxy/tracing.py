@@ -139,7 +139,7 @@ class Traces:
 
         carrier = {"traceparent": record.traceparent} if record.traceparent else {}
         parent = self._propagator.extract(carrier)
-        told = _parsed(record.provider_traceparent)
+        told = next((_parsed(p.traceparent) for p in record.phases if p.traceparent), None)
         if told is not None and not carrier:
             # the trace the provider was told of, begun for this request (a client's trace
             # comes with its parent)
