@@ -71,13 +71,7 @@ class MissingKey:
         )
 
 
-def key_sources(model_list: Any) -> dict[str, KeySource]:
-    """Per alias, the key source of its first ``model_list`` entry (what the dashboard and the
-    health endpoints show for the route)."""
-    return {alias: found[0] for alias, found in entry_key_sources(model_list).items()}
-
-
-def entry_key_sources(model_list: Any) -> dict[str, list[KeySource]]:
+def key_sources(model_list: Any) -> dict[str, list[KeySource]]:
     """Per alias, the key source of each of its ``model_list`` entries, in file order: its
     deployments, in the order the loader lists them (``Config.deployments``)."""
     out: dict[str, list[KeySource]] = {}
@@ -98,35 +92,33 @@ def entry_key_sources(model_list: Any) -> dict[str, list[KeySource]]:
     return out
 
 
-def missing_provider_keys(
-    config: Config, sources: Mapping[str, KeySource]
-) -> tuple[MissingKey, ...]:
-    """Routes that would be forwarded keyless: the key names an unset variable and the route
-    does not forward the client's key."""
-    missing = []
-    for alias, rc in config.routes.items():
-        found = _missing(rc, sources.get(alias))
-        if found is not None:
-            missing.append(found)
-    return tuple(missing)
-
-
-def _missing(rc: RouteConfig, source: KeySource | None) -> MissingKey | None:
-    if source is None or source.env is None or source.forward_client_key:
-        return None
-    return MissingKey(rc.route.alias, source.env) if rc.upstream.api_key is None else None
-
-
 def by_deployment(
-    config: Config, entries: Mapping[str, Sequence[KeySource]]
+    config: Config, sources: Mapping[str, Sequence[KeySource]]
 ) -> dict[str, KeySource]:
     """Deployment id → the key source of its own entry (an alias's entries and its
-    deployments are both in file order)."""
+    deployments are both in file order). Every deployment of an alias has its own key: one
+    may be set and another not, one may forward the client's key."""
     out: dict[str, KeySource] = {}
     for alias in config.routes:
-        for rc, source in zip(config.deployments(alias), entries.get(alias, ()), strict=False):
-            out[rc.deployment_id] = source
+        found = sources.get(alias, ())
+        for i, rc in enumerate(config.deployments(alias)):
+            out[rc.deployment_id] = found[i] if i < len(found) else KeySource()
     return out
+
+
+def missing_provider_keys(
+    config: Config, sources: Mapping[str, Sequence[KeySource]]
+) -> dict[str, MissingKey]:
+    """Deployment id → its missing key, for the deployments that would be forwarded keyless:
+    the key names an unset variable and the deployment does not forward the client's key."""
+    own = by_deployment(config, sources)
+    missing: dict[str, MissingKey] = {}
+    for rc in config.every_deployment():
+        source = own[rc.deployment_id]
+        keyless = rc.upstream.api_key is None and not source.forward_client_key
+        if keyless and source.env is not None:
+            missing[rc.deployment_id] = MissingKey(rc.route.alias, source.env)
+    return missing
 
 
 def provider_key_missing(alias: str, env: str) -> ProxyError:
@@ -147,29 +139,18 @@ class ProviderKeys:
     """The request-path check: the upstream to forward to, with the key it must carry."""
 
     def __init__(
-        self,
-        config: Config,
-        sources: Mapping[str, KeySource],
-        teams_open: bool,
-        deployments: Mapping[str, KeySource] | None = None,
+        self, config: Config, sources: Mapping[str, Sequence[KeySource]], teams_open: bool
     ) -> None:
-        #: Per alias, its first entry's (what the dashboard and health endpoints show).
-        self.sources = dict(sources)
         self.teams_open = teams_open
-        self.missing = {m.alias: m for m in missing_provider_keys(config, sources)}
-        #: Per deployment, its own entry's: what a request to that deployment needs. Every
-        #: deployment of an alias has its own key (one may be set and another not, one may
-        #: forward the client's key): an alias's first entry does not speak for the others.
-        own = dict(deployments) if deployments is not None else {}
-        for rc in config.every_deployment():
-            own.setdefault(rc.deployment_id, sources.get(rc.route.alias) or KeySource(None))
-        self._own = own
-        self._missing = {
-            rc.deployment_id: m
-            for rc in config.every_deployment()
-            if (m := _missing(rc, own.get(rc.deployment_id))) is not None
-        }
-        for m in self._missing.values():  # a route is flagged when any deployment lacks its key
+        #: Deployment id → its own entry's key source, and its missing key: what a request to
+        #: that deployment needs.
+        self._own = by_deployment(config, sources)
+        self._missing = missing_provider_keys(config, sources)
+        #: Per alias, as the dashboard and health endpoints show a route: its first entry's
+        #: source, and a missing key when any of its deployments lacks one.
+        self.sources = {alias: found[0] for alias, found in sources.items() if found}
+        self.missing: dict[str, MissingKey] = {}
+        for m in self._missing.values():
             self.missing.setdefault(m.alias, m)
 
     @classmethod
@@ -182,9 +163,7 @@ class ProviderKeys:
         except (OSError, yaml.YAMLError):
             data = None
         raw = data.get("model_list") if isinstance(data, Mapping) else None
-        entries = entry_key_sources(raw)
-        first = {alias: found[0] for alias, found in entries.items()}
-        return cls(config, first, teams_open, by_deployment(config, entries))
+        return cls(config, key_sources(raw), teams_open)
 
     def log_warnings(self) -> None:
         for m in self.missing.values():
@@ -193,7 +172,7 @@ class ProviderKeys:
     def upstream(self, rc: RouteConfig, headers: Mapping[str, str]) -> Upstream:
         """``rc.upstream``, or a copy carrying the client's key; raises provider_key_missing."""
         alias = rc.route.alias
-        source = self._own.get(rc.deployment_id) or self.sources.get(alias)
+        source = self._own.get(rc.deployment_id)
         if source is not None and source.forward_client_key:
             key = self.client_key(headers)
             if key is None:

@@ -33,7 +33,7 @@ def _keys(teams_open: bool = True) -> tuple[object, ProviderKeys]:
 def test_only_routes_whose_named_variable_is_unset_are_missing() -> None:
     data = yaml.safe_load(CONFIG)
     config = parse_config(data, "routes.yaml", environ={"KEYED_KEY": "sk-real"})
-    missing = missing_provider_keys(config, key_sources(data["model_list"]))
+    missing = list(missing_provider_keys(config, key_sources(data["model_list"])).values())
     assert [(m.alias, m.env) for m in missing] == [("unset", "UNSET_KEY")]
     assert "UNSET_KEY is unset" in missing[0].warning()
 
