@@ -72,9 +72,20 @@ class Receiver:
             assert time.monotonic() < deadline, f"spans with {attrs} never arrived"
             time.sleep(0.05)
 
-    def children(self, span: Any) -> list[Any]:
-        with self.lock:
-            return [s for _, s in self.spans if s.parent_span_id == span.span_id]
+    def children(self, span: Any, at_least: int = 0, name: str | None = None) -> list[Any]:
+        """``span``'s children (named ``name``), once at least ``at_least`` have arrived (or
+        what came within 20 s: the assertion that follows says what is missing)."""
+        deadline = time.monotonic() + 20
+        while True:
+            with self.lock:
+                found = [
+                    s
+                    for _, s in self.spans
+                    if s.parent_span_id == span.span_id and name in (None, s.name)
+                ]
+            if len(found) >= at_least or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
 
 
 def _values(attributes: Any) -> dict[str, Any]:
@@ -177,12 +188,7 @@ def test_a_request_is_one_server_span_with_genai_attributes_and_phase_children(
 
 
 def _child_names(receiver: Receiver, span: Any) -> list[str]:
-    deadline = time.monotonic() + 20
-    while True:
-        names = sorted(c.name for c in receiver.children(span))
-        if len(names) >= 3 or time.monotonic() > deadline:
-            return names
-        time.sleep(0.05)
+    return sorted(c.name for c in receiver.children(span, at_least=3))
 
 
 def test_a_refusal_is_a_span_with_its_error_and_a_new_trace_without_traceparent(
@@ -274,12 +280,7 @@ def test_each_provider_attempt_is_a_span_of_its_own(
     ]
     assert len(sent) == 2 and sent[0][1] == sent[1][1]  # one trace, two spans told
     [(_, span)] = receiver.wait_for(1, sent[0][1], **{"routefit.kind": "serve"})
-    deadline = time.monotonic() + 20
-    while True:
-        attempts = [c for c in receiver.children(span) if c.name == "routefit.provider"]
-        if len(attempts) >= 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    attempts = receiver.children(span, at_least=2, name="routefit.provider")
     attempts.sort(key=lambda c: c.start_time_unix_nano)
     assert [c.span_id.hex() for c in attempts] == [sent[0][2], sent[1][2]]
     failed, answered = (_values(c.attributes) for c in attempts)
