@@ -10,8 +10,9 @@ Everything before forwarding is routefit's own overhead. Three ways to reach the
 request goes on, cheapest first:
 
 * **proved by a bound** (bodies over ``_BOUND_ABOVE``): a cheap upper bound (``pricing.bounds``)
-  under the budget lets the request go untouched at once, and the exact fit is counted in a
-  thread meanwhile (``Estimator.exact`` swaps it in once the provider answered). A bound over
+  under the budget lets the request go untouched at once, and answered on that bound; its exact
+  fit is counted in a thread meanwhile, and swapped in after the answer (``Estimator.exact``) for
+  the calibration, the request log and the settlement. A bound over
   the budget is first tightened by counting the biggest texts in part (``pricing.bounds.Proof``):
   a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
 * **counted** (every other request): the exact fit, anchored on the provider's own count of a
@@ -56,9 +57,9 @@ __all__ = ["Estimate", "Estimator", "Job"]
 log = logging.getLogger("routefit")
 
 #: Bodies above this size are first proved to fit by a cheap upper bound (``pricing.bounds``);
-#: when the proof holds they go at once and are counted exactly in a thread meanwhile, and the
-#: answer waits only for the later of the provider and the count, so its headers, calibration
-#: and metrics are exact. Smaller ones cost less to count (and are mostly cached) than twice.
+#: when the proof holds they go at once and are counted exactly in a thread meanwhile; the answer
+#: goes out on the bound, and the exact figures serve the calibration, the request log and the
+#: metrics after it. Smaller ones cost less to count (and are mostly cached) than twice.
 _BOUND_ABOVE = 16 * 1024
 #: After a provider overflow the correction is scaled to the provider's count and this much
 #: more: the refit gets one more attempt, and the part the count does not pin down (what the
@@ -118,6 +119,12 @@ class Estimate:
     bound: bool = False
     #: On the bounded path: the exact fit, counted in a thread while the request is forwarded.
     counting: asyncio.Future[Fit] | None = None
+
+    @property
+    def kind(self) -> str:
+        """What ``tokens`` is: ``bound`` (an upper bound of the calibrated estimate, which the
+        request was proved and reserved on), ``anchored`` or ``counted``."""
+        return "bound" if self.bound else ("anchored" if self.anchored else "counted")
 
     @property
     def wire(self) -> Wire:
@@ -272,7 +279,8 @@ class Estimator:
         (anchored on the provider's count of a prefix when one is known) is under the budget.
         A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
         args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
-        # a proof may count (part of) the texts: off the loop where a fit would be
+        # a proof may count (part of) the texts: off the loop where a fit would be (threading
+        # every proof that may count costs a 120k-token prompt ~12 ms more at c1: bench/REPORT.md)
         # (an image that cannot be priced is the client's ``RequestError``: the gateway's 400)
         fitted = await self.fairness.run(job.who, job.size, bounded_output, *args)
         if fitted is None:
@@ -292,9 +300,14 @@ class Estimator:
         return Estimate(job, team, started, fitted, tokens, keys, hit, True, counting)
 
     async def exact(self, e: Estimate) -> Estimate:
-        """A bounded request's exact figures (awaited after forwarding it): a new estimate, no
-        longer a bound — or still one, with nothing under way, when they could not be had
-        (nothing is then learnt from the request). ``e`` itself when nothing is under way."""
+        """A bounded request's exact figures: a new estimate, no longer a bound — or still one,
+        with nothing under way, when they could not be had (nothing is then learnt from the
+        request). ``e`` itself when nothing is under way.
+
+        Awaited once the answer is on its way (or the provider refused the request), never
+        before answering: the count, started beside the forward, is nearly always in by then
+        (a provider takes longer to read a big prompt than routefit takes to count it), and
+        when it is not, the client does not wait for it."""
         if e.counting is None:
             return e
         try:

@@ -195,6 +195,7 @@ class Gateway:
             "x-routefit-route": p.rc.route.alias,
             "x-routefit-budget": str(p.fitted.report.budget),
             "x-routefit-prompt-tokens": str(p.tokens),
+            "x-routefit-prompt-tokens-kind": p.kind,
             "x-routefit-actions": p.fitted.report.actions.header(),
         }
         output = p.fitted.report.output
@@ -415,28 +416,25 @@ class Gateway:
                 raise
             self._answered(p, sent)
             try:
-                learnt = await self._exact(p)
+                headers = await self._told(p)
             except BaseException:
                 await events.aclose()
                 raise
-            headers = self.headers(p.estimate, p.held, p.attempts)
-            return self._relay(p, leg, events, headers, learnt)
+            return self._relay(p, leg, events, headers)
         try:
             completion = as_completion(await self._send(p, leg, request))
         except ProxyError as err:
             _failed_attempt(p, sent, err)
             raise
         self._answered(p, sent)
-        # A bounded request's exact count ran while the provider worked: it is (nearly always)
-        # in by now, and the answer's headers, calibration and metrics use it.
-        learnt = await self._exact(p)
         answer = p.wire.answer(p.request, completion, leg.wire)
         self.metrics.requests.labels(route, "200").inc()
         # Learnt and settled after the response is sent: the client waits for neither the
-        # calibration nor the store (nothing awaits before ``Estimator.learn`` runs, so a client's
-        # next request still finds it learnt).
-        after = BackgroundTask(self._after, p, answer.usage, learnt)
-        headers = self.headers(p.estimate, p.held, p.attempts)
+        # calibration nor the store (nothing awaits before ``Estimator.learn`` runs unless a
+        # bound-proved request's count is still under way, so a client's next request
+        # nearly always finds it learnt).
+        after = BackgroundTask(self._after, p, answer.usage)
+        headers = await self._told(p)
         return Response(
             answer.body, headers=headers, media_type="application/json", background=after
         )
@@ -447,18 +445,30 @@ class Gateway:
         if p.attempts is not None:
             p.attempts.answered()
 
+    async def _told(self, p: Flight) -> dict[str, str]:
+        """The answer's headers: on the exact figures when a bound-proved request's count, begun
+        beside the forward, is already in (the usual case: a provider reads a big prompt more
+        slowly than routefit counts it), else on the bound the request was proved and reserved
+        on (``x-routefit-prompt-tokens-kind: bound``): the answer waits for the count only when
+        the operator asked for ``exact_prompt_headers``."""
+        counting = p.estimate.counting
+        if counting is not None and (counting.done() or self.config.settings.exact_prompt_headers):
+            await self._exact(p)
+        return self.headers(p.estimate, p.held, p.attempts)
+
     async def _exact(self, p: Flight) -> bool:
         """The request's exact figures in place of its bound (``Estimator.exact``); False when
         they could not be had: nothing is then learnt from it."""
         p.estimate = await self.estimator.exact(p.estimate)
         return not p.estimate.bound
 
-    async def _after(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
+    async def _after(self, p: Flight, usage: Usage | None) -> None:
         """Learn from the provider's usage and settle the team's reservation to it — when it is
         credible (``Estimator.credible``). One that is not teaches nothing, and the team is
         charged what routefit reserved: its own prompt estimate plus the output reservation
         (docs/security.md, "Untrusted provider usage"). Then the request's record (status 200:
         a whole answer or a finished stream) goes to the request log's sinks."""
+        learnt = await self._exact(p)
         streamed = p.wire.streams(p.request)
         record = self.records.served(p.ticket, p.estimate, 200, usage, stream=streamed)
         try:
@@ -524,9 +534,7 @@ class Gateway:
             self.on_fit(refitted.fitted.report)
         return True
 
-    def _relay(
-        self, p: Flight, leg: Leg, events: EventStream, headers: dict[str, str], learnt: bool
-    ) -> Response:
+    def _relay(self, p: Flight, leg: Leg, events: EventStream, headers: dict[str, str]) -> Response:
         outcome = Outcome()
 
         async def done(disconnected: bool) -> None:
@@ -535,8 +543,9 @@ class Gateway:
             if not outcome.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
             if outcome.completed:
-                await self._after(p, outcome.usage, learnt)
+                await self._after(p, outcome.usage)
                 return
+            learnt = await self._exact(p)
             # Only what the provider itself reported, and credibly, is learnt from (its prompt
             # count is exact even when the stream did not finish); a guess never becomes a sample.
             seen = self.estimator.credible(p.estimate, outcome.usage)

@@ -118,6 +118,11 @@ class Reader:
             raise self.error(where, f"must be an integer >= {minimum}")
         return value
 
+    def boolean(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(where, "must be true or false")
+        return value
+
     def number(self, value: Any, where: str) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise self.error(where, "must be a positive number")

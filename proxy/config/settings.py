@@ -43,6 +43,7 @@ SETTINGS_KEYS = (
             "calibration",
             "upstream_retries",
             "responses_ttl_seconds",
+            "exact_prompt_headers",
         }
     )
     | ACCESS_KEYS
@@ -147,6 +148,10 @@ class Settings:
     budget_failure_mode: str = "open"
     #: Retries (with backoff) of an upstream failure before any byte reached the client.
     upstream_retries: int = 0
+    #: A big prompt proved to fit by a bound is counted beside the forward; its answer waits for
+    #: that count when true (``x-routefit-prompt-tokens`` is then never the bound), and goes
+    #: out on the bound when the count is not in yet when false (proxy/gateway.py ``_told``).
+    exact_prompt_headers: bool = False
     calibration: CalibrationPolicy = field(default_factory=CalibrationPolicy)
     #: The store and its Redis topology (``proxy.store.settings``).
     store: StoreSettings = field(default_factory=StoreSettings)
@@ -224,6 +229,9 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         admin_key_hash=hash_key(admin) if admin else None,
         budget_failure_mode=mode,
         upstream_retries=min(retries, 5),
+        exact_prompt_headers=rd.boolean(
+            raw.get("exact_prompt_headers", False), f"{where}.exact_prompt_headers"
+        ),
         calibration=calibration,
         calibration_refresh=refresh,
         anchor_ttl=anchor_ttl,

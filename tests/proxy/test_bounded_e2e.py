@@ -44,23 +44,55 @@ def gw(sim, tmp_path_factory):
         yield running
 
 
-def ask(gw, alias: str, content: str, stream: bool = False) -> tuple[int, int]:
+def ask(
+    gw,
+    alias: str,
+    content: str,
+    stream: bool = False,
+    kinds: tuple[str, ...] = ("bound", "counted"),
+) -> tuple[int, int]:
+    """(the header's prompt tokens, the provider's), once what the header promises is checked:
+    the exact count when it says ``counted``; when it says ``bound`` (the count begun beside
+    the forward was not in when the provider answered, and the answer does not wait for it),
+    an upper bound of it under the budget."""
     client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0)
     messages = [{"role": "user", "content": content}]
     if not stream:
         raw = client.chat.completions.with_raw_response.create(
             model=alias, messages=messages, max_tokens=16
         )
-        return int(raw.headers["x-routefit-prompt-tokens"]), raw.parse().usage.prompt_tokens
-    raw = client.chat.completions.with_raw_response.create(
-        model=alias,
-        messages=messages,
-        max_tokens=16,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    usage = [chunk.usage for chunk in raw.parse() if chunk.usage is not None]
-    return int(raw.headers["x-routefit-prompt-tokens"]), usage[-1].prompt_tokens
+        actual = raw.parse().usage.prompt_tokens
+    else:
+        raw = client.chat.completions.with_raw_response.create(
+            model=alias,
+            messages=messages,
+            max_tokens=16,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        actual = [chunk.usage for chunk in raw.parse() if chunk.usage is not None][-1].prompt_tokens
+    tokens = int(raw.headers["x-routefit-prompt-tokens"])
+    kind = raw.headers["x-routefit-prompt-tokens-kind"]
+    assert kind in kinds, kind
+    if kind == "bound":
+        assert int(raw.headers["x-routefit-budget"]) >= tokens > actual
+    else:
+        assert tokens == actual
+    return tokens, actual
+
+
+def logged_estimate(gw, actual: int) -> int:
+    """The prompt estimate the request log holds for the answer whose provider count was
+    ``actual`` (written once the request's exact count is in, after the answer)."""
+    deadline = time.monotonic() + 10
+    while True:
+        data = httpx.get(
+            gw.base_url + "/routefit/requests", params={"team": "bounded"}, headers=ADMIN
+        ).json()["data"]
+        found = [r["prompt_estimate"] for r in data if r["prompt_tokens"] == actual]
+        if found or time.monotonic() > deadline:
+            return found[0]
+        time.sleep(0.05)
 
 
 def route_report(gw, alias: str, samples: int) -> dict:
@@ -90,19 +122,36 @@ def test_a_big_new_prompt_goes_on_the_bound_and_calibration_gets_the_exact_count
     estimated = metric(gw, "routefit_prompt_tokens_estimated_total", alias)
     actual_before = metric(gw, "routefit_prompt_tokens_actual_total", alias)
     proofs = metric(gw, "routefit_fit_proofs_total", alias, 'proof="bound"')
-    header, actual = ask(gw, alias, prose(1 + stream, 12_000), stream)
-    # It went on the bound (UTF-8 bytes, ~2.5x the tokens of this prose, under the budget) ...
+    _, actual = ask(gw, alias, prose(1 + stream, 12_000), stream)
+    # It went on the bound (UTF-8 bytes, ~2.5x the tokens of this prose, under the budget), and
+    # its exact count, begun beside the forward, serves the calibration and the request log.
     assert metric(gw, "routefit_fit_proofs_total", alias, 'proof="bound"') == proofs + 1
-    # ... and its exact count, done while the provider worked, is what the answer says.
-    assert header == actual
     report = route_report(gw, alias, before + 1)
     assert report["samples"] == before + 1
-    # The sample and the metrics carry the exact estimate, not the bound: no error at all.
+    # The sample, the metrics and the log carry the exact estimate, not the bound: no error.
     assert report["relative_error"]["max"] == 0.0
+    assert logged_estimate(gw, actual) == actual
     added = metric(gw, "routefit_prompt_tokens_estimated_total", alias) - estimated
     assert (
         added == metric(gw, "routefit_prompt_tokens_actual_total", alias) - actual_before == actual
     )
+
+
+def test_a_small_prompt_is_counted_and_says_so(gw):
+    tokens, actual = ask(gw, "exact", prose(7, 50), kinds=("counted",))
+    assert tokens == actual
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_operator_can_have_the_answer_wait_for_the_exact_count(sim, tmp_path, stream):
+    routes = [sim_route("exact", sim.base_url, "gpt-4o")]
+    teams = [{"id": "bounded", "keys": [TEAM_KEY]}]
+    config = gateway_config(tmp_path / "c.yaml", routes, teams=teams, exact_prompt_headers=True)
+    with run_inprocess(config) as waits:
+        proofs = metric(waits, "routefit_fit_proofs_total", "exact", 'proof="bound"')
+        # proved by its bound as by default, but answered only once it is counted
+        ask(waits, "exact", prose(8 + stream, 12_000), stream, kinds=("counted",))
+        assert metric(waits, "routefit_fit_proofs_total", "exact", 'proof="bound"') == proofs + 1
 
 
 def test_the_dry_run_stays_exact(gw):
@@ -119,10 +168,9 @@ def test_a_bound_over_the_budget_is_tightened_by_counting_part_of_the_prompt(gw)
     content = prose(3, 7_000)
     before = route_report(gw, "tight", 0).get("samples", 0)
     proofs = metric(gw, "routefit_fit_proofs_total", "tight", 'proof="bound"')
-    header, actual = ask(gw, "tight", content)
+    ask(gw, "tight", content)
     assert metric(gw, "routefit_fit_proofs_total", "tight", 'proof="bound"') == proofs + 1
-    # the rest was counted after forwarding: the answer and the sample carry the exact count
-    assert header == actual
+    # the rest was counted after forwarding: the sample carries the exact count
     report = route_report(gw, "tight", before + 1)
     assert report["samples"] == before + 1
     assert report["relative_error"]["max"] == 0.0

@@ -49,7 +49,10 @@ def test_url_images_of_unknown_size_do_not_poison_plain_prompts(sim, tmp_path):
     case; the provider counts each at its real size. A plain prompt afterwards is priced as
     text, not as text inflated by the image tokens routefit never saw."""
     alias = "gpt-4o-mini"
-    config = gateway_config(tmp_path / "c.yaml", [sim_route(alias, sim.base_url)])
+    # the header is what this test measures: the answer waits for a bound's exact count
+    config = gateway_config(
+        tmp_path / "c.yaml", [sim_route(alias, sim.base_url)], exact_prompt_headers=True
+    )
     rng = random.Random(18)
     sizes = [(64, 64), (512, 512), (800, 600), (1600, 1200), (3000, 2000), (300, 4000)]
     with run_inprocess(config) as gw:

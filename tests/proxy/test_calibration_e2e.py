@@ -65,7 +65,9 @@ def settle_samples(base_url: str, alias: str, count: int, timeout: float = 10.0)
 
 def test_estimates_converge_on_an_unknown_tokenizer(sim, tmp_path):
     alias = "mystery"
-    config = gateway_config(tmp_path / "c.yaml", [mystery_route(sim.base_url, alias)])
+    config = gateway_config(
+        tmp_path / "c.yaml", [mystery_route(sim.base_url, alias)], exact_prompt_headers=True
+    )
     rng = random.Random(7)
     with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
@@ -86,7 +88,9 @@ def test_estimates_converge_on_an_unknown_tokenizer(sim, tmp_path):
 
 def test_anchored_multi_turn_sessions_are_within_one_percent(sim, tmp_path):
     alias = "mystery"
-    config = gateway_config(tmp_path / "c.yaml", [mystery_route(sim.base_url, alias)])
+    config = gateway_config(
+        tmp_path / "c.yaml", [mystery_route(sim.base_url, alias)], exact_prompt_headers=True
+    )
     rng = random.Random(11)
     with run_inprocess(config) as gw:
         client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
@@ -337,7 +341,7 @@ def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model):
     info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
     # The vision rule is configured (the simulator's); the tokenizer stays unknown.
     route = sim_route(alias, sim.base_url, model, model_info=info, image_rule="openai-tile")
-    config = gateway_config(tmp_path / "c.yaml", [route])
+    config = gateway_config(tmp_path / "c.yaml", [route], exact_prompt_headers=True)
     rng = random.Random(zlib.crc32(model.encode()) + 17)
     # Interleaved sessions: every request is a sample; anchors help within a session only.
     sessions = [mixed_session(random.Random(rng.random()), 14) for _ in range(5)]
@@ -369,7 +373,7 @@ def test_content_aware_calibration_without_anchors(sim, tmp_path, model):
     info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
     # The vision rule is configured (the simulator's); the tokenizer stays unknown.
     route = sim_route(alias, sim.base_url, model, model_info=info, image_rule="openai-tile")
-    config = gateway_config(tmp_path / "c.yaml", [route])
+    config = gateway_config(tmp_path / "c.yaml", [route], exact_prompt_headers=True)
     rng = random.Random(zlib.crc32(model.encode()) + 29)
     errors = []
     with run_inprocess(config) as gw:

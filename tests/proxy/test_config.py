@@ -212,6 +212,25 @@ def test_structural_errors(tmp_path):
         )
 
 
+def test_exact_prompt_headers_is_a_boolean(tmp_path):
+    routes = [{"model_name": "x", "litellm_params": {"model": "gpt-4o"}}]
+    parsed = parse_config(
+        {"model_list": routes, "routefit_settings": {"exact_prompt_headers": True}},
+        "c.yaml",
+        environ={},
+    )
+    assert parsed.settings.exact_prompt_headers
+    assert not parse_config(
+        {"model_list": routes}, "c.yaml", environ={}
+    ).settings.exact_prompt_headers
+    with pytest.raises(ConfigError, match=r"exact_prompt_headers: must be true or false"):
+        parse_config(
+            {"model_list": routes, "routefit_settings": {"exact_prompt_headers": "yes"}},
+            "c.yaml",
+            environ={},
+        )
+
+
 def test_unreadable_and_invalid_yaml_files(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.yaml")
