@@ -92,10 +92,14 @@ def replay(
     history: list[dict[str, Any]] = []
     prompt = cached = best = 0
     uses: list[float] = []
+    # the prompt against the fit's budget (the window less the output reservation and the
+    # margin: the most a prompt may use), on the requests the fit had to cut
+    budget_uses: list[float] = []
     for step in steps:
         history.extend(step)
         body = {"model": "gpt-4o", "messages": history, "tools": TOOLS, "max_tokens": max_tokens}
-        sent = fit(parse_request(body), route, policy).body
+        fitted = fit(parse_request(body), route, policy)
+        sent = fitted.body
         ids = openai_prompt(sent, model, _picture).tokens
         before = {**sent, "messages": sent["messages"][: -len(step)]}
         new = len(ids) - len(openai_prompt(before, model, _picture).tokens)
@@ -103,7 +107,9 @@ def replay(
         cached += cache.lookup_and_store(ids)
         best += _cacheable(min(len(ids) - 1, len(ids) - new))
         uses.append(len(ids) / window)
-    return {"prompt": prompt, "cached": cached, "best": best, "uses": uses}
+        if fitted.report.actions.taken():
+            budget_uses.append(len(ids) / fitted.report.budget)
+    return {"prompt": prompt, "cached": cached, "best": best, "uses": uses, "budget": budget_uses}
 
 
 def measure(shape: str, quick: bool, policy: FitPolicy | None = None) -> dict[str, Any]:
@@ -123,6 +129,7 @@ def measure(shape: str, quick: bool, policy: FitPolicy | None = None) -> dict[st
     results = [replay(*r, policy or FitPolicy()) for r in runs]
     prompt = sum(r["prompt"] for r in results)
     uses = [u for r in results for u in r["uses"]]
+    budget = [u for r in results for u in r["budget"]]
     return {
         "shape": shape,
         "sessions": n,
@@ -131,6 +138,8 @@ def measure(shape: str, quick: bool, policy: FitPolicy | None = None) -> dict[st
         "cache_hit": round(sum(r["cached"] for r in results) / prompt, 4),
         "ceiling": round(sum(r["best"] for r in results) / prompt, 4),
         "median_window_use": round(statistics.median(uses), 4),
+        "fitted_requests": len(budget),
+        "median_budget_use_fitted": round(statistics.median(budget), 4) if budget else None,
     }
 
 

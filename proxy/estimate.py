@@ -10,9 +10,10 @@ Everything before forwarding is routefit's own overhead. Three ways to reach the
 request goes on, cheapest first:
 
 * **proved by a bound** (bodies over ``_BOUND_ABOVE``): a cheap upper bound (``pricing.bounds``)
-  under the budget lets the request go untouched at once, and answered on that bound; its exact
-  fit is counted in a thread meanwhile, and swapped in after the answer (``Estimator.exact``) for
-  the calibration, the request log and the settlement. A bound over
+  under the budget lets the request go untouched at once; its exact fit is counted in a thread
+  meanwhile and swapped in (``Estimator.exact``) for the answer's headers when it is in by then,
+  else after the answer, which never waits for it, for the calibration, the request log and the
+  settlement. A bound over
   the budget is first tightened by counting the biggest texts in part (``pricing.bounds.Proof``):
   a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
 * **counted** (every other request): the exact fit, anchored on the provider's own count of a
@@ -57,9 +58,10 @@ __all__ = ["Estimate", "Estimator", "Job"]
 log = logging.getLogger("routefit")
 
 #: Bodies above this size are first proved to fit by a cheap upper bound (``pricing.bounds``);
-#: when the proof holds they go at once and are counted exactly in a thread meanwhile; the answer
-#: goes out on the bound, and the exact figures serve the calibration, the request log and the
-#: metrics after it. Smaller ones cost less to count (and are mostly cached) than twice.
+#: when the proof holds they go at once and are counted exactly in a thread meanwhile; an answer
+#: that comes before the count goes out on the bound, and the exact figures serve the calibration,
+#: the request log and the metrics after it. Smaller ones cost less to count (and are mostly
+#: cached) than twice.
 _BOUND_ABOVE = 16 * 1024
 #: After a provider overflow the correction is scaled to the provider's count and this much
 #: more: the refit gets one more attempt, and the part the count does not pin down (what the
@@ -304,10 +306,10 @@ class Estimator:
         with nothing under way, when they could not be had (nothing is then learnt from the
         request). ``e`` itself when nothing is under way.
 
-        Awaited once the answer is on its way (or the provider refused the request), never
-        before answering: the count, started beside the forward, is nearly always in by then
-        (a provider takes longer to read a big prompt than routefit takes to count it), and
-        when it is not, the client does not wait for it."""
+        Awaited once the provider answered (or refused the request): before the answer goes
+        out only when the count, begun beside the forward, is in by then (a provider takes
+        longer to read a big prompt than routefit takes to count it) or the operator asked for
+        exact headers; else after it, so the client never waits for the count."""
         if e.counting is None:
             return e
         try:
