@@ -143,15 +143,22 @@ def _told(sim: Any, text: str) -> tuple[str, str, str]:
     return trace_id, span_id, flags
 
 
+def _ask(v1: str, model: str, text: str, headers: dict[str, str]) -> httpx.Response:
+    """One chat request whose user message is ``text``."""
+    return httpx.post(
+        v1 + "/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": text}]},
+        headers=headers,
+        timeout=30,
+    )
+
+
 def test_a_request_is_one_server_span_with_genai_attributes_and_phase_children(
     gw: Running, receiver: Receiver, sim: Any
 ) -> None:
     traceparent = f"00-{TRACE_ID}-{PARENT_ID}-01"
-    reply = httpx.post(
-        gw.v1 + "/chat/completions",
-        json={"model": "priced", "messages": [{"role": "user", "content": "trace me"}]},
-        headers={"authorization": f"Bearer {KEY}", "traceparent": traceparent},
-        timeout=30,
+    reply = _ask(
+        gw.v1, "priced", "trace me", {"authorization": f"Bearer {KEY}", "traceparent": traceparent}
     )
     assert reply.status_code == 200
     usage = reply.json()["usage"]
@@ -194,12 +201,7 @@ def _child_names(receiver: Receiver, span: Any) -> list[str]:
 def test_a_refusal_is_a_span_with_its_error_and_a_new_trace_without_traceparent(
     gw: Running, receiver: Receiver
 ) -> None:
-    reply = httpx.post(
-        gw.v1 + "/chat/completions",
-        json={"model": "other", "messages": [{"role": "user", "content": "not mine"}]},
-        headers={"authorization": f"Bearer {KEY}"},
-        timeout=30,
-    )
+    reply = _ask(gw.v1, "other", "not mine", {"authorization": f"Bearer {KEY}"})
     assert reply.status_code == 403
     [(_, span)] = receiver.wait_for(1, **{"http.response.status_code": 403})
     attrs = _values(span.attributes)
@@ -213,12 +215,7 @@ def test_a_refusal_is_a_span_with_its_error_and_a_new_trace_without_traceparent(
 def test_a_request_without_traceparent_begins_a_trace_the_provider_joins(
     gw: Running, receiver: Receiver, sim: Any
 ) -> None:
-    reply = httpx.post(
-        gw.v1 + "/chat/completions",
-        json={"model": "priced", "messages": [{"role": "user", "content": "untraced client"}]},
-        headers={"authorization": f"Bearer {KEY}"},
-        timeout=30,
-    )
+    reply = _ask(gw.v1, "priced", "untraced client", {"authorization": f"Bearer {KEY}"})
     assert reply.status_code == 200
     trace_id, span_id, flags = _told(sim, "untraced client")
     [(_, span)] = receiver.wait_for(1, trace_id, **{"routefit.kind": "serve"})
@@ -241,12 +238,7 @@ def test_without_traces_the_client_s_traceparent_goes_to_the_provider_as_it_came
     path = gateway_config(tmp_path / "c.yaml", [sim_route("gpt-4o", sim.base_url)])
     text = "pass it on " + uuid.uuid4().hex
     with run_inprocess(path) as running:
-        reply = httpx.post(
-            running.v1 + "/chat/completions",
-            json={"model": "gpt-4o", "messages": [{"role": "user", "content": text}]},
-            headers={"traceparent": sent} if sent else {},
-            timeout=30,
-        )
+        reply = _ask(running.v1, "gpt-4o", text, {"traceparent": sent} if sent else {})
     assert reply.status_code == 200
     [seen] = [
         r
@@ -265,12 +257,7 @@ def test_each_provider_attempt_is_a_span_of_its_own(
     the span id its own request told the provider."""
     text = "fail over " + uuid.uuid4().hex
     sim.inject("status:500", 1, path="/v1/chat/completions")
-    reply = httpx.post(
-        gw.v1 + "/chat/completions",
-        json={"model": "flaky", "messages": [{"role": "user", "content": text}]},
-        headers={"authorization": f"Bearer {KEY}"},
-        timeout=30,
-    )
+    reply = _ask(gw.v1, "flaky", text, {"authorization": f"Bearer {KEY}"})
     assert reply.status_code == 200, reply.text
     assert reply.headers["x-routefit-attempts"] == "2"
     sent = [
