@@ -109,7 +109,13 @@ def replay(
         uses.append(len(ids) / window)
         if fitted.report.actions.taken():
             budget_uses.append(len(ids) / fitted.report.budget)
-    return {"prompt": prompt, "cached": cached, "best": best, "uses": uses, "budget": budget_uses}
+    return {
+        "prompt": prompt,
+        "cached": cached,
+        "best": best,
+        "uses": uses,
+        "budget_uses": budget_uses,
+    }
 
 
 def measure(shape: str, quick: bool, policy: FitPolicy | None = None) -> dict[str, Any]:
@@ -129,7 +135,7 @@ def measure(shape: str, quick: bool, policy: FitPolicy | None = None) -> dict[st
     results = [replay(*r, policy or FitPolicy()) for r in runs]
     prompt = sum(r["prompt"] for r in results)
     uses = [u for r in results for u in r["uses"]]
-    budget = [u for r in results for u in r["budget"]]
+    budget = [u for r in results for u in r["budget_uses"]]
     return {
         "shape": shape,
         "sessions": n,

@@ -512,7 +512,7 @@ class Gateway:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
         t = p.ticket
         told = provider_traceparent(t.traceparent, self.records.traced, t.provider_traceparent)
-        p.ticket.provider_traceparent = told
+        t.provider_traceparent = told
         if told is not None:
             out = replace(out, headers={**out.headers, "traceparent": told})
         if leg.adapter is not Adapter.PASSTHROUGH:
