@@ -114,6 +114,10 @@ def _legacy(text: float, framing: float, images: float, messages: float = 0.0) -
     return (*(text for _ in _TEXT), framing, messages, 0.0, images, images, 0.0, *_NO_STATS, images)
 
 
+#: The weights of no correction (every token priced as the meter counted it).
+_NEUTRAL = _legacy(1.0, 1.0, 1.0)
+
+
 def message_features(mp: MessagePressure) -> tuple[int, ...]:
     """One message's features (see ``FEATURES``)."""
     stats = mp.stats or _NO_STATS
@@ -166,7 +170,7 @@ class Correction:
 
     @property
     def neutral(self) -> bool:
-        return self.vector == _legacy(1.0, 1.0, 1.0)
+        return self.vector == _NEUTRAL
 
     @property
     def dearest_text(self) -> float:
@@ -271,8 +275,10 @@ def sample_of(
     anchored: bool,
     actual: int,
     cached: int = 0,
+    features: tuple[int, ...] | None = None,
 ) -> Sample:
-    """The sample of a prompt as sent (the proxy's one way to build one)."""
+    """The sample of a prompt as sent (the proxy's one way to build one); ``features``: the
+    prompt's ``pressure_features``, when the caller has them already."""
     return Sample(
         route=route,
         time=time,
@@ -285,18 +291,23 @@ def sample_of(
         anchored=anchored,
         actual=actual,
         cached=cached,
-        features=pressure_features(pressure),
+        features=pressure_features(pressure) if features is None else features,
     )
 
 
-def anchor_of(pressure: Pressure, actual: int) -> Anchor:
-    return Anchor(
-        pressure.text, pressure.framing, pressure.images, actual, pressure_features(pressure)
-    )
+def anchor_of(pressure: Pressure, actual: int, features: tuple[int, ...] | None = None) -> Anchor:
+    if features is None:
+        features = pressure_features(pressure)
+    return Anchor(pressure.text, pressure.framing, pressure.images, actual, features)
 
 
 def checkpoint_anchors(
-    pressure: Pressure, actual: int, correction: Correction, quantum: int = 512, most: int = 16
+    pressure: Pressure,
+    actual: int,
+    correction: Correction,
+    quantum: int = 512,
+    most: int = 16,
+    features: tuple[int, ...] | None = None,
 ) -> list[tuple[int, Anchor]]:
     """(message count, anchor) for checkpoint prefixes of a prompt the provider counted.
 
@@ -305,9 +316,10 @@ def checkpoint_anchors(
     proportion to its corrected share: exact when the bias is uniform, and without the
     conservative scale-up's direction flipping (subtracting an over-estimated tail would
     under-estimate the head). After a cut changed the tail, the head is anchored here.
+    ``features``: the prompt's ``pressure_features``, when the caller has them already.
     """
     n = len(pressure.messages)
-    full = correction.price(pressure_features(pressure))
+    full = correction.price(pressure_features(pressure) if features is None else features)
     if n < 2 or full <= 0:
         return []
     step = max(quantum, full // most)

@@ -33,11 +33,13 @@ from pricing.calibration import (
     anchor_of,
     checkpoint_anchors,
     fit_correction,
+    pressure_features,
     sample_of,
 )
 from pricing.meter import Pressure
 from proxy.metrics import Metrics
 from proxy.store import Store, StoreUnavailable
+from proxy.store.base import AnchorWrite
 
 __all__ = ["Calibrator", "prefix_keys", "summarize"]
 
@@ -196,15 +198,15 @@ class Calibrator:
         """What the provider counted for a prompt as sent (``keys``: its prefix keys): one
         sample, the prompt's anchor, and anchors at its checkpoint prefixes (so that a later
         cut that keeps the head still starts from the provider's count)."""
-        sample = sample_of(route, time.time(), pressure, estimate, anchored, actual, cached)
+        feats = pressure_features(pressure)  # once: the sample and the anchors share them
+        sample = sample_of(route, time.time(), pressure, estimate, anchored, actual, cached, feats)
         if len(keys) != len(pressure.messages) or not keys:
             self.submit(sample, None, None)
             return
-        extra = [
-            (keys[n - 1], anchor)
-            for n, anchor in checkpoint_anchors(pressure, actual, self.correction(route))
-        ]
-        self.submit(sample, keys[-1], anchor_of(pressure, actual), extra)
+        correction = self.correction(route)
+        checkpoints = checkpoint_anchors(pressure, actual, correction, features=feats)
+        extra = [(keys[n - 1], anchor) for n, anchor in checkpoints]
+        self.submit(sample, keys[-1], anchor_of(pressure, actual, feats), extra)
 
     def submit(
         self,
@@ -318,8 +320,7 @@ class Calibrator:
             if state.pending and self._due(state, now):
                 self._refit(state, now)
         samples = [sample for sample, _, _, _ in batch]
-        anchors = [(s.route, k, a) for s, _, _, extra in batch for k, a in extra]
-        anchors += [(s.route, k, a) for s, k, a, _ in batch if k is not None and a is not None]
+        anchors = self._shared_anchors(batch)
         try:
             await self.store.record_batch(samples, anchors, self.anchor_ttl)
         except StoreUnavailable:
@@ -330,6 +331,16 @@ class Calibrator:
             self._up()
             self.recorded += len(batch)
             self.metrics.samples.labels("recorded").inc(len(batch))
+
+    def _shared_anchors(self, batch: Sequence[_Queued]) -> list[AnchorWrite]:
+        """The batch's anchors, for a store other processes read them from. No one reads an
+        anchor back from the embedded store (``shared`` false: this process answers its own
+        from memory), and writing them cost that store's thread a third of its time per request."""
+        if not self.store.shared:
+            return []
+        anchors = [(s.route, k, a) for s, _, _, extra in batch for k, a in extra]
+        own = [(s.route, k, a) for s, k, a, _ in batch if k is not None and a is not None]
+        return anchors + own
 
     async def refresh(self) -> None:
         """Reload every route's samples from the store and refit its correction."""

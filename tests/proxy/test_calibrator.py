@@ -10,6 +10,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from harness import private_redis
@@ -365,6 +366,26 @@ async def test_samples_and_anchors_reach_the_store_and_another_replica_learns_th
         await writer.stop()
         for store in stores:
             await store.close()
+
+
+async def test_the_embedded_store_keeps_samples_but_no_anchor_no_one_reads(tmp_path: Path) -> None:
+    # Only a shared store is asked for anchors (``Store.shared``); the embedded one is not, so
+    # the writer leaves them out of its batches: the samples land, the anchors stay in memory.
+    store = SqliteStore(str(tmp_path / "s.sqlite3"))
+    writer = Calibrator(store, Metrics(), refresh_seconds=3600)
+    count = 3
+    writer.start({"r": True})
+    try:
+        for n in range(count):
+            writer.submit(_sample(n), f"k{n}".encode(), _anchor(1000 + n), [(b"x", _anchor(7))])
+        await writer.queue.join()
+        assert writer.recorded == count
+        assert len(await store.recent_samples("r", 1000)) == count
+        assert await store.find_anchor("r", [b"k1", b"x"]) is None
+        assert await writer.find_anchor("r", [b"k1"]) == (0, _anchor(1001))
+    finally:
+        await writer.stop()
+        await store.close()
 
 
 def _samples(metrics: Metrics) -> dict[str, float]:
