@@ -9,7 +9,8 @@ stream c16 req/s, a ~28k-token prompt of new text c1 added p50) run A then B in 
 B then A in odd ones: whichever runs second in a round was measured slower by 5-14% on the same
 code (HEAD against itself), so a fixed order would credit or blame a change with the position.
 The report is each figure's median over the rounds and the B/A ratio, with the server's CPU per
-request beside each (steadier than latency on a shared machine); use an even number of rounds.
+request beside each (steadier than latency on a shared machine) and the range of the rounds' own
+CPU ratios, the noise to read the median against; use an even number of rounds.
 Both serve run.py's routefit config (bench/proxy_load.py ``routefit_config``).
 Default REV_B: the working tree.
 """
@@ -77,6 +78,13 @@ def measure(
     return out
 
 
+def _spread(a: list[float], b: list[float]) -> str:
+    """The range of the rounds' own B/A ratios (each round measures both, minutes apart at
+    most): the noise a median ratio is read against. A ratio whose range holds 1 is within it."""
+    ratios = sorted(y / x for x, y in zip(a, b, strict=True) if x)
+    return f", rounds {ratios[0]:.2f}-{ratios[-1]:.2f}" if len(ratios) > 1 else ""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rev_a")
@@ -125,7 +133,7 @@ def main() -> int:
     for phase, (d, a_vals, b_vals) in rows.items():
         dm, am, bm = (statistics.median(v) for v in (d, a_vals, b_vals))
         ca, cb = (statistics.median(v) for v in cpus[phase])
-        cpu = f"{ca:6.2f} {cb:6.2f} (B/A {cb / ca:.3f})" if ca else ""
+        cpu = f"{ca:6.2f} {cb:6.2f} (B/A {cb / ca:.3f}{_spread(*cpus[phase])})" if ca else ""
         if phase.endswith("c1"):
             print(
                 f"{phase:<12} {dm:9.2f} {am - dm:+9.2f} {bm - dm:+9.2f}   "
