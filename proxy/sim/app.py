@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -290,12 +291,15 @@ class SimApp:
         scope["sim.watch"] = watch
         state = self.state
         counted = not scope["path"].startswith("/sim/")
+        has_cookie = any(name == b"cookie" for name, _ in scope["headers"])
 
         async def tracking_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 entry = scope.get("sim.entry")
                 if entry is not None:
                     entry["status"] = message["status"]
+                if counted and not has_cookie:
+                    message = {**message, "headers": [*message["headers"], _edge_cookie()]}
                 if counted:
                     with state.lock:
                         state.stats.by_status[message["status"]] += 1
@@ -312,6 +316,13 @@ class SimApp:
             if counted:
                 with state.lock:
                     state.stats.in_flight -= 1
+
+
+def _edge_cookie() -> tuple[bytes, bytes]:
+    """The cookie a provider's edge sets on a client that sent none (api.openai.com's
+    Cloudflare sets ``__cf_bm`` so), each one new: a client that keeps cookies sends it back."""
+    value = f"__cf_bm={secrets.token_hex(16)}; path=/; HttpOnly; SameSite=None"
+    return b"set-cookie", value.encode()
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

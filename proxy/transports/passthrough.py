@@ -79,6 +79,10 @@ class Passthrough:
                 timeout=aiohttp.ClientTimeout(total=None),
                 trust_env=False,
                 auto_decompress=True,
+                # Every team's requests share this session: a cookie one provider answer set
+                # (api.openai.com's edge sets __cf_bm on every new client) would go out with
+                # every later team's request. A tenant's state is never another's.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 

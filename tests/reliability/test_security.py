@@ -31,9 +31,10 @@ from proxy.teams import Quotas, Team, TeamDirectory, hash_key
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 ALPHA = "sk-alpha-" + uuid.uuid4().hex
 BETA = "sk-beta-" + uuid.uuid4().hex
+GAMMA = "sk-gamma-" + uuid.uuid4().hex
 #: The provider key routefit holds. Its tail is what providers echo in a masked form.
 PROVIDER_KEY = "sk-provider-" + uuid.uuid4().hex + "Q7ZX"
-SECRETS = {"admin": ADMIN, "alpha": ALPHA, "beta": BETA, "provider": PROVIDER_KEY}
+SECRETS = {"admin": ADMIN, "alpha": ALPHA, "beta": BETA, "gamma": GAMMA, "provider": PROVIDER_KEY}
 
 
 def png(width: int, height: int) -> bytes:
@@ -128,6 +129,17 @@ def gw(sim, hostile, tmp_path_factory):
             image_fetch={"allow_hosts": hosts, "allow_private": True},
         ),
         _route("via-litellm", url, "gpt-4o", transport="litellm"),
+        # by name, not address: a cookie jar keeps what a named host sets (aiohttp's default
+        # one refuses an IP address's cookies)
+        _route("by-name", url.replace("127.0.0.1", "localhost"), "gpt-4o"),
+        {
+            "model_name": "claude-by-name",
+            "litellm_params": {
+                "model": "anthropic/claude-sim",
+                "api_base": url.replace("127.0.0.1", "localhost"),
+                "api_key": PROVIDER_KEY,
+            },
+        },
         {
             "model_name": "echo",
             "litellm_params": {
@@ -153,6 +165,7 @@ def gw(sim, hostile, tmp_path_factory):
         teams=[
             {"id": "alpha", "keys": [ALPHA], "quotas": {"tokens_per_minute": 10_000_000}},
             {"id": "beta", "keys": [BETA], "routes": ["gpt-4o"]},
+            {"id": "gamma", "keys": [GAMMA], "routes": ["by-name"]},
         ],
     )
     with run_inprocess(config, access_log=True) as running:
@@ -344,6 +357,26 @@ def test_a_client_cannot_steer_litellm_to_another_host_or_key(gw, hostile, fresh
     assert seen["headers"]["authorization"] == f"Bearer {PROVIDER_KEY}"
     assert "x-exfiltrate" not in seen["headers"]
     assert not set(STEERING) & set(seen["body"])
+
+
+def test_a_cookie_one_team_s_answer_set_never_goes_out_with_another_s(gw, fresh_sim):
+    """The simulator's edge sets a new cookie on every client that sends none (as
+    api.openai.com's does); the provider client routefit shares between teams must not keep it:
+    no request, from either team, on the native chat or Messages path, carries a cookie."""
+    for key in (ALPHA, GAMMA):
+        body = {**BODY, "model": "by-name"}
+        r = httpx.post(gw.v1 + "/chat/completions", json=body, headers=bearer(key))
+        assert r.status_code == 200, r.text
+    for _ in range(2):
+        r = httpx.post(
+            gw.v1 + "/messages",
+            json={**BODY, "model": "claude-by-name"},
+            headers={"x-api-key": ALPHA, "anthropic-version": "2023-06-01"},
+        )
+        assert r.status_code == 200, r.text
+    seen = fresh_sim.requests()
+    assert [r["path"] for r in seen] == ["/v1/chat/completions"] * 2 + ["/v1/messages"] * 2
+    assert [r["headers"].get("cookie") for r in seen] == [None] * 4
 
 
 def test_client_keys_are_never_logged(gw):

@@ -284,12 +284,16 @@ def test_a_missing_key_says_where_gemini_clients_put_it(native: Native):
 
 def test_chat_messages_and_responses_clients_reach_a_gemini_route_through_litellm():
     """litellm carries chat to Google's wire (its own HTTP client: the simulator on loopback);
-    the Messages and Responses wires reach it through chat, as on any litellm route."""
+    the Messages and Responses wires reach it through chat, as on any litellm route. The
+    simulator's edge sets a cookie on each client that sends none, and the client every team
+    shares never sends one back (the host by name: an httpx client keeps a named host's;
+    litellm's handler, measured with litellm 1.110, does not send them)."""
     from proxy.sim.server import run_sim
 
     with run_sim(api_keys=[PROVIDER_KEY]) as sim:
         route = _route("gem", "gemini-sim", 1_048_576)
-        route["litellm_params"]["api_base"] = f"{sim.base_url}/v1beta"
+        by_name = sim.base_url.replace("127.0.0.1", "localhost")
+        route["litellm_params"]["api_base"] = f"{by_name}/v1beta"
         data = {"model_list": [route], "routefit_settings": {"store_path": ":memory:"}}
         config = parse_config(yaml.safe_load(yaml.safe_dump(data)), "r.yaml", environ={})
         with TestClient(create_app(config)) as client:
@@ -305,6 +309,7 @@ def test_chat_messages_and_responses_clients_reach_a_gemini_route_through_litell
         seen = sim.requests()
     assert [r["path"] for r in seen] == ["/v1beta/models/gemini-sim:generateContent"] * 3
     assert all(r["status"] == 200 for r in seen)
+    assert [r["headers"].get("cookie") for r in seen] == [None] * 3
 
 
 def test_a_stream_the_provider_cuts_ends_with_googles_error_event():
