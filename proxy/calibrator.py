@@ -335,7 +335,7 @@ class Calibrator:
     def _shared_anchors(self, batch: Sequence[_Queued]) -> list[AnchorWrite]:
         """The batch's anchors, for a store other processes read them from. No one reads an
         anchor back from the embedded store (``shared`` false: this process answers its own
-        from memory), and writing them cost that store's thread a third of its time per request."""
+        from memory), and writing them was ~40% of that store thread's CPU per request."""
         if not self.store.shared:
             return []
         anchors = [(s.route, k, a) for s, _, _, extra in batch for k, a in extra]
