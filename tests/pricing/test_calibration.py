@@ -126,35 +126,15 @@ def test_an_exact_meter_is_never_corrected_below_itself():
 
 # -- issue 18: defaulted parts, features, checkpoint anchors -----------------------------------
 
+from feature_samples import INDEX as _I  # noqa: E402
+from feature_samples import features as _features  # noqa: E402
+from feature_samples import sample as _sample  # noqa: E402
+
 from pricing.calibration import (  # noqa: E402
     FEATURES,
     checkpoint_anchors,
     pressure_features,
 )
-
-_I = {name: i for i, name in enumerate(FEATURES)}
-
-
-def _features(**parts: int) -> tuple[int, ...]:
-    return tuple(parts.get(name, 0) for name in FEATURES)
-
-
-def _sample(features: tuple[int, ...], actual: int, t: float) -> Sample:
-    text = sum(features[: _I["framing"]])
-    return Sample(
-        "r",
-        t,
-        text,
-        features[_I["framing"]],
-        features[_I["images"]] + features[_I["defaulted"]],
-        0,
-        features[_I["messages"]],
-        0,
-        False,
-        actual,
-        0,
-        features,
-    )
 
 
 def test_tokens_priced_by_default_never_move_the_other_factors():

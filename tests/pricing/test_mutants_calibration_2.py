@@ -7,14 +7,15 @@ text is split into for counting, and a memoised message counted once."""
 from __future__ import annotations
 
 import pytest
+from feature_samples import INDEX as _I
+from feature_samples import features as _features
+from feature_samples import sample as _sample
 from gpt4o_route import gpt4o_route
 
 from pricing.calibration import (
-    FEATURES,
     Anchor,
     CalibrationPolicy,
     Correction,
-    Sample,
     anchored_estimate,
     checkpoint_anchors,
     fit_correction,
@@ -30,31 +31,6 @@ from pricing.tokenizers import (
     parse_tokenizer_spec,
     split_for_count,
 )
-
-_I = {name: i for i, name in enumerate(FEATURES)}
-
-
-def _features(**parts: int) -> tuple[int, ...]:
-    return tuple(parts.get(name, 0) for name in FEATURES)
-
-
-def _sample(features: tuple[int, ...], actual: int, t: float) -> Sample:
-    text = sum(features[: _I["framing"]])
-    return Sample(
-        "r",
-        t,
-        text,
-        features[_I["framing"]],
-        features[_I["images"]] + features[_I["defaulted"]],
-        0,
-        features[_I["messages"]],
-        0,
-        False,
-        actual,
-        0,
-        features,
-    )
-
 
 # -- calibration -------------------------------------------------------------------------------
 
