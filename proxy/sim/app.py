@@ -291,14 +291,15 @@ class SimApp:
         scope["sim.watch"] = watch
         state = self.state
         counted = not scope["path"].startswith("/sim/")
-        has_cookie = any(name == b"cookie" for name, _ in scope["headers"])
+        # a provider's edge sets a cookie on a client that sent none (``_edge_cookie``)
+        new_client = counted and not any(name == b"cookie" for name, _ in scope["headers"])
 
         async def tracking_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 entry = scope.get("sim.entry")
                 if entry is not None:
                     entry["status"] = message["status"]
-                if counted and not has_cookie:
+                if new_client:
                     message = {**message, "headers": [*message["headers"], _edge_cookie()]}
                 if counted:
                     with state.lock:

@@ -91,6 +91,7 @@ def logged_estimate(gw, actual: int) -> int:
         ).json()["data"]
         found = [r["prompt_estimate"] for r in data if r["prompt_tokens"] == actual]
         if found or time.monotonic() > deadline:
+            assert found, f"no request record with prompt_tokens {actual} after 10 s"
             return found[0]
         time.sleep(0.05)
 
