@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
 from pricing.messages import ChatRequest
@@ -29,7 +30,10 @@ from proxy.fairness import Fairness, caller
 from proxy.teams import Team, TeamDirectory
 from proxy.wires.base import RequestContext, Wire
 
-__all__ = ["Admitted", "Intake", "Session"]
+__all__ = ["Admitted", "Intake", "Session", "query_of"]
+
+#: What a request without a query string has: shared, it is immutable.
+_NO_QUERY = QueryParams("")
 
 
 class Session(Protocol):
@@ -84,7 +88,8 @@ class Intake:
         """``request`` as ``wire`` reads it, for its team, on its route. ``rated``: a count or dry
         run, held to its caller's count rate; ``counting``: a count endpoint's body."""
         started = time.perf_counter()
-        team = self.teams.authenticate(request.headers, request.query_params, wire.keys)
+        query = query_of(request)
+        team = self.teams.authenticate(request.headers, query, wire.keys)
         who = caller(team, request)
         if rated:
             self.fairness.admit_count(who)
@@ -92,10 +97,10 @@ class Intake:
         ctx = RequestContext(
             body,
             request.path_params,
-            request.query_params,
+            query,
             request.headers,
             team,
-            request.url.path,
+            request.scope["path"],
             size,
             counting,
         )
@@ -118,6 +123,14 @@ class Intake:
                 code="model_not_found",
             )
         return rc
+
+
+def query_of(request: Request) -> QueryParams:
+    """The request's query; without parsing one that is not there (nearly every request: only
+    Google's clients put anything in it), which Starlette would do on every access."""
+    if not request.scope.get("query_string"):
+        return _NO_QUERY
+    return request.query_params
 
 
 def permit(team: Team | None, rc: RouteConfig) -> None:

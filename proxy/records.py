@@ -34,6 +34,7 @@ from proxy.config import RouteConfig
 from proxy.config.settings import RequestLogSettings
 from proxy.errors import ProxyError
 from proxy.estimate import Estimate
+from proxy.intake import query_of
 from proxy.record_batches import Batches, Item
 from proxy.store import Store, StoreUnavailable
 from proxy.teams import MASTER_TEAM, Team, TeamDirectory, fingerprint, hash_key, presented_key
@@ -254,7 +255,12 @@ class Ticket:
     traceparent: str | None
     #: The presented key, only to name a refused request's team (never recorded).
     key: str | None = field(default=None, repr=False)
-    phases: list[Phase] = field(default_factory=list)
+    #: The phases as they ended, as ``Phase``'s fields (made ``Phase`` values once, by
+    #: ``phases``: most requests' record is written once, and three frozen values a request
+    #: cost more than the tuples).
+    marks: list[tuple[str, float, float, str | None, str | None, str | None]] = field(
+        default_factory=list
+    )
     upstream_ms: float | None = None
     #: The ``traceparent`` the latest attempt sent the provider (``proxy.tracing``): its
     #: ``provider`` phase keeps it.
@@ -268,7 +274,11 @@ class Ticket:
 
     def attempts(self) -> int | None:
         """The provider attempts made: one ``provider`` phase each (None: nothing was sent)."""
-        return sum(p.name == "provider" for p in self.phases) or None
+        return sum(m[0] == "provider" for m in self.marks) or None
+
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return tuple(Phase(*m) for m in self.marks)
 
     def phase(
         self,
@@ -283,18 +293,10 @@ class Ticket:
         provider attempt says its ``deployment``, its ``error`` and the traceparent it sent."""
         end = time.perf_counter() if end is None else end
         told = self.provider_traceparent if name == "provider" else None
-        self.phases.append(
-            Phase(
-                name,
-                (start - self.started) * 1000,
-                (end - start) * 1000,
-                deployment,
-                error,
-                told,
-            )
-        )
+        took = (end - start) * 1000
+        self.marks.append((name, (start - self.started) * 1000, took, deployment, error, told))
         if name == "provider":
-            self.upstream_ms = (end - start) * 1000
+            self.upstream_ms = took
 
 
 def _figure(value: int | None) -> int | str | None:
@@ -392,7 +394,7 @@ class Records:
 
     # -- filling ---------------------------------------------------------------------------
     def ticket(self, request: Request, wire: Wire, kind: str) -> Ticket:
-        key = wire.keys.key(request.headers, request.query_params)
+        key = wire.keys.key(request.headers, query_of(request))
         return Ticket(
             kind=kind,
             wire=wire.name,
@@ -438,7 +440,7 @@ class Records:
             cost_usd=cost_usd(e.rc, seen),
             actions=tuple((a.name, a.count, a.tokens) for a in report.actions.taken()),
             upstream_ms=t.upstream_ms,
-            phases=tuple(t.phases),
+            phases=t.phases,
             traceparent=t.traceparent,
             attempts=t.attempts(),
             contents=redact_value(dict(e.request.body)) if self.settings.contents else None,
@@ -468,7 +470,7 @@ class Records:
             model=t.rc.upstream.model if t.rc is not None else None,
             stream=stream,
             error_code=code,
-            phases=tuple(t.phases),
+            phases=t.phases,
             traceparent=t.traceparent,
         )
 
@@ -487,7 +489,7 @@ class Records:
             deployment=rc.deployment_id,
             model=rc.upstream.model,
             prompt_estimate=tokens,
-            phases=tuple(t.phases),
+            phases=t.phases,
             traceparent=t.traceparent,
         )
 

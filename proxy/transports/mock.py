@@ -87,6 +87,9 @@ class _Response:
     def at_eof(self) -> bool:
         return self._eof
 
+    async def whole(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
     async def finish(self, whole: bool) -> None:
         await self._resp.aclose()
 

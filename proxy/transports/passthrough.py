@@ -55,6 +55,14 @@ class _Response:
     def at_eof(self) -> bool:
         return self._resp.content.at_eof()
 
+    async def whole(self) -> bytes:
+        try:
+            return await self._resp.read()
+        except TimeoutError:
+            raise TimeoutError from None
+        except aiohttp.ClientError as exc:
+            raise ReadBroken(type(exc).__name__) from None
+
     async def finish(self, whole: bool) -> None:
         if whole:
             self._resp.release()

@@ -88,6 +88,10 @@ class RawResponse(Protocol):
 
     def at_eof(self) -> bool: ...
 
+    async def whole(self) -> bytes:
+        """The body at once, when its announced length is known, unencoded and within the
+        bound (``read_bounded``): the HTTP parser reads no byte past that length."""
+
     async def finish(self, whole: bool) -> None:
         """Done with it: read to its end (``whole``: the connection may be reused) or cut short
         (the connection is dropped)."""
@@ -96,8 +100,13 @@ class RawResponse(Protocol):
 async def read_bounded(raw: RawResponse, limit: int) -> bytes:
     """The whole body, or ``BodyTooLarge`` as soon as it (or its announced length) is over
     ``limit``: nothing past the bound is buffered."""
-    if raw.content_length is not None and raw.content_length > limit:
-        raise BodyTooLarge
+    length = raw.content_length
+    if length is not None:
+        if length > limit:
+            raise BodyTooLarge
+        # an encoded body's length is not what it inflates to: that one is counted as it comes
+        if raw.headers.get("content-encoding", "identity").lower() == "identity":
+            return await raw.whole()
     parts: list[bytes] = []
     size = 0
     async for chunk in raw.chunks():

@@ -52,25 +52,34 @@ ACTIONS = [{"name": s.label.action, "verb": s.label.verb, "noun": s.label.noun} 
 
 
 class FitLog:
-    """The most recent fit reports: numbers only, so the page can never leak a prompt."""
+    """The most recent fit reports: numbers only, so the page can never leak a prompt. Kept as
+    the reports themselves (frozen values) and turned into the page's rows when it reads them:
+    every request records one, the page reads a few times a minute."""
 
     def __init__(self, size: int = 200) -> None:
-        self.entries: deque[dict[str, Any]] = deque(maxlen=size)
+        self._kept: deque[tuple[float, FitReport]] = deque(maxlen=size)
 
     def record(self, report: FitReport, now: float | None = None) -> None:
-        self.entries.append(
-            {
-                "time": round(now or time.time(), 3),
-                "route": report.route,
-                "budget": report.budget,
-                "estimate_before": report.estimate_before,
-                "estimate_after": report.estimate_after,
-                "actions": {
-                    name: {"count": action.count, "tokens_removed": action.tokens}
-                    for name, action in report.actions.items()
-                },
-            }
-        )
+        self._kept.append((now or time.time(), report))
+
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        """The page's rows, oldest first."""
+        return [_fit_row(at, report) for at, report in self._kept]
+
+
+def _fit_row(at: float, report: FitReport) -> dict[str, Any]:
+    return {
+        "time": round(at, 3),
+        "route": report.route,
+        "budget": report.budget,
+        "estimate_before": report.estimate_before,
+        "estimate_after": report.estimate_after,
+        "actions": {
+            name: {"count": action.count, "tokens_removed": action.tokens}
+            for name, action in report.actions.items()
+        },
+    }
 
 
 class History:
@@ -225,7 +234,7 @@ class DashboardData:
             "teams": await self._teams(),
             "open": self.teams.open,
             "actions": ACTIONS,
-            "fits": list(self.fits.entries)[::-1],
+            "fits": self.fits.entries[::-1],
             "history": list(self.history.points),
             "errors": errors_by_route(
                 _counter(self.metrics.requests, ("route", "status")), self.config.routes

@@ -7,9 +7,11 @@ echoes the route's key in any field (param, code, type, message) reaches the cli
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import uuid
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -53,6 +55,10 @@ class Fake(BaseHTTPRequestHandler):
                 self._huge_body()
             elif model == "huge-event":
                 self._huge_event()
+            elif model == "gzip-bomb":
+                self._gzip_bomb()
+            elif model == "short-body":
+                self._short_body()
         except (BrokenPipeError, ConnectionResetError):
             pass  # routefit dropped the connection: what it should do
 
@@ -79,6 +85,27 @@ class Fake(BaseHTTPRequestHandler):
         piece = b"a" * (1024 * 1024)
         for _ in range(HUGE // len(piece)):
             self.wfile.write(piece)
+
+    def _gzip_bomb(self) -> None:
+        """A 200 whose announced length is small and within the bound, gzipped: it inflates to
+        ``HUGE``. Only what it inflates to may be held to the bound."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-encoding", "gzip")
+        self.send_header("content-length", str(len(_bomb())))
+        self.end_headers()
+        self.wfile.write(_bomb())
+
+    def _short_body(self) -> None:
+        """A 200 announcing more bytes than it sends before closing the connection."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "4096")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.wfile.write(b'{"id": "x", "choices": [')
+        self.wfile.flush()
+        self.close_connection = True
 
     def _huge_event(self, first: object = None) -> None:
         """A stream whose second event never ends (its first: ``first``, else a chat chunk)."""
@@ -117,6 +144,17 @@ class Fake(BaseHTTPRequestHandler):
                 self._send(200, json.dumps(GEMINI_ANSWER).encode())
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+@functools.cache
+def _bomb() -> bytes:
+    """``HUGE`` bytes of one JSON answer, gzipped (~100 KB)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip container
+    parts = [packer.compress(b'{"id": "x", "choices": [], "pad": "')]
+    piece = b"a" * (1024 * 1024)
+    parts += [packer.compress(piece) for _ in range(HUGE // len(piece))]
+    parts.append(packer.compress(b'"}') + packer.flush())
+    return b"".join(parts)
 
 
 GEMINI_ANSWER = {
@@ -164,6 +202,8 @@ def gw(sim, fake, tmp_path_factory) -> Iterator[Running]:
         _route("echo-claude", "anthropic/echo-key", fake),
         _route("huge-body", "openai/huge-body", fake + "/v1"),
         _route("huge-event", "openai/huge-event", fake + "/v1"),
+        _route("gzip-bomb", "openai/gzip-bomb", fake + "/v1"),
+        _route("short-body", "openai/short-body", fake + "/v1"),
         # routes only litellm serves: it reads the answer itself, over routefit's bounded client
         _route("gemini-huge-body", "gemini/huge-body", fake),
         _route("gemini-huge-event", "gemini/huge-event", fake),
@@ -239,6 +279,28 @@ def test_an_answer_over_the_bound_is_a_502_and_is_never_buffered(gw):
     assert "max_provider_body_bytes" in error["message"]
     # a proxy that read the whole answer would have grown by ~96 MiB
     assert peak_rss(gw) - before < HUGE // 4
+    healthy(gw)
+
+
+def test_a_small_gzipped_answer_inflating_past_the_bound_is_a_502_never_inflated_whole(gw):
+    # its announced length is within the bound: only what it inflates to tells
+    assert len(_bomb()) < BOUND
+    before = peak_rss(gw)
+    r = httpx.post(
+        gw.v1 + "/chat/completions", json={"model": "gzip-bomb", "messages": CHAT}, timeout=60
+    )
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["code"] == "upstream_too_large"
+    assert peak_rss(gw) - before < HUGE // 4
+    healthy(gw)
+
+
+def test_an_answer_shorter_than_its_announced_length_is_a_502(gw):
+    r = httpx.post(
+        gw.v1 + "/chat/completions", json={"model": "short-body", "messages": CHAT}, timeout=60
+    )
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["code"] == "upstream_incomplete"
     healthy(gw)
 
 
