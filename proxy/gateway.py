@@ -66,7 +66,7 @@ from proxy.teams import Team, TeamDirectory
 from proxy.tracing import provider_traceparent, traces_from_env
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
-from proxy.wires.base import Counting, StreamFailed, generated
+from proxy.wires.base import Counting, StreamFailed
 from strategies.fit import Fit, FitReport
 
 __all__ = ["Gateway", "reply_error"]
@@ -682,9 +682,7 @@ async def _ended(
     message: str | None = None
     try:
         async for chunk in chunks:
-            for piece in generated(chunk, wire.generated):
-                outcome.relayed += piece
-            outcome.sent += 1
+            outcome.relay(chunk, wire.generated)
             yield chunk
     except StreamBroken as exc:
         message = f"the upstream stream broke off before it was complete: {exc}"

@@ -35,8 +35,10 @@ def as_alias(data: bytes, alias: str) -> bytes:
     upstream name, a dated snapshot), the client asked for the route's alias and gets it back."""
     if not alias:
         return data
-    member = b'"model":' + orjson.dumps(alias)
-    return _MODEL.sub(lambda _: member, data, count=1)
+    found = _MODEL.search(data)
+    if found is None:
+        return data
+    return data[: found.start()] + b'"model":' + orjson.dumps(alias) + data[found.end() :]
 
 
 class Renamer:

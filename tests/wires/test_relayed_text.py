@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from proxy.exchange.sse import encode
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, RESPONSES_WIRE, Wire
-from proxy.wires.base import Outcome, generated
+from proxy.wires.base import UNREAD_BYTES, Outcome
 
 
 def chat_event(text: str) -> bytes:
@@ -34,8 +34,7 @@ def responses_events(text: str) -> list[bytes]:
 def relayed(events: list[bytes], wire: Wire) -> str:
     outcome = Outcome()
     for event in events:
-        for piece in generated(event, wire.generated):
-            outcome.relayed += piece
+        outcome.relay(event, wire.generated)
     return outcome.relayed_text()
 
 
@@ -56,3 +55,16 @@ def test_usage_and_role_events_carry_no_generated_text():
     assert relayed([usage, role], CHAT_WIRE) == ""
     assert relayed([start], ANTHROPIC_WIRE) == ""
     assert orjson.loads(usage[6:])["usage"]
+
+
+def test_a_long_stream_is_read_as_it_goes_and_holds_no_more_than_the_bound_unread():
+    piece = 'ab\\c"é ' * 100
+    events = [chat_event(piece) for _ in range(3 * UNREAD_BYTES // len(chat_event(piece)))]
+    outcome = Outcome()
+    for event in events:
+        outcome.relay(event, CHAT_WIRE.generated)
+        assert outcome.unread_bytes <= UNREAD_BYTES
+    assert outcome.sent == len(events)
+    assert outcome.relayed  # read in bulk at least once on the way
+    assert outcome.relayed_text() == piece * len(events)
+    assert outcome.unread == []
