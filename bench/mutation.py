@@ -65,7 +65,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "wires": (
         ["proxy/wires/anthropic_parse.py", "proxy/wires/anthropic_render.py"],
-        ["tests/wires/test_anthropic_properties.py"],
+        ["tests/wires/test_anthropic_properties.py",
+         "tests/wires/test_mutants_anthropic_wire.py"],
     ),
 }  # fmt: skip
 
