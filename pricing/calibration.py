@@ -421,6 +421,8 @@ class CalibrationPolicy:
             raise ValueError("calibration needs 0 < low <= 1 <= high")
         if self.half_life <= 0:
             raise ValueError("calibration half_life must be positive")
+        if not self.step > 0:
+            raise ValueError("calibration step must be positive")
         if self.model not in _MODELS:
             raise ValueError(f"calibration model must be one of {', '.join(_MODELS)}")
 
@@ -554,7 +556,9 @@ def _quantile(values: Sequence[float], weights: Sequence[float], q: float) -> fl
 
 
 def _round_up(value: float, step: float) -> float:
-    return round(math.ceil(value / step - 1e-9) * step, 6)
+    """``value`` up to the next multiple of ``step``, its float noise rounded off at 12 places
+    (at 6, a step finer than a millionth rounded some weights down)."""
+    return round(math.ceil(value / step - 1e-9) * step, 12)
 
 
 def _prior(policy: CalibrationPolicy, exact: bool) -> list[float]:
