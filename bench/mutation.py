@@ -66,7 +66,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "wires": (
         ["proxy/wires/anthropic_parse.py", "proxy/wires/anthropic_render.py"],
         ["tests/wires/test_anthropic_properties.py",
-         "tests/wires/test_mutants_anthropic_wire.py"],
+         "tests/wires/test_mutants_anthropic_wire.py",
+         "tests/wires/test_mutants_anthropic_wire_2.py"],
     ),
 }  # fmt: skip
 
