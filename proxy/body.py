@@ -17,16 +17,16 @@ nginx made the name for), and one that stops sending is a 408 (``proxy.middlewar
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio.to_thread
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 
 from proxy.disconnect import client_closed
 from proxy.errors import ProxyError
 from proxy.middleware import BodyTimeout
+from proxy.types import Receive
 
 __all__ = ["read_body", "read_json"]
 
@@ -83,15 +83,18 @@ class _Deflate:
         return self._inner is not None and bool(self._inner.eof)
 
 
-async def _chunks(request: Request) -> AsyncIterator[bytes]:
-    """The raw body; a departed client becomes a 499 and a stalled one a 408."""
+async def _message(receive: Receive) -> tuple[bytes, bool]:
+    """The next piece of the body and whether more follows, straight from the server (read
+    without Starlette's ``Request.stream``: two generators a request less on the hot path,
+    and no code reads the body twice); a departed client becomes a 499 and a stalled one a
+    408."""
     try:
-        async for chunk in request.stream():
-            yield chunk
-    except ClientDisconnect:
-        raise client_closed() from None
+        message = await receive()
     except BodyTimeout as exc:
         raise ProxyError(408, str(exc), code="request_timeout") from None
+    if message["type"] != "http.request":  # http.disconnect
+        raise client_closed()
+    return message.get("body", b""), bool(message.get("more_body", False))
 
 
 async def read_body(request: Request, limit: int) -> tuple[bytes, int]:
@@ -103,7 +106,9 @@ async def read_body(request: Request, limit: int) -> tuple[bytes, int]:
     decoder = _decoder(encoding)
     out = bytearray()
     size = 0
-    async for chunk in _chunks(request):
+    more = True
+    while more:
+        chunk, more = await _message(request.receive)
         size += len(chunk)
         if size > limit:
             raise _too_large(limit)
