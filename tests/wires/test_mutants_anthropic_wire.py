@@ -14,38 +14,14 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from anthropic_bodies import messages_body, refusal_of, tool_round
 
-from pricing.messages import ImagePart, RequestError, TextPart
+from pricing.messages import ImagePart, TextPart
 from proxy.wires.anthropic_parse import SYSTEM, parse_anthropic
 from proxy.wires.anthropic_render import mark_head, render_messages
 from strategies.mask import MASK_PREFIX, mask_output
 
 EPHEMERAL = {"type": "ephemeral"}
-
-
-def _body(messages: list[Any], **fields: Any) -> dict[str, Any]:
-    return {"model": "claude", "max_tokens": 100, "messages": messages, **fields}
-
-
-def _refusal(body: Any) -> RequestError:
-    with pytest.raises(RequestError) as caught:
-        parse_anthropic(body)
-    return caught.value
-
-
-def _tool_round(content: Any) -> list[dict[str, Any]]:
-    """A task, one tool call and its result (``content``), as a client sends them."""
-    return [
-        {"role": "user", "content": "Task: look."},
-        {
-            "role": "assistant",
-            "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}],
-        },
-        {
-            "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": content}],
-        },
-    ]
 
 
 # --- parsing: what a body becomes -----------------------------------------------------------
@@ -56,7 +32,7 @@ def test_each_anthropic_message_becomes_its_internal_messages_in_their_roles() -
     # message one ``tool`` message per tool_result (answering its call) and then one ``user``
     # message with the other blocks; the roles are what pricing frames and the fit pairs.
     request = parse_anthropic(
-        _body(
+        messages_body(
             [
                 {"role": "user", "content": "Task: look."},
                 {
@@ -90,12 +66,12 @@ def test_each_anthropic_message_becomes_its_internal_messages_in_their_roles() -
 
 def test_a_tool_result_is_priced_by_its_content_and_an_empty_one_by_nothing() -> None:
     # A string content is the tool's output (one text part); absent or "" content is no output.
-    said = parse_anthropic(_body(_tool_round("exit 0"))).messages[2]
+    said = parse_anthropic(messages_body(tool_round("exit 0"))).messages[2]
     assert said.role == "tool"
     assert said.text == "exit 0"
     assert len(said.parts) == 1
     for empty in ("", None):
-        silent = parse_anthropic(_body(_tool_round(empty))).messages[2]
+        silent = parse_anthropic(messages_body(tool_round(empty))).messages[2]
         assert silent.role == "tool"
         assert silent.parts == ()
 
@@ -106,7 +82,7 @@ def test_a_tool_result_is_priced_by_its_content_and_an_empty_one_by_nothing() ->
 def test_the_system_field_is_the_first_message_and_remembers_its_blocks(system: Any) -> None:
     # ``system`` (a string or text blocks) → one internal ``system`` message, always kept, whose
     # fragment (index -1) carries the system blocks the writer leaves in the ``system`` field.
-    request = parse_anthropic(_body([{"role": "user", "content": "hi"}], system=system))
+    request = parse_anthropic(messages_body([{"role": "user", "content": "hi"}], system=system))
     first = request.messages[0]
     assert (first.role, first.text) == ("system", "You are an agent.")
     frag = request.fragments[0]
@@ -114,7 +90,7 @@ def test_the_system_field_is_the_first_message_and_remembers_its_blocks(system: 
     assert frag.blocks == ({"type": "text", "text": "You are an agent."},)
     nothing: tuple[Any, ...] = ("", [], None)
     for none in nothing:
-        bare = parse_anthropic(_body([{"role": "user", "content": "hi"}], system=none))
+        bare = parse_anthropic(messages_body([{"role": "user", "content": "hi"}], system=none))
         assert [m.role for m in bare.messages] == ["user"]
 
 
@@ -122,20 +98,20 @@ def test_the_system_field_is_the_first_message_and_remembers_its_blocks(system: 
 
 
 def test_a_tool_use_without_an_id_is_refused_at_its_block() -> None:
-    body = _body(
+    body = messages_body(
         [
             {"role": "user", "content": "Task"},
             {"role": "assistant", "content": [{"type": "tool_use", "name": "read", "input": {}}]},
         ]
     )
-    refusal = _refusal(body)
+    refusal = refusal_of(body)
     assert "tool_use needs a string id and name" in refusal.message
     assert refusal.param == "messages[1].content[0]"
 
 
 def test_a_system_entry_in_messages_cannot_carry_a_tool_result() -> None:
     # Claude Code's ``role: "system"`` entries are text: a tool block there answers no call.
-    body = _body(
+    body = messages_body(
         [
             {"role": "user", "content": "Task"},
             {
@@ -144,34 +120,34 @@ def test_a_system_entry_in_messages_cannot_carry_a_tool_result() -> None:
             },
         ]
     )
-    refusal = _refusal(body)
+    refusal = refusal_of(body)
     assert "system messages cannot carry tool blocks" in refusal.message
     assert refusal.param == "messages[1].content[0]"
 
 
 def test_a_bad_block_in_a_system_entry_is_named_by_its_place() -> None:
-    body = _body(
+    body = messages_body(
         [{"role": "user", "content": "Task"}, {"role": "system", "content": [{"type": "text"}]}]
     )
-    assert _refusal(body).param == "messages[1].content[0].text"
+    assert refusal_of(body).param == "messages[1].content[0].text"
 
 
 def test_a_bad_block_inside_a_tool_result_is_named_by_its_place() -> None:
-    body = _body(_tool_round([{"text": "no type"}]))
-    refusal = _refusal(body)
+    body = messages_body(tool_round([{"text": "no type"}]))
+    refusal = refusal_of(body)
     assert refusal.param == "messages[2].content[0].content[0]"
 
 
 def test_a_system_field_of_the_wrong_shape_is_named() -> None:
-    refusal = _refusal(_body([{"role": "user", "content": "hi"}], system=5))
+    refusal = refusal_of(messages_body([{"role": "user", "content": "hi"}], system=5))
     assert refusal.param == "system"
 
 
 def test_request_level_refusals_name_their_field() -> None:
-    empty = _refusal(_body([]))
+    empty = refusal_of(messages_body([]))
     assert "non-empty list" in empty.message
     assert empty.param == "messages"
-    stream = _refusal(_body([{"role": "user", "content": "hi"}], stream="yes"))
+    stream = refusal_of(messages_body([{"role": "user", "content": "hi"}], stream="yes"))
     assert stream.message == "stream must be a boolean"
     assert stream.param == "stream"
 
@@ -182,7 +158,7 @@ def test_request_level_refusals_name_their_field() -> None:
 def _masked_session() -> tuple[Any, list[Any]]:
     """Two tool rounds whose first output the fit masked (the real placeholder)."""
     messages = [
-        *_tool_round("line\n" * 50),
+        *tool_round("line\n" * 50),
         {
             "role": "assistant",
             "content": [{"type": "tool_use", "id": "toolu_2", "name": "read", "input": {}}],
@@ -192,7 +168,7 @@ def _masked_session() -> tuple[Any, list[Any]]:
             "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "ok"}],
         },
     ]
-    request = parse_anthropic(_body(messages))
+    request = parse_anthropic(messages_body(messages))
     fitted = list(request.messages)
     assert fitted[2].tool_call_id == "toolu_1"
     fitted[2] = mask_output(fitted[2], "read", 100)
@@ -242,7 +218,9 @@ def test_a_cut_tool_result_keeps_the_clients_image_block() -> None:
     # A capped tool_result is rendered from its parts, and a part that still is what it was
     # goes out as the client's own block: the fit never creates or rewrites an image.
     shot = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
-    request = parse_anthropic(_body(_tool_round([{"type": "text", "text": "log " * 200}, shot])))
+    request = parse_anthropic(
+        messages_body(tool_round([{"type": "text", "text": "log " * 200}, shot]))
+    )
     fitted = list(request.messages)
     cut = fitted[2]
     assert isinstance(cut.parts[1], ImagePart)

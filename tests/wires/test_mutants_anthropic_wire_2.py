@@ -15,42 +15,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import pytest
+from anthropic_bodies import messages_body, refusal_of, tool_round
 
-from pricing.messages import ImagePart, RequestError, TextPart
+from pricing.messages import ImagePart, TextPart
 from proxy.wires.anthropic_parse import REST, TOOL, WHOLE, parse_anthropic
 from proxy.wires.anthropic_render import breakpoints, mark_head, render_messages
 
 EPHEMERAL = {"type": "ephemeral"}
 
 
-def _body(messages: list[Any], **fields: Any) -> dict[str, Any]:
-    return {"model": "claude", "max_tokens": 100, "messages": messages, **fields}
-
-
-def _refusal(body: Any) -> RequestError:
-    with pytest.raises(RequestError) as caught:
-        parse_anthropic(body)
-    return caught.value
-
-
 def _image(source: Any) -> dict[str, Any]:
     return {"type": "image", "source": source}
-
-
-def _tool_round(content: Any) -> list[dict[str, Any]]:
-    """A task, one tool call and its result (``content``), as a client sends them."""
-    return [
-        {"role": "user", "content": "Task: look."},
-        {
-            "role": "assistant",
-            "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}],
-        },
-        {
-            "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": content}],
-        },
-    ]
 
 
 # --- parsing: refusals name their field -----------------------------------------------------
@@ -58,7 +33,7 @@ def _tool_round(content: Any) -> list[dict[str, Any]]:
 
 def test_an_image_of_an_unknown_media_type_is_refused_at_its_source() -> None:
     # Anthropic takes JPEG, PNG, GIF and WebP; the refusal points at the image's source.
-    body = _body(
+    body = messages_body(
         [
             {"role": "user", "content": "Task"},
             {"role": "assistant", "content": "ok"},
@@ -68,14 +43,14 @@ def test_an_image_of_an_unknown_media_type_is_refused_at_its_source() -> None:
             },
         ]
     )
-    refusal = _refusal(body)
+    refusal = refusal_of(body)
     assert "media_type must be one of" in refusal.message
     assert refusal.param == "messages[2].content[0].source"
 
 
 def test_an_image_source_of_an_unknown_type_is_refused_at_its_source() -> None:
-    body = _body([{"role": "user", "content": [_image({"type": "ftp", "path": "/a.png"})]}])
-    refusal = _refusal(body)
+    body = messages_body([{"role": "user", "content": [_image({"type": "ftp", "path": "/a.png"})]}])
+    refusal = refusal_of(body)
     assert "source.type must be 'base64' or 'url'" in refusal.message
     assert "'ftp'" in refusal.message  # what the client sent, quoted
     assert refusal.param == "messages[0].content[0].source"
@@ -84,7 +59,7 @@ def test_an_image_source_of_an_unknown_type_is_refused_at_its_source() -> None:
 def test_a_missing_max_tokens_is_refused_but_not_for_count_tokens() -> None:
     # max_tokens is required by the Messages API; a count_tokens body has none.
     body = {"model": "claude", "messages": [{"role": "user", "content": "hi"}]}
-    refusal = _refusal(body)
+    refusal = refusal_of(body)
     assert refusal.message == "max_tokens is required"
     assert refusal.param == "max_tokens"
     assert parse_anthropic(body, count_only=True).max_output_tokens is None
@@ -96,7 +71,7 @@ def test_a_missing_max_tokens_is_refused_but_not_for_count_tokens() -> None:
 def test_thinking_blocks_are_priced_as_their_text() -> None:
     # Module docstring: an assistant message's text and thinking / redacted_thinking blocks are
     # priced as text (the thinking's words, the redacted block's opaque data).
-    body = _body(
+    body = messages_body(
         [
             {"role": "user", "content": "Task"},
             {
@@ -118,7 +93,7 @@ def test_thinking_blocks_are_priced_as_their_text() -> None:
 def test_image_blocks_become_image_parts_priced_from_their_source() -> None:
     # A url image is priced from its URL, a base64 one through a data URL of its media type.
     png = "iVBORw0KGgo="
-    body = _body(
+    body = messages_body(
         [
             {
                 "role": "user",
@@ -157,7 +132,7 @@ def test_each_internal_message_remembers_the_wire_it_was_parsed_from() -> None:
             ],
         },
     ]
-    request = parse_anthropic(_body(messages))
+    request = parse_anthropic(messages_body(messages))
     task, call, result, rest = request.messages
     assert task.wire is messages[0]
     assert call.wire is messages[1]
@@ -174,7 +149,7 @@ def test_tools_reach_pricing_in_the_chat_shape_and_server_tools_as_they_are() ->
     # parameters), server tools as they are.
     schema = {"type": "object", "properties": {"path": {"type": "string"}}}
     search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
-    body = _body(
+    body = messages_body(
         [{"role": "user", "content": "hi"}],
         tools=[
             {"name": "read", "description": "Read a file.", "input_schema": schema},
@@ -189,7 +164,9 @@ def test_tools_reach_pricing_in_the_chat_shape_and_server_tools_as_they_are() ->
 
 
 def test_a_tool_that_is_not_an_object_is_refused_at_its_place() -> None:
-    refusal = _refusal(_body([{"role": "user", "content": "hi"}], tools=[{"name": "a"}, "b"]))
+    refusal = refusal_of(
+        messages_body([{"role": "user", "content": "hi"}], tools=[{"name": "a"}, "b"])
+    )
     assert refusal.message == "tools[1] must be an object"
     assert refusal.param == "tools[1]"
 
@@ -199,7 +176,7 @@ def test_a_tool_that_is_not_an_object_is_refused_at_its_place() -> None:
 
 def _cut_second_block(inner: list[dict[str, Any]]) -> list[Any]:
     """The rendered content of a tool result whose second text block the fit cut."""
-    request = parse_anthropic(_body(_tool_round(inner)))
+    request = parse_anthropic(messages_body(tool_round(inner)))
     fitted = list(request.messages)
     result = fitted[2]
     assert result.role == "tool"
