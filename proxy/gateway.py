@@ -680,9 +680,10 @@ async def _ended(
     one that breaks off, that the provider fails in its own words, or that stops before the
     provider's end marker ends with the wire's error event (``Wire.stream_error``)."""
     message: str | None = None
+    outcome.generated = wire.generated
     try:
         async for chunk in chunks:
-            outcome.relay(chunk, wire.generated)
+            outcome.relay(chunk)
             yield chunk
     except StreamBroken as exc:
         message = f"the upstream stream broke off before it was complete: {exc}"

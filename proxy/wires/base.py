@@ -127,29 +127,29 @@ class Outcome:
     #: The generated text relayed to the client so far, as escaped JSON string contents: what an
     #: unfinished stream is charged for beyond its prompt.
     relayed: bytearray = field(default_factory=bytearray)
-    #: Relayed events whose generated text is not read yet, their size, and the pattern that
-    #: reads it (``Wire.generated``): read in bulk when an unfinished stream is charged
-    #: (``relayed_text``), or once they pass ``UNREAD_BYTES``. A stream that finishes (nearly
-    #: every one) is never searched event by event (a regex pass per event was ~40% of the
-    #: relay's own CPU).
+    #: The wire's generated-text pattern (``Wire.generated``; the gateway's relay sets it):
+    #: what ``relayed_text`` reads the relayed events with.
+    generated: re.Pattern[bytes] | None = None
+    #: Relayed events not read yet, and their size: read in bulk when an unfinished stream is
+    #: charged (``relayed_text``), or once they pass ``UNREAD_BYTES``. A stream that finishes
+    #: (nearly every one) is never searched event by event (without that pass, stream c1 CPU
+    #: 0.914×: bench/REPORT.md 1d).
     unread: list[bytes] = field(default_factory=list)
     unread_bytes: int = 0
-    pattern: re.Pattern[bytes] | None = None
 
-    def relay(self, event: bytes, pattern: re.Pattern[bytes]) -> None:
+    def relay(self, event: bytes) -> None:
         """``event`` goes to the client now: its generated text counts as relayed (billed
         whether or not the client reads it)."""
         self.sent += 1
-        self.pattern = pattern
         self.unread.append(event)
         self.unread_bytes += len(event)
         if self.unread_bytes > UNREAD_BYTES:
             self._read()
 
     def _read(self) -> None:
-        if self.pattern is not None:
+        if self.generated is not None:
             for event in self.unread:
-                for found in self.pattern.finditer(event):
+                for found in self.generated.finditer(event):
                     self.relayed += found.group(1)
         self.unread.clear()
         self.unread_bytes = 0

@@ -33,19 +33,15 @@ _MODEL = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
 def as_alias(data: bytes, alias: str) -> bytes:
     """``data`` answering as the client's alias: the provider names its own model (litellm's
     upstream name, a dated snapshot), the client asked for the route's alias and gets it back."""
-    if not alias:
-        return data
-    found = _MODEL.search(data)
-    if found is None:
-        return data
-    return data[: found.start()] + b'"model":' + orjson.dumps(alias) + data[found.end() :]
+    return Renamer(alias)(data)
 
 
 class Renamer:
-    """``as_alias`` over a stream's events, at a byte comparison per event: the provider's own
-    ``"model"`` member is learnt from the first event that has one, and an event whose first
-    ``"model"`` key is that same member is rewritten by slicing (a regex search per event cost
-    ~5 µs, ~0.3 ms over a 64-token stream). Anything else goes through ``as_alias``."""
+    """The first ``"model"`` member of each of a stream's events (or of one whole answer:
+    ``as_alias``) made the alias, at a byte comparison per event: the provider's own member is
+    learnt from the first event that has one, and an event whose first ``"model"`` key is that
+    same member is rewritten by slicing (a regex search per event cost ~5 µs, ~0.3 ms over a
+    64-token stream). Anything else is found by the regex."""
 
     __slots__ = ("alias", "member", "seen")
 

@@ -32,9 +32,9 @@ def responses_events(text: str) -> list[bytes]:
 
 
 def relayed(events: list[bytes], wire: Wire) -> str:
-    outcome = Outcome()
+    outcome = Outcome(generated=wire.generated)
     for event in events:
-        outcome.relay(event, wire.generated)
+        outcome.relay(event)
     return outcome.relayed_text()
 
 
@@ -60,9 +60,9 @@ def test_usage_and_role_events_carry_no_generated_text():
 def test_a_long_stream_is_read_as_it_goes_and_holds_no_more_than_the_bound_unread():
     piece = 'ab\\c"é ' * 100
     events = [chat_event(piece) for _ in range(3 * UNREAD_BYTES // len(chat_event(piece)))]
-    outcome = Outcome()
+    outcome = Outcome(generated=CHAT_WIRE.generated)
     for event in events:
-        outcome.relay(event, CHAT_WIRE.generated)
+        outcome.relay(event)
         assert outcome.unread_bytes <= UNREAD_BYTES
     assert outcome.sent == len(events)
     assert outcome.relayed  # read in bulk at least once on the way
