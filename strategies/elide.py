@@ -44,6 +44,7 @@ __all__ = [
     "Schedule",
     "UnitCosts",
     "elision_marker",
+    "masked_by",
     "plan",
     "plan_max",
     "verbatim_head",
@@ -82,11 +83,23 @@ class Plan:
     cut: int
     estimate: int
     mask: int = 0
-    #: Units before this one are never masked by the replayed plan: the verbatim head.
+    #: Units in ``[vstart, verbatim)`` are never masked by the replayed plan: the verbatim head
+    #: (``vstart`` 0 until the first head is masked; then each later head starts where the
+    #: masked conversation ends, so outputs before it stay masked).
     verbatim: int = 0
-    #: The mask point of the previous request of the session (this one minus its newest unit):
-    #: after a mask step the prefix both requests share ends there, not at ``mask``.
-    settled_mask: int = 0
+    #: The previous request of the session's (this one minus its newest unit) ``mask``,
+    #: ``verbatim`` and ``vstart``: the prefix both share ends where their masking first differs.
+    settled: tuple[int, int, int] = (0, 0, 0)
+    vstart: int = 0
+
+    def masks(self, u: int) -> bool:
+        """Whether unit ``u``'s outputs are in the masked range (protection aside)."""
+        return masked_by(u, self.mask, self.verbatim, self.vstart)
+
+
+def masked_by(u: int, mask: int, verbatim: int, vstart: int) -> bool:
+    """Whether unit ``u`` is before the mask point and outside the verbatim head."""
+    return u < mask and not vstart <= u < verbatim
 
 
 def elision_marker(messages: int, tokens: int) -> str:
@@ -124,13 +137,17 @@ class _Sums:
             last_user.append(current)
         self.last_user = last_user
 
-    def free(self, x: int, offload: int, mask: int, verbatim: int = 0) -> int:
+    def free(self, x: int, offload: int, mask: int, verbatim: int = 0, vstart: int = 0) -> int:
         """Σ over unprotected units below x of their price, images before ``offload`` offloaded
-        and outputs in ``[verbatim, mask)`` masked."""
+        and outputs in ``[0, vstart)`` and ``[verbatim, mask)`` masked (``vstart ≤ verbatim``)."""
         if verbatim:
-            v = min(x, verbatim, mask)
+            a, b = min(x, vstart, mask), min(x, verbatim, mask)
+            inside = self.free(b, offload, mask) - self.free(a, offload, mask)
             return (
-                self.free(x, offload, mask) - self.free(v, offload, mask) + self.free(v, offload, 0)
+                self.free(x, offload, mask)
+                - inside
+                + self.free(b, offload, 0)
+                - (self.free(a, offload, 0))
             )
         a = min(offload, mask, x)
         b = min(max(offload, mask), x)
@@ -138,8 +155,9 @@ class _Sums:
         middle = off if offload > mask else masked
         return both[a] + middle[b] - middle[a] + full[x] - full[b]
 
-    def cost(self, u: int, offload: int, mask: int, verbatim: int = 0) -> int:
-        return _variants(self.units[u])[int(u < offload) + 2 * int(verbatim <= u < mask)]
+    def cost(self, u: int, offload: int, mask: int, verbatim: int = 0, vstart: int = 0) -> int:
+        masked = masked_by(u, mask, verbatim, vstart)
+        return _variants(self.units[u])[int(u < offload) + 2 * int(masked)]
 
     def newest_turn(self, e: int) -> int:
         """The first unit of prefix ``[0, e)``'s newest turn: its latest user message."""
@@ -147,7 +165,14 @@ class _Sums:
         return e - 1 if lu is None else lu
 
     def estimate(
-        self, e: int, head: int, offload: int, cut: int, mask: int = 0, verbatim: int = 0
+        self,
+        e: int,
+        head: int,
+        offload: int,
+        cut: int,
+        mask: int = 0,
+        verbatim: int = 0,
+        vstart: int = 0,
     ) -> int:
         """Price of prefix ``[0, e)`` under a plan (``e`` units, the newest one protected)."""
         newest = {e - 1}
@@ -155,16 +180,15 @@ class _Sums:
             newest.add(e - 2)
         lu = self.last_user[e - 1]
         dynamic = {d for d in (*newest, lu) if d is not None and not self.units[d].fixed}
-        kept = self.fixed_full[e] + self.free(e, offload, mask, verbatim)
+        masking = (mask, verbatim, vstart)
+        kept = self.fixed_full[e] + self.free(e, offload, *masking)
         # The newest unit, the round it answers and the latest user message go as they are.
-        kept += sum(self.units[d].full - self.cost(d, offload, mask, verbatim) for d in dynamic)
+        kept += sum(self.units[d].full - self.cost(d, offload, *masking) for d in dynamic)
         stop = min(cut, e)
         if stop > head:
-            elided = self.free(stop, offload, mask, verbatim) - self.free(
-                head, offload, mask, verbatim
-            )
+            elided = self.free(stop, offload, *masking) - self.free(head, offload, *masking)
             inside = [d for d in dynamic if head <= d < stop]
-            elided -= sum(self.cost(d, offload, mask, verbatim) for d in inside)
+            elided -= sum(self.cost(d, offload, *masking) for d in inside)
             if elided:
                 splits = len(inside) + self.fixed_count[stop] - self.fixed_count[head]
                 kept += self.marker * (1 + splits) - elided
@@ -255,8 +279,11 @@ def plan(
     budget: int,
     marker: int,
     schedule: Schedule,
+    previous: int | None = None,
 ) -> Plan:
-    """Replay the conversation's growth and return the plan for its full length.
+    """Replay the conversation's growth and return the plan for its full length, and in
+    ``Plan.settled`` the masking of its first ``previous`` units (the session's previous request:
+    by default all but the newest unit).
 
     At each prefix that overflows, the strategies move their cut points in the policy's order,
     each only while the prefix is above its mark: offload and elision to the low-water mark,
@@ -266,12 +293,14 @@ def plan(
     (``plan_max``) or reports the overflow.
     """
     replay = _Replay(units, overhead, budget, marker, schedule)
-    settled = 0
-    for e in range(1, len(units) + 1):
-        settled = replay.state["mask"]
-        replay.grow(e)
-    n = len(units)
     state = replay.state
+    settled = (0, 0, 0)
+    previous = len(units) - 1 if previous is None else previous
+    for e in range(1, len(units) + 1):
+        replay.grow(e)
+        if e == previous:
+            settled = (state["mask"], state["verbatim"], state["vstart"])
+    n = len(units)
     estimate = replay.price(n) if n else overhead
     return Plan(
         state["head"],
@@ -281,6 +310,7 @@ def plan(
         state["mask"],
         state["verbatim"],
         settled,
+        state["vstart"],
     )
 
 
@@ -322,6 +352,7 @@ class _Replay:
             "elide": head,
             "head": head,
             "verbatim": verbatim,
+            "vstart": 0,
         }
         self.floor = _protected(units)
         self.low = schedule.low_water * budget
@@ -335,6 +366,7 @@ class _Replay:
             state["elide"],
             state["mask"],
             state["verbatim"],
+            state["vstart"],
         )
 
     def advance(self, name: str, points: list[int], e: int, target: float, limit: int) -> None:
@@ -365,12 +397,32 @@ class _Replay:
     def unpin(self, e: int) -> None:
         """Everything after the verbatim head is masked and the prompt still overflows: the
         head's outputs are masked too, all at once and for good. One step, like a mask step at
-        ``mask_water`` 0: a prompt is re-sent from the head's first output once per session, not
+        ``mask_water`` 0: a prompt is re-sent from the head's first output once per head, not
         from a moving head end every few rounds (on Messages, where reads land only at
         breakpoints, each such move would miss the whole head); an output once masked stays
-        masked, as the same bytes, on every later request."""
-        if self.price(e) > self.budget:
-            self.state["verbatim"] = 0
+        masked, as the same bytes, on every later request.
+
+        The next head starts where the masked conversation ends: the outputs that follow stay
+        verbatim until the masked conversation and they reach ``verbatim × budget``, so after
+        each step the prompt falls to about that mark, not to what the masked conversation
+        weighs, for the whole session and not only until the first head is masked."""
+        state = self.state
+        if state["verbatim"] > state["vstart"] and self.price(e) > self.budget:
+            start = state["mask"]
+            state["vstart"] = start
+            state["verbatim"] = self.next_head(start)
+
+    def next_head(self, start: int) -> int:
+        """The end of the verbatim head that starts at unit ``start``, everything before it
+        masked: a function of the prefix alone, like the first head (``verbatim_head``)."""
+        limit = self.schedule.verbatim * self.budget
+        total = sum(_variants(u)[2] for u in self.units[:start])
+        n = len(self.units)
+        for i in range(start, n - 1):
+            total += self.units[i].full
+            if total > limit:
+                return i
+        return max(n - 1, start)
 
     def give_way(self, e: int) -> None:
         """The newest turn does not fit beside the head: the head gives way first, to a prefix
@@ -404,6 +456,7 @@ def plan_max(
     mask: bool = False,
     into_turn: bool = False,
     verbatim: int = 0,
+    vstart: int = 0,
 ) -> Plan:
     """The most the policy allows: every unprotected image offloaded, every unprotected output
     masked, every unprotected unit after the head elided — up to the newest turn, or into it
@@ -423,7 +476,8 @@ def plan_max(
 
     def at(h: int) -> Plan:
         cut = max(end if elide else h, h)
-        return Plan(h, off, cut, sums.estimate(n, h, off, cut, mc, verbatim), mc, verbatim)
+        price = sums.estimate(n, h, off, cut, mc, verbatim, vstart)
+        return Plan(h, off, cut, price, mc, verbatim, vstart=vstart)
 
     best = at(head)
     if floor is None or budget is None:

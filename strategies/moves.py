@@ -27,7 +27,16 @@ from pricing.meter import (
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 from strategies.actions import Action, Actions
-from strategies.elide import ELIDE, Plan, Schedule, UnitCosts, elision_marker, plan, plan_max
+from strategies.elide import (
+    ELIDE,
+    Plan,
+    Schedule,
+    UnitCosts,
+    elision_marker,
+    masked_by,
+    plan,
+    plan_max,
+)
 from strategies.mask import MASK, mask_output, tool_name
 from strategies.offload import OFFLOAD, offload_images, placeholder_for
 from strategies.policy import FitPolicy
@@ -195,16 +204,23 @@ def _candidates(
         policy.mask_water,
         policy.verbatim_head,
     )
-    replayed = plan(costs, overhead=overhead, budget=job.budget, marker=marker, schedule=schedule)
+    replayed = plan(
+        costs,
+        overhead=overhead,
+        budget=job.budget,
+        marker=marker,
+        schedule=schedule,
+        previous=_previous_request(messages, units),
+    )
     # The most the policy allows: the verbatim head kept, then masked too (before any output of
     # the newest unit is), then elision into the newest turn.
-    steps = [(False, replayed.verbatim)]
-    if replayed.verbatim:
-        steps.append((False, 0))
+    steps = [(False, replayed.verbatim, replayed.vstart)]
+    if replayed.verbatim > replayed.vstart:
+        steps.append((False, 0, 0))
     if ELIDE.name in order:
-        steps.append((True, 0))
+        steps.append((True, 0, 0))
     plans = [replayed]
-    for into_turn, verbatim in steps:
+    for into_turn, verbatim, vstart in steps:
         plans.append(
             plan_max(
                 costs,
@@ -218,6 +234,7 @@ def _candidates(
                 budget=job.budget,
                 into_turn=into_turn,
                 verbatim=verbatim,
+                vstart=vstart,
             )
         )
     into = len(plans) - 1 if ELIDE.name in order else None
@@ -243,11 +260,30 @@ def _candidates(
     return out
 
 
+def _previous_request(messages: Sequence[Message], units: Sequence[Unit]) -> int:
+    """How many units the previous request of the session had: those before the newest
+    assistant turn (one turn may span several messages and units: a thinking block, a text, the
+    tool calls), which the client appended with what answers it."""
+    start = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), 0
+    )
+    while start > 0 and messages[start - 1].role == "assistant":
+        start -= 1
+    return sum(unit.end <= start for unit in units)
+
+
 def _settled(
     messages: Sequence[Message], units: Sequence[Unit], masks: frozenset[int], chosen: Plan
 ) -> str | None:
-    """The call id of the last output masked both here and, by the replay, one unit earlier."""
-    end = units[chosen.settled_mask - 1].end if chosen.settled_mask else 0
+    """The call id of the last output masked here before the first unit whose masking differs
+    from the previous request's (the replay one unit earlier): the prefix both share ends there,
+    after a mask step as after a verbatim head is masked."""
+    mask, verbatim, vstart = chosen.settled
+    first = next(
+        (u for u in range(len(units)) if chosen.masks(u) != masked_by(u, mask, verbatim, vstart)),
+        len(units),
+    )
+    end = units[first].start if first < len(units) else len(messages)
     settled = [i for i in masks if i < end]
     return messages[max(settled)].tool_call_id if settled else None
 
@@ -370,8 +406,11 @@ def _plan_states(
     n = len(units)
     newest = {n - 1, n - 2} if answers_tool_round(messages, units, n - 1) else {n - 1}
     elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
+    end = min(chosen.mask, n)
     masked = [
-        u for u in range(chosen.verbatim, min(chosen.mask, n)) if u not in newest and not elided[u]
+        u
+        for u in (*range(min(chosen.vstart, end)), *range(chosen.verbatim, end))
+        if u not in newest and not elided[u]
     ]
     states = [ELIDED if e else KEPT for e in elided]
     offload = [u < chosen.offload and u not in keep for u in range(n)]

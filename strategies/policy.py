@@ -79,12 +79,12 @@ class FitPolicy:
     mask_water: float = 0.0
     #: When masking runs, the head of the conversation up to this fraction of the budget keeps
     #: its tool outputs verbatim; masking starts after it and masks it (all at once, for good)
-    #: only when everything after it is masked and the prompt still overflows. Between mask
-    #: steps the prompt then grows from about this fraction to the budget instead of from what
-    #: the masked conversation weighs (0.7 raised window use p50 on agent-shaped sessions from
-    #: 0.66 to ~0.76-0.79). Off by default: on Messages the step that masks the head re-sends
-    #: it where no breakpoint reads it back (docs/fitting.md, "The verbatim head").
-    verbatim_head: float = 0.0
+    #: only when everything after it is masked and the prompt still overflows, and the next head
+    #: starts where the masked conversation ends. Between mask steps the prompt then grows from
+    #: about this fraction to the budget instead of from what the masked conversation weighs
+    #: (window use p50 on agent-shaped sessions 0.66 → 0.78, cache-hit unchanged on every wire:
+    #: docs/fitting.md, "The verbatim head").
+    verbatim_head: float = 0.7
     #: An upper bound on the prompt budget (a team's per-request quota); None = the window's.
     max_prompt_tokens: int | None = None
 

@@ -16,18 +16,19 @@ turn is byte-identical on this one. What the fit changed is rendered from its pa
   results, starts with no ``tool_result``): merging it into that assistant turn would rewrite it.
 
 **Breakpoints** (``cache_control``, at most 4 per request): client breakpoints in what is kept
-stay where they are (those in elided messages go with them). routefit adds up to two. The first:
-when the fit elided, on the last block before the first marker (the end of its pinned head, which
-its cut points keep stable from turn to turn); when it masked without eliding, on the output the
-previous request of the session had masked last (``Fit.settled_mask``: after a mask step the
-prefix both requests share ends there; elsewhere it is the last masked output). The second, on
-the block before the newest assistant message: where the previous request ended, hence where the
-client's last-block breakpoint wrote, so the whole previous request is read back whenever the fit
-changed nothing in it (docs/fitting.md, "Messages: where reads land"). None is added when the
-request already carries 4, counting every ``cache_control`` Anthropic counts: on tools, on
-``system`` blocks, on message blocks and on the blocks inside a ``tool_result``. A chosen block
-in an assistant turn moves to the last block of the latest user message before it (assistant
-turns are never rewritten).
+stay where they are (those in elided messages go with them). routefit adds up to three. The
+first: when the fit elided, on the last block before the first marker (the end of its pinned head,
+which its cut points keep stable from turn to turn); when it masked without eliding, on the last
+output masked before the first place where the previous request's masking differs
+(``Fit.settled_mask``: after a mask step or a masked head, the prefix both requests share ends
+there; elsewhere it is the last masked output). The second, on the block before the newest
+assistant message: where the previous request ended, hence where the client's last-block
+breakpoint wrote, so the whole previous request is read back whenever the fit changed nothing
+in it (docs/fitting.md, "Messages: where reads land"). The third, on the last masked output, for
+the next request to read. None is added when the request already carries 4, counting every
+``cache_control`` Anthropic counts: on tools, on ``system`` blocks, on message blocks and on the
+blocks inside a ``tool_result``. A chosen block in an assistant turn moves to the last block of
+the latest user message before it (assistant turns are never rewritten).
 """
 
 from __future__ import annotations
@@ -260,6 +261,9 @@ def mark_head(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int])
     landed: a breakpoint there reads it back whenever the fit changed nothing before it, however
     many blocks the new round added (Anthropic looks back only ~20 blocks from a breakpoint).
     ``at`` (the pinned head, or the masked outputs' end) comes first: it survives the fit's jumps.
+    Last, when there is room, one on the last masked output: after a mask step ``at`` is where
+    the previous request's masking ended, and the next request, its masking unchanged, reads
+    back at this one's last masked output only if something wrote there.
     A mark is always a user message's block: assistant turns are never rewritten (a thinking
     block's signature and a tool call's pairing are the client's), so one that falls on an
     assistant turn goes on the last block of the latest user message before it.
@@ -268,6 +272,9 @@ def mark_head(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int])
     end = _previous_end(messages)
     if end is not None and end != at:
         _mark(body, messages, end)
+    latest = _last_masked(messages)
+    if latest is not None and latest > at and latest != end:
+        _mark(body, messages, latest)
     return placed
 
 

@@ -278,35 +278,58 @@ def _sent_outputs(body: dict) -> list[tuple[str, bool]]:
     ]
 
 
+def _runs(flags: list[bool]) -> list[tuple[bool, int, int]]:
+    """(masked, start, end) of each run of equal flags."""
+    out: list[tuple[bool, int, int]] = []
+    for i, flag in enumerate(flags):
+        if out and out[-1][0] == flag:
+            out[-1] = (flag, out[-1][1], i + 1)
+        else:
+            out.append((flag, i, i + 1))
+    return out
+
+
 def test_the_head_keeps_its_outputs_until_the_masked_rest_no_longer_fits_beside_it():
-    # Masking starts after the verbatim head (its outputs verbatim) and, once everything after
-    # it is masked and the prompt still overflows, masks the head too, all at once and for good.
+    # Masking starts after the verbatim head (its outputs verbatim); once everything after it
+    # is masked and the prompt still overflows, the head is masked too, all at once and for
+    # good, and the next head starts where the masked conversation ends.
     r = route(24000)
     policy = FitPolicy(verbatim_head=0.7)
     budget = prompt_budget(r.context_window, r.max_output_tokens, policy, None)
-    phases: list[str] = []
-    kept = 0  # outputs the head keeps verbatim: it never shrinks a little, only all at once
+    masked_once: set[str] = set()
+    head_start = 0
+    heads: set[int] = set()
     for body in agent_session(400):
         out = fit(parse_request(body), r, policy).body
-        flags = [masked for _, masked in _sent_outputs(out)[:-1]]  # not the newest unit's
+        sent = _sent_outputs(out)[:-1]  # not the newest unit's
+        ids = [call for call, _ in sent]
+        flags = [masked for _, masked in sent]
+        # An output once masked never comes back verbatim.
+        assert not masked_once & {call for call, masked in sent if not masked}
+        masked_once |= {call for call, masked in sent if masked}
+        runs = _runs(flags)
         if True not in flags:
-            phase = "none"
-        else:
-            first = flags.index(True)
-            rest = flags[first:]
-            # One masked run; after it only what grew since the last mask step.
-            assert False not in rest or True not in rest[rest.index(False) :]
-            phase = "all" if first == 0 else "after-head"
-            assert first >= kept or first == 0
-            kept = first
-            if first:
-                cut = [i for i, m in enumerate(out["messages"]) if m["role"] == "tool"][first]
-                head = measure(parse_request({**out, "messages": out["messages"][:cut]}), r)
-                assert head.total <= policy.verbatim_head * budget + 200  # whole units
-        if not phases or phases[-1] != phase:
-            phases.append(phase)
-    # Each phase once, in order: the head is masked only after everything after it, never back.
-    assert phases == ["none", "after-head", "all"]
+            continue
+        # At most: a masked prefix, the verbatim head, the masked middle, what grew since.
+        assert [m for m, _, _ in runs] in (
+            [True],
+            [True, False],
+            [False, True],
+            [False, True, False],
+            [True, False, True],
+            [True, False, True, False],
+        )
+        verbatim = next((run for run in runs if not run[0]), None)
+        if verbatim is not None and verbatim[2] < len(flags):  # a head, with masked after it
+            first = int(ids[verbatim[1]].removeprefix("call_"))
+            assert first >= head_start  # the head's start only moves forward
+            head_start = first
+            heads.add(first)
+            cut = [i for i, m in enumerate(out["messages"]) if m["role"] == "tool"][verbatim[2]]
+            head = measure(parse_request({**out, "messages": out["messages"][:cut]}), r)
+            assert head.total <= policy.verbatim_head * budget + 400  # whole units
+    # More than one head over the session: a masked head is followed by a later one.
+    assert len(heads) >= 2
 
 
 def test_without_a_verbatim_head_masking_starts_at_the_first_output():
@@ -315,3 +338,48 @@ def test_without_a_verbatim_head_masking_starts_at_the_first_output():
     for body in agent_session(120)[60:]:
         sent = _sent_outputs(fit(parse_request(body), r, policy).body)
         assert sent[0][1]
+
+
+def _split_turns(requests: list[dict]) -> list[dict]:
+    """The same session with every tool-calling assistant turn sent as two messages (its words,
+    then its calls), as an Anthropic turn with a thinking block parses: one turn, two units."""
+    out = []
+    for body in requests:
+        messages: list[dict] = []
+        for m in body["messages"]:
+            if m["role"] == "assistant" and m.get("tool_calls"):
+                messages.append({"role": "assistant", "content": m["content"]})
+                messages.append({**m, "content": None})
+            else:
+                messages.append(m)
+        out.append({**body, "messages": messages})
+    return out
+
+
+@pytest.mark.parametrize("head", [0.0, 0.7])
+def test_the_settled_mask_is_where_the_previous_request_s_masking_ends(head):
+    # Fit.settled_mask names the last output masked before the first message that differs
+    # from the previous request as sent (where the previous request's breakpoint wrote), also
+    # when one assistant turn spans several units.
+    r = route(24000)
+    policy = FitPolicy(verbatim_head=head)
+    previous: list[dict] | None = None
+    checked = 0
+    for body in _split_turns(agent_session(260)):
+        result = fit(parse_request(body), r, policy)
+        sent = result.body["messages"]
+        if previous is not None:
+            same = next(
+                (i for i, (a, b) in enumerate(zip(previous, sent, strict=False)) if a != b),
+                len(previous),
+            )
+            masked = [
+                m["tool_call_id"]
+                for m in sent[:same]
+                if m["role"] == "tool" and str(m["content"]).startswith(MASK_PREFIX)
+            ]
+            if result.settled_mask is not None or masked:
+                checked += 1
+                assert result.settled_mask == (masked[-1] if masked else None)
+        previous = sent
+    assert checked > 50
