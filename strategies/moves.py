@@ -192,51 +192,7 @@ def _candidates(
     with the longest head that fits — the pinned head, else a shorter prefix of it (still
     cached), down to the protected head — stopping elision at the newest turn, then cutting into
     it (its calls go only when the turn does not fit once masked)."""
-    policy = job.policy
-    overhead = job.correction.apply(0, pressure.tools + pressure.priming)
-    marker = _marker_price(job.route, job.correction)
-    schedule = Schedule(
-        order,
-        policy.low_water,
-        policy.checkpoint_quantum,
-        policy.image_offload_step,
-        policy.pin_fraction,
-        policy.mask_water,
-        policy.verbatim_head,
-    )
-    replayed = plan(
-        costs,
-        overhead=overhead,
-        budget=job.budget,
-        marker=marker,
-        schedule=schedule,
-        previous=_previous_request(messages, units),
-    )
-    # The most the policy allows: the verbatim head kept, then masked too (before any output of
-    # the newest unit is), then elision into the newest turn.
-    steps = [(False, replayed.verbatim, replayed.vstart)]
-    if replayed.verbatim > replayed.vstart:
-        steps.append((False, 0, 0))
-    if ELIDE.name in order:
-        steps.append((True, 0, 0))
-    plans = [replayed]
-    for into_turn, verbatim, vstart in steps:
-        plans.append(
-            plan_max(
-                costs,
-                overhead=overhead,
-                marker=marker,
-                offload=OFFLOAD.name in order,
-                elide=ELIDE.name in order,
-                mask=MASK.name in order,
-                head=replayed.head,
-                floor=_protected_head(costs),
-                budget=job.budget,
-                into_turn=into_turn,
-                verbatim=verbatim,
-                vstart=vstart,
-            )
-        )
+    plans = _plans(job, messages, units, pressure, costs, order)
     into = len(plans) - 1 if ELIDE.name in order else None
     out: list[tuple[int, Fit | None]] = []
     for n, candidate in enumerate(plans):
@@ -258,6 +214,63 @@ def _candidates(
         if built.estimate <= job.budget:
             break
     return out
+
+
+def _plans(
+    job: Job,
+    messages: tuple[Message, ...],
+    units: Sequence[Unit],
+    pressure: Pressure,
+    costs: Sequence[UnitCosts],
+    order: tuple[str, ...],
+) -> list[Plan]:
+    """The replayed plan, then the most the policy allows: the verbatim head kept, then masked
+    too (before any output of the newest unit is), then elision into the newest turn."""
+    policy = job.policy
+    overhead = job.correction.apply(0, pressure.tools + pressure.priming)
+    marker = _marker_price(job.route, job.correction)
+    schedule = Schedule(
+        order,
+        policy.low_water,
+        policy.checkpoint_quantum,
+        policy.image_offload_step,
+        policy.pin_fraction,
+        policy.mask_water,
+        policy.verbatim_head,
+    )
+    replayed = plan(
+        costs,
+        overhead=overhead,
+        budget=job.budget,
+        marker=marker,
+        schedule=schedule,
+        previous=_previous_request(messages, units),
+    )
+    steps = [(False, replayed.verbatim, replayed.vstart)]
+    if replayed.verbatim > replayed.vstart:
+        steps.append((False, 0, 0))
+    if ELIDE.name in order:
+        steps.append((True, 0, 0))
+    return [
+        replayed,
+        *(
+            plan_max(
+                costs,
+                overhead=overhead,
+                marker=marker,
+                offload=OFFLOAD.name in order,
+                elide=ELIDE.name in order,
+                mask=MASK.name in order,
+                head=replayed.head,
+                floor=_protected_head(costs),
+                budget=job.budget,
+                into_turn=into_turn,
+                verbatim=verbatim,
+                vstart=vstart,
+            )
+            for into_turn, verbatim, vstart in steps
+        ),
+    ]
 
 
 def _previous_request(messages: Sequence[Message], units: Sequence[Unit]) -> int:
