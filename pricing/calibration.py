@@ -646,9 +646,13 @@ def _base(
     w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)
     _bounded(w, seen, policy, exact)
     predicted = [_dot(w, r) for r in rows]
-    ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True) if p > 0]
-    kept = [x for x, p in zip(recency, predicted, strict=True) if p > 0]
-    scale = _quantile(ratios, kept, policy.quantile) if ratios else 1.0
+    if any(p <= 0 for p in predicted):
+        # The ranges clamped the solution into one that prices its own samples at nothing or
+        # less (e.g. counts that fall by more per digit than a character's weight may): that is
+        # no fit, and scaling it cannot mend it. The prior prices them, as before enough samples.
+        return prior, [False] * _N
+    ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True)]
+    scale = _quantile(ratios, recency, policy.quantile)
     w = [x * scale for x in w]
     _bounded(w, seen, policy, exact)
     return w, seen
