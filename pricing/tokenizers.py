@@ -36,6 +36,9 @@ from typing import Any, Protocol
 
 import xxhash
 
+from pricing import byte_level
+from pricing.byte_level import ByteLevel
+
 __all__ = [
     "CountCache",
     "Tokenizer",
@@ -281,7 +284,9 @@ def remember(tok: Tokenizer, text: str, n: int) -> None:
 
 def _encoder(tok: Tokenizer) -> Callable[[str], Sequence[int]] | None:
     if isinstance(tok, _Tiktoken):
-        encode: Callable[[str], Sequence[int]] = tok._enc.encode_ordinary
+        encode: Callable[[str], Sequence[int]] = (
+            tok._enc.encode_ordinary if tok.bpe is None else tok.bpe.encode
+        )
         return encode
     return tok._encode if isinstance(tok, _HuggingFace) else None
 
@@ -293,12 +298,18 @@ class _Tiktoken:
     cache: CountCache = field(default_factory=CountCache)
     #: Whose texts this view counts (``get_tokenizer``): the key the cache files them under.
     scope: bytes = b""
+    #: A Hugging Face byte-level BPE file counted by tiktoken (``pricing.byte_level``): what it
+    #: does around the merges (added tokens, NFKC). None: one of tiktoken's own files.
+    bpe: ByteLevel | None = None
+
+    def _encode(self, text: str) -> Sequence[int]:
+        return self._enc.encode_ordinary(text) if self.bpe is None else self.bpe.encode(text)
 
     def _count(self, text: str) -> int:
         if len(text) < _SPLIT_ABOVE or _THREADS == 1:
-            return len(self._enc.encode_ordinary(text))
+            return len(self._encode(text))
         # a big new prompt: its pieces on parallel threads (tiktoken releases the GIL)
-        return _count_pieces(split_for_count(text, _THREADS), self._enc.encode_ordinary)
+        return _count_pieces(split_for_count(text, _THREADS), self._encode)
 
     def count(self, text: str) -> int:
         if not text:
@@ -309,6 +320,10 @@ class _Tiktoken:
         todo = self.cache.missing(texts, self.scope)
         if not _worth_batching(todo):
             return
+        if self.bpe is not None:
+            for text in todo:
+                self.cache.put(text, len(self.bpe.encode(text)), self.scope)
+            return
         for text, ids in zip(
             todo, self._enc.encode_ordinary_batch(todo, num_threads=_THREADS), strict=True
         ):
@@ -317,6 +332,8 @@ class _Tiktoken:
     def boundaries(self, text: str) -> list[int]:
         if not text:
             return []
+        if self.bpe is not None:
+            return self.bpe.boundaries(text)
         tokens = self._enc.encode_ordinary(text)
         _, offsets = self._enc.decode_with_offsets(tokens)
         return list(offsets)
@@ -552,14 +569,25 @@ def _loaded(spec: str) -> Tokenizer:
     _fix_mmap_threshold()
     if spec in _TIKTOKEN_URLS:
         found: _Tiktoken | _HuggingFace = _Tiktoken(spec, _load_tiktoken(spec))
-    elif spec in _HF_SHIPPED:
-        path = litellm_tokenizer_dir() / _HF_SHIPPED[spec]
-        found = _HuggingFace(spec, _load_hf(path), splittable=True)
     else:
-        found = _HuggingFace(spec, _load_hf(Path(spec[3:]).expanduser()))
+        shipped = spec in _HF_SHIPPED
+        path = litellm_tokenizer_dir() / _HF_SHIPPED[spec] if shipped else Path(spec[3:])
+        found = _hugging_face(spec, path.expanduser(), shipped)
     _CACHES.append(found.cache)
     _return_freed_memory()
     return found
+
+
+def _hugging_face(spec: str, path: Path, shipped: bool) -> _Tiktoken | _HuggingFace:
+    """A ``tokenizer.json``: counted by tiktoken when it is GPT-2's kind of byte-level BPE
+    (``pricing.byte_level``: the same counts in a fraction of the memory and time), else by
+    Hugging Face's library. ``split_for_count`` holds for the files routefit ships and for any
+    byte-level BPE (GPT-2's regex); an operator's other file may pre-tokenize in ways a cut
+    would change."""
+    bpe = byte_level.load(path, spec) if path.is_file() else None
+    if bpe is not None:
+        return _Tiktoken(spec, bpe.encoding, bpe=bpe)
+    return _HuggingFace(spec, _load_hf(path), splittable=shipped)
 
 
 @cache
