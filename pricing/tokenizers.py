@@ -580,7 +580,7 @@ def _loaded(spec: str) -> Tokenizer:
 
 def _hugging_face(spec: str, path: Path, shipped: bool) -> _Tiktoken | _HuggingFace:
     """A ``tokenizer.json``: counted by tiktoken when it is GPT-2's kind of byte-level BPE
-    (``pricing.byte_level``: the same counts in a fraction of the memory and time), else by
+    (``pricing.byte_level``: the same counts in a fraction of the time), else by
     Hugging Face's library. ``split_for_count`` holds for the files routefit ships and for any
     byte-level BPE (GPT-2's regex); an operator's other file may pre-tokenize in ways a cut
     would change."""

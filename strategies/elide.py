@@ -87,8 +87,8 @@ class Plan:
     #: (``vstart`` 0 until the first head is masked; then each later head starts where the
     #: masked conversation ends, so outputs before it stay masked).
     verbatim: int = 0
-    #: The previous request of the session's (this one minus its newest unit) ``mask``,
-    #: ``verbatim`` and ``vstart``: the prefix both share ends where their masking first differs.
+    #: ``mask``, ``verbatim`` and ``vstart`` of the session's previous request (the replay at
+    #: ``plan``'s ``previous`` units): the prefix both share ends where their masking differs.
     settled: tuple[int, int, int] = (0, 0, 0)
     vstart: int = 0
 
@@ -143,12 +143,8 @@ class _Sums:
         if verbatim:
             a, b = min(x, vstart, mask), min(x, verbatim, mask)
             inside = self.free(b, offload, mask) - self.free(a, offload, mask)
-            return (
-                self.free(x, offload, mask)
-                - inside
-                + self.free(b, offload, 0)
-                - (self.free(a, offload, 0))
-            )
+            unmasked = self.free(b, offload, 0) - self.free(a, offload, 0)
+            return self.free(x, offload, mask) - inside + unmasked
         a = min(offload, mask, x)
         b = min(max(offload, mask), x)
         both, off, masked, full = self.free_v[3], self.free_v[1], self.free_v[2], self.free_v[0]

@@ -289,8 +289,8 @@ def _settled(
     messages: Sequence[Message], units: Sequence[Unit], masks: frozenset[int], chosen: Plan
 ) -> str | None:
     """The call id of the last output masked here before the first unit whose masking differs
-    from the previous request's (the replay one unit earlier): the prefix both share ends there,
-    after a mask step as after a verbatim head is masked."""
+    from the previous request's (``Plan.settled``): the prefix both share ends there, after a
+    mask step as after a verbatim head is masked."""
     mask, verbatim, vstart = chosen.settled
     first = next(
         (u for u in range(len(units)) if chosen.masks(u) != masked_by(u, mask, verbatim, vstart)),

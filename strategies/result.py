@@ -75,9 +75,10 @@ class Fit:
     pressure: Pressure
     report: FitReport
     estimate: int = field(default=0)
-    #: The ``tool_call_id`` of the last output that the previous request of the session had
-    #: masked too: the sent prefix up to it is what both share after a mask step, where a wire
-    #: with explicit cache breakpoints should read (None: nothing masked that long).
+    #: The ``tool_call_id`` of the last output masked before the first place where this
+    #: request's masking and the session's previous request's differ: the sent prefix up to it is
+    #: what both share (after a mask step, or a verbatim head masked), where a wire with explicit
+    #: cache breakpoints should read (None: nothing masked that long).
     settled_mask: str | None = None
 
 
