@@ -46,7 +46,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     "elide-then-mask": {"strategies": ["cap", "offload_images", "elide", "mask"]},
     "mask-water-0.5": {"mask_water": 0.5},
     "mask-water-0.8": {"mask_water": 0.8},
-    "verbatim-head-0.7": {"verbatim_head": 0.7},
+    "no-verbatim-head": {"verbatim_head": 0.0},
 }
 WIRES = ("chat", "messages", "responses")
 

@@ -1,9 +1,10 @@
 """A Hugging Face byte-level BPE file, counted by tiktoken.
 
 The legacy Anthropic tokenizer litellm ships is GPT-2's kind of tokenizer: NFKC, GPT-2's
-pre-tokenizer regex over bytes, 64,739 merges. Hugging Face's ``tokenizers`` holds it in ~29 MiB
-and counts a big text ~14× slower than tiktoken does the same text (953 KB: 1.1-1.7 s against
-62-116 ms on this machine); every Anthropic route paid both, the memory at start-up. tiktoken's
+pre-tokenizer regex over bytes, 64,739 merges. Hugging Face's ``tokenizers`` counts a big new
+text 6-17× slower than tiktoken does the same text (270k tokens: 4.07 s against 238 ms on the
+bench machine, bench/REPORT.md 1e), and every Anthropic route prices its new text with it; the
+memory is about the same either way (~13 MiB). tiktoken's
 byte-level BPE over the same merges gives the same tokens when every merge makes a token no
 other merge makes: a merge's priority is then its token's rank, which is how tiktoken picks
 the next merge (GPT-2's own tiktoken file is built that way). This module checks that a
@@ -21,13 +22,12 @@ with Hugging Face's on generated text in many scripts and on every token of the 
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import regex
 
 __all__ = ["ByteLevel", "load"]
 
@@ -59,25 +59,22 @@ class ByteLevel:
     encoding: Any  # tiktoken.Encoding over the file's merges
     nfkc: bool
     #: The file's added tokens, longest first (None: it has none).
-    specials: regex.Pattern[str] | None
+    specials: re.Pattern[str] | None
 
     def _normal(self, text: str) -> str:
         return unicodedata.normalize("NFKC", text) if self.nfkc and not text.isascii() else text
 
     def encode(self, text: str) -> Sequence[int]:
-        """The tokens of ``text`` (ranks: only their number and order mean anything)."""
-        found = self.specials.search(text) if self.specials is not None else None
-        if found is None:
+        """The tokens of ``text`` (ranks: only their number and order mean anything); an added
+        token is one token (-1) and splits the text around it."""
+        pieces = self.specials.split(text) if self.specials is not None else (text,)
+        if len(pieces) == 1:
             plain: Sequence[int] = self.encoding.encode_ordinary(self._normal(text))
             return plain
         tokens: list[int] = []
-        start = 0
-        assert self.specials is not None
-        for found in self.specials.finditer(text):
-            tokens += self.encoding.encode_ordinary(self._normal(text[start : found.start()]))
-            tokens.append(-1)
-            start = found.end()
-        tokens += self.encoding.encode_ordinary(self._normal(text[start:]))
+        for i, piece in enumerate(pieces):
+            tokens += [-1] if i else []
+            tokens += self.encoding.encode_ordinary(self._normal(piece))
         return tokens
 
     def boundaries(self, text: str) -> list[int]:
@@ -134,7 +131,7 @@ def load(path: Path, name: str) -> ByteLevel | None:
     if hasattr(encoding, "_mergeable_ranks"):
         del encoding._mergeable_ranks
     specials = (
-        regex.compile("|".join(regex.escape(a) for a in sorted(added, key=len, reverse=True)))
+        re.compile("|".join(re.escape(a) for a in sorted(added, key=len, reverse=True)))
         if added
         else None
     )

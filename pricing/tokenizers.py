@@ -284,10 +284,7 @@ def remember(tok: Tokenizer, text: str, n: int) -> None:
 
 def _encoder(tok: Tokenizer) -> Callable[[str], Sequence[int]] | None:
     if isinstance(tok, _Tiktoken):
-        encode: Callable[[str], Sequence[int]] = (
-            tok._enc.encode_ordinary if tok.bpe is None else tok.bpe.encode
-        )
-        return encode
+        return tok._encode
     return tok._encode if isinstance(tok, _HuggingFace) else None
 
 
@@ -320,9 +317,9 @@ class _Tiktoken:
         todo = self.cache.missing(texts, self.scope)
         if not _worth_batching(todo):
             return
-        if self.bpe is not None:
+        if self.bpe is not None:  # added tokens and NFKC first: text by text
             for text in todo:
-                self.cache.put(text, len(self.bpe.encode(text)), self.scope)
+                self.cache.put(text, len(self._encode(text)), self.scope)
             return
         for text, ids in zip(
             todo, self._enc.encode_ordinary_batch(todo, num_threads=_THREADS), strict=True

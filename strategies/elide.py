@@ -256,16 +256,18 @@ class Schedule:
     verbatim: float = 0.0
 
 
-def verbatim_head(units: Sequence[UnitCosts], budget: int, fraction: float) -> int:
-    """The longest prefix of whole units whose full price is at most ``fraction × budget``
-    (never the newest unit): it depends only on the prefix, so every request agrees on it."""
+def verbatim_head(units: Sequence[UnitCosts], budget: int, fraction: float, start: int = 0) -> int:
+    """The end of the verbatim head that starts at unit ``start`` (everything before it masked):
+    the longest run of whole units that, with the masked conversation before it, is priced at
+    most ``fraction × budget`` (never the newest unit). It depends only on the prefix, so every
+    request agrees on it."""
     limit = fraction * budget
-    total = 0
-    for i, u in enumerate(units[:-1]):
-        total += u.full
+    total = sum(_variants(u)[2] for u in units[:start])
+    for i in range(start, len(units) - 1):
+        total += units[i].full
         if total > limit:
             return i
-    return max(len(units) - 1, 0)
+    return max(len(units) - 1, start)
 
 
 def plan(
@@ -406,19 +408,9 @@ class _Replay:
         if state["verbatim"] > state["vstart"] and self.price(e) > self.budget:
             start = state["mask"]
             state["vstart"] = start
-            state["verbatim"] = self.next_head(start)
-
-    def next_head(self, start: int) -> int:
-        """The end of the verbatim head that starts at unit ``start``, everything before it
-        masked: a function of the prefix alone, like the first head (``verbatim_head``)."""
-        limit = self.schedule.verbatim * self.budget
-        total = sum(_variants(u)[2] for u in self.units[:start])
-        n = len(self.units)
-        for i in range(start, n - 1):
-            total += self.units[i].full
-            if total > limit:
-                return i
-        return max(n - 1, start)
+            state["verbatim"] = verbatim_head(
+                self.units, self.budget, self.schedule.verbatim, start
+            )
 
     def give_way(self, e: int) -> None:
         """The newest turn does not fit beside the head: the head gives way first, to a prefix

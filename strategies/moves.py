@@ -419,12 +419,7 @@ def _plan_states(
     n = len(units)
     newest = {n - 1, n - 2} if answers_tool_round(messages, units, n - 1) else {n - 1}
     elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
-    end = min(chosen.mask, n)
-    masked = [
-        u
-        for u in (*range(min(chosen.vstart, end)), *range(chosen.verbatim, end))
-        if u not in newest and not elided[u]
-    ]
+    masked = [u for u in range(n) if chosen.masks(u) and u not in newest and not elided[u]]
     states = [ELIDED if e else KEPT for e in elided]
     offload = [u < chosen.offload and u not in keep for u in range(n)]
     return states, frozenset(_outputs(messages, units, masked)), offload
