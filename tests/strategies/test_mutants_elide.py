@@ -11,7 +11,8 @@ from strategies.elide import UnitCosts, _Sums
 
 
 @st.composite
-def units(draw: st.DrawFn) -> list[UnitCosts]:
+def units(draw: st.DrawFn, fixed: bool = False) -> list[UnitCosts]:
+    """Unit costs with and without outputs; with ``fixed``, about one unit in six protected."""
     out = []
     for _ in range(draw(st.integers(1, 8))):
         full = draw(st.integers(10, 500))
@@ -19,8 +20,9 @@ def units(draw: st.DrawFn) -> list[UnitCosts]:
         outputs = draw(st.booleans())
         masked = draw(st.integers(1, full)) if outputs else None
         both = draw(st.integers(1, min(offloaded, masked))) if masked is not None else None
+        protected = fixed and draw(st.integers(0, 5)) == 0
         out.append(
-            UnitCosts(full, offloaded, 1, fixed=False, user=False, masked=masked,
+            UnitCosts(full, offloaded, 1, fixed=protected, user=False, masked=masked,
                       masked_offloaded=both)
         )  # fmt: skip
     return out

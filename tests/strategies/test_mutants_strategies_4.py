@@ -17,6 +17,7 @@ from gpt4o_route import gpt4o_route
 from hypothesis import given
 from hypothesis import strategies as st
 from test_fit import png
+from test_mutants_elide import units as unit_costs
 
 from pricing.messages import ChatRequest, parse_request
 from pricing.meter import measure
@@ -117,21 +118,7 @@ def test_the_round_the_newest_user_message_answers_is_priced_as_it_goes() -> Non
 # -- _Sums.free: the masked conversation before a later verbatim head --------------------------
 
 
-@st.composite
-def _costs(draw: st.DrawFn) -> list[UnitCosts]:
-    out = []
-    for _ in range(draw(st.integers(1, 9))):
-        full = draw(st.integers(10, 500))
-        offloaded = draw(st.integers(1, full))
-        masked = draw(st.integers(1, full)) if draw(st.booleans()) else None
-        both = draw(st.integers(1, min(offloaded, masked))) if masked is not None else None
-        fixed = draw(st.integers(0, 5)) == 0
-        out.append(UnitCosts(full, offloaded, 1, fixed=fixed, user=False, masked=masked,
-                             masked_offloaded=both))  # fmt: skip
-    return out
-
-
-@given(units=_costs(), data=st.data())
+@given(units=unit_costs(fixed=True), data=st.data())
 def test_the_sums_price_every_prefix_as_its_units_under_any_masking(
     units: list[UnitCosts], data: st.DataObject
 ) -> None:
