@@ -31,3 +31,16 @@ def sample(vector: tuple[int, ...], actual: int, t: float) -> Sample:
         0,
         vector,
     )
+
+
+def liars_window(honest: float, lying: float) -> list[Sample]:
+    """30 plain prompts, then 8 with 100 image tokens priced by a default whose provider counts
+    ``honest`` tokens per defaulted token — but two of the eight (a quarter) say ``lying``."""
+    plain = [sample(features(prose=300 + 50 * i), 300 + 50 * i, i) for i in range(30)]
+    dirty = []
+    for i in range(8):
+        prose = 10_000 + 100 * i
+        per_token = lying if i in (3, 6) else honest
+        vector = features(prose=prose, defaulted=100)
+        dirty.append(sample(vector, prose + round(per_token * 100), 30 + i))
+    return plain + dirty

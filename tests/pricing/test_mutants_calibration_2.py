@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from feature_samples import INDEX as _I
 from feature_samples import features as _features
+from feature_samples import liars_window
 from feature_samples import sample as _sample
 from gpt4o_route import gpt4o_route
 
@@ -79,15 +80,9 @@ def test_a_few_lying_answers_cannot_raise_the_defaulted_image_weight_beyond_the_
     leave over; a few lying answers (at most ``outlier_share`` of those samples) cannot raise
     that beyond ``regime_band`` over the median (the honest 2 tokens per defaulted token)."""
     policy = CalibrationPolicy()
-    samples = [_sample(_features(prose=300 + 50 * i), 300 + 50 * i, i) for i in range(30)]
-    dirty = []
-    for i in range(8):
-        prose = 10_000 + 100 * i
-        per_token = 12 if i in (3, 6) else 2  # two liars of eight: a quarter
-        f = _features(prose=prose, defaulted=100)
-        dirty.append(_sample(f, prose + per_token * 100, 30 + i))
-    learnt = fit_correction(samples + dirty, policy, exact=True)
-    assert learnt.samples == len(samples) + len(dirty)  # the liars got past the outlier filter
+    window = liars_window(honest=2, lying=12)
+    learnt = fit_correction(window, policy, exact=True)
+    assert learnt.samples == len(window)  # the liars got past the outlier filter
     assert 2.0 <= learnt.vector[_I["defaulted"]] <= 2.0 * policy.regime_band
 
 

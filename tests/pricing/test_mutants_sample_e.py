@@ -14,6 +14,7 @@ import re
 import pytest
 from feature_samples import INDEX as _I
 from feature_samples import features as _features
+from feature_samples import liars_window
 from feature_samples import sample as _sample
 from gpt4o_route import gpt4o_route
 from hypothesis import example, given
@@ -60,15 +61,9 @@ def test_lying_answers_over_the_band_above_the_default_are_left_out_of_the_defau
     default (1 token per token) when the median is below it. Honest answers here leave exactly
     the default; two of eight say 2.5, over 1.5x the default, and are left out."""
     policy = CalibrationPolicy()
-    samples = [_sample(_features(prose=300 + 50 * i), 300 + 50 * i, i) for i in range(30)]
-    dirty = []
-    for i in range(8):
-        prose = 10_000 + 100 * i
-        per_token = 2.5 if i in (3, 6) else 1.0  # two liars of eight: a quarter
-        f = _features(prose=prose, defaulted=100)
-        dirty.append(_sample(f, prose + round(per_token * 100), 30 + i))
-    learnt = fit_correction(samples + dirty, policy, exact=True)
-    assert learnt.samples == len(samples) + len(dirty)  # the liars got past the outlier filter
+    window = liars_window(honest=1.0, lying=2.5)
+    learnt = fit_correction(window, policy, exact=True)
+    assert learnt.samples == len(window)  # the liars got past the outlier filter
     assert 1.0 <= learnt.vector[_I["defaulted"]] <= 1.0 * policy.regime_band
 
 
