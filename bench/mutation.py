@@ -69,6 +69,17 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
          "tests/wires/test_mutants_anthropic_wire.py",
          "tests/wires/test_mutants_anthropic_wire_2.py"],
     ),
+    "gemini": (
+        ["proxy/wires/gemini_parse.py", "proxy/wires/gemini_render.py"],
+        ["tests/wires/test_gemini_properties.py", "tests/wires/test_gemini_wire.py",
+         "tests/wires/test_gemini_native.py", "tests/wires/test_mutants_gemini_wire.py"],
+    ),
+    "responses": (
+        ["proxy/wires/responses_items.py", "proxy/wires/responses_translate.py"],
+        ["tests/wires/test_responses_units.py", "tests/wires/test_responses_e2e.py",
+         "tests/wires/test_seam_units.py", "tests/wires/test_relayed_text.py",
+         "tests/proxy/test_missing_model.py", "tests/wires/test_mutants_responses_wire.py"],
+    ),
 }  # fmt: skip
 
 

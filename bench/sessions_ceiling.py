@@ -19,8 +19,11 @@ reports both, with window use, for
 - ``agent``: agent-shaped sessions (``sessions_fit.agent_session``: 32k and 64k windows, prompts
   of 20-60k tokens, 1-3k new tokens per round).
 
-``python bench/sessions_ceiling.py [fit|agent] [--quick]`` prints one JSON line per shape. Run
-it at another commit by pointing ``PYTHONPATH`` at that commit's tree.
+``python bench/sessions_ceiling.py [fit|agent] [--quick] [--window=W] [--rounds=N] [knob=value]``
+prints one JSON line per shape: ``--window`` puts every session on a route of that window,
+``--rounds`` sets the rounds per session (a 128k window needs ~500 to be outgrown several
+times), a knob is a ``FitPolicy`` field. Run it at another commit by pointing ``PYTHONPATH`` at
+that commit's tree.
 """
 
 from __future__ import annotations
@@ -118,16 +121,26 @@ def replay(
     }
 
 
-def measure(shape: str, quick: bool, policy: FitPolicy | None = None) -> dict[str, Any]:
+def measure(
+    shape: str,
+    quick: bool,
+    policy: FitPolicy | None = None,
+    window: int | None = None,
+    rounds: int | None = None,
+) -> dict[str, Any]:
+    """``window``: every session on a route of that window (else the shape's own windows);
+    ``rounds``: rounds per session (a larger window needs more to be outgrown)."""
     if shape == "fit":
-        n, rounds = (2, 60) if quick else (5, 110)
-        runs = [(session(2000 + s, rounds), WINDOW, MAX_TOKENS) for s in range(n)]
+        n, default = (2, 60) if quick else (5, 110)
+        rounds = rounds or default
+        runs = [(session(2000 + s, rounds), window or WINDOW, MAX_TOKENS) for s in range(n)]
     else:
-        n, rounds = (2, 80) if quick else (4, 220)
+        n, default = (2, 80) if quick else (4, 220)
+        rounds = rounds or default
         runs = [
             (
                 agent_session(3000 + s, rounds),
-                AGENT_WINDOWS[s % len(AGENT_WINDOWS)],
+                window or AGENT_WINDOWS[s % len(AGENT_WINDOWS)],
                 AGENT_MAX_TOKENS,
             )
             for s in range(n)
@@ -138,6 +151,7 @@ def measure(shape: str, quick: bool, policy: FitPolicy | None = None) -> dict[st
     budget = [u for r in results for u in r["budget_uses"]]
     return {
         "shape": shape,
+        "window": window or "shape's",
         "sessions": n,
         "rounds": rounds,
         "requests": len(uses),
@@ -151,7 +165,9 @@ def measure(shape: str, quick: bool, policy: FitPolicy | None = None) -> dict[st
 
 if __name__ == "__main__":
     shapes = [a for a in sys.argv[1:] if a in ("fit", "agent")] or ["fit", "agent"]
-    knobs = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
-    chosen = FitPolicy(**{k: float(v) for k, v in knobs.items()})  # type: ignore[arg-type]
+    given = dict(a.removeprefix("--").split("=", 1) for a in sys.argv[1:] if "=" in a)
+    window, rounds = (int(given.pop(k)) if k in given else None for k in ("window", "rounds"))
+    chosen = FitPolicy(**{k: float(v) for k, v in given.items()})  # type: ignore[arg-type]
     for shape in shapes:
-        print(json.dumps({**measure(shape, "--quick" in sys.argv, chosen), **knobs}), flush=True)
+        got = measure(shape, "--quick" in sys.argv, chosen, window, rounds)
+        print(json.dumps({**got, **given}), flush=True)
