@@ -78,7 +78,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["proxy/wires/responses_items.py", "proxy/wires/responses_translate.py"],
         ["tests/wires/test_responses_units.py", "tests/wires/test_responses_e2e.py",
          "tests/wires/test_seam_units.py", "tests/wires/test_relayed_text.py",
-         "tests/proxy/test_missing_model.py", "tests/wires/test_mutants_responses_wire.py"],
+         "tests/proxy/test_missing_model.py", "tests/wires/test_mutants_responses_wire.py",
+         "tests/wires/test_responses_translation.py"],
     ),
 }  # fmt: skip
 

@@ -184,11 +184,36 @@ def response_usage(chat_usage: Any) -> dict[str, Any] | None:
 
 
 def _custom_names(body: Mapping[str, Any]) -> set[str]:
+    """The names of the custom tools ``_tools`` sends as functions, a namespace's included:
+    their calls come back as ``custom_tool_call``."""
     names: set[str] = set()
-    for tool in body.get("tools") or []:
-        if isinstance(tool, Mapping) and tool.get("type") == "custom":
+
+    def add(tool: Any) -> None:
+        if not isinstance(tool, Mapping):
+            return
+        if tool.get("type") == "custom":
             names.add(str(tool.get("name")))
+        elif tool.get("type") == "namespace":
+            for inner in tool.get("tools") or []:
+                add(inner)
+
+    for tool in body.get("tools") or []:
+        add(tool)
     return names
+
+
+#: Why a chat answer stopped short → the Response's ``incomplete_details.reason`` (OpenAI's
+#: two); any other finish reason completes it.
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def _ended(out: dict[str, Any], finish: Any) -> dict[str, Any]:
+    """``out`` (a Response) with the status and details a chat finish reason gives it."""
+    reason = _INCOMPLETE.get(finish) if isinstance(finish, str) else None
+    if reason is not None:
+        out["status"] = "incomplete"
+        out["incomplete_details"] = {"reason": reason}
+    return out
 
 
 def _call_item(call_id: str, name: str, arguments: str, custom: set[str]) -> dict[str, Any]:
@@ -216,13 +241,21 @@ def _call_item(call_id: str, name: str, arguments: str, custom: set[str]) -> dic
     }
 
 
-def _message_item(text: str, item_id: str) -> dict[str, Any]:
+def _part(kind: str, text: str) -> dict[str, Any]:
+    """An assistant message's content part: ``output_text``, or a ``refusal`` (chat's
+    ``message.refusal``)."""
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "output_text", "text": text, "annotations": []}
+
+
+def _message_item(text: str, item_id: str, kind: str = "output_text") -> dict[str, Any]:
     return {
         "type": "message",
         "id": item_id,
         "role": "assistant",
         "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [_part(kind, text)],
     }
 
 
@@ -265,17 +298,15 @@ def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any
     output: list[dict[str, Any]] = []
     if message.get("content"):
         output.append(_message_item(str(message["content"]), "msg_" + rid[5:]))
+    elif message.get("refusal"):
+        output.append(_message_item(str(message["refusal"]), "msg_" + rid[5:], "refusal"))
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         output.append(
             _call_item(str(call.get("id")), str(fn.get("name")), fn.get("arguments") or "", custom)
         )
     usage = response_usage(data.get("usage")) if isinstance(data, dict) else None
-    status = "incomplete" if choice.get("finish_reason") == "length" else "completed"
-    out = response_object(request, rid, output, usage, status)
-    if status == "incomplete":
-        out["incomplete_details"] = {"reason": "max_output_tokens"}
-    return out
+    return _ended(response_object(request, rid, output, usage), choice.get("finish_reason"))
 
 
 def sse_event(kind: str, data: dict[str, Any]) -> bytes:
@@ -290,7 +321,9 @@ class ChatStreamToResponses:
         self.rid = rid
         self.seq = 0
         self.text: list[str] = []
-        self.text_open = False
+        #: The kind of the message part being streamed (``output_text`` or ``refusal``: chat
+        #: sends one or the other in an answer, never both), None before the first delta.
+        self.part: str | None = None
         self.calls: dict[int, dict[str, Any]] = {}
         self.output: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
@@ -309,10 +342,9 @@ class ChatStreamToResponses:
             self.event("response.in_progress", response=shell),
         ]
 
-    def _open_text(self) -> list[bytes]:
-        self.text_open = True
+    def _open(self, kind: str) -> list[bytes]:
+        self.part = kind
         item = {**_message_item("", "msg_" + self.rid[5:]), "status": "in_progress", "content": []}
-        part = {"type": "output_text", "text": "", "annotations": []}
         index = len(self.output)
         return [
             self.event("response.output_item.added", output_index=index, item=item),
@@ -321,19 +353,19 @@ class ChatStreamToResponses:
                 item_id=item["id"],
                 output_index=index,
                 content_index=0,
-                part=part,
+                part=_part(kind, ""),
             ),
         ]
 
-    def _close_text(self) -> list[bytes]:
-        self.text_open = False
+    def _close(self, kind: str) -> list[bytes]:
         text = "".join(self.text)
-        item = _message_item(text, "msg_" + self.rid[5:])
+        item = _message_item(text, "msg_" + self.rid[5:], kind)
         index = len(self.output)
         self.output.append(item)
         common = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        done = {"text": text} if kind == "output_text" else {"refusal": text}
         return [
-            self.event("response.output_text.done", text=text, **common),
+            self.event(f"response.{kind}.done", **done, **common),
             self.event("response.content_part.done", part=item["content"][0], **common),
             self.event("response.output_item.done", output_index=index, item=item),
         ]
@@ -346,17 +378,18 @@ class ChatStreamToResponses:
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            if delta.get("content"):
-                if not self.text_open:
-                    out += self._open_text()
-                self.text.append(delta["content"])
+            piece = delta.get("content") or delta.get("refusal")
+            if piece:
+                if self.part is None:
+                    out += self._open("output_text" if delta.get("content") else "refusal")
+                self.text.append(piece)
                 out.append(
                     self.event(
-                        "response.output_text.delta",
+                        f"response.{self.part}.delta",
                         item_id="msg_" + self.rid[5:],
                         output_index=len(self.output),
                         content_index=0,
-                        delta=delta["content"],
+                        delta=piece,
                     )
                 )
             for call in delta.get("tool_calls") or []:
@@ -373,8 +406,8 @@ class ChatStreamToResponses:
     def finish_events(self) -> tuple[list[bytes], dict[str, Any]]:
         """The closing events and the final Response object."""
         out: list[bytes] = []
-        if self.text_open:
-            out += self._close_text()
+        if self.part is not None:
+            out += self._close(self.part)
         for k in sorted(self.calls):
             slot = self.calls[k]
             item = _call_item(
@@ -401,10 +434,9 @@ class ChatStreamToResponses:
                 )
             self.output.append(item)
             out.append(self.event("response.output_item.done", output_index=index, item=item))
-        status = "incomplete" if self.finish == "length" else "completed"
-        final = response_object(self.request, self.rid, self.output, self.usage, status)
-        if status == "incomplete":
-            final["incomplete_details"] = {"reason": "max_output_tokens"}
+        final = _ended(
+            response_object(self.request, self.rid, self.output, self.usage), self.finish
+        )
         return out, final
 
     def end_event(self, final: dict[str, Any]) -> bytes:
