@@ -229,3 +229,104 @@ def test_an_elision_marker_in_the_models_role_is_a_text_content() -> None:
     contents = native_body(request, {}, [elided, *request.messages])["contents"]
     assert contents[0] == {"role": "model", "parts": [{"text": marker}]}
     assert contents[1] is request.body["contents"][0]
+
+
+# --- second sample (seed 20261223) ------------------------------------------------------------
+# Kills gemini_parse.x_parse_gemini__mutmut_19, x__content__mutmut_6 and x__content__mutmut_27
+# (a refusal's param), x__plain__mutmut_30 (a thought field priced), x_json_schema__mutmut_53
+# (a nullable type), gemini_render.x__response_object__mutmut_6 and _7 (a cut response that is
+# JSON but no object) and xǁ_Contentsǁuser__mutmut_16 (an elision marker in the user's role).
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "message"),
+    [
+        ({"contents": []}, "contents", "contents must be a non-empty list"),
+        ({"contents": [HELLO[0], "hi"]}, "contents[1]", "contents[1] must be an object"),
+        (
+            {"contents": [{"role": "user", "parts": "hello"}]},
+            "contents[0].parts",
+            "contents[0].parts must be a list",
+        ),
+    ],
+    ids=["contents", "content", "parts"],
+)
+def test_a_malformed_contents_is_refused_naming_its_place(
+    body: Any, param: str, message: str
+) -> None:
+    """``parse_gemini`` raises a RequestError naming the bad field: an empty ``contents``, a
+    content that is not an object and a content whose ``parts`` is not a list are refused with
+    their JSON path as the error's ``param`` (what Google's 400 tells the client)."""
+    refusal = _refusal(body)
+    assert (refusal.param, refusal.message) == (param, message)
+
+
+def test_a_thought_part_of_another_kind_is_priced_without_its_thought_flag() -> None:
+    """gemini_parse: thought fields "are never edited nor priced" — a code-execution part the
+    model marked ``thought: true`` is priced as its JSON without ``thought`` (and without
+    ``thoughtSignature``), like the same part unmarked."""
+    code = {"executableCode": {"language": "PYTHON", "code": "print(1)"}}
+    marked = {**code, "thought": True, "thoughtSignature": "c2ln"}
+    request = _parse({"contents": [*HELLO, {"role": "model", "parts": [marked]}]})
+    model = request.messages[-1]
+    assert model.role == "assistant"
+    assert model.parts == (TextPart('{"executableCode":{"code":"print(1)","language":"PYTHON"}}'),)
+
+
+def test_a_nullable_type_is_a_union_with_null() -> None:
+    """``json_schema``: "``nullable`` as a null type" — ``{"type": "STRING", "nullable": true}``
+    is ``{"type": ["string", "null"]}`` in the parameters priced and sent to a chat provider."""
+    params = {
+        "type": "OBJECT",
+        "properties": {"v": {"type": "STRING", "nullable": True}},
+    }
+    tools = [{"functionDeclarations": [{"name": "f", "parameters": params}]}]
+    (fn,) = _parse({"contents": HELLO, "tools": tools}).tools
+    assert fn["parameters"] == {
+        "type": "object",
+        "properties": {"v": {"type": ["string", "null"]}},
+    }
+
+
+def test_a_capped_response_that_is_not_a_json_object_is_sent_as_its_output() -> None:
+    """gemini_render: a capped response goes back with "the cut text as its ``response`` (the
+    JSON object it still is, else ``{"output": text}``)" — Google's ``response`` is a Struct, so
+    a response the client sent as a list, cut to a shorter list, goes as ``{"output": text}``
+    under its call's name and id."""
+    listing = [f"file_{i}.txt" for i in range(400)]
+    request = _parse(
+        {
+            "contents": [
+                _user({"text": "list it"}),
+                {"role": "model", "parts": [{"functionCall": {"name": "ls", "id": "c1"}}]},
+                _user({"functionResponse": {"name": "ls", "id": "c1", "response": listing}}),
+            ]
+        }
+    )
+    *head, tool = request.messages
+    capped = cap_message(tool, 60, ROUTE)
+    assert capped is not None
+    cut = capped.message.parts[0]
+    assert isinstance(cut, TextPart) and cut.text.startswith('["file_0.txt"')
+    contents = native_body(request, {}, [*head, capped.message])["contents"]
+    assert contents[:2] == request.body["contents"][:2]
+    assert contents[2] == {
+        "role": "user",
+        "parts": [
+            {"functionResponse": {"name": "ls", "id": "c1", "response": {"output": cut.text}}}
+        ],
+    }
+
+
+def test_an_elision_marker_in_the_users_role_is_a_text_content() -> None:
+    """An elision marker speaks as the user after tool results or first in the conversation
+    (strategies.moves writes it with an OpenAI-shaped wire, no ``parts``): it goes as
+    ``{"role": "user", "parts": [{"text": marker}]}``, followed by the client's contents."""
+    request = _parse(
+        {"contents": [_user({"text": "go on"}), {"role": "model", "parts": [{"text": "ok"}]}]}
+    )
+    marker = elision_marker(4, 1200)
+    elided = Message("user", (TextPart(marker),), wire={"role": "user", "content": marker})
+    contents = native_body(request, {}, [elided, request.messages[1]])["contents"]
+    assert contents == [{"role": "user", "parts": [{"text": marker}]}, request.body["contents"][1]]
+    assert contents[1] is request.body["contents"][1]
