@@ -365,6 +365,15 @@ def test_custom_tool_call_without_input_is_an_empty_call() -> None:
     assert group.tool_calls == (ToolCall("c", "t", ""),)
 
 
+def test_a_custom_call_without_input_reaches_chat_with_an_empty_input() -> None:
+    """On a translated route a custom call is a function call whose one string parameter is
+    ``input`` (docs/wires.md): a call without input carries ``{"input": ""}``, a string as the
+    function's schema says, never ``null``."""
+    item = {"type": "custom_tool_call", "call_id": "c", "name": "t"}
+    (assistant,) = [m for m in _chat(input=[item])["messages"] if m["role"] == "assistant"]
+    assert assistant["tool_calls"][0]["function"]["arguments"] == '{"input":""}'
+
+
 def test_tool_outputs_of_every_kind_are_tool_messages_priced_by_their_output() -> None:
     """Any ``*_call_output`` is a tool message answering its call_id: a string output is its
     text (empty: nothing), a list its parts, anything else its compact JSON."""
