@@ -1,17 +1,21 @@
 """What the sixth mutation sample of strategies/ let through (docs/mutation.md, 40 mutants at
 bc2b084): the round a user message answers protected with it; a request the rewrites brought
 to exactly the budget sent as they left it; the most a policy without masking allows masking
-nothing, not even a tool round that opens the conversation."""
+nothing, not even a tool round that opens the conversation; a plan's price, unit by unit."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gpt4o_route import gpt4o_route
+from hypothesis import given
+from hypothesis import strategies as st
+from test_mutants_elide import units as unit_costs
 
 from pricing.calibration import Correction
 from pricing.messages import ChatRequest, parse_request
-from strategies.elide import UnitCosts, plan_max
+from strategies.elide import UnitCosts, _Sums, masked_by, plan_max
 from strategies.moves import Job, fit_moves
 from strategies.policy import FitPolicy
 from strategies.strategy import FitState
@@ -116,3 +120,54 @@ def test_the_most_a_policy_without_masking_allows_masks_nothing() -> None:
     masked = plan_max(units, overhead=7, marker=15, offload=False, elide=False, mask=True, head=2)
     assert [masked.masks(u) for u in range(len(units))] == [True, True, True, False]
     assert masked.estimate == 7 + 40 + 30 + 50 + 20
+
+
+# -- elide._Sums.estimate (mutmut_58): what a plan's price keeps and what its markers stand for --
+
+
+@given(units=unit_costs(fixed=True), data=st.data())
+def test_a_plans_price_is_what_it_keeps_plus_a_marker_per_run_it_may_elide(
+    units: list[UnitCosts], data: st.DataObject
+) -> None:
+    """``_Sums.estimate`` (the price the planner compares plans by, docs/fitting.md): the
+    overhead, every unit of the prefix that stays — protected units, the newest unit with the
+    round it answers and the latest user message whole, the others under the plan's offload and
+    masking — and, when the elided range ``[head, cut)`` removes anything, one marker for it plus
+    one for each unit that stays inside it (each may split the range). A unit that stays inside
+    the range is never counted as elided. Unit by unit, against the prefix sums."""
+    n = len(units)
+    flags = data.draw(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=n, max_size=n))
+    units = [replace(u, user=user, answers=answers and i >= 1)
+             for i, (u, (user, answers)) in enumerate(zip(units, flags, strict=True))]  # fmt: skip
+    overhead, marker = data.draw(st.integers(0, 50)), data.draw(st.integers(0, 40))
+    sums = _Sums(units, overhead=overhead, marker=marker)
+    e = data.draw(st.integers(1, n))
+    head = data.draw(st.integers(0, e))
+    cut = data.draw(st.integers(head, n))
+    offload, mask = data.draw(st.integers(0, n)), data.draw(st.integers(0, n))
+    vstart = data.draw(st.integers(0, n))
+    verbatim = data.draw(st.integers(vstart, n))
+    users = [u for u in range(e) if units[u].user]
+    whole = {e - 1, *users[-1:], *([e - 2] if units[e - 1].answers else [])}
+
+    def price(u: int) -> int:
+        unit = units[u]
+        hidden = masked_by(u, mask, verbatim, vstart)
+        if u < offload:
+            both = unit.offloaded if unit.masked_offloaded is None else unit.masked_offloaded
+            return both if hidden else unit.offloaded
+        masked = unit.full if unit.masked is None else unit.masked
+        return masked if hidden else unit.full
+
+    kept = elided = stay_inside = 0
+    for u in range(e):
+        stays = units[u].fixed or u in whole
+        if stays:
+            kept += units[u].full
+            stay_inside += head <= u < min(cut, e)
+        elif head <= u < min(cut, e):
+            elided += price(u)
+        else:
+            kept += price(u)
+    expected = overhead + kept + (marker * (1 + stay_inside) if elided else 0)
+    assert sums.estimate(e, head, offload, cut, mask, verbatim, vstart) == expected
