@@ -304,19 +304,22 @@ def _settled(
 def _mask_newest(
     job: Job, messages: tuple[Message, ...], units: Sequence[Unit], chosen: Plan
 ) -> list[tuple[int, Fit | None]]:
-    """``chosen`` (the newest turn kept whole, everything older masked or elided) with the
-    newest unit's outputs masked too, oldest first, one more each time, until it fits."""
+    """``chosen`` (the newest turn kept whole, everything older masked or elided), then with
+    the newest unit's outputs masked too, oldest first, one more each time, until it fits.
+    ``chosen`` is built first: its own estimate is an upper bound (markers at their widest), so
+    it may have been passed over while its exact price fits — the newest turn is kept whole
+    whenever it fits."""
     states, masks, offload = _plan_states(messages, units, chosen)
     n = len(units)
     newest = [n - 1, n - 2] if answers_tool_round(messages, units, n - 1) else [n - 1]
     extra = [i for i in _outputs(messages, units, newest) if i not in masks]
     out: list[tuple[int, Fit | None]] = []
-    for k in range(1, len(extra) + 1):
+    for k in range(len(extra) + 1):
         built = _build(job, messages, units, states, masks | frozenset(extra[:k]), offload)
         out.append((built.estimate, built))
         if built.estimate <= job.budget:
             break
-    return out or [(chosen.estimate, None)]
+    return out
 
 
 def _protected_head(costs: Sequence[UnitCosts]) -> int:

@@ -383,3 +383,48 @@ def test_the_settled_mask_is_where_the_previous_request_s_masking_ends(head):
                 assert result.settled_mask == (masked[-1] if masked else None)
         previous = sent
     assert checked > 50
+
+
+def test_the_newest_turns_outputs_are_masked_only_when_it_does_not_fit_whole():
+    """Issue 31: the newest turn is kept whole whenever it fits once everything older is masked
+    or elided. A plan's own price is an upper bound (its markers priced at their widest), so the
+    plan keeping the newest turn whole is built before any of its outputs is masked: whenever
+    the fit masks an output of the newest turn, the same prompt with those outputs whole does
+    not fit (with the bound alone, a few tokens of fitting prompt were masked). Every window
+    across the change from masked to whole."""
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Task: " + words(30, 1)},
+    ]
+    for k in range(8):
+        messages += [
+            {"role": "assistant", "content": f"Looking at part {k}."},
+            {"role": "user", "content": f"Part {k}: " + words(200, k + 2)},
+        ]
+    calls = [
+        {"id": f"n{j}", "type": "function", "function": {"name": "cat", "arguments": "{}"}}
+        for j in range(2)
+    ]
+    messages += [
+        {"role": "user", "content": "Now read the two files."},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+    ]
+    outputs = [
+        {"role": "tool", "tool_call_id": f"n{j}", "content": words(150, 50 + j)} for j in (0, 1)
+    ]
+    body = {"model": "t", "messages": messages + outputs, "max_tokens": 256}
+    # no capping: the newest outputs go whole or masked, nothing in between
+    policy = FitPolicy(strategies=tuple(s for s in FitPolicy().strategies if s != "cap"))
+    masked_seen = whole_seen = 0
+    for window in range(780, 900):
+        rw = route(window)
+        result = fit(parse_request(body), rw, policy)
+        sent = result.body["messages"]
+        masked = [str(m["content"]).startswith(MASK_PREFIX) for m in sent[-2:]]
+        if not any(masked):
+            whole_seen += sent[-2:] == outputs
+            continue
+        masked_seen += 1
+        unmasked = [o if m else s for o, m, s in zip(outputs, masked, sent[-2:], strict=True)]
+        assert _price(sent[:-2] + unmasked, rw) > result.report.budget, window
+    assert masked_seen and whole_seen
