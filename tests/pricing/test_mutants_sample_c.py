@@ -206,12 +206,9 @@ def test_the_search_asks_only_for_kept_sizes_in_its_range_even_when_nothing_fits
 # -- pricing/tokenizers.py ---------------------------------------------------------------------
 
 
-def test_a_tokenizer_file_that_adds_a_bos_token_has_one_start_per_counted_token(
-    tmp_path: Path,
-) -> None:
-    """An ``hf:`` tokenizer file whose post-processor adds a BOS token (as Llama's do): a text's
-    count is of its own tokens, and ``boundaries`` gives one start per token of the text, so
-    a cut at a token start never lands on the BOS's empty span."""
+def bos_tokenizer_file(folder: Path) -> Path:
+    """DeepSeek's shipped ``tokenizer.json`` with a post-processor that adds a BOS token (as
+    Llama's do), saved in ``folder``."""
     source = HFTokenizer.from_file(str(litellm_tokenizer_dir() / "deepseek_tokenizer.json"))
     bos = "<｜begin▁of▁sentence｜>"
     source.post_processor = processors.Sequence(
@@ -220,9 +217,19 @@ def test_a_tokenizer_file_that_adds_a_bos_token_has_one_start_per_counted_token(
             processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, 0)]),
         ]
     )
-    path = tmp_path / "tokenizer.json"
+    path = folder / "tokenizer.json"
     source.save(str(path))
     assert source.encode("hi", add_special_tokens=True).ids[0] == 0  # the file adds a BOS
+    return path
+
+
+def test_a_tokenizer_file_that_adds_a_bos_token_has_one_start_per_counted_token(
+    tmp_path: Path,
+) -> None:
+    """An ``hf:`` tokenizer file whose post-processor adds a BOS token (as Llama's do): a text's
+    count is of its own tokens, and ``boundaries`` gives one start per token of the text, so
+    a cut at a token start never lands on the BOS's empty span."""
+    path = bos_tokenizer_file(tmp_path)
     tok = get_tokenizer(f"hf:{path}")
     text = "Hello, tokenizer with a BOS! 你好"
     starts = tok.boundaries(text)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from test_mutants_sample_c import bos_tokenizer_file
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import processors
 
 from pricing.bounds import Proof
 from pricing.capped import cut_text
@@ -23,7 +23,7 @@ from pricing.images.spec import parse_image_rule
 from pricing.messages import parse_message
 from pricing.route import Route
 from pricing.textcut import search
-from pricing.tokenizers import count_apart, get_tokenizer, litellm_tokenizer_dir
+from pricing.tokenizers import count_apart, get_tokenizer
 
 # -- pricing/bounds.py (Proof.tighten mutmut_22) -----------------------------------------------
 
@@ -189,17 +189,8 @@ def test_a_batch_of_texts_prefetched_is_counted_as_each_text_alone(tmp_path: Pat
     text's count is of its own tokens, also with an ``hf:`` file whose post-processor adds a
     BOS token (as Llama's do). Counted in another scope (the cache files counts by tenant), the
     same texts are counted one by one: the counts agree."""
-    source = HFTokenizer.from_file(str(litellm_tokenizer_dir() / "deepseek_tokenizer.json"))
-    bos = "<｜begin▁of▁sentence｜>"
-    source.post_processor = processors.Sequence(
-        [
-            processors.ByteLevel(trim_offsets=False),
-            processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, 0)]),
-        ]
-    )
-    path = tmp_path / "tokenizer.json"
-    source.save(str(path))
-    assert source.encode("hi", add_special_tokens=True).ids[0] == 0  # the file adds a BOS
+    path = bos_tokenizer_file(tmp_path)
+    source = HFTokenizer.from_file(str(path))
     spec = f"hf:{path}"
     # enough text for a batch to be worth its threads (64 KiB)
     texts = [

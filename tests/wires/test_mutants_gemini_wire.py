@@ -19,27 +19,13 @@ from typing import Any
 
 import pytest
 from PIL import Image
+from test_gemini_properties import ROUTE
 
 from pricing.capped import cap_message
-from pricing.framing import Framing
-from pricing.images import default_image_rule
 from pricing.messages import ImagePart, Message, RequestError, TextPart
-from pricing.route import Route
 from proxy.wires.gemini_parse import GeminiRequest, parse_gemini
 from proxy.wires.gemini_render import native_body
 from strategies.elide import elision_marker
-
-ROUTE = Route(
-    alias="small",
-    model="openai/gpt-4o",
-    provider="openai",
-    context_window=5000,
-    max_output_tokens=1024,
-    tokenizer="o200k_base",
-    framing=Framing(family="openai"),
-    image_rule=default_image_rule("gpt-4o", True),
-    supports_vision=True,
-)
 
 
 def _parse(body: Any, *, counting: bool = False) -> GeminiRequest:
