@@ -67,7 +67,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["proxy/wires/anthropic_parse.py", "proxy/wires/anthropic_render.py"],
         ["tests/wires/test_anthropic_properties.py",
          "tests/wires/test_mutants_anthropic_wire.py",
-         "tests/wires/test_mutants_anthropic_wire_2.py"],
+         "tests/wires/test_mutants_anthropic_wire_2.py",
+         "tests/wires/test_mutants_anthropic_wire_3.py"],
     ),
     "gemini": (
         ["proxy/wires/gemini_parse.py", "proxy/wires/gemini_render.py"],
