@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -108,12 +108,20 @@ def _messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
+def _flat(tools: Any) -> Iterator[Mapping[str, Any]]:
+    """The client's tools in order, a namespace's own tools in its place."""
+    for tool in tools or []:
+        if not isinstance(tool, Mapping):
+            continue
+        if tool.get("type") == "namespace":
+            yield from _flat(tool.get("tools"))
+        else:
+            yield tool
+
+
 def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-
-    def add(tool: Any) -> None:
-        if not isinstance(tool, Mapping):
-            return
+    for tool in _flat(body.get("tools")):
         kind = tool.get("type")
         if kind == "function":
             fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
@@ -124,12 +132,6 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             if "description" in tool:
                 fn["description"] = tool["description"]
             out.append({"type": "function", "function": fn})
-        elif kind == "namespace":
-            for inner in tool.get("tools") or []:
-                add(inner)
-
-    for tool in body.get("tools") or []:
-        add(tool)
     return out
 
 
@@ -186,20 +188,7 @@ def response_usage(chat_usage: Any) -> dict[str, Any] | None:
 def _custom_names(body: Mapping[str, Any]) -> set[str]:
     """The names of the custom tools ``_tools`` sends as functions, a namespace's included:
     their calls come back as ``custom_tool_call``."""
-    names: set[str] = set()
-
-    def add(tool: Any) -> None:
-        if not isinstance(tool, Mapping):
-            return
-        if tool.get("type") == "custom":
-            names.add(str(tool.get("name")))
-        elif tool.get("type") == "namespace":
-            for inner in tool.get("tools") or []:
-                add(inner)
-
-    for tool in body.get("tools") or []:
-        add(tool)
-    return names
+    return {str(t.get("name")) for t in _flat(body.get("tools")) if t.get("type") == "custom"}
 
 
 #: Why a chat answer stopped short → the Response's ``incomplete_details.reason`` (OpenAI's
