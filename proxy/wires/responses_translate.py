@@ -87,19 +87,24 @@ def _group_message(items: Sequence[Mapping[str, Any]], custom: set[str]) -> dict
 
 
 def _messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
+    """The fitted conversation as chat messages. A call chat cannot make (``local_shell_call``,
+    ``web_search_call``, other server-side ``*_call`` items) is not sent, and neither is its
+    output: chat refuses a tool message that answers no call it was shown."""
     out: list[dict[str, Any]] = []
     custom: set[str] = set()
-    answered: set[str] = set()
+    called: set[str] = set()
     for m in fitted:
         wire = m.wire
         if wire is not None and INSTRUCTIONS in wire:
             out.append({"role": "system", "content": wire[INSTRUCTIONS]})
         elif wire is not None and GROUP in wire:
             message = _group_message(wire[GROUP], custom)
+            called.update(str(call["id"]) for call in message.get("tool_calls", ()))
             if message["content"] is not None or message.get("tool_calls"):
                 out.append(message)  # a turn of reasoning / server-side items only: nothing
         elif m.role == "tool":
-            answered.add(str(m.tool_call_id))
+            if str(m.tool_call_id) not in called:
+                continue
             content = _chat_content(m.parts, tool=True)
             out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": content})
         else:

@@ -1249,3 +1249,21 @@ def test_a_whole_answer_matches_the_streamed_one(calls: list[tuple[str, str]], t
     assert streamed["output"] == whole["output"]
     customs = [i for i in whole["output"] if i["type"] == "custom_tool_call"]
     assert [i["input"] for i in customs] == [a for name, a in calls if name == "apply_patch"]
+
+
+def test_an_output_whose_call_chat_never_sees_is_not_sent_to_chat() -> None:
+    """Chat refuses a ``tool`` message that answers no call of an assistant message before it.
+    A call chat cannot make (``local_shell_call``, a server-side ``*_call``) is not translated
+    (docs/wires.md), so its output is not sent either; a function call and its output are."""
+    items = [
+        {"role": "user", "content": "list the files"},
+        {"type": "local_shell_call", "call_id": "s1", "action": {"command": ["ls"]}},
+        {"type": "local_shell_call_output", "call_id": "s1", "output": "a.py"},
+        {"type": "function_call", "call_id": "f1", "name": "read_file", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f1", "output": "print(1)"},
+    ]
+    messages = _chat(input=items)["messages"]
+    called = {c["id"] for m in messages for c in m.get("tool_calls") or []}
+    answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert answered == ["f1"]
+    assert called == {"f1"}
