@@ -9,26 +9,17 @@ from typing import Any
 
 import pytest
 from gpt4o_route import gpt4o_route
+from test_mutants_strategies_5 import _call, request
 
 from pricing.bounds import Proof
-from pricing.messages import ChatRequest, ImagePart, Message, TextPart, parse_message, parse_request
+from pricing.messages import ImagePart, Message, TextPart, parse_message
 from strategies.fit import FitError, fit, fit_bounded
 from strategies.offload import offload_images
 from strategies.policy import FitPolicy
 
 
-def request(messages: list[dict[str, Any]]) -> ChatRequest:
-    return parse_request({"model": "test", "messages": messages})
-
-
 def _text(n: int, seed: int) -> str:
     return " ".join(f"seventh{(seed * 37 + i) % 83} sampled words" for i in range(n))
-
-
-def _call(call_id: str) -> dict[str, Any]:
-    function = {"name": "read_file", "arguments": "{}"}
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": call_id, "type": "function", "function": function}]}  # fmt: skip
 
 
 def _result(call_id: str, words: int, seed: int) -> dict[str, Any]:
