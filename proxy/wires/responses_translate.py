@@ -61,7 +61,7 @@ def _chat_content(parts: Sequence[Any], tool: bool) -> Any:
     return "".join(o["text"] for o in out) if tool else out
 
 
-def _group_message(items: Sequence[Mapping[str, Any]], custom: set[str]) -> dict[str, Any]:
+def _group_message(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     for item in items:
@@ -76,7 +76,6 @@ def _group_message(items: Sequence[Mapping[str, Any]], custom: set[str]) -> dict
             fn = {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}
             calls.append({"id": item.get("call_id"), "type": "function", "function": fn})
         elif kind == "custom_tool_call":
-            custom.add(str(item.get("call_id")))
             args = orjson.dumps({"input": item.get("input", "")}).decode()
             fn = {"name": item.get("name"), "arguments": args}
             calls.append({"id": item.get("call_id"), "type": "function", "function": fn})
@@ -91,14 +90,13 @@ def _messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
     ``web_search_call``, other server-side ``*_call`` items) is not sent, and neither is its
     output: chat refuses a tool message that answers no call it was shown."""
     out: list[dict[str, Any]] = []
-    custom: set[str] = set()
     called: set[str] = set()
     for m in fitted:
         wire = m.wire
         if wire is not None and INSTRUCTIONS in wire:
             out.append({"role": "system", "content": wire[INSTRUCTIONS]})
         elif wire is not None and GROUP in wire:
-            message = _group_message(wire[GROUP], custom)
+            message = _group_message(wire[GROUP])
             called.update(str(call["id"]) for call in message.get("tool_calls", ()))
             if message["content"] is not None or message.get("tool_calls"):
                 out.append(message)  # a turn of reasoning / server-side items only: nothing
@@ -243,6 +241,11 @@ def _part(kind: str, text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": []}
 
 
+def _message_id(rid: str) -> str:
+    """The id of a Response's message item: ``msg_`` and the response id's random part."""
+    return "msg_" + rid[5:]
+
+
 def _message_item(text: str, item_id: str, kind: str = "output_text") -> dict[str, Any]:
     return {
         "type": "message",
@@ -291,9 +294,9 @@ def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any
     custom = _custom_names(request.body)
     output: list[dict[str, Any]] = []
     if message.get("content"):
-        output.append(_message_item(str(message["content"]), "msg_" + rid[5:]))
+        output.append(_message_item(str(message["content"]), _message_id(rid)))
     elif message.get("refusal"):
-        output.append(_message_item(str(message["refusal"]), "msg_" + rid[5:], "refusal"))
+        output.append(_message_item(str(message["refusal"]), _message_id(rid), "refusal"))
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         output.append(
@@ -323,6 +326,7 @@ class ChatStreamToResponses:
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
         self.custom = _custom_names(request.body)
+        self.item_id = _message_id(rid)
 
     def event(self, kind: str, **data: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self.seq, **data}
@@ -338,7 +342,7 @@ class ChatStreamToResponses:
 
     def _open(self, kind: str) -> list[bytes]:
         self.part = kind
-        item = {**_message_item("", "msg_" + self.rid[5:]), "status": "in_progress", "content": []}
+        item = {**_message_item("", self.item_id), "status": "in_progress", "content": []}
         index = len(self.output)
         return [
             self.event("response.output_item.added", output_index=index, item=item),
@@ -353,7 +357,7 @@ class ChatStreamToResponses:
 
     def _close(self, kind: str) -> list[bytes]:
         text = "".join(self.text)
-        item = _message_item(text, "msg_" + self.rid[5:], kind)
+        item = _message_item(text, self.item_id, kind)
         index = len(self.output)
         self.output.append(item)
         common = {"item_id": item["id"], "output_index": index, "content_index": 0}
@@ -380,7 +384,7 @@ class ChatStreamToResponses:
                 out.append(
                     self.event(
                         f"response.{self.part}.delta",
-                        item_id="msg_" + self.rid[5:],
+                        item_id=self.item_id,
                         output_index=len(self.output),
                         content_index=0,
                         delta=piece,
