@@ -200,7 +200,13 @@ def _candidates(
         # build only the plans that can fit, and on the last strategy the last plan.
         last = final and n == len(plans) - 1
         if n == into:  # before the newest turn loses a call, its newest outputs are masked too
-            out += _mask_newest(job, messages, units, plans[n - 1]) if MASK.name in order else []
+            # the plan before it was built already unless its bound was over the budget
+            tried = out[-1][1] is not None
+            out += (
+                _mask_newest(job, messages, units, plans[n - 1], tried)
+                if MASK.name in order
+                else []
+            )
             if out[-1][0] <= job.budget:
                 break
         if candidate.estimate > job.budget and not last:
@@ -302,24 +308,29 @@ def _settled(
 
 
 def _mask_newest(
-    job: Job, messages: tuple[Message, ...], units: Sequence[Unit], chosen: Plan
+    job: Job, messages: tuple[Message, ...], units: Sequence[Unit], chosen: Plan, tried: bool
 ) -> list[tuple[int, Fit | None]]:
     """``chosen`` (the newest turn kept whole, everything older masked or elided), then with
     the newest unit's outputs masked too, oldest first, one more each time, until it fits.
-    ``chosen`` is built first: its own estimate is an upper bound (markers at their widest), so
-    it may have been passed over while its exact price fits — the newest turn is kept whole
-    whenever it fits."""
+    ``chosen`` is built first unless it was (``tried``): its own estimate is an upper bound
+    (markers at their widest), so it may have been passed over while its exact price fits — the
+    newest turn is kept whole whenever it fits."""
     states, masks, offload = _plan_states(messages, units, chosen)
-    n = len(units)
-    newest = [n - 1, n - 2] if answers_tool_round(messages, units, n - 1) else [n - 1]
-    extra = [i for i in _outputs(messages, units, newest) if i not in masks]
+    extra = [i for i in _outputs(messages, units, _newest(messages, units)) if i not in masks]
     out: list[tuple[int, Fit | None]] = []
-    for k in range(len(extra) + 1):
+    for k in range(int(tried), len(extra) + 1):
         built = _build(job, messages, units, states, masks | frozenset(extra[:k]), offload)
         out.append((built.estimate, built))
         if built.estimate <= job.budget:
             break
     return out
+
+
+def _newest(messages: Sequence[Message], units: Sequence[Unit]) -> list[int]:
+    """The newest unit, and the tool round before it when it answers that round: what a plan
+    never masks (the newest turn's outputs go only in ``_mask_newest``, oldest first)."""
+    n = len(units)
+    return [n - 1, n - 2] if answers_tool_round(messages, units, n - 1) else [n - 1]
 
 
 def _protected_head(costs: Sequence[UnitCosts]) -> int:
@@ -420,7 +431,7 @@ def _plan_states(
     """A plan as per-unit states, the outputs to mask and offload flags, protection applied."""
     keep = protected_units(messages, units)
     n = len(units)
-    newest = {n - 1, n - 2} if answers_tool_round(messages, units, n - 1) else {n - 1}
+    newest = _newest(messages, units)
     elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
     masked = [u for u in range(n) if chosen.masks(u) and u not in newest and not elided[u]]
     states = [ELIDED if e else KEPT for e in elided]
