@@ -70,7 +70,9 @@ def test_a_missing_max_tokens_is_refused_but_not_for_count_tokens() -> None:
 
 def test_thinking_blocks_are_priced_as_their_text() -> None:
     # Module docstring: an assistant message's text and thinking / redacted_thinking blocks are
-    # priced as text (the thinking's words, the redacted block's opaque data).
+    # priced as text (the thinking's words, the redacted block's opaque data); a thinking block
+    # with no words (empty, or only a signature, as when thinking is omitted from the display)
+    # costs no text (third sample: x__part__mutmut_34).
     body = messages_body(
         [
             {"role": "user", "content": "Task"},
@@ -79,6 +81,8 @@ def test_thinking_blocks_are_priced_as_their_text() -> None:
                 "content": [
                     {"type": "thinking", "thinking": "Let me see. ", "signature": "sig"},
                     {"type": "redacted_thinking", "data": "opaque. "},
+                    {"type": "thinking", "thinking": "", "signature": "sig1"},
+                    {"type": "thinking", "signature": "sig2"},
                     {"type": "text", "text": "Done."},
                 ],
             },
@@ -87,7 +91,13 @@ def test_thinking_blocks_are_priced_as_their_text() -> None:
     )
     said = parse_anthropic(body).messages[1]
     assert said.role == "assistant"
-    assert said.parts == (TextPart("Let me see. "), TextPart("opaque. "), TextPart("Done."))
+    assert said.parts == (
+        TextPart("Let me see. "),
+        TextPart("opaque. "),
+        TextPart(""),
+        TextPart(""),
+        TextPart("Done."),
+    )
 
 
 def test_image_blocks_become_image_parts_priced_from_their_source() -> None:

@@ -3,13 +3,14 @@
 The third round of ``test_mutants_anthropic_wire.py``: the survivors of a fresh 40-mutant
 sample of the ``wires`` group (docs/mutation.md), drawn after ``_2``'s tests were committed.
 What they pin comes from the module docstrings and the Messages API: a refusal names the field
-at fault and says what is wrong with it, a tool result holds no tool blocks, an empty thinking
-block costs nothing, an assistant turn is never rewritten even when a policy changed it, an
-elision marker never joins an assistant turn, and a changed message is matched to the original
-it stands for. Each test was seen failing with the mutant it was written for. The ninth
-survivor, ``x__system__mutmut_39`` (the role in the ``system`` field's internal wire dict), is
-equivalent: the writer skips that message (the body's own ``system`` goes out), pricing reads
-``Message.role``, and the calibrator's prefix digests change alike for every request.
+at fault and says what is wrong with it, a tool result holds no tool blocks, an assistant turn
+is never rewritten even when a policy changed it, an elision marker never joins an assistant
+turn, and a changed message is matched to the original it stands for (an empty thinking block
+costing nothing is in ``_2``'s thinking test). Each test was seen failing with the mutant it
+was written for. The ninth survivor, ``x__system__mutmut_39`` (the role in the ``system``
+field's internal wire dict), is equivalent: the writer skips that message (the body's own
+``system`` goes out), pricing reads ``Message.role``, and the calibrator's prefix digests
+change alike for every request.
 """
 
 from __future__ import annotations
@@ -86,31 +87,6 @@ def test_a_tool_result_inside_a_tool_result_is_a_client_mistake() -> None:
         "messages[2].content[0].content[1]: a tool_result cannot contain tool_result blocks"
     )
     assert refusal.param == "messages[2].content[0].content[1]"
-
-
-# --- parsing: what blocks are priced as (x__part__mutmut_34) --------------------------------
-
-
-def test_an_empty_thinking_block_is_priced_as_no_text() -> None:
-    """A thinking block is priced as its words: one with none (empty, or only a signature, as
-    when thinking is omitted from the display) costs no text."""
-    body = messages_body(
-        [
-            {"role": "user", "content": "Task"},
-            {
-                "role": "assistant",
-                "content": [
-                    {"type": "thinking", "thinking": "", "signature": "sig"},
-                    {"type": "thinking", "signature": "sig2"},
-                    {"type": "text", "text": "Done."},
-                ],
-            },
-            {"role": "user", "content": "next"},
-        ]
-    )
-    said = parse_anthropic(body).messages[1]
-    assert said.parts == (TextPart(""), TextPart(""), TextPart("Done."))
-    assert said.text == "Done."
 
 
 # --- writing: assistant turns are never rewritten (x__message__mutmut_48) -------------------
