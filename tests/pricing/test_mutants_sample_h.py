@@ -10,20 +10,19 @@ the OS."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
-import random
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_calibration import synthetic
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from pricing import byte_level
-from pricing.calibration import IMAGES, Anchor, Sample, anchored, fit_correction
+from pricing.calibration import IMAGES, Anchor, anchored, fit_correction
 from pricing.capped import cut_text
 from pricing.content import CLASSES, PROSE, STRUCTURED, classify
 from pricing.images import default_image_rule
@@ -83,30 +82,13 @@ def test_a_byte_level_file_without_a_normaliser_is_counted_without_nfkc(tmp_path
 # -- pricing/calibration.py (fit_correction mutmut_123) -----------------------------------------
 
 
-def _images_dearer(n: int, seed: int) -> list[Sample]:
-    """A route whose provider counts text 11% over the meter, framing 75% over it and images
-    at 1.4x the meter's price (pricing/calibration.py's own example of a skewed route)."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        messages = rng.randint(2, 120)
-        text = sum(rng.randint(5, 400) for _ in range(messages))
-        framing = 4 * messages + 3
-        images = rng.choice([0, 0, 765, 1530])
-        actual = math.ceil(1.11 * text + 1.75 * framing + 1.4 * images)
-        out.append(
-            Sample("r", i, text, framing, images, int(images > 0), messages, 0, False, actual)
-        )
-    return out
-
-
 def test_the_fitted_image_weight_is_the_summary_an_old_anchor_prices_new_images_by() -> None:
     """``Correction``: ``text``/``framing``/``images`` are the summary of the fitted weights. A
     route whose provider prices images at 1.4x the meter learns an image factor of about that,
     and the summary says it: an anchor recorded before features existed extends by the new
     images at that factor (``anchored``), never at the meter's own 1.0 (an underestimate is an
     overflow at the provider)."""
-    c = fit_correction(_images_dearer(40, 2))
+    c = fit_correction(synthetic(40, 2))  # images at 1.4x the meter (``skewed_truth``)
     assert c.images == c.weights[IMAGES]
     assert c.images >= 1.4
     anchor = Anchor(text=9000, framing=400, images=765, actual=11000)
