@@ -58,6 +58,11 @@ REFIT_SECONDS = 1.0
 #: ~2 ms on the event loop, and every 16 samples of a route taking hundreds of requests a second
 #: that was a twentieth of the small path's CPU. A quarter second late is still fresh.
 REFIT_GAP = 0.25
+#: A sample its route's correction prices at its count, or at most this share above it, asks
+#: for no refit (``_agrees``): on a route whose meter is exact every sample does, and refitting
+#: a full window a few times a second to find the same weights was a twentieth of the small
+#: path's CPU (bench/REPORT.md, 1g).
+AGREE = 0.005
 
 
 def _digest(value: Any) -> bytes:
@@ -122,7 +127,8 @@ class _Route:
     samples: deque[Sample]
     correction: Correction
     exact: bool = True
-    #: Samples added since the correction was last fitted, and when that was (monotonic).
+    #: Samples added since the correction was last fitted that it does not price already
+    #: (``_agrees``), and when that fit was (monotonic).
     pending: int = 0
     fitted_at: float = 0.0
 
@@ -314,7 +320,7 @@ class Calibrator:
                 sample.route, _Route(deque(maxlen=self.policy.window), Correction())
             )
             state.samples.append(sample)
-            state.pending += 1
+            state.pending += not _agrees(state.correction, sample)
         now = time.monotonic()
         for state in self.routes.values():
             if state.pending and self._due(state, now):
@@ -417,6 +423,14 @@ class Calibrator:
 #: The largest figure a sample may carry: far above any window, far below what a store's integer
 #: (SQLite's and Redis's 64 bits) or a float's exact range can hold.
 _MOST = 2**40
+
+
+def _agrees(correction: Correction, sample: Sample) -> bool:
+    """Whether ``correction`` prices ``sample`` as a refit would leave it: not under the
+    provider's count, and not more than ``AGREE`` over it (one token of rounding aside). A refit
+    moves the weights only for samples it misprices; it is the same fit otherwise."""
+    priced = correction.price(sample.vector)
+    return sample.actual <= priced <= sample.actual * (1 + AGREE) + 1
 
 
 def _sane(sample: Sample) -> bool:

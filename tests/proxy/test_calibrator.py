@@ -30,6 +30,7 @@ from pricing.route import Route
 from proxy.calibrator import (
     REFIT_GAP,
     REFIT_SAMPLES,
+    REFIT_SECONDS,
     Calibrator,
     _AnchorCache,
     _Route,
@@ -50,7 +51,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _sample(n: int) -> Sample:
+def _sample(n: int, over: float = 1.0) -> Sample:
+    """The ``n``-th of a route's samples, whose counts grow linearly with their text (a fit
+    prices the next ones right); ``over``: its count that many times higher."""
     return Sample(
         route="r",
         time=time.time(),
@@ -61,7 +64,7 @@ def _sample(n: int) -> Sample:
         message_count=3,
         estimate=1040 + 37 * n,
         anchored=False,
-        actual=1100 + 41 * n,
+        actual=round((1100 + 41 * n) * over),
     )
 
 
@@ -76,7 +79,8 @@ async def _fitted_on(calibrator: Calibrator, count: int, deadline: float) -> boo
 async def test_samples_held_back_by_the_refit_gap_are_fitted_once_traffic_stops() -> None:
     """A learnt route refits at most every REFIT_GAP; the samples that arrive inside the gap
     must still be fitted when no more traffic comes (not wait for the next request, nor for
-    the store refresh, which is pushed out of the way here)."""
+    the store refresh, which is pushed out of the way here). They are 10% over what the
+    correction prices: samples it prices right ask for no refit (the next test)."""
     policy = CalibrationPolicy()
     calibrator = Calibrator(SqliteStore(":memory:"), Metrics(), policy, refresh_seconds=3600)
     calibrator.start({"r": True})
@@ -88,9 +92,42 @@ async def test_samples_held_back_by_the_refit_gap_are_fitted_once_traffic_stops(
         assert await _fitted_on(calibrator, learning, time.monotonic() + 20 * REFIT_GAP)
 
         for n in range(learning, learning + 3):
-            calibrator.submit(_sample(n), None, None)
+            calibrator.submit(_sample(n, over=1.1), None, None)
         await calibrator.queue.join()
         assert await _fitted_on(calibrator, learning + 3, time.monotonic() + 20 * REFIT_GAP)
+    finally:
+        await calibrator.stop()
+
+
+async def test_samples_the_correction_prices_right_ask_for_no_refit() -> None:
+    """A learnt route whose correction prices new samples at their counts keeps it however
+    many arrive (a refit would find the same weights, at milliseconds of the event loop a
+    time); the first sample it prices under its count is fitted, and so are the ones before."""
+    policy = CalibrationPolicy()
+    calibrator = Calibrator(SqliteStore(":memory:"), Metrics(), policy, refresh_seconds=3600)
+    calibrator.start({"r": True})
+    try:
+        learning = 2 * policy.min_samples
+        for n in range(learning):
+            calibrator.submit(_sample(n), None, None)
+        await calibrator.queue.join()
+        assert await _fitted_on(calibrator, learning, time.monotonic() + 20 * REFIT_GAP)
+        learnt = calibrator.correction("r")
+        # samples the correction prices at their counts, as many as would make a refit due
+        right = [
+            replace(_sample(n), actual=learnt.price(_sample(n).vector))
+            for n in range(learning, learning + 2 * REFIT_SAMPLES)
+        ]
+        for sample in right:
+            calibrator.submit(sample, None, None)
+        await calibrator.queue.join()
+        await asyncio.sleep(REFIT_SECONDS + 2 * REFIT_GAP)  # past every refit timer
+        assert calibrator.correction("r") is learnt
+
+        calibrator.submit(_sample(learning + 40, over=0.9), None, None)  # priced 10% over
+        await calibrator.queue.join()
+        total = learning + len(right) + 1
+        assert await _fitted_on(calibrator, total, time.monotonic() + 20 * REFIT_GAP)
     finally:
         await calibrator.stop()
 
@@ -117,8 +154,12 @@ async def _refit_of(calibrator: _Timed, route: str, after: int) -> None:
         await asyncio.sleep(0.01)
 
 
-def _sample_of(route: str, n: int) -> Sample:
-    return replace(_sample(n), route=route)
+def _sample_of(route: str, n: int, learnt: int | None = None) -> Sample:
+    """Route ``route``'s ``n``-th sample; past the first ``learnt``, each counted 10% more
+    than the one before: no correction fitted on them prices the next one (each asks for a
+    refit, which the gap may hold back)."""
+    over = 1.0 if learnt is None else 1.1 ** max(0, n - learnt + 1)
+    return replace(_sample(n, over=over), route=route)
 
 
 async def test_a_learnt_route_is_never_refitted_within_the_gap_of_its_last_refit() -> None:
@@ -137,17 +178,17 @@ async def test_a_learnt_route_is_never_refitted_within_the_gap_of_its_last_refit
         await asyncio.sleep(2 * REFIT_GAP)
         learnt = len(calibrator.refits)
         # a refits, then b a little later; then both get a sample inside both gaps
-        calibrator.submit(_sample_of("a", learning), None, None)
+        calibrator.submit(_sample_of("a", learning, learning), None, None)
         await _refit_of(calibrator, "a", learnt)
         await asyncio.sleep(REFIT_GAP / 3)
-        calibrator.submit(_sample_of("b", learning), None, None)
+        calibrator.submit(_sample_of("b", learning, learning), None, None)
         await _refit_of(calibrator, "b", learnt)
         for route in ("a", "b"):
-            calibrator.submit(_sample_of(route, learning + 1), None, None)
+            calibrator.submit(_sample_of(route, learning + 1, learning), None, None)
         # and a burst on a, as many samples as make a refit due, right after its refit
         await _refit_of(calibrator, "a", len(calibrator.refits))
         for n in range(REFIT_SAMPLES):
-            calibrator.submit(_sample_of("a", learning + 2 + n), None, None)
+            calibrator.submit(_sample_of("a", learning + 2 + n, learning), None, None)
         await calibrator.queue.join()
         await asyncio.sleep(3 * REFIT_GAP)
         for route in ("a", "b"):
