@@ -58,11 +58,11 @@ REFIT_SECONDS = 1.0
 #: ~2 ms on the event loop, and every 16 samples of a route taking hundreds of requests a second
 #: that was a twentieth of the small path's CPU. A quarter second late is still fresh.
 REFIT_GAP = 0.25
-#: A sample its route's correction prices at its count, or at most this share above it, asks
-#: for no refit (``_agrees``): on a route whose meter is exact every sample does, and refitting
-#: a full window a few times a second to find the same weights was a twentieth of the small
-#: path's CPU (bench/REPORT.md, 1g).
-AGREE = 0.005
+#: A sample its route's correction prices at its count, or above it by at most one part in
+#: ``AGREE`` (0.5%) and a token of rounding, asks for no refit (``_agrees``): on a route whose
+#: meter is exact every sample does, and refitting a full window a few times a second to find
+#: the same weights was a twentieth of the small path's CPU (bench/REPORT.md, 1g).
+AGREE = 200
 
 
 def _digest(value: Any) -> bytes:
@@ -427,10 +427,10 @@ _MOST = 2**40
 
 def _agrees(correction: Correction, sample: Sample) -> bool:
     """Whether ``correction`` prices ``sample`` as a refit would leave it: not under the
-    provider's count, and not more than ``AGREE`` over it (one token of rounding aside). A refit
-    moves the weights only for samples it misprices; it is the same fit otherwise."""
-    priced = correction.price(sample.vector)
-    return sample.actual <= priced <= sample.actual * (1 + AGREE) + 1
+    provider's count, and over it by at most one part in ``AGREE`` and a token. A refit moves
+    the weights only for samples it misprices; it is the same fit otherwise."""
+    over = correction.price(sample.vector) - sample.actual
+    return 0 <= over <= sample.actual // AGREE + 1
 
 
 def _sane(sample: Sample) -> bool:

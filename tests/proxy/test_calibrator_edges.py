@@ -13,10 +13,12 @@ from harness import free_port
 
 from pricing.calibration import FEATURES, CalibrationPolicy, Correction, Sample, fit_correction
 from proxy.calibrator import (
+    AGREE,
     REFIT_GAP,
     REFIT_SAMPLES,
     REFIT_SECONDS,
     Calibrator,
+    _agrees,
     _Route,
     prefix_keys,
     summarize,
@@ -91,6 +93,20 @@ def test_a_learnt_route_with_few_new_samples_is_refitted_exactly_after_refit_sec
     due = _calibrator()._due
     assert due(_route(LEARNT, pending=1), now=REFIT_SECONDS)
     assert not due(_route(LEARNT, pending=1), now=REFIT_SECONDS - 0.01)
+
+
+def test_a_sample_asks_for_a_refit_under_its_count_or_past_a_part_in_agree_and_a_token() -> None:
+    def priced_at(tokens: int, actual: int) -> Sample:
+        return replace(_sample(0), text=tokens, framing=0, actual=actual)
+
+    neutral = Correction()  # prices a sample without features at its text + framing + images
+    for actual in (1000, 4321, 7):
+        top = actual + actual // AGREE + 1  # 1006 for 1000: 0.5% and a token over
+        assert neutral.price(priced_at(top, actual).vector) == top  # what the edges stand on
+        assert _agrees(neutral, priced_at(actual, actual))
+        assert _agrees(neutral, priced_at(top, actual))
+        assert not _agrees(neutral, priced_at(actual - 1, actual))
+        assert not _agrees(neutral, priced_at(top + 1, actual))
 
 
 def test_a_refit_fits_with_the_calibrators_policy_and_the_routes_exactness() -> None:
