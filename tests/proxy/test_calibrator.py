@@ -76,21 +76,27 @@ async def _fitted_on(calibrator: Calibrator, count: int, deadline: float) -> boo
     return False
 
 
+async def _learnt() -> tuple[Calibrator, int]:
+    """A started calibrator (the store refresh pushed out of the way) whose route "r" has
+    learnt, and the number of samples it learnt on."""
+    policy = CalibrationPolicy()
+    calibrator = Calibrator(SqliteStore(":memory:"), Metrics(), policy, refresh_seconds=3600)
+    calibrator.start({"r": True})
+    learning = 2 * policy.min_samples
+    for n in range(learning):
+        calibrator.submit(_sample(n), None, None)
+    await calibrator.queue.join()
+    assert await _fitted_on(calibrator, learning, time.monotonic() + 20 * REFIT_GAP)
+    return calibrator, learning
+
+
 async def test_samples_held_back_by_the_refit_gap_are_fitted_once_traffic_stops() -> None:
     """A learnt route refits at most every REFIT_GAP; the samples that arrive inside the gap
     must still be fitted when no more traffic comes (not wait for the next request, nor for
     the store refresh, which is pushed out of the way here). They are 10% over what the
     correction prices: samples it prices right ask for no refit (the next test)."""
-    policy = CalibrationPolicy()
-    calibrator = Calibrator(SqliteStore(":memory:"), Metrics(), policy, refresh_seconds=3600)
-    calibrator.start({"r": True})
+    calibrator, learning = await _learnt()
     try:
-        learning = 2 * policy.min_samples
-        for n in range(learning):
-            calibrator.submit(_sample(n), None, None)
-        await calibrator.queue.join()
-        assert await _fitted_on(calibrator, learning, time.monotonic() + 20 * REFIT_GAP)
-
         for n in range(learning, learning + 3):
             calibrator.submit(_sample(n, over=1.1), None, None)
         await calibrator.queue.join()
@@ -102,16 +108,9 @@ async def test_samples_held_back_by_the_refit_gap_are_fitted_once_traffic_stops(
 async def test_samples_the_correction_prices_right_ask_for_no_refit() -> None:
     """A learnt route whose correction prices new samples at their counts keeps it however
     many arrive (a refit would find the same weights, at milliseconds of the event loop a
-    time); the first sample it prices under its count is fitted, and so are the ones before."""
-    policy = CalibrationPolicy()
-    calibrator = Calibrator(SqliteStore(":memory:"), Metrics(), policy, refresh_seconds=3600)
-    calibrator.start({"r": True})
+    time); the first sample it misprices is fitted, and so are the ones before it."""
+    calibrator, learning = await _learnt()
     try:
-        learning = 2 * policy.min_samples
-        for n in range(learning):
-            calibrator.submit(_sample(n), None, None)
-        await calibrator.queue.join()
-        assert await _fitted_on(calibrator, learning, time.monotonic() + 20 * REFIT_GAP)
         learnt = calibrator.correction("r")
         # samples the correction prices at their counts, as many as would make a refit due
         right = [
