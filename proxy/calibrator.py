@@ -60,8 +60,8 @@ REFIT_SECONDS = 1.0
 REFIT_GAP = 0.25
 #: A sample its route's correction prices at its count, or above it by at most one part in
 #: ``AGREE`` (0.5%) and a token of rounding, asks for no refit (``_agrees``): on a route whose
-#: meter is exact every sample does, and refitting a full window a few times a second to find
-#: the same weights was a twentieth of the small path's CPU (bench/REPORT.md, 1g).
+#: meter is exact every sample does, and refitting a full window four times a second to find
+#: the same weights was 2.8% of the server's CPU at small c16 (bench/REPORT.md, 1g).
 AGREE = 200
 
 
