@@ -1,5 +1,5 @@
 """What the eighth mutation sample of strategies/ let through (docs/mutation.md, 60 mutants,
-seed 20261231, at c6c2168): the message cap is the budget's fraction rounded down; a request
+seed 20261231, at a0a1c50): the message cap is the budget's fraction rounded down; a request
 with no previous one settles no masking; the replay offloads only the oldest images it must;
 the head never gives way below the protected head; a request adapted to its route reports the
 estimate before the fit; a route that does not see pixels gets no image, whichever of vision
@@ -41,7 +41,7 @@ def _shown(t: int) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": f"Look at picture {t}."}, image]}
 
 
-#: The default schedule's knobs (``FitPolicy``'s), in the default order.
+#: A schedule like the default policy's: every move, in the default order.
 _DEFAULT = Schedule(("offload_images", "mask", "elide"), 0.95, 0.05, 4, 0.9, 0.0, 0.7)
 
 
