@@ -40,6 +40,21 @@ def _result(call_id: str, words: int, seed: int) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": _text(words, seed)}
 
 
+def answered_rounds(words: int, last: str) -> list[dict[str, Any]]:
+    """A task, two tool rounds whose outputs are ``words`` words each, and a user message
+    ``last`` answering the second round."""
+    return [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Read the files."},
+        _call("a"),
+        _result("a", words, 1),
+        {"role": "assistant", "content": "Read them."},
+        _call("b"),
+        _result("b", words, 2),
+        {"role": "user", "content": last},
+    ]
+
+
 # -- units.answers_tool_round (mutmut_10): the round the newest user message answers ------------
 
 
@@ -47,18 +62,7 @@ def test_a_user_message_after_a_tool_round_protects_that_round() -> None:
     """docs/fitting.md: the newest unit is protected and, when it is a user message right after
     a tool round, so is that round (the results the user is answering); a user message after
     plain text, or the first unit, answers no round."""
-    messages = request(
-        [
-            {"role": "system", "content": "You are an agent."},
-            {"role": "user", "content": "Read the files."},
-            _call("a"),
-            _result("a", 20, 1),
-            {"role": "assistant", "content": "Read them."},
-            _call("b"),
-            _result("b", 20, 2),
-            {"role": "user", "content": "Now the other one."},
-        ]
-    ).messages
+    messages = request(answered_rounds(20, "Now the other one.")).messages
     units = group_units(messages)
     assert [(u.start, u.end) for u in units] == [(0, 1), (1, 2), (2, 4), (4, 5), (5, 7), (7, 8)]
     assert answers_tool_round(messages, units, 5)

@@ -5,26 +5,15 @@ a message whose wire is not chat's is rendered one wire part per part."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from gpt4o_route import gpt4o_route
-from test_mutants_strategies_5 import _call, request
+from test_mutants_strategies_5 import answered_rounds, request
 
 from pricing.bounds import Proof
 from pricing.messages import ImagePart, Message, TextPart, parse_message
 from strategies.fit import FitError, fit, fit_bounded
 from strategies.offload import offload_images
 from strategies.policy import FitPolicy
-
-
-def _text(n: int, seed: int) -> str:
-    return " ".join(f"seventh{(seed * 37 + i) % 83} sampled words" for i in range(n))
-
-
-def _result(call_id: str, words: int, seed: int) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": _text(words, seed)}
-
 
 # -- fit.fit_bounded (mutmut_50): the tightened bound keeps the images' known sizes -------------
 
@@ -74,16 +63,7 @@ def test_without_elision_the_round_the_user_answers_is_never_masked() -> None:
     it is dropped, which only a policy that elides does. A mask-only policy masks the older
     round's output when that is enough, and is refused (FitError) when only masking the
     answered round's output too would fit — never sent with that output masked."""
-    messages = [
-        {"role": "system", "content": "You are an agent."},
-        {"role": "user", "content": "Read the files."},
-        _call("a"),
-        _result("a", 600, 1),
-        {"role": "assistant", "content": "Read it."},
-        _call("b"),
-        _result("b", 600, 2),
-        {"role": "user", "content": "Now summarise the second one."},
-    ]
+    messages = answered_rounds(600, "Now summarise the second one.")
     req = request(messages)
     r = gpt4o_route(128_000)
     whole = fit(req, r, FitPolicy(strategies=("mask",)))
