@@ -574,8 +574,9 @@ if __name__ == "__main__":
     chosen = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--policy"]
     wires = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--wire"]
     with Servers() as s:
-        given = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--shape=")), "fit")
-        shape = given if given in SHAPES else "fit"
+        shape = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--shape=")), "fit")
+        if shape not in SHAPES:
+            raise SystemExit(f"--shape must be one of {', '.join(SHAPES)}, not {shape!r}")
         result = run(
             s,
             quick="--quick" in sys.argv,
