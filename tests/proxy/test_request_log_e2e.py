@@ -76,10 +76,11 @@ def chat(gw: Running, key: str, **body: Any) -> httpx.Response:
 
 
 def lines(gw: Running) -> list[dict[str, Any]]:
+    """The access lines written so far, whole: the server may be halfway through the last one
+    (a line is whole once its newline is written)."""
     marker = "routefit.access: "
-    return [
-        json.loads(line.split(marker, 1)[1]) for line in gw.log().splitlines() if marker in line
-    ]
+    whole = gw.log().rpartition("\n")[0]
+    return [json.loads(line.split(marker, 1)[1]) for line in whole.splitlines() if marker in line]
 
 
 def eventually(find: Callable[[], Any]) -> Any:
