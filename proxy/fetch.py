@@ -35,13 +35,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from pricing.messages import ChatRequest, ImagePart
 from pricing.probe import Header, check_header, read_header
 from pricing.route import ImageLimits
+
+if TYPE_CHECKING:  # imported where a fetch needs it: most deployments never fetch (see ImageSizer)
+    import httpx
 
 __all__ = [
     "METADATA_ADDRESSES",
@@ -266,7 +267,9 @@ class ImageSizer:
     Give it a dedicated ``httpx.AsyncClient`` or let it make one: it relies on no proxies from
     the environment (``trust_env=False``: a proxy would connect to a name, not the checked IP)
     and no pooled connections (a pooled TLS connection for one host must not carry a request
-    for another host on the same IP).
+    for another host on the same IP). The client it makes, and httpx itself, come with the first
+    fetch: a deployment whose routes never fetch (the default) pays neither (~7 MiB of a worker's
+    memory, an SSL context with its CA bundle among it).
     """
 
     def __init__(
@@ -280,12 +283,9 @@ class ImageSizer:
         failure_ttl_s: float = 60.0,
         max_concurrency: int = 32,
     ) -> None:
-        self._own_client = client is None
-        self._client = client or httpx.AsyncClient(
-            trust_env=False,
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=0),
-        )
+        self._given = client
+        self._made: httpx.AsyncClient | None = None
+        self._max_concurrency = max_concurrency
         self._resolve = resolver or _system_resolver
         self._limits = limits or ImageLimits()
         self._cache = _TTLCache(cache_size, ttl_s, failure_ttl_s)
@@ -293,9 +293,25 @@ class ImageSizer:
         self._gate = asyncio.Semaphore(max_concurrency)
         self.fetches = 0
 
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        if self._given is not None:
+            return self._given
+        if self._made is None:
+            import httpx
+
+            self._made = httpx.AsyncClient(
+                trust_env=False,
+                follow_redirects=False,
+                limits=httpx.Limits(
+                    max_connections=self._max_concurrency, max_keepalive_connections=0
+                ),
+            )
+        return self._made
+
     async def aclose(self) -> None:
-        if self._own_client:
-            await self._client.aclose()
+        if self._made is not None:
+            await self._made.aclose()
 
     async def __aenter__(self) -> ImageSizer:
         return self
@@ -346,6 +362,8 @@ class ImageSizer:
 
     @staticmethod
     def _allowed(url: str, policy: ImageFetchPolicy) -> bool:
+        import httpx
+
         try:
             parsed = httpx.URL(url)
         except (httpx.InvalidURL, ValueError):
@@ -393,6 +411,8 @@ class ImageSizer:
         self, url: str, policy: ImageFetchPolicy, whole: int = 0
     ) -> httpx.Response | None:
         """The open 200/206 response at the end of the checked redirects (None: none)."""
+        import httpx
+
         target = httpx.URL(url)
         for _ in range(policy.max_redirects + 1):
             response = await self._send_pinned(target, policy, whole)
@@ -417,6 +437,8 @@ class ImageSizer:
         self, target: httpx.URL, policy: ImageFetchPolicy, whole: int = 0
     ) -> httpx.Response:
         """GET ``target`` from one of its host's checked addresses, tried in resolver order."""
+        import httpx
+
         addresses = await self._checked_addresses(target, policy)
         failure: Exception | None = None
         for ip in addresses:

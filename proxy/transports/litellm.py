@@ -42,9 +42,8 @@ import os
 import threading
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
 from proxy.config import Upstream
@@ -59,8 +58,13 @@ from proxy.exchange import (
 )
 from proxy.exchange.sse import DONE, EventTooLarge
 from proxy.providers import Bounds, Deployment
-from proxy.transports.bounded_http import BoundedTransport, Trip, trip
 from proxy.transports.provider_errors import RETRY_STATUSES, redact, retry_after
+
+if TYPE_CHECKING:
+    # bounded_http (and httpx under it) only serve a call through litellm, which imports httpx
+    # itself: imported at the first call, a deployment without litellm routes never holds them
+    # (~4.5 MiB of a worker's memory).
+    from proxy.transports.bounded_http import BoundedTransport, Trip
 
 __all__ = ["LiteLLM", "loaded", "preload"]
 
@@ -168,6 +172,10 @@ class LiteLLM:
         """The bounded client for ``up``'s calls, or None where its handler would misuse it."""
         if up.provider not in _HONOURS_CLIENT or _PROXIED:
             return None
+        import httpx
+
+        from proxy.transports.bounded_http import BoundedTransport
+
         handlers = importlib.import_module("litellm.llms.custom_httpx.http_handler")
         transport = self._transports.get(bounds)
         if transport is None:
@@ -189,6 +197,8 @@ class LiteLLM:
     ) -> Any:
         """``litellm.acompletion`` (or ``call``: ``aembedding``, on litellm's own client) over
         the bounded client, its errors mapped."""
+        from proxy.transports.bounded_http import trip
+
         up = target.upstream
         litellm = await _module()
         client = self._client(up, target.bounds) if call == "acompletion" else None
@@ -216,6 +226,8 @@ class LiteLLM:
         kwargs = _kwargs(up, out.body, _steering(await _module()))
         if out.headers:  # the headers the gateway adds for the provider (a traceparent)
             kwargs["extra_headers"] = {**kwargs.get("extra_headers", {}), **out.headers}
+        from proxy.transports.bounded_http import Trip
+
         mark = Trip()
         if out.wire == EMBEDDINGS:
             resp = await self._call(target, kwargs, mark, "aembedding")

@@ -3,7 +3,9 @@
 Each case starts a fresh interpreter that builds the app from a config and runs its start-up
 (lifespan) until the routes' tokenizers — and litellm, when a route needs it — are loaded, then
 reports which heavy packages it holds. litellm alone is ~150 MiB and seconds of import; the
-Hugging Face ``tokenizers`` package is loaded only for a route counting with one of its files.
+Hugging Face ``tokenizers`` package is loaded only for a route counting with one of its files;
+httpx (with the SSL context of the client the image sizer would make, ~7 MiB) only for the first
+image fetch or a call through litellm.
 The last case shows the probe sees litellm when a route does need it.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-HEAVY = ("litellm", "tokenizers", "openai", "anthropic", "tiktoken")
+HEAVY = ("litellm", "tokenizers", "openai", "anthropic", "tiktoken", "httpx")
 
 _PROBE = textwrap.dedent(
     """
@@ -102,3 +104,4 @@ def test_a_route_only_litellm_serves_does_import_it(tmp_path: Path) -> None:
     modules = found["modules"]
     assert isinstance(modules, list)
     assert "litellm" in modules
+    assert "httpx" in modules  # the probe sees httpx where it is loaded
