@@ -21,6 +21,7 @@ import json
 import os
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -57,6 +58,15 @@ from proxy.store.codec import (
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
+
+#: A route's samples (a team's request records) are trimmed to their cap once a sixteenth of
+#: the cap was written since the last trim, not after every write: finding the cap-th newest
+#: row walks ``cap`` index entries (~0.4 ms at 2,000), which at every write was most of the
+#: store thread's CPU under load (bench/REPORT.md, 1h). Readers never see the rows past the
+#: cap (``recent_samples`` reads at most ``sample_cap``, ``recent_requests`` at most the cap
+#: the list was last written with); a file holds at most a sixteenth more per list, and after
+#: a restart, until its first trim, what the previous process had not trimmed yet.
+_TRIM_EVERY = 16
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
@@ -144,6 +154,9 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
         self._closed = False
         self._last_purge = float("-inf")
+        #: per list (table, route or team): rows written since its last trim, and its cap
+        self._untrimmed: dict[tuple[str, str], int] = {}
+        self._caps: dict[tuple[str, str], int] = {}
 
     # -- plumbing (worker thread) ----------------------------------------------------------
     def _db(self) -> sqlite3.Connection:
@@ -186,6 +199,21 @@ class SqliteStore:
             raise
         return result
 
+    def _due(self, table: str, keys: Sequence[str], cap: int) -> list[str]:
+        """Which lists of ``table`` to trim to ``cap`` after ``keys`` (one per row) are written:
+        each once a sixteenth of its cap was written since its last trim (``_TRIM_EVERY``).
+        Counted on the event loop, the one caller."""
+        due: list[str] = []
+        for key, n in Counter(keys).items():
+            at = (table, key)
+            self._caps[at] = cap
+            written = self._untrimmed.get(at, 0) + n
+            if written >= max(1, cap // _TRIM_EVERY):
+                due.append(key)
+                written = 0
+            self._untrimmed[at] = written
+        return due
+
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
             raise StoreUnavailable("sqlite: store is closed")
@@ -199,13 +227,11 @@ class SqliteStore:
     async def record_sample(self, sample: Sample) -> None:
         data = encode_sample(sample)
 
+        trim = self._due("samples", [sample.route], self.sample_cap)
+
         def op(db: sqlite3.Connection, now: float) -> None:
             db.execute("INSERT INTO samples (route, data) VALUES (?, ?)", (sample.route, data))
-            db.execute(
-                "DELETE FROM samples WHERE route = ? AND id <= (SELECT id FROM samples"
-                " WHERE route = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (sample.route, sample.route, self.sample_cap),
-            )
+            _trim(db, "samples", "route", trim, self.sample_cap)
 
         await self._run(self._tx, op)
 
@@ -217,17 +243,12 @@ class SqliteStore:
         if not samples and not anchors:
             return
         rows = [(sample.route, encode_sample(sample)) for sample in samples]
-        routes = {sample.route for sample in samples}
+        trim = self._due("samples", [route for route, _ in rows], self.sample_cap)
         written = [(route, bytes(key), encode_anchor(anchor)) for route, key, anchor in anchors]
 
         def op(db: sqlite3.Connection, now: float) -> None:
             db.executemany("INSERT INTO samples (route, data) VALUES (?, ?)", rows)
-            for route in routes:
-                db.execute(
-                    "DELETE FROM samples WHERE route = ? AND id <= (SELECT id FROM samples"
-                    " WHERE route = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                    (route, route, self.sample_cap),
-                )
+            _trim(db, "samples", "route", trim, self.sample_cap)
             db.executemany(
                 "INSERT OR REPLACE INTO anchors (route, key, data, expires_at) VALUES (?, ?, ?, ?)",
                 [(route, key, data, now + ttl) for route, key, data in written],
@@ -444,14 +465,11 @@ class SqliteStore:
     async def record_request(self, team: str, data: bytes, cap: int) -> None:
         check_request_cap(cap)
         blob = bytes(data)
+        trim = self._due("requests", [team], cap)
 
         def op(db: sqlite3.Connection, now: float) -> None:
             db.execute("INSERT INTO requests (team, data) VALUES (?, ?)", (team, blob))
-            db.execute(
-                "DELETE FROM requests WHERE team = ? AND id <= (SELECT id FROM requests"
-                " WHERE team = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (team, team, cap),
-            )
+            _trim(db, "requests", "team", trim, cap)
 
         await self._run(self._tx, op)
 
@@ -460,19 +478,18 @@ class SqliteStore:
         rows = [(team, bytes(data)) for team, data in items]
         if not rows:
             return
+        trim = self._due("requests", [team for team, _ in rows], cap)
 
         def op(db: sqlite3.Connection, now: float) -> None:
             db.executemany("INSERT INTO requests (team, data) VALUES (?, ?)", rows)
-            for team in dict.fromkeys(team for team, _ in rows):
-                db.execute(
-                    "DELETE FROM requests WHERE team = ? AND id <= (SELECT id FROM requests"
-                    " WHERE team = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                    (team, team, cap),
-                )
+            _trim(db, "requests", "team", trim, cap)
 
         await self._run(self._tx, op)
 
     async def recent_requests(self, team: str, limit: int) -> list[bytes]:
+        # the cap this process last kept the team's list to: the rows past it not trimmed yet
+        # (``_due``) are never read back
+        limit = min(limit, self._caps.get(("requests", team), limit))
         if limit <= 0:
             return []
 
@@ -599,3 +616,13 @@ class SqliteStore:
         finally:
             self._closed = True
             self._executor.shutdown(wait=False)
+
+
+def _trim(db: sqlite3.Connection, table: str, column: str, keys: Sequence[str], cap: int) -> None:
+    """Keep the newest ``cap`` rows of each of ``keys``' lists in ``table`` (by ``column``)."""
+    for key in keys:
+        db.execute(
+            f"DELETE FROM {table} WHERE {column} = ? AND id <= (SELECT id FROM {table}"  # noqa: S608
+            f" WHERE {column} = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+            (key, key, cap),
+        )

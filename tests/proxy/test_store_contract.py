@@ -469,6 +469,43 @@ async def test_sqlite_file_uses_wal_and_persists(tmp_path: Any) -> None:
         await again.close()
 
 
+async def test_sqlite_lists_are_trimmed_in_steps_and_read_exactly(tmp_path: Any) -> None:
+    """The embedded store trims a list to its cap once a sixteenth of the cap was written (one
+    write at a time, or in batches), not after every write; a read still sees exactly the newest
+    ``cap``, in order, and the file never holds more than a step past it."""
+    path = str(tmp_path / "store.db")
+    store = SqliteStore(path, sample_cap=32)  # a step of 2
+    route, team, other = uid("route"), uid("team"), uid("team")
+    rows: dict[str, int] = {}
+    try:
+        for i in range(101):
+            await store.record_sample(sample(route, i))
+            rows[route] = max(rows.get(route, 0), _rows(path, "samples", "route", route))
+        await store.record_batch([sample(route, 200 + i) for i in range(5)], [], ttl=60)
+        assert await store.recent_samples(route, 1000) == (
+            [sample(route, i) for i in range(74, 101)] + [sample(route, 200 + i) for i in range(5)]
+        )
+        for i in range(0, 120, 3):  # batches of three to a cap of 64 (a step of 4)
+            batch = [(team, f"r{j}".encode()) for j in range(i, i + 3)] + [(other, b"x")]
+            await store.record_requests(batch, 64)
+            rows[team] = max(rows.get(team, 0), _rows(path, "requests", "team", team))
+        await store.record_request(team, b"last", 64)
+        newest = [b"last"] + [f"r{j}".encode() for j in range(119, 56, -1)]
+        assert await store.recent_requests(team, 1000) == newest
+        assert await store.recent_requests(team, 3) == newest[:3]
+        assert await store.recent_requests(other, 1000) == [b"x"] * 40
+    finally:
+        await store.close()
+    assert 32 < rows[route] <= 32 + 2  # trimmed, a step at a time
+    assert 64 < rows[team] <= 64 + 4 + 3
+
+
+def _rows(path: str, table: str, column: str, key: str) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        found = db.execute(f"SELECT count(*) FROM {table} WHERE {column} = ?", (key,))
+        return int(found.fetchone()[0])
+
+
 async def test_sqlite_unusable_path_is_unavailable(tmp_path: Any) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
