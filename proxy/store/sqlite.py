@@ -226,7 +226,6 @@ class SqliteStore:
     # -- calibration -----------------------------------------------------------------------
     async def record_sample(self, sample: Sample) -> None:
         data = encode_sample(sample)
-
         trim = self._due("samples", [sample.route], self.sample_cap)
 
         def op(db: sqlite3.Connection, now: float) -> None:
