@@ -15,7 +15,7 @@ import pytest
 from gpt4o_route import gpt4o_route
 from test_fit import png
 from test_mutants_strategies_2 import deepseek_framed
-from test_mutants_strategies_5 import _call, request
+from test_mutants_strategies_5 import _call, _text, request
 
 from pricing.calibration import Correction
 from pricing.images import ImageRule, default_image_rule, text_only
@@ -28,10 +28,6 @@ from strategies.mask import MASK_PREFIX
 from strategies.offload import offload_images
 from strategies.output import bounded_output, fit_output
 from strategies.policy import FitPolicy, output_limit
-
-
-def _text(n: int, seed: int) -> str:
-    return " ".join(f"eighth{(seed * 41 + i) % 79} sampled words" for i in range(n))
 
 
 def _shown(t: int) -> dict[str, Any]:
