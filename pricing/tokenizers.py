@@ -241,17 +241,17 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=_THREADS - 1, thread_name_prefix="routefit-count")
 
 
-def _counts(pieces: Sequence[str], encode: Callable[[str], Sequence[int]]) -> list[int]:
+def _counts(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
     """Each piece's count, shared out between this thread and the pool, a piece each in turn
     (the encoders release the GIL while they work)."""
-    away = {i: _pool().submit(encode, p) for i, p in enumerate(pieces) if i % _THREADS}
-    here = {i: len(encode(p)) for i, p in enumerate(pieces) if not i % _THREADS}
-    return [here[i] if i in here else len(away[i].result()) for i in range(len(pieces))]
+    away = {i: _pool().submit(tally, p) for i, p in enumerate(pieces) if i % _THREADS}
+    here = {i: tally(p) for i, p in enumerate(pieces) if not i % _THREADS}
+    return [here[i] if i in here else away[i].result() for i in range(len(pieces))]
 
 
-def _count_pieces(pieces: list[str], encode: Callable[[str], Sequence[int]]) -> int:
+def _count_pieces(pieces: list[str], tally: Callable[[str], int]) -> int:
     """Tokens in ``pieces`` (one text cut where counts add up), counted side by side."""
-    return sum(_counts(pieces, encode))
+    return sum(_counts(pieces, tally))
 
 
 def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
@@ -259,12 +259,12 @@ def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True)
     (``pricing.bounds.Proof``) are worth nothing to the cache — the whole text's count is what
     another request can reuse (``remember``). ``side_by_side``: on the counting threads at once
     (else all in this thread)."""
-    encode = _encoder(tok)
-    if encode is None:
+    tally = _counter(tok)
+    if tally is None:
         return [tok.count(text) for text in texts]
     if not side_by_side:
-        return [len(encode(text)) for text in texts]
-    return _counts(texts, encode)
+        return [tally(text) for text in texts]
+    return _counts(texts, tally)
 
 
 def memoised(tok: Tokenizer, text: str) -> int | None:
@@ -282,10 +282,9 @@ def remember(tok: Tokenizer, text: str, n: int) -> None:
         tok.cache.put(text, n, tok.scope)
 
 
-def _encoder(tok: Tokenizer) -> Callable[[str], Sequence[int]] | None:
-    if isinstance(tok, _Tiktoken):
-        return tok._encode
-    return tok._encode if isinstance(tok, _HuggingFace) else None
+def _counter(tok: Tokenizer) -> Callable[[str], int] | None:
+    """The tokenizer's own count of a text, never memoised (None: it has no such count)."""
+    return tok._tally if isinstance(tok, _Tiktoken | _HuggingFace) else None
 
 
 @dataclass
@@ -299,14 +298,17 @@ class _Tiktoken:
     #: does around the merges (added tokens, NFKC). None: one of tiktoken's own files.
     bpe: ByteLevel | None = None
 
-    def _encode(self, text: str) -> Sequence[int]:
-        return self._enc.encode_ordinary(text) if self.bpe is None else self.bpe.encode(text)
+    #: A text's count, unmemoised (``byte_level.counter``, or the file's rules around it).
+    _tally: Callable[[str], int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._tally = byte_level.counter(self._enc) if self.bpe is None else self.bpe.count
 
     def _count(self, text: str) -> int:
         if len(text) < _SPLIT_ABOVE or _THREADS == 1:
-            return len(self._encode(text))
+            return self._tally(text)
         # a big new prompt: its pieces on parallel threads (tiktoken releases the GIL)
-        return _count_pieces(split_for_count(text, _THREADS), self._encode)
+        return _count_pieces(split_for_count(text, _THREADS), self._tally)
 
     def count(self, text: str) -> int:
         if not text:
@@ -319,7 +321,7 @@ class _Tiktoken:
             return
         if self.bpe is not None:  # added tokens and NFKC first: text by text
             for text in todo:
-                self.cache.put(text, len(self._encode(text)), self.scope)
+                self.cache.put(text, self._tally(text), self.scope)
             return
         for text, ids in zip(
             todo, self._enc.encode_ordinary_batch(todo, num_threads=_THREADS), strict=True
@@ -351,11 +353,10 @@ class _HuggingFace:
     def _count(self, text: str) -> int:
         if not self.splittable or len(text) < _SPLIT_ABOVE or _THREADS == 1:
             return len(self._tok.encode(text, add_special_tokens=False).ids)
-        return _count_pieces(split_for_count(text, _THREADS), self._encode)
+        return _count_pieces(split_for_count(text, _THREADS), self._tally)
 
-    def _encode(self, text: str) -> list[int]:
-        ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
-        return ids
+    def _tally(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
 
     def count(self, text: str) -> int:
         if not text:

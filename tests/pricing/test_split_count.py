@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pricing.byte_level import counter
 from pricing.tokenizers import _Tiktoken, get_tokenizer, split_for_count
 
 SHIPPED = ("o200k_base", "cl100k_base", "deepseek", "anthropic-legacy")
@@ -30,7 +31,7 @@ texts = st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=80).map("".joi
 def _encode(spec: str, text: str) -> int:
     tok = get_tokenizer(spec)
     if isinstance(tok, _Tiktoken):
-        return len(tok._encode(text))  # the whole text at once, never split
+        return tok._tally(text)  # the whole text at once, never split
     return len(tok._tok.encode(text, add_special_tokens=False).ids)  # type: ignore[attr-defined]
 
 
@@ -58,3 +59,45 @@ def test_a_big_text_is_counted_exactly_however_it_is_counted(spec, seed):
 def test_a_text_without_a_cut_stays_whole():
     assert split_for_count("x" * 100, 4) == ["x" * 100]
     assert split_for_count("a b", 1) == ["a b"]
+
+
+@pytest.mark.parametrize("spec", ("o200k_base", "cl100k_base", "anthropic-legacy"))
+@settings(max_examples=200, deadline=None)
+@given(text=texts)
+def test_a_count_without_the_tokens_is_the_number_of_tokens(spec, text):
+    """What every count goes through (``byte_level.counter``: tiktoken's rank buffer, not its
+    list) against the tokens themselves, special tokens' text and NFKC included (``deepseek``
+    is counted by Hugging Face)."""
+    tok = get_tokenizer(spec)
+    assert isinstance(tok, _Tiktoken)
+    tokens = tok._enc.encode_ordinary(text) if tok.bpe is None else tok.bpe.encode(text)
+    assert tok._tally(text) == len(tokens)
+
+
+def test_the_shipped_tiktoken_is_counted_from_its_buffer():
+    """The fast path is the one taken with the tiktoken routefit pins (a newer one whose buffer
+    no longer counts the probe right would fall back to the list: the next test)."""
+    enc = get_tokenizer("o200k_base")._enc  # type: ignore[attr-defined]
+    assert counter(enc).__name__ == "buffered"
+
+
+class _Core:
+    def __init__(self, width: int) -> None:
+        self.width = width
+
+    def encode_to_tiktoken_buffer(self, text: str, allowed: set[str]) -> bytes:
+        return b"\0" * (self.width * len(text.split()))
+
+
+class _Encoding:
+    def __init__(self, width: int) -> None:
+        self._core_bpe = _Core(width)
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return list(range(len(text.split())))
+
+
+def test_a_buffer_that_miscounts_the_probe_is_not_trusted():
+    assert counter(_Encoding(4)).__name__ == "buffered"
+    assert counter(_Encoding(8)).__name__ == "listed"
+    assert counter(_Encoding(8))("a b c") == 3
