@@ -319,14 +319,9 @@ class _Tiktoken:
         todo = self.cache.missing(texts, self.scope)
         if not _worth_batching(todo):
             return
-        if self.bpe is not None:  # added tokens and NFKC first: text by text
-            for text in todo:
-                self.cache.put(text, self._tally(text), self.scope)
-            return
-        for text, ids in zip(
-            todo, self._enc.encode_ordinary_batch(todo, num_threads=_THREADS), strict=True
-        ):
-            self.cache.put(text, len(ids), self.scope)
+        # on this thread and the kept pool (tiktoken's own batch call starts threads each time)
+        for text, n in zip(todo, _counts(todo, self._tally), strict=True):
+            self.cache.put(text, n, self.scope)
 
     def boundaries(self, text: str) -> list[int]:
         if not text:

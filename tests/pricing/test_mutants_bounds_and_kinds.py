@@ -141,11 +141,14 @@ def test_a_text_with_a_lone_surrogate_has_a_cache_key() -> None:
     assert cache.peek(text) == 101
 
 
-def test_a_hugging_face_prefetch_memoises_each_texts_count() -> None:
-    texts = ["word " * 8000, "other words " * 3000]
-    tok = get_tokenizer("deepseek", b"test-prefetch")
+@pytest.mark.parametrize("spec", ["deepseek", "o200k_base", "anthropic-legacy"])
+def test_a_prefetch_memoises_each_texts_count(spec: str) -> None:
+    """Hugging Face's batch, and tiktoken's counts shared out on the counting threads (added
+    tokens and NFKC included on the legacy Anthropic file): each text's own count."""
+    texts = ["word " * 8000, "other words <EOT> ½ " * 3000, "1234 5678 " * 2000]
+    tok = get_tokenizer(spec, b"test-prefetch")
     tok.prefetch(texts)
-    fresh = get_tokenizer("deepseek", b"test-prefetch-fresh")
+    fresh = get_tokenizer(spec, b"test-prefetch-fresh")
     assert [tok.cache.peek(t, b"test-prefetch") for t in texts] == [fresh.count(t) for t in texts]
 
 
