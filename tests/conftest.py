@@ -49,14 +49,6 @@ EXAMPLES = ROOT / "examples"
 _CLAIM = "routefit-tests:claimed"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files marked ``heavy`` first, each in its own order: the README's run hands a file to
-    a worker as the worker frees up (``--dist loadfile``), in collection order, and one of them
-    drawn last kept its worker busy for a minute while the other sat idle. The sort is stable
-    and the same in every worker, as xdist requires."""
-    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
-
-
 def _claim_database(url: str) -> tuple[str, Any] | None:
     """(URL of an empty database this session now owns, its client), or None."""
     import redis

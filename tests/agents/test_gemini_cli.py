@@ -31,8 +31,6 @@ from proxy.sim.completion import WORDS
 from proxy.sim.models import get_builtin, small_variant
 from proxy.sim.server import SimServer, run_sim
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 WINDOW = 24_000
 TURNS = 6
 #: About 4,000 tokens a turn: the session outgrows the window by its fourth turn.

@@ -20,8 +20,6 @@ import openai
 import pytest
 from harness import LocalRedisCluster, Running, gateway_config, run_routefit, sim_route
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 KEY = "sk-team-" + uuid.uuid4().hex
 

@@ -18,8 +18,6 @@ from harness import gateway_config, routefit_command, run_routefit, sim_route
 from harness import private_redis as harness_private_redis
 from inprocess import run_inprocess
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 VOCABULARY = (
     "alpha beta gamma delta epsilon tokens window provider usage estimate route calibration "
     "anchor 42 1999 {json: true} naïve café 東京 🚀"

@@ -14,8 +14,6 @@ import httpx
 import pytest
 from harness import free_port, routefit_command
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

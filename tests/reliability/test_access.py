@@ -30,8 +30,6 @@ from wire_shapes import check_anthropic_error_shape
 
 from proxy.config import ConfigError, parse_config
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 MASTER = "sk-master-" + uuid.uuid4().hex
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 TEAM = "sk-team-" + uuid.uuid4().hex

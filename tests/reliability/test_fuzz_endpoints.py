@@ -32,8 +32,6 @@ from PIL import Image
 from relkit import SCALE, Proc, Tally, check_error_shape, record
 from wire_shapes import check_wire_error_shape
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 MAX_BODY = 2_000_000
 #: A request with no answer after this long is a hang: the client gives up and the test fails
 #: (a read timeout). Generous on purpose: it bounds a hang, it does not time routefit — on a

@@ -33,8 +33,6 @@ from relkit import metric, record
 
 from proxy.serve_settings import ServeSettings
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 KEY = "sk-team-" + uuid.uuid4().hex
 TEAM = "hardening"

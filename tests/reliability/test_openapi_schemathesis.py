@@ -42,8 +42,6 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 ADMIN = "sk-admin-" + uuid.uuid4().hex
 TEAM = "sk-team-" + uuid.uuid4().hex
 EXAMPLES = 25 * SCALE

@@ -21,8 +21,6 @@ from strategies.fit import FitError, fit
 from strategies.mask import MASK_PREFIX, mask_placeholder
 from strategies.policy import FitPolicy, prompt_budget
 
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
-
 #: Room the tests leave for one elision marker (its price is ~25 tokens).
 MARKER_ROOM = 40
 

@@ -7,7 +7,6 @@ import io
 from typing import Any
 
 import orjson
-import pytest
 from depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,8 +20,6 @@ from proxy.wires.anthropic_parse import parse_anthropic
 from proxy.wires.anthropic_render import MAX_BREAKPOINTS, breakpoints, mark_head
 from strategies.fit import FitError, fit
 from strategies.policy import STRATEGIES, FitPolicy
-
-pytestmark = pytest.mark.heavy  # a minute or so of the suite: scheduled first (conftest)
 
 ROUTE = Route(
     alias="claude",
