@@ -347,7 +347,7 @@ class _HuggingFace:
 
     def _count(self, text: str) -> int:
         if not self.splittable or len(text) < _SPLIT_ABOVE or _THREADS == 1:
-            return len(self._tok.encode(text, add_special_tokens=False).ids)
+            return self._tally(text)
         return _count_pieces(split_for_count(text, _THREADS), self._tally)
 
     def _tally(self, text: str) -> int:
