@@ -252,11 +252,13 @@ class Proof:
             batch = _batch(todo, ratio, need - saved, self.bound)
             if not batch:
                 return False
-            pieces = [p for c, n, _ in batch for p in c.next(n)]
-            # a thread's wake-up costs about as much as counting a piece: worth it for several
-            counts = iter(count_apart(self.tok, pieces, side_by_side=len(pieces) >= _SIDE_BY_SIDE))
-            for c, n, before in batch:
-                tokens = sum(next(counts) for _ in range(n))
+            # each text's next pieces in one stretch (counts add up at the pieces' cuts); a
+            # thread's wake-up costs about as much as counting a piece: worth it for several
+            spans = ["".join(c.next(n)) for c, n, _ in batch]
+            side = sum(n for _, n, _ in batch) >= _SIDE_BY_SIDE
+            for (c, n, before), tokens in zip(
+                batch, count_apart(self.tok, spans, side_by_side=side), strict=True
+            ):
                 c.head += tokens
                 c.spent += before
                 c.counted += n
@@ -272,8 +274,8 @@ class Proof:
         if self.tok is None:
             return
         for c in self._texts.values():
-            rest = c.next(len(c.pieces))
-            c.head += sum(count_apart(self.tok, rest, side_by_side)) if rest else 0
+            rest = "".join(c.next(len(c.pieces)))
+            c.head += count_apart(self.tok, [rest], side_by_side)[0] if rest else 0
             c.counted, c.spent = len(c.pieces), c.total
             remember(self.tok, c.text, c.head)
 

@@ -54,6 +54,10 @@ def _byte_decoder() -> dict[str, int]:
 
 #: Bytes per rank in the buffer tiktoken's core fills (``counter``).
 _RANK_BYTES = 4
+#: Texts at least this long are counted from the buffer; below it the list is cheaper (the
+#: core's ``encode`` looks for special tokens first): 25 characters 1.6 against 2.3 µs, 1 KB of
+#: one repeated word 26.5 against 28.6 µs; 2 KB of words and numbers 79 against 74 µs.
+_BUFFER_FROM = 2048
 #: What ``counter`` checks its fast path on before trusting it: scripts, digits, whitespace
 #: runs and a special token's text (encoded as ordinary text).
 _PROBE = "Hello, wörld! 12345 <|endoftext|> 中文字 ☃ \n\n\t  x = f(y) {'k': [1, 2]}  "
@@ -68,8 +72,8 @@ def counter(encoding: Any) -> Callable[[str], int]:
     core also fills a buffer of 4-byte ranks (what ``Encoding.encode_to_numpy`` reads), and with
     no special token allowed its ``encode`` is ``encode_ordinary``. That path is private to
     tiktoken, so it is taken only when the core has it and it counts a probe text as
-    ``encode_ordinary`` does; else the list is counted. tests/pricing/test_split_count.py
-    compares both on generated text."""
+    ``encode_ordinary`` does; else the list is counted, as are short texts (``_BUFFER_FROM``).
+    tests/pricing/test_split_count.py compares both on generated text."""
 
     def listed(text: str) -> int:
         return len(encoding.encode_ordinary(text))
@@ -82,11 +86,14 @@ def counter(encoding: Any) -> Callable[[str], int]:
     def buffered(text: str) -> int:
         return memoryview(fill(text, allowed)).nbytes // _RANK_BYTES
 
+    def by_size(text: str) -> int:
+        return buffered(text) if len(text) >= _BUFFER_FROM else listed(text)
+
     try:
         same = buffered(_PROBE) == listed(_PROBE)
     except Exception:  # another tiktoken's signature
         same = False
-    return buffered if same else listed
+    return by_size if same else listed
 
 
 @dataclass(frozen=True)
