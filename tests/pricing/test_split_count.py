@@ -77,8 +77,8 @@ def test_a_count_without_the_tokens_is_the_number_of_tokens(spec, text):
 
 
 def test_the_shipped_tiktoken_is_counted_from_its_buffer():
-    """The fast path is the one taken with the tiktoken routefit pins (a newer one whose buffer
-    no longer counts the probe right would fall back to the list: the next test)."""
+    """The fast path is the one taken with the tiktoken deploy/requirements.lock pins (0.14; one
+    whose buffer no longer counts the probe right falls back to the list: the next test)."""
     enc = get_tokenizer("o200k_base")._enc  # type: ignore[attr-defined]
     assert counter(enc).__name__ == "by_size"
 
