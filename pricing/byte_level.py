@@ -26,6 +26,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ _BUFFER_FROM = 2048
 _PROBE = "Hello, wörld! 12345 <|endoftext|> 中文字 ☃ \n\n\t  x = f(y) {'k': [1, 2]}  "
 
 
+@cache
 def counter(encoding: Any) -> Callable[[str], int]:
     """How many tokens ``encoding.encode_ordinary`` makes of a text, without the list.
 
@@ -73,7 +75,8 @@ def counter(encoding: Any) -> Callable[[str], int]:
     no special token allowed its ``encode`` is ``encode_ordinary``. That path is private to
     tiktoken, so it is taken only when the core has it and it counts a probe text as
     ``encode_ordinary`` does; else the list is counted, as are short texts (``_BUFFER_FROM``).
-    tests/pricing/test_split_count.py compares both on generated text."""
+    Once per encoding (every team's view of a tokenizer shares it). tests/pricing/
+    test_split_count.py and test_byte_level.py compare the counts with the tokens themselves."""
 
     def listed(text: str) -> int:
         return len(encoding.encode_ordinary(text))
@@ -113,21 +116,9 @@ class ByteLevel:
     def _normal(self, text: str) -> str:
         return unicodedata.normalize("NFKC", text) if self.nfkc and not text.isascii() else text
 
-    def encode(self, text: str) -> Sequence[int]:
-        """The tokens of ``text`` (ranks: only their number and order mean anything); an added
-        token is one token (-1) and splits the text around it."""
-        pieces = self.specials.split(text) if self.specials is not None else (text,)
-        if len(pieces) == 1:
-            plain: Sequence[int] = self.encoding.encode_ordinary(self._normal(text))
-            return plain
-        tokens: list[int] = []
-        for i, piece in enumerate(pieces):
-            tokens += [-1] if i else []
-            tokens += self.encoding.encode_ordinary(self._normal(piece))
-        return tokens
-
     def count(self, text: str) -> int:
-        """``len(self.encode(text))``, without the tokens."""
+        """Tokens in ``text``: each added token is one and splits the text around it; each
+        stretch between them is normalised (NFKC when the file says so), then counted."""
         pieces = self.specials.split(text) if self.specials is not None else (text,)
         return len(pieces) - 1 + sum(self._count(self._normal(p)) for p in pieces)
 
