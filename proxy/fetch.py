@@ -330,7 +330,10 @@ class ImageSizer:
         if not policy.enabled:
             return {}
         wanted = [u for u in dict.fromkeys(urls) if self._allowed(u, policy)][: policy.max_urls]
-        results = await asyncio.gather(*(self._size(u, policy, scope) for u in wanted))
+        # One deadline for the whole call: an image's wait for a free slot, and the first
+        # fetch's setup (its client, its TLS context), count against it like its own fetch.
+        deadline = asyncio.get_running_loop().time() + policy.timeout_s
+        results = await asyncio.gather(*(self._size(u, policy, scope, deadline) for u in wanted))
         return {u: size for u, size in zip(wanted, results, strict=True) if size is not None}
 
     def allowed(self, url: str, policy: ImageFetchPolicy) -> bool:
@@ -370,23 +373,27 @@ class ImageSizer:
             return False
         return parsed.scheme in ("http", "https") and _host_allowed(parsed, policy)
 
-    async def _size(self, url: str, policy: ImageFetchPolicy, scope: str) -> tuple[int, int] | None:
+    async def _size(
+        self, url: str, policy: ImageFetchPolicy, scope: str, deadline: float
+    ) -> tuple[int, int] | None:
         key = (scope, url, policy.allow_private)
         found, size = self._cache.get(key)
         if found:
             return size
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.ensure_future(self._fetch(url, policy, key))
+            task = asyncio.ensure_future(self._fetch(url, policy, key, deadline))
             self._inflight[key] = task
             task.add_done_callback(lambda _: self._inflight.pop(key, None))
         size = await asyncio.shield(task)
         return size
 
-    async def _fetch(self, url: str, policy: ImageFetchPolicy, key: _Key) -> tuple[int, int] | None:
+    async def _fetch(
+        self, url: str, policy: ImageFetchPolicy, key: _Key, deadline: float
+    ) -> tuple[int, int] | None:
         try:
             # One deadline for everything, waiting for a free slot included.
-            async with asyncio.timeout(policy.timeout_s), self._gate:
+            async with asyncio.timeout_at(deadline), self._gate:
                 self.fetches += 1
                 size = await self._follow(url, policy)
         except FetchRefused as exc:
