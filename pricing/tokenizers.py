@@ -52,6 +52,7 @@ __all__ = [
     "parse_tokenizer_spec",
     "remember",
     "tiktoken_file",
+    "warm_up",
 ]
 
 #: Names accepted in config besides ``hf:PATH`` and ``heuristic:CHARS_PER_TOKEN``.
@@ -534,6 +535,37 @@ def get_tokenizer(spec: str, scope: bytes = b"") -> Tokenizer:
     and its one bounded count cache, each finding there only what was counted in its own scope.
     """
     return _loaded(spec) if not scope else _scoped(spec, scope)
+
+
+def warm_up(spec: str) -> Tokenizer:
+    """``get_tokenizer(spec)`` loaded and its first text encoded on a thread of its own, which
+    then ends: a server's start-up and reloads load through here.
+
+    The first thread to encode with a tiktoken encoding owns its regex's cache (the regex
+    crate's pool keeps one cache for its owner; every other thread takes one from a shared
+    stack). Alone, the owner counts ~30% faster; but while the owner and any other thread
+    count at once, both run at about half speed — two counting threads then take longer, and
+    twice the CPU, than two that own nothing (bench/count_threads.py, bench/REPORT.md 1j).
+    routefit counts on several threads at once (the event loop, the kept counting pool, the
+    pricing threads), so none of them may be the owner: the thread that made the first encode
+    is gone before the first request."""
+    loaded: list[Tokenizer] = []
+    failed: list[Exception] = []
+
+    def load() -> None:
+        try:
+            tok = get_tokenizer(spec)
+            tok.count("warm up")
+            loaded.append(tok)
+        except Exception as exc:  # raised again on the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=load, name="routefit-warm-up", daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return loaded[0]
 
 
 @lru_cache(maxsize=1024)

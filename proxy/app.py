@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pricing.tokenizers import get_tokenizer
+from pricing.tokenizers import warm_up
 from proxy import hangup, modelmap, responses_api
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
@@ -361,13 +361,14 @@ def build_state(
 
 
 async def _load_tokenizers(state: AppState) -> None:
-    """Tokenizer files take ~0.5 s to load: loaded before /readyz says yes, in a thread, rather
-    than on the event loop under the first request."""
+    """Tokenizer files take ~0.5 s to load: loaded before /readyz says yes, off the event loop
+    rather than on it under the first request — on a thread that ends (``warm_up``: no thread
+    that counts for requests may own an encoding's regex cache)."""
     specs = sorted({rc.route.tokenizer for rc in state.config.every_deployment()})
 
     def preload() -> None:
         for spec in specs:
-            get_tokenizer(spec).count("warm up")
+            warm_up(spec)
 
     try:
         await asyncio.to_thread(preload)

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from pricing.tokenizers import get_tokenizer
+from pricing.tokenizers import warm_up
 from proxy import modelmap
 from proxy.config import Config, ConfigError, load_config
 from proxy.generation import Generation, Shared, build_generation, retire
@@ -51,7 +51,7 @@ def _prepare(path: str) -> Config:
     config = load_config(path)
     for rc in config.every_deployment():
         try:
-            get_tokenizer(rc.route.tokenizer).count("warm up")
+            warm_up(rc.route.tokenizer)
         except Exception as exc:
             where = f"{rc.route.alias!r} (deployment {rc.deployment_id!r})"
             raise ConfigError(f"{config.path}: route {where}: {exc}") from None

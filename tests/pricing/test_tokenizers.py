@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 
 import pytest
@@ -22,6 +23,7 @@ from pricing.tokenizers import (
     memoised,
     parse_tokenizer_spec,
     remember,
+    warm_up,
 )
 
 NAMED = ["o200k_base", "cl100k_base", "deepseek", "anthropic-legacy"]
@@ -80,6 +82,17 @@ def test_bad_specs_are_rejected(spec):
 def test_missing_hf_file_is_a_clear_error(tmp_path):
     with pytest.raises(TokenizerError, match="does not exist"):
         get_tokenizer(f"hf:{tmp_path / 'nope.json'}")
+
+
+def test_warm_up_loads_on_a_thread_that_ends_and_fails_on_the_callers(tmp_path):
+    # the start-up's and a reload's load: the tokenizer every view shares, its first encode made
+    # on a thread that is gone when it returns (bench/count_threads.py says why)
+    assert warm_up("cl100k_base") is get_tokenizer("cl100k_base")
+    assert not [t for t in threading.enumerate() if t.name == "routefit-warm-up"]
+    with pytest.raises(TokenizerError, match="does not exist"):
+        warm_up(f"hf:{tmp_path / 'nope.json'}")
+    with pytest.raises(TokenizerError):
+        warm_up("o300k")
 
 
 def test_heuristic_counts_characters():
