@@ -1,16 +1,21 @@
 """The meter: what a request costs on a route, message by message.
 
 ``measure`` is pure and deterministic: same request, same route, same image sizes → same
-Pressure. It is also cheap on the second call: text counts are memoised per content digest and
-image sizes per image digest, so re-measuring a conversation that grew by one turn costs about
-the new turn. Both memos are keyed by ``route.scope`` too (the tenant whose prompt it is): one
-tenant's counts never make another's request faster.
+Pressure. It is also cheap on the second call: a message without images is memoised whole, per
+content digest (``MessageCache``), text counts per content digest and image sizes per image
+digest, so re-measuring a conversation that grew by one turn costs about the new turn. Every
+memo is keyed by ``route.scope`` too (the tenant whose prompt it is): one tenant's counts never
+make another's request faster.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+
+import xxhash
 
 from pricing.content import CLASSES, STATS, STRUCTURED, classify, profile
 from pricing.framing import frame_message, tools_tokens
@@ -22,9 +27,11 @@ from pricing.tokenizers import get_tokenizer
 __all__ = [
     "ImagePrice",
     "Memo",
+    "MessageCache",
     "MessagePressure",
     "Pressure",
     "measure",
+    "measure_kept",
     "measure_message",
     "measure_messages",
 ]
@@ -252,6 +259,105 @@ class Memo:
         self._prices[(id(message), prev_role)] = (message, pressure, images)
 
 
+class MessageCache:
+    """A bounded, thread-safe LRU of message pressures by what decides them: the message's
+    content (role, name, tool-call id, each text part, each tool call), the role before it,
+    the route's tokenizer and framing, and the scope (the tenant whose prompt it is).
+
+    A conversation comes back every turn as new objects, so ``Memo`` (by object) serves one
+    request only; re-measuring its earlier messages cost ~25 µs each — content profile, class,
+    framing and a count-cache lookup per text — 25 ms a request at 1,000 messages. A hit here
+    costs one digest of the message. Messages with images are not kept (their price depends on
+    the image sizes known at the time). Scoped like ``CountCache``: an entry serves only its
+    own tenant, so no one can time a request to learn what another tenant sent. Bounded by
+    entries, one per message kept: ~450 bytes each, ~7 MiB full (none at idle)."""
+
+    def __init__(self, maxsize: int = 16384) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[bytes, MessagePressure] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def prefix(route: Route) -> bytes:
+        """What a route contributes to a key: its tokenizer and framing (a fixed-length digest),
+        then its scope, last, so the key stays unambiguous."""
+        facts = repr((route.tokenizer, route.framing)).encode()
+        return xxhash.xxh3_64_digest(facts) + route.scope
+
+    @staticmethod
+    def key(message: Message, prev_role: str | None, prefix: bytes) -> bytes | None:
+        if message.images:
+            return None
+        h = xxhash.xxh3_128()
+        fields: list[str | None] = [message.role, message.name, message.tool_call_id, prev_role]
+        fields += [p.text for p in message.parts if isinstance(p, TextPart)]
+        fields += [f for c in message.tool_calls for f in (c.id, c.name, c.arguments)]
+        for field in fields:
+            if field is None:
+                h.update(b"\x00")
+            else:
+                data = field.encode("utf-8", "surrogatepass")
+                h.update(b"\x01%d:" % len(data))
+                h.update(data)
+        return h.digest() + prefix
+
+    def get(self, key: bytes) -> MessagePressure | None:
+        found = self._data.get(key)  # a dict read is atomic under the GIL
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+        return found
+
+    def put(self, key: bytes, pressure: MessagePressure) -> None:
+        with self._lock:
+            self._data[key] = pressure
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+#: The process's message memo (every route and tenant; keys say whose).
+MEASURED = MessageCache()
+
+
+def _recall(key: bytes | None, index: int) -> MessagePressure | None:
+    """The memoised pressure under ``key`` (None: not kept, or not to be), at ``index``."""
+    kept = MEASURED.get(key) if key is not None else None
+    if kept is None or kept.index == index:
+        return kept
+    return replace(kept, index=index)
+
+
+def measure_kept(
+    message: Message,
+    route: Route,
+    index: int = 0,
+    sizes: Sizes | None = None,
+    prev_role: str | None = None,
+) -> MessagePressure:
+    """``measure_message``'s pressure through the message memo: for a message the fit derives
+    the same way every turn (a masked output), not for one-off candidates (a capper's cuts),
+    which would only push the conversation's own messages out."""
+    key = MessageCache.key(message, prev_role, MessageCache.prefix(route))
+    kept = _recall(key, index)
+    if kept is not None:
+        return kept
+    pressure, _ = measure_message(message, route, index, sizes, prev_role)
+    if key is not None:
+        MEASURED.put(key, pressure)
+    return pressure
+
+
 def measure_messages(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, object]],
@@ -259,22 +365,37 @@ def measure_messages(
     sizes: Sizes | None = None,
     memo: Memo | None = None,
 ) -> Pressure:
-    per_message: list[MessagePressure] = []
-    details: list[ImagePrice] = []
-    tok = get_tokenizer(route.tokenizer, route.scope)
-    tok.prefetch([p.text for m in messages for p in m.parts if isinstance(p, TextPart)])
+    found: list[tuple[MessagePressure, tuple[ImagePrice, ...]] | None] = []
+    keys: list[bytes | None] = []
+    prefix = MessageCache.prefix(route)
     prev_role: str | None = None
     for i, message in enumerate(messages):
         known = memo.get(message, i, prev_role) if memo is not None else None
+        key = None
         if known is None:
-            pressure, images = measure_message(message, route, i, sizes, prev_role)
-            if memo is not None:
-                memo.put(message, prev_role, pressure, images)
-        else:
-            pressure, images = known
+            key = MessageCache.key(message, prev_role, prefix)
+            kept = _recall(key, i)
+            if kept is not None:
+                known = kept, ()
+                if memo is not None:
+                    memo.put(message, prev_role, *known)
+        found.append(known)
+        keys.append(key)
         prev_role = message.role
-        per_message.append(pressure)
-        details.extend(images)
+    tok = get_tokenizer(route.tokenizer, route.scope)
+    todo = [i for i, known in enumerate(found) if known is None]
+    tok.prefetch([p.text for i in todo for p in messages[i].parts if isinstance(p, TextPart)])
+    for i in todo:
+        prev = messages[i - 1].role if i else None
+        pressure, images = measure_message(messages[i], route, i, sizes, prev)
+        if memo is not None:
+            memo.put(messages[i], prev, pressure, images)
+        key = keys[i]
+        if key is not None:
+            MEASURED.put(key, pressure)
+        found[i] = (pressure, images)
+    per_message = [known[0] for known in found if known is not None]
+    details = [image for known in found if known is not None for image in known[1]]
     exact = route.exact_text and all(d.sized for d in details)
     return Pressure(
         route=route.alias,

@@ -14,6 +14,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from pricing.meter import MEASURED
 from pricing.tokenizers import count_cache_lookups
 
 __all__ = ["Metrics"]
@@ -191,8 +192,18 @@ class Metrics:
         )
         for result in ("hit", "miss"):
             self.count_cache.labels(result)
+        self.message_memo = Counter(
+            "routefit_message_memo_lookups",
+            "Message-pressure memo lookups (messages without images) by result: hit (a message "
+            "the same team sent before, priced without looking at its text again) or miss",
+            ["result"],
+            registry=r,
+        )
+        for result in ("hit", "miss"):
+            self.message_memo.labels(result)
         # pricing keeps the process-wide totals; this registry counts from its creation on
         self._count_cache_seen = count_cache_lookups()
+        self._message_memo_seen = (MEASURED.hits, MEASURED.misses)
         self.anchor_lookups = Counter(
             "routefit_anchor_lookups",
             "Prefix-anchor lookups by outcome",
@@ -246,16 +257,16 @@ class Metrics:
         )
 
     def sync_count_cache(self) -> None:
-        """Bring the count-cache counters up to pricing's totals (``count_cache_lookups``).
-        Synced after each request is priced, not only when scraped: with several workers, each
-        one's share must reach the shared files whichever worker answers the scrape."""
-        (hits, misses), (seen_hits, seen_misses) = count_cache_lookups(), self._count_cache_seen
-        # a total read while a counting thread wrote a stale value may be lower: never count back
-        self._count_cache_seen = (max(hits, seen_hits), max(misses, seen_misses))
-        if hits > seen_hits:
-            self.count_cache.labels("hit").inc(hits - seen_hits)
-        if misses > seen_misses:
-            self.count_cache.labels("miss").inc(misses - seen_misses)
+        """Bring the count-cache and message-memo counters up to pricing's totals
+        (``count_cache_lookups``, ``MEASURED``). Synced after each request is priced, not only
+        when scraped: with several workers, each one's share must reach the shared files
+        whichever worker answers the scrape."""
+        self._count_cache_seen = _synced(
+            self.count_cache, count_cache_lookups(), self._count_cache_seen
+        )
+        self._message_memo_seen = _synced(
+            self.message_memo, (MEASURED.hits, MEASURED.misses), self._message_memo_seen
+        )
 
     # -- proxy.store.StoreObserver ---------------------------------------------------------
     def store_op(self, op: str, seconds: float, error: str | None) -> None:
@@ -275,3 +286,13 @@ class Metrics:
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry)
         return generate_latest(self.registry)
+
+
+def _synced(counter: Any, totals: tuple[int, int], seen: tuple[int, int]) -> tuple[int, int]:
+    """``counter``'s hit and miss children brought up to pricing's ``totals``; the totals now
+    seen. A total read while a pricing thread wrote a stale value may be lower: never counted
+    back."""
+    for result, total, was in zip(("hit", "miss"), totals, seen, strict=True):
+        if total > was:
+            counter.labels(result).inc(total - was)
+    return (max(totals[0], seen[0]), max(totals[1], seen[1]))

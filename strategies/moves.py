@@ -21,6 +21,7 @@ from pricing.meter import (
     MessagePressure,
     Pressure,
     Sizes,
+    measure_kept,
     measure_message,
     measure_messages,
 )
@@ -99,7 +100,7 @@ class Job:
             name = tool_name(messages[unit.start : unit.end], message.tool_call_id)
             masked = mask_output(message, name, price.total)
             prev = messages[i - 1].role if i else None
-            measured, _ = measure_message(masked, self.route, i, self.sizes, prev)
+            measured = measure_kept(masked, self.route, i, self.sizes, prev)
             found = self.masked[id(message)] = (masked, measured)
         return found
 

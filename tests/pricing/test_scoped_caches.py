@@ -20,7 +20,7 @@ from pricing.bounds import Proof
 from pricing.capped import cap_message
 from pricing.images import parse_image_rule
 from pricing.messages import ChatRequest, ImagePart, parse_request
-from pricing.meter import measure
+from pricing.meter import MEASURED, measure
 from pricing.probe import CACHE, probe
 from pricing.route import Route
 from pricing.tokenizers import count_cache_lookups, get_tokenizer, memoised
@@ -55,14 +55,18 @@ def test_a_scope_changes_no_price_and_repeats_within_a_scope_only(words):
     text = f"{uuid.uuid4()} " + " ".join(words) + " " * 64  # long: digest-keyed
     body = request({"type": "text", "text": text})
     hits, misses = count_cache_lookups()
+    kept = MEASURED.hits
     a = measure(body, scoped(ROUTE, "team-a"))
     assert count_cache_lookups()[1] == misses + 1
     assert measure(body, scoped(ROUTE, "team-a")) == a
-    assert count_cache_lookups() == (hits + 1, misses + 1)  # team A's repeat: a hit
+    # team A's repeat: its message memo answers, nothing is counted or looked up again
+    assert MEASURED.hits == kept + 1
+    assert count_cache_lookups() == (hits, misses + 1)
     assert measure(body, scoped(ROUTE, "team-b")) == a  # the same price ...
     assert count_cache_lookups()[1] == misses + 2  # ... counted afresh for team B
     assert measure(body, ROUTE) == a  # the open tenant is a scope of its own
     assert count_cache_lookups()[1] == misses + 3
+    assert MEASURED.hits == kept + 1  # neither found team A's message
 
 
 def test_a_cold_conversation_counted_in_one_batch_is_counted_for_its_team_only():
@@ -77,9 +81,10 @@ def test_a_cold_conversation_counted_in_one_batch_is_counted_for_its_team_only()
         misses = count_cache_lookups()[1]
         prices.append(measure(body, route))
         assert count_cache_lookups()[1] == misses + 2, route.scope  # both counted afresh
-        hits = count_cache_lookups()[0]
+        hits, kept = count_cache_lookups()[0], MEASURED.hits
         assert measure(body, route) == prices[0]
-        assert count_cache_lookups() == (hits + 2, misses + 2)  # and both hit on a repeat
+        # a repeat: both messages from the team's message memo, no count looked up
+        assert (MEASURED.hits, count_cache_lookups()) == (kept + 2, (hits, misses + 2))
 
 
 def test_a_proof_finds_only_its_own_teams_count():
