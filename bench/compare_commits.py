@@ -5,7 +5,8 @@
 Each revision is checked out into a temporary git worktree and served by this venv's Python with
 that worktree first on ``sys.path`` (the packages' dependencies are the same), one worker each,
 against one simulator. The phases (small c1 added p50, small c16 req/s, stream c1 added p50,
-stream c16 req/s, a ~28k-token prompt of new text c1 added p50) run A then B in even rounds and
+stream c16 req/s, a ~28k-token prompt of new text c1 added p50, a 400-message agent session's
+next turn c1 added p50) run A then B in even rounds and
 B then A in odd ones: whichever runs second in a round was measured slower by 5-14% on the same
 code (HEAD against itself), so a fixed order would credit or blame a change with the position.
 The report is each figure's median over the rounds and the B/A ratio, with the server's CPU per
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from procs import ROOT, Server, Servers, _ok, free_port
 from proxy_load import BENCH_KEY, routefit_config, run_phase
-from workloads import openai_long, openai_small
+from workloads import openai_long, openai_session, openai_small
 
 PHASES = [
     ("small c1", False, 1),
@@ -34,6 +35,7 @@ PHASES = [
     ("stream c1", True, 1),
     ("stream c16", True, 16),
     ("long c1", False, 1),
+    ("session c1", False, 1),
 ]
 
 
@@ -65,8 +67,12 @@ def measure(
     """Per phase: (added p50 ms at c1 or req/s, server CPU ms per request)."""
     out: dict[str, tuple[float, float]] = {}
     for phase, stream, c in PHASES:
-        long = phase.startswith("long")
-        body = openai_long("gpt-4o") if long else openai_small("gpt-4o", stream=stream)
+        if phase.startswith("long"):
+            body = openai_long("gpt-4o")
+        elif phase.startswith("session"):
+            body = openai_session("gpt-4o")
+        else:
+            body = openai_small("gpt-4o", stream=stream)
         # The load generator numbers its requests from 0 on every run: without a tag per run,
         # round 2 would re-send round 1's "new" prompts (and B A's, to the simulator's cache).
         body = body.replace("@@NONCE@@", f"{tag}{len(out)}-@@NONCE@@")

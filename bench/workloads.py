@@ -78,6 +78,28 @@ def openai_long(model: str, tokens: int = 30_000) -> str:
     return json.dumps(body)
 
 
+def openai_session(model: str, steps: int = 200) -> str:
+    """A long agent session's next request: ``steps`` tool calls and their outputs (~150 words
+    each, ~40k tokens at 200 steps, under gpt-4o's window: forwarded uncut), the same in
+    every request, then the new user turn carrying the nonce — what an agent sends every turn,
+    all of it seen before but the end."""
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": "You are a coding agent. Use the tools."},
+        {"role": "user", "content": "Find and fix the failing test."},
+    ]
+    for i in range(steps):
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/m{i}.py"})},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": text(150, i)})
+    messages.append({"role": "user", "content": "Step @@NONCE@@: what next?"})
+    body = {"model": model, "messages": messages, "max_tokens": 64}
+    return json.dumps(body)
+
+
 def responses_small(model: str, stream: bool = False, store: bool | None = None) -> str:
     """``store`` absent means the API's default (true: the response is kept)."""
     body: dict[str, object] = {

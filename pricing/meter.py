@@ -288,6 +288,9 @@ class MessageCache:
 
     @staticmethod
     def key(message: Message, prev_role: str | None, prefix: bytes) -> bytes | None:
+        """The message's key under ``prefix`` (None: it has images, and is not kept). Every
+        field goes in length-prefixed, an absent one marked apart, so two messages share a
+        key only by a collision of the 128-bit digest."""
         if message.images:
             return None
         h = xxhash.xxh3_128()
