@@ -1,15 +1,17 @@
 """Where routefit's CPU goes on the OpenAI passthrough path (not part of run.py).
 
-    python bench/profile_proxy.py [--workload small|long|stream] [--concurrency 16] [--seconds 6]
+    python bench/profile_proxy.py [--workload small|long|stream|new|session] [--concurrency 16]
+                                  [--seconds 6]
 
 Starts the simulator and an in-process-built routefit app (``proxy.app.create_app`` under
 uvicorn, one route ``gpt-4o``), drives the workload (small requests; ``long``: a ~28k-token
 prompt of new text, the bounded-fit path; ``stream``: small streamed requests; ``new``: a big
 prompt of text never seen anywhere in it, as bench/new_text.py sends it: ``--kind``, ``--size``,
-``--placement``) at the given concurrency with bench/loadgen.py, records the server with
-``py-spy record --idle --threads`` and prints the main thread's time by component (installs
-py-spy into this venv if missing). aiohttp is the passthrough's HTTP client; the earlier
-aiohttp-vs-httpx experiment is settled and gone. ``--as-bench --rev REV`` profiles another
+``--placement``; ``session``: a 400-message agent session's next turn) at the given
+concurrency with bench/loadgen.py, records the server with ``py-spy record --idle --threads``
+and prints the main thread's time by component (installs py-spy into this venv if missing).
+aiohttp is the passthrough's HTTP client; the earlier aiohttp-vs-httpx experiment is settled
+and gone. ``--as-bench --rev REV`` profiles another
 commit the way bench/compare_commits.py serves it (a before/after of a change).
 """
 
@@ -33,7 +35,7 @@ import new_text
 from compare_commits import checkout, serve
 from procs import Server, Servers, _ok, free_port, openai_entry, write_yaml
 from proxy_load import BENCH_KEY, routefit_config, run_phase
-from workloads import openai_long, openai_small
+from workloads import openai_long, openai_session, openai_small
 
 APP = """
 import sys, uvicorn
@@ -118,7 +120,9 @@ def serve_minimal(servers: Servers, upstream: str, app_file: Path) -> Server:
 
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=("small", "long", "stream", "new"), default="small")
+    parser.add_argument(
+        "--workload", choices=("small", "long", "stream", "new", "session"), default="small"
+    )
     parser.add_argument("--kind", default="prose", help="new: the kind of new text (new_text.py)")
     parser.add_argument("--size", type=int, default=30_000, help="new: its size in tokens")
     parser.add_argument("--placement", default="start", help="new: start, middle or end")
@@ -157,6 +161,8 @@ def profile(checked_out: list[Path]) -> int:
     app_file.write_text(APP.format(root=str(HERE.parent)))
     stream = args.workload == "stream"
     body = openai_long("gpt-4o") if args.workload == "long" else openai_small("gpt-4o", stream)
+    if args.workload == "session":
+        body = openai_session("gpt-4o")
     if args.workload == "new":
         body = new_text.body(args.kind, args.size, args.placement)
     with Servers() as servers:

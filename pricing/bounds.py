@@ -49,8 +49,15 @@ are never memoised: a text is reused whole, and a cache of pieces would only fla
 whose "new" prompts differ in their first line.
 
 The bounds bound the *meter*, not the provider: the provider's own count is the calibration's
-business, and the correction (multiplicative factors ≥ 0) is applied to the bound as it is to the
-meter's count, so a calibrated bound is never below the calibrated estimate.
+business. A learnt correction weighs more than tokens — tool calls, messages, characters of the
+kinds tokenizers disagree on, image tokens priced by a default — so a bound carries each of
+those as the meter would, or above it: the calls and the image tokens as they are, and for every
+per-character feature the characters of the message's texts, which no count of characters in
+them exceeds. A message the meter already measured (``pricing.meter.MessageCache``: an earlier
+turn of the conversation) enters with its exact pressure, the tightest bound there is.
+``strategies.fit`` prices a bound with every text token at the dearest class weight and no
+weight below 0, so a calibrated bound is never below the calibrated estimate
+(tests/pricing/test_bounds.py, under learnt corrections too).
 """
 
 from __future__ import annotations
@@ -61,9 +68,19 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pricing.content import STATS
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import Message, TextPart
-from pricing.meter import ImagePrice, MessagePressure, Pressure, Sizes, price_image
+from pricing.meter import (
+    ImagePrice,
+    MessageCache,
+    MessagePressure,
+    Pressure,
+    Sizes,
+    defaulted_tokens,
+    price_image,
+    recall,
+)
 from pricing.probe import ImageError
 from pricing.route import Route
 from pricing.tokenizers import (
@@ -334,26 +351,13 @@ def bound_pressure(
     text_of = bound if proof is None else proof
     per_message: list[MessagePressure] = []
     details: list[ImagePrice] = []
+    prefix = MessageCache.prefix(route)
     prev_role: str | None = None
     for i, message in enumerate(messages):
-        text = images = 0
-        for j, part in enumerate(message.parts):
-            if isinstance(part, TextPart):
-                text += text_of(part.text) if part.text else 0
-                continue
-            try:
-                price = price_image(part, route, sizes)
-            except ImageError as exc:  # named as the meter names it
-                where = f"messages[{i}].content[{j}].image_url.url"
-                raise ImageError(f"{where}: {exc.message}", where) from None
-            if price.placeholder is not None:  # a text-only route sends it as text
-                price = _with_tokens(price, bound(price.placeholder))
-            details.append(_with_tokens(price, price.tokens, i, j))
-            images += price.tokens
-        frame = frame_message(message, route.framing, tok, prev_role)
-        per_message.append(
-            MessagePressure(i, message.role, text + frame.text, frame.framing, images)
-        )
+        measured = recall(MessageCache.key(message, prev_role, prefix), i)
+        if measured is None:
+            measured = _bound_message(message, i, route, sizes, tok, text_of, prev_role, details)
+        per_message.append(measured)
         prev_role = message.role
     return Pressure(
         route=route.alias,
@@ -362,6 +366,52 @@ def bound_pressure(
         priming=route.framing.priming,
         image_details=tuple(details),
         exact=False,
+    )
+
+
+def _bound_message(
+    message: Message,
+    i: int,
+    route: Route,
+    sizes: Sizes | None,
+    tok: _Bounding,
+    text_of: Callable[[str], int],
+    prev_role: str | None,
+    details: list[ImagePrice],
+) -> MessagePressure:
+    """One message's bound (its images appended to ``details``): text and framing bounded,
+    calls and default-priced image tokens as the meter has them, every per-character feature
+    at the characters of its texts."""
+    text = images = defaulted = unsized = 0
+    chars = sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
+    for j, part in enumerate(message.parts):
+        if isinstance(part, TextPart):
+            text += text_of(part.text) if part.text else 0
+            chars += len(part.text)
+            continue
+        try:
+            price = price_image(part, route, sizes)
+        except ImageError as exc:  # named as the meter names it
+            where = f"messages[{i}].content[{j}].image_url.url"
+            raise ImageError(f"{where}: {exc.message}", where) from None
+        if price.placeholder is not None:  # a text-only route sends it as text
+            price = _with_tokens(price, tok.bound(price.placeholder))
+        details.append(_with_tokens(price, price.tokens, i, j))
+        images += price.tokens
+        by_default, of_unknown_size = defaulted_tokens(price)
+        defaulted += by_default
+        unsized += of_unknown_size
+    frame = frame_message(message, route.framing, tok, prev_role)
+    return MessagePressure(
+        i,
+        message.role,
+        text + frame.text,
+        frame.framing,
+        images,
+        calls=len(message.tool_calls),
+        defaulted=defaulted,
+        stats=(chars,) * len(STATS),
+        unsized=unsized,
     )
 
 

@@ -30,10 +30,12 @@ __all__ = [
     "MessageCache",
     "MessagePressure",
     "Pressure",
+    "defaulted_tokens",
     "measure",
     "measure_kept",
     "measure_message",
     "measure_messages",
+    "recall",
 ]
 
 #: Image sizes learnt outside pricing (e.g. fetched URL headers), by URL.
@@ -160,6 +162,13 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
     return ImagePrice(0, 0, rule.kind, part.detail, None, None, tokens, False)
 
 
+def defaulted_tokens(price: ImagePrice) -> tuple[int, int]:
+    """(tokens priced by a default, of which of an image of unknown size): what calibration
+    keeps apart from the tokens priced from the image (``MessagePressure.defaulted``)."""
+    by_default = price.tokens if not price.sized or price.rule in _STAND_IN_RULES else 0
+    return by_default, 0 if price.sized else price.tokens
+
+
 def measure_message(
     message: Message,
     route: Route,
@@ -202,10 +211,9 @@ def measure_message(
             )
             images.append(price)
             image_tokens += price.tokens
-            if not price.sized or price.rule in _STAND_IN_RULES:
-                defaulted += price.tokens
-            if not price.sized:
-                unsized += price.tokens
+            by_default, of_unknown_size = defaulted_tokens(price)
+            defaulted += by_default
+            unsized += of_unknown_size
     frame = frame_message(message, route.framing, tok, prev_role)
     classes[STRUCTURED] += frame.text  # tool-call names and JSON arguments
     pressure = MessagePressure(
@@ -333,7 +341,7 @@ class MessageCache:
 MEASURED = MessageCache()
 
 
-def _recall(key: bytes | None, index: int) -> MessagePressure | None:
+def recall(key: bytes | None, index: int) -> MessagePressure | None:
     """The memoised pressure under ``key`` (None: not kept, or not to be), at ``index``."""
     kept = MEASURED.get(key) if key is not None else None
     if kept is None or kept.index == index:
@@ -352,7 +360,7 @@ def measure_kept(
     the same way every turn (a masked output), not for one-off candidates (a capper's cuts),
     which would only push the conversation's own messages out."""
     key = MessageCache.key(message, prev_role, MessageCache.prefix(route))
-    kept = _recall(key, index)
+    kept = recall(key, index)
     if kept is not None:
         return kept
     pressure, _ = measure_message(message, route, index, sizes, prev_role)
@@ -377,7 +385,7 @@ def measure_messages(
         key = None
         if known is None:
             key = MessageCache.key(message, prev_role, prefix)
-            kept = _recall(key, i)
+            kept = recall(key, i)
             if kept is not None:
                 known = kept, ()
                 if memo is not None:

@@ -135,14 +135,16 @@ def fit_bounded(
 def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
     """The calibrated price of a bound, itself a bound of the exact estimate: the bound does not
     know the text's content classes, so all its text is priced at the dearest class weight, and
-    a negative weight (a feature that lowered the fitted count) is read as 0."""
+    a negative weight (a feature that lowered the fitted count) is read as 0 — the bound's
+    calls, images and per-character features (its characters) are each at or above the
+    meter's (``pricing.bounds``)."""
     features = pressure_features(pressure)
     if correction.neutral:
         return correction.price(features)
     weights = correction.vector
     classes = range(len(CLASSES))
     text = sum(features[i] for i in classes)
-    dearest = correction.dearest_text  # per-character weights included: a bound has no profile
+    dearest = max(weights[i] for i in classes)
     rest = sum(
         max(0.0, w) * x
         for j, (w, x) in enumerate(zip(weights, features, strict=True))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import unicodedata
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -158,7 +159,9 @@ def requests(draw, images: bool = False) -> dict:
         if images and role == "user" and draw(st.booleans()):
             size = (draw(st.integers(1, 3000)), draw(st.integers(1, 3000)))
             detail = draw(st.sampled_from(sorted(DETAILS)))
-            image = {"type": "image_url", "image_url": {"url": png(*size), "detail": detail}}
+            # a data URL (priced from its header) or a URL of unknown size (the rule's worst)
+            url = png(*size) if draw(st.booleans()) else f"https://example.com/{i}.png"
+            image = {"type": "image_url", "image_url": {"url": url, "detail": detail}}
             content = [{"type": "text", "text": content}, image]
         message: dict = {"role": role, "content": content}
         if role == "assistant" and draw(st.booleans()):
@@ -363,3 +366,51 @@ def test_a_text_counted_before_is_its_own_bound():
     assert proof(text) == count < utf8_bytes(text)
     assert not proof.tighten([text], 1)  # nothing left to count
     assert proof(text) == count
+
+
+# -- a bound under a fitted correction: every feature weighed ----------------------------------
+
+
+@st.composite
+def fitted_corrections(draw: st.DrawFn) -> Correction:
+    """A correction as ``fit_correction`` may leave it on a route it learnt: a weight per content
+    class, framing, per message, per tool call, per request, per character feature and for
+    images priced by a default, each within the ranges the fit clamps it to."""
+    from pricing.calibration import FEATURES
+
+    ranges = {
+        "framing": (0.5, 3.0),
+        "messages": (-4.0, 50.0),
+        "calls": (-4.0, 50.0),
+        "images": (0.5, 3.0),
+        "defaulted": (0.05, 50.0),
+        "requests": (-64.0, 1024.0),
+        "unsized": (1.0, 50.0),
+    }
+    weights = []
+    for name in FEATURES:
+        low, high = ranges.get(name, (-2.0, 4.0) if name not in CLASS_NAMES else (0.5, 3.0))
+        weights.append(draw(st.floats(low, high, allow_nan=False)))
+    return Correction(samples=30, weights=tuple(weights))
+
+
+CLASS_NAMES = ("prose", "code", "structured", "script", "numeric")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=requests(images=True),
+    window=st.integers(300, 40_000),
+    spec=st.sampled_from(SPECS),
+    correction=fitted_corrections(),
+    counted=st.booleans(),
+)
+def test_a_bound_under_a_fitted_correction_is_never_below_the_exact_estimate(
+    body, window, spec, correction, counted
+):
+    r = replace(route(spec, vision=True), context_window=window)
+    request = parse_request(body)
+    if counted:  # texts counted before (a retried prompt): the proof takes their counts
+        measure(request, r)
+    bounded = fit_bounded(request, r, FitPolicy(), correction, proof=Proof(r))
+    assert_stands_for_the_exact_fit(bounded, request, r, correction)
