@@ -53,7 +53,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from itertools import compress
 from operator import add, mul
 
 from pricing.content import CLASSES, STATS
@@ -104,6 +105,8 @@ IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
 _THINGS = (MESSAGES, CALLS, REQUESTS)
 _COUNTS = frozenset((*_THINGS, *_CHARS))
+#: Which features a neutral correction prices (tokens), in order: not the counted things.
+_PRICED = tuple(j not in _COUNTS for j in range(_N))
 #: Features of samples recorded before the request and character features existed.
 _OLD_N = REQUESTS
 _NO_STATS = (0,) * len(STATS)
@@ -134,12 +137,6 @@ def message_features(mp: MessagePressure) -> tuple[int, ...]:
     )
 
 
-def _add(a: Sequence[float], b: Sequence[float]) -> list[float]:
-    if len(a) != len(b):
-        raise ValueError(f"feature vectors of {len(a)} and {len(b)} features")
-    return list(map(add, a, b))
-
-
 def pressure_features(p: Pressure, upto: int | None = None) -> tuple[int, ...]:
     """A prompt's features (its first ``upto`` messages when given), tools and priming
     included: they are part of every prefix. Summed column by column (C loops): a long
@@ -164,16 +161,19 @@ class Correction:
     #: Samples the factors were fitted on (0 = neutral).
     samples: int = 0
     weights: tuple[float, ...] = ()
+    #: The weight per feature, and whether they are the meter's own: asked for every message
+    #: priced, so worked out once (``__post_init__``).
+    vector: Vector = field(init=False, repr=False, compare=False)
+    neutral: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def vector(self) -> Vector:
-        if len(self.weights) == _N:
-            return self.weights
-        return _legacy(self.text, self.framing, self.images)
-
-    @property
-    def neutral(self) -> bool:
-        return self.vector == _NEUTRAL
+    def __post_init__(self) -> None:
+        w = (
+            self.weights
+            if len(self.weights) == _N
+            else _legacy(self.text, self.framing, self.images)
+        )
+        object.__setattr__(self, "vector", w)
+        object.__setattr__(self, "neutral", w == _NEUTRAL)
 
     def apply(self, text: int, framing: int = 0, images: int = 0) -> int:
         """Price of plain parts: text of unknown content at the summary weight ``text`` (the
@@ -186,8 +186,8 @@ class Correction:
     def price(self, features: Sequence[float]) -> int:
         """Price of a feature vector (``message_features`` / ``pressure_features``)."""
         w = self.vector
-        if w == _NEUTRAL:
-            return int(sum(x for j, x in enumerate(features) if j not in _COUNTS))
+        if self.neutral:
+            return int(sum(compress(features, _PRICED)))
         if len(w) != len(features):
             raise ValueError(f"{len(features)} features priced by {len(w)} weights")
         total: float = sum(map(mul, w, features))
@@ -328,7 +328,7 @@ def checkpoint_anchors(
     running[REQUESTS] = 1
     mark = correction.price(running) // step
     for i, mp in enumerate(pressure.messages[:-1]):
-        running = _add(running, message_features(mp))
+        running = list(map(add, running, message_features(mp)))  # both are _N long
         price = correction.price(running)
         if price // step > mark:
             mark = price // step

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import orjson
 import xxhash
 
 from pricing.content import CLASSES, STATS, STRUCTURED, classify, profile
@@ -296,23 +297,25 @@ class MessageCache:
 
     @staticmethod
     def key(message: Message, prev_role: str | None, prefix: bytes) -> bytes | None:
-        """The message's key under ``prefix`` (None: it has images, and is not kept). Every
-        field goes in length-prefixed, an absent one marked apart, so two messages share a
-        key only by a collision of the 128-bit digest."""
+        """The message's key under ``prefix`` (None: it has images, and is not kept): a digest
+        of its fields serialised as JSON, which no two different messages share but by a
+        collision of the 128-bit digest (a text with a lone surrogate, which JSON cannot hold,
+        as its ``repr``: a tuple's, never a JSON array's)."""
         if message.images:
             return None
-        h = xxhash.xxh3_128()
-        fields: list[str | None] = [message.role, message.name, message.tool_call_id, prev_role]
-        fields += [p.text for p in message.parts if isinstance(p, TextPart)]
-        fields += [f for c in message.tool_calls for f in (c.id, c.name, c.arguments)]
-        for field in fields:
-            if field is None:
-                h.update(b"\x00")
-            else:
-                data = field.encode("utf-8", "surrogatepass")
-                h.update(b"\x01%d:" % len(data))
-                h.update(data)
-        return h.digest() + prefix
+        fields = (
+            message.role,
+            message.name,
+            message.tool_call_id,
+            prev_role,
+            [p.text for p in message.parts if isinstance(p, TextPart)],
+            [(c.id, c.name, c.arguments) for c in message.tool_calls],
+        )
+        try:
+            data = orjson.dumps(fields)
+        except TypeError:
+            data = repr(fields).encode("utf-8", "surrogatepass")
+        return xxhash.xxh3_128_digest(data) + prefix
 
     def get(self, key: bytes) -> MessagePressure | None:
         found = self._data.get(key)  # a dict read is atomic under the GIL
