@@ -10,8 +10,6 @@ make another's request faster.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -20,6 +18,7 @@ import xxhash
 
 from pricing.content import CLASSES, STATS, STRUCTURED, classify, profile
 from pricing.framing import frame_message, tools_tokens
+from pricing.lru import LRU
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
 from pricing.probe import ImageError, placeholder, probe
 from pricing.route import Route
@@ -268,7 +267,7 @@ class Memo:
         self._prices[(id(message), prev_role)] = (message, pressure, images)
 
 
-class MessageCache:
+class MessageCache(LRU["MessagePressure"]):
     """A bounded, thread-safe LRU of message pressures by what decides them: the message's
     content (role, name, tool-call id, each text part, each tool call), the role before it,
     the route's tokenizer and framing, and the scope (the tenant whose prompt it is).
@@ -282,11 +281,7 @@ class MessageCache:
     entries, one per message kept: ~450 bytes each, ~7 MiB full (none at idle)."""
 
     def __init__(self, maxsize: int = 16384) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[bytes, MessagePressure] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+        super().__init__(maxsize)
 
     @staticmethod
     def prefix(route: Route) -> bytes:
@@ -318,26 +313,12 @@ class MessageCache:
         return xxhash.xxh3_128_digest(data) + prefix
 
     def get(self, key: bytes) -> MessagePressure | None:
-        found = self._data.get(key)  # a dict read is atomic under the GIL
+        found = super().get(key)
         if found is None:
             self.misses += 1
-            return None
-        self.hits += 1
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
+        else:
+            self.hits += 1
         return found
-
-    def put(self, key: bytes, pressure: MessagePressure) -> None:
-        with self._lock:
-            self._data[key] = pressure
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
 
 
 #: The process's message memo (every route and tenant; keys say whose).

@@ -25,12 +25,11 @@ import binascii
 import contextlib
 import hashlib
 import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from pricing.lru import LRU
 from pricing.messages import RequestError
 from pricing.route import ImageLimits
 
@@ -340,38 +339,12 @@ class _Entry:
     digest: bytes | None
 
 
-class ProbeCache:
-    """A bounded, thread-safe LRU of probe results by data-URL fingerprint and scope (one
-    bound for all scopes)."""
+class ProbeCache(LRU[_Entry]):
+    """Probe results by data-URL fingerprint and scope (one bound for all scopes); ``probe``
+    counts the lookups."""
 
     def __init__(self, maxsize: int = 4096) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[bytes, _Entry] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: bytes) -> _Entry | None:
-        with self._lock:
-            entry = self._data.get(key)
-            if entry is not None:
-                self._data.move_to_end(key)
-            return entry
-
-    def put(self, key: bytes, entry: _Entry) -> None:
-        with self._lock:
-            self._data[key] = entry
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-            self.hits = self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._data)
+        super().__init__(maxsize)
 
 
 #: The process-wide probe cache (the meter's; a conversation's images are probed once).
