@@ -242,12 +242,19 @@ def _redis_cli(*args: str, timeout: float = 30) -> str:
 
 
 def free_cluster_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too; Redis Cluster needs the port to
-    be <= 55535, below the kernel's ephemeral range that ``free_port`` draws from."""
+    """A free port whose cluster bus port (+10000) is free too, both below the kernel's
+    ephemeral range: a bus port inside it was taken, now and then, by an outgoing connection of
+    the other test worker between this check and the node's start ("cluster node ... did not
+    start")."""
     import random
 
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32_768
+    highest = max(10_001, ephemeral - 10_001)
     for _ in range(1000):
-        port = random.randint(20_000, 45_000)
+        port = random.randint(10_000, highest)
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
