@@ -541,31 +541,21 @@ def warm_up(spec: str) -> Tokenizer:
     """``get_tokenizer(spec)`` loaded and its first text encoded on a thread of its own, which
     then ends: a server's start-up and reloads load through here.
 
-    The first thread to encode with a tiktoken encoding owns its regex's cache (the regex
-    crate's pool keeps one cache for its owner; every other thread takes one from a shared
-    stack). Alone, the owner counts ~30% faster; but while the owner and any other thread
-    count at once, both run at about half speed — two counting threads then take longer, and
-    twice the CPU, than two that own nothing (bench/count_threads.py, bench/REPORT.md 1j).
-    routefit counts on several threads at once (the event loop, the kept counting pool, the
-    pricing threads), so none of them may be the owner: the thread that made the first encode
-    is gone before the first request."""
-    loaded: list[Tokenizer] = []
-    failed: list[Exception] = []
+    The first thread to encode with a tiktoken encoding owns a cache of its regex (measured:
+    the regex crate keeps one for the first thread of a pool). Alone, the owner counts ~30%
+    faster; but while the owner and any other thread count at once, both run at about half
+    speed — two counting threads then take longer, and twice the CPU, than two that own
+    nothing (bench/count_threads.py, bench/REPORT.md 1j). routefit counts on several threads
+    at once (the event loop, the kept counting pool, the pricing threads), so none of them may
+    be the owner: the thread that made the first encode is gone before the first request."""
 
-    def load() -> None:
-        try:
-            tok = get_tokenizer(spec)
-            tok.count("warm up")
-            loaded.append(tok)
-        except Exception as exc:  # raised again on the caller's thread
-            failed.append(exc)
+    def load() -> Tokenizer:
+        tok = get_tokenizer(spec)
+        tok.count("warm up")
+        return tok
 
-    thread = threading.Thread(target=load, name="routefit-warm-up", daemon=True)
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return loaded[0]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="routefit-warm-up") as once:
+        return once.submit(load).result()  # its error raised again here
 
 
 @lru_cache(maxsize=1024)

@@ -220,7 +220,7 @@ class Estimator:
         try:
             return await self._estimate(wire, request, rc, team, who, size, started, bound)
         finally:
-            self.metrics.sync_count_cache()
+            self.metrics.sync_memo_counters()
 
     async def count(
         self, request: ChatRequest, rc: RouteConfig, team: Team | None, who: str, size: int
@@ -318,7 +318,7 @@ class Estimator:
             log.exception("exact count of a bounded request failed on %s", e.rc.route.alias)
             return replace(e, counting=None)
         finally:
-            self.metrics.sync_count_cache()
+            self.metrics.sync_memo_counters()
         tokens, keys, hit = await self._anchor(e.job, fitted, floor=False)
         return replace(
             e, fitted=fitted, tokens=tokens, keys=keys, anchored=hit, bound=False, counting=None

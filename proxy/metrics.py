@@ -256,7 +256,7 @@ class Metrics:
             registry=r,
         )
 
-    def sync_count_cache(self) -> None:
+    def sync_memo_counters(self) -> None:
         """Bring the count-cache and message-memo counters up to pricing's totals
         (``count_cache_lookups``, ``MEASURED``). Synced after each request is priced, not only
         when scraped: with several workers, each one's share must reach the shared files
@@ -280,7 +280,7 @@ class Metrics:
     def render(self) -> bytes:
         """This process's metrics; with several workers (``routefit serve --workers N`` sets
         ``PROMETHEUS_MULTIPROC_DIR``), every worker's, summed, whichever worker answers."""
-        self.sync_count_cache()
+        self.sync_memo_counters()
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             registry = CollectorRegistry()
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
