@@ -275,10 +275,11 @@ class MessageCache(LRU["MessagePressure"]):
     A conversation comes back every turn as new objects, so ``Memo`` (by object) serves one
     request only; re-measuring its earlier messages cost ~25 µs each — content profile, class,
     framing and a count-cache lookup per text — 25 ms a request at 1,000 messages. A hit here
-    costs one serialisation and digest of the message, ~1.5 µs. Messages with images are not kept (their price depends on
-    the image sizes known at the time). Scoped like ``CountCache``: an entry serves only its
-    own tenant, so no one can time a request to learn what another tenant sent. Bounded by
-    entries, one per message kept: ~450 bytes each, ~7 MiB full (none at idle)."""
+    costs one serialisation and digest of the message, ~1.5 µs. Messages with images are not
+    kept (their price depends on the image sizes known at the time). Scoped like
+    ``CountCache``: an entry serves only its own tenant, so no one can time a request to learn
+    what another tenant sent. Bounded by entries, one per message kept: ~450 bytes each, ~7 MiB
+    full (none at idle)."""
 
     def __init__(self, maxsize: int = 16384) -> None:
         super().__init__(maxsize)
