@@ -171,24 +171,69 @@ class _Sums:
         vstart: int = 0,
     ) -> int:
         """Price of prefix ``[0, e)`` under a plan (``e`` units, the newest one protected)."""
+        masking = (mask, verbatim, vstart)
+        dynamic = self._dynamic(e)
+        elided, splits = self._elided(e, head, min(cut, e), offload, masking, dynamic)
+        kept = self._unelided(e, offload, masking, dynamic)
+        if elided:
+            kept += self.marker * (1 + splits) - elided
+        return self.overhead + kept
+
+    def least(
+        self,
+        e: int,
+        heads: tuple[int, int],
+        offload: int,
+        cut: int,
+        mask: int = 0,
+        verbatim: int = 0,
+        vstart: int = 0,
+    ) -> int:
+        """A floor under ``estimate`` for every head in ``heads`` (both ends included), in O(1):
+        a shorter head elides no less (at most what the shortest does) and leaves no fewer
+        splits for markers (at least what the longest does). Lets a search over heads stop
+        before it starts when none can fit, which a request whose tools alone overflow makes
+        happen once per user turn."""
+        lo, hi = heads
+        masking = (mask, verbatim, vstart)
+        dynamic = self._dynamic(e)
+        stop = min(cut, e)
+        most, _ = self._elided(e, lo, stop, offload, masking, dynamic)
+        _, fewest = self._elided(e, hi, stop, offload, masking, dynamic)
+        unelided = self.overhead + self._unelided(e, offload, masking, dynamic)
+        return min(unelided, unelided + self.marker * (1 + fewest) - most)
+
+    def _dynamic(self, e: int) -> set[int]:
+        """The newest unit, the round it answers and the latest user message: they go as they
+        are whatever the plan."""
         newest = {e - 1}
         if self.units[e - 1].answers:
             newest.add(e - 2)
         lu = self.last_user[e - 1]
-        dynamic = {d for d in (*newest, lu) if d is not None and not self.units[d].fixed}
-        masking = (mask, verbatim, vstart)
+        return {d for d in (*newest, lu) if d is not None and not self.units[d].fixed}
+
+    def _unelided(
+        self, e: int, offload: int, masking: tuple[int, int, int], dynamic: set[int]
+    ) -> int:
         kept = self.fixed_full[e] + self.free(e, offload, *masking)
-        # The newest unit, the round it answers and the latest user message go as they are.
-        kept += sum(self.units[d].full - self.cost(d, offload, *masking) for d in dynamic)
-        stop = min(cut, e)
-        if stop > head:
-            elided = self.free(stop, offload, *masking) - self.free(head, offload, *masking)
-            inside = [d for d in dynamic if head <= d < stop]
-            elided -= sum(self.cost(d, offload, *masking) for d in inside)
-            if elided:
-                splits = len(inside) + self.fixed_count[stop] - self.fixed_count[head]
-                kept += self.marker * (1 + splits) - elided
-        return self.overhead + kept
+        return kept + sum(self.units[d].full - self.cost(d, offload, *masking) for d in dynamic)
+
+    def _elided(
+        self,
+        e: int,
+        head: int,
+        stop: int,
+        offload: int,
+        masking: tuple[int, int, int],
+        dynamic: set[int],
+    ) -> tuple[int, int]:
+        """(tokens elided from ``[head, stop)``, splits a marker stands in for beside the first)."""
+        if stop <= head:
+            return 0, 0
+        elided = self.free(stop, offload, *masking) - self.free(head, offload, *masking)
+        inside = [d for d in dynamic if head <= d < stop]
+        elided -= sum(self.cost(d, offload, *masking) for d in inside)
+        return elided, len(inside) + self.fixed_count[stop] - self.fixed_count[head]
 
 
 def _elision_checkpoints(units: Sequence[UnitCosts], quantum: int) -> list[int]:
@@ -367,6 +412,19 @@ class _Replay:
             state["vstart"],
         )
 
+    def _least(self, e: int, shortest: int) -> int:
+        """The least ``price(e)`` any head from ``shortest`` to today's could give."""
+        state = self.state
+        return self.sums.least(
+            e,
+            (shortest, state["head"]),
+            state["offload_images"],
+            state["elide"],
+            state["mask"],
+            state["verbatim"],
+            state["vstart"],
+        )
+
     def advance(self, name: str, points: list[int], e: int, target: float, limit: int) -> None:
         i = bisect.bisect_right(points, self.state[name])
         while self.price(e) > target and i < len(points) and points[i] <= limit:
@@ -421,7 +479,10 @@ class _Replay:
         of the turn's growth, not one per round)."""
         state, budget = self.state, self.budget
         if self.masked_head and self.price(e) > budget:
-            while self.price(e) > self.low and state["head"] > min(self.floor, e - 1):
+            target = min(self.floor, e - 1)
+            if state["head"] > target and self._least(e, target) > self.low:
+                state["head"] = target  # no head in between can reach the mark
+            while self.price(e) > self.low and state["head"] > target:
                 state["head"] -= 1
         if self.price(e) > budget and "mask" not in self.order:
             # Without masking, a turn over the budget loses its oldest calls here, and the
