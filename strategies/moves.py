@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from pricing.calibration import FEATURES, IMAGE_FEATURES, Correction, message_features
+from pricing.calibration import (
+    FEATURES,
+    IMAGE_FEATURES,
+    Correction,
+    message_features,
+    pressure_features,
+)
 from pricing.content import PROSE
 from pricing.messages import ChatRequest, Message, TextPart, message_wire
 from pricing.meter import (
@@ -318,9 +324,54 @@ def _mask_newest(
     newest turn is kept whole whenever it fits."""
     states, masks, offload = _plan_states(messages, units, chosen)
     extra = [i for i in _outputs(messages, units, _newest(messages, units)) if i not in masks]
-    out: list[tuple[int, Fit | None]] = []
-    for k in range(int(tried), len(extra) + 1):
-        built = _build(job, messages, units, states, masks | frozenset(extra[:k]), offload)
+    return _masked_until_fit(job, messages, units, (states, offload), masks, extra, int(tried))
+
+
+def _masked_until_fit(
+    job: Job,
+    messages: tuple[Message, ...],
+    units: Sequence[Unit],
+    plan: tuple[Sequence[str], Sequence[bool]],
+    masks: frozenset[int],
+    extra: Sequence[int],
+    start: int,
+) -> list[tuple[int, Fit | None]]:
+    """Masking ``extra``'s outputs oldest first, one more each time from ``start`` on, until
+    the prompt fits or all are masked: the builds that decide it, the last one the answer.
+
+    Each step changes one message, but a build prices the whole prompt: building every step
+    was quadratic in the turn's tool results (2,000 results in one turn on an 8k route, 18 s of
+    CPU on the event loop to refuse it). A prompt's estimate is linear in its messages'
+    features, so each step's is predicted from the first build and the outputs' own prices, and
+    only the first step predicted to fit (else the last) is built. Should its build disagree
+    with the prediction (a message priced differently in its place), every step is built."""
+    states, offload = plan
+
+    def build(k: int) -> Fit:
+        return _build(job, messages, units, states, masks | frozenset(extra[:k]), offload)
+
+    first = build(start)
+    if first.estimate <= job.budget or start >= len(extra):
+        return [(first.estimate, first)]
+    prices = job.measure(messages).messages
+    unit_of = {i: unit for unit in units for i in range(unit.start, unit.end)}
+    features = list(pressure_features(first.pressure))
+    k, predicted, least = start, first.estimate, first.estimate
+    while k < len(extra) and predicted > job.budget:
+        i = extra[k]
+        masked = message_features(job.mask_price(messages, unit_of[i], i, prices[i]))
+        own = message_features(prices[i])
+        features = [f + m - o for f, m, o in zip(features, masked, own, strict=True)]
+        k += 1
+        predicted = job.correction.price(features)
+        least = min(least, predicted)  # a short output's placeholder may cost more than it
+    built = build(k)
+    if built.estimate == predicted:
+        # the steps not built, by their least estimate (a refusal names the least)
+        return [(first.estimate, first), (least, None), (built.estimate, built)]
+    out: list[tuple[int, Fit | None]] = [(first.estimate, first)]
+    for k in range(start + 1, len(extra) + 1):
+        built = build(k)
         out.append((built.estimate, built))
         if built.estimate <= job.budget:
             break
@@ -457,14 +508,19 @@ def _last_resort(
     answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
     turn = set(range(min(last, answered), n))
     outputs = _outputs(messages, units, turn) if MASK.name in job.policy.strategies else []
+    offload = [False] * n
     # The newest turn whole with the task, its outputs masked oldest first, one more each time;
     # then without the task; then the latest user message with the newest unit, masked.
-    attempts = [({*turn, first}, frozenset(outputs[:k])) for k in range(len(outputs) + 1)]
-    attempts.append((turn, frozenset(outputs)))
+    states = [KEPT if u in system or u in turn or u == first else ELIDED for u in range(n)]
+    _, built = _masked_until_fit(job, messages, units, (states, offload), frozenset(), outputs, 0)[
+        -1
+    ]
+    if built is not None and built.estimate <= job.budget:
+        return built
     newest = {n - 1, answered, last}
+    attempts = [(turn, frozenset(outputs))]
     attempts.append((newest, frozenset(_outputs(messages, units, newest) if outputs else ())))
     attempts.append(({last}, frozenset()))
-    offload = [False] * n
     for kept, masks in attempts:
         states = [KEPT if u in system or u in kept else ELIDED for u in range(n)]
         built = _build(job, messages, units, states, masks, offload)
