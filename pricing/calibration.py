@@ -27,7 +27,7 @@ module turns those samples into a ``Correction``:
    rules, a factor is never below 1 (what the meter does not know can only add tokens).
 4. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
    whose meter is exact, a prior meant to over-estimate on one that is not (text and framing
-   ×1.4, 8 tokens a message, 12 a tool call, 16 a request: docs/calibration.md).
+   ×1.55, 10 tokens a message, 16 a tool call, 16 a request: docs/calibration.md).
 5. **Quick to follow a change** (a new model version behind the same alias): when the newest
    samples consistently sit above the older ones by a moderate rise, the older ones are scaled
    to it at once; a fall or a larger rise must hold for a quarter of the window, then the older
@@ -380,9 +380,9 @@ class CalibrationPolicy:
     #: meant to over-estimate every tokenizer of the family docs/calibration.md states: text and
     #: framing scaled by ``prior_inexact``, plus scaffolding per message, per tool call and per
     #: request (erring high costs a little window for a few requests, erring low an overflow).
-    prior_inexact: float = 1.4
-    prior_messages: float = 8.0
-    prior_calls: float = 12.0
+    prior_inexact: float = 1.55
+    prior_messages: float = 10.0
+    prior_calls: float = 16.0
     prior_requests: float = 16.0
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
