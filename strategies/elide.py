@@ -180,14 +180,7 @@ class _Sums:
         return self.overhead + kept
 
     def least(
-        self,
-        e: int,
-        heads: tuple[int, int],
-        offload: int,
-        cut: int,
-        mask: int = 0,
-        verbatim: int = 0,
-        vstart: int = 0,
+        self, e: int, heads: tuple[int, int], offload: int, cut: int, masking: tuple[int, int, int]
     ) -> int:
         """A floor under ``estimate`` for every head in ``heads`` (both ends included), in O(1):
         a shorter head elides no less (at most what the shortest does) and leaves no fewer
@@ -195,7 +188,6 @@ class _Sums:
         before it starts when none can fit, which a request whose tools alone overflow makes
         happen once per user turn."""
         lo, hi = heads
-        masking = (mask, verbatim, vstart)
         dynamic = self._dynamic(e)
         stop = min(cut, e)
         most, _ = self._elided(e, lo, stop, offload, masking, dynamic)
@@ -415,15 +407,9 @@ class _Replay:
     def _least(self, e: int, shortest: int) -> int:
         """The least ``price(e)`` any head from ``shortest`` to today's could give."""
         state = self.state
-        return self.sums.least(
-            e,
-            (shortest, state["head"]),
-            state["offload_images"],
-            state["elide"],
-            state["mask"],
-            state["verbatim"],
-            state["vstart"],
-        )
+        masking = (state["mask"], state["verbatim"], state["vstart"])
+        heads = (shortest, state["head"])
+        return self.sums.least(e, heads, state["offload_images"], state["elide"], masking)
 
     def advance(self, name: str, points: list[int], e: int, target: float, limit: int) -> None:
         i = bisect.bisect_right(points, self.state[name])

@@ -59,7 +59,7 @@ def test_the_least_price_is_at_most_every_heads_price(
     offload, mask = data.draw(st.integers(0, e)), data.draw(st.integers(0, e))
     vstart = data.draw(st.integers(0, e))
     verbatim = data.draw(st.integers(vstart, e))
-    least = sums.least(e, (lo, hi), offload, cut, mask, verbatim, vstart)
+    least = sums.least(e, (lo, hi), offload, cut, (mask, verbatim, vstart))
     prices = [sums.estimate(e, h, offload, cut, mask, verbatim, vstart) for h in range(lo, hi + 1)]
     assert least <= min(prices)
 
