@@ -27,7 +27,8 @@ module turns those samples into a ``Correction``:
    rules, a factor is never below 1 (what the meter does not know can only add tokens).
 4. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
    whose meter is exact, a prior meant to over-estimate on one that is not (text and framing
-   ×1.55, 10 tokens a message, 16 a tool call, 16 a request, 1 a digit: docs/calibration.md).
+   ×1.55, 10 tokens a message, 16 a tool call, 16 a request, half a token a digit:
+   docs/calibration.md).
 5. **Quick to follow a change** (a new model version behind the same alias): when the newest
    samples consistently sit above the older ones by a moderate rise, the older ones are scaled
    to it at once; a fall or a larger rise must hold for a quarter of the window, then the older

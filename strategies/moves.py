@@ -341,7 +341,7 @@ def _masked_until_fit(
 
     Each step changes one message, but a build prices the whole prompt: building every step
     was quadratic in the turn's tool results (2,000 results in one turn on an 8k route, 18 s of
-    CPU on the event loop to refuse it). A prompt's estimate is linear in its messages'
+    CPU on the event loop to fit it). A prompt's estimate is linear in its messages'
     features, so each step's is predicted from the first build and the outputs' own prices, and
     only the first step predicted to fit (else the last) is built. Should its build disagree
     with the prediction (a message priced differently in its place), every step is built."""
@@ -512,9 +512,8 @@ def _last_resort(
     # The newest turn whole with the task, its outputs masked oldest first, one more each time;
     # then without the task; then the latest user message with the newest unit, masked.
     states = [KEPT if u in system or u in turn or u == first else ELIDED for u in range(n)]
-    _, built = _masked_until_fit(job, messages, units, (states, offload), frozenset(), outputs, 0)[
-        -1
-    ]
+    tried = _masked_until_fit(job, messages, units, (states, offload), frozenset(), outputs, 0)
+    built = tried[-1][1]
     if built is not None and built.estimate <= job.budget:
         return built
     newest = {n - 1, answered, last}

@@ -2,7 +2,7 @@
 
 The newest turn's outputs are masked oldest first, one more each time, until the prompt fits;
 so is the last resort's turn. Building every step re-priced the whole prompt each time: one
-turn of 2,000 tool results on an 8k route took 18 s of CPU, on the event loop, to refuse. The
+turn of 2,000 tool results on an 8k route took 18 s of CPU, on the event loop, to fit. The
 steps are now priced from their outputs' own features and only the one predicted to fit is
 built; these tests hold it to what building every step chose.
 """
