@@ -27,7 +27,7 @@ module turns those samples into a ``Correction``:
    rules, a factor is never below 1 (what the meter does not know can only add tokens).
 4. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
    whose meter is exact, a prior meant to over-estimate on one that is not (text and framing
-   ×1.4, 8 tokens a message, 12 a tool call, 16 a request: docs/calibration.md).
+   ×1.4, 8 tokens a message, 12 a tool call, 16 a request, 0.55 a digit: docs/calibration.md).
 5. **Quick to follow a change** (a new model version behind the same alias): when the newest
    samples consistently sit above the older ones by a moderate rise, the older ones are scaled
    to it at once; a fall or a larger rise must hold for a quarter of the window, then the older
@@ -100,6 +100,7 @@ FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED, REQUESTS = range(len(CLASSES), len(
 _CHARS = range(REQUESTS + 1, REQUESTS + 1 + len(STATS))
 UNSIZED = _N - 1
 NUMBERS = FEATURES.index("numbers")
+DIGITS = FEATURES.index("digits")
 #: The features an image's tokens may fall in (an offloaded image leaves all of them).
 IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
@@ -384,6 +385,10 @@ class CalibrationPolicy:
     prior_messages: float = 8.0
     prior_calls: float = 12.0
     prior_requests: float = 16.0
+    #: ... and per digit, on top of the text's own tokens: a tokenizer may split numbers digit
+    #: by digit where the meter's (o200k, cl100k) take up to three at a time (a 9-digit id: 9
+    #: tokens there, 3 here), and 1.4·⌈d/3⌉ + 0.55·d ≥ d for every length d.
+    prior_digits: float = 0.55
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
     #: Image tokens priced by a stand-in rule may be far from the truth either way: their weight
@@ -567,6 +572,7 @@ def _prior(policy: CalibrationPolicy, exact: bool) -> list[float]:
     out = list(_legacy(p, p, 1.0))
     out[MESSAGES], out[CALLS] = policy.prior_messages, policy.prior_calls
     out[REQUESTS] = policy.prior_requests
+    out[DIGITS] = policy.prior_digits
     return out
 
 

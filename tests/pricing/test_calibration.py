@@ -381,8 +381,10 @@ def test_an_image_of_unknown_size_is_never_priced_below_the_worst_case():
 def test_a_new_route_is_priced_above_any_tokenizer_of_the_stated_family():
     """Before a route whose meter is not exact has learnt, its prior over-estimates every
     tokenizer of the family docs/calibration.md states (per token kind x0.75-1.25 of o200k or
-    cl100k, up to 8 tokens a message, 12 a tool call, 8 of priming): drawn at random here, with
-    the simulator's counting rules as the provider."""
+    cl100k, or numbers one token a digit; up to 8 tokens a message, 12 a tool call, 8 of
+    priming): the family's dearest corners on both bases, and tokenizers drawn at random, with
+    the simulator's counting rules as the provider. Without the prior's digit weight the corner
+    that splits numbers digit by digit is 10% under."""
     import sys
     from pathlib import Path
 
@@ -393,12 +395,22 @@ def test_a_new_route_is_priced_above_any_tokenizer_of_the_stated_family():
     from pricing.messages import parse_request
     from pricing.meter import measure
     from proxy.sim.counting import openai_prompt
+    from proxy.sim.models import SimModel
 
     route = heldout._routes().route("mystery-2").route
     prior = fit_correction((), CalibrationPolicy(), exact=False)
     rng = random.Random(31)
-    for i in range(4):
-        sim = heldout.random_tokenizer(rng, i)
+    (_, most), _, messages, calls, priming = heldout.FAMILIES["stated"]
+    kinds = ("word", "punct", "script", "space")
+    corners = [
+        SimModel(f"corner-{base}-{digit}", context_window=32_768, max_output=4096, tokenizer=base,
+                 class_rates=",".join([*(f"{k}={most}" for k in kinds), f"digit={digit}"]),
+                 per_message=messages, per_tool_call=calls, priming=priming)
+        for base in ("o200k_base", "cl100k_base")
+        for digit in (most, 0)  # digits at their most, or one token each
+    ]  # fmt: skip
+    drawn = [heldout.random_tokenizer(rng, i) for i in range(4)]
+    for sim in [*corners, *drawn]:
         for body in heldout._bodies(6, seed=rng.randrange(10**6)):
             actual = len(openai_prompt(body, sim, heldout._picture).tokens)
             estimate = prior.price_pressure(measure(parse_request(body), route))

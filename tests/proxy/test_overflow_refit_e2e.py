@@ -67,7 +67,7 @@ def gw(sim, tmp_path_factory):
     # (the config takes positive numbers: 0.05 tokens a message is none)
     none = 0.05
     modest = {"prior_inexact": 1.1, "prior_messages": none, "prior_calls": none}
-    modest["prior_requests"] = none
+    modest["prior_requests"] = modest["prior_digits"] = none
     config = gateway_config(
         tmp_path_factory.mktemp("overflow") / "c.yaml", routes, calibration=modest
     )
