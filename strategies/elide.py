@@ -405,7 +405,7 @@ class _Replay:
         )
 
     def _least(self, e: int, shortest: int) -> int:
-        """The least ``price(e)`` any head from ``shortest`` to today's could give."""
+        """A floor under ``price(e)`` for every head from ``shortest`` to today's."""
         state = self.state
         masking = (state["mask"], state["verbatim"], state["vstart"])
         heads = (shortest, state["head"])
