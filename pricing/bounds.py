@@ -66,7 +66,7 @@ import math
 import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pricing.content import STATS
 from pricing.framing import frame_message, tools_tokens
@@ -384,6 +384,7 @@ def _bound_message(
     at the characters of its texts."""
     text = images = defaulted = unsized = 0
     chars = sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
+    carried = [0] * len(STATS)  # the features of text a part carries (a PDF's), as counted
     for j, part in enumerate(message.parts):
         if isinstance(part, TextPart):
             text += text_of(part.text) if part.text else 0
@@ -398,6 +399,8 @@ def _bound_message(
             price = _with_tokens(price, tok.bound(price.placeholder))
         details.append(_with_tokens(price, price.tokens, i, j))
         images += price.tokens
+        text += price.text  # a PDF's text, counted when it was read
+        carried = [a + b for a, b in zip(carried, price.text_stats or carried, strict=True)]
         by_default, of_unknown_size = defaulted_tokens(price)
         defaulted += by_default
         unsized += of_unknown_size
@@ -410,20 +413,15 @@ def _bound_message(
         images,
         calls=len(message.tool_calls),
         defaulted=defaulted,
-        stats=(chars,) * len(STATS),
+        stats=tuple(chars + c for c in carried),
         unsized=unsized,
     )
 
 
 def _with_tokens(p: ImagePrice, tokens: int, message: int = -1, part: int = -1) -> ImagePrice:
-    return ImagePrice(
-        p.message if message < 0 else message,
-        p.part if part < 0 else part,
-        p.rule,
-        p.detail,
-        p.width,
-        p.height,
-        tokens,
-        p.sized,
-        p.placeholder,
+    return replace(
+        p,
+        message=p.message if message < 0 else message,
+        part=p.part if part < 0 else part,
+        tokens=tokens,
     )

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pricing.documents import MEDIA_TYPE, is_document
+
 __all__ = [
     "ROLES",
     "ChatRequest",
@@ -23,6 +25,7 @@ __all__ = [
     "RequestError",
     "TextPart",
     "ToolCall",
+    "media_part",
     "parse_request",
 ]
 
@@ -139,11 +142,27 @@ def _parts(content: Any, param: str) -> tuple[Part, ...]:
                     f"{where}.image_url.detail",
                 )
             parts.append(ImagePart(url, detail))
+        elif kind == "file":
+            parts.append(_file(part.get("file"), f"{where}.file"))
         else:
             raise RequestError(
                 f"{where}.type {_show(kind)} is not a supported content part type", where
             )
     return tuple(parts)
+
+
+def _file(file: Any, where: str) -> ImagePart:
+    """A ``file`` part: a PDF sent as data, priced from its pages (``pricing.documents``). A file
+    uploaded beforehand (``file_id``) is refused: routefit prices what it can read, and an
+    unread file could be any size (a quota charged for its id alone would be a free ride)."""
+    data = file.get("file_data") if isinstance(file, Mapping) else None
+    if not isinstance(data, str) or not is_document(data):
+        raise RequestError(
+            f"{where} must carry file_data, a PDF as a data URL "
+            f"('data:{MEDIA_TYPE};base64,...'); uploaded files (file_id) are not accepted",
+            where,
+        )
+    return ImagePart(data)
 
 
 def _tool_calls(value: Any, param: str) -> tuple[ToolCall, ...]:
@@ -305,5 +324,14 @@ def render_content(
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
         else:
-            out.append({"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}})
+            out.append(media_part(p, detail=True))
     return out
+
+
+def media_part(part: ImagePart, detail: bool = False) -> dict[str, Any]:
+    """An image part as a chat request carries it: a PDF as a ``file`` part (chat takes
+    documents only so), an image as ``image_url`` (with its ``detail`` when asked)."""
+    if is_document(part.url):
+        return {"type": "file", "file": {"filename": "document.pdf", "file_data": part.url}}
+    image = {"url": part.url, "detail": part.detail} if detail else {"url": part.url}
+    return {"type": "image_url", "image_url": image}

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 import orjson
 import xxhash
 
-from pricing.content import CLASSES, STATS, STRUCTURED, classify, profile
+from pricing.content import CLASSES, PROSE, STATS, STRUCTURED, classify, profile
+from pricing.documents import PICTURES_ONLY, document_facts, is_document, page_tokens
 from pricing.framing import frame_message, tools_tokens
 from pricing.lru import LRU
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
@@ -57,7 +58,16 @@ class ImagePrice:
     sized: bool
     #: The text that replaces the image on the wire (text-only routes), priced as text.
     placeholder: str | None = None
+    #: Tokens of text the part carries besides its pictures (a PDF's extracted text): priced
+    #: as the message's text, so calibration scales it as it scales text; with that text's
+    #: content class and ``content.profile``, the features calibration reads of any text.
+    text: int = 0
+    text_class: int = PROSE
+    text_stats: tuple[int, ...] = ()
 
+
+#: The rule name a PDF's price reports (``pricing.documents``).
+DOCUMENT = "document"
 
 #: Image rule kinds whose price is a stand-in rather than the provider's rule (the ``flat``
 #: price of a vision route routefit has no rule for).
@@ -132,6 +142,8 @@ class Pressure:
 def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePrice:
     """The route's price for one image; message/part indices are filled in by the caller."""
     rule = route.image_rule
+    if is_document(part.url) and route.supports_vision and rule.visual:
+        return _price_document(part, route)
     info = probe(part.url, route.image_limits, route.scope)
     width: int | None
     height: int | None
@@ -160,6 +172,19 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
     worst = rule.worst_case(part.detail)
     tokens = route.image_limits.max_image_tokens if worst is None else worst
     return ImagePrice(0, 0, rule.kind, part.detail, None, None, tokens, False)
+
+
+def _price_document(part: ImagePart, route: Route) -> ImagePrice:
+    """A PDF: its text, and each page as an image of unknown size (``pricing.documents``)."""
+    facts = document_facts(part.url, route.tokenizer, route.scope)
+    if facts is None:  # unreadable: its base64, as text (an over-estimate)
+        tokens = get_tokenizer(route.tokenizer, route.scope).count(part.url)
+        return ImagePrice(0, 0, DOCUMENT, part.detail, None, None, 0, True, None, tokens)
+    page = page_tokens(route.image_rule, part.detail, route.image_limits.max_image_tokens)
+    pictures = ImagePrice(0, 0, DOCUMENT, part.detail, None, None, facts.pages * page, False, None)
+    if route.image_rule.kind in PICTURES_ONLY:
+        return pictures
+    return replace(pictures, text=facts.tokens, text_class=facts.text_class, text_stats=facts.stats)
 
 
 def defaulted_tokens(price: ImagePrice) -> tuple[int, int]:
@@ -198,18 +223,12 @@ def measure_message(
             except ImageError as exc:  # name the offending part for the client's 400
                 where = f"messages[{index}].content[{j}].image_url.url"
                 raise ImageError(f"{where}: {exc.message}", where) from None
-            price = ImagePrice(
-                index,
-                j,
-                price.rule,
-                price.detail,
-                price.width,
-                price.height,
-                price.tokens,
-                price.sized,
-                price.placeholder,
-            )
+            price = replace(price, message=index, part=j)
             images.append(price)
+            text += price.text
+            classes[price.text_class] += price.text
+            if price.text_stats:
+                stats = [a + b for a, b in zip(stats, price.text_stats, strict=True)]
             image_tokens += price.tokens
             by_default, of_unknown_size = defaulted_tokens(price)
             defaulted += by_default

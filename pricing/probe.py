@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from pricing.documents import MEDIA_TYPE, is_document
 from pricing.lru import LRU
 from pricing.messages import RequestError
 from pricing.route import ImageLimits
@@ -368,8 +369,8 @@ def probe(url: str, limits: ImageLimits, scope: bytes = b"") -> ImageInfo | None
     ``scope``: the tenant whose prompt holds the image (``Route.scope``); the cache serves a
     result only to the tenant that probed it first.
     """
-    if url[:5].lower() != "data:":
-        return None
+    if url[:5].lower() != "data:" or is_document(url):
+        return None  # a PDF is not an image: pricing.documents reads it
     data_url = _split(url)
     size = data_url.decoded_size()
     if size > limits.max_image_bytes:
@@ -414,7 +415,8 @@ def placeholder(info: ImageInfo | None, url: str) -> str:
             data_url = _split(url)
         except ImageError:
             return "[image omitted: data URL]"
-        return f"[image omitted: {data_url.media_type} #{_fingerprint(data_url).hex()[:8]}]"
+        what = "document" if data_url.media_type == MEDIA_TYPE else "image"
+        return f"[{what} omitted: {data_url.media_type} #{_fingerprint(data_url).hex()[:8]}]"
     try:
         parts = urlsplit(url)
         port = f":{parts.port}" if parts.port is not None else ""

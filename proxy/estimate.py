@@ -43,7 +43,7 @@ from pricing.meter import measure
 from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
-from proxy.fairness import Fairness
+from proxy.fairness import Fairness, work_size
 from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
 from proxy.teams import Team
@@ -217,6 +217,7 @@ class Estimator:
         ``size``: its decoded body's; ``started``: its arrival. ``bound``: a big request may be
         proved to fit by an upper bound and counted exactly while it is forwarded (the dry run
         wants the exact figures)."""
+        size = work_size(request, size)
         try:
             return await self._estimate(wire, request, rc, team, who, size, started, bound)
         finally:
@@ -228,7 +229,7 @@ class Estimator:
         """The calibrated estimate of the request as the client sent it, unfitted: what a count
         endpoint answers (in one of the caller's pricing threads when the body is big)."""
         priced = self.route_priced(rc, team)
-        pressure = await self.fairness.run(who, size, measure, request, priced)
+        pressure = await self.fairness.run(who, work_size(request, size), measure, request, priced)
         return self.calibrator.correction(rc.calibration_key).price_pressure(pressure)
 
     async def _estimate(

@@ -3,10 +3,10 @@
 routefit prices requests on one event loop per worker. Tokenizing a 9 MB body takes seconds;
 run on the loop, it holds ``/healthz`` and every team's requests for that long. Two rules:
 
-* **off the loop, bounded per team**: parsing and pricing a body over ``THREAD_ABOVE`` bytes runs
-  in a worker thread (the tokenizers release the GIL), and one team holds at most
-  ``pricing_threads_per_team`` such threads at once — its next big body waits for one of its
-  own, never for another team's;
+* **off the loop, bounded per team**: parsing and pricing a body over ``THREAD_ABOVE`` bytes (or
+  one carrying a PDF: ``work_size``) runs in a worker thread (the tokenizers release the GIL),
+  and one team holds at most ``pricing_threads_per_team`` such threads at once — its next big
+  body waits for one of its own, never for another team's;
 * **count and dry-run endpoints are rate-limited per team** (``count_requests_per_minute``, a
   token bucket with a burst of as many): they cost routefit CPU and nothing at the provider, so
   no budget charges them, and an unbounded loop of them is the cheapest way to burn a replica.
@@ -31,10 +31,12 @@ import anyio
 import anyio.to_thread
 from starlette.requests import Request
 
+from pricing.documents import is_document
+from pricing.messages import ChatRequest
 from proxy.errors import ProxyError
 from proxy.teams import Team
 
-__all__ = ["THREAD_ABOVE", "Fairness", "caller"]
+__all__ = ["THREAD_ABOVE", "Fairness", "caller", "work_size"]
 
 T = TypeVar("T")
 
@@ -44,6 +46,16 @@ THREAD_ABOVE = 512 * 1024
 #: Callers whose buckets are kept; past this the least recently seen are forgotten (a forgotten
 #: caller starts again with a full bucket: the bound only ever errs toward admitting).
 _MAX_CALLERS = 10_000
+
+
+def work_size(request: ChatRequest, size: int) -> int:
+    """The size a request's pricing is judged by: its body's, or over ``THREAD_ABOVE`` when it
+    carries a PDF — reading one costs ~5 ms a page (``pricing.documents``), so a 200 KB body of
+    PDFs can cost what a 9 MB body of text does (an already-read file costs a digest, but which
+    are new is known only by reading)."""
+    if size <= THREAD_ABOVE and any(is_document(p.url) for m in request.messages for p in m.images):
+        return THREAD_ABOVE + 1
+    return size
 
 
 def caller(team: Team | None, request: Request) -> str:

@@ -123,6 +123,22 @@ def sim_route(alias: str, sim_url: str, model: str | None = None, **routefit: An
     return entry
 
 
+def claude_route(alias: str, sim_url: str, model: str = "claude-sim", **info: Any) -> dict:
+    """A model_list entry for a simulator model on the Anthropic wire (``info``: its
+    ``model_info``, when given)."""
+    entry: dict[str, Any] = {
+        "model_name": alias,
+        "litellm_params": {
+            "model": f"anthropic/{model}",
+            "api_base": sim_url,
+            "api_key": "sk-ant-sim",
+        },
+    }
+    if info:
+        entry["model_info"] = info
+    return entry
+
+
 def gateway_config(path: Path, routes: list[dict], **settings: Any) -> Path:
     data: dict[str, Any] = {"model_list": routes}
     settings.setdefault("store_path", ":memory:")

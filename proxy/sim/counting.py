@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.sim.documents import pdf_pages
 from proxy.sim.images import Picture, image_tokens
 from proxy.sim.models import SimModel
 from proxy.sim.tokens import (
@@ -170,10 +171,34 @@ def openai_tools_tokens(
     return content[:total]
 
 
+def pdf_ids(data: str, enc: Encoder, rule: str, text: bool = True) -> tuple[list[int], int]:
+    """(token ids, of which picture tokens) of a base64 PDF: each page's text (when the
+    provider reads it) and a picture of the page by ``rule`` (``proxy.sim.documents``)."""
+    ids: list[int] = []
+    pictures = 0
+    for page in pdf_pages(data) or ():
+        if text:
+            ids += enc.encode(page.text)
+        picture = image_token_ids(page.key, image_tokens(rule, page.width, page.height))
+        pictures += len(picture)
+        ids += picture
+    return ids, pictures
+
+
+def file_data(part: Mapping[str, Any]) -> str | None:
+    """The base64 of a chat ``file`` part's PDF data URL (None for anything else)."""
+    file = part.get("file")
+    url = file.get("file_data") if isinstance(file, Mapping) else None
+    prefix = "data:application/pdf;base64,"
+    return url[len(prefix) :] if isinstance(url, str) and url.startswith(prefix) else None
+
+
 def _openai_part(
     part: Mapping[str, Any], m: SimModel, enc: Encoder, pictures: Pictures
 ) -> list[int]:
     kind = part.get("type")
+    if kind == "file":
+        return pdf_ids(file_data(part) or "", enc, m.image_rule or "flat:0")[0]
     if kind == "image_url":
         pic = pictures(part)
         detail = (part.get("image_url") or {}).get("detail") or "auto"
@@ -199,6 +224,8 @@ def openai_message_tokens(
             ids = _openai_part(part, m, enc, pictures)
             if part.get("type") == "image_url":
                 images += len(ids)
+            elif part.get("type") == "file":
+                images += pdf_ids(file_data(part) or "", enc, m.image_rule or "flat:0")[1]
             seq += ids
     calls = list(msg.get("tool_calls") or [])
     if isinstance(msg.get("function_call"), Mapping):
@@ -371,6 +398,8 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
             )
             images += len(ids)
             return ids
+        if kind == "document":
+            return document_tokens(block)
         if kind == "tool_use":
             return (
                 specials(CALL, m.per_tool_call)
@@ -383,6 +412,18 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
                 ids += block_tokens(inner)
             return ids
         return []  # thinking blocks of earlier turns are not part of the prompt
+
+    def document_tokens(block: Mapping[str, Any]) -> list[int]:
+        """Each page's text and a picture of the page (``proxy.sim.documents``)."""
+        nonlocal images
+        source = block.get("source") or {}
+        if source.get("type") == "text":
+            return enc.encode(_text(source.get("data")))
+        if source.get("type") != "base64":  # a URL or file the simulator cannot open: its JSON
+            return enc.encode(_compact(block))
+        ids, pictures = pdf_ids(source["data"], enc, m.image_rule or "flat:0")
+        images += pictures
+        return ids
 
     start = len(tokens)
     system = body.get("system")
@@ -408,6 +449,7 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
 
 #: What one non-image media part (a PDF page, a second of audio...) costs on the Gemini wire.
 GEMINI_MEDIA_TOKENS = 258
+_URLSAFE = str.maketrans("-_", "+/")
 
 
 def gemini_media(part: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -428,6 +470,9 @@ def _gemini_part(
     media = gemini_media(part)
     if media is not None:
         mime = str(media.get("mimeType", media.get("mime_type", "")))
+        if mime == "application/pdf" and isinstance(media.get("data"), str):
+            data = str(media["data"]).translate(_URLSAFE)
+            return pdf_ids(data, enc, f"flat:{GEMINI_MEDIA_TOKENS}", text=False)
         if not mime.startswith("image/"):
             return specials(FILL, GEMINI_MEDIA_TOKENS), 0
         pic = pictures(part)

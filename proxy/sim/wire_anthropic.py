@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 from proxy.sim.completion import Answer, answer
 from proxy.sim.counting import Prompt, anthropic_prompt
+from proxy.sim.documents import pdf_pages
 from proxy.sim.errors import SimError
 from proxy.sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
 from proxy.sim.models import SimModel
@@ -31,7 +32,18 @@ KNOWN_PARAMS = frozenset(
         "inference_geo",
     }
 )  # fmt: skip
-BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking")
+BLOCK_TYPES = (
+    "text",
+    "image",
+    "document",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+)
+#: What a tool_result's content may hold.
+RESULT_TYPES = ("text", "image", "document")
+DOCUMENT_SOURCES = ("base64", "text", "url", "content", "file")
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 MAX_BREAKPOINTS = 4
 
@@ -81,6 +93,8 @@ def _validate_block(block: Any, where: str, role: str) -> None:
                 raise _bad(f"{where}.source.base64.data: Field required")
         elif not isinstance(source.get("url"), str):
             raise _bad(f"{where}.source.url.url: Field required")
+    elif kind == "document":
+        _validate_document(block, where)
     elif kind == "tool_use":
         if role != "assistant":
             raise _bad(f"{where}: tool_use blocks are only allowed in assistant messages")
@@ -99,11 +113,29 @@ def _validate_block(block: Any, where: str, role: str) -> None:
             if not isinstance(inner, list):
                 raise _bad(f"{where}.content: Input should be a valid list")
             for k, sub in enumerate(inner):
-                if not isinstance(sub, Mapping) or sub.get("type") not in ("text", "image"):
+                if not isinstance(sub, Mapping) or sub.get("type") not in RESULT_TYPES:
                     raise _bad(
-                        f"{where}.content.{k}: tool_result content must be text or image blocks"
+                        f"{where}.content.{k}: tool_result content must be text, image or "
+                        "document blocks"
                     )
                 _validate_block(sub, f"{where}.content.{k}", "user")
+
+
+def _validate_document(block: Mapping[str, Any], where: str) -> None:
+    source = block.get("source")
+    if not isinstance(source, Mapping) or source.get("type") not in DOCUMENT_SOURCES:
+        tags = ", ".join(f"'{t}'" for t in DOCUMENT_SOURCES)
+        raise _bad(f"{where}.source: Input tag does not match any of the expected tags: {tags}")
+    if source["type"] == "base64":
+        if source.get("media_type") != "application/pdf":
+            raise _bad(f"{where}.source.base64.media_type: Input should be 'application/pdf'")
+        data = source.get("data")
+        if not isinstance(data, str):
+            raise _bad(f"{where}.source.base64.data: Field required")
+        if pdf_pages(data) is None:
+            raise _bad(f"{where}: The PDF specified was not valid.")
+    elif source["type"] == "text" and not isinstance(source.get("data"), str):
+        raise _bad(f"{where}.source.text.data: Field required")
 
 
 def _validate_messages(messages: Any) -> None:

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from proxy.sim.completion import Answer, answer
 from proxy.sim.counting import gemini_media, gemini_prompt
 from proxy.sim.ctx import Ctx, Handler
+from proxy.sim.documents import pdf_pages
 from proxy.sim.errors import SimError, fault_error, google_error
 from proxy.sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
 from proxy.sim.models import SimModel
@@ -50,6 +51,7 @@ _DATA = (
     "function_call", "functionResponse", "function_response", "executableCode",
     "executable_code", "codeExecutionResult", "code_execution_result",
 )  # fmt: skip
+_URLSAFE = str.maketrans("-_", "+/")
 _PART = frozenset({*_DATA, "thought", "thoughtSignature", "thought_signature", "videoMetadata",
                    "video_metadata", "partMetadata", "mediaResolution"})  # fmt: skip
 _FINISH = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP"}
@@ -97,6 +99,10 @@ def _part(part: Any, at: str) -> None:
     media = gemini_media(part)
     if media is not None and not isinstance(media.get("mimeType", media.get("mime_type")), str):
         raise _bad(f"* GenerateContentRequest.{at}.{present[0]}.mime_type: must be specified")
+    if media is not None and media.get("mimeType", media.get("mime_type")) == "application/pdf":
+        data = media.get("data")
+        if isinstance(data, str) and pdf_pages(data.translate(_URLSAFE)) is None:
+            raise _bad("The document has no pages.")
     for key in ("functionCall", "function_call", "functionResponse", "function_response"):
         fn = part.get(key)
         if fn is not None and (not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str)):

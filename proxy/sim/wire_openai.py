@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 
 from proxy.sim.completion import Answer, answer
-from proxy.sim.counting import Prompt, openai_functions, openai_prompt
+from proxy.sim.counting import Prompt, file_data, openai_functions, openai_prompt
+from proxy.sim.documents import pdf_pages
 from proxy.sim.errors import SimError
 from proxy.sim.images import ImageProblem, Picture, resolve_url
 from proxy.sim.models import SimModel
@@ -149,6 +150,20 @@ def _validate_part(part: Any, where: str, role: str, index: int) -> None:
         detail = image.get("detail")
         if detail is not None and detail not in DETAILS:
             raise _bad_value(f"{where}.image_url.detail", detail, DETAILS)
+    elif kind == "file":
+        data = file_data(part)
+        if data is None:
+            raise SimError(
+                400,
+                f"Invalid '{where}.file': send a PDF as file_data, "
+                "'data:application/pdf;base64,...' (the simulator has no uploaded files).",
+                param=f"{where}.file",
+                code="invalid_value",
+            )
+        if pdf_pages(data) is None:
+            raise SimError(
+                400, "The file is not a valid PDF.", param=f"{where}.file", code="invalid_value"
+            )
     else:
         raise SimError(400, f"This model does not support '{kind}' content.", param=f"{where}.type")
 

@@ -68,6 +68,9 @@ def _user_content(content: Any) -> Any:
             url = p.get("image_url") or f"file:{p.get('file_id')}"
             detail = p.get("detail") or "auto"
             parts.append({"type": "image_url", "image_url": {"url": url, "detail": detail}})
+        elif p.get("type") == "input_file" and "file_data" in p:
+            file = {"file_data": p["file_data"], "filename": p.get("filename") or "file.pdf"}
+            parts.append({"type": "file", "file": file})
         else:
             parts.append({"type": "text", "text": str(p.get("text") or _dump(p))})
     return parts

@@ -4,10 +4,11 @@ translated Anthropic path; ``proxy.transports.messages_to_chat`` is the answer h
 Our own mapping rather than litellm's ``AnthropicConfig.transform_request``: litellm costs
 seconds and ~80 MiB to import, and its transformation costs more per request than the proxy's
 whole added time (bench/REPORT.md). The mapping covers what chat clients send to Claude —
-system and developer messages, text and image parts, tool definitions, tool calls and their
-results, tool choice, sampling and stop parameters — and raises ``Unmapped`` for anything else
-(``response_format``, ``reasoning_effort``, audio or file parts, ...), which the transport then
-hands to litellm, the one that knows it.
+system and developer messages, text and image parts, PDFs as data (``file`` parts become
+``document`` blocks), tool definitions, tool calls and their results, tool choice, sampling and
+stop parameters — and raises ``Unmapped`` for anything else (``response_format``,
+``reasoning_effort``, audio parts, files by id, ...), which the transport then hands to litellm,
+the one that knows it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pricing.documents import MEDIA_TYPE, is_document
 from proxy.exchange.anthropic_terms import ANTHROPIC_TOOL_CHOICE, tool_input
 
 __all__ = ["Unmapped", "messages_body"]
@@ -61,6 +63,16 @@ def _image(part: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "url", "url": url}}
 
 
+def _document(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat ``file`` part's PDF as a ``document`` block (a file by id has no mapping)."""
+    file = part.get("file")
+    url = file.get("file_data") if isinstance(file, Mapping) else None
+    if not isinstance(url, str) or not is_document(url):
+        raise Unmapped("a file part that is not a PDF as data")
+    source = {"type": "base64", "media_type": MEDIA_TYPE, "data": url.partition(",")[2]}
+    return {"type": "document", "source": source}
+
+
 def _blocks(content: Any) -> list[dict[str, Any]]:
     """A chat message's content as Anthropic blocks (empty text dropped: Anthropic refuses it)."""
     if content is None:
@@ -80,6 +92,8 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
                 out.append(block)
         elif kind == "image_url":
             out.append(_image(part))
+        elif kind == "file":
+            out.append(_document(part))
         else:
             raise Unmapped(f"content part {kind!r}")
     return out

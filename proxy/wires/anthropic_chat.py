@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pricing.messages import ImagePart, Message
+from pricing.messages import ImagePart, Message, media_part
 from proxy.exchange.anthropic_terms import ANTHROPIC_STOP as _STOP
 from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
@@ -62,11 +62,7 @@ def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[
             out.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
             )
-            pending_images += [
-                {"type": "image_url", "image_url": {"url": p.url}}
-                for p in message.parts
-                if isinstance(p, ImagePart)
-            ]
+            pending_images += [media_part(p) for p in message.parts if isinstance(p, ImagePart)]
         else:
             out.append({"role": message.role, "content": chat_content(message)})
     if pending_images:

@@ -14,12 +14,14 @@ Anthropic message may become several internal messages (a *fragment* each):
 * ``role: "system"`` entries inside ``messages`` (Claude Code sends them) → a ``system`` message.
 
 Images (``base64`` or ``url`` sources) become ``ImagePart`` values priced by the route's image
-rule; a ``base64`` image is priced from its header through a data URL.
+rule; a ``base64`` image is priced from its header through a data URL. A ``document`` with a
+base64 PDF becomes one too, a PDF data URL, priced as its text plus a picture per page
+(``pricing.documents``); like an image it is sent whole or offloaded whole, never cut.
 
-**Other block types** (``document``, ``search_result``, server-tool blocks, ...) are accepted and
-priced by a stated fallback: the compact JSON of the block as text. For a text document that is
-its text plus a few tokens; for a base64 PDF it is an overestimate (base64 tokenizes densely),
-which errs on the side of fitting. They are forwarded verbatim, never altered.
+**Other block types** (a text or URL ``document``, ``search_result``, server-tool blocks, ...)
+are accepted and priced by a stated fallback: the compact JSON of the block as text (for a text
+document, its text plus a few tokens). They are forwarded verbatim while the fit leaves them be;
+one the fit caps or masks is sent as the text it was priced as.
 
 Every internal message remembers where it came from (``Fragment``), so the writer
 (``proxy.wires.anthropic_render``) can send each unchanged Anthropic message as the very object
@@ -34,9 +36,10 @@ from typing import Any
 
 import orjson
 
+from pricing.documents import MEDIA_TYPE
 from pricing.messages import ChatRequest, ImagePart, Message, Part, RequestError, TextPart, ToolCall
 
-__all__ = ["AnthropicRequest", "Fragment", "image_url", "parse_anthropic"]
+__all__ = ["AnthropicRequest", "Fragment", "fallback_text", "image_url", "parse_anthropic"]
 
 #: The fragment kinds: a whole message, one tool_result block, the rest of a user message.
 WHOLE, TOOL, REST, SYSTEM = "whole", "tool", "rest", "system"
@@ -119,13 +122,27 @@ def _part(block: Mapping[str, Any], where: str) -> Part | None:
         return TextPart(text)
     if kind == "image":
         return ImagePart(image_url(block, where))
+    if kind == "document":
+        source = block.get("source")
+        if (
+            isinstance(source, Mapping)
+            and source.get("type") == "base64"
+            and source.get("media_type") == MEDIA_TYPE
+            and isinstance(source.get("data"), str)
+        ):
+            return ImagePart(f"data:{MEDIA_TYPE};base64,{source['data']}")
     if kind == "thinking":
         return TextPart(str(block.get("thinking") or ""))
     if kind == "redacted_thinking":
         return TextPart(str(block.get("data") or ""))
     if kind in ("tool_use", "tool_result"):
         return None
-    return TextPart(_compact(block))  # the stated fallback for other block types
+    return TextPart(fallback_text(block))
+
+
+def fallback_text(block: Mapping[str, Any]) -> str:
+    """The text a block of another type is priced as (the stated fallback)."""
+    return _compact(block)
 
 
 def _result_parts(block: Mapping[str, Any], where: str) -> tuple[Part, ...]:

@@ -37,7 +37,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pricing.messages import ImagePart, Message, Part, TextPart
-from proxy.wires.anthropic_parse import SYSTEM, TOOL, WHOLE, AnthropicRequest, Fragment
+from proxy.wires.anthropic_parse import (
+    SYSTEM,
+    TOOL,
+    WHOLE,
+    AnthropicRequest,
+    Fragment,
+    fallback_text,
+)
 from strategies.mask import MASK_PREFIX
 
 __all__ = ["MAX_BREAKPOINTS", "breakpoints", "mark_head", "render_messages"]
@@ -64,12 +71,16 @@ def _part_block(part: Part, original: Mapping[str, Any] | None) -> Mapping[str, 
     """A block for a part; the original block when the part still is what it was."""
     if original is not None:
         kind = original.get("type")
-        if isinstance(part, ImagePart) and kind == "image":
+        if isinstance(part, ImagePart) and kind in ("image", "document"):
             return original
         if isinstance(part, TextPart) and kind == "text" and original.get("text") == part.text:
             return original
-        if isinstance(part, TextPart) and kind not in ("text", "image"):
-            return original  # a fallback-priced block is never rewritten
+        if (
+            isinstance(part, TextPart)
+            and kind not in ("text", "image")
+            and part.text == fallback_text(original)
+        ):
+            return original  # a fallback-priced block the fit left as it was
     if isinstance(part, TextPart):
         block: dict[str, Any] = {"type": "text", "text": part.text}
         if original is not None and original.get("cache_control"):

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
-from pricing.messages import ChatRequest, Message, TextPart
+from pricing.messages import ChatRequest, Message, TextPart, media_part
 from proxy.errors import ProxyError
 from proxy.exchange import Completion, EventStream, Outbound
 from proxy.exchange.sse import event_data
@@ -257,7 +257,7 @@ def chat_content(message: Message) -> str | list[dict[str, Any]]:
         if isinstance(part, TextPart):
             out.append({"type": "text", "text": part.text})
         else:
-            out.append({"type": "image_url", "image_url": {"url": part.url}})
+            out.append(media_part(part))
     return out
 
 

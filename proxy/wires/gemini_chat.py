@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from pricing.messages import ImagePart, Message
+from pricing.messages import ImagePart, Message, media_part
 from proxy.usage import Usage
 from proxy.wires.base import chat_content
 from proxy.wires.gemini_parse import GeminiRequest, json_schema
@@ -91,11 +91,7 @@ def chat_messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
             out.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
             )
-            images += [
-                {"type": "image_url", "image_url": {"url": p.url}}
-                for p in message.parts
-                if isinstance(p, ImagePart)
-            ]
+            images += [media_part(p) for p in message.parts if isinstance(p, ImagePart)]
         elif message.role == "tool":
             out.append({"role": "user", "content": f"[function response] {message.text}"})
         else:

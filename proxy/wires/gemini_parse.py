@@ -10,7 +10,8 @@ Gemini's ``contents`` map onto fitting's units like this:
   earlier turn's thoughts as input), and the chat translation cannot carry them.
 * A ``user`` (or ``function``) content's ``functionResponse`` parts are ``tool`` messages, each
   answering one call of the model turn before it; its other parts (text, ``inlineData`` /
-  ``fileData`` images, priced by the route's image rule) are one user message after them.
+  ``fileData`` images, priced by the route's image rule, and PDFs sent as data, priced from
+  their pages) are one user message after them.
 
 Gemini pairs a response with its call by name and order, and ``id`` only when the client sent
 one; fitting pairs by id. A call without an ``id`` gets a derived one, stable for as long as the
@@ -28,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from pricing.documents import is_document
 from pricing.messages import ChatRequest, ImagePart, Message, Part, RequestError, TextPart, ToolCall
 
 __all__ = [
@@ -88,11 +90,11 @@ def json_schema(schema: Any) -> Any:
 
 
 def _image(mime: Any, url: str, at: str) -> Part:
-    """An image part priced by the route's rule; other media as a note (chat cannot carry
-    them, and their bytes are not text to price)."""
+    """An image part priced by the route's rule, a PDF's data priced from its pages
+    (``pricing.documents``); other media as a note (a chat route cannot carry them)."""
     if not isinstance(mime, str):
         raise RequestError(f"{at}.mimeType must be a string", f"{at}.mimeType")
-    if mime.startswith("image/"):
+    if mime.startswith("image/") or is_document(url):
         return ImagePart(url)
     return TextPart(f"[{mime} content omitted: this route takes text and images]")
 

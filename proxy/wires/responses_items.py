@@ -24,11 +24,12 @@ it keeps is learnt by calibration); unknown items cost their compact JSON.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
+from pricing.documents import is_document
 from pricing.messages import (
     DETAILS,
     ChatRequest,
@@ -99,6 +100,8 @@ def _content_parts(content: Any, where: str) -> tuple[Part, ...]:
             parts.append(TextPart(_str(part.get("refusal"), f"{at}.refusal")))
         elif kind == "input_image":
             parts.append(_image(part, at))
+        elif kind == "input_file" and is_document(str(part.get("file_data") or "")):
+            parts.append(ImagePart(part["file_data"]))  # a PDF: priced from its pages
         elif isinstance(kind, str):
             parts.append(TextPart(_compact(part)))  # input_file, audio, ...: priced as JSON
         else:
@@ -300,12 +303,27 @@ def parse_responses(body: Any) -> ChatRequest:
 # -- rendering the fitted conversation back as items ----------------------------------------
 
 
-def _render_parts(parts: Iterable[Part], role: str) -> list[dict[str, Any]]:
+def _render_parts(
+    parts: Sequence[Part], role: str, wire: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Content parts for ``parts``: the client's own part where the fit left it (an image, a
+    file, a part priced as its JSON), else one rendered from the part."""
     text = "output_text" if role == "assistant" else "input_text"
+    content = (wire or {}).get("content")
+    originals: Sequence[Any] = [None] * len(parts)
+    if isinstance(content, list) and len(content) == len(parts):
+        originals = content
     out: list[dict[str, Any]] = []
-    for p in parts:
-        if isinstance(p, TextPart):
+    for p, original in zip(parts, originals, strict=True):
+        kind = original.get("type") if isinstance(original, Mapping) else None
+        if isinstance(p, ImagePart) and kind in ("input_image", "input_file"):
+            out.append(original)
+        elif isinstance(p, TextPart) and kind not in (None, *_TEXT_PARTS, "refusal"):
+            out.append(original if p.text == _compact(original) else {"type": text, "text": p.text})
+        elif isinstance(p, TextPart):
             out.append({"type": text, "text": p.text})
+        elif is_document(p.url):
+            out.append({"type": "input_file", "filename": "document.pdf", "file_data": p.url})
         else:
             out.append({"type": "input_image", "image_url": p.url, "detail": p.detail})
     return out
@@ -349,5 +367,6 @@ def render_items(request: ChatRequest, messages: Sequence[Message]) -> list[Any]
             output: Any = m.text if not m.images else _render_parts(m.parts, "user")
             out.append({**base, "type": kind, "call_id": m.tool_call_id, "output": output})
             continue
-        out.append({"type": "message", "role": m.role, "content": _render_parts(m.parts, m.role)})
+        content = _render_parts(m.parts, m.role, wire)
+        out.append({"type": "message", "role": m.role, "content": content})
     return out

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from pricing.messages import ChatRequest, ImagePart, Message, TextPart
+from pricing.messages import ChatRequest, ImagePart, Message, TextPart, media_part
 from proxy.usage import normalize_usage
 from proxy.wires.responses_items import GROUP, INSTRUCTIONS
 
@@ -57,7 +57,7 @@ def _chat_content(parts: Sequence[Any], tool: bool) -> Any:
             out.append({"type": "text", "text": "[image omitted: not supported in tool output]"})
         else:
             assert isinstance(p, ImagePart)
-            out.append({"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}})
+            out.append(media_part(p, detail=True))
     return "".join(o["text"] for o in out) if tool else out
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pdfs import b64, text_pdf
 from PIL import Image
 
 import pricing.bounds
@@ -161,7 +162,9 @@ def requests(draw, images: bool = False) -> dict:
             detail = draw(st.sampled_from(sorted(DETAILS)))
             # a data URL (priced from its header) or a URL of unknown size (the rule's worst)
             url = png(*size) if draw(st.booleans()) else f"https://example.com/{i}.png"
-            image = {"type": "image_url", "image_url": {"url": url, "detail": detail}}
+            image: dict = {"type": "image_url", "image_url": {"url": url, "detail": detail}}
+            if draw(st.integers(0, 3)) == 0:  # a PDF: its pages' pictures and its text
+                image = {"type": "file", "file": {"file_data": draw(st.sampled_from(PDFS))}}
             content = [{"type": "text", "text": content}, image]
         message: dict = {"role": role, "content": content}
         if role == "assistant" and draw(st.booleans()):
@@ -200,6 +203,7 @@ def requests(draw, images: bool = False) -> dict:
 
 
 _PNG: dict[tuple[int, int], str] = {}
+PDFS = [f"data:application/pdf;base64,{b64(text_pdf(n, words=60, seed=n))}" for n in (1, 2)]
 
 
 def png(width: int, height: int) -> str:
@@ -248,8 +252,14 @@ def test_images_are_bounded_by_their_rule(body, images):
         bound = bound_pressure(request.messages, request.tools, r)
         assert bound is not None
         assert bound.images >= exact.images
+        for b, e in zip(bound.messages, exact.messages, strict=True):
+            assert b.text >= e.text  # a PDF's text included
+            assert all(bs >= es for bs, es in zip(b.stats, e.stats, strict=True))
         for b in bound.image_details:
             worst = r.image_rule.worst_case(b.detail)
+            if b.rule == "document":  # a picture per page, each at that worst case
+                assert worst is not None and b.tokens % worst == 0
+                continue
             assert worst is None or b.tokens <= worst  # the rule's own bound holds too
         c = Correction(images=images)
         assert c.apply(0, 0, bound.images) >= c.apply(0, 0, exact.images)

@@ -15,7 +15,7 @@ import re
 import anthropic
 import openai
 import pytest
-from harness import gateway_config, sim_route
+from harness import claude_route, gateway_config, sim_route
 from inprocess import asgi_provider_available, loopback, run_inprocess, sim_provider
 
 WINDOW, LIMIT = 8192, 4096
@@ -25,18 +25,6 @@ MARGIN = 81  # 1% of the window
 SHRINKS = "alpha " * 5000
 #: ~7,500 tokens: over the budget beside the floor; under the window less the margin.
 REFUSED = "alpha " * 7500
-
-
-def claude_route(alias: str, sim_url: str, model: str, **info: int) -> dict:
-    return {
-        "model_name": alias,
-        "litellm_params": {
-            "model": f"anthropic/{model}",
-            "api_base": sim_url,
-            "api_key": "sk-ant-sim",
-        },
-        "model_info": info,
-    }
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import gateway_config, sim_route
+from harness import claude_route, gateway_config, sim_route
 from inprocess import run_inprocess
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
@@ -26,17 +26,6 @@ KEY_A = "sk-a-" + uuid.uuid4().hex
 KEY_B = "sk-b-" + uuid.uuid4().hex
 DAY = 10**12
 MAX_TOKENS = 50
-
-
-def claude_route(alias: str, sim_url: str, model: str) -> dict:
-    return {
-        "model_name": alias,
-        "litellm_params": {
-            "model": f"anthropic/{model}",
-            "api_base": sim_url,
-            "api_key": "sk-ant-sim",
-        },
-    }
 
 
 @pytest.fixture(scope="module")

@@ -9,24 +9,10 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from harness import gateway_config, sim_route
+from harness import claude_route, gateway_config, sim_route
 from inprocess import run_inprocess
 
 from strategies.mask import MASK_PREFIX
-
-
-def claude_route(alias: str, sim_url: str, model: str, **info: int) -> dict:
-    entry: dict = {
-        "model_name": alias,
-        "litellm_params": {
-            "model": f"anthropic/{model}",
-            "api_base": sim_url,
-            "api_key": "sk-ant-sim",
-        },
-    }
-    if info:
-        entry["model_info"] = info
-    return entry
 
 
 @pytest.fixture(scope="module")

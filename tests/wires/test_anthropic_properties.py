@@ -10,16 +10,19 @@ import orjson
 from depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pdfs import document_block, text_pdf
 from PIL import Image
 
+from pricing.calibration import Correction
 from pricing.framing import CLAUDE_TOOLS_PREAMBLE, Framing
 from pricing.images import default_image_rule
+from pricing.meter import measure
 from pricing.route import Route
 from proxy.wires.anthropic import native_body
 from proxy.wires.anthropic_parse import parse_anthropic
 from proxy.wires.anthropic_render import MAX_BREAKPOINTS, breakpoints, mark_head
 from strategies.fit import FitError, fit
-from strategies.policy import STRATEGIES, FitPolicy
+from strategies.policy import STRATEGIES, FitPolicy, prompt_budget
 
 ROUTE = Route(
     alias="claude",
@@ -47,6 +50,8 @@ def _png() -> str:
 
 
 PNG = _png()
+#: A one-page PDF (~2,300 tokens: its text and the page's picture), priced from its pages.
+PDF = document_block(text_pdf(1, words=120))
 EPHEMERAL = {"type": "ephemeral"}
 
 
@@ -75,7 +80,7 @@ def _user_turn(draw: st.DrawFn, t: int, calls: int) -> dict[str, Any]:
     reply: list[dict[str, Any]] = []
     for c in range(calls):
         content: Any = f"out {t} " * draw(st.integers(1, 400))
-        shape = draw(st.integers(0, 5))
+        shape = draw(st.integers(0, 7))
         if shape == 0:
             content = [
                 {"type": "text", "text": "screenshot"},
@@ -86,6 +91,11 @@ def _user_turn(draw: st.DrawFn, t: int, calls: int) -> dict[str, Any]:
             ]
         elif shape == 1:
             content = [{"type": "text", "text": content}, {"type": "text", "text": "exit 0"}]
+        elif shape == 6:
+            content = [dict(PDF)]
+        elif shape == 7:  # a block routefit prices as its JSON (the stated fallback)
+            text = {"type": "text", "media_type": "text/plain", "data": content}
+            content = [{"type": "document", "source": text}]
         reply.append({"type": "tool_result", "tool_use_id": f"toolu_{t}_{c}", "content": content})
     if not reply or draw(st.booleans()):
         reply.append({"type": "text", "text": f"user {t} " * draw(st.integers(1, 40))})
@@ -163,6 +173,23 @@ COMMON = settings(
     max_examples=examples(60, 500), deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 DEEP = settings(COMMON, max_examples=examples(60, 1500))
+
+
+@COMMON
+@given(sessions(), st.sampled_from(POLICIES))
+def test_what_goes_out_is_priced_within_the_budget(body: dict[str, Any], policy: FitPolicy) -> None:
+    """The body written back, parsed and priced again, fits: whatever the fit cut, masked or
+    offloaded is gone from the wire too (a block kept whole while priced as cut would not)."""
+    request = parse_anthropic(body)
+    try:
+        fitted = fit(request, ROUTE, policy)
+    except FitError:
+        return
+    again = parse_anthropic(dict(native_body(request, fitted)))
+    budget = prompt_budget(
+        ROUTE.context_window, ROUTE.max_output_tokens, policy, again.max_output_tokens
+    )
+    assert Correction().price_pressure(measure(again, ROUTE)) <= budget
 
 
 @COMMON

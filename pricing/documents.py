@@ -1,0 +1,154 @@
+"""PDF documents as a route counts them: each page's text, and each page as a picture.
+
+Anthropic (a ``document`` block) and OpenAI (a chat ``file`` part, a Responses ``input_file``)
+take a base64 PDF and put two things in the prompt for every page: the text extracted from it
+and a picture of it; Gemini (an ``inlineData`` part) the picture only (docs/pricing.md, "PDF
+documents", with the sources). Priced as what it is on the wire — base64 — a scanned page of
+550 KB came to 518,028 tokens where the simulator counts 1,334, and requests that fit were
+refused; priced as a note (the Gemini wire), a PDF was nearly free. So a document is priced as
+
+    its extracted text, counted by the route's tokenizer (``Document.text``; not on a rule in
+    ``PICTURES_ONLY``: Google counts a page as its picture), plus
+    ``pages`` × the route's price of one image of unknown size (``page_tokens``),
+
+the text as text (calibration scales it like any other), the pictures apart, at the worst
+case, which calibration never lowers (``MessagePressure.unsized``): a page picture's size is
+the provider's rendering, which routefit cannot see.
+
+Reading a PDF is the one costly step (pypdf: ~1 ms to open, ~5 ms a page of text), so a
+document is read once per tenant (the cache's key holds the route's scope, as the image
+probes' do: docs/security.md), and a conversation re-sent every turn costs a digest of its
+base64 (xxh3, as the meter's memo keys). What routefit cannot read (not base64, not a PDF,
+encrypted, over ``MAX_PAGES``) is priced as its base64 text, an over-estimate; the provider
+has the last word.
+"""
+
+from __future__ import annotations
+
+import binascii
+import io
+import logging
+from dataclasses import dataclass
+
+import xxhash
+
+from pricing.content import PROSE, classify, profile
+from pricing.images.rule import ImageRule
+from pricing.lru import LRU
+from pricing.tokenizers import get_tokenizer
+
+__all__ = [
+    "MAX_PAGES",
+    "MEDIA_TYPE",
+    "PAGE_TOKENS",
+    "PICTURES_ONLY",
+    "Document",
+    "Facts",
+    "document_facts",
+    "is_document",
+    "page_tokens",
+    "read_document",
+]
+
+MEDIA_TYPE = "application/pdf"
+_PREFIX = f"data:{MEDIA_TYPE};base64,"
+
+#: Pages read at most (Anthropic's limit per request is 100); a longer PDF is priced as its
+#: base64 text rather than holding a worker for seconds of text extraction.
+MAX_PAGES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A PDF as read (``pages`` 0: it could not be read)."""
+
+    pages: int
+    #: The pages' extracted text, one line break between pages.
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What pricing keeps of a PDF for one tokenizer: its pages, and its text's token count,
+    content class and ``content.profile`` (the features calibration reads of any text). The
+    cache holds these, not the text: 256 readings of 100-page files would hold ~75 MB of it."""
+
+    pages: int
+    tokens: int = 0
+    text_class: int = PROSE
+    stats: tuple[int, ...] = ()
+
+
+#: What cannot be read is remembered too (pages 0), so a bad file costs one attempt.
+_UNREADABLE = Document(0, "")
+_CACHE: LRU[Facts] = LRU(256)
+
+
+#: A page's picture where the image rule has no upper bound (its tiles grow with the image):
+#: Gemini 2.x counts each document page as 258 tokens (docs/pricing.md, "PDF documents").
+PAGE_TOKENS = {"gemini-tile": 258}
+#: Rules of providers that count a PDF's pages as pictures only, its text not apart (Google).
+PICTURES_ONLY = frozenset({"gemini-tile", "gemini-fixed"})
+
+
+def page_tokens(rule: ImageRule, detail: str, max_image_tokens: int) -> int:
+    """What one page's picture may cost: the rule's worst case for one image, else a stated
+    price per page, else the route's limit for one image."""
+    worst = rule.worst_case(detail)
+    if worst is not None:
+        return worst
+    return PAGE_TOKENS.get(rule.kind, max_image_tokens)
+
+
+def is_document(url: str) -> bool:
+    """A base64 PDF data URL (how every wire's PDF reaches pricing)."""
+    return url[: len(_PREFIX)].lower() == _PREFIX
+
+
+def document_facts(url: str, tokenizer: str, scope: bytes = b"") -> Facts | None:
+    """The PDF in a data URL as ``tokenizer`` counts its text; None when it cannot be read.
+    Read once per tenant (``scope``) and tokenizer; again, it costs a digest of the URL."""
+    key = xxhash.xxh3_128_digest(url.encode()) + tokenizer.encode() + b"\0" + scope
+    found = _CACHE.get(key)
+    if found is None:
+        _CACHE.misses += 1
+        document = read_document(url)
+        found = Facts(0)
+        if document is not None:
+            text = document.text
+            tok = get_tokenizer(tokenizer, scope)
+            found = Facts(document.pages, tok.count(text), classify(text), profile(text))
+        _CACHE.put(key, found)
+    else:
+        _CACHE.hits += 1
+    return found if found.pages else None
+
+
+def read_document(url: str) -> Document | None:
+    """The PDF in a data URL, or None when it cannot be read as one (not cached: see
+    ``document_facts``)."""
+    document = _read(url[len(_PREFIX) :])
+    return document if document.pages else None
+
+
+def _read(payload: str) -> Document:
+    try:
+        data = binascii.a2b_base64(payload.encode())
+    except (binascii.Error, ValueError):
+        return _UNREADABLE
+    if not data.startswith(b"%PDF-"):
+        return _UNREADABLE
+    import pypdf  # a PDF costs its reader's import (~40 ms) only when one is sent
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings are about the file
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            return _UNREADABLE
+        pages = len(reader.pages)
+        if not 0 < pages <= MAX_PAGES:
+            return _UNREADABLE
+        text = "\n".join(page.extract_text() or "" for page in reader.pages)
+    except Exception:  # any failure to read a client's file means "cannot read it"
+        return _UNREADABLE
+    return Document(pages, text)

@@ -1,0 +1,51 @@
+"""PDFs for the document tests: pages of text (fpdf2) and scanned pages (Pillow), as base64."""
+
+from __future__ import annotations
+
+import base64
+import io
+import random
+
+from fpdf import FPDF
+from PIL import Image
+
+WORDS = (
+    "alpha beta gamma delta token window budget request provider route cache page text "
+    "invoice total amount 2026 report section figure table summary result"
+).split()
+
+
+def text_pdf(pages: int, words: int = 300, seed: int = 1, size: str = "A4") -> bytes:
+    """``pages`` pages of ``words`` random words and numbers each."""
+    rnd = random.Random(seed)
+    doc = FPDF(format=size)
+    doc.set_font("helvetica", size=10)
+    for _ in range(pages):
+        doc.add_page()
+        line = " ".join(f"{rnd.choice(WORDS)}{rnd.randint(0, 999)}" for _ in range(words))
+        doc.multi_cell(0, 5, line)
+    return bytes(doc.output())
+
+
+def scanned_pdf(pages: int, side: int = 1400, seed: int = 1) -> bytes:
+    """``pages`` pages that are only pictures (noise: large, incompressible, no text)."""
+    rnd = random.Random(seed)
+    images = [
+        Image.frombytes("L", (side, side), rnd.randbytes(side * side)).convert("RGB")
+        for _ in range(pages)
+    ]
+    out = io.BytesIO()
+    images[0].save(out, format="PDF", save_all=True, append_images=images[1:], resolution=150)
+    return out.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def document_block(data: bytes) -> dict:
+    """An Anthropic ``document`` block carrying the PDF."""
+    return {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": b64(data)},
+    }

@@ -1,0 +1,125 @@
+"""A PDF is priced as its pages: each page's text by the route's tokenizer, each page as an
+image of unknown size (pricing.documents, docs/pricing.md "PDF documents")."""
+
+from __future__ import annotations
+
+import io
+
+import pypdf
+import pytest
+from pdfs import b64, scanned_pdf, text_pdf
+
+from pricing import documents
+from pricing.content import classify, profile
+from pricing.documents import MAX_PAGES, document_facts, read_document
+from pricing.framing import Framing
+from pricing.images import default_image_rule
+from pricing.images.rule import text_only
+from pricing.messages import ImagePart
+from pricing.meter import price_image
+from pricing.probe import placeholder
+from pricing.route import Route
+from pricing.tokenizers import get_tokenizer
+
+
+def _route(vision: bool = True, scope: bytes = b"") -> Route:
+    return Route(
+        alias="claude",
+        model="anthropic/claude-sonnet-4-5",
+        provider="anthropic",
+        context_window=200_000,
+        max_output_tokens=4096,
+        tokenizer="o200k_base",
+        framing=Framing(family="generic"),
+        image_rule=default_image_rule("claude-sonnet-4-5", True) if vision else text_only(),
+        supports_vision=vision,
+        scope=scope,
+    )
+
+
+def _url(data: bytes) -> str:
+    return f"data:application/pdf;base64,{b64(data)}"
+
+
+def test_a_pdf_is_read_for_its_pages_and_their_text() -> None:
+    data = text_pdf(3, words=50, seed=7)
+    found = read_document(_url(data))
+    assert found is not None
+    reader = pypdf.PdfReader(io.BytesIO(data))
+    assert found.pages == 3
+    assert found.text == "\n".join(p.extract_text() for p in reader.pages)
+
+
+def _encrypted() -> bytes:
+    writer = pypdf.PdfWriter()
+    writer.add_blank_page(612, 792)
+    writer.encrypt("secret")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "not base64 at all!",
+        b64(b"GIF89a not a pdf"),
+        b64(b"%PDF-1.4 truncated nonsense"),
+        b64(_encrypted()),
+        b64(text_pdf(MAX_PAGES + 1, words=1)),
+    ],
+    ids=["not-base64", "not-a-pdf", "broken", "encrypted", "too-many-pages"],
+)
+def test_what_cannot_be_read_is_none(payload: str) -> None:
+    assert read_document(f"data:application/pdf;base64,{payload}") is None
+
+
+def test_a_document_is_read_once_per_tenant_and_tokenizer() -> None:
+    url = _url(text_pdf(1, words=20, seed=11))
+    misses = documents._CACHE.misses
+    first = document_facts(url, "o200k_base", b"team-a")
+    assert document_facts(url, "o200k_base", b"team-a") == first
+    assert documents._CACHE.misses == misses + 1
+    document_facts(url, "o200k_base", b"team-b")  # never another tenant's reading
+    document_facts(url, "cl100k_base", b"team-a")  # nor another tokenizer's count
+    assert documents._CACHE.misses == misses + 3
+    found = read_document(url)
+    assert found is not None and first is not None
+    assert first.tokens == get_tokenizer("o200k_base").count(found.text)
+
+
+def test_the_price_is_every_page_at_the_worst_case_plus_the_text() -> None:
+    route = _route()
+    data = text_pdf(4, words=80, seed=3)
+    price = price_image(ImagePart(_url(data)), route, None)
+    found = read_document(_url(data))
+    assert found is not None
+    worst = route.image_rule.worst_case("auto")
+    assert worst is not None
+    assert price.tokens == 4 * worst
+    assert price.text == get_tokenizer("o200k_base").count(found.text) > 0
+    # the text's features, as calibration reads them of any text part
+    assert (price.text_class, price.text_stats) == (classify(found.text), profile(found.text))
+    assert not price.sized  # calibration never prices the pictures below the worst case
+
+
+def test_a_scanned_pdf_costs_its_pages_not_its_bytes() -> None:
+    route = _route()
+    url = _url(scanned_pdf(2, side=600))
+    price = price_image(ImagePart(url), route, None)
+    assert price.tokens + price.text <= 2 * 2000
+    assert get_tokenizer("o200k_base").count(url) > 50 * (price.tokens + price.text)
+
+
+def test_an_unreadable_pdf_is_priced_as_its_base64() -> None:
+    url = "data:application/pdf;base64," + b64(b"%PDF-1.4 " + bytes(range(256)) * 40)
+    price = price_image(ImagePart(url), _route(), None)
+    assert price.tokens == 0
+    assert price.text == get_tokenizer("o200k_base").count(url)
+
+
+def test_a_text_only_route_gets_a_stable_placeholder() -> None:
+    url = _url(text_pdf(1, words=20))
+    price = price_image(ImagePart(url), _route(vision=False), None)
+    assert price.placeholder == placeholder(None, url)
+    assert price.placeholder.startswith("[document omitted: application/pdf #")

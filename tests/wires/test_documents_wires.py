@@ -1,0 +1,204 @@
+"""PDFs on every wire, in process (routefit's app, the simulator behind the mock transport): a
+chat ``file`` part, a Responses ``input_file``, a Gemini ``inlineData`` PDF and an Anthropic
+``document`` translated for a chat route are priced from their pages — never below what the
+provider counts — and reach the provider in the shape its wire takes them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from gpt4o_route import gpt4o_route
+from pdfs import b64, document_block, text_pdf
+from starlette.testclient import TestClient
+
+from pricing.probe import placeholder
+from proxy.app import create_app
+from proxy.config import parse_config
+from proxy.sim.app import create_app as create_sim
+from proxy.sim.state import SimConfig, SimState
+from proxy.transports.mock import MockTransport, asgi_transport
+from proxy.wires.responses_items import parse_responses, render_items
+from strategies.offload import offload_images
+
+KEY = "documents-key"
+PROVIDER_KEY = "sk-sim"
+PDF = text_pdf(6, words=200, seed=5)
+PDF_URL = f"data:application/pdf;base64,{b64(PDF)}"
+
+
+def _route(alias: str, model: str, **info: Any) -> dict[str, Any]:
+    family = model.split("/")[0]
+    base = {"gemini": "http://sim.local/v1beta", "anthropic": "http://sim.local"}.get(
+        family, "http://sim.local/v1"
+    )
+    entry: dict[str, Any] = {
+        "model_name": alias,
+        "litellm_params": {"model": model, "api_base": base, "api_key": PROVIDER_KEY},
+        "model_info": {"supports_vision": True, **info},
+    }
+    if family == "gemini":
+        entry["routefit"] = {"image_rule": "gemini-tile"}
+    return entry
+
+
+class Gateway:
+    def __init__(self, client: TestClient, sim: SimState, transport: MockTransport) -> None:
+        self.client, self.sim, self.transport = client, sim, transport
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        headers = {"authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"}
+        return self.client.post(path, headers=headers, json=body)
+
+    def sent(self) -> dict[str, Any]:
+        return json.loads(self.transport.sent[-1].content)
+
+    def counted(self) -> int:
+        """What the simulated provider counted for the last request it answered."""
+        seen = self.sim.requests(1)[0]
+        assert seen["status"] == 200, seen
+        return int(seen["prompt_tokens"])
+
+
+@pytest.fixture(scope="module")
+def gw() -> Iterator[Gateway]:
+    sim = SimState(config=SimConfig(api_keys=frozenset({PROVIDER_KEY})))
+    transport = asgi_transport(create_sim(sim))
+    data = {
+        "model_list": [
+            _route("gpt-4o", "openai/gpt-4o"),
+            _route("claude", "anthropic/claude-sim"),
+            _route("gem", "gemini/gemini-sim", max_input_tokens=1_048_576, max_output_tokens=4096),
+            _route(
+                "gem-small",
+                "gemini/gemini-sim-small",
+                max_input_tokens=8192,
+                max_output_tokens=1024,
+            ),
+        ],
+        "routefit_settings": {"store_path": ":memory:", "teams": [{"id": "t", "keys": [KEY]}]},
+    }
+    config = parse_config(yaml.safe_load(yaml.safe_dump(data)), "r.yaml", environ={})
+    with TestClient(create_app(config, transport=transport)) as client:
+        yield Gateway(client, sim, transport)
+
+
+def _estimate(reply: Any) -> int:
+    assert reply.status_code == 200, reply.text
+    return int(reply.headers["x-routefit-prompt-tokens"])
+
+
+def test_a_chat_file_part_is_forwarded_and_priced_from_its_pages(gw: Gateway) -> None:
+    part = {"type": "file", "file": {"filename": "r.pdf", "file_data": PDF_URL}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Summarise."}, part]}]
+    reply = gw.post("/v1/chat/completions", {"model": "gpt-4o", "messages": messages})
+    estimate = _estimate(reply)
+    assert gw.sent()["messages"] == messages
+    counted = gw.counted()
+    assert counted <= estimate <= 2 * counted
+
+
+def test_a_chat_file_by_id_is_refused_with_openais_error(gw: Gateway) -> None:
+    part = {"type": "file", "file": {"file_id": "file-abc"}}
+    messages = [{"role": "user", "content": [part]}]
+    reply = gw.post("/v1/chat/completions", {"model": "gpt-4o", "messages": messages})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == "messages[0].content[0].file"
+    assert "file_data" in error["message"]
+
+
+def test_a_responses_input_file_is_forwarded_and_priced_from_its_pages(gw: Gateway) -> None:
+    part = {"type": "input_file", "filename": "r.pdf", "file_data": PDF_URL}
+    item = {"role": "user", "content": [{"type": "input_text", "text": "Summarise."}, part]}
+    reply = gw.post("/v1/responses", {"model": "gpt-4o", "input": [item]})
+    estimate = _estimate(reply)
+    counted = gw.counted()
+    assert counted <= estimate <= 2 * counted
+
+
+def _gemini_pdf() -> dict[str, Any]:
+    return {"inlineData": {"mimeType": "application/pdf", "data": b64(PDF)}}
+
+
+def test_a_gemini_pdf_is_priced_from_its_pages(gw: Gateway) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "Summarise."}, _gemini_pdf()]}]}
+    reply = gw.post("/v1beta/models/gem:generateContent", body)
+    estimate = _estimate(reply)
+    assert gw.sent()["contents"] == body["contents"]
+    counted = gw.counted()  # 258 a page, and no text, by Google's rule
+    assert counted <= estimate <= counted + 100  # routefit prices it so too
+
+
+def test_an_old_gemini_pdf_goes_when_the_conversation_outgrows_the_window(
+    gw: Gateway,
+) -> None:
+    big = text_pdf(30, words=300, seed=9)  # 30 pages: over 8k by its pictures alone
+    pdf = {"inlineData": {"mimeType": "application/pdf", "data": b64(big)}}
+    contents = [
+        {"role": "user", "parts": [{"text": "Read r.pdf."}, pdf]},
+        {"role": "model", "parts": [{"text": "It is a report of numbered items."}]},
+        {"role": "user", "parts": [{"text": "Thanks. Now say hello."}]},
+    ]
+    reply = gw.post("/v1beta/models/gem-small:generateContent", {"contents": contents})
+    estimate = _estimate(reply)
+    sent = gw.sent()["contents"]
+    assert b64(big)[:64] not in json.dumps(sent)  # offloaded or elided: never cut, never sent
+    assert gw.counted() <= estimate <= int(reply.headers["x-routefit-budget"])
+
+
+def test_an_anthropic_document_reaches_a_chat_route_as_a_file_part(gw: Gateway) -> None:
+    messages = [
+        {"role": "user", "content": [document_block(PDF), {"type": "text", "text": "Summarise."}]}
+    ]
+    reply = gw.post("/v1/messages", {"model": "gpt-4o", "max_tokens": 256, "messages": messages})
+    estimate = _estimate(reply)
+    (part, text) = gw.sent()["messages"][0]["content"]
+    assert part == {"type": "file", "file": {"filename": "document.pdf", "file_data": PDF_URL}}
+    assert text == {"type": "text", "text": "Summarise."}
+    counted = gw.counted()
+    assert counted <= estimate <= 2 * counted
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses"])
+def test_a_chat_or_responses_pdf_reaches_an_anthropic_route_as_a_document(
+    gw: Gateway, wire: str
+) -> None:
+    if wire == "chat":
+        part = {"type": "file", "file": {"filename": "r.pdf", "file_data": PDF_URL}}
+        messages = [{"role": "user", "content": [part, {"type": "text", "text": "Summarise."}]}]
+        reply = gw.post("/v1/chat/completions", {"model": "claude", "messages": messages})
+    else:
+        part = {"type": "input_file", "filename": "r.pdf", "file_data": PDF_URL}
+        item = {"role": "user", "content": [part, {"type": "input_text", "text": "Summarise."}]}
+        reply = gw.post("/v1/responses", {"model": "claude", "input": [item], "store": False})
+    estimate = _estimate(reply)
+    (document, text) = gw.sent()["messages"][0]["content"]
+    assert document == document_block(PDF)
+    assert text == {"type": "text", "text": "Summarise."}
+    counted = gw.counted()
+    assert counted <= estimate <= 2 * counted
+
+
+def test_a_responses_file_the_fit_offloads_goes_as_text_and_its_neighbours_as_they_came() -> None:
+    """The writer keeps each part the fit left (the client's own object, its filename too) and
+    writes what it replaced as text — never a PDF as an ``input_image``."""
+    route = gpt4o_route()
+    file = {"type": "input_file", "filename": "r.pdf", "file_data": PDF_URL}
+    by_id = {"type": "input_file", "file_id": "file-1"}  # priced as its JSON, kept as it came
+    text = {"type": "input_text", "text": "Read these."}
+    request = parse_responses({"model": "gpt-4o", "input": [
+        {"role": "user", "content": [text, file, by_id]}]})  # fmt: skip
+    (message,) = request.messages
+    assert [type(p).__name__ for p in message.parts] == ["TextPart", "ImagePart", "TextPart"]
+    assert render_items(request, [message]) == request.body["input"]  # the very items
+    (sent,) = render_items(request, [offload_images(message, route)])
+    assert sent["content"][0] == text and sent["content"][2] == by_id
+    assert sent["content"][1] == {
+        "type": "input_text",
+        "text": placeholder(None, PDF_URL),
+    }
