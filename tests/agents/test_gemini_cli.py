@@ -26,6 +26,7 @@ import httpx
 import pytest
 from agent_clis import agent_cli
 from harness import Running, gateway_config, run_routefit, sim_route
+from pdfs import text_pdf
 
 from proxy.sim.completion import WORDS
 from proxy.sim.models import get_builtin, small_variant
@@ -87,6 +88,8 @@ def native_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sim
     info = {"max_input_tokens": WINDOW, "max_output_tokens": 2048}
     with run_sim(models=[model], api_keys=["sk-sim-google"]) as sim:
         routes = [_gemini_route(n, sim.base_url, model.name, info) for n in (*CLI_MODELS, "small")]
+        vision = {**info, "supports_vision": True}
+        routes.append(_gemini_route("small-vision", sim.base_url, model.name, vision))
         path = tmp_path_factory.mktemp("gemini-cli-native") / "routefit.yaml"
         with run_routefit(gateway_config(path, routes)) as gw:
             yield sim, gw
@@ -238,3 +241,35 @@ def test_a_session_on_a_native_gemini_route_it_outgrows(native_stack, tmp_path, 
     assert 'routefit_fit_actions_total{action="elided_messages"' in metrics
     last = [r for r in streamed if f"Turn {TURNS - 1}." in json.dumps(r["body"]["contents"][-1])]
     assert last and json.dumps(last[-1]["body"]["contents"]).count(NOTE[:30]) < TURNS
+
+
+@pytest.mark.parametrize("route", ["small-vision", "small"])
+def test_a_pdf_the_cli_reads_is_priced_from_its_pages(native_stack, tmp_path, route):
+    """``@report.pdf`` makes the CLI send the file as ``inlineData``. On a route that takes
+    images it reaches the provider as the CLI sent it, priced at or above the provider's count
+    (258 a page: routefit prices its pages, not a note); on one that takes none it is replaced by
+    its placeholder and never sent."""
+    sim, gw = native_stack
+    sim.reset()
+    home, work = _home(tmp_path)
+    (work / "report.pdf").write_bytes(text_pdf(20))
+    result = _gemini(gw, home, work, ["-m", route, "-p", "Summarise @report.pdf"])
+    assert _simulated(result["response"]), result["response"]
+    (turn,) = [r for r in sim.requests() if r["path"].endswith(":streamGenerateContent")]
+    assert turn["status"] == 200
+    parts = [p for c in turn["body"]["contents"] for p in c["parts"]]
+    pdfs = [p["inlineData"] for p in parts if "inlineData" in p]
+    if route == "small":
+        assert not pdfs
+        assert any(
+            p.get("text", "").startswith("[document omitted: application/pdf") for p in parts
+        )
+        return
+    assert [p["mimeType"] for p in pdfs] == ["application/pdf"]
+    served = [
+        json.loads(line.split("routefit.access: ", 1)[1])
+        for line in gw.log().splitlines()
+        if '"kind":"serve"' in line and f'"route":"{route}"' in line
+    ]
+    assert served[-1]["prompt_tokens"] == turn["prompt_tokens"]
+    assert served[-1]["prompt_estimate"] >= turn["prompt_tokens"]
