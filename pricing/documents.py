@@ -19,8 +19,8 @@ Reading a PDF is the one costly step (pypdf: ~1 ms to open, ~5 ms a page of text
 document is read once per tenant (the cache's key holds the route's scope, as the image
 probes' do: docs/security.md), and a conversation re-sent every turn costs a digest of its
 base64 (xxh3, as the meter's memo keys). What routefit cannot read (not base64, not a PDF,
-encrypted, over ``MAX_PAGES``) is priced as its base64 text, an over-estimate; the provider
-has the last word.
+encrypted, over ``MAX_PAGES``, or ``MAX_PAGES_PICTURED`` where pages alone are priced) is
+priced as its base64 text, an over-estimate; the provider has the last word.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from pricing.tokenizers import get_tokenizer
 
 __all__ = [
     "MAX_PAGES",
+    "MAX_PAGES_PICTURED",
     "MEDIA_TYPE",
     "PAGE_TOKENS",
     "PICTURES_ONLY",
@@ -53,9 +54,12 @@ __all__ = [
 MEDIA_TYPE = "application/pdf"
 _PREFIX = f"data:{MEDIA_TYPE};base64,"
 
-#: Pages read at most (Anthropic's limit per request is 100); a longer PDF is priced as its
-#: base64 text rather than holding a worker for seconds of text extraction.
+#: Pages whose text is read at most (Anthropic's and OpenAI's limit is 100); a longer PDF is
+#: priced as its base64 text rather than holding a worker for seconds of text extraction.
 MAX_PAGES = 100
+#: Pages counted at most where only pages are priced (``PICTURES_ONLY``: Google takes up to
+#: 1,000); counting them costs ~0.05 ms a page, reading no text.
+MAX_PAGES_PICTURED = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,33 +109,39 @@ def is_document(url: str) -> bool:
     return url[: len(_PREFIX)].lower() == _PREFIX
 
 
-def document_facts(url: str, tokenizer: str, scope: bytes = b"") -> Facts | None:
-    """The PDF in a data URL as ``tokenizer`` counts its text; None when it cannot be read.
-    Read once per tenant (``scope``) and tokenizer; again, it costs a digest of the URL."""
-    key = xxhash.xxh3_128_digest(url.encode()) + tokenizer.encode() + b"\0" + scope
+def document_facts(
+    url: str, tokenizer: str, scope: bytes = b"", *, text: bool = True
+) -> Facts | None:
+    """The PDF in a data URL as ``tokenizer`` counts its text (``text`` False: its pages only);
+    None when it cannot be read. Read once per tenant (``scope``), tokenizer and kind; again, it
+    costs a digest of the URL."""
+    kind = tokenizer.encode() if text else b"\0pages"
+    key = xxhash.xxh3_128_digest(url.encode()) + kind + b"\0" + scope
     found = _CACHE.get(key)
     if found is None:
         _CACHE.misses += 1
-        document = read_document(url)
+        document = read_document(url, text=text)
         found = Facts(0)
-        if document is not None:
-            text = document.text
+        if document is not None and not text:
+            found = Facts(document.pages)
+        elif document is not None:
+            words = document.text
             tok = get_tokenizer(tokenizer, scope)
-            found = Facts(document.pages, tok.count(text), classify(text), profile(text))
+            found = Facts(document.pages, tok.count(words), classify(words), profile(words))
         _CACHE.put(key, found)
     else:
         _CACHE.hits += 1
     return found if found.pages else None
 
 
-def read_document(url: str) -> Document | None:
-    """The PDF in a data URL, or None when it cannot be read as one (not cached: see
-    ``document_facts``)."""
-    document = _read(url[len(_PREFIX) :])
+def read_document(url: str, *, text: bool = True) -> Document | None:
+    """The PDF in a data URL (``text`` False: its pages counted, no text read), or None when
+    it cannot be read as one (not cached: see ``document_facts``)."""
+    document = _read(url[len(_PREFIX) :], text)
     return document if document.pages else None
 
 
-def _read(payload: str) -> Document:
+def _read(payload: str, text: bool) -> Document:
     try:
         data = binascii.a2b_base64(payload.encode())
     except (binascii.Error, ValueError):
@@ -146,9 +156,9 @@ def _read(payload: str) -> Document:
         if reader.is_encrypted:
             return _UNREADABLE
         pages = len(reader.pages)
-        if not 0 < pages <= MAX_PAGES:
+        if not 0 < pages <= (MAX_PAGES if text else MAX_PAGES_PICTURED):
             return _UNREADABLE
-        text = "\n".join(page.extract_text() or "" for page in reader.pages)
+        words = "\n".join(page.extract_text() or "" for page in reader.pages) if text else ""
     except Exception:  # any failure to read a client's file means "cannot read it"
         return _UNREADABLE
-    return Document(pages, text)
+    return Document(pages, words)

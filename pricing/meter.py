@@ -176,13 +176,14 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
 
 def _price_document(part: ImagePart, route: Route) -> ImagePrice:
     """A PDF: its text, and each page as an image of unknown size (``pricing.documents``)."""
-    facts = document_facts(part.url, route.tokenizer, route.scope)
+    text = route.image_rule.kind not in PICTURES_ONLY
+    facts = document_facts(part.url, route.tokenizer, route.scope, text=text)
     if facts is None:  # unreadable: its base64, as text (an over-estimate)
         tokens = get_tokenizer(route.tokenizer, route.scope).count(part.url)
         return ImagePrice(0, 0, DOCUMENT, part.detail, None, None, 0, True, None, tokens)
     page = page_tokens(route.image_rule, part.detail, route.image_limits.max_image_tokens)
     pictures = ImagePrice(0, 0, DOCUMENT, part.detail, None, None, facts.pages * page, False, None)
-    if route.image_rule.kind in PICTURES_ONLY:
+    if not text:
         return pictures
     return replace(pictures, text=facts.tokens, text_class=facts.text_class, text_stats=facts.stats)
 

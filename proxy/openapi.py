@@ -5,9 +5,9 @@ Served at ``GET /openapi.json``. It exists so that clients and schema-driven fuz
 described per concern, each wire's in its own module:
 
 - ``POST /v1/chat/completions`` with a faithful subset of OpenAI's request schema: messages by
-  role with their content parts (text, image_url, refusal), assistant tool calls, tools,
-  tool_choice, response_format, max_tokens / max_completion_tokens, stream and stream_options,
-  the sampling parameters. ``model`` is one of the aliases this deployment routes.
+  role with their content parts (text, image_url, file with a PDF, refusal), assistant tool
+  calls, tools, tool_choice, response_format, max_tokens / max_completion_tokens, stream and
+  stream_options, the sampling parameters. ``model`` is one of the aliases this deployment routes.
 - ``POST /v1/messages`` and ``/v1/messages/count_tokens`` (``proxy.openapi_messages``), errors in
   Anthropic's shape; ``POST /v1/responses`` and the stored responses
   (``proxy.openapi_responses``), errors in OpenAI's shape; Gemini's ``generateContent``,
@@ -82,6 +82,23 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
         },
         ["type", "image_url"],
     )
+    file_part = obj(
+        {
+            "type": {"type": "string", "enum": ["file"]},
+            "file": obj(
+                {
+                    "file_data": {
+                        "type": "string",
+                        "description": "A PDF as a data URL (data:application/pdf;base64,...), "
+                        "priced from its pages",
+                    },
+                    "filename": {"type": "string"},
+                },
+                ["file_data"],
+            ),
+        },
+        ["type", "file"],
+    )
     refusal_part = obj(
         {"type": {"type": "string", "enum": ["refusal"]}, "refusal": {"type": "string"}},
         ["type", "refusal"],
@@ -126,7 +143,9 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
                         {
                             "type": "array",
                             "minItems": 1,
-                            "items": {"anyOf": [ref("TextPart"), ref("ImagePart")]},
+                            "items": {
+                                "anyOf": [ref("TextPart"), ref("ImagePart"), ref("FilePart")]
+                            },
                         },
                     ]
                 },
@@ -316,6 +335,7 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
     return {
         "TextPart": text_part,
         "ImagePart": image_part,
+        "FilePart": file_part,
         "RefusalPart": refusal_part,
         "ToolCall": tool_call,
         **messages,

@@ -4,6 +4,7 @@ image of unknown size (pricing.documents, docs/pricing.md "PDF documents")."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pypdf
 import pytest
@@ -11,9 +12,9 @@ from pdfs import b64, scanned_pdf, text_pdf
 
 from pricing import documents
 from pricing.content import classify, profile
-from pricing.documents import MAX_PAGES, document_facts, read_document
+from pricing.documents import MAX_PAGES, PAGE_TOKENS, document_facts, read_document
 from pricing.framing import Framing
-from pricing.images import default_image_rule
+from pricing.images import default_image_rule, parse_image_rule
 from pricing.images.rule import text_only
 from pricing.messages import ImagePart
 from pricing.meter import price_image
@@ -123,3 +124,15 @@ def test_a_text_only_route_gets_a_stable_placeholder() -> None:
     price = price_image(ImagePart(url), _route(vision=False), None)
     assert price.placeholder == placeholder(None, url)
     assert price.placeholder.startswith("[document omitted: application/pdf #")
+
+
+def test_where_only_pages_count_a_longer_pdf_is_priced_by_its_pages() -> None:
+    """Google takes up to 1,000 pages and counts each as its picture: routefit counts the pages
+    there (no text read), where a route that reads the text stops at 100."""
+    gemini = replace(_route(), image_rule=parse_image_rule("gemini-tile"))
+    url = _url(text_pdf(MAX_PAGES + 20, words=2))
+    price = price_image(ImagePart(url), gemini, None)
+    assert (price.tokens, price.text) == ((MAX_PAGES + 20) * PAGE_TOKENS["gemini-tile"], 0)
+    assert read_document(url) is None  # too many pages to read the text of
+    read = read_document(url, text=False)
+    assert read is not None and read.pages == MAX_PAGES + 20 and read.text == ""
