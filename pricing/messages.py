@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pricing.audio import is_audio
 from pricing.documents import MEDIA_TYPE, is_document
 
 __all__ = [
@@ -330,8 +331,13 @@ def render_content(
 
 def media_part(part: ImagePart, detail: bool = False) -> dict[str, Any]:
     """An image part as a chat request carries it: a PDF as a ``file`` part (chat takes
-    documents only so), an image as ``image_url`` (with its ``detail`` when asked)."""
+    documents only so), audio as its note, an image as ``image_url`` (with its ``detail`` when
+    asked)."""
     if is_document(part.url):
         return {"type": "file", "file": {"filename": "document.pdf", "file_data": part.url}}
+    if is_audio(part.url):  # no chat route takes it: its note, priced as such (pricing.audio)
+        from pricing.probe import placeholder  # probe reads this module's RequestError
+
+        return {"type": "text", "text": placeholder(None, part.url)}
     image = {"url": part.url, "detail": part.detail} if detail else {"url": part.url}
     return {"type": "image_url", "image_url": image}

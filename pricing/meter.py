@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import orjson
 import xxhash
 
+from pricing.audio import TAKES_AUDIO, audio_tokens, is_audio
 from pricing.content import CLASSES, PROSE, STATS, STRUCTURED, classify, profile
 from pricing.documents import PICTURES_ONLY, document_facts, is_document, page_tokens
 from pricing.framing import frame_message, tools_tokens
@@ -66,8 +67,10 @@ class ImagePrice:
     text_stats: tuple[int, ...] = ()
 
 
-#: The rule name a PDF's price reports (``pricing.documents``).
+#: The rule names a PDF's and an audio file's prices report (``pricing.documents``,
+#: ``pricing.audio``).
 DOCUMENT = "document"
+AUDIO = "audio"
 
 #: Image rule kinds whose price is a stand-in rather than the provider's rule (the ``flat``
 #: price of a vision route routefit has no rule for).
@@ -144,6 +147,8 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
     rule = route.image_rule
     if is_document(part.url) and route.supports_vision and rule.visual:
         return _price_document(part, route)
+    if is_audio(part.url):
+        return _price_audio(part, route)
     info = probe(part.url, route.image_limits, route.scope)
     width: int | None
     height: int | None
@@ -186,6 +191,18 @@ def _price_document(part: ImagePart, route: Route) -> ImagePrice:
     if not text:
         return pictures
     return replace(pictures, text=facts.tokens, text_class=facts.text_class, text_stats=facts.stats)
+
+
+def _price_audio(part: ImagePart, route: Route) -> ImagePrice:
+    """Audio: its seconds at the provider's rate where the route's provider takes it (never
+    lowered by calibration: ``sized`` False), else the note it is sent as (``pricing.audio``)."""
+    rule = route.image_rule
+    if route.supports_vision and rule.visual and rule.kind in TAKES_AUDIO:
+        tokens = audio_tokens(part.url, route.scope)
+        return ImagePrice(0, 0, AUDIO, part.detail, None, None, tokens, False)
+    text = placeholder(None, part.url)
+    tokens = get_tokenizer(route.tokenizer, route.scope).count(text)
+    return ImagePrice(0, 0, "text-only", part.detail, None, None, tokens, True, text)
 
 
 def defaulted_tokens(price: ImagePrice) -> tuple[int, int]:

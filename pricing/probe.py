@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from pricing.audio import is_audio
 from pricing.documents import MEDIA_TYPE, is_document
 from pricing.lru import LRU
 from pricing.messages import RequestError
@@ -369,8 +370,8 @@ def probe(url: str, limits: ImageLimits, scope: bytes = b"") -> ImageInfo | None
     ``scope``: the tenant whose prompt holds the image (``Route.scope``); the cache serves a
     result only to the tenant that probed it first.
     """
-    if url[:5].lower() != "data:" or is_document(url):
-        return None  # a PDF is not an image: pricing.documents reads it
+    if url[:5].lower() != "data:" or is_document(url) or is_audio(url):
+        return None  # a PDF or audio is not an image: pricing.documents / pricing.audio
     data_url = _split(url)
     size = data_url.decoded_size()
     if size > limits.max_image_bytes:
@@ -415,7 +416,8 @@ def placeholder(info: ImageInfo | None, url: str) -> str:
             data_url = _split(url)
         except ImageError:
             return "[image omitted: data URL]"
-        what = "document" if data_url.media_type == MEDIA_TYPE else "image"
+        media = data_url.media_type
+        what = "document" if media == MEDIA_TYPE else "audio" if is_audio(url) else "image"
         return f"[{what} omitted: {data_url.media_type} #{_fingerprint(data_url).hex()[:8]}]"
     try:
         parts = urlsplit(url)

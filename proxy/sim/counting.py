@@ -34,10 +34,12 @@ gemini
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.sim.audio import PER_SECOND, audio_seconds
 from proxy.sim.documents import pdf_pages
 from proxy.sim.images import Picture, image_tokens
 from proxy.sim.models import SimModel
@@ -50,6 +52,7 @@ from proxy.sim.tokens import (
     START,
     TOOLS,
     Encoder,
+    digest,
     get_encoder,
     image_token_ids,
     specials,
@@ -473,6 +476,10 @@ def _gemini_part(
         if mime == "application/pdf" and isinstance(media.get("data"), str):
             data = str(media["data"]).translate(_URLSAFE)
             return pdf_ids(data, enc, f"flat:{GEMINI_MEDIA_TOKENS}", text=False)
+        if mime.startswith("audio/") and isinstance(media.get("data"), str):
+            seconds = audio_seconds(str(media["data"]).translate(_URLSAFE)) or 0.0
+            ids = image_token_ids(digest(str(media["data"])), math.ceil(seconds * PER_SECOND))
+            return ids, len(ids)
         if not mime.startswith("image/"):
             return specials(FILL, GEMINI_MEDIA_TOKENS), 0
         pic = pictures(part)

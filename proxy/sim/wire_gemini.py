@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from proxy.sim.audio import audio_seconds
 from proxy.sim.completion import Answer, answer
 from proxy.sim.counting import gemini_media, gemini_prompt
 from proxy.sim.ctx import Ctx, Handler
@@ -52,6 +53,20 @@ _DATA = (
     "executable_code", "codeExecutionResult", "code_execution_result",
 )  # fmt: skip
 _URLSAFE = str.maketrans("-_", "+/")
+
+
+def _check_media(media: Mapping[str, Any] | None) -> None:
+    """Inline media Google cannot open is refused: a PDF without pages, audio it cannot read."""
+    if media is None or not isinstance(media.get("data"), str):
+        return
+    mime = str(media.get("mimeType", media.get("mime_type", "")))
+    data = str(media["data"]).translate(_URLSAFE)
+    if mime == "application/pdf" and pdf_pages(data) is None:
+        raise _bad("The document has no pages.")
+    if mime.startswith("audio/") and audio_seconds(data) is None:
+        raise _bad("Unable to process input audio.")
+
+
 _PART = frozenset({*_DATA, "thought", "thoughtSignature", "thought_signature", "videoMetadata",
                    "video_metadata", "partMetadata", "mediaResolution"})  # fmt: skip
 _FINISH = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP"}
@@ -99,10 +114,7 @@ def _part(part: Any, at: str) -> None:
     media = gemini_media(part)
     if media is not None and not isinstance(media.get("mimeType", media.get("mime_type")), str):
         raise _bad(f"* GenerateContentRequest.{at}.{present[0]}.mime_type: must be specified")
-    if media is not None and media.get("mimeType", media.get("mime_type")) == "application/pdf":
-        data = media.get("data")
-        if isinstance(data, str) and pdf_pages(data.translate(_URLSAFE)) is None:
-            raise _bad("The document has no pages.")
+    _check_media(media)
     for key in ("functionCall", "function_call", "functionResponse", "function_response"):
         fn = part.get(key)
         if fn is not None and (not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str)):

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from pricing.audio import is_audio
 from pricing.documents import is_document
 from pricing.messages import ChatRequest, ImagePart, Message, Part, RequestError, TextPart, ToolCall
 
@@ -91,10 +92,11 @@ def json_schema(schema: Any) -> Any:
 
 def _image(mime: Any, url: str, at: str) -> Part:
     """An image part priced by the route's rule, a PDF's data priced from its pages
-    (``pricing.documents``); other media as a note (a chat route cannot carry them)."""
+    (``pricing.documents``), audio data by its length (``pricing.audio``); other media as a
+    note (a chat route cannot carry them)."""
     if not isinstance(mime, str):
         raise RequestError(f"{at}.mimeType must be a string", f"{at}.mimeType")
-    if mime.startswith("image/") or is_document(url):
+    if mime.startswith("image/") or is_document(url) or is_audio(url):
         return ImagePart(url)
     return TextPart(f"[{mime} content omitted: this route takes text and images]")
 

@@ -26,7 +26,7 @@ import httpx
 import pytest
 from agent_clis import agent_cli
 from harness import Running, gateway_config, run_routefit, sim_route
-from pdfs import text_pdf
+from media_files import text_pdf
 
 from proxy.sim.completion import WORDS
 from proxy.sim.models import get_builtin, small_variant

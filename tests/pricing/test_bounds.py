@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pdfs import b64, text_pdf
+from media_files import b64, text_pdf
 from PIL import Image
 
 import pricing.bounds

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pypdf
 import pytest
-from pdfs import b64, scanned_pdf, text_pdf
+from media_files import b64, scanned_pdf, text_pdf
 
 from pricing import documents
 from pricing.content import classify, profile

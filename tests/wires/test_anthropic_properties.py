@@ -10,7 +10,7 @@ import orjson
 from depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pdfs import document_block, text_pdf
+from media_files import document_block, text_pdf
 from PIL import Image
 
 from pricing.calibration import Correction

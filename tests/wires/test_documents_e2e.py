@@ -15,7 +15,7 @@ import anthropic
 import pytest
 from harness import claude_route, gateway_config
 from inprocess import run_inprocess
-from pdfs import document_block, scanned_pdf, text_pdf
+from media_files import document_block, scanned_pdf, text_pdf
 
 from strategies.mask import MASK_PREFIX
 

@@ -1,10 +1,12 @@
-"""PDFs for the document tests: pages of text (fpdf2) and scanned pages (Pillow), as base64."""
+"""Files for the media tests: PDFs of text pages (fpdf2) and of scanned pages (Pillow), WAV
+audio (the standard library), and base64."""
 
 from __future__ import annotations
 
 import base64
 import io
 import random
+import wave
 
 from fpdf import FPDF
 from PIL import Image
@@ -49,3 +51,14 @@ def document_block(data: bytes) -> dict:
         "type": "document",
         "source": {"type": "base64", "media_type": "application/pdf", "data": b64(data)},
     }
+
+
+def wav(seconds: float, rate: int = 8000) -> bytes:
+    """A mono 8-bit WAV of silence lasting ``seconds`` (its header states its length)."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(1)
+        w.setframerate(rate)
+        w.writeframes(bytes([128]) * int(seconds * rate))
+    return out.getvalue()

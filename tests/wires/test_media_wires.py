@@ -1,7 +1,8 @@
-"""PDFs on every wire, in process (routefit's app, the simulator behind the mock transport): a
-chat ``file`` part, a Responses ``input_file``, a Gemini ``inlineData`` PDF and an Anthropic
-``document`` translated for a chat route are priced from their pages — never below what the
-provider counts — and reach the provider in the shape its wire takes them."""
+"""PDFs and audio on every wire, in process (routefit's app, the simulator behind the mock
+transport): a chat ``file`` part, a Responses ``input_file``, a Gemini ``inlineData`` PDF and an
+Anthropic ``document`` translated for a chat route are priced from their pages — never below
+what the provider counts — and reach the provider in the shape its wire takes them; Gemini audio
+is priced by the second on a Gemini route and sent as its note to a chat route."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from gpt4o_route import gpt4o_route
-from pdfs import b64, document_block, text_pdf
+from media_files import b64, document_block, text_pdf, wav
 from starlette.testclient import TestClient
 
 from pricing.probe import placeholder
@@ -202,3 +203,27 @@ def test_a_responses_file_the_fit_offloads_goes_as_text_and_its_neighbours_as_th
         "type": "input_text",
         "text": placeholder(None, PDF_URL),
     }
+
+
+def _gemini_audio(seconds: float) -> dict[str, Any]:
+    return {"inlineData": {"mimeType": "audio/wav", "data": b64(wav(seconds))}}
+
+
+def test_gemini_audio_is_priced_by_the_second_and_sent_as_it_came(gw: Gateway) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "Transcribe."}, _gemini_audio(90)]}]}
+    reply = gw.post("/v1beta/models/gem:generateContent", body)
+    estimate = _estimate(reply)
+    assert gw.sent()["contents"] == body["contents"]
+    counted = gw.counted()  # 32 tokens a second, by Google's rule: 2,880 of it the audio
+    assert counted > 90 * 32
+    assert counted <= estimate <= counted + 100
+
+
+def test_gemini_audio_reaches_a_chat_route_as_its_note(gw: Gateway) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "Transcribe."}, _gemini_audio(90)]}]}
+    reply = gw.post("/v1beta/models/gpt-4o:generateContent", body)
+    estimate = _estimate(reply)
+    (message,) = gw.sent()["messages"]
+    note = next(p["text"] for p in message["content"] if p["text"].startswith("[audio omitted"))
+    assert note == placeholder(None, f"data:audio/wav;base64,{b64(wav(90))}")
+    assert gw.counted() <= estimate < 200  # priced as the note it is sent as
