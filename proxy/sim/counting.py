@@ -450,7 +450,8 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
 
 # --------------------------------------------------------------------------------------- Gemini
 
-#: What one non-image media part (a PDF page, a second of audio...) costs on the Gemini wire.
+#: What a PDF page costs on the Gemini wire (Google's figure), and the flat price of any other
+#: media part the simulator cannot measure (video, a file by URI).
 GEMINI_MEDIA_TOKENS = 258
 _URLSAFE = str.maketrans("-_", "+/")
 
