@@ -19,7 +19,7 @@ Reading a PDF is the one costly step (pypdf: ~1 ms to open, ~5 ms a page of text
 document is read once per tenant (the cache's key holds the route's scope, as the image
 probes' do: docs/security.md), and a conversation re-sent every turn costs a digest of its
 base64 (xxh3, as the meter's memo keys). What routefit cannot read (not base64, not a PDF,
-encrypted, over ``MAX_PAGES``, or ``MAX_PAGES_PICTURED`` where pages alone are priced) is
+password-protected, over ``MAX_PAGES``, or ``MAX_PAGES_PICTURED`` where pages alone are priced) is
 priced as its base64 text, an over-estimate; the provider has the last word.
 """
 
@@ -153,7 +153,7 @@ def _read(payload: str, text: bool) -> Document:
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings are about the file
     try:
         reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
-        if reader.is_encrypted:
+        if reader.is_encrypted and not reader.decrypt(""):  # an owner password alone opens
             return _UNREADABLE
         pages = len(reader.pages)
         if not 0 < pages <= (MAX_PAGES if text else MAX_PAGES_PICTURED):

@@ -49,6 +49,8 @@ def _pages(data: str) -> tuple[Page, ...] | None:
     digest = hashlib.sha256(raw).hexdigest()
     try:
         reader = pypdf.PdfReader(io.BytesIO(raw), strict=False)
+        if reader.is_encrypted and not reader.decrypt(""):
+            return None  # password-protected: refused
         pages = []
         for i, page in enumerate(reader.pages):
             box = page.mediabox

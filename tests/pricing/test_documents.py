@@ -51,13 +51,19 @@ def test_a_pdf_is_read_for_its_pages_and_their_text() -> None:
     assert found.text == "\n".join(p.extract_text() for p in reader.pages)
 
 
-def _encrypted() -> bytes:
+def _encrypted(user: str = "secret") -> bytes:
     writer = pypdf.PdfWriter()
     writer.add_blank_page(612, 792)
-    writer.encrypt("secret")
+    writer.encrypt(user_password=user, owner_password="owner")
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+def test_a_pdf_locked_by_an_owner_password_alone_is_read() -> None:
+    """Most "encrypted" PDFs restrict only printing or copying: any reader opens them."""
+    found = read_document(_url(_encrypted(user="")))
+    assert found is not None and found.pages == 1
 
 
 @pytest.mark.parametrize(
@@ -69,7 +75,7 @@ def _encrypted() -> bytes:
         b64(_encrypted()),
         b64(text_pdf(MAX_PAGES + 1, words=1)),
     ],
-    ids=["not-base64", "not-a-pdf", "broken", "encrypted", "too-many-pages"],
+    ids=["not-base64", "not-a-pdf", "broken", "password", "too-many-pages"],
 )
 def test_what_cannot_be_read_is_none(payload: str) -> None:
     assert read_document(f"data:application/pdf;base64,{payload}") is None
