@@ -19,8 +19,9 @@ Reading a PDF is the one costly step (pypdf: ~1 ms to open, ~5 ms a page of text
 document is read once per tenant (the cache's key holds the route's scope, as the image
 probes' do: docs/security.md), and a conversation re-sent every turn costs a digest of its
 base64 (xxh3, as the meter's memo keys). What routefit cannot read (not base64, not a PDF,
-password-protected, over ``MAX_PAGES``, or ``MAX_PAGES_PICTURED`` where pages alone are priced) is
-priced as its base64 text, an over-estimate; the provider has the last word.
+password-protected, past the reading bounds of ``_text``, over ``MAX_PAGES``, or
+``MAX_PAGES_PICTURED`` where pages alone are priced) is priced as its base64 text; the provider
+has the last word.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import binascii
 import io
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import xxhash
 
@@ -38,9 +40,12 @@ from pricing.lru import LRU
 from pricing.tokenizers import get_tokenizer
 
 __all__ = [
+    "FILE_CHARS",
+    "FILE_OPERATIONS",
     "MAX_PAGES",
     "MAX_PAGES_PICTURED",
     "MEDIA_TYPE",
+    "PAGE_CHARS",
     "PAGE_TOKENS",
     "PICTURES_ONLY",
     "Document",
@@ -57,6 +62,24 @@ _PREFIX = f"data:{MEDIA_TYPE};base64,"
 #: Pages whose text is read at most (Anthropic's and OpenAI's limit is 100); a longer PDF is
 #: priced as its base64 text rather than holding a worker for seconds of text extraction.
 MAX_PAGES = 100
+#: Text read at most from one page (a dense page holds ~6,000 characters) and from one file
+#: (~250,000 tokens, more than a window leaves for one document): past either (or past
+#: ``FILE_OPERATIONS``), the file is not read (``_text``) and is priced as its base64.
+PAGE_CHARS = 40_000
+FILE_CHARS = 1_000_000
+#: Drawing operations read at most from one file: 100 pages of 600 (a text page written by
+#: fpdf2 has ~250, each ~15 µs to read).
+FILE_OPERATIONS = 60_000
+#: pypdf's own bounds, tightened for files a client sends: what one stream may inflate to and
+#: how much parsing one content stream may cost (its defaults: 75 MB and 2 million elements).
+_LIMITS = {
+    "zlib_maximum_output_length": 16_000_000,
+    "lzw_maximum_output_length": 16_000_000,
+    "run_length_maximum_output_length": 16_000_000,
+    "brotli_maximum_output_length": 16_000_000,
+    "stream_parsing_work_maximum_count": 100_000,
+    "xform_maximum_invocations_per_extraction": 1_000,
+}
 #: Pages counted at most where only pages are priced (``PICTURES_ONLY``: Google takes up to
 #: 1,000); counting them costs ~0.05 ms a page, reading no text.
 MAX_PAGES_PICTURED = 1000
@@ -152,13 +175,43 @@ def _read(payload: str, text: bool) -> Document:
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings are about the file
     try:
-        reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
-        if reader.is_encrypted and not reader.decrypt(""):  # an owner password alone opens
-            return _UNREADABLE
-        pages = len(reader.pages)
-        if not 0 < pages <= (MAX_PAGES if text else MAX_PAGES_PICTURED):
-            return _UNREADABLE
-        words = "\n".join(page.extract_text() or "" for page in reader.pages) if text else ""
-    except Exception:  # any failure to read a client's file means "cannot read it"
+        with pypdf.apply_configuration(None, **_LIMITS):
+            reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
+            if reader.is_encrypted and not reader.decrypt(""):  # an owner password alone opens
+                return _UNREADABLE
+            pages = len(reader.pages)
+            if not 0 < pages <= (MAX_PAGES if text else MAX_PAGES_PICTURED):
+                return _UNREADABLE
+            words = _text(reader.pages) if text else ""
+    except Exception:  # any failure to read a client's file (a limit too) means "cannot read it"
         return _UNREADABLE
     return Document(pages, words)
+
+
+class _TooMuchText(Exception):
+    """A page or a file past the text budget: extraction stops (``_text``)."""
+
+
+def _text(pages: Any) -> str:
+    """The pages' text, within ``PAGE_CHARS`` a page, ``FILE_CHARS`` and ``FILE_OPERATIONS`` in
+    all. pypdf reads 15-50 µs a drawing operation, pure Python, and slows with the square of a
+    page's text: without these bounds a 25 KB file of one page of 200,000 operations took 55 s
+    here (2.2 million characters), a 2 KB file of 100 pages of 3,000 operations 5 s."""
+    seen = [0, 0, 0]  # this page's characters, the file's, the file's operations
+
+    def text(chunk: str, *_: Any) -> None:
+        seen[0] += len(chunk)
+        seen[1] += len(chunk)
+        if seen[0] > PAGE_CHARS or seen[1] > FILE_CHARS:
+            raise _TooMuchText
+
+    def operation(*_: Any) -> None:
+        seen[2] += 1
+        if seen[2] > FILE_OPERATIONS:
+            raise _TooMuchText
+
+    texts: list[str] = []
+    for page in pages:
+        seen[0] = 0
+        texts.append(page.extract_text(visitor_text=text, visitor_operand_before=operation) or "")
+    return "\n".join(texts)

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pypdf
 import pytest
 from media_files import b64, scanned_pdf, text_pdf
+from pypdf.generic import DecodedStreamObject, NameObject
 
 from pricing import documents
 from pricing.content import classify, profile
@@ -144,3 +145,29 @@ def test_where_only_pages_count_a_longer_pdf_is_priced_by_its_pages() -> None:
     assert read_document(url) is None  # too many pages to read the text of
     read = read_document(url, text=False)
     assert read is not None and read.pages == MAX_PAGES + 20 and read.text == ""
+
+
+def _one_page_of(operations: int) -> bytes:
+    """A small file whose one page draws ``operations`` short strings (a parser's slow path)."""
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(text_pdf(1, words=5))))
+    page = writer.pages[0]
+    font = next(iter(page["/Resources"]["/Font"]))
+    content = DecodedStreamObject()
+    content.set_data(f"BT {font} 12 Tf 10 10 Td (hello world) Tj ET\n".encode() * operations)
+    page[NameObject("/Contents")] = writer._add_object(content.flate_encode())
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_a_file_past_the_reading_bounds_is_not_read() -> None:
+    """A few KB can hold a page whose text pypdf takes a minute to extract: past the bounds on
+    a page's text and a file's operations it is priced as its base64 instead."""
+    small = _one_page_of(20_000)  # 220,000 characters on one page, in 4 KB
+    assert len(small) < 8_000
+    assert read_document(_url(small)) is None
+
+
+def test_an_ordinary_long_file_is_read_within_the_bounds() -> None:
+    found = read_document(_url(text_pdf(60, words=300, seed=2)))
+    assert found is not None and found.pages == 60 and len(found.text) > 60 * 1_000
