@@ -30,6 +30,7 @@ __all__ = [
     "audio_seconds",
     "audio_tokens",
     "is_audio",
+    "note",
 ]
 
 #: Image rules of providers that take audio inline (Google's); every other route gets a note.
@@ -47,6 +48,13 @@ def is_audio(url: str) -> bool:
     """A base64 audio data URL (how the Gemini wire's inline audio reaches pricing)."""
     head = url[:64].lower()
     return head.startswith("data:audio/") and ";base64," in head
+
+
+def note(url: str) -> str:
+    """The text that stands for an audio file a route does not take (or the fit offloads):
+    deterministic, so a conversation's prefix stays byte-identical turn after turn."""
+    media = url[5 : url.find(";")].lower() if url.find(";") > 5 else "audio"
+    return f"[audio omitted: {media} #{xxhash.xxh3_64_hexdigest(url.encode())[:8]}]"
 
 
 def audio_tokens(url: str, scope: bytes = b"") -> int:

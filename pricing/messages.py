@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pricing.audio import is_audio
+from pricing.audio import note as audio_note
 from pricing.documents import MEDIA_TYPE, is_document
 
 __all__ = [
@@ -336,8 +337,6 @@ def media_part(part: ImagePart, detail: bool = False) -> dict[str, Any]:
     if is_document(part.url):
         return {"type": "file", "file": {"filename": "document.pdf", "file_data": part.url}}
     if is_audio(part.url):  # no chat route takes it: its note, priced as such (pricing.audio)
-        from pricing.probe import placeholder  # probe reads this module's RequestError
-
-        return {"type": "text", "text": placeholder(None, part.url)}
+        return {"type": "text", "text": audio_note(part.url)}
     image = {"url": part.url, "detail": part.detail} if detail else {"url": part.url}
     return {"type": "image_url", "image_url": image}

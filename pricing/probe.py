@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pricing.audio import is_audio
+from pricing.audio import note as audio_note
 from pricing.documents import MEDIA_TYPE, is_document
 from pricing.lru import LRU
 from pricing.messages import RequestError
@@ -411,13 +412,14 @@ def placeholder(info: ImageInfo | None, url: str) -> str:
     """
     if info is not None:
         return f"[image omitted: {info.width}x{info.height} {info.format} #{info.digest[:8]}]"
+    if is_audio(url):
+        return audio_note(url)
     if url[:5].lower() == "data:":
         try:
             data_url = _split(url)
         except ImageError:
             return "[image omitted: data URL]"
-        media = data_url.media_type
-        what = "document" if media == MEDIA_TYPE else "audio" if is_audio(url) else "image"
+        what = "document" if data_url.media_type == MEDIA_TYPE else "image"
         return f"[{what} omitted: {data_url.media_type} #{_fingerprint(data_url).hex()[:8]}]"
     try:
         parts = urlsplit(url)
