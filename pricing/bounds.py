@@ -400,7 +400,8 @@ def _bound_message(
         details.append(_with_tokens(price, price.tokens, i, j))
         images += price.tokens
         text += price.text  # a PDF's text, counted when it was read
-        carried = [a + b for a, b in zip(carried, price.text_stats or carried, strict=True)]
+        if price.text_stats:
+            carried = [a + b for a, b in zip(carried, price.text_stats, strict=True)]
         by_default, of_unknown_size = defaulted_tokens(price)
         defaulted += by_default
         unsized += of_unknown_size

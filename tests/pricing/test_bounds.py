@@ -28,8 +28,8 @@ from pricing.calibration import Correction
 from pricing.framing import default_framing
 from pricing.images import default_image_rule
 from pricing.images.kinds import DETAILS
-from pricing.messages import parse_request
-from pricing.meter import measure
+from pricing.messages import ImagePart, Message, TextPart, parse_request
+from pricing.meter import measure, measure_message
 from pricing.route import Route
 from pricing.tokenizers import count_apart, get_tokenizer
 from strategies.fit import fit, fit_bounded
@@ -424,3 +424,16 @@ def test_a_bound_under_a_fitted_correction_is_never_below_the_exact_estimate(
         measure(request, r)
     bounded = fit_bounded(request, r, FitPolicy(), correction, proof=Proof(r))
     assert_stands_for_the_exact_fit(bounded, request, r, correction)
+
+
+def test_a_pdfs_text_features_are_carried_once_whatever_parts_follow() -> None:
+    """A PDF's text features go into its message's bound as counted, once: an image after it
+    adds none of them (the bound is chars of the message's text plus what its PDFs carry)."""
+    r = route("o200k_base", vision=True)
+    message = Message("user", (TextPart("ab"), ImagePart(PDFS[0]), ImagePart(png(64, 64))))
+    exact = measure_message(message, r)[0]
+    bound = bound_pressure([message], [], r)
+    assert bound is not None
+    (pdf,) = [d for d in bound.image_details if d.rule == "document"]
+    assert bound.messages[0].stats == tuple(2 + s for s in pdf.text_stats)
+    assert all(b >= e for b, e in zip(bound.messages[0].stats, exact.stats, strict=True))
