@@ -26,15 +26,12 @@ from pricing.lru import LRU
 __all__ = [
     "PER_SECOND",
     "SLOWEST_BYTES_PER_SECOND",
-    "TAKES_AUDIO",
     "audio_seconds",
     "audio_tokens",
     "is_audio",
     "note",
 ]
 
-#: Image rules of providers that take audio inline (Google's); every other route gets a note.
-TAKES_AUDIO = frozenset({"gemini-tile", "gemini-fixed"})
 #: Gemini: "each second of audio as 32 tokens".
 PER_SECOND = 32
 #: The least a second of audio can take (6 kbit/s): a file of unknown length lasts at most
@@ -53,7 +50,7 @@ def is_audio(url: str) -> bool:
 def note(url: str) -> str:
     """The text that stands for an audio file a route does not take (or the fit offloads):
     deterministic, so a conversation's prefix stays byte-identical turn after turn."""
-    media = url[5 : url.find(";")].lower() if url.find(";") > 5 else "audio"
+    media = url[5:].partition(";")[0].lower()
     return f"[audio omitted: {media} #{xxhash.xxh3_64_hexdigest(url.encode())[:8]}]"
 
 
@@ -65,14 +62,7 @@ def audio_tokens(url: str, scope: bytes = b"") -> int:
 def audio_seconds(url: str, scope: bytes = b"") -> float:
     """The file's length in seconds, from its header, else its worst case by size."""
     key = xxhash.xxh3_128_digest(url.encode()) + scope
-    found = _CACHE.get(key)
-    if found is None:
-        _CACHE.misses += 1
-        found = _seconds(url.partition(",")[2])
-        _CACHE.put(key, found)
-    else:
-        _CACHE.hits += 1
-    return found
+    return _CACHE.memo(key, lambda: _seconds(url.partition(",")[2]))
 
 
 def _seconds(payload: str) -> float:

@@ -8,7 +8,7 @@ documents", with the sources). Priced as what it is on the wire — base64 — a
 refused; priced as a note (the Gemini wire), a PDF was nearly free. So a document is priced as
 
     its extracted text, counted by the route's tokenizer (``Document.text``; not on a rule in
-    ``PICTURES_ONLY``: Google counts a page as its picture), plus
+    ``GOOGLE_KINDS``: Google counts a page as its picture), plus
     ``pages`` × the route's price of one image of unknown size (``page_tokens``),
 
 the text as text (calibration scales it like any other), the pictures apart, at the worst
@@ -29,12 +29,14 @@ from __future__ import annotations
 import binascii
 import io
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import xxhash
 
 from pricing.content import PROSE, classify, profile
+from pricing.images.kinds import GeminiTile
 from pricing.images.rule import ImageRule
 from pricing.lru import LRU
 from pricing.tokenizers import get_tokenizer
@@ -47,10 +49,10 @@ __all__ = [
     "MEDIA_TYPE",
     "PAGE_CHARS",
     "PAGE_TOKENS",
-    "PICTURES_ONLY",
     "Document",
     "Facts",
     "document_facts",
+    "file_data",
     "is_document",
     "page_tokens",
     "read_document",
@@ -80,14 +82,14 @@ _LIMITS = {
     "stream_parsing_work_maximum_count": 100_000,
     "xform_maximum_invocations_per_extraction": 1_000,
 }
-#: Pages counted at most where only pages are priced (``PICTURES_ONLY``: Google takes up to
+#: Pages counted at most where only pages are priced (``GOOGLE_KINDS``: Google takes up to
 #: 1,000); counting them costs ~0.05 ms a page, reading no text.
 MAX_PAGES_PICTURED = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """A PDF as read (``pages`` 0: it could not be read)."""
+    """A PDF as read."""
 
     pages: int
     #: The pages' extracted text, one line break between pages.
@@ -106,16 +108,13 @@ class Facts:
     stats: tuple[int, ...] = ()
 
 
-#: What cannot be read is remembered too (pages 0), so a bad file costs one attempt.
-_UNREADABLE = Document(0, "")
+#: What cannot be read is remembered too (``Facts(0)``), so a bad file costs one attempt.
 _CACHE: LRU[Facts] = LRU(256)
 
 
 #: A page's picture where the image rule has no upper bound (its tiles grow with the image):
 #: Gemini 2.x counts each document page as 258 tokens (docs/pricing.md, "PDF documents").
-PAGE_TOKENS = {"gemini-tile": 258}
-#: Rules of providers that count a PDF's pages as pictures only, its text not apart (Google).
-PICTURES_ONLY = frozenset({"gemini-tile", "gemini-fixed"})
+PAGE_TOKENS = {GeminiTile.kind: 258}
 
 
 def page_tokens(rule: ImageRule, detail: str, max_image_tokens: int) -> int:
@@ -132,6 +131,12 @@ def is_document(url: str) -> bool:
     return url[: len(_PREFIX)].lower() == _PREFIX
 
 
+def file_data(file: Any) -> str | None:
+    """The PDF data URL a chat ``file`` part's object carries (its ``file_data``), if any."""
+    data = file.get("file_data") if isinstance(file, Mapping) else None
+    return data if isinstance(data, str) and is_document(data) else None
+
+
 def document_facts(
     url: str, tokenizer: str, scope: bytes = b"", *, text: bool = True
 ) -> Facts | None:
@@ -140,37 +145,33 @@ def document_facts(
     costs a digest of the URL."""
     kind = tokenizer.encode() if text else b"\0pages"
     key = xxhash.xxh3_128_digest(url.encode()) + kind + b"\0" + scope
-    found = _CACHE.get(key)
-    if found is None:
-        _CACHE.misses += 1
+
+    def read() -> Facts:
         document = read_document(url, text=text)
-        found = Facts(0)
-        if document is not None and not text:
-            found = Facts(document.pages)
-        elif document is not None:
-            words = document.text
-            tok = get_tokenizer(tokenizer, scope)
-            found = Facts(document.pages, tok.count(words), classify(words), profile(words))
-        _CACHE.put(key, found)
-    else:
-        _CACHE.hits += 1
+        if document is None:
+            return Facts(0)
+        if not text:
+            return Facts(document.pages)
+        words, tok = document.text, get_tokenizer(tokenizer, scope)
+        return Facts(document.pages, tok.count(words), classify(words), profile(words))
+
+    found = _CACHE.memo(key, read)
     return found if found.pages else None
 
 
 def read_document(url: str, *, text: bool = True) -> Document | None:
     """The PDF in a data URL (``text`` False: its pages counted, no text read), or None when
     it cannot be read as one (not cached: see ``document_facts``)."""
-    document = _read(url[len(_PREFIX) :], text)
-    return document if document.pages else None
+    return _read(url[len(_PREFIX) :], text)
 
 
-def _read(payload: str, text: bool) -> Document:
+def _read(payload: str, text: bool) -> Document | None:
     try:
         data = binascii.a2b_base64(payload.encode())
     except (binascii.Error, ValueError):
-        return _UNREADABLE
+        return None
     if not data.startswith(b"%PDF-"):
-        return _UNREADABLE
+        return None
     import pypdf  # a PDF costs its reader's import (~40 ms) only when one is sent
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings are about the file
@@ -178,13 +179,13 @@ def _read(payload: str, text: bool) -> Document:
         with pypdf.apply_configuration(None, **_LIMITS):
             reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
             if reader.is_encrypted and not reader.decrypt(""):  # an owner password alone opens
-                return _UNREADABLE
+                return None
             pages = len(reader.pages)
             if not 0 < pages <= (MAX_PAGES if text else MAX_PAGES_PICTURED):
-                return _UNREADABLE
+                return None
             words = _text(reader.pages) if text else ""
     except Exception:  # any failure to read a client's file (a limit too) means "cannot read it"
-        return _UNREADABLE
+        return None
     return Document(pages, words)
 
 

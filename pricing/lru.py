@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 __all__ = ["LRU"]
@@ -38,6 +39,17 @@ class LRU(Generic[V]):
             self._data.move_to_end(key)
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
+
+    def memo(self, key: bytes, make: Callable[[], V]) -> V:
+        """The value under ``key``, made (and kept) on a miss; the lookup counted."""
+        found = self.get(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        found = make()
+        self.put(key, found)
+        return found
 
     def clear(self) -> None:
         with self._lock:

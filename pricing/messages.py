@@ -16,7 +16,7 @@ from typing import Any
 
 from pricing.audio import is_audio
 from pricing.audio import note as audio_note
-from pricing.documents import MEDIA_TYPE, is_document
+from pricing.documents import MEDIA_TYPE, file_data, is_document
 
 __all__ = [
     "ROLES",
@@ -157,8 +157,8 @@ def _file(file: Any, where: str) -> ImagePart:
     """A ``file`` part: a PDF sent as data, priced from its pages (``pricing.documents``). A file
     uploaded beforehand (``file_id``) is refused: routefit prices what it can read, and an
     unread file could be any size (a quota charged for its id alone would be a free ride)."""
-    data = file.get("file_data") if isinstance(file, Mapping) else None
-    if not isinstance(data, str) or not is_document(data):
+    data = file_data(file)
+    if data is None:
         raise RequestError(
             f"{where} must carry file_data, a PDF as a data URL "
             f"('data:{MEDIA_TYPE};base64,...'); uploaded files (file_id) are not accepted",

@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 import orjson
 import xxhash
 
-from pricing.audio import TAKES_AUDIO, audio_tokens, is_audio
+from pricing.audio import audio_tokens, is_audio
 from pricing.content import CLASSES, PROSE, STATS, STRUCTURED, classify, profile
-from pricing.documents import PICTURES_ONLY, document_facts, is_document, page_tokens
+from pricing.documents import document_facts, is_document, page_tokens
 from pricing.framing import frame_message, tools_tokens
+from pricing.images.kinds import GOOGLE_KINDS
 from pricing.lru import LRU
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
 from pricing.probe import ImageError, placeholder, probe
@@ -181,7 +182,7 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
 
 def _price_document(part: ImagePart, route: Route) -> ImagePrice:
     """A PDF: its text, and each page as an image of unknown size (``pricing.documents``)."""
-    text = route.image_rule.kind not in PICTURES_ONLY
+    text = route.image_rule.kind not in GOOGLE_KINDS  # Google counts pages as pictures only
     facts = document_facts(part.url, route.tokenizer, route.scope, text=text)
     if facts is None:  # unreadable: its base64, as text (an over-estimate)
         tokens = get_tokenizer(route.tokenizer, route.scope).count(part.url)
@@ -197,7 +198,7 @@ def _price_audio(part: ImagePart, route: Route) -> ImagePrice:
     """Audio: its seconds at the provider's rate where the route's provider takes it (never
     lowered by calibration: ``sized`` False), else the note it is sent as (``pricing.audio``)."""
     rule = route.image_rule
-    if route.supports_vision and rule.visual and rule.kind in TAKES_AUDIO:
+    if route.supports_vision and rule.visual and rule.kind in GOOGLE_KINDS:
         tokens = audio_tokens(part.url, route.scope)
         return ImagePrice(0, 0, AUDIO, part.detail, None, None, tokens, False)
     text = placeholder(None, part.url)

@@ -24,6 +24,10 @@ from typing import ClassVar, TypeAlias
 #: side; calibration against provider usage then corrects the level.
 UNKNOWN_VISION_TOKENS = 1600
 
+#: The kinds of Google's models: their provider counts a PDF's pages as pictures (no text
+#: apart) and takes audio inline (``pricing.documents``, ``pricing.audio``).
+GOOGLE_KINDS = frozenset({"gemini-tile", "gemini-fixed"})
+
 #: The ``detail`` values an OpenAI-style image part may carry.
 DETAILS = ("auto", "low", "high", "original")
 

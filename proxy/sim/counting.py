@@ -60,12 +60,16 @@ from proxy.sim.tokens import (
 
 __all__ = [
     "GEMINI_MEDIA_TOKENS",
+    "URLSAFE",
     "Prompt",
     "anthropic_prompt",
     "completion_count",
     "deepseek_render",
+    "file_data",
+    "gemini_media",
     "gemini_prompt",
     "openai_prompt",
+    "pdf_ids",
 ]
 
 #: Resolves an image reference (an OpenAI image_url part, an Anthropic image block) to a Picture.
@@ -198,16 +202,18 @@ def file_data(part: Mapping[str, Any]) -> str | None:
 
 def _openai_part(
     part: Mapping[str, Any], m: SimModel, enc: Encoder, pictures: Pictures
-) -> list[int]:
+) -> tuple[list[int], int]:
+    """(token ids, of which picture tokens) of one content part."""
     kind = part.get("type")
     if kind == "file":
-        return pdf_ids(file_data(part) or "", enc, m.image_rule or "flat:0")[0]
+        return pdf_ids(file_data(part) or "", enc, m.image_rule or "flat:0")
     if kind == "image_url":
         pic = pictures(part)
         detail = (part.get("image_url") or {}).get("detail") or "auto"
         n = image_tokens(m.image_rule or "flat:0", pic.width, pic.height, detail)
-        return image_token_ids(pic.key, n)
-    return enc.encode(_text(part.get(str(kind))))  # text / refusal
+        ids = image_token_ids(pic.key, n)
+        return ids, len(ids)
+    return enc.encode(_text(part.get(str(kind)))), 0  # text / refusal
 
 
 def openai_message_tokens(
@@ -224,11 +230,8 @@ def openai_message_tokens(
         seq += enc.encode(content)
     elif isinstance(content, list):
         for part in content:
-            ids = _openai_part(part, m, enc, pictures)
-            if part.get("type") == "image_url":
-                images += len(ids)
-            elif part.get("type") == "file":
-                images += pdf_ids(file_data(part) or "", enc, m.image_rule or "flat:0")[1]
+            ids, pictures_of = _openai_part(part, m, enc, pictures)
+            images += pictures_of
             seq += ids
     calls = list(msg.get("tool_calls") or [])
     if isinstance(msg.get("function_call"), Mapping):
@@ -453,7 +456,8 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
 #: What a PDF page costs on the Gemini wire (Google's figure), and the flat price of any other
 #: media part the simulator cannot measure (video, a file by URI).
 GEMINI_MEDIA_TOKENS = 258
-_URLSAFE = str.maketrans("-_", "+/")
+#: Google takes base64 in either alphabet; the readers take the standard one.
+URLSAFE = str.maketrans("-_", "+/")
 
 
 def gemini_media(part: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -475,10 +479,10 @@ def _gemini_part(
     if media is not None:
         mime = str(media.get("mimeType", media.get("mime_type", "")))
         if mime == "application/pdf" and isinstance(media.get("data"), str):
-            data = str(media["data"]).translate(_URLSAFE)
+            data = str(media["data"]).translate(URLSAFE)
             return pdf_ids(data, enc, f"flat:{GEMINI_MEDIA_TOKENS}", text=False)
         if mime.startswith("audio/") and isinstance(media.get("data"), str):
-            seconds = audio_seconds(str(media["data"]).translate(_URLSAFE)) or 0.0
+            seconds = audio_seconds(str(media["data"]).translate(URLSAFE)) or 0.0
             ids = image_token_ids(digest(str(media["data"])), math.ceil(seconds * PER_SECOND))
             return ids, len(ids)
         if not mime.startswith("image/"):

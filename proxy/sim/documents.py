@@ -30,13 +30,9 @@ class Page:
     key: str
 
 
+@lru_cache(maxsize=16)  # a test tool: the keys are whole base64 files
 def pdf_pages(data: str) -> tuple[Page, ...] | None:
     """The pages of a base64 PDF; None when it is not one the simulator can read."""
-    return _pages(data)
-
-
-@lru_cache(maxsize=16)  # a test tool: the keys are whole base64 files
-def _pages(data: str) -> tuple[Page, ...] | None:
     try:
         raw = binascii.a2b_base64(data.encode())
     except (binascii.Error, ValueError):

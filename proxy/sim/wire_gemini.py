@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from proxy.sim.audio import audio_seconds
 from proxy.sim.completion import Answer, answer
-from proxy.sim.counting import gemini_media, gemini_prompt
+from proxy.sim.counting import URLSAFE, gemini_media, gemini_prompt
 from proxy.sim.ctx import Ctx, Handler
 from proxy.sim.documents import pdf_pages
 from proxy.sim.errors import SimError, fault_error, google_error
@@ -52,7 +52,6 @@ _DATA = (
     "function_call", "functionResponse", "function_response", "executableCode",
     "executable_code", "codeExecutionResult", "code_execution_result",
 )  # fmt: skip
-_URLSAFE = str.maketrans("-_", "+/")
 
 
 def _check_media(media: Mapping[str, Any] | None) -> None:
@@ -60,7 +59,7 @@ def _check_media(media: Mapping[str, Any] | None) -> None:
     if media is None or not isinstance(media.get("data"), str):
         return
     mime = str(media.get("mimeType", media.get("mime_type", "")))
-    data = str(media["data"]).translate(_URLSAFE)
+    data = str(media["data"]).translate(URLSAFE)
     if mime == "application/pdf" and pdf_pages(data) is None:
         raise _bad("The document has no pages.")
     if mime.startswith("audio/") and audio_seconds(data) is None:

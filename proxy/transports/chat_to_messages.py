@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pricing.documents import MEDIA_TYPE, is_document
+from pricing.documents import MEDIA_TYPE, file_data
 from proxy.exchange.anthropic_terms import ANTHROPIC_TOOL_CHOICE, tool_input
 
 __all__ = ["Unmapped", "messages_body"]
@@ -65,9 +65,8 @@ def _image(part: Mapping[str, Any]) -> dict[str, Any]:
 
 def _document(part: Mapping[str, Any]) -> dict[str, Any]:
     """A chat ``file`` part's PDF as a ``document`` block (a file by id has no mapping)."""
-    file = part.get("file")
-    url = file.get("file_data") if isinstance(file, Mapping) else None
-    if not isinstance(url, str) or not is_document(url):
+    url = file_data(part.get("file"))
+    if url is None:
         raise Unmapped("a file part that is not a PDF as data")
     source = {"type": "base64", "media_type": MEDIA_TYPE, "data": url.partition(",")[2]}
     return {"type": "document", "source": source}

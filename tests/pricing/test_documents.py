@@ -8,15 +8,14 @@ from dataclasses import replace
 
 import pypdf
 import pytest
+from gpt4o_route import gpt4o_route
 from media_files import b64, scanned_pdf, text_pdf
 from pypdf.generic import DecodedStreamObject, NameObject
 
 from pricing import documents
 from pricing.content import classify, profile
 from pricing.documents import MAX_PAGES, PAGE_TOKENS, document_facts, read_document
-from pricing.framing import Framing
 from pricing.images import default_image_rule, parse_image_rule
-from pricing.images.rule import text_only
 from pricing.messages import ImagePart
 from pricing.meter import price_image
 from pricing.probe import placeholder
@@ -24,19 +23,10 @@ from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 
 
-def _route(vision: bool = True, scope: bytes = b"") -> Route:
-    return Route(
-        alias="claude",
-        model="anthropic/claude-sonnet-4-5",
-        provider="anthropic",
-        context_window=200_000,
-        max_output_tokens=4096,
-        tokenizer="o200k_base",
-        framing=Framing(family="generic"),
-        image_rule=default_image_rule("claude-sonnet-4-5", True) if vision else text_only(),
-        supports_vision=vision,
-        scope=scope,
-    )
+def _route(vision: bool = True) -> Route:
+    """A 200k route (o200k text) with Claude's image rule, or one that takes no images."""
+    route = gpt4o_route(200_000, vision=vision)
+    return replace(route, image_rule=default_image_rule("claude", True)) if vision else route
 
 
 def _url(data: bytes) -> str:
