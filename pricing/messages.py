@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pricing.audio import is_audio
-from pricing.audio import note as audio_note
 from pricing.documents import MEDIA_TYPE, file_data, is_document
+from pricing.recordings import is_recording
+from pricing.recordings import note as recording_note
 
 __all__ = [
     "ROLES",
@@ -336,7 +336,7 @@ def media_part(part: ImagePart, detail: bool = False) -> dict[str, Any]:
     asked)."""
     if is_document(part.url):
         return {"type": "file", "file": {"filename": "document.pdf", "file_data": part.url}}
-    if is_audio(part.url):  # no chat route takes it: its note, priced as such (pricing.audio)
-        return {"type": "text", "text": audio_note(part.url)}
+    if is_recording(part.url):  # no chat route takes it: its note, priced so (pricing.recordings)
+        return {"type": "text", "text": recording_note(part.url)}
     image = {"url": part.url, "detail": part.detail} if detail else {"url": part.url}
     return {"type": "image_url", "image_url": image}

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 import orjson
 import xxhash
 
-from pricing.audio import audio_tokens, is_audio
 from pricing.content import CLASSES, PROSE, STATS, STRUCTURED, classify, profile
 from pricing.documents import document_facts, is_document, page_tokens
 from pricing.framing import frame_message, tools_tokens
@@ -24,6 +23,7 @@ from pricing.images.kinds import GOOGLE_KINDS
 from pricing.lru import LRU
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
 from pricing.probe import ImageError, placeholder, probe
+from pricing.recordings import is_recording, kind, recording_tokens
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 
@@ -68,10 +68,9 @@ class ImagePrice:
     text_stats: tuple[int, ...] = ()
 
 
-#: The rule names a PDF's and an audio file's prices report (``pricing.documents``,
-#: ``pricing.audio``).
+#: The rule name a PDF's price reports (``pricing.documents``); a recording's reports
+#: ``audio`` or ``video`` (``pricing.recordings``).
 DOCUMENT = "document"
-AUDIO = "audio"
 
 #: Image rule kinds whose price is a stand-in rather than the provider's rule (the ``flat``
 #: price of a vision route routefit has no rule for).
@@ -148,8 +147,8 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
     rule = route.image_rule
     if is_document(part.url) and route.supports_vision and rule.visual:
         return _price_document(part, route)
-    if is_audio(part.url):
-        return _price_audio(part, route)
+    if is_recording(part.url):
+        return _price_recording(part, route)
     info = probe(part.url, route.image_limits, route.scope)
     width: int | None
     height: int | None
@@ -194,13 +193,14 @@ def _price_document(part: ImagePart, route: Route) -> ImagePrice:
     return replace(pictures, text=facts.tokens, text_class=facts.text_class, text_stats=facts.stats)
 
 
-def _price_audio(part: ImagePart, route: Route) -> ImagePrice:
-    """Audio: its seconds at the provider's rate where the route's provider takes it (never
-    lowered by calibration: ``sized`` False), else the note it is sent as (``pricing.audio``)."""
+def _price_recording(part: ImagePart, route: Route) -> ImagePrice:
+    """Audio or video: its seconds at the provider's rate where the route's provider takes it
+    (never lowered by calibration: ``sized`` False), else the note it is sent as
+    (``pricing.recordings``)."""
     rule = route.image_rule
     if route.supports_vision and rule.visual and rule.kind in GOOGLE_KINDS:
-        tokens = audio_tokens(part.url, route.scope)
-        return ImagePrice(0, 0, AUDIO, part.detail, None, None, tokens, False)
+        tokens = recording_tokens(part.url, route.scope)
+        return ImagePrice(0, 0, kind(part.url) or "", part.detail, None, None, tokens, False)
     text = placeholder(None, part.url)
     tokens = get_tokenizer(route.tokenizer, route.scope).count(text)
     return ImagePrice(0, 0, "text-only", part.detail, None, None, tokens, True, text)

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pricing.audio import is_audio
-from pricing.audio import note as audio_note
 from pricing.documents import MEDIA_TYPE, is_document
 from pricing.lru import LRU
 from pricing.messages import RequestError
+from pricing.recordings import is_recording
+from pricing.recordings import note as recording_note
 from pricing.route import ImageLimits
 
 __all__ = [
@@ -371,8 +371,8 @@ def probe(url: str, limits: ImageLimits, scope: bytes = b"") -> ImageInfo | None
     ``scope``: the tenant whose prompt holds the image (``Route.scope``); the cache serves a
     result only to the tenant that probed it first.
     """
-    if url[:5].lower() != "data:" or is_document(url) or is_audio(url):
-        return None  # a PDF or audio is not an image: pricing.documents / pricing.audio
+    if url[:5].lower() != "data:" or is_document(url) or is_recording(url):
+        return None  # a PDF or a recording is not an image: pricing.documents / .recordings
     data_url = _split(url)
     size = data_url.decoded_size()
     if size > limits.max_image_bytes:
@@ -412,8 +412,8 @@ def placeholder(info: ImageInfo | None, url: str) -> str:
     """
     if info is not None:
         return f"[image omitted: {info.width}x{info.height} {info.format} #{info.digest[:8]}]"
-    if is_audio(url):
-        return audio_note(url)
+    if is_recording(url):
+        return recording_note(url)
     if url[:5].lower() == "data:":
         try:
             data_url = _split(url)

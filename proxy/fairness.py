@@ -31,9 +31,9 @@ import anyio
 import anyio.to_thread
 from starlette.requests import Request
 
-from pricing.audio import is_audio
 from pricing.documents import is_document
 from pricing.messages import ChatRequest
+from pricing.recordings import is_recording
 from proxy.errors import ProxyError
 from proxy.teams import Team
 
@@ -51,11 +51,11 @@ _MAX_CALLERS = 10_000
 
 def work_size(request: ChatRequest, size: int) -> int:
     """The size a request's pricing is judged by: its body's, or over ``THREAD_ABOVE`` when it
-    carries a PDF or audio — reading a PDF costs ~5 ms a page (``pricing.documents``), so a
+    carries a PDF, audio or video — reading a PDF costs ~5 ms a page (``pricing.documents``), so a
     200 KB body of PDFs can cost what a 9 MB body of text does (an already-read file costs a
     digest, but which are new is known only by reading)."""
     if size <= THREAD_ABOVE and any(
-        is_document(p.url) or is_audio(p.url) for m in request.messages for p in m.images
+        is_document(p.url) or is_recording(p.url) for m in request.messages for p in m.images
     ):
         return THREAD_ABOVE + 1
     return size

@@ -1,13 +1,18 @@
 """Files for the media tests: PDFs of text pages (fpdf2) and of scanned pages (Pillow), WAV
-audio (the standard library), and base64."""
+audio (the standard library), videos (FFmpeg, from the imageio-ffmpeg wheel) and base64."""
 
 from __future__ import annotations
 
 import base64
 import io
 import random
+import subprocess
+import tempfile
 import wave
+from functools import cache
+from pathlib import Path
 
+import imageio_ffmpeg
 from fpdf import FPDF
 from PIL import Image
 
@@ -62,3 +67,15 @@ def wav(seconds: float, rate: int = 8000) -> bytes:
         w.setframerate(rate)
         w.writeframes(bytes([128]) * int(seconds * rate))
     return out.getvalue()
+
+
+@cache
+def video(seconds: int, suffix: str = "mp4", *args: str) -> bytes:
+    """A test-pattern video of ``seconds`` at 5 frames a second, in the container ``suffix``
+    names, made by a real FFmpeg (``args``: more of its output options, e.g. a live WebM's)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / f"clip.{suffix}"
+        pattern = f"testsrc=duration={seconds}:size=160x120:rate=5"
+        command = [imageio_ffmpeg.get_ffmpeg_exe(), "-loglevel", "error", "-f", "lavfi"]
+        subprocess.run([*command, "-i", pattern, *args, str(out)], check=True, timeout=120)
+        return out.read_bytes()

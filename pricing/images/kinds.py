@@ -25,7 +25,7 @@ from typing import ClassVar, TypeAlias
 UNKNOWN_VISION_TOKENS = 1600
 
 #: The kinds of Google's models: their provider counts a PDF's pages as pictures (no text
-#: apart) and takes audio inline (``pricing.documents``, ``pricing.audio``).
+#: apart) and takes audio and video inline (``pricing.documents``, ``pricing.recordings``).
 GOOGLE_KINDS = frozenset({"gemini-tile", "gemini-fixed"})
 
 #: The ``detail`` values an OpenAI-style image part may carry.

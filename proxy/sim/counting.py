@@ -26,7 +26,8 @@ gemini
     theirs); a JSON answer's schema (``responseSchema`` / ``responseJsonSchema``) its compact
     JSON. Then ``systemInstruction`` and every content: ``per_message`` (3) each, text parts by
     the tokenizer (thought parts of earlier turns are not part of the prompt), images by the
-    model's rule, other media (PDF, audio) a flat ``GEMINI_MEDIA_TOKENS`` (258), ``functionCall``
+    model's rule, a PDF sent as data 258 a page, audio and video sent as data by their length
+    (``sim.recordings``), other media a flat ``GEMINI_MEDIA_TOKENS`` (258), ``functionCall``
     / ``functionResponse`` parts ``per_tool_call`` (4) + name + compact JSON of ``args`` /
     ``response``, any other part its compact JSON; ``priming`` (2) at the end.
 """
@@ -39,10 +40,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.sim.audio import PER_SECOND, audio_seconds
 from proxy.sim.documents import pdf_pages
 from proxy.sim.images import Picture, image_tokens
 from proxy.sim.models import SimModel
+from proxy.sim.recordings import AUDIO_SECOND, seconds, video_tokens
 from proxy.sim.tokens import (
     CALL,
     END,
@@ -469,6 +470,13 @@ def gemini_media(part: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def _video(part: Mapping[str, Any], length: float) -> int:
+    """A video's tokens at the frame rate its part asks for (1 a second unless it says)."""
+    meta = part.get("videoMetadata", part.get("video_metadata"))
+    fps = meta.get("fps") if isinstance(meta, Mapping) else None
+    return video_tokens(length, float(fps) if isinstance(fps, int | float) and fps > 0 else 1.0)
+
+
 def _gemini_part(
     part: Mapping[str, Any], m: SimModel, enc: Encoder, pictures: Pictures
 ) -> tuple[list[int], int]:
@@ -481,9 +489,10 @@ def _gemini_part(
         if mime == "application/pdf" and isinstance(media.get("data"), str):
             data = str(media["data"]).translate(URLSAFE)
             return pdf_ids(data, enc, f"flat:{GEMINI_MEDIA_TOKENS}", text=False)
-        if mime.startswith("audio/") and isinstance(media.get("data"), str):
-            seconds = audio_seconds(str(media["data"]).translate(URLSAFE)) or 0.0
-            ids = image_token_ids(digest(str(media["data"])), math.ceil(seconds * PER_SECOND))
+        if mime.startswith(("audio/", "video/")) and isinstance(media.get("data"), str):
+            length = seconds(str(media["data"]).translate(URLSAFE)) or 0.0
+            n = _video(part, length) if mime.startswith("video/") else length * AUDIO_SECOND
+            ids = image_token_ids(digest(str(media["data"])), math.ceil(n))
             return ids, len(ids)
         if not mime.startswith("image/"):
             return specials(FILL, GEMINI_MEDIA_TOKENS), 0

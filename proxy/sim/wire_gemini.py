@@ -24,7 +24,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from proxy.sim.audio import audio_seconds
 from proxy.sim.completion import Answer, answer
 from proxy.sim.counting import URLSAFE, gemini_media, gemini_prompt
 from proxy.sim.ctx import Ctx, Handler
@@ -32,6 +31,7 @@ from proxy.sim.documents import pdf_pages
 from proxy.sim.errors import SimError, fault_error, google_error
 from proxy.sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
 from proxy.sim.models import SimModel
+from proxy.sim.recordings import seconds
 from proxy.sim.state import SimState
 from proxy.sim.steps import chunk_delay, decode_body, log_request, plan_request_faults
 from proxy.sim.streaming import CutBody, DropConnection, EventStream
@@ -55,15 +55,16 @@ _DATA = (
 
 
 def _check_media(media: Mapping[str, Any] | None) -> None:
-    """Inline media Google cannot open is refused: a PDF without pages, audio it cannot read."""
+    """Inline media Google cannot open is refused: a PDF without pages, audio or video it
+    cannot read."""
     if media is None or not isinstance(media.get("data"), str):
         return
     mime = str(media.get("mimeType", media.get("mime_type", "")))
     data = str(media["data"]).translate(URLSAFE)
     if mime == "application/pdf" and pdf_pages(data) is None:
         raise _bad("The document has no pages.")
-    if mime.startswith("audio/") and audio_seconds(data) is None:
-        raise _bad("Unable to process input audio.")
+    if mime.startswith(("audio/", "video/")) and seconds(data) is None:
+        raise _bad(f"Unable to process input {mime.partition('/')[0]}.")
 
 
 _PART = frozenset({*_DATA, "thought", "thoughtSignature", "thought_signature", "videoMetadata",

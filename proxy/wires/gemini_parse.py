@@ -29,9 +29,9 @@ from typing import Any
 
 import orjson
 
-from pricing.audio import is_audio
 from pricing.documents import is_document
 from pricing.messages import ChatRequest, ImagePart, Message, Part, RequestError, TextPart, ToolCall
+from pricing.recordings import is_recording
 
 __all__ = [
     "SYSTEM",
@@ -92,11 +92,11 @@ def json_schema(schema: Any) -> Any:
 
 def _image(mime: Any, url: str, at: str) -> Part:
     """An image part priced by the route's rule, a PDF's data priced from its pages
-    (``pricing.documents``), audio data by its length (``pricing.audio``); other media as a
-    note (a chat route cannot carry them)."""
+    (``pricing.documents``), audio and video data by their length (``pricing.recordings``);
+    other media as a note (a chat route cannot carry them)."""
     if not isinstance(mime, str):
         raise RequestError(f"{at}.mimeType must be a string", f"{at}.mimeType")
-    if mime.startswith("image/") or is_document(url) or is_audio(url):
+    if mime.startswith("image/") or is_document(url) or is_recording(url):
         return ImagePart(url)
     return TextPart(f"[{mime} content omitted: this route takes text and images]")
 
@@ -111,6 +111,20 @@ def _standard(data: str) -> str:
     return data.translate(_URLSAFE) if "-" in data or "_" in data else data
 
 
+def _sampling(part: Mapping[str, Any], at: str) -> str:
+    """The frame rate a video part asks Google to sample it at, as the data URL's ``fps``
+    parameter that pricing reads (``pricing.recordings``); empty when it sets none."""
+    meta = part.get("videoMetadata", part.get("video_metadata"))
+    if meta is None:
+        return ""
+    fps = meta.get("fps") if isinstance(meta, Mapping) else None
+    if fps is None:
+        return ""
+    if isinstance(fps, bool) or not isinstance(fps, int | float) or not 0 < fps <= 24:
+        raise RequestError(f"{at}.videoMetadata.fps must be a number in (0, 24]", at)
+    return f";fps={float(fps)!r}"
+
+
 def _media(part: Mapping[str, Any], at: str) -> Part | None:
     inline = part.get("inlineData") or part.get("inline_data")
     if isinstance(inline, Mapping):
@@ -118,7 +132,8 @@ def _media(part: Mapping[str, Any], at: str) -> Part | None:
         if not isinstance(data, str):
             raise RequestError(f"{at}.inlineData.data must be a base64 string", f"{at}.inlineData")
         mime = inline.get("mimeType", inline.get("mime_type"))
-        return _image(mime, f"data:{mime};base64,{_standard(data)}", f"{at}.inlineData")
+        url = f"data:{mime}{_sampling(part, at)};base64,{_standard(data)}"
+        return _image(mime, url, f"{at}.inlineData")
     file = part.get("fileData") or part.get("file_data")
     if isinstance(file, Mapping):
         uri = file.get("fileUri", file.get("file_uri"))

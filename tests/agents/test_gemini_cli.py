@@ -26,7 +26,7 @@ import httpx
 import pytest
 from agent_clis import agent_cli
 from harness import Running, gateway_config, run_routefit, sim_route
-from media_files import text_pdf
+from media_files import text_pdf, video
 
 from proxy.sim.completion import WORDS
 from proxy.sim.models import get_builtin, small_variant
@@ -243,29 +243,38 @@ def test_a_session_on_a_native_gemini_route_it_outgrows(native_stack, tmp_path, 
     assert last and json.dumps(last[-1]["body"]["contents"]).count(NOTE[:30]) < TURNS
 
 
+MEDIA = {  # a file the CLI reads for `@name`: (its bytes, its type, the note that replaces it)
+    "report.pdf": (lambda: text_pdf(20), "application/pdf", "[document omitted: application/pdf"),
+    "clip.mp4": (lambda: video(20), "video/mp4", "[video omitted: video/mp4"),
+}
+
+
 @pytest.mark.parametrize("route", ["small-vision", "small"])
-def test_a_pdf_the_cli_reads_is_priced_from_its_pages(native_stack, tmp_path, route):
-    """``@report.pdf`` makes the CLI send the file as ``inlineData``. On a route that takes
-    images it reaches the provider as the CLI sent it, priced at or above the provider's count
-    (258 a page: routefit prices its pages, not a note); on one that takes none it is replaced by
-    its placeholder and never sent."""
+@pytest.mark.parametrize("name", list(MEDIA))
+def test_a_file_the_cli_reads_is_priced_from_its_pages_or_seconds(
+    native_stack, tmp_path, route, name
+):
+    """``@report.pdf`` or ``@clip.mp4`` makes the CLI send the file as ``inlineData``. On a route
+    that takes images it reaches the provider as the CLI sent it, priced at or above the
+    provider's count (258 a page; 258 a frame and 42 a second besides: routefit prices its pages
+    or its seconds, not a note); on one that takes none it is replaced by its placeholder and
+    never sent."""
+    make, mime, note = MEDIA[name]
     sim, gw = native_stack
     sim.reset()
     home, work = _home(tmp_path)
-    (work / "report.pdf").write_bytes(text_pdf(20))
-    result = _gemini(gw, home, work, ["-m", route, "-p", "Summarise @report.pdf"])
+    (work / name).write_bytes(make())
+    result = _gemini(gw, home, work, ["-m", route, "-p", f"Summarise @{name}"])
     assert _simulated(result["response"]), result["response"]
     (turn,) = [r for r in sim.requests() if r["path"].endswith(":streamGenerateContent")]
     assert turn["status"] == 200
     parts = [p for c in turn["body"]["contents"] for p in c["parts"]]
-    pdfs = [p["inlineData"] for p in parts if "inlineData" in p]
+    media = [p["inlineData"] for p in parts if "inlineData" in p]
     if route == "small":
-        assert not pdfs
-        assert any(
-            p.get("text", "").startswith("[document omitted: application/pdf") for p in parts
-        )
+        assert not media
+        assert any(p.get("text", "").startswith(note) for p in parts)
         return
-    assert [p["mimeType"] for p in pdfs] == ["application/pdf"]
+    assert [p["mimeType"] for p in media] == [mime]
     served = [
         json.loads(line.split("routefit.access: ", 1)[1])
         for line in gw.log().splitlines()

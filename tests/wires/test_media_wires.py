@@ -1,8 +1,8 @@
-"""PDFs and audio on every wire, in process (routefit's app, the simulator behind the mock
+"""PDFs, audio and video on every wire, in process (routefit's app, the simulator behind the mock
 transport): a chat ``file`` part, a Responses ``input_file``, a Gemini ``inlineData`` PDF and an
 Anthropic ``document`` translated for a chat route are priced from their pages — never below
 what the provider counts — and reach the provider in the shape its wire takes them; Gemini audio
-is priced by the second on a Gemini route and sent as its note to a chat route."""
+and video are priced by the second on a Gemini route and sent as their note to a chat route."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from gpt4o_route import gpt4o_route
-from media_files import b64, document_block, text_pdf, wav
+from media_files import b64, document_block, text_pdf, video, wav
 from starlette.testclient import TestClient
 
 from pricing.probe import placeholder
@@ -227,3 +227,56 @@ def test_gemini_audio_reaches_a_chat_route_as_its_note(gw: Gateway) -> None:
     note = next(p["text"] for p in message["content"] if p["text"].startswith("[audio omitted"))
     assert note == placeholder(None, f"data:audio/wav;base64,{b64(wav(90))}")
     assert gw.counted() <= estimate < 200  # priced as the note it is sent as
+
+
+def _gemini_video(seconds: int, **meta: Any) -> dict[str, Any]:
+    part: dict[str, Any] = {"inlineData": {"mimeType": "video/mp4", "data": b64(video(seconds))}}
+    return {**part, "videoMetadata": meta} if meta else part
+
+
+@pytest.mark.parametrize("meta", [{}, {"fps": 3}], ids=["one frame a second", "three"])
+def test_gemini_video_is_priced_by_its_frames_and_sent_as_it_came(
+    gw: Gateway, meta: dict[str, Any]
+) -> None:
+    parts = [{"text": "What happens?"}, _gemini_video(20, **meta)]
+    body = {"contents": [{"role": "user", "parts": parts}]}
+    estimate = _estimate(gw.post("/v1beta/models/gem:generateContent", body))
+    assert gw.sent()["contents"] == body["contents"]
+    counted = gw.counted()  # Google's rule: 258 a frame, 42 a second besides
+    assert counted > 20 * meta.get("fps", 1) * 258
+    assert counted <= estimate <= 1.1 * counted + 50
+
+
+def test_an_old_gemini_video_goes_when_the_conversation_outgrows_the_window(
+    gw: Gateway,
+) -> None:
+    """20 s of video (~6,400 tokens) twice does not fit 8k: the older one goes (offloaded or
+    elided: never sent), the one the user asks about now is sent as it came."""
+    contents = [
+        {"role": "user", "parts": [{"text": "Watch this."}, _gemini_video(20)]},
+        {"role": "model", "parts": [{"text": "Watched."}]},
+        {"role": "user", "parts": [{"text": "And this?"}, _gemini_video(21)]},
+    ]
+    reply = gw.post("/v1beta/models/gem-small:generateContent", {"contents": contents})
+    estimate = _estimate(reply)
+    sent = gw.sent()["contents"]
+    assert b64(video(20))[:64] not in json.dumps(sent)
+    assert sent[-1]["parts"] == contents[2]["parts"]
+    assert gw.counted() <= estimate <= int(reply.headers["x-routefit-budget"])
+
+
+def test_a_frame_rate_google_would_refuse_is_refused_in_its_shape(gw: Gateway) -> None:
+    parts = [{"text": "What happens?"}, _gemini_video(2, fps=0)]
+    reply = gw.post("/v1beta/models/gem:generateContent", {"contents": [{"parts": parts}]})
+    assert reply.status_code == 400
+    assert "videoMetadata.fps" in reply.json()["error"]["message"]
+
+
+def test_gemini_video_reaches_a_chat_route_as_its_note(gw: Gateway) -> None:
+    parts = [{"text": "What happens?"}, _gemini_video(20)]
+    body = {"contents": [{"role": "user", "parts": parts}]}
+    estimate = _estimate(gw.post("/v1beta/models/gpt-4o:generateContent", body))
+    (message,) = gw.sent()["messages"]
+    note = next(p["text"] for p in message["content"] if p["text"].startswith("[video omitted"))
+    assert note == placeholder(None, f"data:video/mp4;base64,{b64(video(20))}")
+    assert gw.counted() <= estimate < 200

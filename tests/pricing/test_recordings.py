@@ -1,0 +1,122 @@
+"""Audio and video are priced by their length where the route's provider takes them (Gemini:
+audio 32 tokens a second; video a frame a second and 42 more), and as their note where they are
+sent as one (pricing.recordings, docs/pricing.md "Audio and video")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from gpt4o_route import gpt4o_route
+from hypothesis import given
+from hypothesis import strategies as st
+from media_files import b64, video, wav
+
+from pricing import recordings
+from pricing.images import parse_image_rule
+from pricing.messages import ImagePart
+from pricing.meter import price_image
+from pricing.probe import placeholder
+from pricing.recordings import (
+    AUDIO_SECOND,
+    FRAME,
+    SLOWEST_BYTES_PER_SECOND,
+    VIDEO_SECOND,
+    recording_seconds,
+    recording_tokens,
+)
+from pricing.tokenizers import get_tokenizer
+from proxy.sim import recordings as sim
+
+GEMINI = replace(gpt4o_route(1_000_000), image_rule=parse_image_rule("gemini-tile"))
+LIVE_WEBM = ("-c:v", "libvpx", "-f", "webm", "-live", "1")
+
+
+def _url(data: bytes, media: str = "audio/wav") -> str:
+    return f"data:{media};base64,{b64(data)}"
+
+
+def test_a_files_length_is_read_from_its_header() -> None:
+    assert recording_seconds(_url(wav(60))) == 60.0
+    assert recording_seconds(_url(wav(2.5, rate=16000))) == 2.5
+
+
+def test_a_length_that_cannot_be_read_is_the_longest_its_bytes_could_last() -> None:
+    noise = bytes(range(256)) * 30
+    assert recording_seconds(_url(noise, "audio/mp3")) == len(noise) / SLOWEST_BYTES_PER_SECOND
+    assert recording_seconds(_url(noise, "video/mp4")) == len(noise) / SLOWEST_BYTES_PER_SECOND
+    assert recording_seconds("data:audio/ogg;base64,@@not base64@@") == 0.0
+
+
+def test_gemini_counts_audio_by_the_second_and_calibration_never_lowers_it() -> None:
+    price = price_image(ImagePart(_url(wav(61))), GEMINI, None)
+    assert (price.rule, price.tokens, price.sized) == ("audio", 61 * AUDIO_SECOND, False)
+
+
+def test_a_route_that_takes_no_audio_gets_its_note() -> None:
+    url = _url(wav(600))
+    price = price_image(ImagePart(url), gpt4o_route(), None)
+    note = placeholder(None, url)
+    assert note.startswith("[audio omitted: audio/wav #")
+    assert (price.placeholder, price.tokens) == (note, get_tokenizer("o200k_base").count(note))
+
+
+def test_a_file_is_read_once_per_tenant() -> None:
+    url = _url(wav(3))
+    misses = recordings._CACHE.misses
+    recording_seconds(url, b"team-a")
+    recording_seconds(url, b"team-a")
+    recording_seconds(url, b"team-b")
+    assert recordings._CACHE.misses == misses + 2
+
+
+@pytest.mark.parametrize(
+    ("suffix", "media", "args"),
+    [
+        ("mp4", "video/mp4", ()),
+        ("mov", "video/quicktime", ()),
+        ("wmv", "video/x-ms-wmv", ()),
+        ("avi", "video/avi", ()),
+        ("webm", "video/webm", ("-c:v", "libvpx")),
+        ("mkv", "video/x-matroska", ()),
+    ],
+)
+def test_a_videos_length_is_read_from_its_container(suffix: str, media: str, args: tuple) -> None:
+    assert recording_seconds(_url(video(6, suffix, *args), media)) == pytest.approx(6, abs=0.01)
+
+
+def test_a_live_webm_states_no_length_and_is_priced_to_its_last_frame_and_a_second() -> None:
+    """MediaRecorder and ``-live`` WebM leave the duration out: the last block's time is read."""
+    seconds = recording_seconds(_url(video(6, "webm", *LIVE_WEBM), "video/webm"))
+    assert 6 <= seconds <= 7
+
+
+def test_gemini_counts_a_video_by_its_frames_and_seconds_never_below_google() -> None:
+    url = _url(video(6), "video/mp4")
+    price = price_image(ImagePart(url), GEMINI, None)
+    assert (price.rule, price.sized) == ("video", False)
+    assert price.tokens == 6 * FRAME + 6 * VIDEO_SECOND
+    # Google's default: 258 a frame, 32 of audio and ~10 of metadata a second
+    assert sim.video_tokens(6.0) <= price.tokens <= 1.1 * sim.video_tokens(6.0)
+
+
+def test_a_parts_frame_rate_multiplies_its_frames() -> None:
+    url = _url(video(6), "video/mp4")
+    sampled = url.replace(";base64,", ";fps=4.0;base64,")
+    assert recording_tokens(sampled) == 24 * FRAME + 6 * VIDEO_SECOND
+    assert recording_tokens(sampled) >= sim.video_tokens(6.0, fps=4.0)
+
+
+def test_a_route_that_takes_no_video_gets_its_note() -> None:
+    url = _url(video(6), "video/mp4")
+    price = price_image(ImagePart(url), gpt4o_route(), None)
+    assert price.placeholder == placeholder(None, url)
+    assert price.placeholder.startswith("[video omitted: video/mp4 #")
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_after_a_matroska_magic_give_a_length_or_the_worst_case(tail: bytes) -> None:
+    data = b"\x1a\x45\xdf\xa3" + tail
+    seconds = recording_seconds(_url(data, "video/webm"))
+    assert math.isfinite(seconds) and seconds >= 0
