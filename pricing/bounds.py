@@ -318,18 +318,45 @@ def _batch(
     first = all(c.counted == 0 for c in todo)  # the ratio is a guess: a first look only
     pieces = 0
     for c in todo:
-        take, before = c.counted, 0
-        while take < len(c.pieces) and want < need and not (first and pieces >= _FIRST_BATCH):
-            b = bound(c.pieces[take])
-            before += b
-            want += ratio * b
-            take += 1
-            pieces += 1
+        if first or ratio * c.tail >= 2 * (need - want):
+            most = _FIRST_BATCH - pieces if first else len(c.pieces)
+            take, before = _prefix(c, ratio, need - want, bound, most)
+        else:
+            take, before = _prefix_from_end(c, (need - want) / ratio, bound)
+        want += ratio * before
+        pieces += take - c.counted
         if take > c.counted:
             batch.append((c, take - c.counted, before))
         if want >= need or (first and pieces >= _FIRST_BATCH):
             break
     return batch
+
+
+def _prefix(
+    c: _Counted, ratio: float, need: float, bound: Callable[[str], int], most: int
+) -> tuple[int, int]:
+    """(end, bound) of the fewest next pieces of ``c`` that ``ratio`` says save ``need``: read
+    from the first uncounted piece on, at most ``most`` of them (a first look)."""
+    take, before = c.counted, 0
+    while take < len(c.pieces) and ratio * before < need and take - c.counted < most:
+        before += bound(c.pieces[take])
+        take += 1
+    return take, before
+
+
+def _prefix_from_end(c: _Counted, target: float, bound: Callable[[str], int]) -> tuple[int, int]:
+    """(end, bound) of the fewest next pieces of ``c`` whose bound reaches ``target``, found by
+    bounding the pieces left behind, from the last one back: a proof near the window counts
+    most of a text, and bounds add up at the cuts (``_Counted``), so what it takes is bounded
+    as the text's rest less what it leaves — a few pieces read instead of every one."""
+    end, left = len(c.pieces), 0
+    while end > c.counted:
+        b = bound(c.pieces[end - 1])
+        if c.tail - (left + b) < target:
+            break
+        left += b
+        end -= 1
+    return end, c.tail - left
 
 
 def bound_pressure(

@@ -368,6 +368,24 @@ def test_a_tightened_fit_is_the_transparent_fit_it_stands_for(body, window, spec
     assert_stands_for_the_exact_fit(bounded, request, r, correction)
 
 
+def test_a_proof_near_the_window_bounds_the_pieces_it_leaves_not_those_it_counts():
+    """A prompt near the window is counted nearly whole: the pieces it counts are bounded as the
+    text's bound less the few it leaves (bounds add up at the cuts), not one by one."""
+    text = " ".join(f"word{i % 97} and prose" for i in range(40_000))
+    request = parse_request({"model": "m", "messages": [{"role": "user", "content": text}]})
+    (count,) = count_apart(get_tokenizer("o200k_base"), [text])  # not memoised
+    r = windowed("o200k_base", int(count * 1.15))
+    proof = Proof(r)
+    bounded: list[int] = []
+    cheap = proof.bound
+    assert cheap is not None
+    proof.bound = lambda t: bounded.append(len(t)) or cheap(t)
+    assert fit_bounded(request, r, FitPolicy(), proof=proof) is not None
+    pieces = len(text) // pricing.bounds._PIECE
+    assert sum(bounded) < len(text) * 1.25  # the text once, and a few of its pieces again
+    assert len(bounded) < pieces / 4
+
+
 def test_a_text_counted_before_is_its_own_bound():
     r = route("o200k_base")
     text = " ".join(f"again{i}" for i in range(3_000))
