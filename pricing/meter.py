@@ -22,7 +22,7 @@ from pricing.framing import frame_message, tools_tokens
 from pricing.images.kinds import GOOGLE_KINDS
 from pricing.lru import LRU
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
-from pricing.probe import ImageError, placeholder, probe
+from pricing.probe import GOOGLE_ONLY, ImageError, placeholder, probe
 from pricing.recordings import is_recording, kind, recording_tokens
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
@@ -150,6 +150,12 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
     if is_recording(part.url):
         return _price_recording(part, route)
     info = probe(part.url, route.image_limits, route.scope)
+    visual = route.supports_vision and rule.visual
+    if info is not None and info.format in GOOGLE_ONLY and visual and rule.kind not in GOOGLE_KINDS:
+        raise ImageError(  # its provider would refuse it: say so before anything is sent
+            f"this route's provider does not take {info.format.upper()} images (only "
+            "Google's models do): send it as PNG, JPEG, GIF or WebP"
+        )
     width: int | None
     height: int | None
     if info is not None:
@@ -158,7 +164,7 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
         width, height = sizes[part.url]
     else:
         width = height = None
-    if not (route.supports_vision and rule.visual):
+    if not visual:
         text = placeholder(info, part.url)
         tokens = get_tokenizer(route.tokenizer, route.scope).count(text)
         # Sent as text whatever the configured rule says, so report it as text.

@@ -39,6 +39,7 @@ from pricing.route import ImageLimits
 __all__ = [
     "CACHE",
     "FORMATS",
+    "GOOGLE_ONLY",
     "Header",
     "ImageError",
     "ImageInfo",
@@ -49,8 +50,10 @@ __all__ = [
     "read_header",
 ]
 
-#: Formats whose headers routefit reads (what OpenAI, Anthropic and DeepSeek accept).
-FORMATS = ("png", "jpeg", "gif", "webp")
+#: Formats whose headers routefit reads: what OpenAI, Anthropic and DeepSeek accept, and HEIF
+#: (HEIC), which only Google's models take (``GOOGLE_ONLY``: the meter refuses it elsewhere).
+FORMATS = ("png", "jpeg", "gif", "webp", "heif")
+GOOGLE_ONLY = frozenset({"heif"})
 
 #: Characters of the payload in the fingerprint: a prefix (every PNG, GIF and WebP header and
 #: most JPEG ones), evenly spaced samples, and the tail (a PNG's ends with the Adler-32 of all
@@ -173,6 +176,64 @@ def _jpeg(read: Read) -> Header:
     raise ImageError(f"corrupt JPEG: no frame header in its first {_MAX_JPEG_SEGMENTS} segments")
 
 
+#: ISO base media (HEIF) brands of still images: HEVC-coded (HEIC) and the generic image ones.
+_HEIF_BRANDS = frozenset(
+    {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
+)
+#: Top-level boxes looked through for ``meta`` (ftyp comes first; meta follows in real files).
+_HEIF_TOP_BOXES = 16
+#: The most of a ``meta`` box read (its item properties; an iPhone photo's is a few KB).
+_HEIF_META_BYTES = 1 << 20
+
+
+def _heif(read: Read) -> Header:
+    """The largest image size the file states (``meta`` → ``iprp`` → ``ipco`` → ``ispe``): the
+    picture's own (a grid states its whole picture; its tiles, thumbnail and auxiliary images
+    state smaller ones). That is its coded size, which a clean aperture (``clap``) may crop by
+    a few pixels (an odd side is coded even): priced from it, a picture is never priced small.
+    Its rotation (``irot``) is not read: Google's rules price a picture and its quarter turn
+    alike."""
+    pos = 0
+    for _ in range(_HEIF_TOP_BOXES):
+        size, kind = struct.unpack(">I4s", read(pos, 8))
+        if kind == b"meta":
+            if not 12 <= size <= _HEIF_META_BYTES:
+                raise ImageError("corrupt HEIF: its meta box is too small or too large")
+            meta = read(pos, size)
+            sizes = [
+                struct.unpack_from(">II", meta, x + 4)  # after the box's version and flags
+                for iprp in _children(meta, b"iprp", 12, size)  # meta: after version, flags
+                for ipco in _children(meta, b"ipco", *iprp)
+                for x, y in _children(meta, b"ispe", *ipco)
+                if y - x >= 12
+            ]
+            if not sizes:
+                raise ImageError("corrupt HEIF: no image size (ispe) in its properties")
+            width, height = max(sizes, key=lambda wh: wh[0] * wh[1])
+            return Header("heif", width, height)
+        if size < 8:
+            raise ImageError("corrupt HEIF: a box before meta has no size")
+        pos += size
+    raise ImageError("corrupt HEIF: no meta box among its first boxes")
+
+
+def _children(data: bytes, kind: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    """(body start, body end) of each ``kind`` box among the ISO boxes laid end to end in
+    ``data[start:end]``."""
+    out = []
+    while start + 8 <= end:
+        size, found = struct.unpack_from(">I4s", data, start)
+        head = 8
+        if size == 1 and start + 16 <= end:
+            (size,), head = struct.unpack_from(">Q", data, start + 8), 16
+        if size < head or start + size > end:
+            raise ImageError(f"corrupt HEIF: box {found!r} overruns its parent")
+        if found == kind:
+            out.append((start + head, start + size))
+        start += size
+    return out
+
+
 def _parse(read: Read) -> Header:
     magic = read(0, 12)
     if magic.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -183,6 +244,8 @@ def _parse(read: Read) -> Header:
         return _gif(read)
     if magic.startswith(b"RIFF") and magic[8:12] == b"WEBP":
         return _webp(read)
+    if magic[4:8] == b"ftyp" and magic[8:12] in _HEIF_BRANDS:
+        return _heif(read)
     raise ImageError(f"unsupported image format (supported: {', '.join(FORMATS)})")
 
 

@@ -1,5 +1,6 @@
 """Files for the media tests: PDFs of text pages (fpdf2) and of scanned pages (Pillow), WAV
-audio (the standard library), videos (FFmpeg, from the imageio-ffmpeg wheel) and base64."""
+audio (the standard library), videos (FFmpeg, from the imageio-ffmpeg wheel), HEIC photos
+(pillow-heif) and base64."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from functools import cache
 from pathlib import Path
 
 import imageio_ffmpeg
+import pillow_heif
 from fpdf import FPDF
 from PIL import Image
 
@@ -79,3 +81,11 @@ def video(seconds: int, suffix: str = "mp4", *args: str) -> bytes:
         command = [imageio_ffmpeg.get_ffmpeg_exe(), "-loglevel", "error", "-f", "lavfi"]
         subprocess.run([*command, "-i", pattern, *args, str(out)], check=True, timeout=120)
         return out.read_bytes()
+
+
+def heic(width: int, height: int, seed: int = 1) -> bytes:
+    """A HEIC photo of noise, as an iPhone would send it to Gemini."""
+    pixels = random.Random(seed).randbytes(width * height * 3)
+    out = io.BytesIO()
+    pillow_heif.from_pillow(Image.frombytes("RGB", (width, height), pixels)).save(out, quality=40)
+    return out.getvalue()

@@ -89,8 +89,10 @@ def _gemini_tile(width: int, height: int, tile: int) -> int:
     return tile * math.ceil(width / unit) * math.ceil(height / unit)
 
 
-def probe_bytes(data: bytes) -> tuple[int, int, str]:
-    """(width, height, media type) from an image's header; ImageProblem when it is no image."""
+def probe_bytes(data: bytes, heif: bool = False) -> tuple[int, int, str]:
+    """(width, height, media type) from an image's header; ImageProblem when it is no image.
+    ``heif``: HEIC/HEIF is taken too (Google takes it; read with pillow-heif, the tests'
+    reader, when it is installed)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -98,10 +100,28 @@ def probe_bytes(data: bytes) -> tuple[int, int, str]:
             fmt = img.format or ""
             width, height = img.size
     except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise ImageProblem(f"not a decodable image ({exc.__class__.__name__})") from None
+        found = _heif(data) if heif else None
+        if found is None:
+            raise ImageProblem(f"not a decodable image ({exc.__class__.__name__})") from None
+        return found
+    if heif and fmt == "HEIF":  # Pillow read it itself (pillow-heif's opener is registered)
+        return width, height, "image/heic"
     if fmt not in FORMATS:
         raise ImageProblem(f"unsupported image format {fmt or 'unknown'}")
     return width, height, FORMATS[fmt]
+
+
+def _heif(data: bytes) -> tuple[int, int, str] | None:
+    try:
+        import pillow_heif
+    except ImportError:
+        return None
+    try:
+        found = pillow_heif.open_heif(data)
+    except (ValueError, OSError, RuntimeError):
+        return None
+    width, height = found.size
+    return width, height, "image/heic"
 
 
 def decode_data_url(url: str) -> tuple[str | None, bytes]:

@@ -195,7 +195,7 @@ async def _picture(state: SimState, media: Mapping[str, Any]) -> Picture:
         if "data" in media:
             # Google takes the URL-safe alphabet too (the google-genai SDK sends it)
             data = decode_base64(str(media["data"]).replace("-", "+").replace("_", "/"))
-            width, height, actual = probe_bytes(data)
+            width, height, actual = probe_bytes(data, heif=True)
             return Picture(width, height, actual, digest(data))
         uri = str(media.get("fileUri", media.get("file_uri", "")))
         config = state.config

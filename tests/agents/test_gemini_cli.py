@@ -26,7 +26,7 @@ import httpx
 import pytest
 from agent_clis import agent_cli
 from harness import Running, gateway_config, run_routefit, sim_route
-from media_files import text_pdf, video
+from media_files import heic, text_pdf, video
 
 from proxy.sim.completion import WORDS
 from proxy.sim.models import get_builtin, small_variant
@@ -246,19 +246,19 @@ def test_a_session_on_a_native_gemini_route_it_outgrows(native_stack, tmp_path, 
 MEDIA = {  # a file the CLI reads for `@name`: (its bytes, its type, the note that replaces it)
     "report.pdf": (lambda: text_pdf(20), "application/pdf", "[document omitted: application/pdf"),
     "clip.mp4": (lambda: video(20), "video/mp4", "[video omitted: video/mp4"),
+    "photo.heic": (lambda: heic(1001, 777), "image/heic", "[image omitted: 1002x778 heif"),
 }
 
 
 @pytest.mark.parametrize("route", ["small-vision", "small"])
 @pytest.mark.parametrize("name", list(MEDIA))
-def test_a_file_the_cli_reads_is_priced_from_its_pages_or_seconds(
-    native_stack, tmp_path, route, name
-):
-    """``@report.pdf`` or ``@clip.mp4`` makes the CLI send the file as ``inlineData``. On a route
-    that takes images it reaches the provider as the CLI sent it, priced at or above the
-    provider's count (258 a page; 258 a frame and 42 a second besides: routefit prices its pages
-    or its seconds, not a note); on one that takes none it is replaced by its placeholder and
-    never sent."""
+def test_a_file_the_cli_reads_is_priced_from_what_it_holds(native_stack, tmp_path, route, name):
+    """``@report.pdf``, ``@clip.mp4`` or ``@photo.heic`` makes the CLI send the file as
+    ``inlineData``. On a route that takes images it reaches the provider as the CLI sent it,
+    priced at or above the provider's count (258 a page; 258 a frame and 42 a second besides; a
+    HEIC photo by Google's tiles: routefit prices its pages, seconds or size, not a note, and
+    never refuses the photo); on one that takes none it is replaced by its placeholder and never
+    sent."""
     make, mime, note = MEDIA[name]
     sim, gw = native_stack
     sim.reset()

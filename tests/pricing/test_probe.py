@@ -1,5 +1,5 @@
-"""Header-only probing of data-URL images: every format as Pillow writes it, malformed and
-hostile inputs, the fingerprint cache, and placeholders."""
+"""Header-only probing of data-URL images: every format as Pillow (and pillow-heif, for HEIC)
+writes it, malformed and hostile inputs, the fingerprint cache, and placeholders."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 import tracemalloc
 import zlib
 
+import pillow_heif
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +30,7 @@ from pricing.probe import (
 from pricing.route import ImageLimits
 
 LIMITS = ImageLimits()
+pillow_heif.register_heif_opener()  # Pillow then writes (and reads) HEIC, as an iPhone saves it
 
 
 def encode(raw: bytes, mime: str = "image/png") -> str:
@@ -80,6 +82,9 @@ FILES = {
     "webp-lossless": lambda: saved(noise(301, 199), "WEBP", lossless=True),
     "webp-alpha": lambda: saved(noise(120, 80, "RGBA"), "WEBP"),  # VP8X (alpha)
     "webp-lossless-alpha": lambda: saved(noise(16383, 3, "RGBA"), "WEBP", lossless=True),
+    "heic": lambda: saved(noise(640, 480), "HEIF", quality=50),
+    "heic-odd-size": lambda: saved(noise(1001, 333), "HEIF", quality=30),
+    "heic-alpha": lambda: saved(noise(120, 80, "RGBA"), "HEIF"),
 }
 
 
@@ -96,7 +101,13 @@ def test_every_format_probes_to_pillows_size(name: str) -> None:
     with Image.open(io.BytesIO(raw)) as image:
         expected = (image.size, image.format.lower())  # type: ignore[union-attr]
     info = probed(raw)
-    assert ((info.width, info.height), info.format) == expected
+    if name.startswith("heic"):  # the coded size: a clean aperture (clap) may crop it a little
+        (width, height), fmt = expected
+        assert (
+            info.format == fmt and 0 <= info.width - width < 64 and 0 <= info.height - height < 64
+        )
+    else:
+        assert ((info.width, info.height), info.format) == expected
     assert info.size == len(raw)  # decoded size from the base64 length alone
 
 
@@ -357,4 +368,30 @@ def test_placeholder_for_an_unprobed_data_url_never_carries_the_payload() -> Non
 
 
 def test_formats_listed() -> None:
-    assert FORMATS == ("png", "jpeg", "gif", "webp")
+    assert FORMATS == ("png", "jpeg", "gif", "webp", "heif")
+
+
+HEIC_HEAD = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (HEIC_HEAD + b"\x00\x00\x00\x08free" * 20, "no meta box"),
+        (HEIC_HEAD + b"\x00\x00\x00\x10meta\x00\x00\x00\x00" + b"\x00" * 4, "no image size"),
+        (HEIC_HEAD + b"\x00\x00\x00\x14meta\x00\x00\x00\x00\x00\x00\x00\xffiprp", "overruns"),
+    ],
+)
+def test_a_heif_without_a_readable_size_is_a_client_error(raw: bytes, message: str) -> None:
+    with pytest.raises(ImageError, match=message):
+        probe(encode(raw, "image/heic"), LIMITS)
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=400))
+def test_any_bytes_after_a_heif_header_are_a_size_or_a_client_error(tail: bytes) -> None:
+    try:
+        info = probe(encode(HEIC_HEAD + tail, "image/heic"), LIMITS)
+    except ImageError:
+        return
+    assert info is not None and info.format == "heif"

@@ -1,8 +1,9 @@
-"""PDFs, audio and video on every wire, in process (routefit's app, the simulator behind the mock
-transport): a chat ``file`` part, a Responses ``input_file``, a Gemini ``inlineData`` PDF and an
-Anthropic ``document`` translated for a chat route are priced from their pages — never below
-what the provider counts — and reach the provider in the shape its wire takes them; Gemini audio
-and video are priced by the second on a Gemini route and sent as their note to a chat route."""
+"""PDFs, audio, video and HEIC photos on every wire, in process (routefit's app, the simulator
+behind the mock transport): a chat ``file`` part, a Responses ``input_file``, a Gemini
+``inlineData`` PDF and an Anthropic ``document`` translated for a chat route are priced from their
+pages — never below what the provider counts — and reach the provider in the shape its wire takes
+them; Gemini audio and video are priced by the second on a Gemini route and sent as their note to
+a chat route; a HEIC photo is priced by Google's rule on a Gemini route and refused elsewhere."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from gpt4o_route import gpt4o_route
-from media_files import b64, document_block, text_pdf, video, wav
+from media_files import b64, document_block, heic, text_pdf, video, wav
 from starlette.testclient import TestClient
 
 from pricing.probe import placeholder
@@ -280,3 +281,30 @@ def test_gemini_video_reaches_a_chat_route_as_its_note(gw: Gateway) -> None:
     note = next(p["text"] for p in message["content"] if p["text"].startswith("[video omitted"))
     assert note == placeholder(None, f"data:video/mp4;base64,{b64(video(20))}")
     assert gw.counted() <= estimate < 200
+
+
+def test_a_gemini_heic_photo_is_priced_by_googles_rule_and_sent_as_it_came(gw: Gateway) -> None:
+    photo = {"inlineData": {"mimeType": "image/heic", "data": b64(heic(1001, 777))}}
+    body = {"contents": [{"role": "user", "parts": [{"text": "What is this?"}, photo]}]}
+    estimate = _estimate(gw.post("/v1beta/models/gem:generateContent", body))
+    assert gw.sent()["contents"] == body["contents"]
+    counted = gw.counted()  # gemini-tile: 258 a crop of the photo as decoded (1001x777)
+    assert counted > 258 * 4
+    assert counted <= estimate <= counted + 100
+
+
+@pytest.mark.parametrize("wire", ["gemini", "chat"])
+def test_a_heic_photo_for_a_provider_that_takes_none_is_refused_in_the_wires_shape(
+    gw: Gateway, wire: str
+) -> None:
+    data = b64(heic(64, 48))
+    if wire == "gemini":
+        photo = {"inlineData": {"mimeType": "image/heic", "data": data}}
+        body: dict[str, Any] = {"contents": [{"role": "user", "parts": [photo]}]}
+        reply = gw.post("/v1beta/models/gpt-4o:generateContent", body)
+    else:
+        part = {"type": "image_url", "image_url": {"url": f"data:image/heic;base64,{data}"}}
+        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": [part]}]}
+        reply = gw.post("/v1/chat/completions", body)
+    assert reply.status_code == 400
+    assert "only Google's models" in reply.json()["error"]["message"]
