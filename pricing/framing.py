@@ -230,14 +230,14 @@ def _openai_properties(properties: Mapping[str, Any], f: Framing, tok: Tokenizer
         kind = "|".join(map(str, kind)) if isinstance(kind, list) else _as_text(kind)
         description = _strip_period(_as_text(prop.get("description")))
         total += tok.count(f"{key}:{kind}:{description}")
-        # The cookbook stops at the top level; nested objects are priced by the same rule one
-        # level down (an approximation the meter does not claim is exact).
-        nested = prop.get("properties")
-        if isinstance(nested, Mapping) and nested:
-            total += f.prop_init + _openai_properties(nested, f, tok)
-        items = prop.get("items")
-        if isinstance(items, Mapping) and isinstance(items.get("properties"), Mapping):
-            total += f.prop_init + _openai_properties(items["properties"], f, tok)
+        # The cookbook stops at the top level: what a property nests (an object's properties,
+        # an array's items) is priced as its compact JSON, which spells out every key, type and
+        # description and so is above any rendering of it (conservative where the rule is
+        # unknown; calibration brings it down). Priced one level down by the cookbook's own
+        # rule, Codex's tools came out 68 tokens under the simulator's count of them.
+        nested = {k: prop[k] for k in ("properties", "items") if k in prop}
+        if nested:
+            total += tok.count(json.dumps(nested, ensure_ascii=False, separators=(",", ":")))
     return total
 
 

@@ -6,7 +6,8 @@ The simulator renders the input items into the chat messages its OpenAI models c
 message; a reasoning item costs its summary text (earlier turns' encrypted reasoning is not
 context, as at OpenAI); any other item costs its compact JSON as assistant text. Function tools
 follow the function-schema rule; other tools (custom with their grammar, web_search, ...) cost
-their compact JSON as text. ``instructions`` is a system message.
+their compact JSON as text. ``instructions`` is a system message. An ``input_image`` is the
+chat wire's image (resolved and priced by the model's image rule, refused as OpenAI refuses it).
 
 Refused like OpenAI: an output whose ``call_id`` answers no call before it, a call left without
 its output, an overflow (400 ``context_length_exceeded``). Streams send the whole event
@@ -27,6 +28,7 @@ from proxy.sim.completion import Answer, answer
 from proxy.sim.counting import openai_prompt
 from proxy.sim.errors import SimError
 from proxy.sim.streaming import EventStream, sse
+from proxy.sim.wire_openai import collect_pictures
 
 if TYPE_CHECKING:
     from proxy.sim.ctx import Ctx
@@ -262,7 +264,8 @@ async def responses(ctx: Ctx) -> Response:
     if body.get("previous_response_id") is not None:
         raise SimError(404, "Previous response not found.", param="previous_response_id")
     chat = _chat_body(body)
-    prompt = openai_prompt(chat, model, lambda part: _no_image(part))
+    pictures = await collect_pictures(ctx.state, chat, model)
+    prompt = openai_prompt(chat, model, lambda part: pictures[part["image_url"]["url"]])
     max_out = body.get("max_output_tokens")
     if not isinstance(max_out, int) or isinstance(max_out, bool):
         max_out = None
@@ -287,10 +290,6 @@ async def responses(ctx: Ctx) -> Response:
     ctx.entry["prompt_tokens"] = prompt.total
     ctx.entry["cached_tokens"] = cached
     return _answer(ctx, body, chat, model.name, prompt.total, cached, max_out)
-
-
-def _no_image(part: Mapping[str, Any]) -> Any:
-    raise SimError(400, "this simulator's Responses wire takes no images", param="input")
 
 
 def _answer(

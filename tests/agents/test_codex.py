@@ -8,7 +8,9 @@ the simulator must never have seen a prompt larger than its window.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from agent_clis import agent_cli
 from harness import gateway_config, sim_route
 from inprocess import run_inprocess
+from PIL import Image
 
 from proxy.sim.models import get_builtin, small_variant
 from proxy.sim.server import run_sim
@@ -31,13 +34,13 @@ NOTE = "Please remember this note for later: " + "river cloud tower field " * 10
 def stack(tmp_path_factory):
     model = small_variant(get_builtin("gpt-4o"), window=WINDOW, max_output=4096)
     with run_sim(models=[model]) as sim:
-        route = sim_route(
-            "small",
-            sim.base_url,
-            model.name,
-            model_info={"max_input_tokens": WINDOW, "max_output_tokens": 2048},
+        info = {"max_input_tokens": WINDOW, "max_output_tokens": 2048}
+        route = sim_route("small", sim.base_url, model.name, model_info=info)
+        vision = sim_route(
+            "small-vision", sim.base_url, model.name, model_info={**info, "supports_vision": True}
         )
-        config = gateway_config(tmp_path_factory.mktemp("codex") / "routefit.yaml", [route])
+        path = tmp_path_factory.mktemp("codex") / "routefit.yaml"
+        config = gateway_config(path, [route, vision])
         with run_inprocess(config) as gw:
             yield sim, gw
 
@@ -102,3 +105,40 @@ def test_codex_turns_all_succeed_on_a_window_they_outgrow(stack, tmp_path):
     sent = seen[-1]["body"]
     assert sent["store"] is False and sent["stream"] is True
     assert sent["input"][0]["role"] == "developer"
+
+
+def test_an_image_codex_attaches_is_priced_by_the_routes_rule(stack, tmp_path):
+    """``codex exec -i shot.png`` sends the picture as an ``input_image`` data URL: it reaches
+    the provider as Codex sent it, priced by gpt-4o's tile rule at or above the provider's
+    count."""
+    sim, gw = stack
+    codex = agent_cli("codex")
+    home = _codex_home(tmp_path, gw.v1)
+    (home / "config.toml").write_text(
+        (home / "config.toml").read_text().replace('model = "small"', 'model = "small-vision"')
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    Image.frombytes("RGB", (1200, 800), random.Random(3).randbytes(1200 * 800 * 3)).save(
+        work / "shot.png"
+    )
+    sim.reset()
+    done = _run(codex, home, work, ["--image=shot.png", "Describe the picture in one line."])
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    (turn,) = sim.requests(path="/v1/responses")
+    assert turn["status"] == 200
+    images = [
+        part["image_url"]
+        for item in turn["body"]["input"]
+        if isinstance(item.get("content"), list)
+        for part in item["content"]
+        if part.get("type") == "input_image"
+    ]
+    assert len(images) == 1 and images[0].startswith("data:image/png;base64,")
+    served = [
+        json.loads(line.split("routefit.access: ", 1)[1])
+        for line in gw.log().splitlines()
+        if '"kind":"serve"' in line and '"route":"small-vision"' in line
+    ]
+    assert served[-1]["prompt_tokens"] == turn["prompt_tokens"]
+    assert served[-1]["prompt_estimate"] >= turn["prompt_tokens"]

@@ -59,19 +59,20 @@ def _weather_tool(location: dict[str, object]) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("properties", [{}, ["city", "country"], "city"])
-def test_a_nested_object_without_properties_is_priced_as_a_plain_property(
-    properties: object,
-) -> None:
-    """docs/pricing.md: a function's properties cost ``prop_init`` only "when it has
-    properties", and nested object properties are "priced one level down by the same rule": a
-    nested ``properties`` that is empty (or not a mapping of properties at all: a client's
-    schema is priced, not validated) adds nothing to the plain property's price."""
+@pytest.mark.parametrize(
+    "properties",
+    [{}, ["city", "country"], "city", {"city": {"type": "string", "description": "The city."}}],
+)
+def test_what_a_property_nests_is_priced_as_its_compact_json(properties: object) -> None:
+    """docs/pricing.md: the cookbook prices a function's top-level properties; what a property
+    nests (``properties``, ``items``) is priced as its compact JSON, whatever it holds (a
+    client's schema is priced, not validated): above any rendering of it, never below."""
     tok = get_tokenizer("o200k_base")
     f = Framing()
     plain = tools_tokens((_weather_tool({"type": "object"}),), f, tok)
     odd = {"type": "object", "properties": properties}
-    assert tools_tokens((_weather_tool(odd),), f, tok) == plain
+    nested = json.dumps({"properties": properties}, ensure_ascii=False, separators=(",", ":"))
+    assert tools_tokens((_weather_tool(odd),), f, tok) == plain + tok.count(nested)
 
 
 # -- pricing/images (Anthropic.__post_init__ mutmut_5, OpenAITile.__post_init__ mutmut_10,
