@@ -27,6 +27,7 @@ __all__ = [
     "RequestError",
     "TextPart",
     "ToolCall",
+    "answer_schema",
     "media_part",
     "parse_request",
 ]
@@ -98,6 +99,16 @@ class ChatRequest:
     #: How many completions the request asks for (chat's ``n``): each may use the whole output
     #: reservation, so a quota must hold ``choices × max_output_tokens``.
     choices: int = field(default=1, kw_only=True)
+
+
+def answer_schema(schema: Any) -> tuple[Mapping[str, Any], ...]:
+    """A JSON answer's schema as the meter prices it: one nameless entry among the tools, so
+    it is priced as its compact JSON (the provider puts the schema in the prompt and counts it:
+    structured outputs' ``json_schema``, Gemini's ``responseSchema``) and no translation
+    mistakes it for a function (they take only named ones). Empty when there is none."""
+    if not isinstance(schema, Mapping) or not schema:
+        return ()
+    return ({"type": "answer_schema", "answer_schema": schema},)
 
 
 def _show(value: Any) -> str:
@@ -270,6 +281,9 @@ def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
             if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
                 raise RequestError(f"functions[{i}] must be an object with a name", "functions")
             tools.append(fn)
+    fmt = body.get("response_format")
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        tools.extend(answer_schema(fmt.get("json_schema")))
     return tuple(tools)
 
 

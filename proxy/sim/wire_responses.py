@@ -6,7 +6,8 @@ The simulator renders the input items into the chat messages its OpenAI models c
 message; a reasoning item costs its summary text (earlier turns' encrypted reasoning is not
 context, as at OpenAI); any other item costs its compact JSON as assistant text. Function tools
 follow the function-schema rule; other tools (custom with their grammar, web_search, ...) cost
-their compact JSON as text. ``instructions`` is a system message. An ``input_image`` is the
+their compact JSON as text. ``instructions`` is a system message; a ``text.format`` JSON schema
+costs what chat's ``response_format`` does. An ``input_image`` is the
 chat wire's image (resolved and priced by the model's image rule, refused as OpenAI refuses it).
 
 Refused like OpenAI: an output whose ``call_id`` answers no call before it, a call left without
@@ -173,7 +174,16 @@ def _chat_body(body: Mapping[str, Any]) -> dict[str, Any]:
     extra = [t["text"] for t in tools if t["type"] == "text"]
     if extra:  # non-function tools: their JSON as one system text, first
         messages.insert(0, {"role": "system", "content": "\n".join(extra)})
-    return {"messages": messages, "tools": [t for t in tools if t["type"] == "function"]}
+    chat: dict[str, Any] = {
+        "messages": messages,
+        "tools": [t for t in tools if t["type"] == "function"],
+    }
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":  # counted as chat's is
+        schema = {k: v for k, v in fmt.items() if k != "type"}
+        chat["response_format"] = {"type": "json_schema", "json_schema": schema}
+    return chat
 
 
 def _output(ans: Answer, rid: str, custom: set[str]) -> list[dict[str, Any]]:

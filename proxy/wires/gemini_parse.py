@@ -30,7 +30,16 @@ from typing import Any
 import orjson
 
 from pricing.documents import is_document
-from pricing.messages import ChatRequest, ImagePart, Message, Part, RequestError, TextPart, ToolCall
+from pricing.messages import (
+    ChatRequest,
+    ImagePart,
+    Message,
+    Part,
+    RequestError,
+    TextPart,
+    ToolCall,
+    answer_schema,
+)
 from pricing.recordings import is_recording
 
 __all__ = [
@@ -256,10 +265,12 @@ def _system(value: Any) -> Message | None:
 
 def declarations(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     """Function declarations as pricing reads them (``{name, description, parameters}``, the
-    parameters as JSON Schema), other tools (``googleSearch``, ``codeExecution``) as they are."""
+    parameters as JSON Schema), other tools (``googleSearch``, ``codeExecution``) as they are,
+    and a JSON answer's schema as its JSON (``answer_schema``)."""
     raw = body.get("tools")
+    answer = answer_schema(_answer_schema(body))
     if raw is None:
-        return ()
+        return answer
     if not isinstance(raw, list):
         raise RequestError("tools must be a list", "tools")
     out: list[Mapping[str, Any]] = []
@@ -275,7 +286,19 @@ def declarations(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
             raise RequestError(f"{at} must be a list", at)
         for j, decl in enumerate(decls):
             out.append(_declaration(decl, f"tools[{i}].functionDeclarations[{j}]"))
-    return tuple(out)
+    return tuple(out) + answer
+
+
+def _answer_schema(body: Mapping[str, Any]) -> Any:
+    """A JSON answer's schema (``generationConfig.responseJsonSchema`` or ``responseSchema``):
+    Google counts it as prompt."""
+    config = body.get("generationConfig", body.get("generation_config"))
+    if not isinstance(config, Mapping):
+        return None
+    for key in ("responseJsonSchema", "response_json_schema", "responseSchema", "response_schema"):
+        if config.get(key) is not None:
+            return config[key]
+    return None
 
 
 def _declaration(decl: Any, at: str) -> Mapping[str, Any]:

@@ -131,6 +131,15 @@ def _gemini(gw: Running, home: Path, work: Path, args: list[str]) -> dict[str, A
     return result
 
 
+def _served(gw: Running) -> list[dict[str, Any]]:
+    """routefit's request log (its access lines) of the requests it served, oldest first."""
+    return [
+        json.loads(line.split("routefit.access: ", 1)[1])
+        for line in gw.log().splitlines()
+        if '"kind":"serve"' in line
+    ]
+
+
 def _simulated(text: str) -> bool:
     """Whether ``text`` is one of the simulator's answers (its words only)."""
     words = set(text.lower().replace(".", "").split())
@@ -157,6 +166,11 @@ def test_say_hi_answers_with_the_simulators_text(stack, tmp_path):
     assert sum(m["tokens"]["prompt"] for m in stats.values()) == sum(
         r["prompt_tokens"] for r in seen
     )
+    # each priced at or above that count, the classifier's JSON schema included (it was left
+    # out: 706 against 770)
+    served = _served(gw)[-len(seen) :]
+    assert sorted(s["prompt_tokens"] for s in served) == sorted(r["prompt_tokens"] for r in seen)
+    assert all(s["prompt_estimate"] >= s["prompt_tokens"] for s in served)
 
 
 def test_a_tool_using_turn(stack, tmp_path):
@@ -275,10 +289,6 @@ def test_a_file_the_cli_reads_is_priced_from_what_it_holds(native_stack, tmp_pat
         assert any(p.get("text", "").startswith(note) for p in parts)
         return
     assert [p["mimeType"] for p in media] == [mime]
-    served = [
-        json.loads(line.split("routefit.access: ", 1)[1])
-        for line in gw.log().splitlines()
-        if '"kind":"serve"' in line and f'"route":"{route}"' in line
-    ]
+    served = [s for s in _served(gw) if s["route"] == route]
     assert served[-1]["prompt_tokens"] == turn["prompt_tokens"]
     assert served[-1]["prompt_estimate"] >= turn["prompt_tokens"]
