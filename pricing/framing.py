@@ -234,7 +234,7 @@ def _openai_properties(properties: Mapping[str, Any], f: Framing, tok: Tokenizer
         # an array's items) is priced as its compact JSON, which spells out every key, type and
         # description and so is above any rendering of it (conservative where the rule is
         # unknown; calibration brings it down). Priced one level down by the cookbook's own
-        # rule, Codex's tools came out 68 tokens under the simulator's count of them.
+        # rule, Codex CLI's tools came to 147 tokens under the simulator's count of them.
         nested = {k: prop[k] for k in ("properties", "items") if k in prop}
         if nested:
             total += tok.count(json.dumps(nested, ensure_ascii=False, separators=(",", ":")))

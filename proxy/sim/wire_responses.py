@@ -7,8 +7,8 @@ message; a reasoning item costs its summary text (earlier turns' encrypted reaso
 context, as at OpenAI); any other item costs its compact JSON as assistant text. Function tools
 follow the function-schema rule; other tools (custom with their grammar, web_search, ...) cost
 their compact JSON as text. ``instructions`` is a system message; a ``text.format`` JSON schema
-costs what chat's ``response_format`` does. An ``input_image`` is the
-chat wire's image (resolved and priced by the model's image rule, refused as OpenAI refuses it).
+costs what chat's ``response_format`` does. An ``input_image`` is the chat wire's image
+(resolved and priced by the model's image rule, refused as OpenAI refuses it).
 
 Refused like OpenAI: an output whose ``call_id`` answers no call before it, a call left without
 its output, an overflow (400 ``context_length_exceeded``). Streams send the whole event
