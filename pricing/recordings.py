@@ -59,6 +59,11 @@ VIDEO_SECOND = AUDIO_SECOND + 10
 SLOWEST_BYTES_PER_SECOND = 750
 #: Elements of a Matroska file read at most before its length is taken as unknown.
 _MAX_ELEMENTS = 200_000
+#: The longest a file is priced as (116 days: over any window many times), and the highest
+#: frame rate (Google's): a header or a data URL may state anything, and a price must stay a
+#: number (a stated 1e300 seconds at 1e20 frames a second is no integer).
+_LONGEST = 1e7
+_FASTEST = 24.0
 
 _CACHE: LRU[float] = LRU(256)
 
@@ -100,7 +105,7 @@ def recording_seconds(url: str, scope: bytes = b"") -> float:
     """The file's length in seconds, from its header, else its worst case by size."""
     key = xxhash.xxh3_128_digest(url.encode()) + scope
     video = kind(url) == "video"
-    return _CACHE.memo(key, lambda: _seconds(url.partition(",")[2], video))
+    return min(_LONGEST, _CACHE.memo(key, lambda: _seconds(url.partition(",")[2], video)))
 
 
 def _fps(url: str) -> float:
@@ -113,7 +118,7 @@ def _fps(url: str) -> float:
             except ValueError:
                 break
             if math.isfinite(fps) and fps > 0:
-                return fps
+                return min(fps, _FASTEST)
     return 1.0
 
 

@@ -5,6 +5,7 @@ sent as one (pricing.recordings, docs/pricing.md "Audio and video")."""
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import replace
 
 import pytest
@@ -120,3 +121,20 @@ def test_any_bytes_after_a_matroska_magic_give_a_length_or_the_worst_case(tail: 
     data = b"\x1a\x45\xdf\xa3" + tail
     seconds = recording_seconds(_url(data, "video/webm"))
     assert math.isfinite(seconds) and seconds >= 0
+
+
+@given(
+    duration=st.floats(0, 1e308, allow_nan=False, allow_infinity=False),
+    fps=st.floats(1e-300, 1e300, allow_nan=False, allow_infinity=False),
+)
+def test_a_stated_length_and_frame_rate_give_a_price_whatever_they_state(
+    duration: float, fps: float
+) -> None:
+    """A WebM may state any duration, and a data URL any frame rate: the price stays a number
+    (it was an OverflowError, a 500, for 1e300 seconds at 1e20 frames a second)."""
+    info = b"\x44\x89\x88" + struct.pack(">d", duration)  # Duration, an 8-byte float
+    segment = b"\x15\x49\xa9\x66" + bytes([0x80 | len(info)]) + info  # Info
+    data = b"\x1a\x45\xdf\xa3\x80\x18\x53\x80\x67\xff" + segment  # EBML, Segment of unknown size
+    url = f"data:video/webm;fps={fps!r};base64,{b64(data)}"
+    tokens = recording_tokens(url)
+    assert tokens >= 0 and math.isfinite(float(tokens))
