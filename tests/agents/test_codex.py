@@ -105,6 +105,11 @@ def test_codex_turns_all_succeed_on_a_window_they_outgrow(stack, tmp_path):
     sent = seen[-1]["body"]
     assert sent["store"] is False and sent["stream"] is True
     assert sent["input"][0]["role"] == "developer"
+    # every turn priced at or above the provider's count (Codex's tools: nested schemas, a
+    # namespace of functions, web search)
+    served = [s for s in _served(gw) if s["route"] == "small"]
+    assert len(served) >= TURNS
+    assert all(s["prompt_estimate"] >= s["prompt_tokens"] for s in served), served
 
 
 def test_an_image_codex_attaches_is_priced_by_the_routes_rule(stack, tmp_path):
@@ -135,10 +140,15 @@ def test_an_image_codex_attaches_is_priced_by_the_routes_rule(stack, tmp_path):
         if part.get("type") == "input_image"
     ]
     assert len(images) == 1 and images[0].startswith("data:image/png;base64,")
-    served = [
-        json.loads(line.split("routefit.access: ", 1)[1])
-        for line in gw.log().splitlines()
-        if '"kind":"serve"' in line and '"route":"small-vision"' in line
-    ]
+    served = [s for s in _served(gw) if s["route"] == "small-vision"]
     assert served[-1]["prompt_tokens"] == turn["prompt_tokens"]
     assert served[-1]["prompt_estimate"] >= turn["prompt_tokens"]
+
+
+def _served(gw) -> list[dict]:
+    """routefit's request log (its access lines) of the requests it served, oldest first."""
+    return [
+        json.loads(line.split("routefit.access: ", 1)[1])
+        for line in gw.log().splitlines()
+        if '"kind":"serve"' in line
+    ]
