@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pricing.messages import Message, ToolCall
+from pricing.messages import ANSWER, Message, ToolCall
 from pricing.tokenizers import Tokenizer
 
 __all__ = ["FAMILIES", "Framing", "MessageFrame", "default_framing", "parse_framing"]
@@ -185,11 +185,14 @@ def tools_tokens(tools: tuple[Mapping[str, Any], ...], framing: Framing, tok: To
     """Tokens of the tool definitions of a request."""
     if not tools:
         return 0
+    # the tool-use preamble comes with tools, not with a JSON answer's schema alone
+    # (``pricing.messages.answer_schema``: an entry among the tools, for pricing only)
+    preamble = framing.tools_preamble if any(fn.get("type") != ANSWER for fn in tools) else 0
     if framing.family == "openai":
-        return _openai_tools(tools, framing, tok) + framing.tools_preamble
+        return _openai_tools(tools, framing, tok) + preamble
     # Other families render the schemas as JSON inside their system prompt; price that text.
     schemas = sum(tok.count(_compact_json(fn)) + framing.per_message for fn in tools)
-    return schemas + framing.tools_preamble
+    return schemas + preamble
 
 
 def _compact_json(value: Any) -> str:

@@ -19,6 +19,7 @@ from pricing.recordings import is_recording
 from pricing.recordings import note as recording_note
 
 __all__ = [
+    "ANSWER",
     "ROLES",
     "ChatRequest",
     "ImagePart",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+#: The type of the entry a JSON answer's schema is among the tools (``answer_schema``).
+ANSWER = "answer_schema"
 DETAILS = frozenset({"auto", "low", "high", "original"})
 
 
@@ -108,7 +111,7 @@ def answer_schema(schema: Any) -> tuple[Mapping[str, Any], ...]:
     mistakes it for a function (they take only named ones). Empty when there is none."""
     if not isinstance(schema, Mapping) or not schema:
         return ()
-    return ({"type": "answer_schema", "answer_schema": schema},)
+    return ({"type": ANSWER, ANSWER: schema},)
 
 
 def _show(value: Any) -> str:

@@ -37,7 +37,16 @@ from typing import Any
 import orjson
 
 from pricing.documents import MEDIA_TYPE
-from pricing.messages import ChatRequest, ImagePart, Message, Part, RequestError, TextPart, ToolCall
+from pricing.messages import (
+    ChatRequest,
+    ImagePart,
+    Message,
+    Part,
+    RequestError,
+    TextPart,
+    ToolCall,
+    answer_schema,
+)
 
 __all__ = ["AnthropicRequest", "Fragment", "fallback_text", "image_url", "parse_anthropic"]
 
@@ -268,10 +277,12 @@ def _system(body: Mapping[str, Any]) -> list[tuple[Message, Fragment]]:
 
 def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     """Tool definitions as pricing reads them: custom tools as ``{name, description,
-    parameters}`` (one shape for every chat family), server tools as they are."""
+    parameters}`` (one shape for every chat family), server tools as they are, and a JSON
+    answer's format (``output_config.format``, the beta's ``output_format``) as its JSON."""
+    answer = answer_schema(_answer_format(body))
     raw = body.get("tools")
     if raw is None:
-        return ()
+        return answer
     if not isinstance(raw, list):
         raise RequestError("tools must be a list", "tools")
     out: list[Mapping[str, Any]] = []
@@ -287,7 +298,14 @@ def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
             out.append(fn)
         else:
             out.append(tool)
-    return tuple(out)
+    return tuple(out) + answer
+
+
+def _answer_format(body: Mapping[str, Any]) -> Any:
+    """The JSON schema the answer must follow, when the request sets one."""
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, Mapping) else body.get("output_format")
+    return fmt if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema" else None
 
 
 def _max_tokens(body: Mapping[str, Any], required: bool) -> int | None:

@@ -1,8 +1,9 @@
 """A JSON answer's schema is prompt: the provider puts it in the prompt and counts it (chat's
 ``response_format`` ``json_schema``, the Responses API's ``text.format``, Gemini's
-``responseJsonSchema``/``responseSchema``). routefit prices it as its compact JSON on every
-wire, in process (routefit's app, the simulator behind the mock transport): never below the
-provider's count, where it was left out (a schema of 3,000 tokens priced as nothing)."""
+``responseJsonSchema``/``responseSchema``, Claude's ``output_config.format``). routefit prices
+it as its compact JSON on every wire, in process (routefit's app, the simulator behind the mock
+transport): never below the provider's count, where it was left out (a schema of 3,000 tokens
+priced as nothing)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
+from pricing.framing import default_framing, tools_tokens
+from pricing.messages import answer_schema
+from pricing.tokenizers import get_tokenizer
 from proxy.app import create_app
 from proxy.config import parse_config
 from proxy.sim.app import create_app as create_sim
 from proxy.sim.state import SimConfig, SimState
 from proxy.transports.mock import asgi_transport
+from proxy.wires.anthropic_parse import parse_anthropic
 
 KEY = "schema-key"
 PROVIDER_KEY = "sk-sim"
@@ -116,3 +121,29 @@ def test_a_json_answers_schema_is_priced_never_below_the_providers_count(gw, wir
     schema = len(json.dumps(SCHEMA, separators=(",", ":"))) // 6  # ~ its tokens, at least
     assert counted > schema  # the provider counts the schema as prompt
     assert counted <= priced <= 1.5 * counted
+
+
+@pytest.mark.parametrize("where", ["output_config", "output_format"])
+def test_a_messages_answer_format_is_priced_as_its_json_without_the_tool_use_preamble(
+    where: str,
+) -> None:
+    """Claude's JSON outputs (``output_config.format``; the beta's ``output_format``): the schema
+    is priced as its JSON like any tool's, but it brings no tool-use system prompt of its own —
+    that comes with tools."""
+    fmt = {"type": "json_schema", "schema": SCHEMA}
+    body = {
+        "model": "claude",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": PROMPT}],
+        where: {"format": fmt} if where == "output_config" else fmt,
+    }
+    request = parse_anthropic(body)
+    assert request.tools == answer_schema(fmt)
+    framing = default_framing("claude-sonnet-4-5", "anthropic-legacy")
+    tok = get_tokenizer("anthropic-legacy")
+    schema = tok.count(json.dumps(request.tools[0], separators=(",", ":"), sort_keys=True))
+    assert framing.tools_preamble > 0
+    assert tools_tokens(request.tools, framing, tok) == schema + framing.per_message
+    tool = {"name": "lookup", "parameters": {"type": "object"}}
+    with_tool = tools_tokens((*request.tools, tool), framing, tok)
+    assert with_tool > schema + framing.tools_preamble
