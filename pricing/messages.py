@@ -28,6 +28,7 @@ __all__ = [
     "RequestError",
     "TextPart",
     "ToolCall",
+    "answer_format",
     "answer_schema",
     "media_part",
     "parse_request",
@@ -112,6 +113,15 @@ def answer_schema(schema: Any) -> tuple[Mapping[str, Any], ...]:
     if not isinstance(schema, Mapping) or not schema:
         return ()
     return ({"type": ANSWER, ANSWER: schema},)
+
+
+def answer_format(fmt: Any) -> tuple[Mapping[str, Any], ...]:
+    """``answer_schema`` of an answer format that asks for a JSON schema (``{"type":
+    "json_schema", ...}``: chat's ``response_format``, the Responses API's ``text.format``,
+    Claude's ``output_config.format``), priced whole; empty for any other format."""
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        return answer_schema(fmt)
+    return ()
 
 
 def _show(value: Any) -> str:
@@ -284,10 +294,7 @@ def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
             if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
                 raise RequestError(f"functions[{i}] must be an object with a name", "functions")
             tools.append(fn)
-    fmt = body.get("response_format")
-    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
-        tools.extend(answer_schema(fmt.get("json_schema")))
-    return tuple(tools)
+    return (*tools, *answer_format(body.get("response_format")))
 
 
 def parse_request(body: Any) -> ChatRequest:
@@ -349,8 +356,8 @@ def render_content(
 
 def media_part(part: ImagePart, detail: bool = False) -> dict[str, Any]:
     """An image part as a chat request carries it: a PDF as a ``file`` part (chat takes
-    documents only so), audio as its note, an image as ``image_url`` (with its ``detail`` when
-    asked)."""
+    documents only so), audio and video as their note, an image as ``image_url`` (with its
+    ``detail`` when asked)."""
     if is_document(part.url):
         return {"type": "file", "file": {"filename": "document.pdf", "file_data": part.url}}
     if is_recording(part.url):  # no chat route takes it: its note, priced so (pricing.recordings)

@@ -23,7 +23,7 @@ from pricing.images.kinds import GOOGLE_KINDS
 from pricing.lru import LRU
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
 from pricing.probe import GOOGLE_ONLY, ImageError, placeholder, probe
-from pricing.recordings import is_recording, kind, recording_tokens
+from pricing.recordings import is_recording, recording_kind, recording_tokens
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 
@@ -206,7 +206,9 @@ def _price_recording(part: ImagePart, route: Route) -> ImagePrice:
     rule = route.image_rule
     if route.supports_vision and rule.visual and rule.kind in GOOGLE_KINDS:
         tokens = recording_tokens(part.url, route.scope)
-        return ImagePrice(0, 0, kind(part.url) or "", part.detail, None, None, tokens, False)
+        return ImagePrice(
+            0, 0, recording_kind(part.url) or "", part.detail, None, None, tokens, False
+        )
     text = placeholder(None, part.url)
     tokens = get_tokenizer(route.tokenizer, route.scope).count(text)
     return ImagePrice(0, 0, "text-only", part.detail, None, None, tokens, True, text)

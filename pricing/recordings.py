@@ -40,8 +40,8 @@ __all__ = [
     "SLOWEST_BYTES_PER_SECOND",
     "VIDEO_SECOND",
     "is_recording",
-    "kind",
     "note",
+    "recording_kind",
     "recording_seconds",
     "recording_tokens",
 ]
@@ -68,7 +68,7 @@ _FASTEST = 24.0
 _CACHE: LRU[float] = LRU(256)
 
 
-def kind(url: str) -> str | None:
+def recording_kind(url: str) -> str | None:
     """``audio`` or ``video`` for a base64 data URL of one (how the Gemini wire's inline media
     reaches pricing), else None."""
     head = url[:96].lower()
@@ -81,21 +81,21 @@ def kind(url: str) -> str | None:
 
 
 def is_recording(url: str) -> bool:
-    return kind(url) is not None
+    return recording_kind(url) is not None
 
 
 def note(url: str) -> str:
     """The text that stands for a recording a route does not take (or the fit offloads):
     deterministic, so a conversation's prefix stays byte-identical turn after turn."""
     media = url[5:].partition(";")[0].lower()
-    what = kind(url) or "media"
+    what = recording_kind(url) or "media"
     return f"[{what} omitted: {media} #{xxhash.xxh3_64_hexdigest(url.encode())[:8]}]"
 
 
 def recording_tokens(url: str, scope: bytes = b"") -> int:
     """What a provider that takes audio and video counts for this file."""
     seconds = recording_seconds(url, scope)
-    if kind(url) == "audio":
+    if recording_kind(url) == "audio":
         return math.ceil(seconds * AUDIO_SECOND)
     frames = math.ceil(seconds * _fps(url))
     return frames * FRAME + math.ceil(seconds * VIDEO_SECOND)
@@ -104,7 +104,7 @@ def recording_tokens(url: str, scope: bytes = b"") -> int:
 def recording_seconds(url: str, scope: bytes = b"") -> float:
     """The file's length in seconds, from its header, else its worst case by size."""
     key = xxhash.xxh3_128_digest(url.encode()) + scope
-    video = kind(url) == "video"
+    video = recording_kind(url) == "video"
     return min(_LONGEST, _CACHE.memo(key, lambda: _seconds(url.partition(",")[2], video)))
 
 

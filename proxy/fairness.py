@@ -4,9 +4,9 @@ routefit prices requests on one event loop per worker. Tokenizing a 9 MB body ta
 run on the loop, it holds ``/healthz`` and every team's requests for that long. Two rules:
 
 * **off the loop, bounded per team**: parsing and pricing a body over ``THREAD_ABOVE`` bytes (or
-  one carrying a PDF: ``work_size``) runs in a worker thread (the tokenizers release the GIL),
-  and one team holds at most ``pricing_threads_per_team`` such threads at once — its next big
-  body waits for one of its own, never for another team's;
+  one carrying a PDF, audio or video: ``work_size``) runs in a worker thread (the tokenizers
+  release the GIL), and one team holds at most ``pricing_threads_per_team`` such threads at
+  once — its next big body waits for one of its own, never for another team's;
 * **count and dry-run endpoints are rate-limited per team** (``count_requests_per_minute``, a
   token bucket with a burst of as many): they cost routefit CPU and nothing at the provider, so
   no budget charges them, and an unbounded loop of them is the cheapest way to burn a replica.

@@ -455,7 +455,7 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
 # --------------------------------------------------------------------------------------- Gemini
 
 #: What a PDF page costs on the Gemini wire (Google's figure), and the flat price of any other
-#: media part the simulator cannot measure (video, a file by URI).
+#: media part the simulator cannot measure (a file by URI).
 GEMINI_MEDIA_TOKENS = 258
 #: Google takes base64 in either alphabet; the readers take the standard one.
 URLSAFE = str.maketrans("-_", "+/")

@@ -45,7 +45,7 @@ from pricing.messages import (
     RequestError,
     TextPart,
     ToolCall,
-    answer_schema,
+    answer_format,
 )
 
 __all__ = ["AnthropicRequest", "Fragment", "fallback_text", "image_url", "parse_anthropic"]
@@ -279,7 +279,9 @@ def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     """Tool definitions as pricing reads them: custom tools as ``{name, description,
     parameters}`` (one shape for every chat family), server tools as they are, and a JSON
     answer's format (``output_config.format``, the beta's ``output_format``) as its JSON."""
-    answer = answer_schema(_answer_format(body))
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, Mapping) else body.get("output_format")
+    answer = answer_format(fmt)
     raw = body.get("tools")
     if raw is None:
         return answer
@@ -299,13 +301,6 @@ def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
         else:
             out.append(tool)
     return tuple(out) + answer
-
-
-def _answer_format(body: Mapping[str, Any]) -> Any:
-    """The JSON schema the answer must follow, when the request sets one."""
-    config = body.get("output_config")
-    fmt = config.get("format") if isinstance(config, Mapping) else body.get("output_format")
-    return fmt if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema" else None
 
 
 def _max_tokens(body: Mapping[str, Any], required: bool) -> int | None:

@@ -39,7 +39,7 @@ from pricing.messages import (
     RequestError,
     TextPart,
     ToolCall,
-    answer_schema,
+    answer_format,
 )
 
 __all__ = [
@@ -235,10 +235,12 @@ def parse_items(raw: Sequence[Any], first: int = 0) -> list[Message]:
 def response_tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     """Tools as the meter prices them: function tools as functions (a namespace's too),
     every other kind (custom with its grammar, web_search, ...) as its whole JSON, and a JSON
-    answer's ``text.format`` as its JSON too (``answer_schema``)."""
+    answer's ``text.format`` as its JSON too (``answer_format``)."""
+    text = body.get("text")
+    answer = answer_format(text.get("format") if isinstance(text, Mapping) else None)
     raw = body.get("tools")
     if raw is None:
-        return answer_schema(_answer_format(body))
+        return answer
     if not isinstance(raw, list):
         raise RequestError("tools must be a list", "tools")
     out: list[Mapping[str, Any]] = []
@@ -262,14 +264,7 @@ def response_tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
 
     for i, tool in enumerate(raw):
         add(tool, f"tools[{i}]")
-    return tuple(out) + answer_schema(_answer_format(body))
-
-
-def _answer_format(body: Mapping[str, Any]) -> Any:
-    """``text.format`` when it asks for a JSON schema (the provider counts the schema)."""
-    text = body.get("text")
-    fmt = text.get("format") if isinstance(text, Mapping) else None
-    return fmt if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema" else None
+    return tuple(out) + answer
 
 
 def _max_output(body: Mapping[str, Any]) -> int | None:
