@@ -269,6 +269,11 @@ def run(servers: Servers, quick: bool, log=print) -> dict:
 
     log("  held-out unknown tokenizers, before / after (in-process replay):")
     out["heldout"] = accuracy_heldout.run(4 if quick else 10, log=log)
+    log("  real tokenizers, tuning and held out (bench/real_tokenizers.py):")
+    scripts = accuracy_heldout._policies("scripts")
+    for family in ("real", "real-heldout"):
+        n = 4 if quick else 8
+        out[f"heldout_{family}"] = accuracy_heldout.run(n, family=family, log=log, policies=scripts)
     return out
 
 

@@ -18,7 +18,12 @@ Reported per policy, over every tokenizer and stream:
 (``CalibrationPolicy.model="digits"``: the features before issue 31 item 5); ``after`` is
 today's default. Sets (``python bench/accuracy_heldout.py COUNT SEED FAMILY``): the tuning set
 is seed 2031 of the ``stated`` family (the one bench/accuracy.py runs); the test sets, never
-tuned on, are seed 4057 of ``stated`` and seed 6113 of ``wide`` (``FAMILIES``).
+tuned on, are seed 4057 of ``stated`` and seed 6113 of ``wide`` (``FAMILIES``); a fourth
+argument ``scripts`` compares the prior without its price per character outside ASCII instead
+(``python bench/accuracy_heldout.py 8 2031 real scripts``). ``real`` is
+no rule at all: four real tokenizers in turn (bench/real_tokenizers.py: DeepSeek's, Claude's
+legacy one, Mistral's Tekken and Mistral v3's SentencePiece), each with ``stated``'s scaffolding;
+``real-heldout`` three more, never tuned on (GPT-3's p50k, Qwen's, AI21's Jurassic-2 unigram).
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ FAMILIES = {
 def random_tokenizer(rng: random.Random, i: int, family: str = "stated") -> Any:
     from proxy.sim.models import SimModel
 
+    if family in ("real", "real-heldout"):
+        return _real_tokenizer(rng, i, held_out=family == "real-heldout")
     (low, high), per_digit, messages, calls, priming = FAMILIES[family]
     rates = {c: round(rng.uniform(low, high), 3) for c in ("word", "punct", "script", "space")}
     rates["digit"] = 0.0 if rng.random() < per_digit else round(rng.uniform(low, high), 3)
@@ -64,10 +71,34 @@ def random_tokenizer(rng: random.Random, i: int, family: str = "stated") -> Any:
     )
 
 
-def _policies() -> dict[str, Any]:
+def _real_tokenizer(rng: random.Random, i: int, held_out: bool) -> Any:
+    """The ``i``-th real tokenizer in turn, with scaffolding drawn as ``stated`` draws it."""
+    from real_tokenizers import specs
+
+    from proxy.sim.models import SimModel
+
+    _, _, messages, calls, priming = FAMILIES["stated"]
+    real = specs(held_out)
+    return SimModel(
+        f"heldout-real-{i}",
+        context_window=32_768,
+        max_output=4096,
+        tokenizer=real[i % len(real)],
+        per_message=rng.randint(0, messages),
+        per_tool_call=rng.randint(0, calls),
+        priming=rng.randint(0, priming),
+        image_rule="openai-tile",
+    )
+
+
+def _policies(compare: str = "numbers") -> dict[str, Any]:
+    """``before`` against today's default: without the count of numbers (``numbers``, 4c) or
+    without the prior's price per character outside ASCII (``scripts``, 4d)."""
     from pricing.calibration import CalibrationPolicy
 
     after = CalibrationPolicy()
+    if compare == "scripts":
+        return {"before": replace(after, prior_nonascii=0.0), "after": after}
     return {"before": replace(after, model="digits"), "after": after}
 
 
@@ -170,4 +201,5 @@ if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 2031
     family = sys.argv[3] if len(sys.argv) > 3 else "stated"
-    print(json.dumps(run(count, seed, family=family), indent=1))
+    compare = sys.argv[4] if len(sys.argv) > 4 else "numbers"
+    print(json.dumps(run(count, seed, family=family, policies=_policies(compare)), indent=1))

@@ -42,7 +42,8 @@ def log(message: str) -> None:
 
 
 def ensure_requirements() -> None:
-    if importlib.util.find_spec("matplotlib") is None:
+    needed = ("matplotlib", "mistral_common", "sentencepiece", "dashscope", "ai21_tokenizer")
+    if any(importlib.util.find_spec(name) is None for name in needed):
         log("installing bench/requirements.txt into this venv")
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "-r", str(BENCH / "requirements.txt")],

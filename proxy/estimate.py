@@ -93,11 +93,24 @@ class Job:
     size: int = 0
 
     def fit(self, correction: Correction) -> Fit:
-        """The exact fit; the wire's own refusal when nothing the policy allows fits."""
+        """The exact fit; the wire's own refusal when nothing the policy allows fits.
+
+        A refusal needs knowing that the request cannot fit. A route that has not learnt its
+        tokenizer prices with a prior meant to err high (``Correction.provisional``): when that
+        leaves nothing that fits, the request is fitted at the meter's own count instead, and
+        refused on that count only (``FitReport.on_meter``). The provider judges what it lets
+        go; when it refuses for context length and states its count, the count is learnt and the
+        request fitted again on it (``Estimator.refit``)."""
         try:
             return fit_output(self.request, self.priced, self.policy, correction, self.sizes)
         except FitError as exc:
+            if not correction.provisional:
+                raise self.wire.overflow(exc) from None
+        try:
+            fitted = fit_output(self.request, self.priced, self.policy, None, self.sizes)
+        except FitError as exc:
             raise self.wire.overflow(exc) from None
+        return replace(fitted, report=replace(fitted.report, on_meter=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +138,13 @@ class Estimate:
     @property
     def kind(self) -> str:
         """What ``tokens`` is: ``bound`` (an upper bound of the calibrated estimate, which the
-        request was proved and reserved on), ``anchored`` or ``counted``."""
-        return "bound" if self.bound else ("anchored" if self.anchored else "counted")
+        request was proved and reserved on), ``anchored``, ``counted`` or ``meter`` (the meter's
+        own count: the route's prior fitted nothing, ``Job.fit``)."""
+        if self.bound:
+            return "bound"
+        if self.anchored:
+            return "anchored"
+        return "meter" if self.fitted.report.on_meter else "counted"
 
     @property
     def wire(self) -> Wire:
@@ -290,7 +308,7 @@ class Estimator:
             return None
         # The bound prices all its text at the dearest class weight; an anchor prices only what
         # follows the anchored prefix. Acting on the larger of the two keeps both promises.
-        tokens, keys, hit = await self._anchor(job, fitted, floor=True)
+        tokens, keys, hit = await self._anchor(job, fitted, correction, floor=True)
         if tokens > fitted.report.budget:
             return None
         counting = asyncio.ensure_future(
@@ -320,7 +338,8 @@ class Estimator:
             return replace(e, counting=None)
         finally:
             self.metrics.sync_memo_counters()
-        tokens, keys, hit = await self._anchor(e.job, fitted, floor=False)
+        current = self.calibrator.correction(e.rc.calibration_key)
+        tokens, keys, hit = await self._anchor(e.job, fitted, current, floor=False)
         return replace(
             e, fitted=fitted, tokens=tokens, keys=keys, anchored=hit, bound=False, counting=None
         )
@@ -343,6 +362,10 @@ class Estimator:
         self.calibrator.observe(key, e.fitted.pressure, e.keys, e.tokens, e.anchored, counted, 0)
         self.metrics.estimate_error.labels(route).observe((e.tokens - counted) / counted)
         current = self.calibrator.correction(key)
+        if current.provisional:
+            # A prior errs high on purpose, scaled it would err higher: the provider's count of
+            # this request is the one thing known of the route, so the meter is scaled to it.
+            current = Correction()
         # Only one more attempt: err a little high rather than be refused twice.
         priced = current.price_pressure(e.fitted.pressure)
         corrected = _tighter(current, counted, priced, _REFIT_SLACK)
@@ -360,19 +383,22 @@ class Estimator:
         own estimate (a correction raised past the calibrator's prices the tail higher than the
         anchor does)."""
         fitted = await self._fit(job, correction, proof)
-        tokens, keys, hit = await self._anchor(job, fitted, floor=floor)
+        tokens, keys, hit = await self._anchor(job, fitted, correction, floor=floor)
         if hit and tokens > fitted.report.budget:
             tighter = _tighter(correction, tokens, fitted.estimate)
             fitted = await self._fit(job, tighter)
-            tokens, keys, hit = await self._anchor(job, fitted, floor=floor)
+            tokens, keys, hit = await self._anchor(job, fitted, tighter, floor=floor)
         return fitted, tokens, keys, hit
 
     async def _anchor(
-        self, job: Job, fitted: Fit, *, floor: bool
+        self, job: Job, fitted: Fit, used: Correction, *, floor: bool
     ) -> tuple[int, tuple[bytes, ...], bool]:
         """(tokens to act on, prefix keys, anchored?): anchored on the provider's count of a
         prefix the same team sent when one is known, else the calibrated estimate; ``floor``:
-        no less than the fit's own estimate."""
+        no less than the fit's own estimate. ``used``: the correction ``fitted`` was made on,
+        which prices what follows the anchor when the route's own is a provisional prior (the
+        meter's count for a fit on it, the provider's count for a refit): a prior that left
+        nothing fitting must not refuse through the anchor what the fit let go."""
         # calibration and anchors are the deployment's own (another may count differently)
         where = job.rc.calibration_key
         # hashing every prefix of a big body: ~20 ms per 9 MB, off the loop
@@ -381,6 +407,8 @@ class Estimator:
         if hit is None:
             return fitted.estimate, keys, False
         correction = self.calibrator.correction(where)
+        if correction.provisional:
+            correction = Correction() if fitted.report.on_meter else used
         tokens = anchored_estimate(hit[1], fitted.pressure, correction)
         return (max(tokens, fitted.estimate) if floor else tokens), keys, True
 

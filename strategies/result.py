@@ -41,6 +41,10 @@ class FitReport:
     actions: Actions = NOTHING
     #: The reply's reservation (``strategies.output``); None when ``fit`` ran on its own.
     output: OutputLimit | None = None
+    #: Fitted at the meter's own count: the route has not learnt its tokenizer, and the prior
+    #: it prices with until then (meant to err high) left nothing that fits
+    #: (``proxy.estimate.Job.fit``). The provider judges; an overflow it states is learnt.
+    on_meter: bool = False
 
     @property
     def transparent(self) -> bool:
@@ -53,6 +57,7 @@ class FitReport:
             "estimate_before": self.estimate_before,
             "estimate_after": self.estimate_after,
             "transparent": self.transparent,
+            "on_meter": self.on_meter,
             "actions": {
                 name: {a.label.counts: a.count, "tokens_removed": a.tokens}
                 for name, a in self.actions.items()

@@ -478,3 +478,78 @@ def test_samples_recorded_before_numbers_were_counted_keep_their_features():
     assert s.vector[NUMBERS] == 0
     assert s.vector[UNSIZED] == old[-1]
     assert s.vector[:NUMBERS] == old[:NUMBERS]
+
+
+#: One sentence in each script a tokenizer may have few pieces for (the weather and a request
+#: to read the meeting's papers by Friday), and emoji.
+_SCRIPTS = {
+    "russian": "Погода в Москве ясная. Пожалуйста, проверьте материалы встречи до пятницы.",
+    "greek": "Ο καιρός στην Αθήνα είναι καθαρός. Παρακαλώ ελέγξτε τα έγγραφα της συνάντησης.",
+    "chinese": "北京今天天气晴朗。请在星期五之前检查会议材料，并把结果发给我。",
+    "japanese": "東京は晴れです。会議の資料を金曜日までに確認してください。",
+    "korean": "서울의 날씨는 맑습니다. 금요일까지 회의 자료를 확인해 주세요.",
+    "arabic": "الطقس في القاهرة صاف. يرجى مراجعة مواد الاجتماع قبل يوم الجمعة.",
+    "hebrew": "מזג האוויר בירושלים בהיר. אנא בדקו את חומרי הפגישה לפני יום שישי.",
+    "hindi": "दिल्ली में मौसम साफ है। कृपया शुक्रवार से पहले बैठक की सामग्री देखें।",
+    "thai": "อากาศในกรุงเทพฯ แจ่มใส กรุณาตรวจสอบเอกสารการประชุมก่อนวันศุกร์",
+    "emoji": "👍🏽 🎉 🚀 ✅ 🔥 😀 🙏🏻 💡 📈 🧪",
+}
+
+
+def _script_bodies(text: str) -> list[dict]:
+    """The text as a user's message, and as a tool's output in an agent's turn."""
+    long = " ".join([text] * 30)
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    return [
+        {"model": "m", "messages": [{"role": "user", "content": long}]},
+        {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "Read the notes."},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": long},
+            ],
+        },
+    ]
+
+
+@pytest.mark.parametrize("script", sorted(_SCRIPTS))
+def test_a_new_route_is_priced_above_real_tokenizers_in_every_script(script):
+    """A real tokenizer may have few pieces for a script the meter's o200k reads in a token or
+    two, and spend up to a token per UTF-8 byte: Claude's legacy BPE and DeepSeek's, as the
+    simulator counts them. A new inexact route's prior prices both at or above their count in
+    every script; before it priced each character outside ASCII (``prior_nonascii``), Claude's
+    legacy tokenizer counted Thai at 1.9x the prior's price and Devanagari at 1.6x."""
+    from proxy.sim.counting import openai_prompt
+    from proxy.sim.models import SimModel
+
+    prior = fit_correction((), CalibrationPolicy(), exact=False)
+    for tokenizer in ("anthropic-legacy", "deepseek"):
+        sim = SimModel("real", context_window=32_768, max_output=4096, tokenizer=tokenizer)
+        for body in _script_bodies(_SCRIPTS[script]):
+            actual = len(openai_prompt(body, sim, None).tokens)
+            estimate = prior.price_pressure(measure(parse_request(body), _ROUTE))
+            assert estimate >= actual, (tokenizer, estimate, actual)
+
+
+def test_a_count_no_sample_had_is_priced_as_the_prior_prices_it():
+    """A route whose samples were all English has not shown what a character outside ASCII
+    costs it: the fitted weight stays the prior's, not the meter's neutral 0, so its first
+    Hangul request is not priced as if Hangul cost what o200k counts."""
+    from pricing.calibration import FEATURES
+
+    rng = random.Random(5)
+    rows = []
+    for i in range(40):
+        text = " ".join(rng.choices(_WORDS, k=rng.randint(20, 400)))
+        messages = [{"role": "user", "content": text}]
+        pressure = measure(parse_request({"model": "m", "messages": messages}), _ROUTE)
+        truth = math.ceil(1.1 * get_tokenizer("o200k_base").count(text)) + 7
+        rows.append(_sample(pressure_features(pressure), truth, i))
+    learnt = fit_correction(rows, exact=False)
+    w = dict(zip(FEATURES, learnt.vector, strict=True))
+    assert w["nonascii"] == CalibrationPolicy().prior_nonascii
+    assert w["digits"] == CalibrationPolicy().prior_digits
+    english = dict(zip(FEATURES, fit_correction(rows, exact=True).vector, strict=True))
+    assert english["nonascii"] == 0  # an exact meter's prior is its own count

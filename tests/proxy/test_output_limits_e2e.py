@@ -18,6 +18,8 @@ import pytest
 from harness import claude_route, gateway_config, sim_route
 from inprocess import asgi_provider_available, loopback, run_inprocess, sim_provider
 
+from pricing.tokenizers import get_tokenizer
+
 WINDOW, LIMIT = 8192, 4096
 MARGIN = 81  # 1% of the window
 #: A prompt of ~5,000 tokens: over the budget beside a 4,096 cap (4,015), under it beside the
@@ -177,18 +179,16 @@ def test_messages_cap_is_shrunk_to_the_room_beside_the_prompt(claude, fresh_sim)
 
 def _claude_refused(claude: anthropic.Anthropic) -> str:
     """A prompt over the budget beside the floor, under the window less the margin, as routefit
-    prices it on the Claude route now: its closed tokenizer is priced high on purpose until the
-    route has learnt (docs/calibration.md), so the words needed are read from routefit's own
-    ``count_tokens`` (the estimate the fit prices), not assumed."""
-
-    def priced(words: int) -> int:
-        messages = _user("alpha " * words)
-        return claude.messages.count_tokens(model="claude-small", messages=messages).input_tokens
-
-    low, high = priced(1000), priced(2000)
-    per_word = (high - low) / 1000
+    counts it on the Claude route: its closed tokenizer is priced high on purpose until the
+    route has learnt (docs/calibration.md), and a refusal is made on the meter's own count
+    (``proxy.estimate.Job.fit``), so the words are measured with the route's tokenizer, and
+    the prior's price of them (``count_tokens``) is checked to be over the window."""
+    legacy = get_tokenizer("anthropic-legacy")
     target = WINDOW - MARGIN - 512  # between the floor's room (1,024) and a minimal prompt
-    return "alpha " * int(1000 + (target - low) / per_word)
+    words = target - legacy.count("alpha " * 100) + 100  # one token a word, and a few more
+    prior = claude.messages.count_tokens(model="claude-small", messages=_user("alpha " * words))
+    assert prior.input_tokens > WINDOW  # the prior alone would have refused it as too long
+    return "alpha " * words
 
 
 def test_messages_refusal_is_anthropics_own_and_names_the_cap_that_fits(claude, fresh_sim):
