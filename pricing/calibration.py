@@ -509,7 +509,9 @@ def _regime(samples: Sequence[Sample], policy: CalibrationPolicy) -> Sequence[Sa
     return samples
 
 
-def _plausible(usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool) -> list[Sample]:
+def _plausible(
+    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool, prior: Sequence[float]
+) -> list[Sample]:
     """The samples that are not outliers: a provider's usage is a claim, and a few lying ones
     (up to ``outlier_share`` of the window) must not move the correction far.
 
@@ -524,7 +526,7 @@ def _plausible(usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool)
     middle = _median([s.actual / s.raw for s in clean])
     kept = [s for s in clean if middle / wide <= s.actual / s.raw <= middle * wide]
     for _ in range(2):  # the second fit, on the first's inliers, sees the liars more clearly
-        w, _ = _base(kept, replace(policy, quantile=0.5), exact)
+        w, _ = _base(kept, replace(policy, quantile=0.5), exact, list(prior))
         kept = _inliers(usable, w, policy.outlier_band)
     return kept if len(usable) - len(kept) <= policy.outlier_share * len(usable) else list(usable)
 
@@ -576,7 +578,14 @@ def _round_up(value: float, step: float) -> float:
     return round(math.ceil(value / step - 1e-9) * step, 12)
 
 
-def _prior(policy: CalibrationPolicy, exact: bool) -> list[float]:
+#: A meter that itself spends more on other scripts than o200k leaves the prior less to cover per
+#: character outside ASCII: on the four tuning tokenizers of ``prior_nonascii`` the most needed on
+#: top of 1.4x cl100k was 0.41 a character (Thai on Claude's legacy BPE), on top of 1.4x Claude's
+#: legacy BPE nothing (bench/REPORT.md, 4d). The policy's weight is the most any meter adds.
+_SCRIPT_WEIGHT = {"cl100k_base": 0.5, "anthropic-legacy": 0.0}
+
+
+def _prior(policy: CalibrationPolicy, exact: bool, meter: str = "o200k_base") -> list[float]:
     if exact:
         return list(_legacy(1.0, 1.0, 1.0))
     p = policy.prior_inexact
@@ -584,7 +593,7 @@ def _prior(policy: CalibrationPolicy, exact: bool) -> list[float]:
     out[MESSAGES], out[CALLS] = policy.prior_messages, policy.prior_calls
     out[REQUESTS] = policy.prior_requests
     out[DIGITS] = policy.prior_digits
-    out[NONASCII] = policy.prior_nonascii
+    out[NONASCII] = min(policy.prior_nonascii, _SCRIPT_WEIGHT.get(meter, policy.prior_nonascii))
     return out
 
 
@@ -625,13 +634,18 @@ _COUNT_RANGE = {MESSAGES: (-4.0, 50.0), CALLS: (-4.0, 50.0), REQUESTS: (-64.0, 1
 _CHAR_RANGE = (-2.0, 4.0)
 
 
-def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, exact: bool) -> None:
+def _bounded(
+    w: list[float],
+    seen: Sequence[bool],
+    policy: CalibrationPolicy,
+    exact: bool,
+    prior: Sequence[float],
+) -> None:
     """Clamp in place: tokens within [low, high] (never below 1 on an exact meter), counts
     within a few tokens per thing or character (never negative on an exact meter). A count no
     sample had is priced as the prior prices it: the route has not shown what it costs (a route
     whose samples were all English meets its first Hangul or digits at the prior's price)."""
     low = max(policy.low, 1.0) if exact else policy.low
-    prior = _prior(policy, exact)
     for j in range(_N):
         if j in (DEFAULTED, UNSIZED):
             continue
@@ -643,10 +657,9 @@ def _bounded(w: list[float], seen: Sequence[bool], policy: CalibrationPolicy, ex
 
 
 def _base(
-    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool
+    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool, prior: list[float]
 ) -> tuple[list[float], list[bool]]:
     """Weights of everything the meter priced itself, from samples without defaulted parts."""
-    prior = _prior(policy, exact)
     clean = [s for s in usable if not _dirty(s.vector)]
     if len(clean) < policy.min_samples:
         return prior, [False] * _N
@@ -664,7 +677,7 @@ def _base(
         else recency
     )
     w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)
-    _bounded(w, seen, policy, exact)
+    _bounded(w, seen, policy, exact, prior)
     predicted = [_dot(w, r) for r in rows]
     if any(p <= 0 for p in predicted):
         # The ranges clamped the solution into one that prices its own samples at nothing or
@@ -674,25 +687,30 @@ def _base(
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True)]
     scale = _quantile(ratios, recency, policy.quantile)
     w = [x * scale for x in w]
-    _bounded(w, seen, policy, exact)
+    _bounded(w, seen, policy, exact, prior)
     return w, seen
 
 
 def fit_correction(
-    samples: Sequence[Sample], policy: CalibrationPolicy | None = None, exact: bool = True
+    samples: Sequence[Sample],
+    policy: CalibrationPolicy | None = None,
+    exact: bool = True,
+    meter: str = "o200k_base",
 ) -> Correction:
     """The route's correction from its samples (oldest first).
 
     ``exact``: whether the route's meter follows the provider's published rules; an inexact
     route without enough samples gets the policy's conservative prior instead of neutral.
+    ``meter``: the route's tokenizer, which says what the prior adds for other scripts.
     """
     policy = policy or CalibrationPolicy()
     recent = list(samples)[-policy.window :]
     if policy.model != "features":
         recent = [replace(s, features=_project(s.vector, policy.model)) for s in recent]
     usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy))
-    usable = _plausible(usable, policy, exact)
-    w, seen = _base(usable, policy, exact)
+    prior = _prior(policy, exact, meter)
+    usable = _plausible(usable, policy, exact, prior)
+    w, seen = _base(usable, policy, exact, list(prior))
     text_seen = [w[j] for j in _TEXT if seen[j]]
     for j in _TEXT:  # a class no sample had: the most any seen class costs (or the prior)
         if not seen[j] and text_seen:

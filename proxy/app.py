@@ -438,8 +438,9 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.local.start()
     state.keys.log_warnings()
     start_providers(state.providers)
-    exact = {rc.calibration_key: rc.route.exact_text for rc in state.config.every_deployment()}
-    state.calibrator.start(exact)
+    deployments = state.config.every_deployment()
+    exact = {rc.calibration_key: rc.route.exact_text for rc in deployments}
+    state.calibrator.start(exact, {rc.calibration_key: rc.route.tokenizer for rc in deployments})
     _log_start(state)
     loop = asyncio.get_running_loop()
     on_terminate(lambda: _drain(state, loop))

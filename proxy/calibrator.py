@@ -127,6 +127,8 @@ class _Route:
     samples: deque[Sample]
     correction: Correction
     exact: bool = True
+    #: The route's tokenizer (what its prior adds for other scripts: ``fit_correction``).
+    meter: str = "o200k_base"
     #: Samples added since the correction was last fitted that it does not price already
     #: (``_agrees``), and when that fit was (monotonic).
     pending: int = 0
@@ -240,24 +242,27 @@ class Calibrator:
 
     # -- background -----------------------------------------------------------------------
 
-    def start(self, routes: Mapping[str, bool]) -> None:
+    def start(self, routes: Mapping[str, bool], meters: Mapping[str, str] | None = None) -> None:
         """Begin the background tasks; ``routes`` maps each alias to whether its meter is
-        exact (inexact routes start from the policy's conservative prior)."""
-        self.track(routes)
+        exact (inexact routes start from the policy's conservative prior), ``meters`` to its
+        tokenizer (o200k when not given)."""
+        self.track(routes, meters)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._writer()), loop.create_task(self._refresher())]
 
-    def track(self, routes: Mapping[str, bool]) -> None:
+    def track(self, routes: Mapping[str, bool], meters: Mapping[str, str] | None = None) -> None:
         """Learn for ``routes`` too (a reloaded config's new aliases, ``proxy.reload``): an
-        alias already tracked keeps what it learnt unless its meter changed exactness."""
+        alias already tracked keeps what it learnt unless its meter changed."""
         for route, exact in routes.items():
+            meter = (meters or {}).get(route, "o200k_base")
             known = self.routes.get(route)
-            if known is not None and known.exact == exact:
+            if known is not None and (known.exact, known.meter) == (exact, meter):
                 continue
             self.routes[route] = _Route(
                 deque(maxlen=self.policy.window),
-                fit_correction((), self.policy, exact),
+                fit_correction((), self.policy, exact, meter),
                 exact,
+                meter,
             )
 
     async def stop(self) -> None:
@@ -371,7 +376,7 @@ class Calibrator:
         return since >= REFIT_GAP and (state.pending >= REFIT_SAMPLES or since >= REFIT_SECONDS)
 
     def _refit(self, state: _Route, now: float) -> None:
-        state.correction = fit_correction(state.samples, self.policy, state.exact)
+        state.correction = fit_correction(state.samples, self.policy, state.exact, state.meter)
         state.pending = 0
         state.fitted_at = now
 

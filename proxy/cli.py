@@ -378,7 +378,9 @@ def _calibration(args: argparse.Namespace) -> int:
             for i, (alias, rc) in enumerate(config.routes.items(), 1):
                 progress(f"reading calibration {i}/{len(config.routes)}: {alias}")
                 samples = await store.recent_samples(alias, policy.window)
-                correction = fit_correction(samples, policy, rc.route.exact_text)
+                correction = fit_correction(
+                    samples, policy, rc.route.exact_text, rc.route.tokenizer
+                )
                 out[alias] = summarize(samples, correction)
             return out
         except StoreUnavailable as exc:

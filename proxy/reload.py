@@ -138,8 +138,10 @@ async def _next(state: AppState) -> Generation:
     shared = Shared(state.metrics, state.calibrator, state.budgets, state.sizer, state.transport)
     g = build_generation(old.number + 1, config, shared, old)
     start_providers(g.providers)
+    deployments = config.every_deployment()
     state.calibrator.track(
-        {rc.calibration_key: rc.route.exact_text for rc in config.every_deployment()}
+        {rc.calibration_key: rc.route.exact_text for rc in deployments},
+        {rc.calibration_key: rc.route.tokenizer for rc in deployments},
     )
     g.keys.log_warnings()
     for warning in config.warnings:

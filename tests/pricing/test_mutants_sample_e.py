@@ -20,7 +20,7 @@ from gpt4o_route import gpt4o_route
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pricing.calibration import CalibrationPolicy, _base, fit_correction
+from pricing.calibration import CalibrationPolicy, _base, _prior, fit_correction
 from pricing.capped import SMALL_JSON_CAP, CapTooSmall, cap_message, cut_text
 from pricing.framing import Framing, parse_framing, tools_tokens
 from pricing.images.kinds import KINDS, Anthropic
@@ -85,7 +85,7 @@ def test_a_window_the_bounded_fit_would_price_at_nothing_is_priced_by_the_prior(
     98th-percentile scale-up skipped the samples priced at or below zero — here all of them —
     and the route priced each of these prompts at -136 to -439 tokens."""
     samples = _priced_below_nothing()
-    _, seen = _base(samples, CalibrationPolicy(), False)
+    _, seen = _base(samples, CalibrationPolicy(), False, _prior(CalibrationPolicy(), False))
     assert not any(seen)
     learnt = fit_correction(samples, exact=False)
     assert all(
