@@ -385,7 +385,10 @@ class Estimator:
         fitted = await self._fit(job, correction, proof)
         tokens, keys, hit = await self._anchor(job, fitted, correction, floor=floor)
         if hit and tokens > fitted.report.budget:
-            tighter = _tighter(correction, tokens, fitted.estimate)
+            # scaled from what the fit was priced by: the meter's count when the prior fitted
+            # nothing (a prior scaled to the anchor would price what follows it higher still)
+            base = Correction() if fitted.report.on_meter else correction
+            tighter = _tighter(base, tokens, fitted.estimate)
             fitted = await self._fit(job, tighter)
             tokens, keys, hit = await self._anchor(job, fitted, tighter, floor=floor)
         return fitted, tokens, keys, hit

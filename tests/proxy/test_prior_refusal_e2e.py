@@ -3,8 +3,10 @@ item 1): its prior errs high on purpose, so when the prior leaves nothing that f
 is fitted at the meter's own count and the provider judges it. Through routefit in-process, at
 the simulator, on new routes whose tokenizers routefit does not ship (mystery-1 counts ~1.11×
 o200k, mystery-dense 1.5×): a latest message the prior prices over the budget but the provider
-takes is served, and one the provider refuses with its count is refitted on that count and then
-refused as a known overflow, in the client's wire shape."""
+takes is served; one the provider refuses with its count is refitted on that count (the meter
+scaled to it, not the prior) and served when a cut fits, refused in the client's wire shape when
+nothing does; a provider's count of an earlier prefix tightens the meter's price, not the
+prior's."""
 
 from __future__ import annotations
 
@@ -120,3 +122,29 @@ def test_the_providers_count_not_the_prior_refits_an_overflow(gw, sim):
     assert "elided_messages=" in r.headers["x-routefit-actions"]
     refused = [e for e in sim.requests() if e["id"] > since and e["status"] == 400]
     assert len(refused) == 1  # the meter's fit, refused with the provider's count
+
+
+def test_an_anchor_over_the_budget_tightens_the_meter_not_the_prior(gw, sim):
+    """The provider's count of a prefix the session sent before (an anchor) can put a request
+    fitted at the meter's count over the budget; the fit is then tightened from the meter's
+    price by as much, not from the prior's, which would price the Cyrillic message that the
+    prior alone could not fit over the budget again and refuse it."""
+    budget = budget_of(gw, "dense")
+    o200k = get_tokenizer("o200k_base")
+    history = [
+        {"role": "system", "content": "You are a careful assistant."},
+        *(
+            {"role": "user" if i % 2 == 0 else "assistant", "content": message_of(budget // 16, i)}
+            for i in range(9)
+        ),
+    ]
+    first = {"model": "dense", "messages": history, "max_tokens": 200}
+    assert post(gw, first).status_code == 200  # its prefixes' counts become anchors
+    latest = RUSSIAN * max(1, int(budget * 0.3) // o200k.count(RUSSIAN))
+    messages = [
+        *history,
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": latest},
+    ]
+    r = post(gw, {"model": "dense", "messages": messages, "max_tokens": 200})
+    assert r.status_code == 200, r.text
