@@ -457,6 +457,9 @@ def summarize(samples: Sequence[Sample], correction: Correction) -> dict[str, An
         },
         "weights": dict(zip(FEATURES, correction.vector, strict=True)),
         "fitted_on": correction.samples,
+        # on its prior (an inexact route that has not learnt): refusals are made on the meter's
+        # count, not on these weights (``proxy.estimate.Job.fit``)
+        "provisional": correction.provisional,
         "relative_error": _percentiles(errors),
         "anchored_share": sum(s.anchored for s in samples) / len(samples) if samples else 0.0,
     }

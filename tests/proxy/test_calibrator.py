@@ -22,6 +22,7 @@ from pricing.calibration import (
     Sample,
     anchor_of,
     checkpoint_anchors,
+    fit_correction,
 )
 from pricing.framing import Framing
 from pricing.messages import parse_request
@@ -272,6 +273,8 @@ def test_a_routes_summary_reads_its_errors_as_percentiles() -> None:
     assert empty["relative_error"] is None and empty["anchored_share"] == 0.0
     unmeasured = summarize([replace(_sample(0), actual=0)], Correction())
     assert unmeasured["relative_error"] is None  # no provider count: no error to read
+    assert not summary["provisional"]
+    assert summarize([], fit_correction((), exact=False))["provisional"]  # a new route's prior
 
 
 ROUTE = Route(
