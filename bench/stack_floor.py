@@ -16,13 +16,13 @@ serves the same bare app when it is installed, to tell the server's part from th
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import textwrap
-from pathlib import Path
 
-from compare_commits import PHASES, measure
-from procs import Server, Servers, _ok, free_port
+from compare_commits import PHASES, measure, serve
+from procs import ROOT, Server, Servers, _ok, free_port
 from proxy_load import routefit_config
 
 BARE_APP = textwrap.dedent(
@@ -97,8 +97,6 @@ def bare(servers: Servers, sim: Server, server_kind: str) -> Server:
 
 
 def _available(module: str) -> bool:
-    import importlib.util
-
     return importlib.util.find_spec(module) is not None
 
 
@@ -115,9 +113,6 @@ def main() -> int:
     with Servers() as servers:
         sim = servers.sim()
         targets: dict[str, Server] = {f"bare on {k}": bare(servers, sim, k) for k in kinds}
-        from compare_commits import serve
-        from procs import ROOT
-
         config = routefit_config(servers.dir / "c.yaml", sim.base_url)
         targets["routefit"] = serve(servers, ROOT, config, "routefit")
         names = list(targets)
@@ -151,5 +146,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     raise SystemExit(main())
