@@ -20,7 +20,8 @@ today's default. Sets (``python bench/accuracy_heldout.py COUNT SEED FAMILY``): 
 is seed 2031 of the ``stated`` family (the one bench/accuracy.py runs); the test sets, never
 tuned on, are seed 4057 of ``stated`` and seed 6113 of ``wide`` (``FAMILIES``); a fourth
 argument ``scripts`` compares the prior without its price per character outside ASCII instead
-(``python bench/accuracy_heldout.py 8 2031 real scripts``). ``real`` is
+(``python bench/accuracy_heldout.py 8 2031 real scripts``), ``blocks`` the model without the
+scripts' counts. ``real`` is
 no rule at all: four real tokenizers in turn (bench/real_tokenizers.py: DeepSeek's, Claude's
 legacy one, Mistral's Tekken and Mistral v3's SentencePiece), each with ``stated``'s scaffolding;
 ``real-heldout`` three more, never tuned on (GPT-3's p50k, Qwen's, AI21's Jurassic-2 unigram).
@@ -92,13 +93,16 @@ def _real_tokenizer(rng: random.Random, i: int, held_out: bool) -> Any:
 
 
 def _policies(compare: str = "numbers") -> dict[str, Any]:
-    """``before`` against today's default: without the count of numbers (``numbers``, 4c) or
-    without the prior's price per character outside ASCII (``scripts``, 4d)."""
+    """``before`` against today's default: without the count of numbers (``numbers``, 4c),
+    without the prior's price per character outside ASCII (``scripts``, 4d) or without the
+    scripts' counts (``blocks``, 4d)."""
     from pricing.calibration import CalibrationPolicy
 
     after = CalibrationPolicy()
     if compare == "scripts":
         return {"before": replace(after, prior_nonascii=0.0), "after": after}
+    if compare == "blocks":
+        return {"before": replace(after, model="numbers"), "after": after}
     return {"before": replace(after, model="digits"), "after": after}
 
 

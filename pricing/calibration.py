@@ -102,6 +102,8 @@ UNSIZED = _N - 1
 NUMBERS = FEATURES.index("numbers")
 DIGITS = FEATURES.index("digits")
 NONASCII = FEATURES.index("nonascii")
+#: How many characters' counts are scripts' (``pricing.content.STATS``' last, since 2026-12-05).
+_BLOCKS = len(STATS) - STATS.index("hangul")
 #: The features an image's tokens may fall in (an offloaded image leaves all of them).
 IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
 #: Features that count things (their weight is tokens per thing, neutral 0), not tokens.
@@ -244,12 +246,16 @@ class Sample:
 
     @property
     def vector(self) -> tuple[int, ...]:
-        if len(self.features) == _N:
+        n = len(self.features)
+        if n == _N:
             return self.features
-        if len(self.features) == _N - 1:  # before numbers were counted
-            return (*self.features[:-1], 0, self.features[-1])
-        if len(self.features) == _N - 2:  # before unsized images were a feature of their own
-            return (*self.features, 0, 0)
+        blocks = (0,) * _BLOCKS  # the scripts' counts came last among the characters' counts
+        if n == _N - _BLOCKS:  # before the scripts were counted
+            return (*self.features[:-1], *blocks, self.features[-1])
+        if n == _N - _BLOCKS - 1:  # before numbers were counted
+            return (*self.features[:-1], 0, *blocks, self.features[-1])
+        if n == _N - _BLOCKS - 2:  # before unsized images were a feature of their own
+            return (*self.features, 0, *blocks, 0)
         if len(self.features) == _OLD_N:  # before requests and characters were features
             return (*self.features, 1, *_NO_STATS, 0)
         old = (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
@@ -351,11 +357,13 @@ def checkpoint_anchors(
     return out
 
 
-_MODELS = ("features", "digits", "classes", "one-factor")
+_MODELS = ("features", "numbers", "digits", "classes", "one-factor")
 
 
 def _project(v: Sequence[int], model: str) -> tuple[int, ...]:
     """A sample's features as an older model of the bias saw them (``CalibrationPolicy.model``)."""
+    if model == "numbers":
+        return (*v[: NUMBERS + 1], *(0,) * _BLOCKS, *v[NUMBERS + 1 + _BLOCKS :])
     if model == "digits":
         return (*v[:NUMBERS], 0, *v[NUMBERS + 1 :])
     if model == "classes":
@@ -420,8 +428,9 @@ class CalibrationPolicy:
     #: lying answers cannot move the correction beyond the band (docs/calibration.md).
     outlier_share: float = 0.25
     #: Which model of the bias is fitted: ``features`` (this module's); for comparison only
-    #: (bench/accuracy.py's before/after), ``digits`` (the same without the count of numbers:
-    #: before issue 31), ``classes`` (per-class token weights, framing,
+    #: (bench/accuracy.py's before/after), ``numbers`` (the same without the scripts' counts:
+    #: before 2026-12-05), ``digits`` (the same without the count of numbers: before issue 31),
+    #: ``classes`` (per-class token weights, framing,
     #: messages, calls and images, no request or per-character features, absolute errors) and
     #: ``one-factor`` (one text factor, framing, messages, and images with the tokens priced by a
     #: default among them: the calibration before issue 18).
@@ -673,7 +682,7 @@ def _base(
     # The older models (``policy.model``, for comparison) fitted absolute errors.
     weights = (
         [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
-        if policy.model in ("features", "digits")
+        if policy.model in ("features", "numbers", "digits")
         else recency
     )
     w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)

@@ -46,7 +46,23 @@ _STRUCT = frozenset('{}[]":,')
 _CODE = frozenset(";(){}=<>_/*#|&$\\")
 
 #: Character counts per part that tokenizers disagree on (``profile``), in this order.
-STATS = ("digits", "newlines", "indent", "tabs", "punct", "nonascii", "numbers")
+STATS = (
+    *("digits", "newlines", "indent", "tabs", "punct", "nonascii", "numbers"),
+    *("hangul", "kana", "han", "cyrillic"),
+)
+#: The scripts whose characters real tokenizers price most unlike one another, per Unicode
+#: block (``STATS``' last four): one has a piece for each kana and none for most Hangul
+#: syllables (three tokens each, by byte fallback), another the reverse, and o200k's tokens or
+#: the count of characters outside ASCII say neither (bench/REPORT.md, 4d).
+_BLOCKS = tuple(
+    re.compile(block)
+    for block in (
+        "[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]",  # Hangul: jamo and syllables
+        "[\u3040-\u30ff]",  # hiragana and katakana
+        "[\u3400-\u4dbf\u4e00-\u9fff]",  # CJK ideographs
+        "[\u0400-\u04ff]",  # Cyrillic
+    )
+)
 _DIGITS = b"0123456789"
 _NUMBER = re.compile(rb"[0-9]+")
 _PUNCT = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
@@ -84,9 +100,10 @@ def classify(text: str) -> int:
 def profile(text: str) -> tuple[int, ...]:
     """Counts of ``STATS`` in a text: digits, newlines, pairs of spaces (indentation and
     alignment), tabs, ASCII punctuation, characters outside ASCII (UTF-8 lead bytes) and runs of
-    digits (numbers). Digits and numbers together say how a tokenizer splits numbers: one token
-    per digit is a weight on digits, one per number a weight on numbers, groups of three a third
-    of a token per digit plus part of one per number — digits alone cannot tell those apart."""
+    digits (numbers), and the characters of four scripts (``_BLOCKS``). Digits and numbers
+    together say how a tokenizer splits numbers: one token per digit is a weight on digits, one
+    per number a weight on numbers, groups of three a third of a token per digit plus part of
+    one per number — digits alone cannot tell those apart."""
     s = _sample(text)
     if not s:
         return (0,) * len(STATS)
@@ -100,6 +117,7 @@ def profile(text: str) -> tuple[int, ...]:
         n - len(b.translate(None, _PUNCT)),
         n - len(b.translate(None, _LEADS)),
         len(_NUMBER.findall(b)),
+        *(0 if s.isascii() else len(block.findall(s)) for block in _BLOCKS),
     )
     if len(s) == len(text):
         return counts

@@ -43,6 +43,17 @@ def test_the_digits_model_sees_every_feature_but_the_count_of_numbers() -> None:
         assert after == (0 if name == "numbers" else before), name
 
 
+def test_the_numbers_model_sees_every_feature_but_the_scripts_counts() -> None:
+    """``numbers`` is "the same without the scripts' counts": every other feature stays where
+    ``FEATURES`` names it, numbers and the unsized image tokens included."""
+    vector = tuple(range(1, len(FEATURES) + 1))
+    projected = _project(vector, "numbers")
+    assert len(projected) == len(FEATURES)
+    scripts = ("hangul", "kana", "han", "cyrillic")
+    for name, before, after in zip(FEATURES, vector, projected, strict=True):
+        assert after == (0 if name in scripts else before), name
+
+
 def test_the_digits_model_prices_images_of_unknown_size_as_the_features_model_does() -> None:
     """Without numbers in the prompts, ``digits`` and ``features`` are one model: prompts that
     carry image tokens of unknown size (priced at the rule's worst case, the provider counting
@@ -66,12 +77,12 @@ def test_the_digits_model_prices_images_of_unknown_size_as_the_features_model_do
 
 @pytest.mark.parametrize("model", ["bogus", "Features", ""])
 def test_an_unknown_calibration_model_is_refused_naming_the_known_ones(model: str) -> None:
-    """A config error must say what would have been accepted: the four models the policy
+    """A config error must say what would have been accepted: the five models the policy
     documents, in its order."""
     with pytest.raises(ValueError) as refused:
         CalibrationPolicy(model=model)
     assert str(refused.value) == (
-        "calibration model must be one of features, digits, classes, one-factor"
+        "calibration model must be one of features, numbers, digits, classes, one-factor"
     )
 
 
