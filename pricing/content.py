@@ -50,10 +50,10 @@ STATS = (
     *("digits", "newlines", "indent", "tabs", "punct", "nonascii", "numbers"),
     *("hangul", "kana", "han", "cyrillic"),
 )
-#: The scripts whose characters real tokenizers price most unlike one another, per Unicode
-#: block (``STATS``' last four): one has a piece for each kana and none for most Hangul
-#: syllables (three tokens each, by byte fallback), another the reverse, and o200k's tokens or
-#: the count of characters outside ASCII say neither (bench/REPORT.md, 4d).
+#: Scripts counted on their own, per Unicode block (``STATS``' last four): a tokenizer may have
+#: a piece for each kana and none for most Hangul syllables (three tokens each, by byte fallback:
+#: Mistral v3's), which o200k's tokens and the count of characters outside ASCII cannot tell
+#: apart (bench/REPORT.md, 4d).
 _BLOCKS = tuple(
     re.compile(block)
     for block in (
