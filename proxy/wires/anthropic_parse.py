@@ -280,8 +280,8 @@ def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     parameters}`` (one shape for every chat family), server tools as they are, and a JSON
     answer's format (``output_config.format``, the beta's ``output_format``) as its JSON."""
     config = body.get("output_config")
-    fmt = config.get("format") if isinstance(config, Mapping) else body.get("output_format")
-    answer = answer_format(fmt)
+    fmt = config.get("format") if isinstance(config, Mapping) else None
+    answer = answer_format(body.get("output_format") if fmt is None else fmt)
     raw = body.get("tools")
     if raw is None:
         return answer

@@ -123,19 +123,21 @@ def test_a_json_answers_schema_is_priced_never_below_the_providers_count(gw, wir
     assert counted <= priced <= 1.5 * counted
 
 
-@pytest.mark.parametrize("where", ["output_config", "output_format"])
+@pytest.mark.parametrize("where", ["output_config", "output_format", "output_format+effort"])
 def test_a_messages_answer_format_is_priced_as_its_json_without_the_tool_use_preamble(
     where: str,
 ) -> None:
-    """Claude's JSON outputs (``output_config.format``; the beta's ``output_format``): the schema
-    is priced as its JSON like any tool's, but it brings no tool-use system prompt of its own —
-    that comes with tools."""
+    """Claude's JSON outputs (``output_config.format``; the beta's ``output_format``, also
+    beside an ``output_config`` that sets no format): the schema is priced as its JSON like any
+    tool's, but it brings no tool-use system prompt of its own — that comes with tools."""
     fmt = {"type": "json_schema", "schema": SCHEMA}
     body = {
         "model": "claude",
         "max_tokens": 64,
         "messages": [{"role": "user", "content": PROMPT}],
-        where: {"format": fmt} if where == "output_config" else fmt,
+        **({"output_config": {"format": fmt}} if where == "output_config" else {}),
+        **({"output_format": fmt} if where.startswith("output_format") else {}),
+        **({"output_config": {"effort": "low"}} if where.endswith("effort") else {}),
     }
     request = parse_anthropic(body)
     assert request.tools == answer_schema(fmt)
