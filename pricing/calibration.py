@@ -256,7 +256,7 @@ class Sample:
             return (*self.features[:-1], 0, *blocks, self.features[-1])
         if n == _N - _BLOCKS - 2:  # before unsized images were a feature of their own
             return (*self.features, 0, *blocks, 0)
-        if len(self.features) == _OLD_N:  # before requests and characters were features
+        if n == _OLD_N:  # before requests and characters were features
             return (*self.features, 1, *_NO_STATS, 0)
         old = (self.text, 0, 0, 0, 0, self.framing, self.message_count, 0, self.images, 0)
         return (*old, 1, *_NO_STATS, 0)
