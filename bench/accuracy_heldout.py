@@ -21,7 +21,8 @@ is seed 2031 of the ``stated`` family (the one bench/accuracy.py runs); the test
 tuned on, are seed 4057 of ``stated`` and seed 6113 of ``wide`` (``FAMILIES``); a fourth
 argument ``scripts`` compares the prior without its price per character outside ASCII instead
 (``python bench/accuracy_heldout.py 8 2031 real scripts``), ``blocks`` the model without the
-scripts' counts. ``real`` is
+scripts' counts, ``interval`` without the prediction interval (the scale-up's quantile at its
+former 0.98). ``real`` is
 no rule at all: four real tokenizers in turn (bench/real_tokenizers.py: DeepSeek's, Claude's
 legacy one, Mistral's Tekken and Mistral v3's SentencePiece), each with ``stated``'s scaffolding;
 ``real-heldout`` three more, never tuned on (GPT-3's p50k, Qwen's, AI21's Jurassic-2 unigram).
@@ -95,7 +96,8 @@ def _real_tokenizer(rng: random.Random, i: int, held_out: bool) -> Any:
 def _policies(compare: str = "numbers") -> dict[str, Any]:
     """``before`` against today's default: without the count of numbers (``numbers``, 4c),
     without the prior's price per character outside ASCII (``scripts``, 4d) or without the
-    scripts' counts (``blocks``, 4d)."""
+    scripts' counts (``blocks``, 4d) or without the interval, at the scale-up's former
+    quantile (``interval``, 4e)."""
     from pricing.calibration import CalibrationPolicy
 
     after = CalibrationPolicy()
@@ -103,6 +105,8 @@ def _policies(compare: str = "numbers") -> dict[str, Any]:
         return {"before": replace(after, prior_nonascii=0.0), "after": after}
     if compare == "blocks":
         return {"before": replace(after, model="numbers"), "after": after}
+    if compare == "interval":
+        return {"before": replace(after, interval=0.0), "after": after}
     return {"before": replace(after, model="digits"), "after": after}
 
 
@@ -129,7 +133,7 @@ def _replay(stream: list, policy: Any) -> list[float]:
     correction = fit_correction((), policy, False)
     errors = []
     for pressure, actual in stream:
-        estimate = correction.price_pressure(pressure)
+        estimate = correction.price_request(pressure)
         errors.append((estimate - actual) / actual)
         samples.append(sample_of("r", 0.0, pressure, estimate, False, actual))
         correction = fit_correction(samples[-policy.window :], policy, False)

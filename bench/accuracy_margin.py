@@ -31,7 +31,7 @@ def replay(stream: list, policy: Any, k: int, q: float) -> list[float]:
     errors: list[float] = []
     ratios: list[float] = []
     for pressure, actual in stream:
-        raw = correction.price_pressure(pressure)
+        raw = correction.price_request(pressure)
         margin = 1.0
         if k and len(ratios) >= policy.min_samples:
             recent = sorted(ratios[-k:])

@@ -191,7 +191,7 @@ class _Replay:
             return int(pressure.total)
         if anchor is not None:
             return int(anchored_estimate(anchor, pressure, self.correction))
-        return int(self.correction.price_pressure(pressure))
+        return int(self.correction.price_request(pressure))
 
     def learn(self, pressure: Any, estimate: int, actual: int) -> None:
         from pricing.calibration import fit_correction, sample_of

@@ -23,6 +23,12 @@ module turns those samples into a ``Correction``:
    means a little unused window. The fitted model is scaled by an upper quantile of
    actual / predicted over the window, so at most ~(1 − quantile) of requests are underestimated
    and by little.
+2b. **Surer where the window is thin.** A request unlike the window's samples (a mix of
+   scripts, numbers or calls they had little of) is where the fitted weights are least sure:
+   its estimate adds ``interval`` standard errors of its own fitted price (the fit's
+   prediction interval, ``Correction.for_request``), so the margin lands where the window has
+   not shown the price and costs little where it has (bench/REPORT.md, 4e). Only on a route
+   whose meter is not exact.
 3. **Never below an exact meter**: on a route whose meter follows the provider's published
    rules, a factor is never below 1 (what the meter does not know can only add tokens).
 4. **Cautious until it knows**: fewer than ``min_samples`` samples → factors of 1 on a route
@@ -168,6 +174,10 @@ class Correction:
     #: The weights are the prior of a route whose meter is not exact and which has not learnt
     #: yet: meant to err high, they are no grounds for a refusal (``proxy.estimate.Job.fit``).
     provisional: bool = False
+    #: The fitted price's doubt: rows R with Σⱼ (Rⱼ·x)² = k² xᵀCx for a request's features x
+    #: (k: ``CalibrationPolicy.interval``; C: the weights' covariance, ``_interval``). Empty:
+    #: none (an exact meter, a prior, the meter's own weights).
+    interval: tuple[tuple[float, ...], ...] = ()
     #: The weight per feature, and whether they are the meter's own: asked for every message
     #: priced, so worked out once (``__post_init__``).
     vector: Vector = field(init=False, repr=False, compare=False)
@@ -201,16 +211,59 @@ class Correction:
         return math.ceil(total - 1e-9)
 
     def price_pressure(self, p: Pressure) -> int:
+        """The weights' price of ``p``, without the interval: what ``price_request`` adds to
+        it is the request's own."""
         return self.price(pressure_features(p))
 
+    def price_request(self, p: Pressure) -> int:
+        """The estimate of a whole request: its price with its interval (``for_request``)."""
+        features = pressure_features(p)
+        return self.for_request(features).price(features)
+
+    def margin(self, features: Sequence[float]) -> float:
+        """The interval's tokens for a request of these features (0 without one)."""
+        return math.sqrt(sum(sum(map(mul, row, features)) ** 2 for row in self.interval))
+
+    def for_request(self, features: Sequence[float]) -> Correction:
+        """The weights one request is priced by, its parts and every cut of it: this
+        correction's, scaled so that the whole request's price carries its interval.
+
+        One factor per request, not a margin per part: a fit adds and compares the prices of
+        its parts (units, cut points, anchors), which a factor keeps linear and consistent;
+        a part's own interval, summed over parts, would over-price every cut."""
+        if not self.interval:
+            return self
+        price = sum(map(mul, self.vector, features))
+        factor = 1.0 + self.margin(features) / max(1.0, price)
+        return replace(self.scaled(factor), interval=())
+
+    def interval_bound(self, features: Sequence[float]) -> float:
+        """At least ``margin(x)`` for every request x whose features are at most these, its
+        text (the classes' sum here) split among the classes in any way: a bound's text does not
+        know its classes (``strategies.fit._bound_estimate``). The margin is a norm, convex, so
+        its most over that set is at a corner (all the text in one class); with every row's
+        entries taken at their size it only grows with the other features."""
+        if not self.interval:
+            return 0.0
+        text = sum(features[j] for j in _TEXT)
+        rest = [0.0 if j in _TEXT else abs(x) for j, x in enumerate(features)]
+        rows = self.interval
+        fixed = [sum(abs(r) * x for r, x in zip(row, rest, strict=True)) for row in rows]
+        paired = list(zip(rows, fixed, strict=True))
+        return max(
+            math.sqrt(sum((abs(row[c]) * text + f) ** 2 for row, f in paired)) for c in _TEXT
+        )
+
     def scaled(self, s: float) -> Correction:
-        """Every weight times ``s`` (a correction found too low by an anchor)."""
+        """Every weight times ``s`` (a correction found too low by an anchor); the interval
+        with them."""
         return Correction(
             self.text * s,
             self.framing * s,
             self.images * s,
             self.samples,
             tuple(w * s for w in self.vector) if self.weights else (),
+            interval=tuple(tuple(r * s for r in row) for row in self.interval),
         )
 
 
@@ -382,6 +435,14 @@ class CalibrationPolicy:
     window: int = 200
     #: Upper quantile of actual / fitted over the window, the conservative scale-up.
     quantile: float = 0.98
+    #: Standard errors of a request's fitted price added to its estimate on a route whose meter
+    #: is not exact (``Correction.interval``; 0: none). Chosen on the tuning sets (the least
+    #: that brings the stated family's worst under-estimate inside 1%) and checked on held-out
+    #: ones (bench/REPORT.md, 4e).
+    interval: float = 2.0
+    #: The scale-up's quantile where the interval is added: the interval covers what the window
+    #: has not shown, the scale-up only the noise of what it has.
+    interval_quantile: float = 0.9
     ridge: float = 0.001
     #: The pull of the per-character weights towards 0: they are second-order corrections to
     #: the per-class token weights, and should move only for what those leave unexplained.
@@ -441,6 +502,10 @@ class CalibrationPolicy:
             raise ValueError("calibration needs min_samples >= 1 and window >= min_samples")
         if not 0.5 <= self.quantile <= 1.0:
             raise ValueError("calibration quantile must be between 0.5 and 1")
+        if not self.interval >= 0:
+            raise ValueError("calibration interval must be 0 or more")
+        if not 0.5 <= self.interval_quantile <= 1.0:
+            raise ValueError("calibration interval_quantile must be between 0.5 and 1")
         if not 0 < self.low <= 1.0 <= self.high:
             raise ValueError("calibration needs 0 < low <= 1 <= high")
         if self.half_life <= 0:
@@ -535,7 +600,7 @@ def _plausible(
     middle = _median([s.actual / s.raw for s in clean])
     kept = [s for s in clean if middle / wide <= s.actual / s.raw <= middle * wide]
     for _ in range(2):  # the second fit, on the first's inliers, sees the liars more clearly
-        w, _ = _base(kept, replace(policy, quantile=0.5), exact, list(prior))
+        w, _, _ = _base(kept, replace(policy, quantile=0.5, interval=0.0), exact, list(prior))
         kept = _inliers(usable, w, policy.outlier_band)
     return kept if len(usable) - len(kept) <= policy.outlier_share * len(usable) else list(usable)
 
@@ -612,8 +677,10 @@ def _least_squares(
     weights: Sequence[float],
     prior: Sequence[float],
     ridge: Sequence[float],
-) -> list[float]:
-    """Recency-weighted ridge regression towards ``prior``, over the features seen.
+) -> tuple[list[float], list[int], list[list[float]]]:
+    """Recency-weighted ridge regression towards ``prior``, over the features seen: the
+    weights, the features seen and their weighted Gram matrix, without the ridge
+    (``_interval``).
 
     Column by column with ``map`` (C loops): a refit runs on the event loop, in the
     calibration writer, so a full window of 17 features must stay a few milliseconds."""
@@ -623,18 +690,91 @@ def _least_squares(
     wx = [list(map(mul, weights, col)) for col in x]
     lam = [ridge[j] * (sum(map(mul, wx[a], x[a])) + wsum) for a, j in enumerate(cols)]
     k = len(cols)
-    ata = [[0.0] * k for _ in range(k)]
+    gram = [[0.0] * k for _ in range(k)]
     for a in range(k):
         for b in range(a, k):
-            ata[a][b] = ata[b][a] = sum(map(mul, wx[a], x[b]))
-        ata[a][a] += lam[a]
+            gram[a][b] = gram[b][a] = sum(map(mul, wx[a], x[b]))
+    ata = [
+        [g + (lam[a] if a == b else 0.0) for b, g in enumerate(row)] for a, row in enumerate(gram)
+    ]
     atb = [sum(map(mul, wx[a], actual)) + lam[a] * prior[j] for a, j in enumerate(cols)]
     solved = _solve(ata, atb) if cols else None
     out = list(prior)
     if solved is not None:
         for j, value in zip(cols, solved, strict=True):
             out[j] = value
-    return out
+    return out, cols, gram
+
+
+#: How far, before any sample, a weight may be from the meter's: the stated family's spread
+#: (docs/calibration.md) — a quarter of a token per token (its rates are 0.75-1.25 of the
+#: meter's), a token per character (byte fallback spends up to three a character where o200k
+#: spends one), 4 tokens a message or call, 16 a request. The interval's prior: a direction the
+#: window has not pinned down keeps this much doubt, however well the samples fit.
+_SPREAD = tuple(
+    1.0 if j in _CHARS else 4.0 if j in (MESSAGES, CALLS) else 16.0 if j == REQUESTS else 0.25
+    for j in range(_N)
+)
+
+
+def _interval(
+    rows: Sequence[Sequence[float]],
+    actual: Sequence[float],
+    weights: Sequence[float],
+    fit: tuple[list[float], list[int], list[list[float]]],
+    k: float,
+) -> tuple[tuple[float, ...], ...]:
+    """``Correction.interval`` of a least-squares fit: k·L⁻¹ where LLᵀ = P, the precision of
+    the weights (Gram / σ² + the prior's, 1 / ``_SPREAD``²), so that ‖k·L⁻¹x‖ = k·√(xᵀP⁻¹x),
+    k standard deviations of the price of features x. σ² is the weighted squared residual per
+    degree of freedom (the fit weighs relative errors, so it is a relative error; a price's
+    deviation is in tokens). Where the samples pin a direction down its doubt is the
+    residual's; where they do not (two scripts that always came together, a count no sample
+    had much of), the prior's spread."""
+    w, cols, gram = fit
+    p = len(cols)
+    if not k or not p:
+        return ()
+    residual = sum(
+        wt * (a - _dot(w, r)) ** 2 for wt, a, r in zip(weights, actual, rows, strict=True)
+    )
+    variance = max(residual / max(1, len(rows) - p), 1e-12)
+    precision = [
+        [g / variance + (1.0 / _SPREAD[cols[a]] ** 2 if a == b else 0.0) for b, g in enumerate(row)]
+        for a, row in enumerate(gram)
+    ]
+    inverse = _cholesky_inverse(precision)
+    if inverse is None:
+        return ()
+    out = []
+    for row in inverse:
+        full = [0.0] * _N
+        for c, value in zip(cols, row, strict=True):
+            full[c] = k * value
+        out.append(tuple(full))
+    return tuple(out)
+
+
+def _cholesky_inverse(a: Sequence[Sequence[float]]) -> list[list[float]] | None:
+    """L⁻¹ for the Cholesky factor L of a small symmetric positive-definite matrix (None when
+    it is not one): rows of a lower-triangular matrix."""
+    n = len(a)
+    low = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i][j] - sum(low[i][c] * low[j][c] for c in range(j))
+            if i == j:
+                if s <= 0:
+                    return None
+                low[i][i] = math.sqrt(s)
+            else:
+                low[i][j] = s / low[j][j]
+    inv = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        inv[i][i] = 1.0 / low[i][i]
+        for j in range(i):
+            inv[i][j] = -sum(low[i][c] * inv[c][j] for c in range(j, i)) / low[i][i]
+    return inv
 
 
 #: Range of the weights of counted features on a route whose meter is not exact (on an exact
@@ -667,11 +807,12 @@ def _bounded(
 
 def _base(
     usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool, prior: list[float]
-) -> tuple[list[float], list[bool]]:
-    """Weights of everything the meter priced itself, from samples without defaulted parts."""
+) -> tuple[list[float], list[bool], tuple[tuple[float, ...], ...]]:
+    """Weights of everything the meter priced itself, from samples without defaulted parts,
+    and their interval (none on an exact meter)."""
     clean = [s for s in usable if not _dirty(s.vector)]
     if len(clean) < policy.min_samples:
-        return prior, [False] * _N
+        return prior, [False] * _N, ()
     rows = [[float(x) for x in s.vector] for s in clean]
     n = len(clean)
     recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
@@ -685,19 +826,23 @@ def _base(
         if policy.model in ("features", "numbers", "digits")
         else recency
     )
-    w = _least_squares(rows, [s.actual for s in clean], weights, _prior(policy, True), ridge)
+    actual = [float(s.actual) for s in clean]
+    fit = _least_squares(rows, actual, weights, _prior(policy, True), ridge)
+    interval = () if exact else _interval(rows, actual, weights, fit, policy.interval)
+    w = list(fit[0])
     _bounded(w, seen, policy, exact, prior)
     predicted = [_dot(w, r) for r in rows]
     if any(p <= 0 for p in predicted):
         # The ranges clamped the solution into one that prices its own samples at nothing or
         # less (e.g. counts that fall by more per digit than a character's weight may): that is
         # no fit, and scaling it cannot mend it. The prior prices them, as before enough samples.
-        return prior, [False] * _N
+        return prior, [False] * _N, ()
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True)]
-    scale = _quantile(ratios, recency, policy.quantile)
+    quantile = policy.interval_quantile if interval else policy.quantile
+    scale = _quantile(ratios, recency, quantile)
     w = [x * scale for x in w]
     _bounded(w, seen, policy, exact, prior)
-    return w, seen
+    return w, seen, interval
 
 
 def fit_correction(
@@ -719,7 +864,7 @@ def fit_correction(
     usable = list(_regime([s for s in recent if s.raw > 0 and s.actual > 0], policy))
     prior = _prior(policy, exact, meter)
     usable = _plausible(usable, policy, exact, prior)
-    w, seen = _base(usable, policy, exact, list(prior))
+    w, seen, interval = _base(usable, policy, exact, list(prior))
     text_seen = [w[j] for j in _TEXT if seen[j]]
     for j in _TEXT:  # a class no sample had: the most any seen class costs (or the prior)
         if not seen[j] and text_seen:
@@ -744,6 +889,7 @@ def fit_correction(
         samples=len(usable),
         weights=tuple(w),
         provisional=not exact and not any(seen),
+        interval=interval,
     )
 
 

@@ -248,7 +248,7 @@ class Estimator:
         endpoint answers (in one of the caller's pricing threads when the body is big)."""
         priced = self.route_priced(rc, team)
         pressure = await self.fairness.run(who, work_size(request, size), measure, request, priced)
-        return self.calibrator.correction(rc.calibration_key).price_pressure(pressure)
+        return self.calibrator.correction(rc.calibration_key).price_request(pressure)
 
     async def _estimate(
         self,
@@ -367,7 +367,7 @@ class Estimator:
             # this request is the one thing known of the route, so the meter is scaled to it.
             current = Correction()
         # Only one more attempt: err a little high rather than be refused twice.
-        priced = current.price_pressure(e.fitted.pressure)
+        priced = current.price_request(e.fitted.pressure)
         corrected = _tighter(current, counted, priced, _REFIT_SLACK)
         # The anchors just recorded give the head its true count; the tail is priced by the
         # corrected weights. Acting on the larger of the two keeps both promises.

@@ -67,6 +67,8 @@ def fit(
     job = Job(request, route, policy, correction or Correction(), sizes, budget)
     messages, adapted = adapt(job, request.messages)
     pressure = job.measure(messages)
+    # the request's interval, one factor for every part and cut of it (``for_request``)
+    job.correction = job.correction.for_request(pressure_features(pressure))
     before = job.estimate(pressure)
     if before <= budget:
         if not adapted.count:
@@ -137,7 +139,8 @@ def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
     know the text's content classes, so all its text is priced at the dearest class weight, and
     a negative weight (a feature that lowered the fitted count) is read as 0 — the bound's
     calls, images and per-character features (its characters) are each at or above the
-    meter's (``pricing.bounds``)."""
+    meter's (``pricing.bounds``). The interval the exact estimate adds is bounded the same
+    way (``Correction.interval_bound``)."""
     features = pressure_features(pressure)
     if correction.neutral:
         return correction.price(features)
@@ -150,4 +153,4 @@ def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
         for j, (w, x) in enumerate(zip(weights, features, strict=True))
         if j not in classes
     )
-    return math.ceil(text * dearest + rest - 1e-9)
+    return math.ceil(text * dearest + rest + correction.interval_bound(features) - 1e-9)

@@ -403,7 +403,8 @@ def test_a_text_counted_before_is_its_own_bound():
 def fitted_corrections(draw: st.DrawFn) -> Correction:
     """A correction as ``fit_correction`` may leave it on a route it learnt: a weight per content
     class, framing, per message, per tool call, per request, per character feature and for
-    images priced by a default, each within the ranges the fit clamps it to."""
+    images priced by a default, each within the ranges the fit clamps it to — and on a route
+    whose meter is not exact, the interval a request's estimate adds (any rows: a norm)."""
     from pricing.calibration import FEATURES
 
     ranges = {
@@ -419,7 +420,9 @@ def fitted_corrections(draw: st.DrawFn) -> Correction:
     for name in FEATURES:
         low, high = ranges.get(name, (-2.0, 4.0) if name not in CLASS_NAMES else (0.5, 3.0))
         weights.append(draw(st.floats(low, high, allow_nan=False)))
-    return Correction(samples=30, weights=tuple(weights))
+    row = st.lists(st.floats(-2.0, 2.0), min_size=len(FEATURES), max_size=len(FEATURES))
+    interval = tuple(tuple(r) for r in draw(st.lists(row, max_size=3)))
+    return Correction(samples=30, weights=tuple(weights), interval=interval)
 
 
 CLASS_NAMES = ("prose", "code", "structured", "script", "numeric")

@@ -200,7 +200,7 @@ def test_checkpoint_anchors_give_the_head_its_share_of_the_truth():
 import json  # noqa: E402
 import re  # noqa: E402
 
-from pricing.content import STATS, profile  # noqa: E402
+from pricing.content import CLASSES, STATS, profile  # noqa: E402
 from pricing.messages import parse_request  # noqa: E402
 from pricing.meter import measure  # noqa: E402
 from pricing.route import Route  # noqa: E402
@@ -623,3 +623,90 @@ def test_which_script_a_tokenizer_lacks_is_learnt():
     blind = fit_correction(samples, CalibrationPolicy(model="numbers"), exact=False)
     errors = [blind.price_pressure(p) / truth - 1 for p, truth in probes]
     assert errors[0] < -0.10 and errors[1] > 0.5, errors
+
+
+# -- the interval: a request unlike the window (issue 31 item 5) --------------------------------
+
+
+def _scripts_count(text: str) -> int:
+    """Hangul three tokens a syllable, kana one, o200k's count for the rest (as above)."""
+    hangul = sum(1 for ch in text if "\uac00" <= ch <= "\ud7af")
+    kana = sum(1 for ch in text if "\u3040" <= ch <= "\u30ff")
+    rest = get_tokenizer("o200k_base").count(re.sub("[\uac00-\ud7af\u3040-\u30ff]", "", text))
+    return rest + 3 * hangul + kana + 7
+
+
+def _scripts_request(text: str) -> tuple[object, int]:
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    return measure(parse_request(body), _ROUTE), _scripts_count(text)
+
+
+@pytest.mark.parametrize("seed", [3, 7])
+def test_a_request_unlike_the_window_is_priced_with_its_doubt(seed):
+    """Every sample had Hangul and kana together, one sentence of each: the fit cannot tell
+    what each costs (three tokens a Hangul syllable, one a kana), and the ridge splits it
+    between them. Without the interval an all-Hangul request is priced over 30% under its
+    count; with it, the doubt along that direction — the prior's spread, since the samples
+    never pinned it down — prices it above its count, while requests like the window's cost
+    about what they did."""
+    rng = random.Random(seed)
+    samples = []
+    for i in range(40):
+        both = " ".join([_HANGUL + " " + _KANA] * rng.randint(0, 3))
+        text = " ".join(rng.choices(_WORDS, k=rng.randint(20, 200))) + " " + both
+        pressure, truth = _scripts_request(text)
+        samples.append(_sample(pressure_features(pressure), truth, i))
+    doubting = fit_correction(samples, exact=False)
+    sure = fit_correction(samples, CalibrationPolicy(interval=0.0), exact=False)
+    hangul, truth = _scripts_request(" ".join([_HANGUL] * 8))
+    assert sure.price_request(hangul) < 0.7 * truth
+    assert doubting.price_request(hangul) >= truth
+    for _ in range(5):
+        words = " ".join(rng.choices(_WORDS, k=rng.randint(20, 200)))
+        like, count = _scripts_request(words + " " + _HANGUL + " " + _KANA)
+        assert count <= doubting.price_request(like) <= 1.03 * count
+        assert doubting.price_request(like) - sure.price_request(like) <= 0.01 * count
+
+
+def test_an_exact_meter_has_no_interval():
+    """An exact meter follows the provider's published rules: what its fit leaves is noise,
+    not doubt about a tokenizer, and its requests are priced by their weights alone."""
+    samples = synthetic(60, 9)
+    assert fit_correction(samples, exact=True).interval == ()
+    assert fit_correction(samples, exact=False).interval != ()
+    assert fit_correction(samples, CalibrationPolicy(interval=0.0), exact=False).interval == ()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(st.floats(-3, 3), min_size=len(FEATURES), max_size=len(FEATURES)),
+        min_size=1,
+        max_size=4,
+    ),
+    features=st.lists(st.integers(0, 5000), min_size=len(FEATURES), max_size=len(FEATURES)),
+    split=st.lists(st.floats(0, 1), min_size=5, max_size=5),
+    scale=st.floats(0.5, 3.0),
+)
+def test_the_interval_adds_its_margin_to_the_request_and_bounds_any_split_of_its_text(
+    rows, features, split, scale
+):
+    """``for_request`` prices the request at its weights' price plus the margin (a factor on
+    every weight); ``scaled`` scales the margin with the weights; ``interval_bound`` is above
+    the margin of any request with no more of each feature, its text split among the classes
+    in any way (what a bound that does not know the classes needs)."""
+    weights = tuple(1.0 + 0.1 * (j % 4) for j in range(len(FEATURES)))
+    c = Correction(samples=30, weights=weights, interval=tuple(tuple(r) for r in rows))
+    plain = sum(w * x for w, x in zip(weights, features, strict=True))
+    margin = c.margin(features)
+    priced = c.for_request(features).price(features)
+    assert priced >= math.ceil(plain - 1e-9)
+    assert priced <= math.ceil(plain + margin + 1e-6)
+    assert c.scaled(scale).margin(features) == pytest.approx(scale * margin, rel=1e-9, abs=1e-9)
+    text = sum(features[j] for j in range(len(CLASSES)))
+    shares = [s + 1e-9 for s in split]
+    other = list(features)
+    for j, s in enumerate(shares):  # the same text, split another way, a little less of all
+        other[j] = int(text * s / sum(shares))
+    assert c.interval_bound(features) >= c.margin(other) - 1e-6
+    assert c.interval_bound(features) >= margin - 1e-6

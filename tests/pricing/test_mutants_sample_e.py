@@ -85,7 +85,7 @@ def test_a_window_the_bounded_fit_would_price_at_nothing_is_priced_by_the_prior(
     98th-percentile scale-up skipped the samples priced at or below zero — here all of them —
     and the route priced each of these prompts at -136 to -439 tokens."""
     samples = _priced_below_nothing()
-    _, seen = _base(samples, CalibrationPolicy(), False, _prior(CalibrationPolicy(), False))
+    _, seen, _ = _base(samples, CalibrationPolicy(), False, _prior(CalibrationPolicy(), False))
     assert not any(seen)
     learnt = fit_correction(samples, exact=False)
     assert all(

@@ -185,6 +185,49 @@ def test_fit_invariants(messages, window, vision, pin, factor):
     assert json.dumps(refit.body, sort_keys=True) == json.dumps(result.body, sort_keys=True)
 
 
+@st.composite
+def intervals(draw) -> Correction:
+    """A fitted correction with the interval an inexact route's fit leaves (any rows: the
+    margin is their norm), the weights round the meter's."""
+    from pricing.calibration import FEATURES
+
+    n = len(FEATURES)
+    weights = tuple(draw(st.floats(0.8, 1.4)) for _ in range(n))
+    row = st.lists(st.floats(-0.3, 0.3), min_size=n, max_size=n).map(tuple)
+    interval = tuple(draw(st.lists(row, min_size=1, max_size=3)))
+    return Correction(samples=30, weights=weights, interval=interval)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=conversations(), window=st.integers(1500, 40000), correction=intervals())
+def test_a_fit_under_an_interval_prices_every_cut_by_the_requests_own_factor(
+    messages, window, correction
+):
+    """The interval is the whole request's (``Correction.for_request``): the fit prices the
+    request, its parts and every cut of it by the one factor it gives, so what it sends fits by
+    that price, is transparent when the request's own estimate fits, and orphans nothing."""
+    from pricing.calibration import pressure_features
+
+    r = route(window)
+    body = {"model": "test", "messages": messages, "max_tokens": 256}
+    request = parse_request(copy.deepcopy(body))
+    budget = prompt_budget(r.context_window, r.max_output_tokens, FitPolicy(), 256)
+    original = measure(request, r)
+    own = correction.for_request(pressure_features(original))
+    assert own.price_pressure(original) == correction.price_request(original)
+    try:
+        result = fit(request, r, FitPolicy(), correction)
+    except FitError as err:
+        assert err.estimate > err.budget == budget
+        return
+    assert result.report.estimate_before == correction.price_request(original)
+    sent = measure(parse_request(result.body), r)
+    assert result.report.estimate_after == own.price_pressure(sent) <= budget
+    if correction.price_request(original) <= budget:
+        assert result.body is request.body
+    check_no_orphans(result.body["messages"])
+
+
 def test_transparent_request_is_forwarded_unchanged():
     body = {"model": "test", "messages": [{"role": "user", "content": "hi"}]}
     request = parse_request(body)
