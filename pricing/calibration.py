@@ -234,8 +234,9 @@ class Correction:
         if not self.interval:
             return self
         price = sum(map(mul, self.vector, features))
-        factor = 1.0 + self.margin(features) / max(1.0, price)
-        return replace(self.scaled(factor), interval=())
+        f = 1.0 + self.margin(features) / max(1.0, price)
+        weights = tuple(w * f for w in self.vector)
+        return Correction(self.text * f, self.framing * f, self.images * f, self.samples, weights)
 
     def interval_bound(self, features: Sequence[float]) -> float:
         """At least ``margin(x)`` for every request x whose features are at most these, its
