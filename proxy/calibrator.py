@@ -431,11 +431,16 @@ _MOST = 2**40
 
 
 def _agrees(correction: Correction, sample: Sample) -> bool:
-    """Whether ``correction`` prices ``sample`` as a refit would leave it: not under the
-    provider's count, and over it by at most one part in ``AGREE`` and a token. A refit moves
-    the weights only for samples it misprices; it is the same fit otherwise."""
-    over = correction.price(sample.vector) - sample.actual
-    return 0 <= over <= sample.actual // AGREE + 1
+    """Whether ``correction`` prices ``sample`` as a refit would leave it: its estimate not under
+    the provider's count, and over it by at most one part in ``AGREE`` and a token, beyond the
+    request's interval (``Correction.for_request``: on an inexact route the weights alone leave
+    a tenth of the samples under on purpose, the interval covers them). A refit moves the
+    weights only for samples it misprices; it is the same fit otherwise."""
+    v = sample.vector
+    estimate = correction.for_request(v).price(v)
+    interval = estimate - correction.price(v)
+    over = estimate - sample.actual
+    return 0 <= over <= sample.actual // AGREE + 1 + interval
 
 
 def _sane(sample: Sample) -> bool:
