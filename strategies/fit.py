@@ -68,8 +68,9 @@ def fit(
     messages, adapted = adapt(job, request.messages)
     pressure = job.measure(messages)
     # the request's interval, one factor for every part and cut of it (``for_request``)
-    job.correction = job.correction.for_request(pressure_features(pressure))
-    before = job.estimate(pressure)
+    features = pressure_features(pressure)
+    job.correction = job.correction.for_request(features)
+    before = job.correction.price(features)
     if before <= budget:
         if not adapted.count:
             report = FitReport(route.alias, budget, before, before)

@@ -13,6 +13,7 @@ from dataclasses import replace
 import orjson
 import pytest
 
+from pricing.calibration import FEATURES, Correction
 from proxy.calibrator import Calibrator
 from proxy.config import parse_config
 from proxy.estimate import Estimate, Estimator
@@ -65,11 +66,22 @@ async def _estimated(estimator: Estimator, bound: bool) -> Estimate:
     )
 
 
-async def test_a_count_answers_what_the_fit_prices() -> None:
+def _doubting() -> Correction:
+    """A learnt inexact route's correction with an interval (5% of the prose's tokens)."""
+    n = len(FEATURES)
+    row = tuple(0.05 if name == "prose" else 0.0 for name in FEATURES)
+    return Correction(samples=30, weights=(1.1,) * n, interval=(row,))
+
+
+@pytest.mark.parametrize("learnt", [False, True])
+async def test_a_count_answers_what_the_fit_prices(learnt: bool) -> None:
     """``count_tokens`` answers the estimate the fit acts on (docs/architecture.md), on a
-    route the calibrator prices by an inexact meter's prior (a correction, not the identity)."""
+    route the calibrator prices by an inexact meter's prior (a correction, not the identity),
+    or by weights it learnt with the request's interval (the estimate is above their price)."""
     estimator, calibrator = _estimator()
     calibrator.start({"m": False})
+    if learnt:
+        calibrator.routes["m"].correction = _doubting()
     try:
         counted = await _estimated(estimator, bound=False)
         body = _body()
@@ -78,6 +90,8 @@ async def test_a_count_answers_what_the_fit_prices() -> None:
     finally:
         await calibrator.stop()
     assert tokens == counted.fitted.report.estimate_before == counted.tokens
+    if learnt:
+        assert tokens > _doubting().price_pressure(counted.fitted.pressure)
 
 
 def _estimator() -> tuple[Estimator, Calibrator]:
