@@ -222,6 +222,8 @@ class Correction:
 
     def margin(self, features: Sequence[float]) -> float:
         """The interval's tokens for a request of these features (0 without one)."""
+        if not self.interval:
+            return 0.0
         return math.sqrt(sum(sum(map(mul, row, features)) ** 2 for row in self.interval))
 
     def for_request(self, features: Sequence[float]) -> Correction:

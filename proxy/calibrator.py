@@ -437,10 +437,10 @@ def _agrees(correction: Correction, sample: Sample) -> bool:
     a tenth of the samples under on purpose, the interval covers them). A refit moves the
     weights only for samples it misprices; it is the same fit otherwise."""
     v = sample.vector
-    estimate = correction.for_request(v).price(v)
-    interval = estimate - correction.price(v)
-    over = estimate - sample.actual
-    return 0 <= over <= sample.actual // AGREE + 1 + interval
+    over = correction.price(v) - sample.actual  # by the weights: the estimate less its interval
+    if over > sample.actual // AGREE + 1:
+        return False
+    return over >= 0 or over >= -correction.margin(v)
 
 
 def _sane(sample: Sample) -> bool:
