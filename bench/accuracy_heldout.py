@@ -105,6 +105,8 @@ def _policies(compare: str = "numbers") -> dict[str, Any]:
         return {"before": replace(after, prior_nonascii=0.0), "after": after}
     if compare == "blocks":
         return {"before": replace(after, model="numbers"), "after": after}
+    if compare == "groups":
+        return {"before": replace(after, model="scripts"), "after": after}
     if compare == "interval":
         return {"before": replace(after, interval=0.0), "after": after}
     return {"before": replace(after, model="digits"), "after": after}

@@ -108,7 +108,9 @@ UNSIZED = _N - 1
 NUMBERS = FEATURES.index("numbers")
 DIGITS = FEATURES.index("digits")
 NONASCII = FEATURES.index("nonascii")
-#: How many characters' counts are scripts' (``pricing.content.STATS``' last, since 2026-12-05).
+GROUPS = FEATURES.index("groups")
+#: How many characters' counts came after numbers (``pricing.content.STATS``' last: the scripts'
+#: and the groups', since 2026-12-05).
 _BLOCKS = len(STATS) - STATS.index("hangul")
 #: The features an image's tokens may fall in (an offloaded image leaves all of them).
 IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
@@ -305,7 +307,9 @@ class Sample:
         n = len(self.features)
         if n == _N:
             return self.features
-        blocks = (0,) * _BLOCKS  # the scripts' counts came last among the characters' counts
+        blocks = (0,) * _BLOCKS  # the scripts' and groups' counts came last among the characters'
+        if n == _N - 1:  # before the groups were counted (they came last among the characters')
+            return (*self.features[:-1], 0, self.features[-1])
         if n == _N - _BLOCKS:  # before the scripts were counted
             return (*self.features[:-1], *blocks, self.features[-1])
         if n == _N - _BLOCKS - 1:  # before numbers were counted
@@ -413,11 +417,13 @@ def checkpoint_anchors(
     return out
 
 
-_MODELS = ("features", "numbers", "digits", "classes", "one-factor")
+_MODELS = ("features", "scripts", "numbers", "digits", "classes", "one-factor")
 
 
 def _project(v: Sequence[int], model: str) -> tuple[int, ...]:
     """A sample's features as an older model of the bias saw them (``CalibrationPolicy.model``)."""
+    if model == "scripts":
+        return (*v[:GROUPS], 0, *v[GROUPS + 1 :])
     if model == "numbers":
         return (*v[: NUMBERS + 1], *(0,) * _BLOCKS, *v[NUMBERS + 1 + _BLOCKS :])
     if model == "digits":
@@ -492,7 +498,8 @@ class CalibrationPolicy:
     #: lying answers cannot move the correction beyond the band (docs/calibration.md).
     outlier_share: float = 0.25
     #: Which model of the bias is fitted: ``features`` (this module's); for comparison only
-    #: (bench/accuracy.py's before/after), ``numbers`` (the same without the scripts' counts:
+    #: (bench/accuracy.py's before/after), ``scripts`` (the same without the digits' groups:
+    #: before 2026-12-05, evening), ``numbers`` (without the scripts' counts and the groups:
     #: before 2026-12-05), ``digits`` (the same without the count of numbers: before issue 31),
     #: ``classes`` (per-class token weights, framing,
     #: messages, calls and images, no request or per-character features, absolute errors) and
@@ -826,7 +833,7 @@ def _base(
     # The older models (``policy.model``, for comparison) fitted absolute errors.
     weights = (
         [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
-        if policy.model in ("features", "numbers", "digits")
+        if policy.model in ("features", "scripts", "numbers", "digits")
         else recency
     )
     actual = [float(s.actual) for s in clean]

@@ -49,13 +49,14 @@ _CODE = frozenset(";(){}=<>_/*#|&$\\")
 STATS = (
     *("digits", "newlines", "indent", "tabs", "punct", "nonascii", "numbers"),
     *("hangul", "kana", "han", "cyrillic"),
+    "groups",
 )
-#: Scripts counted on their own (``STATS``' last four): a tokenizer may have a piece for each kana
-#: and none for most Hangul syllables (three tokens each, by byte fallback: Mistral v3's), which
-#: o200k's tokens and the count of characters outside ASCII cannot tell apart (bench/REPORT.md,
-#: 4d). Counted by their UTF-8 bytes, at C speed: the lead bytes of U+A000-D7FF (Hangul
-#: syllables, and the rare Yi and Vai beside them), of U+4000-9FFF (CJK ideographs) and of
-#: U+0400-04FF (Cyrillic); kana by its first two bytes (U+3040-30FF).
+#: Scripts counted on their own (``STATS``' four before ``groups``): a tokenizer may have a piece
+#: for each kana and none for most Hangul syllables (three tokens each, by byte fallback: Mistral
+#: v3's), which o200k's tokens and the count of characters outside ASCII cannot tell apart
+#: (bench/REPORT.md, 4d). Counted by their UTF-8 bytes, at C speed: the lead bytes of
+#: U+A000-D7FF (Hangul syllables, and the rare Yi and Vai beside them), of U+4000-9FFF (CJK
+#: ideographs) and of U+0400-04FF (Cyrillic); kana by its first two bytes (U+3040-30FF).
 _LEAD_OF = bytes(
     1 if 0xEA <= i <= 0xED else 2 if 0xE4 <= i <= 0xE9 else 3 if 0xD0 <= i <= 0xD3 else 0
     for i in range(256)
@@ -98,24 +99,30 @@ def classify(text: str) -> int:
 def profile(text: str) -> tuple[int, ...]:
     """Counts of ``STATS`` in a text: digits, newlines, pairs of spaces (indentation and
     alignment), tabs, ASCII punctuation, characters outside ASCII (UTF-8 lead bytes) and runs of
-    digits (numbers), and the characters of four scripts (``_scripts``). Digits and numbers
-    together say how a tokenizer splits numbers: one token per digit is a weight on digits, one
-    per number a weight on numbers, groups of three a third of a token per digit plus part of
-    one per number — digits alone cannot tell those apart."""
+    digits (numbers), the characters of four scripts (``_scripts``), and the groups of up to
+    three digits the meter's tokenizers split numbers into (groups). Digits, numbers and groups
+    together say how a tokenizer splits numbers, each scheme exactly: the meter counts a
+    d-digit number as ⌈d/3⌉ tokens (its groups), so one token per digit costs a token a digit
+    less one a group more, one per number a token a number less one a group. With digits and
+    numbers alone, ⌈d/3⌉ was approximated by d/3 and a part per number, up to two thirds of a
+    token off a number (bench/REPORT.md, 4e)."""
     s = _sample(text)
     if not s:
         return (0,) * len(STATS)
     b = s.encode("utf-8", "surrogatepass")
     n = len(b)
+    digits = n - len(b.translate(None, _DIGITS))
+    runs = _NUMBER.findall(b) if digits else ()  # a scan of the text: only where there are digits
     counts = (
-        n - len(b.translate(None, _DIGITS)),
+        digits,
         b.count(b"\n"),
         b.count(b"  "),
         b.count(b"\t"),
         n - len(b.translate(None, _PUNCT)),
         n - len(b.translate(None, _LEADS)),
-        len(_NUMBER.findall(b)),
+        len(runs),
         *(_scripts(b) if n > len(s) else (0, 0, 0, 0)),
+        sum((len(run) + 2) // 3 for run in runs),
     )
     if len(s) == len(text):
         return counts

@@ -132,6 +132,7 @@ from feature_samples import sample as _sample  # noqa: E402
 
 from pricing.calibration import (  # noqa: E402
     FEATURES,
+    _project,
     checkpoint_anchors,
     pressure_features,
 )
@@ -461,20 +462,58 @@ def test_how_a_tokenizer_splits_numbers_is_learnt(per_digit, seed):
     rng = random.Random(seed)
     train = (_split_numbers(rng, per_digit) for _ in range(40))
     samples = [_sample(f, truth, i) for i, (f, truth) in enumerate(train)]
-    w = dict(zip(FEATURES, fit_correction(samples, exact=False).vector, strict=True))
-    if per_digit:
-        assert w["digits"] > 0.3 and w["numbers"] < 0, w
-    else:
-        assert w["digits"] < 0 and w["numbers"] > 0.1, w
+    learnt = fit_correction(samples, exact=False)
+    # What 20 ids of nine digits cost beyond 20 of one, per id: 8 tokens on a tokenizer that
+    # splits them digit by digit, none on one that takes a number whole; the meter says 2.
+    nine, one = (_numbers_features(_ids(d, 20)) for d in (9, 1))
+    extra = (learnt.price(nine) - learnt.price(one)) / 20
+    assert extra > 5 if per_digit else extra < 1, extra
+
+
+def _ids(digits: int, n: int, rng: random.Random | None = None) -> str:
+    """A JSON list of ``n`` rows, each with an id of ``digits`` digits."""
+    rng = rng or random.Random(digits)
+    low = 10 ** (digits - 1) if digits > 1 else 0
+    return json.dumps([{"id": str(rng.randint(low, 10**digits - 1)), "v": "x"} for _ in range(n)])
+
+
+def _numbers_features(text: str) -> tuple[int, ...]:
+    body = {"model": "unknown", "messages": [{"role": "user", "content": text}]}
+    return pressure_features(measure(parse_request(body), _ROUTE))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_short_numbers_are_priced_by_their_groups(seed):
+    """A tokenizer that takes each number whole costs a token a number where the meter spends a
+    token per group of up to three digits. With digits and numbers alone a group was
+    approximated by a third of a digit and a part per number, so rows of two-digit ids came out
+    2.7-3.5% under their count; with the groups counted (``groups``, the meter's own digit
+    tokens) the fit can say it exactly, and they are priced nearer their count."""
+    rng = random.Random(seed)
+    train = (_split_numbers(rng, False) for _ in range(40))
+    samples = [_sample(f, truth, i) for i, (f, truth) in enumerate(train)]
+    text = _ids(2, 30, rng)
+    numbers = re.findall(r"\d+", text)
+    truth = 7 + get_tokenizer("o200k_base").count(text) - sum(-(-len(n) // 3) for n in numbers)
+    truth += len(numbers)
+    features = _numbers_features(text)
+    errors = {}
+    for model in ("features", "scripts"):
+        policy = CalibrationPolicy(model=model, interval=0.0)
+        learnt = fit_correction(samples, policy, exact=False)
+        seen = _project(features, model)
+        errors[model] = learnt.price(seen) / truth - 1
+    assert abs(errors["features"]) < abs(errors["scripts"]), errors
+    assert errors["features"] >= -0.015, errors
 
 
 def test_samples_recorded_before_numbers_were_counted_keep_their_features():
-    """A sample stored before ``numbers`` existed (five features fewer: numbers and the four
-    scripts; unsized images last) reads with no numbers and its unsized image tokens where they
-    belong, not shifted into numbers."""
+    """A sample stored before ``numbers`` existed (six features fewer: numbers, the four
+    scripts and the groups; unsized images last) reads with no numbers and its unsized image
+    tokens where they belong, not shifted into numbers."""
     from pricing.calibration import NUMBERS, UNSIZED
 
-    old = tuple(range(1, len(FEATURES) - 4))  # every old feature distinct, unsized last
+    old = tuple(range(1, len(FEATURES) - 5))  # every old feature distinct, unsized last
     s = Sample("r", 0.0, 1, 1, 0, 0, 1, 1, False, 10, 0, old)
     assert s.vector[NUMBERS] == 0
     assert s.vector[UNSIZED] == old[-1]
@@ -483,15 +522,42 @@ def test_samples_recorded_before_numbers_were_counted_keep_their_features():
 
 
 def test_samples_recorded_before_scripts_were_counted_keep_their_features():
-    """A sample stored before the four scripts' counts existed (unsized images last) reads with
-    none of them, its numbers and unsized image tokens where they were."""
+    """A sample stored before the four scripts' counts existed (nor the groups; unsized images
+    last) reads with none of them, its numbers and unsized image tokens where they were."""
     from pricing.calibration import NUMBERS, UNSIZED
 
-    old = tuple(range(1, len(FEATURES) - 3))
+    old = tuple(range(1, len(FEATURES) - 4))
     s = Sample("r", 0.0, 1, 1, 0, 0, 1, 1, False, 10, 0, old)
     assert s.vector[: NUMBERS + 1] == old[: NUMBERS + 1]
     assert [s.vector[FEATURES.index(k)] for k in ("hangul", "kana", "han", "cyrillic")] == [0] * 4
+    assert s.vector[FEATURES.index("groups")] == 0
     assert s.vector[UNSIZED] == old[-1]
+
+
+def test_samples_recorded_before_groups_were_counted_keep_their_features():
+    """A sample stored with the scripts' counts and without the groups (unsized images last)
+    reads with no groups, every other count where it was."""
+    from pricing.calibration import GROUPS, UNSIZED
+
+    old = tuple(range(1, len(FEATURES)))
+    s = Sample("r", 0.0, 1, 1, 0, 0, 1, 1, False, 10, 0, old)
+    assert s.vector[:GROUPS] == old[:GROUPS]
+    assert s.vector[GROUPS] == 0
+    assert s.vector[UNSIZED] == old[-1]
+    assert len(s.vector) == len(FEATURES)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text("0123456789", min_size=1, max_size=40), min_size=1, max_size=8))
+def test_groups_are_the_meters_tokens_of_digits(runs):
+    """``groups`` counts what o200k makes of a text's digits (up to three at a time, from each
+    run's start): a run of digits alone is that many tokens."""
+    from pricing.calibration import GROUPS
+
+    text = " x ".join(runs)
+    assert profile(text)[GROUPS - FEATURES.index("digits")] == sum(
+        get_tokenizer("o200k_base").count(run) for run in runs
+    )
 
 
 #: One sentence in each script a tokenizer may have few pieces for (the weather and a request

@@ -49,9 +49,18 @@ def test_the_numbers_model_sees_every_feature_but_the_scripts_counts() -> None:
     vector = tuple(range(1, len(FEATURES) + 1))
     projected = _project(vector, "numbers")
     assert len(projected) == len(FEATURES)
-    scripts = ("hangul", "kana", "han", "cyrillic")
+    scripts = ("hangul", "kana", "han", "cyrillic", "groups")  # the groups came after them
     for name, before, after in zip(FEATURES, vector, projected, strict=True):
         assert after == (0 if name in scripts else before), name
+
+
+def test_the_scripts_model_sees_every_feature_but_the_groups() -> None:
+    """``scripts`` is "the same without the digits' groups"."""
+    vector = tuple(range(1, len(FEATURES) + 1))
+    projected = _project(vector, "scripts")
+    assert len(projected) == len(FEATURES)
+    for name, before, after in zip(FEATURES, vector, projected, strict=True):
+        assert after == (0 if name == "groups" else before), name
 
 
 def test_the_digits_model_prices_images_of_unknown_size_as_the_features_model_does() -> None:
@@ -77,12 +86,12 @@ def test_the_digits_model_prices_images_of_unknown_size_as_the_features_model_do
 
 @pytest.mark.parametrize("model", ["bogus", "Features", ""])
 def test_an_unknown_calibration_model_is_refused_naming_the_known_ones(model: str) -> None:
-    """A config error must say what would have been accepted: the five models the policy
+    """A config error must say what would have been accepted: the six models the policy
     documents, in its order."""
     with pytest.raises(ValueError) as refused:
         CalibrationPolicy(model=model)
     assert str(refused.value) == (
-        "calibration model must be one of features, numbers, digits, classes, one-factor"
+        "calibration model must be one of features, scripts, numbers, digits, classes, one-factor"
     )
 
 
