@@ -444,8 +444,8 @@ class CalibrationPolicy:
     window: int = 200
     #: Upper quantile of actual / fitted over the window, the conservative scale-up.
     quantile: float = 0.98
-    #: Standard errors of a request's fitted price added to its estimate on a route whose meter
-    #: is not exact (``Correction.interval``; 0: none). Chosen on the tuning sets (the least
+    #: Standard deviations of a request's fitted price added to its estimate on a route whose
+    #: meter is not exact (``Correction.interval``; 0: none). Chosen on the tuning sets (the least
     #: that brings the stated family's worst under-estimate inside 1%) and checked on held-out
     #: ones (bench/REPORT.md, 4e).
     interval: float = 2.0

@@ -102,10 +102,10 @@ def profile(text: str) -> tuple[int, ...]:
     digits (numbers), the characters of four scripts (``_scripts``), and the groups of up to
     three digits the meter's tokenizers split numbers into (groups). Digits, numbers and groups
     together say how a tokenizer splits numbers, each scheme exactly: the meter counts a
-    d-digit number as ⌈d/3⌉ tokens (its groups), so one token per digit costs a token a digit
-    less one a group more, one per number a token a number less one a group. With digits and
-    numbers alone, ⌈d/3⌉ was approximated by d/3 and a part per number, up to two thirds of a
-    token off a number (bench/REPORT.md, 4e)."""
+    d-digit number as ⌈d/3⌉ tokens (its groups), so one token per digit is a token more a
+    digit and one less a group, one per number a token more a number and one less a group.
+    With digits and numbers alone, ⌈d/3⌉ was approximated by d/3 and a part per number, up to
+    two thirds of a token off a number (bench/REPORT.md, 4e)."""
     s = _sample(text)
     if not s:
         return (0,) * len(STATS)

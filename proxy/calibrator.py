@@ -431,16 +431,15 @@ _MOST = 2**40
 
 
 def _agrees(correction: Correction, sample: Sample) -> bool:
-    """Whether ``correction`` prices ``sample`` as a refit would leave it: its estimate not under
-    the provider's count, and over it by at most one part in ``AGREE`` and a token, beyond the
-    request's interval (``Correction.for_request``: on an inexact route the weights alone leave
-    a tenth of the samples under on purpose, the interval covers them). A refit moves the
-    weights only for samples it misprices; it is the same fit otherwise."""
-    v = sample.vector
-    over = correction.price(v) - sample.actual  # by the weights: the estimate less its interval
-    if over > sample.actual // AGREE + 1:
-        return False
-    return over >= 0 or over >= -correction.margin(v)
+    """Whether ``correction`` prices ``sample`` as a refit would leave it: by its weights, not
+    under the provider's count, and over it by at most one part in ``AGREE`` and a token. A
+    refit moves the weights only for samples it misprices; it is the same fit otherwise — so
+    a restart, which fits all the samples at once, finds the weights the route had. By the
+    weights, not the estimate: a sample the interval covers and the weights price under moves
+    the fit (on an inexact route a tenth of them, the scale-up's quantile there; the refits
+    stay at most one per ``REFIT_GAP``)."""
+    over = correction.price(sample.vector) - sample.actual
+    return 0 <= over <= sample.actual // AGREE + 1
 
 
 def _sane(sample: Sample) -> bool:
