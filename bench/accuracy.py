@@ -242,7 +242,10 @@ def run(servers: Servers, quick: bool, log=print) -> dict:
                     routefit={"tokenizer": "deepseek", "framing": "deepseek"},
                 ),
             ],
-            "routefit_settings": {"store_path": ":memory:"},
+            # The estimate is what is measured: a big body is proved by a bound and its answer
+            # may go out on it (``x-routefit-prompt-tokens-kind: bound``) unless asked to wait
+            # for the exact count — read as an estimate, a bound is 2-4x the count.
+            "routefit_settings": {"store_path": ":memory:", "exact_prompt_headers": True},
         },
     )
     cfg = load_config(str(config))
