@@ -49,6 +49,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "mask-water-0.5": {"mask_water": 0.5},
     "mask-water-0.8": {"mask_water": 0.8},
     "no-verbatim-head": {"verbatim_head": 0.0},
+    "verbatim-head-0.7": {"verbatim_head": 0.7},
+    "verbatim-head-0.85": {"verbatim_head": 0.85},
 }
 WIRES = ("chat", "messages", "responses")
 
