@@ -464,9 +464,21 @@ def summarize(samples: Sequence[Sample], correction: Correction) -> dict[str, An
         # on its prior (an inexact route that has not learnt): refusals are made on the meter's
         # count, not on these weights (``proxy.estimate.Job.fit``)
         "provisional": correction.provisional,
+        # what a request's estimate adds for the weights' doubt, relative to their price (the
+        # median over the window's samples; 0 on an exact meter): docs/calibration.md
+        "interval": _interval_share(samples, correction),
         "relative_error": _percentiles(errors),
         "anchored_share": sum(s.anchored for s in samples) / len(samples) if samples else 0.0,
     }
+
+
+def _interval_share(samples: Sequence[Sample], correction: Correction) -> float:
+    if not correction.interval or not samples:
+        return 0.0
+    shares = sorted(
+        correction.margin(s.vector) / max(1, correction.price(s.vector)) for s in samples
+    )
+    return round(shares[len(shares) // 2], 5)
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float] | None:

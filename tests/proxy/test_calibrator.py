@@ -16,6 +16,7 @@ import pytest
 from harness import private_redis
 
 from pricing.calibration import (
+    FEATURES,
     Anchor,
     CalibrationPolicy,
     Correction,
@@ -275,6 +276,20 @@ def test_a_routes_summary_reads_its_errors_as_percentiles() -> None:
     assert unmeasured["relative_error"] is None  # no provider count: no error to read
     assert not summary["provisional"]
     assert summarize([], fit_correction((), exact=False))["provisional"]  # a new route's prior
+    assert summary["interval"] == 0.0  # no doubt on the meter's own weights
+
+
+def test_a_routes_summary_says_what_its_interval_adds() -> None:
+    """The median over the window of what a request's estimate adds for the weights' doubt,
+    relative to their price: 5% of a text-only sample's tokens here."""
+    n = len(FEATURES)
+    row = tuple(0.05 if j == 0 else 0.0 for j in range(n))
+    doubting = Correction(samples=30, weights=(1.0,) * n, interval=(row,))
+    samples = [
+        replace(_sample(0), features=tuple(t if j == 0 else 0 for j in range(n)), actual=t)
+        for t in (500, 1000, 2000)
+    ]
+    assert summarize(samples, doubting)["interval"] == pytest.approx(0.05)
 
 
 ROUTE = Route(
