@@ -100,10 +100,19 @@ class Job:
         leaves nothing that fits, the request is fitted at the meter's own count instead, and
         refused on that count only (``FitReport.on_meter``). The provider judges what it lets
         go; when it refuses for context length and states its count, the count is learnt and the
-        request fitted again on it (``Estimator.refit``)."""
+        request fitted again on it (``Estimator.refit``). A learnt route's interval (the weights'
+        doubt about a request unlike their samples, ``Correction.for_request``) errs high on
+        purpose too: when it leaves nothing that fits, the request is fitted and judged on the
+        weights alone."""
         try:
             return fit_output(self.request, self.priced, self.policy, correction, self.sizes)
         except FitError as exc:
+            if correction.interval:
+                sure = replace(correction, interval=())
+                try:
+                    return fit_output(self.request, self.priced, self.policy, sure, self.sizes)
+                except FitError as refused:
+                    raise self.wire.overflow(refused) from None
             if not correction.provisional:
                 raise self.wire.overflow(exc) from None
         try:
@@ -366,8 +375,10 @@ class Estimator:
             # A prior errs high on purpose, scaled it would err higher: the provider's count of
             # this request is the one thing known of the route, so the meter is scaled to it.
             current = Correction()
-        # Only one more attempt: err a little high rather than be refused twice.
-        priced = current.price_request(e.fitted.pressure)
+        # Only one more attempt: err a little high rather than be refused twice. The weights are
+        # scaled to the count (the interval's doubt about this prompt is answered by it; on top
+        # of the scaled weights it only errs higher, and gives way when it leaves nothing).
+        priced = current.price_pressure(e.fitted.pressure)
         corrected = _tighter(current, counted, priced, _REFIT_SLACK)
         # The anchors just recorded give the head its true count; the tail is priced by the
         # corrected weights. Acting on the larger of the two keeps both promises.

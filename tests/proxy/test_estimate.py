@@ -16,7 +16,8 @@ import pytest
 from pricing.calibration import FEATURES, Correction
 from proxy.calibrator import Calibrator
 from proxy.config import parse_config
-from proxy.estimate import Estimate, Estimator
+from proxy.errors import ProxyError
+from proxy.estimate import Estimate, Estimator, Job
 from proxy.fetch import ImageSizer
 from proxy.metrics import Metrics
 from proxy.store.sqlite import SqliteStore
@@ -155,3 +156,42 @@ async def test_figures_not_to_be_believed_or_paired_teach_nothing() -> None:
 def _context(body: bytes) -> RequestContext:
     """The body as the intake hands it to a wire (open mode: no team)."""
     return RequestContext(orjson.loads(body), {}, {}, {}, None, size=len(body))
+
+
+SMALL = parse_config(
+    {
+        "model_list": [
+            {
+                "model_name": "s",
+                "litellm_params": {"model": "openai/acme-7", "api_base": "http://x"},
+                "model_info": {"max_input_tokens": 4000, "max_output_tokens": 256},
+            }
+        ]
+    }
+)
+
+
+def _job(words: int) -> Job:
+    """A one-message request of about ``words`` tokens to a 4,000-token route."""
+    rng = random.Random(words)
+    text = " ".join(rng.choices(WORDS, k=words))
+    body = orjson.dumps({"model": "s", "messages": [{"role": "user", "content": text}]})
+    rc = SMALL.routes["s"]
+    return Job(CHAT_WIRE, CHAT_WIRE.parse(_context(body)), rc, rc.policy, {}, rc.route)
+
+
+def test_a_doubt_is_no_grounds_for_a_refusal() -> None:
+    """The interval errs high on purpose, like a prior: a latest user message whose estimate
+    with it is over the budget, and by the weights alone under it, is forwarded (the provider
+    judges, and its count is learnt); one the weights alone put over the budget is refused."""
+    n = len(FEATURES)
+    doubting = Correction(samples=30, weights=(1.0,) * n, interval=(tuple([0.6] * n),))
+    fits = _job(2600)
+    plain = fits.fit(replace(doubting, interval=()))
+    budget = plain.report.budget
+    assert doubting.price_request(plain.pressure) > budget  # the interval alone would refuse it
+    fitted = fits.fit(doubting)
+    assert fitted.report.transparent and fitted.estimate <= budget
+    with pytest.raises(ProxyError) as refused:
+        _job(5000).fit(doubting)
+    assert refused.value.status == 400
