@@ -238,6 +238,8 @@ class Correction:
         if not self.interval:
             return self
         price = sum(map(mul, self.vector, features))
+        if price <= 0:  # nothing to scale (and scaling a price below nothing would lower it)
+            return self
         f = 1.0 + self.margin(features) / max(1.0, price)
         weights = tuple(w * f for w in self.vector)
         return Correction(self.text * f, self.framing * f, self.images * f, self.samples, weights)

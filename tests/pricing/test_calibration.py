@@ -753,14 +753,19 @@ def test_an_exact_meter_has_no_interval():
     features=st.lists(st.integers(0, 5000), min_size=len(FEATURES), max_size=len(FEATURES)),
     split=st.lists(st.floats(0, 1), min_size=5, max_size=5),
     scale=st.floats(0.5, 3.0),
+    below=st.lists(st.floats(-2.0, 0.0), min_size=len(FEATURES), max_size=len(FEATURES)),
 )
 def test_the_interval_adds_its_margin_to_the_request_and_bounds_any_split_of_its_text(
-    rows, features, split, scale
+    rows, features, split, scale, below
 ):
     """``for_request`` prices the request at its weights' price plus the margin (a factor on
-    every weight); ``scaled`` scales the margin with the weights; ``interval_bound`` is above
-    the margin of any request with no more of each feature, its text split among the classes
-    in any way (what a bound that does not know the classes needs)."""
+    every weight), never below the weights' own price (weights that price a request at nothing
+    or less are not scaled: that would lower it); ``scaled`` scales the margin with the weights;
+    ``interval_bound`` is above the margin of any request with no more of each feature, its
+    text split among the classes in any way (what a bound that does not know the classes
+    needs)."""
+    low = Correction(samples=30, weights=tuple(below), interval=tuple(tuple(r) for r in rows))
+    assert low.for_request(features).price(features) >= low.price(features)
     weights = tuple(1.0 + 0.1 * (j % 4) for j in range(len(FEATURES)))
     c = Correction(samples=30, weights=weights, interval=tuple(tuple(r) for r in rows))
     plain = sum(w * x for w, x in zip(weights, features, strict=True))
