@@ -25,7 +25,7 @@ module turns those samples into a ``Correction``:
    and by little.
 2b. **Surer where the window is thin.** A request unlike the window's samples (a mix of
    scripts, numbers or calls they had little of) is where the fitted weights are least sure:
-   its estimate adds ``interval`` standard errors of its own fitted price (the fit's
+   its estimate adds ``interval`` standard deviations of its own fitted price (the fit's
    prediction interval, ``Correction.for_request``), so the margin lands where the window has
    not shown the price and costs little where it has (bench/REPORT.md, 4e). Only on a route
    whose meter is not exact.
@@ -240,9 +240,7 @@ class Correction:
         price = sum(map(mul, self.vector, features))
         if price <= 0:  # nothing to scale (and scaling a price below nothing would lower it)
             return self
-        f = 1.0 + self.margin(features) / max(1.0, price)
-        weights = tuple(w * f for w in self.vector)
-        return Correction(self.text * f, self.framing * f, self.images * f, self.samples, weights)
+        return self._times(1.0 + self.margin(features) / max(1.0, price), ())
 
     def interval_bound(self, features: Sequence[float]) -> float:
         """At least ``margin(x)`` for every request x whose features are at most these, its
@@ -261,16 +259,28 @@ class Correction:
             math.sqrt(sum((abs(row[c]) * text + f) ** 2 for row, f in paired)) for c in _TEXT
         )
 
+    def surer(self) -> Correction | None:
+        """What to fit and judge on when this correction leaves nothing that fits, because it
+        errs high on purpose: the meter's own count for a prior (``provisional``), the weights
+        without the interval for a learnt route; None when it is all that is known
+        (``proxy.estimate.Job.fit``: a refusal needs knowing the request cannot fit)."""
+        if self.provisional:
+            return Correction()
+        return replace(self, interval=()) if self.interval else None
+
     def scaled(self, s: float) -> Correction:
         """Every weight times ``s`` (a correction found too low by an anchor); the interval
         with them."""
+        return self._times(s, tuple(tuple(r * s for r in row) for row in self.interval))
+
+    def _times(self, s: float, interval: tuple[tuple[float, ...], ...]) -> Correction:
         return Correction(
             self.text * s,
             self.framing * s,
             self.images * s,
             self.samples,
             tuple(w * s for w in self.vector) if self.weights else (),
-            interval=tuple(tuple(r * s for r in row) for row in self.interval),
+            interval=interval,
         )
 
 
@@ -840,7 +850,6 @@ def _base(
     )
     actual = [float(s.actual) for s in clean]
     fit = _least_squares(rows, actual, weights, _prior(policy, True), ridge)
-    interval = () if exact else _interval(rows, actual, weights, fit, policy.interval)
     w = list(fit[0])
     _bounded(w, seen, policy, exact, prior)
     predicted = [_dot(w, r) for r in rows]
@@ -849,6 +858,7 @@ def _base(
         # less (e.g. counts that fall by more per digit than a character's weight may): that is
         # no fit, and scaling it cannot mend it. The prior prices them, as before enough samples.
         return prior, [False] * _N, ()
+    interval = () if exact else _interval(rows, actual, weights, fit, policy.interval)
     ratios = [s.actual / p for s, p in zip(clean, predicted, strict=True)]
     quantile = policy.interval_quantile if interval else policy.quantile
     scale = _quantile(ratios, recency, quantile)

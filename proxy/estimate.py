@@ -103,22 +103,19 @@ class Job:
         request fitted again on it (``Estimator.refit``). A learnt route's interval (the weights'
         doubt about a request unlike their samples, ``Correction.for_request``) errs high on
         purpose too: when it leaves nothing that fits, the request is fitted and judged on the
-        weights alone."""
+        weights alone (``Correction.surer``)."""
         try:
             return fit_output(self.request, self.priced, self.policy, correction, self.sizes)
         except FitError as exc:
-            if correction.interval:
-                sure = replace(correction, interval=())
-                try:
-                    return fit_output(self.request, self.priced, self.policy, sure, self.sizes)
-                except FitError as refused:
-                    raise self.wire.overflow(refused) from None
-            if not correction.provisional:
+            surer = correction.surer()
+            if surer is None:
                 raise self.wire.overflow(exc) from None
         try:
-            fitted = fit_output(self.request, self.priced, self.policy, None, self.sizes)
+            fitted = fit_output(self.request, self.priced, self.policy, surer, self.sizes)
         except FitError as exc:
             raise self.wire.overflow(exc) from None
+        if not correction.provisional:
+            return fitted
         return replace(fitted, report=replace(fitted.report, on_meter=True))
 
 

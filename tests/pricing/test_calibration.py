@@ -781,3 +781,16 @@ def test_the_interval_adds_its_margin_to_the_request_and_bounds_any_split_of_its
         other[j] = int(text * s / sum(shares))
     assert c.interval_bound(features) >= c.margin(other) - 1e-6
     assert c.interval_bound(features) >= margin - 1e-6
+
+
+def test_what_gives_way_when_nothing_fits():
+    """A prior gives way to the meter's own count, a learnt route's interval to its weights
+    alone; weights without an interval are all that is known, and nothing gives way."""
+    n = len(FEATURES)
+    prior = fit_correction((), exact=False)
+    assert prior.provisional and prior.surer() == Correction()
+    doubting = Correction(samples=30, weights=(1.1,) * n, interval=((0.5,) * n,))
+    sure = doubting.surer()
+    assert sure is not None and sure.interval == () and sure.vector == doubting.vector
+    assert sure.surer() is None
+    assert Correction().surer() is None
