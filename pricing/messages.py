@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pricing.documents import MEDIA_TYPE, file_data, is_document
-from pricing.recordings import is_recording
+from pricing.recordings import input_audio_url, is_recording
 from pricing.recordings import note as recording_note
 
 __all__ = [
@@ -58,6 +58,9 @@ class TextPart:
 class ImagePart:
     url: str
     detail: str = "auto"
+    #: The format a chat ``input_audio`` part named (``wav``): the part is audio the client sent
+    #: as such, priced and sent on as audio (``pricing.recordings``); None for every other part.
+    audio_format: str | None = None
 
 
 Part = TextPart | ImagePart
@@ -170,6 +173,8 @@ def _parts(content: Any, param: str) -> tuple[Part, ...]:
             parts.append(ImagePart(url, detail))
         elif kind == "file":
             parts.append(_file(part.get("file"), f"{where}.file"))
+        elif kind == "input_audio":
+            parts.append(_input_audio(part.get("input_audio"), f"{where}.input_audio"))
         else:
             raise RequestError(
                 f"{where}.type {_show(kind)} is not a supported content part type", where
@@ -189,6 +194,19 @@ def _file(file: Any, where: str) -> ImagePart:
             where,
         )
     return ImagePart(data)
+
+
+def _input_audio(value: Any, where: str) -> ImagePart:
+    """An ``input_audio`` part: base64 audio and its format, priced by its length
+    (``pricing.recordings``)."""
+    url = input_audio_url(value)
+    if url is None:
+        raise RequestError(
+            f"{where} must be an object with data (the audio, base64) and format "
+            "(its format's short name: wav, mp3)",
+            where,
+        )
+    return ImagePart(url, audio_format=str(value["format"]))
 
 
 def _tool_calls(value: Any, param: str) -> tuple[ToolCall, ...]:
@@ -356,11 +374,14 @@ def render_content(
 
 def media_part(part: ImagePart, detail: bool = False) -> dict[str, Any]:
     """An image part as a chat request carries it: a PDF as a ``file`` part (chat takes
-    documents only so), audio and video as their note, an image as ``image_url`` (with its
-    ``detail`` when asked)."""
+    documents only so), audio the client sent as ``input_audio`` as that part, other audio and
+    video as their note, an image as ``image_url`` (with its ``detail`` when asked)."""
     if is_document(part.url):
         return {"type": "file", "file": {"filename": "document.pdf", "file_data": part.url}}
-    if is_recording(part.url):  # no chat route takes it: its note, priced so (pricing.recordings)
+    if part.audio_format is not None:
+        audio = {"data": part.url.partition(",")[2], "format": part.audio_format}
+        return {"type": "input_audio", "input_audio": audio}
+    if is_recording(part.url):  # another wire's media: its note, priced so (pricing.recordings)
         return {"type": "text", "text": recording_note(part.url)}
     image = {"url": part.url, "detail": part.detail} if detail else {"url": part.url}
     return {"type": "image_url", "image_url": image}

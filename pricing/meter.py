@@ -23,7 +23,12 @@ from pricing.images.kinds import GOOGLE_KINDS
 from pricing.lru import LRU
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
 from pricing.probe import GOOGLE_ONLY, ImageError, placeholder, probe
-from pricing.recordings import is_recording, recording_kind, recording_tokens
+from pricing.recordings import (
+    is_recording,
+    recording_kind,
+    recording_tokens,
+    user_audio_tokens,
+)
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 
@@ -39,6 +44,7 @@ __all__ = [
     "measure_message",
     "measure_messages",
     "recall",
+    "sent_as_audio",
 ]
 
 #: Image sizes learnt outside pricing (e.g. fetched URL headers), by URL.
@@ -199,6 +205,13 @@ def _price_document(part: ImagePart, route: Route) -> ImagePrice:
     return replace(pictures, text=facts.tokens, text_class=facts.text_class, text_stats=facts.stats)
 
 
+def sent_as_audio(part: ImagePart, route: Route) -> bool:
+    """Whether a chat ``input_audio`` part goes to this route as audio: to every route but
+    Anthropic's, which takes none (its note goes instead: ``proxy.transports.chat_to_messages``),
+    whatever the route says of images (an audio model may see no pictures)."""
+    return part.audio_format is not None and route.provider != "anthropic"
+
+
 def _price_recording(part: ImagePart, route: Route) -> ImagePrice:
     """Audio or video: its seconds at the provider's rate where the route's provider takes it
     (never lowered by calibration: ``sized`` False), else the note it is sent as
@@ -209,6 +222,9 @@ def _price_recording(part: ImagePart, route: Route) -> ImagePrice:
         return ImagePrice(
             0, 0, recording_kind(part.url) or "", part.detail, None, None, tokens, False
         )
+    if sent_as_audio(part, route):
+        tokens = user_audio_tokens(part.url, route.scope)
+        return ImagePrice(0, 0, "audio", part.detail, None, None, tokens, False)
     text = placeholder(None, part.url)
     tokens = get_tokenizer(route.tokenizer, route.scope).count(text)
     return ImagePrice(0, 0, "text-only", part.detail, None, None, tokens, True, text)

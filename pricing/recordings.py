@@ -9,6 +9,16 @@ all. Priced as a one-line note, as they were, a five-minute recording cost about
 where Google counts 9,600 of audio or ~90,000 of video. No chat route routefit translates to
 takes either, so there they are sent, and priced, as their note.
 
+OpenAI's chat models that take audio take it as an ``input_audio`` part (base64 and its format,
+wav or mp3) and count it by its length too: "audio tokens in user messages are 1 token per 100
+ms of audio" (OpenAI's Realtime API costs guide, the one rate OpenAI publishes for its audio
+models; the chat models' own pages state none). Such a part is sent on as audio to every route
+but Anthropic's, which takes none (``proxy.transports.chat_to_messages`` sends its note), so it
+is priced at that rate wherever it goes as audio, Google's 32 a second on a Google route. The
+rate is priced as a default (calibration learns what the route really counts and never prices
+below it). Audio from the Gemini wire is still sent to a chat route as its note: a route's
+model may take no audio, and the client did not choose that wire's audio for it.
+
 A video is priced at the dearest of those per-frame figures (a request's media resolution is
 not read), at the part's own frame rate when it sets one (``videoMetadata.fps``, carried here as
 the data URL's ``fps`` parameter), over the whole file (a clip's offsets only shorten it):
@@ -28,7 +38,10 @@ from __future__ import annotations
 import binascii
 import io
 import math
+import re
 import struct
+from collections.abc import Mapping
+from typing import Any
 
 import xxhash
 
@@ -37,13 +50,17 @@ from pricing.lru import LRU
 __all__ = [
     "AUDIO_SECOND",
     "FRAME",
+    "INPUT_AUDIO_FORMAT",
     "SLOWEST_BYTES_PER_SECOND",
+    "USER_AUDIO_SECOND",
     "VIDEO_SECOND",
+    "input_audio_url",
     "is_recording",
     "note",
     "recording_kind",
     "recording_seconds",
     "recording_tokens",
+    "user_audio_tokens",
 ]
 
 #: Gemini: "each second of audio as 32 tokens".
@@ -54,6 +71,12 @@ FRAME = 280
 #: Gemini: what a second of video costs besides its frames: its audio (32) and metadata, a
 #: timestamp a second (the "about 300 a second" Google states, less 258 and 32).
 VIDEO_SECOND = AUDIO_SECOND + 10
+#: OpenAI: "audio tokens in user messages are 1 token per 100 ms of audio".
+USER_AUDIO_SECOND = 10
+#: What a chat ``input_audio`` part's ``format`` may be: OpenAI's reference names wav and mp3;
+#: an OpenAI-compatible provider may take others, so any short name passes (the provider
+#: refuses what it does not take) but nothing that would break out of the data URL's type.
+INPUT_AUDIO_FORMAT = re.compile(r"[a-z0-9][a-z0-9.+-]{0,15}")
 #: The least a second of audio or video can take (6 kbit/s): a file of unknown length lasts at
 #: most its size over this.
 SLOWEST_BYTES_PER_SECOND = 750
@@ -99,6 +122,25 @@ def recording_tokens(url: str, scope: bytes = b"") -> int:
         return math.ceil(seconds * AUDIO_SECOND)
     frames = math.ceil(seconds * _fps(url))
     return frames * FRAME + math.ceil(seconds * VIDEO_SECOND)
+
+
+def user_audio_tokens(url: str, scope: bytes = b"") -> int:
+    """What OpenAI counts for audio in a user message (``USER_AUDIO_SECOND``)."""
+    return math.ceil(recording_seconds(url, scope) * USER_AUDIO_SECOND)
+
+
+def input_audio_url(value: Any) -> str | None:
+    """A chat ``input_audio`` object (``{"data": base64, "format": "wav"}``) as the data URL
+    pricing reads recordings from, None when it is not one. The parser and the chat-to-Messages
+    mapping both build it here, so the note one sends is the note the other priced."""
+    if not isinstance(value, Mapping):
+        return None
+    data, fmt = value.get("data"), value.get("format")
+    if not isinstance(data, str) or not isinstance(fmt, str):
+        return None
+    if not INPUT_AUDIO_FORMAT.fullmatch(fmt):
+        return None
+    return f"data:audio/{fmt};base64,{data}"
 
 
 def recording_seconds(url: str, scope: bytes = b"") -> float:

@@ -99,6 +99,24 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
         },
         ["type", "file"],
     )
+    audio_part = obj(
+        {
+            "type": {"type": "string", "enum": ["input_audio"]},
+            "input_audio": obj(
+                {
+                    "data": {"type": "string", "description": "The audio, base64"},
+                    "format": {
+                        "type": "string",
+                        "description": "Its format (wav, mp3), priced by its length where the "
+                        "route takes audio",
+                        "pattern": "^[a-z0-9][a-z0-9.+-]{0,15}$",
+                    },
+                },
+                ["data", "format"],
+            ),
+        },
+        ["type", "input_audio"],
+    )
     refusal_part = obj(
         {"type": {"type": "string", "enum": ["refusal"]}, "refusal": {"type": "string"}},
         ["type", "refusal"],
@@ -144,7 +162,12 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
                             "type": "array",
                             "minItems": 1,
                             "items": {
-                                "anyOf": [ref("TextPart"), ref("ImagePart"), ref("FilePart")]
+                                "anyOf": [
+                                    ref("TextPart"),
+                                    ref("ImagePart"),
+                                    ref("FilePart"),
+                                    ref("AudioPart"),
+                                ]
                             },
                         },
                     ]
@@ -336,6 +359,7 @@ def _schemas(aliases: list[str]) -> dict[str, Any]:
         "TextPart": text_part,
         "ImagePart": image_part,
         "FilePart": file_part,
+        "AudioPart": audio_part,
         "RefusalPart": refusal_part,
         "ToolCall": tool_call,
         **messages,

@@ -30,6 +30,7 @@ from pricing.meter import (
     measure_kept,
     measure_message,
     measure_messages,
+    sent_as_audio,
 )
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
@@ -130,27 +131,40 @@ class Job:
 
 def adapt(job: Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], Action]:
     """Images the route cannot take go as placeholders, whatever the budget: every image on a
-    text-only route; on a vision route the oldest beyond its image-count limit, in steps of
-    ``image_offload_step`` so consecutive turns offload the same ones. Returns the messages and
-    how many images became placeholders, as the offload's action (no tokens removed: the
-    estimate before the fit is taken after them)."""
+    text-only route (``_text_only``); on a vision route the oldest beyond its image-count
+    limit, in steps of ``image_offload_step`` so consecutive turns offload the same ones.
+    Returns the messages and how many images became placeholders, as the offload's action (no
+    tokens removed: the estimate before the fit is taken after them)."""
     route = job.route
     total = sum(len(m.images) for m in messages)
     if not total:
         return messages, Action(OFFLOAD.label)
-    if route.supports_vision and route.image_rule.visual:
-        if total <= route.image_limits.max_images:
-            return messages, Action(OFFLOAD.label)
-        step = job.policy.image_offload_step
-        excess = -(-(total - route.image_limits.max_images) // step) * step
-    else:
-        excess = total
+    if not (route.supports_vision and route.image_rule.visual):
+        return _text_only(job, messages)
+    if total <= route.image_limits.max_images:
+        return messages, Action(OFFLOAD.label)
+    step = job.policy.image_offload_step
+    excess = -(-(total - route.image_limits.max_images) // step) * step
     out = list(messages)
     done = 0
     for i, message in enumerate(out):
         if done >= excess:
             break
         if message.images:
+            done += len(message.images)
+            out[i] = job.offload(message)
+    return tuple(out), Action(OFFLOAD.label, done)
+
+
+def _text_only(job: Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...], Action]:
+    """On a route that sees no pictures, every message with media it cannot take sends their
+    placeholders (all of them: a message is offloaded whole); a message whose media are all
+    audio the route takes as audio (chat ``input_audio`` parts: ``pricing.meter.sent_as_audio``)
+    goes as it is."""
+    out = list(messages)
+    done = 0
+    for i, message in enumerate(out):
+        if any(not sent_as_audio(p, job.route) for p in message.images):
             done += len(message.images)
             out[i] = job.offload(message)
     return tuple(out), Action(OFFLOAD.label, done)

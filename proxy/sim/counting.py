@@ -43,7 +43,7 @@ from typing import Any
 from proxy.sim.documents import pdf_pages
 from proxy.sim.images import Picture, image_tokens
 from proxy.sim.models import SimModel
-from proxy.sim.recordings import AUDIO_SECOND, seconds, video_tokens
+from proxy.sim.recordings import AUDIO_SECOND, USER_AUDIO_SECOND, seconds, video_tokens
 from proxy.sim.tokens import (
     CALL,
     END,
@@ -208,6 +208,11 @@ def _openai_part(
     kind = part.get("type")
     if kind == "file":
         return pdf_ids(file_data(part) or "", enc, m.image_rule or "flat:0")
+    if kind == "input_audio":  # read, or refused, before counting (wire_openai._check_audio)
+        data = str((part.get("input_audio") or {}).get("data") or "")
+        n = math.ceil((seconds(data) or 0.0) * USER_AUDIO_SECOND)
+        ids = image_token_ids(digest(data), n)
+        return ids, len(ids)
     if kind == "image_url":
         pic = pictures(part)
         detail = (part.get("image_url") or {}).get("detail") or "auto"

@@ -53,6 +53,9 @@ class SimModel:
     #: ... and when tool_choice is ``any`` or ``tool``.
     tool_system_tokens_forced: int = 0
     image_rule: str | None = "openai-tile"
+    #: Takes chat ``input_audio`` parts (wav or mp3), counted as OpenAI counts user audio: a
+    #: token per 100 ms; a model without it refuses them, as gpt-4o does.
+    audio_input: bool = False
     cache_block: int = 128
     cache_min: int = 1024
     #: Natural completion length (tokens) before ``max_tokens`` cuts it; varied ±50% per prompt.
@@ -93,6 +96,8 @@ _GPT_4O = SimModel("gpt-4o", context_window=128_000, max_output=16_384)
 _GPT_4O_MINI = SimModel(
     "gpt-4o-mini", context_window=128_000, max_output=16_384, image_rule="openai-tile:2833/5667"
 )
+#: An OpenAI audio model (gpt-audio: audio and text in, no images).
+_GPT_AUDIO = SimModel("gpt-audio-sim", image_rule=None, audio_input=True, aliases=("gpt-audio",))
 _GPT_4 = SimModel(
     "gpt-4",
     context_window=8192,
@@ -226,6 +231,7 @@ BUILTIN_MODELS: dict[str, SimModel] = {
     for m in (
         _GPT_4O,
         _GPT_4O_MINI,
+        _GPT_AUDIO,
         _GPT_4,
         _DEEPSEEK,
         _MYSTERY,

@@ -1,4 +1,6 @@
-"""Audio and video as the simulated Gemini reads them, by Google's published rates: audio 32
+"""Audio and video as the simulated providers read them. OpenAI's audio models: a chat
+``input_audio`` part at a token per 100 ms (its Realtime costs guide's rate for user audio).
+Gemini, by Google's published rates: audio 32
 tokens a second; video a frame a second (or at the part's ``videoMetadata.fps``) at 258 tokens,
 plus 32 of its audio and 10 of metadata a second ("about 300 tokens a second"). The length is
 read from the file's header (mutagen; a WebM's ``Duration`` by its element id); a file it cannot
@@ -13,9 +15,18 @@ import math
 import struct
 from functools import lru_cache
 
-__all__ = ["AUDIO_SECOND", "FRAME", "VIDEO_SECOND", "seconds", "video_tokens"]
+__all__ = [
+    "AUDIO_SECOND",
+    "FRAME",
+    "USER_AUDIO_SECOND",
+    "VIDEO_SECOND",
+    "seconds",
+    "video_tokens",
+]
 
 AUDIO_SECOND = 32
+#: OpenAI: "audio tokens in user messages are 1 token per 100 ms of audio".
+USER_AUDIO_SECOND = 10
 FRAME = 258
 VIDEO_SECOND = AUDIO_SECOND + 10
 

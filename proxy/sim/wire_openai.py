@@ -16,6 +16,7 @@ from proxy.sim.documents import pdf_pages
 from proxy.sim.errors import SimError
 from proxy.sim.images import ImageProblem, Picture, resolve_url
 from proxy.sim.models import SimModel
+from proxy.sim.recordings import seconds
 from proxy.sim.state import SimState
 from proxy.sim.streaming import CutBody, EventStream, sse
 
@@ -38,6 +39,7 @@ KNOWN_PARAMS = frozenset(
 ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 PART_TYPES = ("text", "image_url", "input_audio", "refusal", "audio", "file")
 DETAILS = ("auto", "low", "high", "original")
+AUDIO_FORMATS = ("wav", "mp3")
 _NAME = re.compile(r"^[^\s<|\\/>]+$")
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -150,6 +152,16 @@ def _validate_part(part: Any, where: str, role: str, index: int) -> None:
         detail = image.get("detail")
         if detail is not None and detail not in DETAILS:
             raise _bad_value(f"{where}.image_url.detail", detail, DETAILS)
+    elif kind == "input_audio":
+        audio = part.get("input_audio")
+        if audio is None:
+            raise _missing(f"{where}.input_audio")
+        if not isinstance(audio, Mapping):
+            raise _bad_type(f"{where}.input_audio", "an object", audio)
+        if not isinstance(audio.get("data"), str):
+            raise _bad_type(f"{where}.input_audio.data", "a string", audio.get("data"))
+        if audio.get("format") not in AUDIO_FORMATS:
+            raise _bad_value(f"{where}.input_audio.format", audio.get("format"), AUDIO_FORMATS)
     elif kind == "file":
         data = file_data(part)
         if data is None:
@@ -423,6 +435,8 @@ async def collect_pictures(
         if not isinstance(content, list):
             continue
         for j, part in enumerate(content):
+            if part.get("type") == "input_audio":
+                _check_audio(part, model, f"messages.[{i}].content.[{j}]")
             if part.get("type") != "image_url":
                 continue
             if model.image_rule is None:
@@ -445,6 +459,23 @@ async def collect_pictures(
                     str(exc), f"messages[{i}].content[{j}].image_url.url", url
                 ) from None
     return out
+
+
+def _check_audio(part: Mapping[str, Any], model: SimModel, where: str) -> None:
+    """An audio part reaches only a model that takes audio, and only as audio it can read."""
+    if not model.audio_input:
+        raise SimError(
+            400,
+            "Invalid content type. input_audio is only supported by certain models.",
+            param=f"{where}.type",
+        )
+    if seconds(part["input_audio"]["data"]) is None:
+        raise SimError(
+            400,
+            "The audio file could not be processed. Please check the format and try again.",
+            param=f"{where}.input_audio",
+            code="invalid_value",
+        )
 
 
 def _image_error(problem: str, param: str, url: str) -> SimError:

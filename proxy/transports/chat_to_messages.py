@@ -5,10 +5,10 @@ Our own mapping rather than litellm's ``AnthropicConfig.transform_request``: lit
 seconds and ~80 MiB to import, and its transformation costs more per request than the proxy's
 whole added time (bench/REPORT.md). The mapping covers what chat clients send to Claude —
 system and developer messages, text and image parts, PDFs as data (``file`` parts become
-``document`` blocks), tool definitions, tool calls and their results, tool choice, sampling and
-stop parameters — and raises ``Unmapped`` for anything else (``response_format``,
-``reasoning_effort``, audio parts, files by id, ...), which the transport then hands to litellm,
-the one that knows it.
+``document`` blocks), audio parts as their note (Anthropic takes no audio), tool definitions,
+tool calls and their results, tool choice, sampling and stop parameters — and raises
+``Unmapped`` for anything else (``response_format``, ``reasoning_effort``, files by id, ...),
+which the transport then hands to litellm, the one that knows it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pricing.documents import MEDIA_TYPE, file_data
+from pricing.recordings import input_audio_url
+from pricing.recordings import note as recording_note
 from proxy.exchange.anthropic_terms import ANTHROPIC_TOOL_CHOICE, tool_input
 
 __all__ = ["Unmapped", "messages_body"]
@@ -72,6 +74,15 @@ def _document(part: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "document", "source": source}
 
 
+def _audio_note(part: Mapping[str, Any]) -> dict[str, Any]:
+    """Anthropic takes no audio: an ``input_audio`` part goes as the note it was priced as
+    (``pricing.recordings``)."""
+    url = input_audio_url(part.get("input_audio"))
+    if url is None:
+        raise Unmapped("an input_audio part without its data and format")
+    return {"type": "text", "text": recording_note(url)}
+
+
 def _blocks(content: Any) -> list[dict[str, Any]]:
     """A chat message's content as Anthropic blocks (empty text dropped: Anthropic refuses it)."""
     if content is None:
@@ -93,6 +104,8 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
             out.append(_image(part))
         elif kind == "file":
             out.append(_document(part))
+        elif kind == "input_audio":
+            out.append(_audio_note(part))
         else:
             raise Unmapped(f"content part {kind!r}")
     return out

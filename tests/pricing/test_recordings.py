@@ -16,19 +16,23 @@ from media_files import b64, video, wav
 
 from pricing import recordings
 from pricing.images import parse_image_rule
-from pricing.messages import ImagePart
+from pricing.messages import ImagePart, RequestError, parse_request, render_content
 from pricing.meter import price_image
 from pricing.probe import placeholder
 from pricing.recordings import (
     AUDIO_SECOND,
     FRAME,
     SLOWEST_BYTES_PER_SECOND,
+    USER_AUDIO_SECOND,
     VIDEO_SECOND,
+    input_audio_url,
+    is_recording,
     recording_seconds,
     recording_tokens,
 )
 from pricing.tokenizers import get_tokenizer
 from proxy.sim import recordings as sim
+from proxy.transports.chat_to_messages import messages_body
 
 GEMINI = replace(gpt4o_route(1_000_000), image_rule=parse_image_rule("gemini-tile"))
 LIVE_WEBM = ("-c:v", "libvpx", "-f", "webm", "-live", "1")
@@ -138,3 +142,83 @@ def test_a_stated_length_and_frame_rate_give_a_price_whatever_they_state(
     url = f"data:video/webm;fps={fps!r};base64,{b64(data)}"
     tokens = recording_tokens(url)
     assert tokens >= 0 and math.isfinite(float(tokens))
+
+
+# --- chat ``input_audio`` parts (OpenAI's audio models) ---------------------------------------
+
+
+def _chat_audio(seconds: float, fmt: str = "wav") -> ImagePart:
+    (message,) = parse_request(
+        {"messages": [{"role": "user", "content": [_input_audio(wav(seconds), fmt)]}]}
+    ).messages
+    (part,) = message.parts
+    assert isinstance(part, ImagePart)
+    return part
+
+
+def _input_audio(data: bytes, fmt: str = "wav") -> dict:
+    return {"type": "input_audio", "input_audio": {"data": b64(data), "format": fmt}}
+
+
+def test_chat_audio_is_priced_by_the_second_where_it_goes_as_audio() -> None:
+    """OpenAI: a token per 100 ms of user audio; a default calibration never prices below."""
+    audio_model = replace(gpt4o_route(), model="gpt-audio", supports_vision=False)
+    for route in (gpt4o_route(), audio_model):
+        price = price_image(_chat_audio(61.5), route, None)
+        assert (price.rule, price.tokens, price.sized) == ("audio", 615, False)
+        assert price.placeholder is None
+    assert USER_AUDIO_SECOND == 10
+
+
+def test_chat_audio_on_a_google_route_is_priced_at_googles_rate() -> None:
+    price = price_image(_chat_audio(61), GEMINI, None)
+    assert (price.tokens, price.sized) == (61 * AUDIO_SECOND, False)
+
+
+def test_chat_audio_on_an_anthropic_route_is_priced_as_the_note_it_is_sent_as() -> None:
+    part = _chat_audio(600)
+    price = price_image(part, replace(gpt4o_route(), provider="anthropic"), None)
+    note = recordings.note(part.url)
+    assert (price.placeholder, price.tokens) == (note, get_tokenizer("o200k_base").count(note))
+    content = [{"type": "text", "text": "Transcribe."}, _input_audio(wav(600))]
+    body = {"model": "claude", "messages": [{"role": "user", "content": content}]}
+    block = messages_body(body, 8)["messages"][0]["content"][1]
+    assert block == {"type": "text", "text": note}
+
+
+def test_audio_of_unreadable_length_is_priced_as_long_as_its_bytes_could_last() -> None:
+    noise = bytes(range(256)) * 40
+    url = input_audio_url({"data": b64(noise), "format": "mp3"})
+    assert url is not None
+    price = price_image(ImagePart(url, audio_format="mp3"), gpt4o_route(), None)
+    assert price.tokens == math.ceil(len(noise) / SLOWEST_BYTES_PER_SECOND * USER_AUDIO_SECOND)
+
+
+@given(
+    fmt=st.from_regex(recordings.INPUT_AUDIO_FORMAT, fullmatch=True),
+    data=st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef0123456789+/=", max_size=64),
+)
+def test_an_audio_part_renders_back_as_it_came(fmt: str, data: str) -> None:
+    """What the parser reads, a re-rendered message (capped, offloaded around it) sends again."""
+    wire = {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+    (message,) = parse_request({"messages": [{"role": "user", "content": [wire]}]}).messages
+    assert render_content(message.parts, keep_list=True) == [wire]
+    assert is_recording(message.parts[0].url)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("audio", "param"),
+    [
+        (None, "messages[0].content[0].input_audio"),
+        ({"data": "AAAA"}, "messages[0].content[0].input_audio"),
+        ({"data": 3, "format": "wav"}, "messages[0].content[0].input_audio"),
+        ({"data": "AAAA", "format": "wav;base64,x"}, "messages[0].content[0].input_audio"),
+        ({"data": "AAAA", "format": "WAV"}, "messages[0].content[0].input_audio"),
+    ],
+)
+def test_a_malformed_audio_part_is_a_clear_error(audio: object, param: str) -> None:
+    part = {"type": "input_audio", "input_audio": audio}
+    with pytest.raises(RequestError) as caught:
+        parse_request({"messages": [{"role": "user", "content": [part]}]})
+    assert caught.value.param == param
+    assert "format" in str(caught.value) and "base64" in str(caught.value)
