@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from media_files import b64, text_pdf
+from media_files import b64, text_pdf, wav
 from PIL import Image
 
 import pricing.bounds
@@ -163,8 +163,12 @@ def requests(draw, images: bool = False) -> dict:
             # a data URL (priced from its header) or a URL of unknown size (the rule's worst)
             url = png(*size) if draw(st.booleans()) else f"https://example.com/{i}.png"
             image: dict = {"type": "image_url", "image_url": {"url": url, "detail": detail}}
-            if draw(st.integers(0, 3)) == 0:  # a PDF: its pages' pictures and its text
+            kind = draw(st.integers(0, 5))
+            if kind == 0:  # a PDF: its pages' pictures and its text
                 image = {"type": "file", "file": {"file_data": draw(st.sampled_from(PDFS))}}
+            elif kind == 1:  # audio: its length where it goes as audio, else its note
+                audio = {"data": draw(st.sampled_from(CLIPS)), "format": "wav"}
+                image = {"type": "input_audio", "input_audio": audio}
             content = [{"type": "text", "text": content}, image]
         message: dict = {"role": role, "content": content}
         if role == "assistant" and draw(st.booleans()):
@@ -204,6 +208,7 @@ def requests(draw, images: bool = False) -> dict:
 
 _PNG: dict[tuple[int, int], str] = {}
 PDFS = [f"data:application/pdf;base64,{b64(text_pdf(n, words=60, seed=n))}" for n in (1, 2)]
+CLIPS = [b64(wav(s)) for s in (0.5, 12)] + [b64(bytes(range(256)) * 8)]  # the last unreadable
 
 
 def png(width: int, height: int) -> str:
@@ -259,6 +264,8 @@ def test_images_are_bounded_by_their_rule(body, images):
             worst = r.image_rule.worst_case(b.detail)
             if b.rule == "document":  # a picture per page, each at that worst case
                 assert worst is not None and b.tokens % worst == 0
+                continue
+            if b.rule == "audio":  # priced by its length, not by the image rule
                 continue
             assert worst is None or b.tokens <= worst  # the rule's own bound holds too
         c = Correction(images=images)

@@ -7,6 +7,7 @@ import base64
 import copy
 import io
 import json
+import wave
 from dataclasses import replace
 
 import pytest
@@ -18,7 +19,7 @@ from pricing.calibration import Correction
 from pricing.framing import default_framing
 from pricing.images import default_image_rule
 from pricing.messages import message_wire, parse_request
-from pricing.meter import measure
+from pricing.meter import measure, sent_as_audio
 from pricing.route import Route
 from strategies.fit import FitError, fit
 from strategies.offload import offload_images
@@ -50,6 +51,20 @@ def png(width: int, height: int, seed: int) -> str:
 
 
 IMAGES = [png(64 + 37 * i, 48 + 53 * i, i) for i in range(6)]
+
+
+def clip(seconds: float) -> str:
+    """Base64 WAV of silence (10 tokens a second where it goes as audio)."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(1)
+        w.setframerate(2000)
+        w.writeframes(bytes([128]) * int(seconds * 2000))
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+CLIPS = [clip(s) for s in (1.5, 8, 40, 150)]
 WORDS = ["alpha", "beta", "gamma", "delta", "error:", "OK", "{", "}", '"k": 1,', "\n", "日本", "🙂"]
 
 
@@ -65,7 +80,8 @@ def conversations(draw) -> list[dict]:
     messages.append({"role": "user", "content": "Task: " + draw(texts(40))})
     call = 0
     for _ in range(draw(st.integers(0, 14))):
-        kind = draw(st.sampled_from(["tools", "tools", "assistant", "user", "image", "big"]))
+        kinds = ["tools", "tools", "assistant", "user", "image", "audio", "big"]
+        kind = draw(st.sampled_from(kinds))
         if kind in ("tools", "big"):
             calls = []
             for _ in range(draw(st.integers(1, 3))):
@@ -87,6 +103,11 @@ def conversations(draw) -> list[dict]:
             messages.append({"role": "assistant", "content": draw(texts(80))})
         elif kind == "user":
             messages.append({"role": "user", "content": draw(texts(40))})
+        elif kind == "audio":
+            audio = {"data": draw(st.sampled_from(CLIPS)), "format": "wav"}
+            content = [{"type": "text", "text": "hear: " + draw(texts(10))}]
+            content.append({"type": "input_audio", "input_audio": audio})
+            messages.append({"role": "user", "content": content})
         else:
             messages.append(
                 {
@@ -152,7 +173,7 @@ def test_fit_invariants(messages, window, vision, pin, factor):
     assert result.report.estimate_after <= budget
     # 2. Transparent when it already fitted (a text-only route always gets placeholders).
     original = measure(request, r)
-    has_images = any(m.images for m in request.messages)
+    has_images = any(not sent_as_audio(p, r) for m in request.messages for p in m.images)
     fitted_already = correction.apply(original.text, original.framing, original.images) <= budget
     if fitted_already and (vision or not has_images):
         assert result.body is request.body
@@ -166,7 +187,9 @@ def test_fit_invariants(messages, window, vision, pin, factor):
     for i in protected_indices(messages):
         m = messages[i]
         if not vision:  # on a text-only route every image is sent as its placeholder
-            m = dict(message_wire(offload_images(parse_request({"messages": [m]}).messages[0], r)))
+            (parsed,) = parse_request({"messages": [m]}).messages
+            if any(not sent_as_audio(p, r) for p in parsed.images):  # audio goes as audio
+                m = dict(message_wire(offload_images(parsed, r)))
         if m["role"] == "tool":
             found = [j for j, o in enumerate(out) if o.get("tool_call_id") == m["tool_call_id"]]
             assert len(found) == 1
