@@ -85,9 +85,10 @@ def _sim(part: dict[str, Any]) -> int | None:
     text = {"type": "text", "text": "x"}
     with_part = {"messages": [{"role": "user", "content": [part, text]}]}
     without = {"messages": [{"role": "user", "content": [text]}]}
-    return openai_prompt(with_part, model, _no_images).total - openai_prompt(
-        without, model, _no_images
-    ).total
+    return (
+        openai_prompt(with_part, model, _no_images).total
+        - openai_prompt(without, model, _no_images).total
+    )
 
 
 def _no_images(part: Any) -> Any:

@@ -3,7 +3,10 @@ behind the mock transport): a chat ``file`` part, a Responses ``input_file``, a 
 ``inlineData`` PDF and an Anthropic ``document`` translated for a chat route are priced from their
 pages — never below what the provider counts — and reach the provider in the shape its wire takes
 them; Gemini audio and video are priced by the second on a Gemini route and sent as their note to
-a chat route; a HEIC photo is priced by Google's rule on a Gemini route and refused elsewhere."""
+a chat route; chat audio (``input_audio``) reaches an audio model as it came, priced by its
+length, gets the provider's own refusal from a model that takes none and goes to an Anthropic
+route as its note; a HEIC photo is priced by Google's rule on a Gemini route and refused
+elsewhere."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from media_files import b64, document_block, heic, text_pdf, video, wav
 from starlette.testclient import TestClient
 
 from pricing.probe import placeholder
+from pricing.recordings import input_audio_url, note
 from proxy.app import create_app
 from proxy.config import parse_config
 from proxy.sim.app import create_app as create_sim
@@ -30,6 +34,10 @@ KEY = "documents-key"
 PROVIDER_KEY = "sk-sim"
 PDF = text_pdf(6, words=200, seed=5)
 PDF_URL = f"data:application/pdf;base64,{b64(PDF)}"
+#: An audio model's map entry (no pictures), and the small audio route's window: routefit fits
+#: to it (the simulated model's own is 128k).
+AUDIO_MODEL = {"supports_vision": False, "max_output_tokens": 4096}
+SMALL = 8192
 
 
 def _route(alias: str, model: str, **info: Any) -> dict[str, Any]:
@@ -54,6 +62,10 @@ class Gateway:
     def post(self, path: str, body: dict[str, Any]) -> Any:
         headers = {"authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"}
         return self.client.post(path, headers=headers, json=body)
+
+    def chat(self, alias: str, messages: list[dict[str, Any]]) -> Any:
+        body = {"model": alias, "messages": messages, "max_tokens": 64}
+        return self.post("/v1/chat/completions", body)
 
     def sent(self) -> dict[str, Any]:
         return json.loads(self.transport.sent[-1].content)
@@ -80,6 +92,8 @@ def gw() -> Iterator[Gateway]:
                 max_input_tokens=8192,
                 max_output_tokens=1024,
             ),
+            _route("voice", "openai/gpt-audio-sim", max_input_tokens=128_000, **AUDIO_MODEL),
+            _route("voice-small", "openai/gpt-audio-sim", max_input_tokens=SMALL, **AUDIO_MODEL),
         ],
         "routefit_settings": {"store_path": ":memory:", "teams": [{"id": "t", "keys": [KEY]}]},
     }
@@ -308,3 +322,74 @@ def test_a_heic_photo_for_a_provider_that_takes_none_is_refused_in_the_wires_sha
         reply = gw.post("/v1/chat/completions", body)
     assert reply.status_code == 400
     assert "only Google's models" in reply.json()["error"]["message"]
+
+
+# --- chat audio (input_audio parts) ---------------------------------------------------------
+
+
+def _audio(seconds: float, fmt: str = "wav") -> dict[str, Any]:
+    return {"type": "input_audio", "input_audio": {"data": b64(wav(seconds)), "format": fmt}}
+
+
+def _ask(seconds: float, text: str = "What is said here?") -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}, _audio(seconds)]}
+
+
+def test_audio_reaches_an_audio_model_as_it_came_priced_by_its_length(gw: Gateway) -> None:
+    messages = [{"role": "system", "content": "Transcribe."}, _ask(45)]
+    reply = gw.chat("voice", messages)
+    assert reply.status_code == 200, reply.text
+    assert gw.sent()["messages"] == messages
+    counted = gw.counted()
+    assert counted > 450  # the simulated provider counts the audio: a token per 100 ms
+    estimate = int(reply.headers["x-routefit-prompt-tokens"])
+    assert counted <= estimate <= counted * 1.2
+
+
+def test_a_model_that_takes_no_audio_answers_with_its_own_refusal(gw: Gateway) -> None:
+    reply = gw.chat("gpt-4o", [_ask(5)])
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert "input_audio is only supported by certain models" in error["message"]
+    assert gw.sim.requests(1)[0]["status"] == 400  # the provider said it, not routefit
+
+
+def test_an_anthropic_route_gets_the_note_it_was_priced_as(gw: Gateway) -> None:
+    message = _ask(30)
+    reply = gw.chat("claude", [message])
+    assert reply.status_code == 200, reply.text
+    blocks = gw.sent()["messages"][0]["content"]
+    url = input_audio_url(message["content"][1]["input_audio"])
+    assert url is not None
+    assert {"type": "text", "text": note(url)} in blocks
+    assert gw.counted() <= int(reply.headers["x-routefit-prompt-tokens"])
+
+
+def test_recordings_beyond_the_window_are_fitted_and_the_newest_stays_audio(gw: Gateway) -> None:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Transcribe each clip."}]
+    for turn in range(16):  # 16 clips of a minute: ~9,600 tokens of audio
+        messages.append(_ask(60, f"Clip {turn}: what is said?"))
+        messages.append({"role": "assistant", "content": f"Clip {turn} is silence."})
+    messages.append(_ask(60, "And this last one?"))
+    reply = gw.chat("voice-small", messages)
+    assert reply.status_code == 200, reply.text
+    assert "elided" in reply.headers["x-routefit-actions"]
+    sent = gw.sent()["messages"]
+    assert sent[-1] == messages[-1]  # the newest audio goes as the client sent it
+    assert len(sent) < len(messages)
+    counted = gw.counted()
+    assert counted + 64 <= SMALL
+    assert counted <= int(reply.headers["x-routefit-prompt-tokens"])
+
+
+@pytest.mark.parametrize(
+    "audio",
+    [{"data": b64(wav(1))}, {"data": b64(wav(1)), "format": "wav;base64"}, "AAAA"],
+)
+def test_a_malformed_audio_part_is_refused_in_openais_shape(gw: Gateway, audio: Any) -> None:
+    part = {"type": "input_audio", "input_audio": audio}
+    reply = gw.chat("voice", [{"role": "user", "content": [part]}])
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == "messages[0].content[0].input_audio"
