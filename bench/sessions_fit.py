@@ -20,7 +20,8 @@ outgrow the budget: the newest turn alone does not fit unless masked).
 ``python bench/sessions_fit.py [--quick] [--policy NAME]... [--wire NAME]... [--shape=S]``
 prints a JSON summary; each ``--policy`` names a fit policy of ``POLICIES`` (default: all);
 ``--shape`` is one of ``SHAPES``: ``fit`` (these sessions, the default), ``agent`` (agent-shaped
-sessions on 32k and 64k windows) or ``agent-128k`` (the same on gpt-4o's 128k window). Run it at
+sessions on 32k and 64k windows), ``agent-128k`` (the same on gpt-4o's 128k window) or
+``agent-64k`` (on a 64k window, ~12.5× of it in all, as issue 31's sessions were). Run it at
 another commit by pointing ``PYTHONPATH`` at that commit's tree (the servers import from it).
 """
 
@@ -440,10 +441,14 @@ SHAPES: dict[str, tuple[Any, tuple[int, int], tuple[int, int], tuple[int, ...], 
         "gpt-4o",
         "claude-sim",
     ),
-    #: The agent-shaped sessions on a 128k window (gpt-4o's), long enough to outgrow it ~4×:
+    #: The agent-shaped sessions on a 128k window (gpt-4o's), ~10× of it in all:
     #: where the output reservation takes 3% of the window instead of 12.5% (REPORT 5b.4).
     "agent-128k": (agent_session, (2, 500), (1, 400), (128_000,), AGENT_MAX_TOKENS, "gpt-4o",
                    "claude-sim"),
+    #: The same on a 64k window, 320 rounds: ~12.5× the window in all, the middle of issue 31's
+    #: 10-15× (the ``agent`` shape's 220 rounds are ~8.6× of 64k and ~17× of 32k).
+    "agent-64k": (agent_session, (2, 320), (1, 220), (65_536,), AGENT_MAX_TOKENS, "gpt-4o",
+                  "claude-sim"),
 }  # fmt: skip
 
 
