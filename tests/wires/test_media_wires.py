@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 import yaml
 from gpt4o_route import gpt4o_route
@@ -393,3 +394,27 @@ def test_a_malformed_audio_part_is_refused_in_openais_shape(gw: Gateway, audio: 
     error = reply.json()["error"]
     assert error["type"] == "invalid_request_error"
     assert error["param"] == "messages[0].content[0].input_audio"
+
+
+def test_the_openai_sdk_sends_audio_as_its_types_spell_it(gw: Gateway) -> None:
+    """The real client's ``input_audio`` shape (its typed params), through the gateway."""
+    client = openai.OpenAI(
+        base_url=f"{gw.client.base_url}/v1", api_key=KEY, http_client=gw.client, max_retries=0
+    )
+    raw = client.chat.completions.with_raw_response.create(
+        model="voice",
+        max_tokens=16,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is said?"},
+                    {"type": "input_audio", "input_audio": {"data": b64(wav(20)), "format": "wav"}},
+                ],
+            }
+        ],
+    )
+    reply = raw.parse()
+    assert reply.choices[0].message.content
+    assert gw.sent()["messages"][0]["content"][1]["type"] == "input_audio"
+    assert gw.counted() <= int(raw.headers["x-routefit-prompt-tokens"])
