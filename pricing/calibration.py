@@ -319,13 +319,13 @@ class Sample:
         n = len(self.features)
         if n == _N:
             return self.features
-        blocks = (0,) * _BLOCKS  # the scripts' and groups' counts came last among the characters'
-        if n == _N - 1:  # before the groups were counted (they came last among the characters')
-            return (*self.features[:-1], 0, self.features[-1])
-        if n == _N - _BLOCKS:  # before the scripts were counted
-            return (*self.features[:-1], *blocks, self.features[-1])
-        if n == _N - _BLOCKS - 1:  # before numbers were counted
-            return (*self.features[:-1], 0, *blocks, self.features[-1])
+        # Numbers, then the scripts, then the groups were added last among the characters'
+        # counts (unsized images after them): a sample from before any of them lacks a tail of
+        # those counts, read as none.
+        missing = _N - n
+        if missing in (1, _BLOCKS, _BLOCKS + 1):  # before the groups, the scripts, numbers
+            return (*self.features[:-1], *(0,) * missing, self.features[-1])
+        blocks = (0,) * _BLOCKS
         if n == _N - _BLOCKS - 2:  # before unsized images were a feature of their own
             return (*self.features, 0, *blocks, 0)
         if n == _OLD_N:  # before requests and characters were features
