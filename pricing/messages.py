@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pricing.documents import MEDIA_TYPE, file_data, is_document
-from pricing.recordings import input_audio_url, is_recording
+from pricing.recordings import input_audio_of, input_audio_url, is_recording
 from pricing.recordings import note as recording_note
 
 __all__ = [
@@ -58,9 +58,9 @@ class TextPart:
 class ImagePart:
     url: str
     detail: str = "auto"
-    #: The format a chat ``input_audio`` part named (``wav``): the part is audio the client sent
-    #: as such, priced and sent on as audio (``pricing.recordings``); None for every other part.
-    audio_format: str | None = None
+    #: A chat ``input_audio`` part (its data and format are the data URL's): audio the client
+    #: sent as such, priced and sent on as audio (``pricing.recordings``).
+    input_audio: bool = False
 
 
 Part = TextPart | ImagePart
@@ -206,7 +206,7 @@ def _input_audio(value: Any, where: str) -> ImagePart:
             "(its format's short name: wav, mp3)",
             where,
         )
-    return ImagePart(url, audio_format=str(value["format"]))
+    return ImagePart(url, input_audio=True)
 
 
 def _tool_calls(value: Any, param: str) -> tuple[ToolCall, ...]:
@@ -378,9 +378,8 @@ def media_part(part: ImagePart, detail: bool = False) -> dict[str, Any]:
     video as their note, an image as ``image_url`` (with its ``detail`` when asked)."""
     if is_document(part.url):
         return {"type": "file", "file": {"filename": "document.pdf", "file_data": part.url}}
-    if part.audio_format is not None:
-        audio = {"data": part.url.partition(",")[2], "format": part.audio_format}
-        return {"type": "input_audio", "input_audio": audio}
+    if part.input_audio:
+        return {"type": "input_audio", "input_audio": input_audio_of(part.url)}
     if is_recording(part.url):  # another wire's media: its note, priced so (pricing.recordings)
         return {"type": "text", "text": recording_note(part.url)}
     image = {"url": part.url, "detail": part.detail} if detail else {"url": part.url}

@@ -209,7 +209,7 @@ def sent_as_audio(part: ImagePart, route: Route) -> bool:
     """Whether a chat ``input_audio`` part goes to this route as audio: to every route but
     Anthropic's, which takes none (its note goes instead: ``proxy.transports.chat_to_messages``),
     whatever the route says of images (an audio model may see no pictures)."""
-    return part.audio_format is not None and route.provider != "anthropic"
+    return part.input_audio and route.provider != "anthropic"
 
 
 def _price_recording(part: ImagePart, route: Route) -> ImagePrice:

@@ -54,6 +54,7 @@ __all__ = [
     "SLOWEST_BYTES_PER_SECOND",
     "USER_AUDIO_SECOND",
     "VIDEO_SECOND",
+    "input_audio_of",
     "input_audio_url",
     "is_recording",
     "note",
@@ -141,6 +142,12 @@ def input_audio_url(value: Any) -> str | None:
     if not INPUT_AUDIO_FORMAT.fullmatch(fmt):
         return None
     return f"data:audio/{fmt};base64,{data}"
+
+
+def input_audio_of(url: str) -> dict[str, str]:
+    """The ``input_audio`` object an ``input_audio_url`` data URL came from: its inverse."""
+    head, _, data = url.partition(",")
+    return {"data": data, "format": head[len("data:audio/") :].partition(";")[0]}
 
 
 def recording_seconds(url: str, scope: bytes = b"") -> float:

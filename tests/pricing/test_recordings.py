@@ -190,7 +190,7 @@ def test_audio_of_unreadable_length_is_priced_as_long_as_its_bytes_could_last() 
     noise = bytes(range(256)) * 40
     url = input_audio_url({"data": b64(noise), "format": "mp3"})
     assert url is not None
-    price = price_image(ImagePart(url, audio_format="mp3"), gpt4o_route(), None)
+    price = price_image(ImagePart(url, input_audio=True), gpt4o_route(), None)
     assert price.tokens == math.ceil(len(noise) / SLOWEST_BYTES_PER_SECOND * USER_AUDIO_SECOND)
 
 
