@@ -6,8 +6,8 @@ by their length (docs/pricing.md, "Audio and video"): audio at 32 tokens a secon
 frame a second (258 tokens at the default media resolution, 66 or 70 at a low or medium one,
 280 at Gemini 3's high), its soundtrack's 32 and a timestamp, "about 300 tokens a second" in
 all. Priced as a one-line note, as they were, a five-minute recording cost about 15 tokens
-where Google counts 9,600 of audio or ~90,000 of video. No chat route routefit translates to
-takes either, so there they are sent, and priced, as their note.
+where Google counts 9,600 of audio or ~90,000 of video. Translated for a chat route, they are
+sent, and priced, as their note (below: the chat wire's own audio is another matter).
 
 OpenAI's chat models that take audio take it as an ``input_audio`` part (base64 and its format,
 wav or mp3) and count it by its length too: "audio tokens in user messages are 1 token per 100
