@@ -213,9 +213,12 @@ def _openai_tools(tools: tuple[Mapping[str, Any], ...], f: Framing, tok: Tokeniz
         description = fn.get("description")
         total += f.func_init + tok.count(f"{name}:{_strip_period(_as_text(description))}")
         params = fn.get("parameters")
-        properties = params.get("properties") if isinstance(params, Mapping) else None
+        if not isinstance(params, Mapping):
+            continue
+        properties = params.get("properties")
         if isinstance(properties, Mapping) and properties:
             total += f.prop_init + _openai_properties(properties, f, tok)
+        total += _beyond_cookbook(params, _COOKBOOK_PARAMETERS, tok)
     return total + f.func_end
 
 
@@ -233,15 +236,33 @@ def _openai_properties(properties: Mapping[str, Any], f: Framing, tok: Tokenizer
         kind = "|".join(map(str, kind)) if isinstance(kind, list) else _as_text(kind)
         description = _strip_period(_as_text(prop.get("description")))
         total += tok.count(f"{key}:{kind}:{description}")
-        # The cookbook stops at the top level: what a property nests (an object's properties,
-        # an array's items) is priced as its compact JSON, which spells out every key, type and
-        # description and so is above any rendering of it (conservative where the rule is
-        # unknown; calibration brings it down). Priced one level down by the cookbook's own
-        # rule, Codex CLI's tools came to 147 tokens under the simulator's count of them.
-        nested = {k: prop[k] for k in ("properties", "items") if k in prop}
-        if nested:
-            total += tok.count(json.dumps(nested, ensure_ascii=False, separators=(",", ":")))
+        total += _beyond_cookbook(prop, _COOKBOOK_PROPERTY, tok)
     return total
+
+
+#: What the cookbook's rule prices of a property's schema ...
+_COOKBOOK_PROPERTY = frozenset({"type", "description", "enum"})
+#: ... and of a function's parameters (``required`` is its ``?`` marker, which costs nothing).
+_COOKBOOK_PARAMETERS = frozenset({"type", "properties", "required"})
+
+
+def _beyond_cookbook(schema: Mapping[str, Any], priced: frozenset[str], tok: Tokenizer) -> int:
+    """The rest of a schema, which the cookbook's rule does not cover, as its compact JSON.
+
+    The cookbook stops at the top level and at a property's type, description and enum. What
+    else a schema says -- an object's nested properties, an array's items, a union
+    (``anyOf``/``oneOf``), the definitions a ``$ref`` points at (``$defs``, as Pydantic writes
+    every nested model), defaults, bounds, formats -- reaches the model too, in a rendering
+    OpenAI does not publish. Its compact JSON spells out every key and value, above any
+    rendering of it: conservative where the rule is unknown, and calibration brings it down.
+    Priced one level down by the cookbook's own rule, Codex CLI's tools came to 147 tokens
+    under the simulator's count of them; with only nested properties and items priced, a
+    Pydantic schema's ``$defs`` and optional fields (``anyOf`` with null) were priced at
+    nothing (tests/pricing/test_tool_schemas.py)."""
+    rest = {k: v for k, v in schema.items() if k not in priced}
+    if not rest:
+        return 0
+    return tok.count(json.dumps(rest, ensure_ascii=False, separators=(",", ":")))
 
 
 def _as_text(value: Any) -> str:

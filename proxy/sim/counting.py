@@ -149,7 +149,14 @@ def openai_tools_tokens(
         content += line
         total += len(line)
         params = fn.get("parameters")
-        props = params.get("properties") if isinstance(params, Mapping) else None
+        if not isinstance(params, Mapping):
+            continue
+        rest = {k: v for k, v in params.items() if k not in ("type", "properties", "required")}
+        if rest:  # beyond the cookbook ($defs, a top-level union...): its JSON
+            ids = enc.encode(_compact(rest))
+            content += ids
+            total += len(ids)
+        props = params.get("properties")
         if not isinstance(props, Mapping) or not props:
             continue
         total += m.prop_init
@@ -168,8 +175,8 @@ def openai_tools_tokens(
             ids = enc.encode(f"{key}:{kind}:{_strip_period(_text(prop.get('description')))}")
             content += ids
             total += len(ids)
-            nested = {k: prop[k] for k in ("properties", "items") if k in prop}
-            if nested:  # beyond the cookbook: nested schemas cost their JSON
+            nested = {k: v for k, v in prop.items() if k not in ("type", "description", "enum")}
+            if nested:  # beyond the cookbook (nested schemas, unions, defaults): their JSON
                 ids = enc.encode(_compact(nested))
                 content += ids
                 total += len(ids)
