@@ -26,9 +26,12 @@ __all__ = ["BoundedTransport", "TooLarge", "Trip", "trip"]
 
 @dataclass(slots=True)
 class Trip:
-    """Whether (and why) one call's answer went over its bound."""
+    """Whether (and why) one call's answer went over its bound; whether it left at all."""
 
     reason: str | None = None
+    #: A request of the call reached this transport: what failed before never left routefit
+    #: (litellm could not translate the body), and says nothing of the provider.
+    sent: bool = False
 
 
 #: The current call's trip; a request sent outside any call is bounded but reports to nobody.
@@ -107,11 +110,14 @@ class BoundedTransport(httpx.AsyncBaseTransport):
         self.max_event = max_event
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        mark = trip.get()
+        if mark is not None:
+            mark.sent = True
         resp = await self._inner.handle_async_request(request)
         sse = resp.headers.get("content-type", "").startswith("text/event-stream")
         if isinstance(resp.stream, httpx.AsyncByteStream):
             bound = self.max_event if sse else self.max_body
-            resp.stream = _Counted(resp.stream, bound, sse, trip.get())
+            resp.stream = _Counted(resp.stream, bound, sse, mark)
         return resp
 
     async def aclose(self) -> None:

@@ -215,6 +215,8 @@ class LiteLLM:
                     "(routefit_settings.max_provider_body_bytes / max_sse_event_bytes)",
                     code="upstream_too_large",
                 ) from None
+            if client is not None and not mark.sent:
+                raise _untranslatable(exc, up) from None
             raise _litellm_error(exc, up) from None
         finally:
             trip.reset(token)
@@ -291,6 +293,19 @@ def _kwargs(up: Upstream, body: Mapping[str, Any], steering: frozenset[str]) -> 
     kwargs["timeout"] = up.timeout
     kwargs.setdefault("num_retries", 0)
     return kwargs
+
+
+def _untranslatable(exc: Exception, up: Upstream) -> ProxyError:
+    """litellm failed before any request left for the provider: it could not make this body
+    into the provider's (a tool kind it does not map, a field of the wrong type). That is the
+    request's doing, not the provider's: a 400, neither retried nor held against the deployment
+    -- else one team's malformed requests would open the breaker of a deployment every team
+    shares. Only where litellm sends through routefit's bounded client, which sees the send."""
+    if type(exc).__name__ != "APIConnectionError":  # its catch-all; its other errors say more
+        return _litellm_error(exc, up)
+    message = redact(str(getattr(exc, "message", None) or exc), up.api_key)
+    first = message.split("\n", 1)[0]
+    return ProxyError(400, f"the request cannot be translated for {up.model}: {first}")
 
 
 def _litellm_error(exc: Exception, up: Upstream) -> ProxyError:

@@ -95,6 +95,8 @@ def _content_parts(content: Any, where: str) -> tuple[Part, ...]:
         if not isinstance(part, Mapping):
             raise RequestError(f"{at} must be an object", at)
         kind = part.get("type")
+        if not isinstance(kind, str):
+            raise RequestError(f"{at}.type must be a string", f"{at}.type")
         if kind in _TEXT_PARTS:
             parts.append(TextPart(_str(part.get("text"), f"{at}.text")))
         elif kind == "refusal":
@@ -103,10 +105,8 @@ def _content_parts(content: Any, where: str) -> tuple[Part, ...]:
             parts.append(_image(part, at))
         elif kind == "input_file" and is_document(str(part.get("file_data") or "")):
             parts.append(ImagePart(part["file_data"]))  # a PDF: priced from its pages
-        elif isinstance(kind, str):
-            parts.append(TextPart(_compact(part)))  # input_file, audio, ...: priced as JSON
         else:
-            raise RequestError(f"{at}.type must be a string", f"{at}.type")
+            parts.append(TextPart(_compact(part)))  # input_file, audio, ...: priced as JSON
     return tuple(parts)
 
 

@@ -188,3 +188,25 @@ def test_requests_the_mapping_does_not_cover_go_through_litellm(client, fresh_si
         model="claude", messages=[{"role": "user", "content": "plain"}], max_tokens=20
     )
     assert "aiohttp" in fresh_sim.last_request("/v1/messages")["headers"]["user-agent"]
+
+
+@pytest.mark.parametrize("kind", ["retrieval", "x"])
+def test_what_litellm_cannot_translate_is_the_clients_400_not_the_routes_failure(
+    gw, fresh_sim, kind
+):
+    """A tool kind neither routefit's mapping nor litellm's translation knows fails inside
+    litellm before anything is sent: a 400 in OpenAI's shape. It was a 502 "unreachable",
+    retried and held against the deployment: a team's malformed requests cooled down a
+    deployment every team shares (more than ``allowed_fails``, 3, in a minute)."""
+    tool = {"type": kind, "function": WEATHER["function"]}
+    body = {"model": "claude", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
+    for _ in range(5):
+        r = httpx.post(f"{gw.v1}/chat/completions", json={**body, "tools": [tool]}, timeout=30)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["message"].startswith("the request cannot be translated"), r.text
+    assert fresh_sim.requests(path="/v1/messages") == []
+    metrics = httpx.get(f"{gw.base_url}/metrics", timeout=10).text
+    assert "routefit_deployment_cooldowns_total{" not in metrics
+    assert 'reason="upstream_unreachable"' not in metrics
+    # the deployment serves the next request as it would have
+    assert httpx.post(f"{gw.v1}/chat/completions", json=body, timeout=30).status_code == 200

@@ -308,7 +308,9 @@ def test_refusals_are_googles_errors(client: TestClient):
     missing = client.post("/v1beta/models/nope:generateContent", headers=HEADERS, json=HELLO)
     assert missing.status_code == 404
     assert missing.json()["error"]["status"] == "NOT_FOUND"
-    for bad, field in (({"contents": []}, "contents"), ({"contents": [{"parts": 3}]}, "parts")):
+    odd_roles = [{"contents": [{"role": role, "parts": [{"text": "hi"}]}]} for role in ([], {})]
+    cases = [({"contents": []}, "contents"), ({"contents": [{"parts": 3}]}, "parts")]
+    for bad, field in [*cases, *((body, "role") for body in odd_roles)]:  # a role was a 500
         reply = client.post(GEN, headers=HEADERS, json=bad)
         assert reply.status_code == 400
         error = reply.json()["error"]

@@ -113,6 +113,17 @@ def test_a_string_input_is_one_user_message_and_no_input_is_refused() -> None:
     )
 
 
+@pytest.mark.parametrize("kind", [None, 3, [], {}, ["input_text"]])
+def test_a_part_whose_type_is_not_a_string_is_refused_naming_it(kind: Any) -> None:
+    """A list or an object as a part's ``type`` was a 500 (an unhashable lookup)."""
+    part = {"type": kind, "text": "hi"}
+    body = {"model": "m", "input": [{"role": "user", "content": [part]}]}
+    assert _refused(body) == (
+        "input[0].content[0].type must be a string",
+        "input[0].content[0].type",
+    )
+
+
 def test_message_parts_are_priced_as_their_text_images_and_json() -> None:
     """Every text-bearing part kind is its text, a refusal its refusal text, an image an image
     part (``file_id`` images priced as ``file_id:...``), an ``input_file`` (any other kind) its
