@@ -66,7 +66,7 @@ from proxy.teams import Team, TeamDirectory
 from proxy.tracing import provider_traceparent, traces_from_env
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
-from proxy.wires.base import Counting, StreamFailed
+from proxy.wires.base import Answer, Counting, StreamFailed
 from strategies.fit import Fit, FitReport
 
 __all__ = ["Gateway", "reply_error"]
@@ -427,7 +427,7 @@ class Gateway:
             _failed_attempt(p, sent, err)
             raise
         self._answered(p, sent)
-        answer = p.wire.answer(p.request, completion, leg.wire)
+        answer = _read_answer(p, completion, leg)
         self.metrics.requests.labels(route, "200").inc()
         # Learnt and settled after the response is sent: the client waits for neither the
         # calibration nor the store (nothing awaits before ``Estimator.learn`` runs unless a
@@ -689,6 +689,9 @@ async def _ended(
         message = f"the upstream stream broke off before it was complete: {exc}"
     except StreamFailed as exc:
         message = str(exc)
+    except _UNREADABLE:  # an event of a shape its wire does not promise (``_read_answer``)
+        log.warning("upstream: an event the %s wire cannot read", wire.name, exc_info=True)
+        message = "the upstream stream sent an event routefit cannot read"
     finally:
         await chunks.aclose()
     if message is None and not (outcome.completed or outcome.failed):
@@ -733,6 +736,32 @@ def _candidate(rc: RouteConfig, e: Estimate | None) -> router.Candidate:
     return router.Candidate(
         rc.deployment_id, report.budget, report.estimate_before, rc.input_cost_per_token
     )
+
+
+#: What reading a provider's answer raises when its shape is not the one its wire promises (a
+#: count that is an object, a list where a message was due, an integer beyond 64 bits).
+_UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+
+
+def _read_answer(p: Flight, completion: Completion, leg: Leg) -> Answer:
+    """The provider's whole answer as the client's wire's. Nothing a provider says is taken on
+    faith: an answer the wire cannot read (translate, or find its usage in) is the provider's
+    malformed answer -- a 502 in the client's shape, billed like one -- not routefit's internal
+    error. Logged with its traceback: a translation's own mistake would show the same way."""
+    try:
+        return p.wire.answer(p.request, completion, leg.wire)
+    except _UNREADABLE:
+        model = p.rc.route.alias
+        log.warning(
+            "upstream %s: an answer the %s wire cannot read", model, p.wire.name, exc_info=True
+        )
+        err = ProxyError(
+            502,
+            f"upstream {model} returned a response routefit cannot read",
+            code="upstream_malformed",
+        )
+        err.origin = "upstream"
+        raise err from None
 
 
 def _failed_attempt(p: Flight, sent: float, err: ProxyError) -> None:

@@ -66,7 +66,14 @@ class _ChatEvents:
                 raise StreamBroken("the provider sent a malformed event") from None
             if not isinstance(parsed, dict):
                 continue
-            for chunk in mapper.event(parsed):
+            try:
+                chunks = mapper.event(parsed)
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+                # a field of the wrong type (a usage that is a number): as malformed as bad JSON
+                raise StreamBroken(
+                    "the provider sent an event of a shape it does not promise"
+                ) from None
+            for chunk in chunks:
                 yield chunk
             if mapper.error is not None:
                 raise StreamBroken(mapper.error)

@@ -5,6 +5,7 @@
 * ``record(section, **figures)`` appends figures to the JSON-lines file named by
   ``RELIABILITY_FIGURES`` (the report script sets it; a plain pytest run records nothing).
 * ``Proc`` reads a process's open file descriptors and resident memory from /proc.
+* ``json_values``: any JSON value, the odd ones often (what a fuzzed field is set to).
 * ``check_error_shape`` is the one definition of "an answer a client can handle": any status
   below 500, OpenAI's error shape on every 4xx, never a traceback.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from hypothesis import strategies as st
 
 SCALE = max(1, int(os.environ.get("RELIABILITY_SCALE", "1") or 1))
 _LOCK = threading.Lock()
@@ -131,3 +133,21 @@ def metric(text: str, name: str, **labels: str) -> float:
         if not labels or got == want:
             total += float(value)
     return total
+
+
+#: Any JSON value, often an odd one: integers beyond 64 bits, NaN and infinities, the words a
+#: field of a chat body holds.
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0, -1, 1, 2**31, 2**53, 2**63 - 1, 2**63, 2**64, -(2**63)]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.sampled_from(["user", "assistant", "system", "tool", "developer", "function", "image_url"]),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=25,
+)

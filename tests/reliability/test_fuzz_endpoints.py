@@ -31,7 +31,7 @@ from harness import gateway_config, run_routefit, sim_route
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
-from relkit import SCALE, Proc, Tally, check_error_shape, record
+from relkit import SCALE, Proc, Tally, check_error_shape, json_values, record
 from wire_shapes import check_wire_error_shape
 
 MAX_BODY = 2_000_000
@@ -334,21 +334,6 @@ def st_detail(value: str) -> str:
 
 
 # -- bodies ---------------------------------------------------------------------------------
-
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.sampled_from([0, -1, 1, 2**31, 2**53, 2**63 - 1, 2**63, 2**64, -(2**63)]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=40),
-    st.sampled_from(["user", "assistant", "system", "tool", "developer", "function", "image_url"]),
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner),
-    max_leaves=25,
-)
 
 
 def base_body() -> dict[str, Any]:

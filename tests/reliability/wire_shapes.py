@@ -14,10 +14,13 @@ ANTHROPIC_PREFIX = "/v1/messages"
 _GEMINI = re.compile(r"^/v1(beta)?/models/[^/]+:[A-Za-z]+$")
 
 
-def check_google_error_shape(status: int, body: bytes, what: str = "") -> None:
-    """Raise AssertionError unless the answer is a non-5xx and, when an error, Google's."""
+def check_google_error_shape(
+    status: int, body: bytes, what: str = "", allow_5xx: bool = False
+) -> None:
+    """Raise AssertionError unless the answer is a non-5xx (unless ``allow_5xx``: a provider
+    fault passed on) and, when an error, Google's."""
     text = body.decode("utf-8", "replace")
-    assert status < 500, f"{what}: HTTP {status}: {text[:500]}"
+    assert allow_5xx or status < 500, f"{what}: HTTP {status}: {text[:500]}"
     assert "Traceback" not in text, f"{what}: traceback in the answer: {text[:500]}"
     if status < 400:
         return
@@ -32,10 +35,13 @@ def check_google_error_shape(status: int, body: bytes, what: str = "") -> None:
     assert isinstance(err["message"], str) and err["message"], f"{what}: {text[:300]}"
 
 
-def check_anthropic_error_shape(status: int, body: bytes, what: str = "") -> None:
-    """Raise AssertionError unless the answer is a non-5xx and, when an error, Anthropic's."""
+def check_anthropic_error_shape(
+    status: int, body: bytes, what: str = "", allow_5xx: bool = False
+) -> None:
+    """Raise AssertionError unless the answer is a non-5xx (unless ``allow_5xx``: a provider
+    fault passed on) and, when an error, Anthropic's."""
     text = body.decode("utf-8", "replace")
-    assert status < 500, f"{what}: HTTP {status}: {text[:500]}"
+    assert allow_5xx or status < 500, f"{what}: HTTP {status}: {text[:500]}"
     assert "Traceback" not in text, f"{what}: traceback in the answer: {text[:500]}"
     if status < 400:
         return
@@ -64,13 +70,18 @@ def wire_of(path: str, wire: object = None) -> str:
 
 
 def check_wire_error_shape(
-    path: str, status: int, body: bytes, what: str = "", wire: object = None
+    path: str,
+    status: int,
+    body: bytes,
+    what: str = "",
+    wire: object = None,
+    allow_5xx: bool = False,
 ) -> None:
     """The error shape of the wire ``path`` belongs to."""
     kind = wire_of(path, wire)
     if kind == "messages":
-        check_anthropic_error_shape(status, body, what or path)
+        check_anthropic_error_shape(status, body, what or path, allow_5xx)
     elif kind == "gemini":
-        check_google_error_shape(status, body, what or path)
+        check_google_error_shape(status, body, what or path, allow_5xx)
     else:
-        check_error_shape(status, body, what or path)
+        check_error_shape(status, body, what or path, allow_5xx)
