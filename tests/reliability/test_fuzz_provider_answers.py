@@ -43,7 +43,13 @@ HELLO = "Look at this and answer briefly."
 def _route(alias: str, model: str) -> dict[str, Any]:
     base = "http://sim.local" if model.startswith("anthropic/") else "http://sim.local/v1"
     params = {"model": model, "api_base": base, "api_key": PROVIDER_KEY}
-    return {"model_name": alias, "litellm_params": params}
+    # chatonly: not an OpenAI provider, so it speaks chat only and the Responses wire translates
+    extra = (
+        {"routefit": {"tokenizer": "o200k_base", "framing": "openai"}}
+        if "deepseek" in model
+        else {}
+    )
+    return {"model_name": alias, "litellm_params": params, **extra}
 
 
 def _cases() -> dict[str, tuple[str, dict[str, Any]]]:
@@ -64,9 +70,10 @@ def _cases() -> dict[str, tuple[str, dict[str, Any]]]:
             )
             method = "streamGenerateContent?alt=sse" if stream else "generateContent"
             out[f"gemini on {tag}"] = (f"/v1beta/models/{route}:{method}", gemini)
-    for stream in (False, True):
-        body = {"model": "gpt-4o", "input": HELLO, "max_output_tokens": 20, "stream": stream}
-        out[f"responses{' stream' if stream else ''}"] = ("/v1/responses", body)
+    for route in ("gpt-4o", "claude", "chatonly"):  # its own, and translated to two others
+        for stream in (False, True):
+            body = {"model": route, "input": HELLO, "max_output_tokens": 20, "stream": stream}
+            out[f"responses on {route}{' stream' if stream else ''}"] = ("/v1/responses", body)
     return out
 
 
@@ -152,6 +159,7 @@ def gw() -> Iterator[tuple[TestClient, Mutation]]:
         "model_list": [
             _route("gpt-4o", "openai/gpt-4o"),
             _route("claude", "anthropic/claude-sonnet-4-5"),
+            _route("chatonly", "deepseek/gpt-4o"),
         ],
         "routefit_settings": {"store_path": ":memory:", "teams": [{"id": "t", "keys": [KEY]}]},
     }
