@@ -208,8 +208,8 @@ def parse_fetch_policy(spec: Mapping[str, Any] | None) -> ImageFetchPolicy:
     if unknown:
         raise ValueError(f"unknown image_fetch key(s) {unknown} (known: {sorted(known)})")
     values = dict(spec)
-    hosts = values.get("allow_hosts", ())
-    if isinstance(hosts, str) or not all(isinstance(h, str) for h in hosts):
+    hosts = values.get("allow_hosts") or ()  # ``allow_hosts:`` left empty in YAML: none
+    if not isinstance(hosts, list | tuple) or not all(isinstance(h, str) for h in hosts):
         raise ValueError("image_fetch.allow_hosts must be a list of host names")
     values["allow_hosts"] = tuple(hosts)
     if not isinstance(values.get("allow_private", False), bool):

@@ -492,9 +492,12 @@ def test_parse_fetch_policy() -> None:
     assert parse_fetch_policy(None) == ImageFetchPolicy()
     policy = parse_fetch_policy({"allow_hosts": ["img.example.com"], "max_bytes": 4096})
     assert policy.allow_hosts == ("img.example.com",) and policy.max_bytes == 4096
+    assert parse_fetch_policy({"allow_hosts": None}).allow_hosts == ()  # ``allow_hosts:`` empty
     for spec, message in [
         ({"allow_host": []}, "unknown image_fetch key(s) ['allow_host']"),
         ({"allow_hosts": "img.example.com"}, "list of host names"),
+        ({"allow_hosts": 3}, "list of host names"),  # a number or a mapping was a TypeError
+        ({"allow_hosts": {"img.example.com": True}}, "list of host names"),
         ({"allow_hosts": ["https://img.example.com/"]}, "must be a host name"),
         ({"allow_hosts": ["*.*.com"]}, "must be a host name"),
         ({"allow_private": "yes"}, "true or false"),
