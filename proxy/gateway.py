@@ -42,6 +42,7 @@ from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
 from proxy.estimate import Estimate, Estimator, Job
 from proxy.exchange import (
+    UNREADABLE,
     Completion,
     EventStream,
     Outbound,
@@ -689,7 +690,7 @@ async def _ended(
         message = f"the upstream stream broke off before it was complete: {exc}"
     except StreamFailed as exc:
         message = str(exc)
-    except _UNREADABLE:  # an event of a shape its wire does not promise (``_read_answer``)
+    except UNREADABLE:  # an event of a shape its wire does not promise (``_read_answer``)
         log.warning("upstream: an event the %s wire cannot read", wire.name, exc_info=True)
         message = "the upstream stream sent an event routefit cannot read"
     finally:
@@ -738,11 +739,6 @@ def _candidate(rc: RouteConfig, e: Estimate | None) -> router.Candidate:
     )
 
 
-#: What reading a provider's answer raises when its shape is not the one its wire promises (a
-#: count that is an object, a list where a message was due, an integer beyond 64 bits).
-_UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, IndexError)
-
-
 def _read_answer(p: Flight, completion: Completion, leg: Leg) -> Answer:
     """The provider's whole answer as the client's wire's. Nothing a provider says is taken on
     faith: an answer the wire cannot read (translate, or find its usage in) is the provider's
@@ -750,7 +746,7 @@ def _read_answer(p: Flight, completion: Completion, leg: Leg) -> Answer:
     error. Logged with its traceback: a translation's own mistake would show the same way."""
     try:
         return p.wire.answer(p.request, completion, leg.wire)
-    except _UNREADABLE:
+    except UNREADABLE:
         model = p.rc.route.alias
         log.warning(
             "upstream %s: an answer the %s wire cannot read", model, p.wire.name, exc_info=True

@@ -27,6 +27,7 @@ __all__ = [
     "GEMINI",
     "MESSAGES",
     "RESPONSES",
+    "UNREADABLE",
     "WIRES",
     "Completion",
     "EventStream",
@@ -76,6 +77,13 @@ class Transient(ProxyError):
 
 class StreamBroken(Exception):
     """The provider's stream broke off after it started (never retried: bytes went out)."""
+
+
+#: What reading a provider's answer or event raises when its shape is not the one its wire
+#: promises (a usage that is a number, a list where a message was due, an integer beyond 64
+#: bits): nothing a provider says is taken on faith, so such an answer is malformed, like bad
+#: JSON -- never routefit's internal error.
+UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, IndexError)
 
 
 class EventStream(Protocol):

@@ -22,6 +22,7 @@ import orjson
 
 from proxy.exchange import (
     MESSAGES,
+    UNREADABLE,
     Completion,
     EventStream,
     Outbound,
@@ -68,8 +69,7 @@ class _ChatEvents:
                 continue
             try:
                 chunks = mapper.event(parsed)
-            except (TypeError, ValueError, AttributeError, KeyError, IndexError):
-                # a field of the wrong type (a usage that is a number): as malformed as bad JSON
+            except UNREADABLE:  # a field of the wrong type: as malformed as bad JSON
                 raise StreamBroken(
                     "the provider sent an event of a shape it does not promise"
                 ) from None

@@ -20,7 +20,7 @@ from pricing.bounds import Proof
 from pricing.capped import cap_message
 from pricing.images import parse_image_rule
 from pricing.messages import ChatRequest, ImagePart, parse_request
-from pricing.meter import MEASURED, measure
+from pricing.meter import MEASURED, TOOLS_PRICED, measure
 from pricing.probe import CACHE, probe
 from pricing.route import Route
 from pricing.tokenizers import count_cache_lookups, get_tokenizer, memoised
@@ -132,3 +132,29 @@ def test_an_offloaded_images_placeholder_is_probed_and_counted_per_team():
     assert (CACHE.misses, CACHE.hits) == (1, 1)
     assert placeholder_for(image, scoped(TEXT_ONLY, "team-b")) == first
     assert (CACHE.misses, CACHE.hits) == (2, 1)
+
+
+def test_a_tools_price_is_kept_per_team_and_per_tool_set():
+    """The tools' price memo (an agent's tools come back every turn): a repeat within a team
+    is a hit, another team prices them afresh at the same price, and a changed tool (a longer
+    description) is never served the old price."""
+    TOOLS_PRICED.clear()
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": unique_text(2),
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+    body = {"model": "gpt", "messages": [{"role": "user", "content": "hi"}], "tools": [tool]}
+    a = measure(parse_request(body), scoped(ROUTE, "team-a"))
+    assert (TOOLS_PRICED.misses, TOOLS_PRICED.hits) == (1, 0)
+    assert measure(parse_request(body), scoped(ROUTE, "team-a")) == a
+    assert (TOOLS_PRICED.misses, TOOLS_PRICED.hits) == (1, 1)
+    assert measure(parse_request(body), scoped(ROUTE, "team-b")).tools == a.tools
+    assert (TOOLS_PRICED.misses, TOOLS_PRICED.hits) == (2, 1)
+    tool["function"]["description"] += " And every word of this sentence costs a token more."
+    longer = measure(parse_request(body), scoped(ROUTE, "team-a"))
+    assert longer.tools > a.tools
+    assert (TOOLS_PRICED.misses, TOOLS_PRICED.hits) == (3, 1)
