@@ -17,9 +17,13 @@ reports both, with window use, for
 - ``fit``: section 5b's sessions (``sessions_fit.session``: 8,192-token window, ~1,000 new tokens
   per round);
 - ``agent``: agent-shaped sessions (``sessions_fit.agent_session``: 32k and 64k windows, prompts
-  of 20-60k tokens, 1-3k new tokens per round).
+  of 20-60k tokens, 1-3k new tokens per round);
+- ``screens``: computer-use-shaped sessions (``sessions_fit.screen_session``: the same windows,
+  a 1280x800 screenshot and a short action every round), where offloading images does most of
+  the cutting.
 
-``python bench/sessions_ceiling.py [fit|agent] [--quick] [--window=W] [--rounds=N] [knob=value]``
+``python bench/sessions_ceiling.py [fit|agent|screens] [--quick] [--window=W] [--rounds=N]
+[knob=value]``
 prints one JSON line per shape: ``--window`` puts every session on a route of that window,
 ``--rounds`` sets the rounds per session (a 128k window needs ~500 to be outgrown several
 times), a knob is a ``FitPolicy`` field. Run it at another commit by pointing ``PYTHONPATH`` at
@@ -28,9 +32,12 @@ that commit's tree.
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
 import json
 import statistics
+import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,6 +51,7 @@ from sessions_fit import (
     MAX_TOKENS,
     WINDOW,
     agent_session,
+    screen_session,
     session,
 )
 
@@ -76,7 +84,17 @@ def _route(window: int) -> Route:
 
 def _picture(part: Any) -> Picture:
     url = part["image_url"]["url"]
-    return Picture(256, 256, "image/png", hashlib.sha256(url.encode()).hexdigest())
+    width, height = _size(url)
+    return Picture(width, height, "image/png", hashlib.sha256(url.encode()).hexdigest())
+
+
+@functools.lru_cache(maxsize=4096)
+def _size(url: str) -> tuple[int, int]:
+    """A PNG data URL's size from its header; 256x256 for any other URL."""
+    if not url.startswith("data:image/png;base64,"):
+        return 256, 256
+    head = base64.b64decode(url[22:54])  # the signature and the IHDR chunk's width and height
+    return struct.unpack(">II", head[16:24])
 
 
 def _cacheable(tokens: int) -> int:
@@ -137,9 +155,10 @@ def measure(
     else:
         n, default = (2, 80) if quick else (4, 220)
         rounds = rounds or default
+        make = screen_session if shape == "screens" else agent_session
         runs = [
             (
-                agent_session(3000 + s, rounds),
+                make(3000 + s, rounds),
                 window or AGENT_WINDOWS[s % len(AGENT_WINDOWS)],
                 AGENT_MAX_TOKENS,
             )
@@ -164,7 +183,7 @@ def measure(
 
 
 if __name__ == "__main__":
-    shapes = [a for a in sys.argv[1:] if a in ("fit", "agent")] or ["fit", "agent"]
+    shapes = [a for a in sys.argv[1:] if a in ("fit", "agent", "screens")] or ["fit", "agent"]
     given = dict(a.removeprefix("--").split("=", 1) for a in sys.argv[1:] if "=" in a)
     window, rounds = (int(given.pop(k)) if k in given else None for k in ("window", "rounds"))
     chosen = FitPolicy(**{k: float(v) for k, v in given.items()})  # type: ignore[arg-type]

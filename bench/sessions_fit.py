@@ -160,6 +160,40 @@ def agent_session(seed: int, rounds: int) -> list[list[dict[str, Any]]]:
     return steps
 
 
+def screen_session(seed: int, rounds: int) -> list[list[dict[str, Any]]]:
+    """Chat messages appended before each model call, shaped like a computer-use agent's
+    session: a ~2k-token system prompt, a task with a first screenshot, then every round an
+    action (a call and its short output) and the next 1280x800 screenshot (1,105 tokens on
+    gpt-4o), which dominate the prompt."""
+    rng = random.Random(seed)
+    system = {"role": "system", "content": f"Agent {seed}. " + text_tokens(2000, seed * 7 + 3)}
+
+    def screenshot(r: int, text: str) -> dict[str, Any]:
+        url = png_data_url(1280, 800, seed * 100_000 + r)
+        parts = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]
+        return {"role": "user", "content": parts}
+
+    steps: list[list[dict[str, Any]]] = [
+        [system, screenshot(0, f"Task {seed}: " + text_tokens(200, seed * 7 + 4))]
+    ]
+    for r in range(rounds):
+        call = {
+            "id": f"call_{seed}_{r}",
+            "type": "function",
+            "function": {"name": "run_shell", "arguments": json.dumps({"command": f"click {r}"})},
+        }
+        thought = text_tokens(rng.randint(20, 150), seed * 100_000 + r)
+        output = text_tokens(rng.randint(20, 400), seed * 10_000_000 + r)
+        steps.append(
+            [
+                {"role": "assistant", "content": thought, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": output},
+                screenshot(r + 1, "The screen after the action."),
+            ]
+        )
+    return steps
+
+
 # -- the three wires ----------------------------------------------------------------------------
 
 

@@ -291,6 +291,8 @@ class Schedule:
     pin_fraction: float
     mask_water: float = 0.0
     verbatim: float = 0.0
+    #: Offloading offloads down to this fraction of the budget (the policy's, or its low_water).
+    offload_water: float = 0.95
 
 
 def verbatim_head(units: Sequence[UnitCosts], budget: int, fraction: float, start: int = 0) -> int:
@@ -427,7 +429,7 @@ class _Replay:
         limit = e - 1  # the newest unit is never offloaded, masked or elided
         for name in self.order:
             if name == "offload_images":
-                self.advance(name, self.offs, e, low, limit)
+                self.advance(name, self.offs, e, self.schedule.offload_water * budget, limit)
             elif name == "mask":
                 self.advance(name, self.masks, e, self.schedule.mask_water * budget, limit)
                 self.unpin(e)

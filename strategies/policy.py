@@ -59,6 +59,12 @@ class FitPolicy:
     cap_roles: frozenset[str] = frozenset({"tool"})
     #: Images are offloaded oldest-first in steps of this many, so consecutive turns agree.
     image_offload_step: int = 4
+    #: When offloading must run, it offloads old images (in steps of ``image_offload_step``)
+    #: until the prompt is at most this fraction of the budget; None: ``low_water``. Each step
+    #: re-sends, uncached, the prompt from the first image it offloads, which is early in the
+    #: prompt: a lower mark offloads in fewer, larger steps -- a higher cache-hit on image-dense
+    #: sessions, less window used (docs/fitting.md, "Offloading images").
+    offload_water: float | None = None
     # The cut schedule (docs/fitting.md, "Choosing the schedule"). A jump re-sends uncached
     # what it keeps after the head, about (low_water − pin_fraction) × budget, and buys
     # (1 − low_water) × budget of growth before the next one; the window use between jumps is
@@ -122,11 +128,14 @@ def _check(key: str, value: Any) -> Any:
         "checkpoint_quantum",
         "pin_fraction",
         "mask_water",
+        "offload_water",
         "verbatim_head",
     ):
+        if key == "offload_water" and value is None:
+            return None  # follow low_water
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{key} must be a number")
-        lo = 0.0 if key in ("pin_fraction", "mask_water", "verbatim_head") else 0.01
+        lo = 0.01 if key in ("cap_fraction", "low_water", "checkpoint_quantum") else 0.0
         if not lo <= float(value) <= 1.0:
             raise ValueError(f"{key} must be between {lo} and 1")
         return float(value)

@@ -1,12 +1,15 @@
 """An offloaded image's neighbours are left as the client sent them (mutation testing found the
-fields beside an image unpinned: docs/mutation.md)."""
+fields beside an image unpinned: docs/mutation.md); offloading stops at its own mark."""
 
 from __future__ import annotations
 
-from test_fit import IMAGES, route
+import pytest
+from test_fit import IMAGES, png, route
 
-from pricing.messages import parse_request
+from pricing.messages import ChatRequest, parse_request
+from strategies.fit import fit
 from strategies.offload import offload_images
+from strategies.policy import FitPolicy
 
 
 def test_offloading_replaces_only_the_images_and_keeps_every_field_of_the_other_parts() -> None:
@@ -19,3 +22,36 @@ def test_offloading_replaces_only_the_images_and_keeps_every_field_of_the_other_
     assert content[0] == marked  # the very entry, cache_control and all
     assert content[1]["type"] == "text" and content[1]["text"] == out.parts[1].text
     assert out.parts[0] == message.parts[0] and not out.images
+
+
+def _screenshots(turns: int) -> ChatRequest:
+    """A screenshot agent's conversation: every user turn a 1024² picture (765 tokens on
+    gpt-4o) and a line of text, every answer a line."""
+    messages: list[dict[str, object]] = []
+    for i in range(turns):
+        picture = {"type": "image_url", "image_url": {"url": png(1024, 1024, i)}}
+        messages.append(
+            {"role": "user", "content": [{"type": "text", "text": f"step {i}"}, picture]}
+        )
+        messages.append({"role": "assistant", "content": f"clicked button {i}"})
+    messages.append({"role": "user", "content": "and now?"})
+    return parse_request({"model": "gpt-4o", "messages": messages})
+
+
+def test_offload_water_is_where_offloading_brings_the_prompt() -> None:
+    """Offloading stops once the prompt is at most ``offload_water`` of the budget (by default
+    the elision's ``low_water``): a lower mark offloads more at once, so the steps that re-send
+    the prompt from their first offloaded image come fewer (docs/fitting.md)."""
+    request, r = _screenshots(16), route(12_000)
+    default = fit(request, r, FitPolicy())
+    low = fit(request, r, FitPolicy(offload_water=0.5))
+    budget = default.report.budget
+    offloaded = (default.report.actions["offloaded_images"], low.report.actions["offloaded_images"])
+    assert 0.5 * budget < default.estimate <= FitPolicy().low_water * budget
+    assert low.estimate <= 0.5 * budget
+    assert offloaded[1].count > offloaded[0].count > 0
+    assert not low.report.actions["elided_messages"].count  # offloading alone got it there
+    assert FitPolicy.parse({"offload_water": None}).offload_water is None
+    for bad in ("low", 1.5, -0.1, True):
+        with pytest.raises(ValueError, match="offload_water"):
+            FitPolicy.parse({"offload_water": bad})
