@@ -397,9 +397,9 @@ TOOLS_PRICED: LRU[int] = LRU(1024)
 
 def tools_price(tools: Sequence[Mapping[str, object]], route: Route) -> int:
     """``tools_tokens`` on the route's own tokenizer, through ``TOOLS_PRICED``."""
-    tok = get_tokenizer(route.tokenizer, route.scope)
     if not tools:
         return 0
+    tok = get_tokenizer(route.tokenizer, route.scope)
     try:
         data = orjson.dumps(tools)
     except TypeError:  # not plain JSON (a lone surrogate): priced, not kept
