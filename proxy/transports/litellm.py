@@ -50,6 +50,7 @@ from proxy.config import Upstream
 from proxy.errors import ProxyError
 from proxy.exchange import (
     EMBEDDINGS,
+    UNREADABLE,
     Completion,
     EventStream,
     Outbound,
@@ -234,15 +235,24 @@ class LiteLLM:
         if out.wire == EMBEDDINGS:
             resp = await self._call(target, kwargs, mark, "aembedding")
             # base64 vectors (what the openai SDK asks for) sit in a field typed list[float]
-            data = resp.model_dump(exclude_none=True, warnings=False)
-            return Completion(orjson.dumps(data), data)
+            return _completion(resp, up, warnings=False)
         if out.stream:
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}
             return _Chunks(await self._call(target, kwargs, mark), up, mark)
-        resp = await self._call(target, kwargs, mark)
-        data = resp.model_dump(exclude_none=True)
+        return _completion(await self._call(target, kwargs, mark), up)
+
+
+def _completion(resp: Any, up: Upstream, **dump: Any) -> Completion:
+    """litellm's answer as JSON. What litellm parsed is still the provider's word: a value
+    JSON cannot hold (an integer beyond 64 bits in its usage) makes the answer malformed, as
+    a stream's makes its stream broken (``_Chunks``), not routefit's internal error."""
+    try:
+        data = resp.model_dump(exclude_none=True, **dump)
         return Completion(orjson.dumps(data), data)
+    except UNREADABLE:
+        message = f"upstream {up.model} returned a response routefit cannot read"
+        raise ProxyError(502, message, code="upstream_malformed") from None
 
 
 #: Settings of the OpenAI client litellm builds (not in litellm's own list below): where the

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from harness import Running, gateway_config, run_routefit, sim_route
+from wire_shapes import check_wire_error_shape
 
 SECRET = "sk-proj-" + uuid.uuid4().hex + uuid.uuid4().hex
 BOUND = 1024 * 1024
@@ -135,6 +136,9 @@ class Fake(BaseHTTPRequestHandler):
                 self._huge_body()
             elif model == "huge-event":
                 self._huge_event(GEMINI_PARTIAL)
+            elif model == "huge-count":  # a count JSON holds but no 64-bit integer does
+                usage = {**GEMINI_ANSWER["usageMetadata"], "promptTokenCount": 2**64}
+                self._send(200, json.dumps({**GEMINI_ANSWER, "usageMetadata": usage}).encode())
             elif stream:
                 self._send(
                     200,
@@ -209,6 +213,7 @@ def gw(sim, fake, tmp_path_factory) -> Iterator[Running]:
         _route("gemini-huge-body", "gemini/huge-body", fake),
         _route("gemini-huge-event", "gemini/huge-event", fake),
         _route("gemini-fine", "gemini/fine", fake),
+        _route("gemini-huge-count", "gemini/huge-count", fake),
     ]
     config = gateway_config(
         tmp_path_factory.mktemp("bounds") / "c.yaml",
@@ -367,3 +372,16 @@ def test_a_normal_gemini_answer_still_passes_the_bounded_client(gw, stream):
         assert '"hi"' in r.text and "[DONE]" in r.text and "error" not in r.text
     else:
         assert r.json()["choices"][0]["message"]["content"] == "hi"
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/messages"])
+def test_a_gemini_answer_litellm_reads_but_json_cannot_hold_is_a_502(gw, path):
+    """A count of 2^64 in Gemini's usage: litellm parses it, routefit cannot write it back as
+    JSON. The provider's malformed answer, in the client's wire's shape; it was a 500."""
+    warm_litellm(gw)
+    body = {"model": "gemini-huge-count", "messages": CHAT, "max_tokens": 20}
+    r = httpx.post(gw.v1 + path, json=body, timeout=60)
+    assert r.status_code == 502, r.text
+    check_wire_error_shape("/v1" + path, r.status_code, r.content, path, None, True)
+    assert "cannot read" in r.text
+    healthy(gw)
