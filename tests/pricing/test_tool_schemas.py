@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, Field
+from pydantic_tools import read_file_schema
 
 from pricing.framing import default_framing, tools_tokens
 from pricing.tokenizers import get_tokenizer
@@ -24,23 +23,6 @@ from pricing.tokenizers import get_tokenizer
 FRAMING = default_framing("gpt-4o", "o200k_base")
 TOK = get_tokenizer("o200k_base")
 WORDS = "the file path to read relative to repository root line range inclusive encoding".split()
-
-
-class Encoding(StrEnum):
-    utf8 = "utf-8"
-    latin1 = "latin-1"
-
-
-class LineRange(BaseModel):
-    start: int = Field(description="First line to read, counting from one at the top of file.")
-    end: int | None = Field(None, description="Last line to read; the end of the file if unset.")
-
-
-class ReadFile(BaseModel):
-    path: str = Field(description="The path of the file, relative to the repository's root.")
-    ranges: list[LineRange] = Field(default_factory=list, description="Which lines to read.")
-    encoding: Encoding = Encoding.utf8
-    mode: Literal["text", "bytes"] | None = None
 
 
 def _function(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +48,7 @@ def _descriptions(schema: Any) -> Iterator[str]:
 def test_a_pydantic_schema_is_priced_above_every_description_it_holds() -> None:
     """The nested model's descriptions live in ``$defs``, the optional fields' types in
     ``anyOf``: a price that looked only at top-level properties missed both."""
-    schema = ReadFile.model_json_schema()
+    schema = read_file_schema()
     assert "$defs" in schema and any("anyOf" in p for p in schema["properties"].values())
     texts = sum(TOK.count(text) for text in _descriptions(schema))
     assert _price(schema) >= texts + len(schema["properties"]) * FRAMING.prop_key

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel, Field
+from pydantic_tools import read_file_schema
 from starlette.testclient import TestClient
 
 from pricing.framing import default_framing, tools_tokens
@@ -152,17 +152,6 @@ def test_a_messages_answer_format_is_priced_as_its_json_without_the_tool_use_pre
     assert with_tool > schema + framing.tools_preamble
 
 
-class _Span(BaseModel):
-    start: int = Field(description="First line to read, counting from one at the top of file.")
-    end: int | None = Field(None, description="Last line to read; the end of the file if unset.")
-
-
-class _ReadFile(BaseModel):
-    path: str = Field(description="The path of the file, relative to the repository's root.")
-    spans: list[_Span] = Field(default_factory=list, description="Which lines to read.")
-    mode: Literal["text", "bytes"] | None = None
-
-
 def _tool_bodies(schema: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     """A tool of this schema on each wire that reaches an OpenAI route."""
     about = "Read a file of the repository."
@@ -207,11 +196,11 @@ def test_a_tools_whole_schema_is_priced_never_below_the_providers_count(gw, wire
     """A Pydantic-written tool (``$defs``, ``anyOf`` with null, defaults): the nested model's
     descriptions, which live in ``$defs``, reach the provider's count, and the estimate is
     never below it (tests/pricing/test_tool_schemas.py holds the rule itself)."""
-    schema = _ReadFile.model_json_schema()
+    schema = read_file_schema()
     priced, counted = _priced_and_counted(gw, *_tool_bodies(schema)[wire])
     bare = {k: v for k, v in schema.items() if k != "$defs"}
     _, bare_count = _priced_and_counted(gw, *_tool_bodies(bare)[wire])
     tok = get_tokenizer("o200k_base")
-    nested = schema["$defs"]["_Span"]["properties"].values()
+    nested = schema["$defs"]["LineRange"]["properties"].values()
     assert counted - bare_count >= sum(tok.count(p["description"]) for p in nested)
     assert counted <= priced <= 1.5 * counted
