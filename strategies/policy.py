@@ -63,7 +63,7 @@ class FitPolicy:
     #: until the prompt is at most this fraction of the budget; None: ``low_water``. Each step
     #: re-sends, uncached, the prompt from the first image it offloads, which is early in the
     #: prompt: a lower mark offloads in fewer, larger steps -- a higher cache-hit on image-dense
-    #: sessions, less window used (docs/fitting.md, "Offloading images").
+    #: sessions, less window used (docs/fitting.md, strategy 2; bench/REPORT.md 5b.6).
     offload_water: float | None = None
     # The cut schedule (docs/fitting.md, "Choosing the schedule"). A jump re-sends uncached
     # what it keeps after the head, about (low_water − pin_fraction) × budget, and buys
