@@ -954,6 +954,46 @@ def test_mutated_gemini_bodies_are_answered_in_googles_shape(
     send(http, tally, endpoint, json.dumps(mutated).encode(), what=f"{path}={value!r}"[:200])
 
 
+#: The odd values every field of a base body is set to in turn (and removed).
+ODD = [None, "x", -1, 2**64, [], {"x": 1}]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "model", "base"),
+    [
+        ("/v1/chat/completions", "gpt-4o", "chat"),
+        ("/v1/chat/completions", "claude", "chat"),
+        ("/v1/messages", "claude", "messages"),
+        ("/v1/messages", "gpt-4o", "messages"),
+        ("/v1/responses", "gpt-4o", "responses"),
+        ("/v1beta/models/gpt-4o:generateContent", None, "gemini"),
+        ("/v1beta/models/claude:generateContent", None, "gemini"),
+    ],
+)
+def test_every_field_of_a_body_set_to_odd_values_is_answered_cleanly(
+    http, tally, endpoint, model, base
+):
+    """Each field of each wire's base body, one at a time, set to each odd value and removed:
+    the random fuzz above may miss one field's one bad type (a list as a Gemini content's
+    ``role`` was a 500 it rarely drew)."""
+    bodies = {
+        "chat": base_body,
+        "messages": messages_body,
+        "responses": responses_body,
+        "gemini": gemini_body,
+    }
+    body = bodies[base]()
+    if model is not None:
+        body["model"] = model
+    for path in every_path(body)[1:]:
+        if path == ("model",):
+            continue  # which route: the named fuzz above tries unknown ones
+        for value, delete in [*((v, False) for v in ODD), (None, True)]:
+            mutated = mutate(body, path, value, delete)
+            what = f"{endpoint} {path}={'(removed)' if delete else repr(value)}"
+            send(http, tally, endpoint, json.dumps(mutated).encode(), what=what)
+
+
 def test_good_bodies_of_every_wire_are_served(http, tally):
     for model in ("claude", "gpt-4o"):
         for stream in (False, True):
