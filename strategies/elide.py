@@ -72,6 +72,11 @@ class UnitCosts:
     masked_offloaded: int | None = None
 
 
+#: Where images are offloaded: before a point, or before it but for an image head's units
+#: (point, the head's end, its start).
+Offload = int | tuple[int, int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """Pinned head ``[0, head)``; images of unprotected units before ``offload`` become
@@ -91,10 +96,18 @@ class Plan:
     #: ``plan``'s ``previous`` units): the prefix both share ends where their masking differs.
     settled: tuple[int, int, int] = (0, 0, 0)
     vstart: int = 0
+    #: Units in ``[ostart, ohead)`` keep their images whatever ``offload`` says: the image head
+    #: (``Schedule.image_head``), as ``[vstart, verbatim)`` is masking's.
+    ohead: int = 0
+    ostart: int = 0
 
     def masks(self, u: int) -> bool:
         """Whether unit ``u``'s outputs are in the masked range (protection aside)."""
         return masked_by(u, self.mask, self.verbatim, self.vstart)
+
+    def offloads(self, u: int) -> bool:
+        """Whether unit ``u``'s images are in the offloaded range (protection aside)."""
+        return masked_by(u, self.offload, self.ohead, self.ostart)
 
 
 def masked_by(u: int, mask: int, verbatim: int, vstart: int) -> bool:
@@ -137,9 +150,19 @@ class _Sums:
             last_user.append(current)
         self.last_user = last_user
 
-    def free(self, x: int, offload: int, mask: int, verbatim: int = 0, vstart: int = 0) -> int:
+    def free(self, x: int, offload: Offload, mask: int, verbatim: int = 0, vstart: int = 0) -> int:
         """Σ over unprotected units below x of their price, images before ``offload`` offloaded
-        and outputs in ``[0, vstart)`` and ``[verbatim, mask)`` masked (``vstart ≤ verbatim``)."""
+        and outputs in ``[0, vstart)`` and ``[verbatim, mask)`` masked (``vstart ≤ verbatim``);
+        ``offload`` as (point, image head's end, its start): images in the head are kept."""
+        if isinstance(offload, tuple):
+            point, ohead, ostart = offload
+            if ohead > ostart:
+                a, b = min(x, ostart, point), min(x, ohead, point)
+                masking = (mask, verbatim, vstart)
+                inside = self.free(b, point, *masking) - self.free(a, point, *masking)
+                kept = self.free(b, 0, *masking) - self.free(a, 0, *masking)
+                return self.free(x, point, *masking) - inside + kept
+            offload = point
         if verbatim:
             a, b = min(x, vstart, mask), min(x, verbatim, mask)
             inside = self.free(b, offload, mask) - self.free(a, offload, mask)
@@ -151,9 +174,11 @@ class _Sums:
         middle = off if offload > mask else masked
         return both[a] + middle[b] - middle[a] + full[x] - full[b]
 
-    def cost(self, u: int, offload: int, mask: int, verbatim: int = 0, vstart: int = 0) -> int:
+    def cost(self, u: int, offload: Offload, mask: int, verbatim: int = 0, vstart: int = 0) -> int:
         masked = masked_by(u, mask, verbatim, vstart)
-        return _variants(self.units[u])[int(u < offload) + 2 * int(masked)]
+        point, ohead, ostart = offload if isinstance(offload, tuple) else (offload, 0, 0)
+        off = masked_by(u, point, ohead, ostart)
+        return _variants(self.units[u])[int(off) + 2 * int(masked)]
 
     def newest_turn(self, e: int) -> int:
         """The first unit of prefix ``[0, e)``'s newest turn: its latest user message."""
@@ -164,7 +189,7 @@ class _Sums:
         self,
         e: int,
         head: int,
-        offload: int,
+        offload: Offload,
         cut: int,
         mask: int = 0,
         verbatim: int = 0,
@@ -180,7 +205,12 @@ class _Sums:
         return self.overhead + kept
 
     def least(
-        self, e: int, heads: tuple[int, int], offload: int, cut: int, masking: tuple[int, int, int]
+        self,
+        e: int,
+        heads: tuple[int, int],
+        offload: Offload,
+        cut: int,
+        masking: tuple[int, int, int],
     ) -> int:
         """A floor under ``estimate`` for every head in ``heads`` (both ends included), in O(1):
         a shorter head elides no less (at most what the shortest does) and leaves no fewer
@@ -205,7 +235,7 @@ class _Sums:
         return {d for d in (*newest, lu) if d is not None and not self.units[d].fixed}
 
     def _unelided(
-        self, e: int, offload: int, masking: tuple[int, int, int], dynamic: set[int]
+        self, e: int, offload: Offload, masking: tuple[int, int, int], dynamic: set[int]
     ) -> int:
         kept = self.fixed_full[e] + self.free(e, offload, *masking)
         return kept + sum(self.units[d].full - self.cost(d, offload, *masking) for d in dynamic)
@@ -215,7 +245,7 @@ class _Sums:
         e: int,
         head: int,
         stop: int,
-        offload: int,
+        offload: Offload,
         masking: tuple[int, int, int],
         dynamic: set[int],
     ) -> tuple[int, int]:
@@ -293,6 +323,21 @@ class Schedule:
     verbatim: float = 0.0
     #: Offloading offloads down to this fraction of the budget (the policy's, or its low_water).
     offload_water: float = 0.95
+    image_head: float = 0.0
+
+
+def image_head(units: Sequence[UnitCosts], budget: int, fraction: float, start: int = 0) -> int:
+    """The end of the image head that starts at unit ``start`` (every image before it
+    offloaded): the longest run of whole units that, with the offloaded conversation before it,
+    is priced at most ``fraction × budget`` (never the newest unit). Like ``verbatim_head``, it
+    depends only on the prefix."""
+    limit = fraction * budget
+    total = sum(u.offloaded for u in units[:start])
+    for i in range(start, len(units) - 1):
+        total += units[i].full
+        if total > limit:
+            return i
+    return max(len(units) - 1, start)
 
 
 def verbatim_head(units: Sequence[UnitCosts], budget: int, fraction: float, start: int = 0) -> int:
@@ -348,6 +393,8 @@ def plan(
         state["verbatim"],
         settled,
         state["vstart"],
+        state["ohead"],
+        state["ostart"],
     )
 
 
@@ -383,6 +430,7 @@ class _Replay:
         self.masks = checkpoints if "mask" in order else []
         self.offs = _offload_checkpoints(units, schedule.step) if "offload_images" in order else []
         verbatim = verbatim_head(units, budget, schedule.verbatim) if "mask" in order else 0
+        offloading = "offload_images" in order and schedule.image_head > 0
         self.state = {
             "offload_images": 0,
             "mask": 0,
@@ -390,16 +438,22 @@ class _Replay:
             "head": head,
             "verbatim": verbatim,
             "vstart": 0,
+            "ohead": image_head(units, budget, schedule.image_head) if offloading else 0,
+            "ostart": 0,
         }
         self.floor = _protected(units)
         self.low = schedule.low_water * budget
+
+    def offloading(self) -> Offload:
+        state = self.state
+        return state["offload_images"], state["ohead"], state["ostart"]
 
     def price(self, e: int) -> int:
         state = self.state
         return self.sums.estimate(
             e,
             state["head"],
-            state["offload_images"],
+            self.offloading(),
             state["elide"],
             state["mask"],
             state["verbatim"],
@@ -411,7 +465,7 @@ class _Replay:
         state = self.state
         masking = (state["mask"], state["verbatim"], state["vstart"])
         heads = (shortest, state["head"])
-        return self.sums.least(e, heads, state["offload_images"], state["elide"], masking)
+        return self.sums.least(e, heads, self.offloading(), state["elide"], masking)
 
     def advance(self, name: str, points: list[int], e: int, target: float, limit: int) -> None:
         i = bisect.bisect_right(points, self.state[name])
@@ -430,6 +484,7 @@ class _Replay:
         for name in self.order:
             if name == "offload_images":
                 self.advance(name, self.offs, e, self.schedule.offload_water * budget, limit)
+                self.unpin_images(e)
             elif name == "mask":
                 self.advance(name, self.masks, e, self.schedule.mask_water * budget, limit)
                 self.unpin(e)
@@ -457,6 +512,16 @@ class _Replay:
             state["verbatim"] = verbatim_head(
                 self.units, self.budget, self.schedule.verbatim, start
             )
+
+    def unpin_images(self, e: int) -> None:
+        """Every image after the image head is offloaded and the prompt still overflows: the
+        head's images are offloaded too, all at once and for good (``unpin``'s rule for
+        outputs), and the next image head starts where the offloaded conversation ends."""
+        state = self.state
+        if state["ohead"] > state["ostart"] and self.price(e) > self.budget:
+            start = state["offload_images"]
+            state["ostart"] = start
+            state["ohead"] = image_head(self.units, self.budget, self.schedule.image_head, start)
 
     def give_way(self, e: int) -> None:
         """The newest turn does not fit beside the head: the head gives way first, to a prefix

@@ -265,6 +265,7 @@ def _plans(
         policy.mask_water,
         policy.verbatim_head,
         policy.low_water if policy.offload_water is None else policy.offload_water,
+        policy.image_head,
     )
     replayed = plan(
         costs,
@@ -502,7 +503,7 @@ def _plan_states(
     elided = [chosen.head <= u < chosen.cut and u not in keep for u in range(n)]
     masked = [u for u in range(n) if chosen.masks(u) and u not in newest and not elided[u]]
     states = [ELIDED if e else KEPT for e in elided]
-    offload = [u < chosen.offload and u not in keep for u in range(n)]
+    offload = [chosen.offloads(u) and u not in keep for u in range(n)]
     return states, frozenset(_outputs(messages, units, masked)), offload
 
 

@@ -65,6 +65,12 @@ class FitPolicy:
     #: prompt: a lower mark offloads in fewer, larger steps -- a higher cache-hit on image-dense
     #: sessions, less window used (docs/fitting.md, strategy 2; bench/REPORT.md 5b.6).
     offload_water: float | None = None
+    #: When offloading runs, the head of the conversation up to this fraction of the budget
+    #: keeps its images; offloading starts after it and offloads the head (all at once, for
+    #: good) only when every image after it is offloaded and the prompt still overflows; the next
+    #: head starts after the offloaded conversation. A step then re-sends the tail after the
+    #: head, not the prompt from its first image (bench/REPORT.md 5b.6). 0 = off.
+    image_head: float = 0.7
     # The cut schedule (docs/fitting.md, "Choosing the schedule"). A jump re-sends uncached
     # what it keeps after the head, about (low_water − pin_fraction) × budget, and buys
     # (1 − low_water) × budget of growth before the next one; the window use between jumps is
@@ -129,6 +135,7 @@ def _check(key: str, value: Any) -> Any:
         "pin_fraction",
         "mask_water",
         "offload_water",
+        "image_head",
         "verbatim_head",
     ):
         if key == "offload_water" and value is None:

@@ -3,6 +3,9 @@ fields beside an image unpinned: docs/mutation.md); offloading stops at its own 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 from test_fit import IMAGES, png, route
 
@@ -43,8 +46,9 @@ def test_offload_water_is_where_offloading_brings_the_prompt() -> None:
     the elision's ``low_water``): a lower mark offloads more at once, so the steps that re-send
     the prompt from their first offloaded image come fewer (docs/fitting.md)."""
     request, r = _screenshots(16), route(12_000)
-    default = fit(request, r, FitPolicy())
-    low = fit(request, r, FitPolicy(offload_water=0.5))
+    plain = FitPolicy(image_head=0.0)  # the mark alone (the image head: below)
+    default = fit(request, r, plain)
+    low = fit(request, r, replace(plain, offload_water=0.5))
     budget = default.report.budget
     offloaded = (default.report.actions["offloaded_images"], low.report.actions["offloaded_images"])
     assert 0.5 * budget < default.estimate <= FitPolicy().low_water * budget
@@ -55,3 +59,21 @@ def test_offload_water_is_where_offloading_brings_the_prompt() -> None:
     for bad in ("low", 1.5, -0.1, True):
         with pytest.raises(ValueError, match="offload_water"):
             FitPolicy.parse({"offload_water": bad})
+
+
+def test_the_image_head_keeps_its_images_and_offloading_starts_after_it() -> None:
+    """With an image head (``image_head``, a fraction of the budget), the oldest images stay
+    while later ones are offloaded: a step re-sends the tail after the head, not the prompt
+    from its first image. Without one, the oldest go first."""
+    request, r = _screenshots(16), route(12_000)
+    plain = fit(request, r, FitPolicy(image_head=0.0))
+    headed = fit(request, r, FitPolicy(image_head=0.5))
+
+    def offloaded(fitted: Any) -> list[int]:
+        return [i for i, m in enumerate(fitted.messages) if m.role == "user" and not m.images]
+
+    assert headed.estimate <= headed.report.budget and plain.estimate <= plain.report.budget
+    first_plain, first_headed = offloaded(plain)[0], offloaded(headed)[0]
+    assert first_plain == 2  # the oldest went first (the task's own, message 0, is protected)
+    assert first_headed > first_plain  # the head's pictures stayed
+    assert all(m.images for m in headed.messages[:first_headed] if m.role == "user")
