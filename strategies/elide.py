@@ -156,7 +156,7 @@ class _Sums:
         ``offload`` as (point, image head's end, its start): images in the head are kept."""
         if isinstance(offload, tuple):
             point, ohead, ostart = offload
-            if ohead > ostart:
+            if ohead > ostart and point > ostart:  # the head exempts units offloaded here
                 a, b = min(x, ostart, point), min(x, ohead, point)
                 masking = (mask, verbatim, vstart)
                 inside = self.free(b, point, *masking) - self.free(a, point, *masking)
