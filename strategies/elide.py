@@ -430,7 +430,7 @@ class _Replay:
         self.masks = checkpoints if "mask" in order else []
         self.offs = _offload_checkpoints(units, schedule.step) if "offload_images" in order else []
         verbatim = verbatim_head(units, budget, schedule.verbatim) if "mask" in order else 0
-        offloading = "offload_images" in order and schedule.image_head > 0
+        offloading = self.offs and schedule.image_head > 0  # images to offload, a head
         self.state = {
             "offload_images": 0,
             "mask": 0,
