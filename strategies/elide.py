@@ -22,6 +22,10 @@ miss. routefit's cuts are therefore a function of the append-only conversation t
 * **Shrink the head, do not drop it.** When a new turn is too big for the room the pinned head
   leaves, the head is cut back to the longest prefix of itself that fits: a prefix of the pinned
   head is still the provider's cached prefix, where the protected head alone would re-send it.
+* **Offload after a head too.** An offload step changes the prompt at its oldest image still
+  sent: from the start of the conversation, each step would re-send nearly the whole prompt.
+  Images in the image head (``Schedule.image_head`` of the budget) stay until nothing after it
+  is left to offload, then go at once, as masking's verbatim head does (bench/REPORT.md 5b.6).
 
 Everything here works on per-unit prices (already calibrated) and returns cut indices; building
 the messages is ``strategies.fit``'s job.
@@ -323,6 +327,8 @@ class Schedule:
     verbatim: float = 0.0
     #: Offloading offloads down to this fraction of the budget (the policy's, or its low_water).
     offload_water: float = 0.95
+    #: The image head, a fraction of the budget whose images offloading keeps until nothing
+    #: after it is left (``image_head``); 0: none, the oldest images go first.
     image_head: float = 0.0
 
 
