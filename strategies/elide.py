@@ -325,34 +325,27 @@ class Schedule:
     pin_fraction: float
     mask_water: float = 0.0
     verbatim: float = 0.0
-    #: Offloading offloads down to this fraction of the budget (the policy's, or its low_water).
-    offload_water: float = 0.95
+    #: Offloading offloads down to this fraction of the budget (None: ``low_water``).
+    offload_water: float | None = None
     #: The image head, a fraction of the budget whose images offloading keeps until nothing
     #: after it is left (``image_head``); 0: none, the oldest images go first.
     image_head: float = 0.0
 
 
-def image_head(units: Sequence[UnitCosts], budget: int, fraction: float, start: int = 0) -> int:
-    """The end of the image head that starts at unit ``start`` (every image before it
-    offloaded): the longest run of whole units that, with the offloaded conversation before it,
-    is priced at most ``fraction × budget`` (never the newest unit). Like ``verbatim_head``, it
-    depends only on the prefix."""
-    limit = fraction * budget
-    total = sum(u.offloaded for u in units[:start])
-    for i in range(start, len(units) - 1):
-        total += units[i].full
-        if total > limit:
-            return i
-    return max(len(units) - 1, start)
+#: Which of ``_variants`` a unit before a head costs: its outputs masked (the verbatim head),
+#: its images offloaded (the image head).
+MASKED, OFFLOADED = 2, 1
 
 
-def verbatim_head(units: Sequence[UnitCosts], budget: int, fraction: float, start: int = 0) -> int:
-    """The end of the verbatim head that starts at unit ``start`` (everything before it masked):
-    the longest run of whole units that, with the masked conversation before it, is priced at
-    most ``fraction × budget`` (never the newest unit). It depends only on the prefix, so every
-    request agrees on it."""
+def verbatim_head(
+    units: Sequence[UnitCosts], budget: int, fraction: float, start: int = 0, gone: int = MASKED
+) -> int:
+    """The end of the head that starts at unit ``start`` (everything before it masked, or its
+    images offloaded: ``gone``): the longest run of whole units that, with the conversation
+    before it as ``gone`` leaves it, is priced at most ``fraction × budget`` (never the newest
+    unit). It depends only on the prefix, so every request agrees on it."""
     limit = fraction * budget
-    total = sum(_variants(u)[2] for u in units[:start])
+    total = sum(_variants(u)[gone] for u in units[:start])
     for i in range(start, len(units) - 1):
         total += units[i].full
         if total > limit:
@@ -444,11 +437,15 @@ class _Replay:
             "head": head,
             "verbatim": verbatim,
             "vstart": 0,
-            "ohead": image_head(units, budget, schedule.image_head) if offloading else 0,
+            "ohead": verbatim_head(units, budget, schedule.image_head, 0, OFFLOADED)
+            if offloading
+            else 0,
             "ostart": 0,
         }
         self.floor = _protected(units)
         self.low = schedule.low_water * budget
+        water = schedule.low_water if schedule.offload_water is None else schedule.offload_water
+        self.offload_low = water * budget
 
     def offloading(self) -> Offload:
         state = self.state
@@ -489,7 +486,7 @@ class _Replay:
         limit = e - 1  # the newest unit is never offloaded, masked or elided
         for name in self.order:
             if name == "offload_images":
-                self.advance(name, self.offs, e, self.schedule.offload_water * budget, limit)
+                self.advance(name, self.offs, e, self.offload_low, limit)
                 self.unpin_images(e)
             elif name == "mask":
                 self.advance(name, self.masks, e, self.schedule.mask_water * budget, limit)
@@ -511,23 +508,23 @@ class _Replay:
         verbatim until the masked conversation and they reach ``verbatim × budget``, so after
         each step the prompt falls to about that mark, not to what the masked conversation
         weighs, for the whole session and not only until the first head is masked."""
-        state = self.state
-        if state["verbatim"] > state["vstart"] and self.price(e) > self.budget:
-            start = state["mask"]
-            state["vstart"] = start
-            state["verbatim"] = verbatim_head(
-                self.units, self.budget, self.schedule.verbatim, start
-            )
+        self._next_head(e, ("mask", "verbatim", "vstart"), self.schedule.verbatim, MASKED)
 
     def unpin_images(self, e: int) -> None:
         """Every image after the image head is offloaded and the prompt still overflows: the
         head's images are offloaded too, all at once and for good (``unpin``'s rule for
         outputs), and the next image head starts where the offloaded conversation ends."""
+        keys = ("offload_images", "ohead", "ostart")
+        self._next_head(e, keys, self.schedule.image_head, OFFLOADED)
+
+    def _next_head(self, e: int, keys: tuple[str, str, str], fraction: float, gone: int) -> None:
+        """``unpin``'s step for either head (``keys``: its point, its end, its start)."""
         state = self.state
-        if state["ohead"] > state["ostart"] and self.price(e) > self.budget:
-            start = state["offload_images"]
-            state["ostart"] = start
-            state["ohead"] = image_head(self.units, self.budget, self.schedule.image_head, start)
+        point, end, start = keys
+        if state[end] > state[start] and self.price(e) > self.budget:
+            at = state[point]
+            state[start] = at
+            state[end] = verbatim_head(self.units, self.budget, fraction, at, gone)
 
     def give_way(self, e: int) -> None:
         """The newest turn does not fit beside the head: the head gives way first, to a prefix

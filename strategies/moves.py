@@ -264,7 +264,7 @@ def _plans(
         policy.pin_fraction,
         policy.mask_water,
         policy.verbatim_head,
-        policy.low_water if policy.offload_water is None else policy.offload_water,
+        policy.offload_water,
         policy.image_head,
     )
     replayed = plan(
