@@ -5,13 +5,15 @@
 * ``record(section, **figures)`` appends figures to the JSON-lines file named by
   ``RELIABILITY_FIGURES`` (the report script sets it; a plain pytest run records nothing).
 * ``Proc`` reads a process's open file descriptors and resident memory from /proc.
-* ``json_values``: any JSON value, the odd ones often (what a fuzzed field is set to).
+* ``json_values``: any JSON value, the odd ones often (what a fuzzed field is set to);
+  ``every_path`` and ``mutate``: a JSON body's fields, and one of them set or removed.
 * ``check_error_shape`` is the one definition of "an answer a client can handle": any status
   below 500, OpenAI's error shape on every 4xx, never a traceback.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -151,3 +153,33 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner),
     max_leaves=25,
 )
+
+
+def every_path(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key and index path of a body: the hand-picked lists name fields a body lacks, and
+    these are the ones it has (a list picked by hand missed a part's ``type`` that crashed)."""
+    out = [at]
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, child in items:
+        out += every_path(child, (*at, key))
+    return out
+
+
+def mutate(body: dict[str, Any], path: tuple[Any, ...], value: Any, delete: bool) -> Any:
+    if not path:
+        return value
+    out = copy.deepcopy(body)
+    node: Any = out
+    for key in path[:-1]:
+        node = node[key]
+    if delete and isinstance(node, dict):
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = value
+    return out

@@ -16,7 +16,6 @@ ones, and every endpoint with every method.
 from __future__ import annotations
 
 import base64
-import copy
 import io
 import json
 import struct
@@ -31,7 +30,7 @@ from harness import gateway_config, run_routefit, sim_route
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
-from relkit import SCALE, Proc, Tally, check_error_shape, json_values, record
+from relkit import SCALE, Proc, Tally, check_error_shape, every_path, json_values, mutate, record
 from wire_shapes import check_wire_error_shape
 
 MAX_BODY = 2_000_000
@@ -418,38 +417,8 @@ PATHS: list[tuple[Any, ...]] = [
 ]
 
 
-def every_path(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every key and index path of a body: the hand-picked lists name fields a body lacks, and
-    these are the ones it has (a list picked by hand missed a part's ``type`` that crashed)."""
-    out = [at]
-    items = (
-        value.items()
-        if isinstance(value, dict)
-        else enumerate(value)
-        if isinstance(value, list)
-        else ()
-    )
-    for key, child in items:
-        out += every_path(child, (*at, key))
-    return out
-
-
 def paths_of(base: dict[str, Any], named: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return sorted(set(named) | set(every_path(base)), key=repr)
-
-
-def mutate(body: dict[str, Any], path: tuple[Any, ...], value: Any, delete: bool) -> Any:
-    if not path:
-        return value
-    out = copy.deepcopy(body)
-    node: Any = out
-    for key in path[:-1]:
-        node = node[key]
-    if delete and isinstance(node, dict):
-        node.pop(path[-1], None)
-    else:
-        node[path[-1]] = value
-    return out
 
 
 @settings(

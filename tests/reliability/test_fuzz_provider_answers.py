@@ -15,7 +15,6 @@ and the mutation.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +24,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from relkit import SCALE, json_values
+from relkit import SCALE, every_path, json_values, mutate
 from starlette.testclient import TestClient
 from wire_shapes import check_wire_error_shape
 
@@ -80,15 +79,6 @@ def _cases() -> dict[str, tuple[str, dict[str, Any]]]:
 CASES = _cases()
 
 
-def _paths(value: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    if at:
-        yield at
-    if isinstance(value, dict | list):
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        for key, child in items:
-            yield from _paths(child, (*at, key))
-
-
 class Mutation:
     """How the next answer is changed: at one field of the whole answer or of one event of a
     stream that carries JSON (``event``), set to ``value`` or removed. The field is ``path``
@@ -105,19 +95,11 @@ class Mutation:
         self.seen = b""
 
     def apply(self, data: Any) -> Any:
-        paths = list(_paths(data))
+        paths = every_path(data)[1:]
         if not paths:
             return data
         path = self.path if self.path is not None else paths[self.pick % len(paths)]
-        out = copy.deepcopy(data)
-        node = out
-        for key in path[:-1]:
-            node = node[key]
-        if self.delete and isinstance(node, dict):
-            del node[path[-1]]
-        else:
-            node[path[-1]] = copy.deepcopy(self.value)
-        return out
+        return mutate(data, path, self.value, self.delete)
 
     def answer(self, body: bytes, stream: bool) -> bytes:
         if not self.on:
@@ -204,11 +186,10 @@ def test_every_field_of_an_answer_changed_is_relayed_or_a_502(
     if stream:
         events = json_events(mutation.seen)
         n = len(events)
-        targets = [
-            (i, p) for i in sorted({0, 1, n - 2, n - 1} & set(range(n))) for p in _paths(events[i])
-        ]
+        ends = sorted({0, 1, n - 2, n - 1} & set(range(n)))
+        targets = [(i, p) for i in ends for p in every_path(events[i])[1:]]
     else:
-        targets = [(None, p) for p in _paths(json.loads(mutation.seen))]
+        targets = [(None, p) for p in every_path(json.loads(mutation.seen))[1:]]
     assert targets, case
     try:
         for event, path in targets:
