@@ -50,6 +50,7 @@ from proxy.exchange import (
     Transient,
     as_completion,
     as_stream,
+    unreadable,
 )
 from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
 from proxy.fairness import Fairness
@@ -751,13 +752,7 @@ def _read_answer(p: Flight, completion: Completion, leg: Leg) -> Answer:
         log.warning(
             "upstream %s: an answer the %s wire cannot read", model, p.wire.name, exc_info=True
         )
-        err = ProxyError(
-            502,
-            f"upstream {model} returned a response routefit cannot read",
-            code="upstream_malformed",
-        )
-        err.origin = "upstream"
-        raise err from None
+        raise unreadable(model) from None
 
 
 def _failed_attempt(p: Flight, sent: float, err: ProxyError) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "Transient",
     "as_completion",
     "as_stream",
+    "unreadable",
 ]
 
 #: Provider wires: OpenAI chat completions, Anthropic messages, OpenAI responses, Google's
@@ -84,6 +85,15 @@ class StreamBroken(Exception):
 #: bits): nothing a provider says is taken on faith, so such an answer is malformed, like bad
 #: JSON -- never routefit's internal error.
 UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+
+
+def unreadable(model: str) -> ProxyError:
+    """The 502 of an answer that raised one of ``UNREADABLE`` (billed like a malformed one)."""
+    err = ProxyError(
+        502, f"upstream {model} returned a response routefit cannot read", code="upstream_malformed"
+    )
+    err.origin = "upstream"
+    return err
 
 
 class EventStream(Protocol):

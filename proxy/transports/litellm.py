@@ -56,6 +56,7 @@ from proxy.exchange import (
     Outbound,
     StreamBroken,
     Transient,
+    unreadable,
 )
 from proxy.exchange.sse import DONE, EventTooLarge
 from proxy.providers import Bounds, Deployment
@@ -251,8 +252,7 @@ def _completion(resp: Any, up: Upstream, **dump: Any) -> Completion:
         data = resp.model_dump(exclude_none=True, **dump)
         return Completion(orjson.dumps(data), data)
     except UNREADABLE:
-        message = f"upstream {up.model} returned a response routefit cannot read"
-        raise ProxyError(502, message, code="upstream_malformed") from None
+        raise unreadable(up.model) from None
 
 
 #: Settings of the OpenAI client litellm builds (not in litellm's own list below): where the
