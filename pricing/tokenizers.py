@@ -38,6 +38,7 @@ import xxhash
 
 from pricing import byte_level
 from pricing.byte_level import ByteLevel
+from pricing.chunks import content_chunks
 
 __all__ = [
     "CountCache",
@@ -72,8 +73,13 @@ _SHORT = 64
 # A parallel batch pays for its threads only when there is enough text to share out.
 _BATCH_MIN_CHARS = 64 * 1024
 _THREADS = max(1, min(8, os.cpu_count() or 1))
-#: A text at least this long is counted in pieces on ``_THREADS`` threads (``split_for_count``).
+#: Text at least this long to count at once (a text without chunks, cut by ``split_for_count``,
+#: or the chunks of one that are not memoised) is shared out between ``_THREADS`` threads.
 _SPLIT_ABOVE = 32 * 1024
+#: A text at least this long is counted a chunk at a time (``pricing.chunks``), each chunk's count
+#: memoised: a long text that is mostly one seen before recounts only what changed. Below it a
+#: text is a chunk or two, and its whole count is memoised anyway.
+_CHUNK_ABOVE = 16 * 1024
 #: Where a text may be cut for counting: before an ASCII space that follows a printable ASCII
 #: character (see ``split_for_count``).
 _CUT = re.compile(r"[!-~] ")
@@ -121,7 +127,8 @@ class CountCache:
 
     ``hits`` and ``misses`` count lookups of long texts (``_SHORT`` characters or more): a hit
     is a count served from the cache, a miss a text counted because the cache did not hold it
-    (a new entry). The proxy exports them (``routefit_count_cache_lookups_total``).
+    (a new entry); a long text counted a chunk at a time (``counts``) adds its chunks' lookups
+    beside its own miss. The proxy exports them (``routefit_count_cache_lookups_total``).
     """
 
     def __init__(self, maxsize: int = 131072) -> None:
@@ -168,6 +175,30 @@ class CountCache:
         if n is not None:
             self.hits += 1
         return n
+
+    def counts(
+        self,
+        texts: Sequence[str],
+        count_each: Callable[[Sequence[str]], list[int]],
+        scope: bytes = b"",
+    ) -> list[int]:
+        """Each text's count: the memoised ones looked up, the others counted by one call of
+        ``count_each`` (which shares them out between threads; a text that repeats, once) and
+        memoised. Every text is filed by its digest, short or long: these are the chunks of one
+        long text."""
+        keys = [self.key(text, scope) for text in texts]
+        known = {k: n for k in keys if (n := self._data.get(k)) is not None}
+        todo = {k: text for k, text in zip(keys, texts, strict=True) if k not in known}
+        self.hits += len(keys) - len(todo)
+        if todo:
+            counted = zip(todo, count_each(list(todo.values())), strict=True)
+            with self._lock:
+                for k, n in counted:
+                    known[k] = self._data[k] = n
+                self.misses += len(todo)
+                while len(self._data) > self.maxsize:
+                    self._data.popitem(last=False)
+        return [known[k] for k in keys]
 
     def missing(self, texts: Sequence[str], scope: bytes = b"") -> list[str]:
         """The distinct texts among ``texts`` that are not cached in ``scope`` yet.
@@ -250,9 +281,40 @@ def _counts(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
     return [here[i] if i in here else away[i].result() for i in range(len(pieces))]
 
 
-def _count_pieces(pieces: list[str], tally: Callable[[str], int]) -> int:
-    """Tokens in ``pieces`` (one text cut where counts add up), counted side by side."""
-    return sum(_counts(pieces, tally))
+def _tally_all(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
+    return [tally(piece) for piece in pieces]
+
+
+def counts_each(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
+    """Each piece's count, the pieces shared out in ``_THREADS`` runs of about equal length:
+    one call per thread however many pieces (the chunks of a long text are many and small;
+    a call per piece would cost a thread's wake-up each)."""
+    total = sum(map(len, pieces))
+    if _THREADS == 1 or len(pieces) < 2 or total < _SPLIT_ABOVE:
+        return _tally_all(pieces, tally)
+    runs: list[list[str]] = [[]]
+    done = 0
+    for piece in pieces:
+        if done * _THREADS >= total * len(runs) and len(runs) < _THREADS:
+            runs.append([])
+        runs[-1].append(piece)
+        done += len(piece)
+    away = [_pool().submit(_tally_all, run, tally) for run in runs[1:]]
+    here = _tally_all(runs[0], tally)
+    return here + [n for future in away for n in future.result()]
+
+
+def _count_long(cache: CountCache, scope: bytes, text: str, tally: Callable[[str], int]) -> int:
+    """Tokens in a long text whose whole count is not memoised: the counts of its chunks
+    that are (``pricing.chunks``), the others counted side by side and memoised; a text with
+    no chunk cut in pieces for the counting threads, as fixed pieces are not worth keeping."""
+    chunks = content_chunks(text)
+    if len(chunks) > 1:
+        return sum(cache.counts(chunks, lambda todo: counts_each(todo, tally), scope))
+    if len(text) < _SPLIT_ABOVE or _THREADS == 1:
+        return tally(text)
+    # a big new prompt: its pieces on parallel threads (tiktoken releases the GIL)
+    return sum(_counts(split_for_count(text, _THREADS), tally))
 
 
 def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
@@ -310,10 +372,9 @@ class _Tiktoken:
         self._tally = byte_level.counter(self._enc) if self.bpe is None else self.bpe.count
 
     def _count(self, text: str) -> int:
-        if len(text) < _SPLIT_ABOVE or _THREADS == 1:
-            return self._tally(text)
-        # a big new prompt: its pieces on parallel threads (tiktoken releases the GIL)
-        return _count_pieces(split_for_count(text, _THREADS), self._tally)
+        if len(text) >= _CHUNK_ABOVE:
+            return _count_long(self.cache, self.scope, text, self._tally)
+        return self._tally(text)
 
     def count(self, text: str) -> int:
         if not text:
@@ -324,8 +385,13 @@ class _Tiktoken:
         todo = self.cache.missing(texts, self.scope)
         if not _worth_batching(todo):
             return
-        # on this thread and the kept pool (tiktoken's own batch call starts threads each time)
-        for text, n in zip(todo, _counts(todo, self._tally), strict=True):
+        # a long text a chunk at a time (its chunks memoised for the text it becomes); the
+        # others on this thread and the kept pool (tiktoken's batch call starts threads)
+        short = [text for text in todo if len(text) < _CHUNK_ABOVE]
+        for text in todo:
+            if len(text) >= _CHUNK_ABOVE:
+                self.cache.put(text, self._count(text), self.scope)
+        for text, n in zip(short, _counts(short, self._tally), strict=True):
             self.cache.put(text, n, self.scope)
 
     def boundaries(self, text: str) -> list[int]:
@@ -351,9 +417,9 @@ class _HuggingFace:
     splittable: bool = False
 
     def _count(self, text: str) -> int:
-        if not self.splittable or len(text) < _SPLIT_ABOVE or _THREADS == 1:
-            return self._tally(text)
-        return _count_pieces(split_for_count(text, _THREADS), self._tally)
+        if self.splittable and len(text) >= _CHUNK_ABOVE:
+            return _count_long(self.cache, self.scope, text, self._tally)
+        return self._tally(text)
 
     def _tally(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)

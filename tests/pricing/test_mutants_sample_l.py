@@ -24,7 +24,7 @@ from test_mutants_sample_j import _byte_level_file
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
-from pricing import byte_level, tokenizers
+from pricing import byte_level, chunks, tokenizers
 from pricing.calibration import CalibrationPolicy, Correction, Sample, fit_correction
 from pricing.capped import CapTooSmall, cap_message, cut_text
 from pricing.framing import default_framing, tools_tokens
@@ -238,10 +238,13 @@ class _Recording:
 def test_a_long_text_is_counted_in_pieces_on_two_counting_threads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``_SPLIT_ABOVE``: "a text at least this long is counted in pieces on ``_THREADS``
+    """``_SPLIT_ABOVE``: text this long to count at once "is shared out between ``_THREADS``
     threads" — on a two-core machine too, for a file where ``split_for_count`` holds. The
-    pieces' counts add up to the whole's."""
+    pieces' counts add up to the whole's. (A text in one chunk, ``pricing.chunks``, as where
+    the compiled chunker is missing: cut in fixed pieces; tests/pricing/test_chunks.py has the
+    chunks.)"""
     monkeypatch.setattr(tokenizers, "_THREADS", 2)
+    monkeypatch.setattr(chunks, "_chunker", lambda: None)
     recording = _Recording(_whitespace_words())
     tok = _HuggingFace("whitespace words", recording, splittable=True)
     text = "word " * 8_000

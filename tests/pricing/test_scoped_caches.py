@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import random
 import uuid
 from dataclasses import replace
 
@@ -69,22 +70,50 @@ def test_a_scope_changes_no_price_and_repeats_within_a_scope_only(words):
     assert MEASURED.hits == kept + 1  # neither found team A's message
 
 
+def varied_text(words: int) -> str:
+    """Text no chunk of which repeats (``pricing.chunks``): each word drawn afresh."""
+    rnd = random.Random(uuid.uuid4().int)
+    return " ".join("".join(rnd.choices("etaoinshrdlu", k=rnd.randint(1, 9))) for _ in range(words))
+
+
 def test_a_cold_conversation_counted_in_one_batch_is_counted_for_its_team_only():
     """Over 64 KB of new text is counted in one parallel batch (``Tokenizer.prefetch``) before
-    it is measured: the batch files its counts under the team too."""
-    texts = [unique_text(900), unique_text(900)]  # ~44 KB each
+    it is measured: the batch files its counts, and its long texts' chunks', under the team
+    too."""
+    texts = [varied_text(8_000), varied_text(8_000)]  # ~44 KB each
     body = parse_request(
         {"model": "gpt", "messages": [{"role": "user", "content": t} for t in texts]}
     )
     prices = []
     for route in (scoped(ROUTE, "team-a"), scoped(ROUTE, "team-b"), ROUTE):
-        misses = count_cache_lookups()[1]
+        hits, misses = count_cache_lookups()
         prices.append(measure(body, route))
-        assert count_cache_lookups()[1] == misses + 2, route.scope  # both counted afresh
+        # both counted afresh, and each of their chunks: nothing found of another team's (the
+        # two hits: the texts read back from what the batch counted)
+        assert count_cache_lookups()[0] == hits + 2, route.scope
+        assert count_cache_lookups()[1] >= misses + 2 + 2 * 8, route.scope
+        misses = count_cache_lookups()[1]
         hits, kept = count_cache_lookups()[0], MEASURED.hits
         assert measure(body, route) == prices[0]
         # a repeat: both messages from the team's message memo, no count looked up
-        assert (MEASURED.hits, count_cache_lookups()) == (kept + 2, (hits, misses + 2))
+        assert (MEASURED.hits, count_cache_lookups()) == (kept + 2, (hits, misses))
+
+
+def test_a_text_mostly_seen_before_finds_its_chunks_for_its_team_only():
+    """A long text is counted a chunk at a time (``pricing.chunks``): the chunks a team's
+    earlier text shares are found for that team, never for another, however alike the texts."""
+    body = varied_text(8_000)
+    a, b = get_tokenizer("o200k_base", b"team-a"), get_tokenizer("o200k_base", b"team-b")
+    a.count("Request 1:\n" + body)
+    hits = count_cache_lookups()[0]
+    counted = b.count("Request 2:\n" + body)
+    assert count_cache_lookups()[0] == hits  # team B found nothing of team A's
+    assert a.count("Request 2:\n" + body) == counted
+    found = count_cache_lookups()[0] - hits
+    assert found >= 8  # team A found its own chunks, all but the head's
+    hits = count_cache_lookups()[0]
+    b.count("Request 3:\n" + body)
+    assert count_cache_lookups()[0] - hits == found  # and so does team B, of its own
 
 
 def test_a_proof_finds_only_its_own_teams_count():
