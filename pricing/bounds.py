@@ -68,6 +68,7 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from pricing.chunks import content_chunks
 from pricing.content import STATS
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import Message, TextPart
@@ -84,12 +85,15 @@ from pricing.meter import (
 from pricing.probe import ImageError
 from pricing.route import Route
 from pricing.tokenizers import (
+    CHUNK_ABOVE,
     Tokenizer,
-    count_apart,
+    count_each,
     get_tokenizer,
     memoised,
     parse_tokenizer_spec,
+    recall_each,
     remember,
+    remember_each,
     split_for_count,
 )
 
@@ -192,12 +196,14 @@ class _Counted:
 
     text: str
     pieces: list[str]
-    #: The bound of the whole text.
+    #: The bound of the pieces (of the whole text, but the chunks whose count was memoised).
     total: int
     counted: int = 0
-    #: Tokens of the counted pieces, and their bounds.
+    #: Tokens of the counted pieces, and their bounds (the memoised chunks' count, no bound).
     head: int = 0
     spent: int = 0
+    #: Whether the pieces are the text's content chunks, worth memoising when counted.
+    chunks: bool = False
 
     @property
     def tail(self) -> int:
@@ -247,10 +253,29 @@ class Proof:
         if known is None or known[0] is not text:
             # a text counted before (a retry, a document sent again) is its own bound
             counted = None if self.tok is None else memoised(self.tok, text)
+            if counted is None and self.tok is not None and len(text) >= CHUNK_ABOVE:
+                chunked = self._chunked(text, self.tok, self.bound)
+                if chunked is not None:  # the chunks counted before at their counts
+                    self._texts[id(text)] = chunked
+                    return chunked.bound, not chunked.pieces
             exact = counted is not None
             known = (text, counted if counted is not None else self.bound(text), exact)
             self._bounds[id(text)] = known
         return known[1], known[2]
+
+    @staticmethod
+    def _chunked(text: str, tok: Tokenizer, bound: Callable[[str], int]) -> _Counted | None:
+        """A long text as its content chunks (``pricing.chunks``): those whose count is
+        memoised (the same stretch in a text counted before: a document behind a new question,
+        a file read again) enter at that count, the others are the pieces left to count, at
+        their bounds (bounds and counts add up at the chunks' cuts). None: one chunk."""
+        chunks = content_chunks(text)
+        if len(chunks) == 1:
+            return None
+        found = recall_each(tok, chunks)
+        pieces = [chunk for chunk, n in zip(chunks, found, strict=True) if n is None]
+        head = sum(n for n in found if n is not None)
+        return _Counted(text, pieces, sum(map(bound, pieces)), head=head, chunks=True)
 
     def tighten(self, texts: Sequence[str], need: int) -> bool:
         """Count pieces of the biggest of ``texts`` until their bounds fell by ``need`` tokens
@@ -269,19 +294,26 @@ class Proof:
             batch = _batch(todo, ratio, need - saved, self.bound)
             if not batch:
                 return False
-            # each text's next pieces in one stretch (counts add up at the pieces' cuts); a
-            # thread's wake-up costs about as much as counting a piece: worth it for several
-            spans = ["".join(c.next(n)) for c, n, _ in batch]
+            # a thread's wake-up costs about as much as counting a piece: worth it for several
             side = sum(n for _, n, _ in batch) >= _SIDE_BY_SIDE
-            for (c, n, before), tokens in zip(
-                batch, count_apart(self.tok, spans, side_by_side=side), strict=True
-            ):
-                c.head += tokens
+            taken = [(c, c.next(n), before) for c, n, before in batch]
+            counts = iter(count_each(self.tok, [p for _, ps, _ in taken for p in ps], side))
+            for c, pieces, before in taken:
+                tokens = self._add(c, pieces, [next(counts) for _ in pieces])
                 c.spent += before
-                c.counted += n
                 saved += before - tokens
                 bounded += before
         return True
+
+    def _add(self, c: _Counted, pieces: list[str], counts: list[int]) -> int:
+        """Count ``pieces``, the next of ``c``, in (and memoise them: chunks)."""
+        assert self.tok is not None
+        if c.chunks:
+            remember_each(self.tok, pieces, counts)
+        tokens = sum(counts)
+        c.head += tokens
+        c.counted += len(pieces)
+        return tokens
 
     def complete(self, side_by_side: bool = True) -> None:
         """Count what the proof left uncounted and memoise each text's whole count, so that the
@@ -291,15 +323,18 @@ class Proof:
         if self.tok is None:
             return
         for c in self._texts.values():
-            rest = "".join(c.next(len(c.pieces)))
-            c.head += count_apart(self.tok, [rest], side_by_side)[0] if rest else 0
-            c.counted, c.spent = len(c.pieces), c.total
+            rest = c.next(len(c.pieces))
+            self._add(c, rest, count_each(self.tok, rest, side_by_side))
+            c.spent = c.total
             remember(self.tok, c.text, c.head)
 
     def _counted(self, text: str) -> _Counted:
         found = self._texts.get(id(text))
         if found is None or found.text is not text:
             bound, exact = self._bound(text)
+            chunked = self._texts.get(id(text))
+            if chunked is not None and chunked.text is text:
+                return chunked
             if exact:  # nothing left to count
                 found = _Counted(text, [], bound, head=bound, spent=bound)
             else:

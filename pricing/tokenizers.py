@@ -41,17 +41,21 @@ from pricing.byte_level import ByteLevel
 from pricing.chunks import content_chunks
 
 __all__ = [
+    "CHUNK_ABOVE",
     "CountCache",
     "Tokenizer",
     "TokenizerError",
-    "count_apart",
     "count_cache_lookups",
+    "count_each",
+    "counts_each",
     "default_tokenizer",
     "get_tokenizer",
     "litellm_tokenizer_dir",
     "memoised",
     "parse_tokenizer_spec",
+    "recall_each",
     "remember",
+    "remember_each",
     "tiktoken_file",
     "warm_up",
 ]
@@ -79,7 +83,7 @@ _SPLIT_ABOVE = 32 * 1024
 #: A text at least this long is counted a chunk at a time (``pricing.chunks``), each chunk's count
 #: memoised: a long text that is mostly one seen before recounts only what changed. Below it a
 #: text is a chunk or two, and its whole count is memoised anyway.
-_CHUNK_ABOVE = 16 * 1024
+CHUNK_ABOVE = 16 * 1024
 #: Where a text may be cut for counting: before an ASCII space that follows a printable ASCII
 #: character (see ``split_for_count``).
 _CUT = re.compile(r"[!-~] ")
@@ -176,29 +180,43 @@ class CountCache:
             self.hits += 1
         return n
 
+    def find(self, texts: Sequence[str], scope: bytes = b"") -> list[int | None]:
+        """Each text's memoised count in ``scope`` (None: not memoised), by its digest however
+        short: these are the chunks of a long text (``pricing.chunks``)."""
+        data = self._data
+        found = [data.get(self.key(text, scope)) for text in texts]
+        self.hits += sum(n is not None for n in found)
+        return found
+
+    def file(self, texts: Sequence[str], counts: Sequence[int], scope: bytes = b"") -> None:
+        """Memoise each text's count by its digest (``find`` reads them)."""
+        keys = [self.key(text, scope) for text in texts]
+        with self._lock:
+            for k, n in zip(keys, counts, strict=True):
+                if k not in self._data:
+                    self.misses += 1
+                self._data[k] = n
+                self._data.move_to_end(k)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
     def counts(
         self,
         texts: Sequence[str],
         count_each: Callable[[Sequence[str]], list[int]],
         scope: bytes = b"",
     ) -> list[int]:
-        """Each text's count: the memoised ones looked up, the others counted by one call of
+        """Each text's count: the memoised ones found, the others counted by one call of
         ``count_each`` (which shares them out between threads; a text that repeats, once) and
-        memoised. Every text is filed by its digest, short or long: these are the chunks of one
-        long text."""
-        keys = [self.key(text, scope) for text in texts]
-        known = {k: n for k in keys if (n := self._data.get(k)) is not None}
-        todo = {k: text for k, text in zip(keys, texts, strict=True) if k not in known}
-        self.hits += len(keys) - len(todo)
-        if todo:
-            counted = zip(todo, count_each(list(todo.values())), strict=True)
-            with self._lock:
-                for k, n in counted:
-                    known[k] = self._data[k] = n
-                self.misses += len(todo)
-                while len(self._data) > self.maxsize:
-                    self._data.popitem(last=False)
-        return [known[k] for k in keys]
+        memoised."""
+        found = self.find(texts, scope)
+        todo = list(dict.fromkeys(t for t, n in zip(texts, found, strict=True) if n is None))
+        if not todo:
+            return [n for n in found if n is not None]
+        counted = count_each(todo)
+        self.file(todo, counted, scope)
+        fresh = dict(zip(todo, counted, strict=True))
+        return [fresh[t] if n is None else n for t, n in zip(texts, found, strict=True)]
 
     def missing(self, texts: Sequence[str], scope: bytes = b"") -> list[str]:
         """The distinct texts among ``texts`` that are not cached in ``scope`` yet.
@@ -273,14 +291,6 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=_THREADS - 1, thread_name_prefix="routefit-count")
 
 
-def _counts(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
-    """Each piece's count, shared out between this thread and the pool, a piece each in turn
-    (the encoders release the GIL while they work)."""
-    away = {i: _pool().submit(tally, p) for i, p in enumerate(pieces) if i % _THREADS}
-    here = {i: tally(p) for i, p in enumerate(pieces) if not i % _THREADS}
-    return [here[i] if i in here else away[i].result() for i in range(len(pieces))]
-
-
 def _tally_all(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
     return [tally(piece) for piece in pieces]
 
@@ -314,24 +324,30 @@ def _count_long(cache: CountCache, scope: bytes, text: str, tally: Callable[[str
     if len(text) < _SPLIT_ABOVE or _THREADS == 1:
         return tally(text)
     # a big new prompt: its pieces on parallel threads (tiktoken releases the GIL)
-    return sum(_counts(split_for_count(text, _THREADS), tally))
+    return sum(counts_each(split_for_count(text, _THREADS), tally))
 
 
-def count_apart(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
-    """Each text's count, not memoised: the stretches of a text that a proof counts
-    (``pricing.bounds.Proof``) are worth nothing to the cache — the whole text's count is what
-    another request can reuse (``remember``). ``side_by_side``: each text cut in one part per
-    counting thread (``split_for_count``) and the parts counted at once (else all in this
-    thread, whole): a call per thread, not per piece — a call costs a thread's wake-up and the
-    GIL handed back and forth: 1-2 ms over the ~120 pieces of a 120k-token prompt."""
+def count_each(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
+    """Each text's count, not memoised (what a proof counts, ``pricing.bounds.Proof``, it
+    memoises itself, as chunks or whole). ``side_by_side``: the texts shared out between the
+    counting threads (``counts_each``), else all counted in this thread."""
     tally = _counter(tok)
     if tally is None:
         return [tok.count(text) for text in texts]
-    if not side_by_side:
-        return [tally(text) for text in texts]
-    parts = [split_for_count(text, _THREADS) for text in texts]
-    counts = iter(_counts([p for ps in parts for p in ps], tally))
-    return [sum(next(counts) for _ in ps) for ps in parts]
+    return counts_each(texts, tally) if side_by_side else _tally_all(texts, tally)
+
+
+def recall_each(tok: Tokenizer, texts: Sequence[str]) -> list[int | None]:
+    """The memoised count of each of ``texts`` (chunks of one text) in ``tok``'s scope."""
+    if isinstance(tok, _Tiktoken | _HuggingFace):
+        return tok.cache.find(texts, tok.scope)
+    return [None] * len(texts)
+
+
+def remember_each(tok: Tokenizer, texts: Sequence[str], counts: Sequence[int]) -> None:
+    """Memoise the counts of ``texts`` (chunks of one text, counted by a proof)."""
+    if isinstance(tok, _Tiktoken | _HuggingFace):
+        tok.cache.file(texts, counts, tok.scope)
 
 
 def memoised(tok: Tokenizer, text: str) -> int | None:
@@ -372,7 +388,7 @@ class _Tiktoken:
         self._tally = byte_level.counter(self._enc) if self.bpe is None else self.bpe.count
 
     def _count(self, text: str) -> int:
-        if len(text) >= _CHUNK_ABOVE:
+        if len(text) >= CHUNK_ABOVE:
             return _count_long(self.cache, self.scope, text, self._tally)
         return self._tally(text)
 
@@ -387,11 +403,11 @@ class _Tiktoken:
             return
         # a long text a chunk at a time (its chunks memoised for the text it becomes); the
         # others on this thread and the kept pool (tiktoken's batch call starts threads)
-        short = [text for text in todo if len(text) < _CHUNK_ABOVE]
+        short = [text for text in todo if len(text) < CHUNK_ABOVE]
         for text in todo:
-            if len(text) >= _CHUNK_ABOVE:
+            if len(text) >= CHUNK_ABOVE:
                 self.cache.put(text, self._count(text), self.scope)
-        for text, n in zip(short, _counts(short, self._tally), strict=True):
+        for text, n in zip(short, counts_each(short, self._tally), strict=True):
             self.cache.put(text, n, self.scope)
 
     def boundaries(self, text: str) -> list[int]:
@@ -417,7 +433,7 @@ class _HuggingFace:
     splittable: bool = False
 
     def _count(self, text: str) -> int:
-        if self.splittable and len(text) >= _CHUNK_ABOVE:
+        if self.splittable and len(text) >= CHUNK_ABOVE:
             return _count_long(self.cache, self.scope, text, self._tally)
         return self._tally(text)
 

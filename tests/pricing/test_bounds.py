@@ -31,7 +31,7 @@ from pricing.images.kinds import DETAILS
 from pricing.messages import ImagePart, Message, TextPart, parse_request
 from pricing.meter import measure, measure_message
 from pricing.route import Route
-from pricing.tokenizers import count_apart, get_tokenizer
+from pricing.tokenizers import count_each, get_tokenizer
 from strategies.fit import fit, fit_bounded
 from strategies.policy import FitPolicy
 
@@ -329,12 +329,12 @@ def test_a_tightened_bound_is_never_below_the_count(spec, texts, need):
         proof = Proof(route(spec))
         while True:
             for text in texts:
-                assert count_apart(tok, [text])[0] <= proof(text)
+                assert count_each(tok, [text])[0] <= proof(text)
             if not proof.tighten(texts, need):
                 break
         proof.complete()
     for text in texts:
-        exact = count_apart(tok, [text])[0]  # counted afresh, never from the memo
+        exact = count_each(tok, [text])[0]  # counted afresh, never from the memo
         assert proof(text) == exact == tok.count(text)  # the memo holds the whole count
 
 
@@ -380,7 +380,7 @@ def test_a_proof_near_the_window_bounds_the_pieces_it_leaves_not_those_it_counts
     text's bound less the few it leaves (bounds add up at the cuts), not one by one."""
     text = " ".join(f"word{i % 97} and prose" for i in range(40_000))
     request = parse_request({"model": "m", "messages": [{"role": "user", "content": text}]})
-    (count,) = count_apart(get_tokenizer("o200k_base"), [text])  # not memoised
+    (count,) = count_each(get_tokenizer("o200k_base"), [text])  # not memoised
     r = windowed("o200k_base", int(count * 1.15))
     proof = Proof(r)
     bounded: list[int] = []

@@ -10,6 +10,7 @@ import json
 import random
 import threading
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ from test_split_count import FRAGMENTS, SHIPPED, _encode
 
 from pricing import chunks as chunking
 from pricing import tokenizers
+from pricing.bounds import Proof, byte_level_bound
 from pricing.chunks import AVERAGE, content_chunks
-from pricing.tokenizers import _HuggingFace, counts_each, get_tokenizer
+from pricing.route import Route
+from pricing.tokenizers import _HuggingFace, counts_each, get_tokenizer, memoised
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,3 +178,39 @@ def test_a_chunk_is_a_few_kilobytes_of_any_text_with_spaces():
     for text in (prose(20_000, 9), code, data):
         sizes = [len(chunk) for chunk in content_chunks(text)]
         assert len(sizes) > len(text) // (4 * AVERAGE)
+
+
+def test_a_proof_bounds_the_chunks_it_has_seen_at_their_counts():
+    """A long text behind a new head: the proof's bound is the memoised chunks' counts plus
+    the bound of the few new ones — nearly exact before anything is counted, never below."""
+    route = Route("gpt", "gpt-4o", tokenizer="o200k_base", scope=uuid.uuid4().bytes)
+    tok = get_tokenizer("o200k_base", route.scope)
+    body = prose(8_000, 13)
+    tok.count("Request 1:\n" + body)
+    text = "Request 2, a longer head than the first:\n" + body
+    exact = _encode("o200k_base", text)
+    tight = Proof(route)(text)
+    new = [c for c in content_chunks(text) if c not in content_chunks("Request 1:\n" + body)]
+    assert exact <= tight <= exact + sum(map(byte_level_bound, new))
+    assert sum(map(len, new)) < len(text) // 4
+    loose = Proof(replace(route, scope=uuid.uuid4().bytes))(text)  # another team: no chunks
+    assert loose == byte_level_bound(text) > tight
+
+
+def test_what_a_proof_counts_is_memoised_chunk_by_chunk():
+    """A proof that counted a new text (tightened, then completed) leaves its chunks' counts
+    for the team's next text that shares them, and the whole count for the exact fit."""
+    route = Route("gpt", "gpt-4o", tokenizer="o200k_base", scope=uuid.uuid4().bytes)
+    body = prose(8_000, 17)
+    first = "Request 1:\n" + body
+    proof = Proof(route)
+    assert proof(first) == byte_level_bound(first)  # nothing seen: the byte-level bound
+    assert proof.tighten([first], proof(first) // 4)
+    proof.complete()
+    assert proof(first) == _encode("o200k_base", first)
+    assert memoised(get_tokenizer("o200k_base", route.scope), first) == proof(first)
+    second = "Request 2:\n" + body
+    new = [c for c in content_chunks(second) if c not in content_chunks(first)]
+    exact = _encode("o200k_base", second)
+    assert exact <= Proof(route)(second) <= exact + sum(map(byte_level_bound, new))
+    assert sum(map(len, new)) < len(second) // 4

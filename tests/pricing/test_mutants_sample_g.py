@@ -23,7 +23,7 @@ from pricing.images.spec import parse_image_rule
 from pricing.messages import parse_message
 from pricing.route import Route
 from pricing.textcut import search
-from pricing.tokenizers import count_apart, get_tokenizer
+from pricing.tokenizers import count_each, get_tokenizer
 
 # -- pricing/bounds.py (Proof.tighten mutmut_22) -----------------------------------------------
 
@@ -38,7 +38,7 @@ def test_a_proof_of_a_prompt_far_over_its_budget_gives_up_after_its_first_look()
     text = " ".join(
         f"a proof gives up on line {i} of a prompt far over its window" for i in range(5000)
     )
-    count = count_apart(tok, [text])[0]  # counted afresh, never memoised
+    count = count_each(tok, [text])[0]  # counted afresh, never memoised
     proof = Proof(Route(alias="far-over", model="gpt-4o", tokenizer="o200k_base"))
     bound = proof(text)
     assert bound > count

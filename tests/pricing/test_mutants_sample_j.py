@@ -34,7 +34,7 @@ from pricing.tokenizers import (
     TokenizerError,
     _HuggingFace,
     _Tiktoken,
-    count_apart,
+    count_each,
     default_tokenizer,
     get_tokenizer,
 )
@@ -285,7 +285,7 @@ def test_a_sized_image_is_defaulted_only_under_a_stand_in_rule() -> None:
 
 
 # -- pricing/tokenizers.py (_load_hf mutmut_5, default_tokenizer mutmut_22,
-#    _HuggingFace._encode mutmut_5; count_apart mutmut_1: equivalent) ---------------------------
+#    _HuggingFace._encode mutmut_5: equivalent) -------------------------------------------------
 
 
 def test_an_unloadable_tokenizer_file_is_named_in_its_error(tmp_path: Path) -> None:
@@ -308,7 +308,7 @@ def test_gpt_4_5_counts_with_o200k(model: str) -> None:
 def test_counting_apart_leaves_out_the_special_tokens_a_file_adds(tmp_path: Path) -> None:
     """A text's count is its own tokens: a ``tokenizer.json`` whose post-processor puts a BOS
     token before every encoding (as many do) adds it to a prompt once, not to each text.
-    ``count_apart`` (a proof's pieces, a long text's pieces) counts what ``count`` does, which
+    ``count_each`` (a proof's pieces, a long text's pieces) counts what ``count`` does, which
     another request reuses."""
     vocab = {"[UNK]": 0, "[BOS]": 1, "hello": 2, "world": 3}
     hf = HFTokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -323,5 +323,5 @@ def test_counting_apart_leaves_out_the_special_tokens_a_file_adds(tmp_path: Path
     assert isinstance(tok, _HuggingFace)
     text = "hello world hello"
     assert tok.count(text) == len(text.split())
-    assert count_apart(tok, [text, "world"]) == [tok.count(text), tok.count("world")]
-    assert count_apart(tok, [text], side_by_side=False) == [tok.count(text)]
+    assert count_each(tok, [text, "world"]) == [tok.count(text), tok.count("world")]
+    assert count_each(tok, [text], side_by_side=False) == [tok.count(text)]
