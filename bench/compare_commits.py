@@ -6,7 +6,8 @@ Each revision is checked out into a temporary git worktree and served by this ve
 that worktree first on ``sys.path`` (the packages' dependencies are the same), one worker each,
 against one simulator. The phases (small c1 added p50, small c16 req/s, stream c1 added p50,
 stream c16 req/s, a ~28k-token prompt of new text c1 added p50, a 400-message agent session's
-next turn c1 added p50) run A then B in even rounds and
+next turn c1 added p50; named only: ``new 32k c1``, ``new 120k c1``, bench/new_text.py's prose
+with new text everywhere) run A then B in even rounds and
 B then A in odd ones: whichever runs second in a round was measured slower by 5-14% on the same
 code (HEAD against itself), so a fixed order would credit or blame a change with the position.
 The report is each figure's median over the rounds and the B/A ratio, with the server's CPU per
@@ -25,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import new_text
 from procs import ROOT, Server, Servers, _ok, free_port
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_session, openai_small
@@ -37,6 +39,9 @@ PHASES = [
     ("long c1", False, 1),
     ("session c1", False, 1),
 ]
+#: Run only when named in ``--phases``: a prompt of prose no one has sent, new text first, of
+#: this many tokens (bench/new_text.py's cells).
+NEW_TEXT = {"new 32k c1": 32_000, "new 120k c1": 120_000}
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -67,7 +72,9 @@ def measure(
     """Per phase: (added p50 ms at c1 or req/s, server CPU ms per request)."""
     out: dict[str, tuple[float, float]] = {}
     for phase, stream, c in PHASES:
-        if phase.startswith("long"):
+        if phase in NEW_TEXT:
+            body = new_text.body("prose", NEW_TEXT[phase], "start")
+        elif phase.startswith("long"):
             body = openai_long("gpt-4o")
         elif phase.startswith("session"):
             body = openai_session("gpt-4o")
@@ -103,7 +110,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.phases:
         wanted = {p.strip() for p in args.phases.split(",")}
-        PHASES[:] = [p for p in PHASES if p[0] in wanted]
+        extra = [(p, False, 1) for p in NEW_TEXT]
+        PHASES[:] = [p for p in PHASES + extra if p[0] in wanted]
     with tempfile.TemporaryDirectory() as tmp, Servers() as servers:
         a_src = checkout(args.rev_a, Path(tmp) / "a")
         b_src = checkout(args.rev_b, Path(tmp) / "b") if args.rev_b else ROOT

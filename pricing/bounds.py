@@ -253,29 +253,10 @@ class Proof:
         if known is None or known[0] is not text:
             # a text counted before (a retry, a document sent again) is its own bound
             counted = None if self.tok is None else memoised(self.tok, text)
-            if counted is None and self.tok is not None and len(text) >= CHUNK_ABOVE:
-                chunked = self._chunked(text, self.tok, self.bound)
-                if chunked is not None:  # the chunks counted before at their counts
-                    self._texts[id(text)] = chunked
-                    return chunked.bound, not chunked.pieces
             exact = counted is not None
             known = (text, counted if counted is not None else self.bound(text), exact)
             self._bounds[id(text)] = known
         return known[1], known[2]
-
-    @staticmethod
-    def _chunked(text: str, tok: Tokenizer, bound: Callable[[str], int]) -> _Counted | None:
-        """A long text as its content chunks (``pricing.chunks``): those whose count is
-        memoised (the same stretch in a text counted before: a document behind a new question,
-        a file read again) enter at that count, the others are the pieces left to count, at
-        their bounds (bounds and counts add up at the chunks' cuts). None: one chunk."""
-        chunks = content_chunks(text)
-        if len(chunks) == 1:
-            return None
-        found = recall_each(tok, chunks)
-        pieces = [chunk for chunk, n in zip(chunks, found, strict=True) if n is None]
-        head = sum(n for n in found if n is not None)
-        return _Counted(text, pieces, sum(map(bound, pieces)), head=head, chunks=True)
 
     def tighten(self, texts: Sequence[str], need: int) -> bool:
         """Count pieces of the biggest of ``texts`` until their bounds fell by ``need`` tokens
@@ -283,9 +264,12 @@ class Proof:
         or what counting saved so far says the rest will not save enough)."""
         if self.tok is None or self.bound is None:
             return False
-        todo = list({id(t): self._counted(t) for t in texts if len(t) >= _SHORTEST}.values())
+        long = {id(t): t for t in texts if len(t) >= _SHORTEST}
+        was = sum(map(self, long.values()))
+        todo = [self._counted(t) for t in long.values()]
         todo.sort(key=lambda c: c.tail, reverse=True)
-        saved = bounded = 0
+        # a long text's chunks the team counted before enter at their counts (``_chunked``)
+        saved, bounded = was - sum(c.bound for c in todo), 0
         while saved < need:
             ratio = saved / bounded if bounded else _SAVING
             left = sum(c.tail for c in todo)
@@ -332,15 +316,28 @@ class Proof:
         found = self._texts.get(id(text))
         if found is None or found.text is not text:
             bound, exact = self._bound(text)
-            chunked = self._texts.get(id(text))
-            if chunked is not None and chunked.text is text:
-                return chunked
             if exact:  # nothing left to count
                 found = _Counted(text, [], bound, head=bound, spent=bound)
+            elif self.tok is not None and self.bound is not None and len(text) >= CHUNK_ABOVE:
+                found = self._chunked(text, self.tok, bound, self.bound)
             else:
                 found = _Counted(text, split_for_count(text, -(-len(text) // _PIECE)), bound)
             self._texts[id(text)] = found
         return found
+
+    @staticmethod
+    def _chunked(text: str, tok: Tokenizer, bound: int, bound_of: Callable[[str], int]) -> _Counted:
+        """A long text to count as its content chunks (``pricing.chunks``): those whose count
+        the team has memoised (the same stretch in a text counted before: a document behind a
+        new question, a file read again) enter at that count, the others are the pieces to
+        count, at their bounds (bounds and counts add up at the chunks' cuts)."""
+        chunks = content_chunks(text)
+        found = recall_each(tok, chunks)
+        if all(n is None for n in found):  # nothing seen: the text's bound, read once already
+            return _Counted(text, chunks, bound, chunks=True)
+        pieces = [chunk for chunk, n in zip(chunks, found, strict=True) if n is None]
+        head = sum(n for n in found if n is not None)
+        return _Counted(text, pieces, sum(map(bound_of, pieces)), head=head, chunks=True)
 
 
 def _batch(

@@ -181,20 +181,28 @@ def test_a_chunk_is_a_few_kilobytes_of_any_text_with_spaces():
 
 
 def test_a_proof_bounds_the_chunks_it_has_seen_at_their_counts():
-    """A long text behind a new head: the proof's bound is the memoised chunks' counts plus
-    the bound of the few new ones — nearly exact before anything is counted, never below."""
+    """A long text behind a new head, over the budget at its byte-level bound: tightened, the
+    memoised chunks enter at their counts and only the few new ones at their bound — proved
+    without counting anything, never below the count."""
     route = Route("gpt", "gpt-4o", tokenizer="o200k_base", scope=uuid.uuid4().bytes)
     tok = get_tokenizer("o200k_base", route.scope)
     body = prose(8_000, 13)
     tok.count("Request 1:\n" + body)
     text = "Request 2, a longer head than the first:\n" + body
     exact = _encode("o200k_base", text)
-    tight = Proof(route)(text)
     new = [c for c in content_chunks(text) if c not in content_chunks("Request 1:\n" + body)]
-    assert exact <= tight <= exact + sum(map(byte_level_bound, new))
     assert sum(map(len, new)) < len(text) // 4
-    loose = Proof(replace(route, scope=uuid.uuid4().bytes))(text)  # another team: no chunks
-    assert loose == byte_level_bound(text) > tight
+    budget = exact + sum(map(byte_level_bound, new))
+    proof = Proof(route)
+    assert proof(text) == byte_level_bound(text) > budget
+    misses = tok.cache.misses  # type: ignore[attr-defined]
+    assert proof.tighten([text], proof(text) - budget)
+    assert exact <= proof(text) <= budget
+    assert tok.cache.misses == misses  # type: ignore[attr-defined]  # nothing counted
+    other = Proof(replace(route, scope=uuid.uuid4().bytes))  # another team: no chunks of its own
+    assert other.tighten([text], other(text) - budget)
+    assert tok.cache.misses > misses  # type: ignore[attr-defined]  # it had to count
+    assert other(text) <= budget
 
 
 def test_what_a_proof_counts_is_memoised_chunk_by_chunk():
@@ -212,5 +220,7 @@ def test_what_a_proof_counts_is_memoised_chunk_by_chunk():
     second = "Request 2:\n" + body
     new = [c for c in content_chunks(second) if c not in content_chunks(first)]
     exact = _encode("o200k_base", second)
-    assert exact <= Proof(route)(second) <= exact + sum(map(byte_level_bound, new))
+    proof = Proof(route)
+    assert proof.tighten([second], proof(second) - exact - sum(map(byte_level_bound, new)))
+    assert exact <= proof(second) <= exact + sum(map(byte_level_bound, new))
     assert sum(map(len, new)) < len(second) // 4
