@@ -82,8 +82,8 @@ _THREADS = max(1, min(8, os.cpu_count() or 1))
 _SPLIT_ABOVE = 32 * 1024
 #: A text at least this long is counted a chunk at a time (``pricing.chunks``), each chunk's count
 #: memoised: a long text that is mostly one seen before recounts only what changed. Below it a
-#: text is a chunk or two, and its whole count is memoised anyway.
-CHUNK_ABOVE = 16 * 1024
+#: text is a chunk or two (16 KB on average), and its whole count is memoised anyway.
+CHUNK_ABOVE = 32 * 1024
 #: Where a text may be cut for counting: before an ASCII space that follows a printable ASCII
 #: character (see ``split_for_count``).
 _CUT = re.compile(r"[!-~] ")

@@ -74,9 +74,9 @@ def test_a_long_text_is_counted_exactly_a_chunk_at_a_time(spec):
     (the chunks after it found), both equal to counting the whole at once."""
     rnd = random.Random(spec)
     body = "".join(rnd.choice(FRAGMENTS) + rnd.choice([" ", " ", "\n"]) for _ in range(5_000))
-    body += prose(4_000, 3)
+    body += prose(20_000, 3)
     tok = get_tokenizer(spec, uuid.uuid4().bytes)
-    assert len(content_chunks(body)) > 10
+    assert len(content_chunks(body)) > 4
     for head in ("Request 1:\n", "Request 22 of a longer run:\n"):
         assert tok.count(head + body) == _encode(spec, head + body)
 
@@ -86,7 +86,7 @@ def test_the_same_text_is_cut_alike_wherever_it_sits(seed):
     """A new head, a change in the middle, a new tail: every chunk but those next to the
     change is one the text had before (the cuts are the content's, not the offsets')."""
     body = prose(12_000, seed)
-    before = content_chunks(body)
+    before = content_chunks(body, 2048)  # smaller chunks than by default: more to keep
     assert len(before) > 12
     middle = len(body) // 2
     for changed in (
@@ -96,13 +96,13 @@ def test_the_same_text_is_cut_alike_wherever_it_sits(seed):
         body[:middle] + body[middle + 300 :],
         body + " and a new line at the end.\n",
     ):
-        after = content_chunks(changed)
+        after = content_chunks(changed, 2048)
         assert shared(before, after) >= len(after) - 3, changed[:40]
 
 
 def test_a_text_mostly_seen_before_recounts_only_what_changed():
     tok = get_tokenizer("o200k_base", uuid.uuid4().bytes)
-    body = prose(8_000, 7)
+    body = prose(30_000, 7)
     n_chunks = len(content_chunks(body))
     tok.count("Request 1:\n" + body)
     hits, misses = tok.cache.hits, tok.cache.misses  # type: ignore[attr-defined]
@@ -158,14 +158,14 @@ def test_counts_each_keeps_the_order_of_the_pieces(monkeypatch: pytest.MonkeyPat
 def test_a_text_without_a_chunk_cut_is_one_chunk():
     assert content_chunks("中文字 " * 5_000) == ["中文字 " * 5_000]  # no space after ASCII
     assert content_chunks("") == [""]
-    assert len(content_chunks(prose(8_000, 5))) > 10
+    assert len(content_chunks(prose(40_000, 5))) > 10
 
 
 def test_without_the_compiled_chunker_every_text_is_one_chunk(monkeypatch: pytest.MonkeyPatch):
     """The pure-Python FastCDC would cost more than the count it saves: not used."""
     monkeypatch.setattr(chunking, "_chunker", lambda: None)
     text = prose(8_000, 5)
-    assert content_chunks(text) == [text]
+    assert content_chunks(text, 2048) == [text]
     tok = get_tokenizer("o200k_base", uuid.uuid4().bytes)
     assert tok.count(text) == _encode("o200k_base", text)
 
@@ -173,9 +173,10 @@ def test_without_the_compiled_chunker_every_text_is_one_chunk(monkeypatch: pytes
 def test_a_chunk_is_a_few_kilobytes_of_any_text_with_spaces():
     """Prose, code, JSON: the chunker reads bytes, not words (a rule over words would leave
     some texts in one chunk)."""
-    code = (ROOT / "pricing" / "tokenizers.py").read_text()
-    data = json.dumps([{"id": i, "name": f"item {i}", "text": prose(30, i)} for i in range(400)])
-    for text in (prose(20_000, 9), code, data):
+    code = "".join(path.read_text() for path in sorted((ROOT / "pricing").glob("*.py")))
+    data = json.dumps([{"id": i, "name": f"item {i}", "text": prose(30, i)} for i in range(3000)])
+    for text in (prose(40_000, 9), code, data):
+        assert len(text) > 8 * AVERAGE
         sizes = [len(chunk) for chunk in content_chunks(text)]
         assert len(sizes) > len(text) // (4 * AVERAGE)
 
@@ -186,7 +187,7 @@ def test_a_proof_bounds_the_chunks_it_has_seen_at_their_counts():
     without counting anything, never below the count."""
     route = Route("gpt", "gpt-4o", tokenizer="o200k_base", scope=uuid.uuid4().bytes)
     tok = get_tokenizer("o200k_base", route.scope)
-    body = prose(8_000, 13)
+    body = prose(30_000, 13)
     tok.count("Request 1:\n" + body)
     text = "Request 2, a longer head than the first:\n" + body
     exact = _encode("o200k_base", text)
@@ -209,7 +210,7 @@ def test_what_a_proof_counts_is_memoised_chunk_by_chunk():
     """A proof that counted a new text (tightened, then completed) leaves its chunks' counts
     for the team's next text that shares them, and the whole count for the exact fit."""
     route = Route("gpt", "gpt-4o", tokenizer="o200k_base", scope=uuid.uuid4().bytes)
-    body = prose(8_000, 17)
+    body = prose(30_000, 17)
     first = "Request 1:\n" + body
     proof = Proof(route)
     assert proof(first) == byte_level_bound(first)  # nothing seen: the byte-level bound
