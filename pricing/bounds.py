@@ -44,9 +44,11 @@ to the count of the whole (for every tokenizer that has a bound here), so a text
 cut is bounded by that exact head plus the bound of its tail. Prose has four or five bytes a
 token: a new prompt whose bytes exceed the budget by a quarter is proved by counting about a
 third of it, not all of it, and the rest is counted after it was forwarded (``Proof.complete``,
-which memoises the whole count so the exact fit that follows reuses it). The pieces themselves
-are never memoised: a text is reused whole, and a cache of pieces would only flatter a benchmark
-whose "new" prompts differ in their first line.
+which memoises the whole count so the exact fit that follows reuses it). A long text is cut
+into its content-defined chunks instead (``pricing.chunks``): a chunk the team's earlier text
+shared enters at its memoised count, so a text that is mostly one counted before (a document
+behind a new question) is proved without counting, and each chunk counted is memoised. Fixed
+pieces of a short text are not: cut by their offsets, no other text shares them.
 
 The bounds bound the *meter*, not the provider: the provider's own count is the calibration's
 business. A learnt correction weighs more than tokens — tool calls, messages, characters of the

@@ -297,8 +297,8 @@ def _tally_all(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
 
 def counts_each(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
     """Each piece's count, the pieces shared out in ``_THREADS`` runs of about equal length:
-    one call per thread however many pieces (the chunks of a long text are many and small;
-    a call per piece would cost a thread's wake-up each)."""
+    one call per thread however many pieces (a call per piece would cost a thread's wake-up
+    and the GIL handed back and forth each)."""
     total = sum(map(len, pieces))
     if _THREADS == 1 or len(pieces) < 2 or total < _SPLIT_ABOVE:
         return _tally_all(pieces, tally)
