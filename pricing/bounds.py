@@ -68,7 +68,7 @@ import math
 import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pricing.chunks import content_chunks
 from pricing.content import STATS
@@ -204,8 +204,13 @@ class _Counted:
     #: Tokens of the counted pieces, and their bounds (the memoised chunks' count, no bound).
     head: int = 0
     spent: int = 0
-    #: Whether the pieces are the text's content chunks, worth memoising when counted.
-    chunks: bool = False
+    #: The text's content chunks still to count, and the number of pieces up to each one's end
+    #: (the pieces are the chunks' own, cut finer): a chunk counted to its end is memoised.
+    chunks: list[str] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    #: Chunks memoised so far, and the tokens counted of the next one.
+    filed: int = 0
+    partial: int = 0
 
     @property
     def tail(self) -> int:
@@ -215,9 +220,31 @@ class _Counted:
     def bound(self) -> int:
         return self.head + self.tail
 
-    def next(self, n: int) -> list[str]:
-        """The next ``n`` pieces not counted yet."""
-        return self.pieces[self.counted : self.counted + n]
+    def stretches(self, n: int) -> list[tuple[str, int]]:
+        """The next ``n`` pieces not counted yet, joined into one stretch per chunk they fall
+        in (one for a text without chunks), each with its number of pieces: a tokenizer call
+        per stretch, not per piece."""
+        stop = self.counted + n
+        cuts = [e for e in self.ends[self.filed :] if e < stop]
+        out, start = [], self.counted
+        for end in (*cuts, stop):
+            out.append(("".join(self.pieces[start:end]), end - start))
+            start = end
+        return out
+
+    def add(self, counts: list[tuple[int, int]]) -> list[tuple[str, int]]:
+        """Count in the next stretches, (tokens, pieces) each; the chunks it completes, with
+        their counts."""
+        done = []
+        for tokens, pieces in counts:
+            self.head += tokens
+            self.counted += pieces
+            self.partial += tokens
+            if self.filed < len(self.ends) and self.counted == self.ends[self.filed]:
+                done.append((self.chunks[self.filed], self.partial))
+                self.filed += 1
+                self.partial = 0
+        return done
 
 
 class Proof:
@@ -282,24 +309,28 @@ class Proof:
                 return False
             # a thread's wake-up costs about as much as counting a piece: worth it for several
             side = sum(n for _, n, _ in batch) >= _SIDE_BY_SIDE
-            taken = [(c, c.next(n), before) for c, n, before in batch]
-            counts = iter(count_each(self.tok, [p for _, ps, _ in taken for p in ps], side))
-            for c, pieces, before in taken:
-                tokens = self._add(c, pieces, [next(counts) for _ in pieces])
+            for (c, _, before), tokens in zip(
+                batch, self._count([(c, n) for c, n, _ in batch], side), strict=True
+            ):
                 c.spent += before
                 saved += before - tokens
                 bounded += before
         return True
 
-    def _add(self, c: _Counted, pieces: list[str], counts: list[int]) -> int:
-        """Count ``pieces``, the next of ``c``, in (and memoise them: chunks)."""
+    def _count(self, batch: Sequence[tuple[_Counted, int]], side_by_side: bool) -> list[int]:
+        """Count the next ``n`` pieces of each text in, as stretches (``_Counted.stretches``);
+        memoise the chunks that completes. The tokens counted of each text."""
         assert self.tok is not None
-        if c.chunks:
-            remember_each(self.tok, pieces, counts)
-        tokens = sum(counts)
-        c.head += tokens
-        c.counted += len(pieces)
-        return tokens
+        spans = [c.stretches(n) for c, n in batch]
+        counts = iter(count_each(self.tok, [t for ss in spans for t, _ in ss], side_by_side))
+        out = []
+        for (c, _), ss in zip(batch, spans, strict=True):
+            each = [(next(counts), pieces) for _, pieces in ss]
+            done = c.add(each)
+            if done:
+                remember_each(self.tok, [t for t, _ in done], [n for _, n in done])
+            out.append(sum(n for n, _ in each))
+        return out
 
     def complete(self, side_by_side: bool = True) -> None:
         """Count what the proof left uncounted and memoise each text's whole count, so that the
@@ -308,9 +339,9 @@ class Proof:
         count has time, and the other cores are the provider's and the other requests')."""
         if self.tok is None:
             return
-        for c in self._texts.values():
-            rest = c.next(len(c.pieces))
-            self._add(c, rest, count_each(self.tok, rest, side_by_side))
+        left = [(c, len(c.pieces) - c.counted) for c in self._texts.values()]
+        self._count([(c, n) for c, n in left if n], side_by_side)
+        for c, _ in left:
             c.spent = c.total
             remember(self.tok, c.text, c.head)
 
@@ -335,11 +366,21 @@ class Proof:
         count, at their bounds (bounds and counts add up at the chunks' cuts)."""
         chunks = content_chunks(text)
         found = recall_each(tok, chunks)
-        if all(n is None for n in found):  # nothing seen: the text's bound, read once already
-            return _Counted(text, chunks, bound, chunks=True)
-        pieces = [chunk for chunk, n in zip(chunks, found, strict=True) if n is None]
+        new = [chunk for chunk, n in zip(chunks, found, strict=True) if n is None]
+        old = [chunk for chunk, n in zip(chunks, found, strict=True) if n is not None]
         head = sum(n for n in found if n is not None)
-        return _Counted(text, pieces, sum(map(bound_of, pieces)), head=head, chunks=True)
+        # the new chunks' bound: the text's (read once already) less the old ones', or their
+        # own, whichever reads less again (bounds add up at the cuts)
+        if sum(map(len, old)) < sum(map(len, new)):
+            bound -= sum(map(bound_of, old))
+        else:
+            bound = sum(map(bound_of, new))
+        pieces: list[str] = []
+        ends: list[int] = []
+        for chunk in new:  # in pieces of a proof's size, each chunk's count their sum
+            pieces += split_for_count(chunk, -(-len(chunk) // _PIECE))
+            ends.append(len(pieces))
+        return _Counted(text, pieces, bound, head=head, chunks=new, ends=ends)
 
 
 def _batch(

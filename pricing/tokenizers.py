@@ -286,9 +286,42 @@ def split_for_count(text: str, parts: int) -> list[str]:
 
 @cache
 def _pool() -> ThreadPoolExecutor:
-    """Threads kept for counting pieces: tiktoken's batch call starts new threads every time,
-    which cost more than the count they share out on a loaded machine."""
-    return ThreadPoolExecutor(max_workers=_THREADS - 1, thread_name_prefix="routefit-count")
+    """Threads kept for counting pieces side by side: tiktoken's batch call starts new threads
+    every time, which cost more than the count they share out on a loaded machine. They, not
+    the thread that asks, count every piece (``enrol``)."""
+    return ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="routefit-count")
+
+
+_enrolled = threading.Event()
+
+
+def enrol(tally: Callable[[str], int]) -> None:
+    """Give each counting thread its number in the regex crate's cache pools, one after
+    another, before anything else counts on them (the start-up's ``warm_up``).
+
+    The crate hands a thread that does not own a regex's cache one from a stack chosen by a
+    number the thread draws at its first use of any regex (in tiktoken's library: one counter
+    for every encoding), modulo 8; two threads of the same stack counting at once take turns
+    with its caches and build new ones, and both count at half speed (bench/REPORT.md 1j, 1n).
+    Threads that draw one after another are on different stacks. Drawn as they came, the pair
+    that counts a big prompt was the event loop's thread and the pool's, whose numbers depended
+    on which thread had counted first since start-up: after a workload that counted on other
+    threads first, a 120k-token prompt took 64-67 ms of CPU where it took 32-38. So the pool's
+    threads draw theirs together, and count every piece of a text counted side by side."""
+    if _enrolled.is_set():
+        return
+    pool = _pool()
+    together = threading.Barrier(_THREADS)
+    turn = threading.Lock()
+
+    def draw() -> None:
+        together.wait(timeout=30)  # every draw on a thread of its own
+        with turn:
+            tally("a number for this thread")
+
+    for future in [pool.submit(draw) for _ in range(_THREADS)]:
+        future.result()
+    _enrolled.set()
 
 
 def _tally_all(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
@@ -296,9 +329,9 @@ def _tally_all(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
 
 
 def counts_each(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
-    """Each piece's count, the pieces shared out in ``_THREADS`` runs of about equal length:
-    one call per thread however many pieces (a call per piece would cost a thread's wake-up
-    and the GIL handed back and forth each)."""
+    """Each piece's count, the pieces shared out in ``_THREADS`` runs of about equal length,
+    counted on the pool's threads: one call per thread however many pieces (a call per piece
+    would cost a thread's wake-up and the GIL handed back and forth each)."""
     total = sum(map(len, pieces))
     if _THREADS == 1 or len(pieces) < 2 or total < _SPLIT_ABOVE:
         return _tally_all(pieces, tally)
@@ -309,9 +342,8 @@ def counts_each(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]
             runs.append([])
         runs[-1].append(piece)
         done += len(piece)
-    away = [_pool().submit(_tally_all, run, tally) for run in runs[1:]]
-    here = _tally_all(runs[0], tally)
-    return here + [n for future in away for n in future.result()]
+    futures = [_pool().submit(_tally_all, run, tally) for run in runs]  # see ``enrol``
+    return [n for future in futures for n in future.result()]
 
 
 def _count_long(cache: CountCache, scope: bytes, text: str, tally: Callable[[str], int]) -> int:
@@ -329,12 +361,19 @@ def _count_long(cache: CountCache, scope: bytes, text: str, tally: Callable[[str
 
 def count_each(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
     """Each text's count, not memoised (what a proof counts, ``pricing.bounds.Proof``, it
-    memoises itself, as chunks or whole). ``side_by_side``: the texts shared out between the
-    counting threads (``counts_each``), else all counted in this thread."""
+    memoises itself, as chunks or whole). ``side_by_side``: shared out between the counting
+    threads (``counts_each``) — fewer texts than threads each cut in a part per thread — else
+    all counted in this thread."""
     tally = _counter(tok)
     if tally is None:
         return [tok.count(text) for text in texts]
-    return counts_each(texts, tally) if side_by_side else _tally_all(texts, tally)
+    if not side_by_side:
+        return _tally_all(texts, tally)
+    if len(texts) >= _THREADS:
+        return counts_each(texts, tally)
+    parts = [split_for_count(text, _THREADS) for text in texts]
+    counts = iter(counts_each([p for ps in parts for p in ps], tally))
+    return [sum(next(counts) for _ in ps) for ps in parts]
 
 
 def recall_each(tok: Tokenizer, texts: Sequence[str]) -> list[int | None]:
@@ -634,6 +673,8 @@ def warm_up(spec: str) -> Tokenizer:
     def load() -> Tokenizer:
         tok = get_tokenizer(spec)
         tok.count("warm up")
+        if isinstance(tok, _Tiktoken) and _THREADS > 1:  # tiktoken's library counts most
+            enrol(tok._tally)
         return tok
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="routefit-warm-up") as once:

@@ -136,7 +136,8 @@ def _words_tokenizer() -> Any:
 def test_new_chunks_are_counted_once_each_on_both_counting_threads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A call per thread, not per chunk; a chunk that repeats within the text is counted once."""
+    """A call per thread, not per chunk, on the counting pool's threads, never the caller's
+    (``tokenizers.enrol``); a chunk that repeats within the text is counted once."""
     monkeypatch.setattr(tokenizers, "_THREADS", 2)
     recording = _Recording(_words_tokenizer())
     tok = _HuggingFace("words", recording, splittable=True)
@@ -146,7 +147,8 @@ def test_new_chunks_are_counted_once_each_on_both_counting_threads(
     assert tok.count(text) == len(text.split())
     counted = [t for t, _ in recording.seen]
     assert sorted(counted) == sorted(set(chunks))
-    assert len({thread for _, thread in recording.seen}) == 2
+    threads = {thread for _, thread in recording.seen}
+    assert len(threads) == 2 and threading.get_ident() not in threads
 
 
 def test_counts_each_keeps_the_order_of_the_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
