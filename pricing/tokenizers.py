@@ -668,7 +668,8 @@ def warm_up(spec: str) -> Tokenizer:
     speed — two counting threads then take longer, and twice the CPU, than two that own
     nothing (bench/count_threads.py, bench/REPORT.md 1j). routefit counts on several threads
     at once (the event loop, the kept counting pool, the pricing threads), so none of them may
-    be the owner: the thread that made the first encode is gone before the first request."""
+    be the owner: the thread that made the first encode is gone before the first request. It
+    has the counting pool's threads draw their numbers first (``enrol``)."""
 
     def load() -> Tokenizer:
         tok = get_tokenizer(spec)

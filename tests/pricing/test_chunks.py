@@ -165,7 +165,7 @@ def test_a_text_without_a_chunk_cut_is_one_chunk():
 
 def test_without_the_compiled_chunker_every_text_is_one_chunk(monkeypatch: pytest.MonkeyPatch):
     """The pure-Python FastCDC would cost more than the count it saves: not used."""
-    monkeypatch.setattr(chunking, "_chunker", lambda: None)
+    monkeypatch.setattr(chunking, "_compiled", lambda: None)
     text = prose(8_000, 5)
     assert content_chunks(text, 2048) == [text]
     tok = get_tokenizer("o200k_base", uuid.uuid4().bytes)

@@ -244,7 +244,7 @@ def test_a_long_text_is_counted_in_pieces_on_two_counting_threads(
     the compiled chunker is missing: cut in fixed pieces; tests/pricing/test_chunks.py has the
     chunks.)"""
     monkeypatch.setattr(tokenizers, "_THREADS", 2)
-    monkeypatch.setattr(chunks, "_chunker", lambda: None)
+    monkeypatch.setattr(chunks, "_compiled", lambda: None)
     recording = _Recording(_whitespace_words())
     tok = _HuggingFace("whitespace words", recording, splittable=True)
     text = "word " * 8_000
