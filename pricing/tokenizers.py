@@ -239,14 +239,7 @@ class CountCache:
         if len(text) < _SHORT:
             self._short[(scope, text)] = n
             return
-        k = self.key(text, scope)
-        with self._lock:
-            if k not in self._data:
-                self.misses += 1
-            self._data[k] = n
-            self._data.move_to_end(k)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+        self.file([text], [n], scope)
 
     def __len__(self) -> int:
         return len(self._data) + len(self._short)
