@@ -47,7 +47,6 @@ __all__ = [
     "TokenizerError",
     "count_cache_lookups",
     "count_each",
-    "counts_each",
     "default_tokenizer",
     "get_tokenizer",
     "litellm_tokenizer_dir",
@@ -56,6 +55,7 @@ __all__ = [
     "recall_each",
     "remember",
     "remember_each",
+    "shared_out",
     "tiktoken_file",
     "warm_up",
 ]
@@ -324,7 +324,7 @@ def _tally_all(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
     return [tally(piece) for piece in pieces]
 
 
-def counts_each(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
+def shared_out(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
     """Each piece's count, the pieces shared out in ``_THREADS`` runs of about equal length,
     counted on the pool's threads: one call per thread however many pieces (a call per piece
     would cost a thread's wake-up and the GIL handed back and forth each)."""
@@ -348,28 +348,28 @@ def _count_long(cache: CountCache, scope: bytes, text: str, tally: Callable[[str
     no chunk cut in pieces for the counting threads, as fixed pieces are not worth keeping."""
     chunks = content_chunks(text)
     if len(chunks) > 1:
-        return sum(cache.counts(chunks, lambda todo: counts_each(todo, tally), scope))
-    if len(text) < _SPLIT_ABOVE or _THREADS == 1:
-        return tally(text)
-    # a big new prompt: its pieces on parallel threads (tiktoken releases the GIL)
-    return sum(counts_each(split_for_count(text, _THREADS), tally))
+        return sum(cache.counts(chunks, lambda todo: shared_out(todo, tally), scope))
+    return _side_by_side([text], tally)[0]
+
+
+def _side_by_side(texts: Sequence[str], tally: Callable[[str], int]) -> list[int]:
+    """Each text's count on the counting threads (``shared_out``); fewer texts than threads
+    each cut in a part per thread (``split_for_count``: the parts' counts add up)."""
+    if len(texts) >= _THREADS:
+        return shared_out(texts, tally)
+    parts = [split_for_count(text, _THREADS) for text in texts]
+    counts = iter(shared_out([p for ps in parts for p in ps], tally))
+    return [sum(next(counts) for _ in ps) for ps in parts]
 
 
 def count_each(tok: Tokenizer, texts: Sequence[str], side_by_side: bool = True) -> list[int]:
     """Each text's count, not memoised (what a proof counts, ``pricing.bounds.Proof``, it
-    memoises itself, as chunks or whole). ``side_by_side``: shared out between the counting
-    threads (``counts_each``) — fewer texts than threads each cut in a part per thread — else
-    all counted in this thread."""
+    memoises itself, as chunks or whole). ``side_by_side``: on the counting threads
+    (``_side_by_side``), else all counted in this thread."""
     tally = _counter(tok)
     if tally is None:
         return [tok.count(text) for text in texts]
-    if not side_by_side:
-        return _tally_all(texts, tally)
-    if len(texts) >= _THREADS:
-        return counts_each(texts, tally)
-    parts = [split_for_count(text, _THREADS) for text in texts]
-    counts = iter(counts_each([p for ps in parts for p in ps], tally))
-    return [sum(next(counts) for _ in ps) for ps in parts]
+    return _side_by_side(texts, tally) if side_by_side else _tally_all(texts, tally)
 
 
 def recall_each(tok: Tokenizer, texts: Sequence[str]) -> list[int | None]:
@@ -442,7 +442,7 @@ class _Tiktoken:
         for text in todo:
             if len(text) >= CHUNK_ABOVE:
                 self.cache.put(text, self._count(text), self.scope)
-        for text, n in zip(short, counts_each(short, self._tally), strict=True):
+        for text, n in zip(short, shared_out(short, self._tally), strict=True):
             self.cache.put(text, n, self.scope)
 
     def boundaries(self, text: str) -> list[int]:

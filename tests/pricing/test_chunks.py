@@ -24,7 +24,7 @@ from pricing import tokenizers
 from pricing.bounds import Proof, byte_level_bound
 from pricing.chunks import AVERAGE, content_chunks
 from pricing.route import Route
-from pricing.tokenizers import _HuggingFace, counts_each, get_tokenizer, memoised
+from pricing.tokenizers import _HuggingFace, get_tokenizer, memoised, shared_out
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,10 +151,10 @@ def test_new_chunks_are_counted_once_each_on_both_counting_threads(
     assert len(threads) == 2 and threading.get_ident() not in threads
 
 
-def test_counts_each_keeps_the_order_of_the_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shared_out_keeps_the_order_of_the_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokenizers, "_THREADS", 2)
     pieces = [f"{i} " * (i * 40) for i in range(1, 60)]
-    assert counts_each(pieces, lambda p: len(p.split())) == [i * 40 for i in range(1, 60)]
+    assert shared_out(pieces, lambda p: len(p.split())) == [i * 40 for i in range(1, 60)]
 
 
 def test_a_text_without_a_chunk_cut_is_one_chunk():
