@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -151,36 +151,58 @@ class ByteLevel:
 def load(path: Path, name: str) -> ByteLevel | None:
     """The file as a tiktoken encoding, or None when it is not exactly a byte-level BPE whose
     merges each make their own token (Hugging Face then keeps it)."""
-    try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    built = _encoding(path, f"{name} (byte-level BPE)")
+    if built is None:
         return None
-    if not isinstance(spec, Mapping) or not _plain_byte_level(spec):
-        return None
-    tokens = spec.get("added_tokens") or []
-    if not isinstance(tokens, list) or not all(_plain_added(a) for a in tokens):
-        return None
-    added = [str(a["content"]) for a in tokens]
-    ranks = _ranks(spec["model"], frozenset(added))
-    if ranks is None:
-        return None
-    import tiktoken
-
-    encoding = tiktoken.Encoding(
-        name=f"{name} (byte-level BPE)",
-        pat_str=GPT2_PATTERN,
-        mergeable_ranks=ranks,
-        special_tokens={},
-    )
-    # As for the shipped tiktoken files: the Python copy of the ranks is only for pickling.
-    if hasattr(encoding, "_mergeable_ranks"):
-        del encoding._mergeable_ranks
+    encoding, added, nfkc = built
     specials = (
         re.compile("|".join(re.escape(a) for a in sorted(added, key=len, reverse=True)))
         if added
         else None
     )
-    return ByteLevel(encoding, spec.get("normalizer") == {"type": "NFKC"}, specials)
+    return ByteLevel(encoding, nfkc, specials)
+
+
+def _encoding(path: Path, name: str) -> tuple[Any, list[str], bool] | None:
+    """The encoding, the added tokens and whether the file normalises by NFKC.
+
+    Reading the file makes ~10 MiB of small Python objects (its JSON, then the rank table) that
+    die here. What outlives them must not be made among them: every allocator arena a survivor
+    lands in stays resident, mostly empty, for the worker's life (measured: the legacy Anthropic
+    file left 9 MiB so, bench/REPORT.md 2b). So the checks use concrete types (an ABC's
+    ``isinstance`` caches a new entry), the added tokens leave as one string, and only the
+    encoding itself is made beside the ranks."""
+    import tiktoken
+
+    decoder = _byte_decoder()  # made before the temporaries, as are ``name`` and ``special``
+    special: dict[str, int] = {}
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(spec, dict) or not _plain_byte_level(spec):
+        return None
+    tokens = spec.get("added_tokens") or []
+    if not isinstance(tokens, list) or not all(_plain_added(a) for a in tokens):
+        return None
+    added = _SEP.join(str(a["content"]) for a in tokens)
+    nfkc = spec.get("normalizer") == {"type": "NFKC"}
+    ranks = _ranks(spec["model"], frozenset(added.split(_SEP)) if tokens else frozenset(), decoder)
+    del spec
+    if ranks is None:
+        return None
+    encoding = tiktoken.Encoding(
+        name=name, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=special
+    )
+    # As for the shipped tiktoken files: the Python copy of the ranks is only for pickling.
+    if hasattr(encoding, "_mergeable_ranks"):
+        del encoding._mergeable_ranks
+    return encoding, added.split(_SEP) if tokens else [], nfkc
+
+
+#: Joins the added tokens while the file's objects live (a file with a token that holds it is
+#: left to Hugging Face's library).
+_SEP = "\x00"
 
 
 def _plain_byte_level(spec: Mapping[str, Any]) -> bool:
@@ -190,11 +212,11 @@ def _plain_byte_level(spec: Mapping[str, Any]) -> bool:
     pre = spec.get("pre_tokenizer")
     if spec.get("normalizer") not in (None, {"type": "NFKC"}):
         return False
-    if not isinstance(pre, Mapping) or pre.get("type") != "ByteLevel":
+    if not isinstance(pre, dict) or pre.get("type") != "ByteLevel":
         return False
     if pre.get("add_prefix_space") or not pre.get("use_regex", True):
         return False
-    if not isinstance(model, Mapping) or model.get("type") != "BPE":
+    if not isinstance(model, dict) or model.get("type") != "BPE":
         return False
     off = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix")
     flags = ("fuse_unk", "byte_fallback", "ignore_merges")
@@ -203,16 +225,19 @@ def _plain_byte_level(spec: Mapping[str, Any]) -> bool:
 
 def _plain_added(token: Any) -> bool:
     """An added token Hugging Face finds in the raw text as it stands (before normalising)."""
-    if not isinstance(token, Mapping) or not isinstance(token.get("content"), str):
+    if not isinstance(token, dict) or not isinstance(token.get("content"), str):
+        return False
+    if _SEP in token["content"]:
         return False
     return not any(token.get(k) for k in ("single_word", "lstrip", "rstrip", "normalized"))
 
 
-def _ranks(model: Mapping[str, Any], added: frozenset[str]) -> dict[bytes, int] | None:
+def _ranks(
+    model: Mapping[str, Any], added: frozenset[str], decoder: Mapping[str, int]
+) -> dict[bytes, int] | None:
     """Each byte, then each merge's token in merge order; None unless every merge makes a new
     token and the vocabulary (the added tokens aside) is exactly the bytes and the merges'
     tokens."""
-    decoder = _byte_decoder()
 
     def raw(piece: str) -> bytes | None:
         try:
@@ -223,14 +248,14 @@ def _ranks(model: Mapping[str, Any], added: frozenset[str]) -> dict[bytes, int] 
     ranks = {bytes([b]): b for b in range(256)}
     for merge in model.get("merges") or []:
         parts = merge.split(" ") if isinstance(merge, str) else merge
-        if not isinstance(parts, Sequence) or len(parts) != 2:
+        if not isinstance(parts, list | tuple) or len(parts) != 2:
             return None
         left, right = raw(str(parts[0])), raw(str(parts[1]))
         if left is None or right is None or left + right in ranks:
             return None
         ranks[left + right] = len(ranks)
     vocab = model.get("vocab")
-    if not isinstance(vocab, Mapping):
+    if not isinstance(vocab, dict):
         return None
     spelled = {raw(str(token)) for token in vocab if token not in added}
     return ranks if spelled == set(ranks) else None

@@ -31,7 +31,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pricing.tokenizers import warm_up
-from proxy import hangup, modelmap, responses_api
+from proxy import hangup, responses_api
 from proxy.budgets import Budgets
 from proxy.calibrator import Calibrator
 from proxy.config import Config, ConfigError, load_config
@@ -329,7 +329,6 @@ def build_state(
     routes, the injected transport answers them too."""
     # sim:// routes → the in-process simulator's port (or, injected, to the transport)
     config, local = attach(config, serve=transport is None)
-    modelmap.release()  # the routes are read: their entries stay, the whole map goes
     metrics = Metrics()
     settings = config.settings
     store = (
@@ -361,9 +360,17 @@ def build_state(
 
 
 async def _load_tokenizers(state: AppState) -> None:
-    """Tokenizer files take ~0.5 s to load: loaded before /readyz says yes, off the event loop
-    rather than on it under the first request — on a thread that ends (``warm_up``: no thread
-    that counts for requests may own an encoding's regex cache)."""
+    """Tokenizer files take ~0.5 s to load: loaded first, before the server listens and before
+    the lifespan starts anything else, off the event loop (on a thread that ends: ``warm_up``,
+    no thread that counts for requests may own an encoding's regex cache).
+
+    Loading makes ~10-20 MiB of short-lived Python objects (a rank table, a JSON vocabulary).
+    Whatever long-lived object is made meanwhile lands among them, and each allocator arena one
+    lands in stays resident, mostly empty, for the worker's life: measured, with the server
+    already answering probes and starting its parts during the load, an idle worker with an
+    OpenAI and an Anthropic route held ~4 MiB more (bench/REPORT.md, 2b), and a calibrator
+    loading a store's samples meanwhile would pin more. A failed load leaves the error for
+    /readyz to report; the server still starts."""
     specs = sorted({rc.route.tokenizer for rc in state.config.every_deployment()})
 
     def preload() -> None:
@@ -377,13 +384,16 @@ async def _load_tokenizers(state: AppState) -> None:
         log.error("cannot load a route tokenizer: %s", exc)
     else:
         state.readiness.tokenizers = True
-        # What start-up built (configs, tokenizers' tables, imported modules) lives as long as
-        # the process: out of the collector's sight, so a full collection under load walks only
-        # what requests made instead of every object routefit holds (compare_commits: 3-4% of
-        # the CPU of a small request). Once per process: a process that starts apps one after
-        # another (the tests) must not freeze the garbage of the earlier ones.
-        if not gc.get_freeze_count():
-            gc.freeze()
+
+
+def _freeze_start_up() -> None:
+    """What start-up built (configs, tokenizers' tables, imported modules, the providers'
+    clients) lives as long as the process: out of the collector's sight, so a full collection
+    under load walks only what requests made instead of every object routefit holds
+    (compare_commits: 3-4% of the CPU of a small request). Once per process: a process that
+    starts apps one after another (the tests) must not freeze the garbage of the earlier ones."""
+    if not gc.get_freeze_count():
+        gc.freeze()
 
 
 def _log_start(state: AppState) -> None:
@@ -410,11 +420,16 @@ def _drain(state: AppState, loop: asyncio.AbstractEventLoop) -> None:
     log.info("SIGTERM: draining for up to %g s (not ready; in-flight requests finish)", seconds)
 
 
-def _reload_on_hangup(state: AppState, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
-    """SIGHUP reloads the config (``proxy.hangup``); returns what unhooks it."""
+def _reload_on_hangup(
+    state: AppState, loop: asyncio.AbstractEventLoop, started: asyncio.Event
+) -> Callable[[], None]:
+    """SIGHUP reloads the config (``proxy.hangup``); returns what unhooks it. Taken from the
+    start of the lifespan, so a signal during start-up (the tokenizers' load) is not lost; the
+    reload itself waits until everything has ``started``."""
     running: set[asyncio.Task[None]] = set()
 
     async def hung_up() -> None:
+        await started.wait()
         try:
             await reload_config(state, "SIGHUP")
         except ConfigError:
@@ -433,7 +448,11 @@ def _reload_on_hangup(state: AppState, loop: asyncio.AbstractEventLoop) -> Calla
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     state: AppState = app.state.routefit
-    loading = asyncio.get_running_loop().create_task(_load_tokenizers(state))
+    loop = asyncio.get_running_loop()
+    started = asyncio.Event()
+    hung_up = state.settings.reload_on_sighup
+    unhook = _reload_on_hangup(state, loop, started) if hung_up else None
+    await _load_tokenizers(state)
     if state.local is not None:
         state.local.start()
     state.keys.log_warnings()
@@ -442,15 +461,15 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     exact = {rc.calibration_key: rc.route.exact_text for rc in deployments}
     state.calibrator.start(exact, {rc.calibration_key: rc.route.tokenizer for rc in deployments})
     _log_start(state)
-    loop = asyncio.get_running_loop()
     on_terminate(lambda: _drain(state, loop))
-    unhook = _reload_on_hangup(state, loop) if state.settings.reload_on_sighup else None
+    if state.readiness.tokenizers:
+        _freeze_start_up()
+    started.set()
     try:
         yield
     finally:
         if unhook is not None:
             unhook()
-        loading.cancel()
         await state.calibrator.stop()
         for g in state.live.every():  # traces batched: exported; provider clients closed
             await retire(g)

@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from pricing.tokenizers import warm_up
-from proxy import modelmap
 from proxy.config import Config, ConfigError, load_config
 from proxy.generation import Generation, Shared, build_generation, retire
 from proxy.local_provider import attach
@@ -132,7 +131,6 @@ async def _next(state: AppState) -> Generation:
     if local is not None and state.local is None:
         await asyncio.to_thread(local.start)  # the first sim:// route: its simulator
         state.local = local
-    modelmap.release()
     for name in _kept(old.config, config):
         log.warning("config reload: %s changed in the file: restart routefit to apply it", name)
     shared = Shared(state.metrics, state.calibrator, state.budgets, state.sizer, state.transport)

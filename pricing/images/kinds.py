@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from typing import ClassVar, TypeAlias
 
 #: What an image costs on a vision route routefit has no rule for: the ``flat`` rule's default.
@@ -242,6 +241,9 @@ class OpenAIPatch:
 
     def _times_multiplier(self, patches: int) -> int:
         # Exactly, on the decimal the operator wrote: 2500 x 1.2 must be 3000, not 3000.0000001.
+        # (fractions, and the decimal module it brings, only where a rule has a multiplier.)
+        from fractions import Fraction
+
         return math.ceil(patches * Fraction(repr(self.multiplier)))
 
     def price(self, width: int, height: int, detail: str) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from proxy import modelmap
 from proxy.config.access import read_access
 from proxy.config.deployments import derived_id
 from proxy.config.reader import ConfigError, Reader
@@ -80,6 +81,13 @@ class Config:
         return not self.settings.access.auth_required
 
 
+def _models(items: list[Any]) -> list[str]:
+    """The model strings the entries name, for one read of the model map (what is not a
+    string is left for ``read_route`` to refuse)."""
+    found = (item.get("litellm_params") for item in items if isinstance(item, Mapping))
+    return [p["model"] for p in found if isinstance(p, Mapping) and isinstance(p.get("model"), str)]
+
+
 def _deployments(
     items: Any, rd: Reader, default_timeout: float
 ) -> dict[str, tuple[RouteConfig, ...]]:
@@ -89,6 +97,7 @@ def _deployments(
     table: dict[str, list[RouteConfig]] = {}
     seen: dict[str, int] = {}
     occurrences: dict[tuple[str, str, object], int] = {}
+    modelmap.prefetch(_models(items))
     for i, item in enumerate(items):
         rc = read_route(item, f"model_list[{i}]", rd, default_timeout)
         alias, model = rc.route.alias, rc.route.model

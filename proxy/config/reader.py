@@ -9,7 +9,6 @@ it needs and warns about the rest, so a LiteLLM config loads as is.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,10 +34,18 @@ class ConfigError(ValueError):
     """A config mistake; the message names the file and the key path."""
 
 
+def _close(word: str, names: Iterable[str], cutoff: float) -> list[str]:
+    """The name nearest ``word`` when one is that close (difflib: imported for a config with a
+    key it does not know, not by every worker)."""
+    import difflib
+
+    return difflib.get_close_matches(word, list(names), 1, cutoff)
+
+
 def unknown_key(key: object, known: Iterable[str]) -> str:
     """ "unknown key (did you mean 'x'?)", or the known keys when none is close."""
     names = sorted(known)
-    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    close = _close(str(key), names, 0.6)
     if close:
         return f"unknown key (did you mean {close[0]!r}?)"
     return f"unknown key (known: {', '.join(names) or 'none'})"
@@ -108,7 +115,7 @@ class Reader:
             if key in names:
                 continue
             text = str(key)
-            near = difflib.get_close_matches(text, mine, 1, 0.9) and text not in _LITELLM_KEYS
+            near = _close(text, mine, 0.9) and text not in _LITELLM_KEYS
             if text.startswith("routefit") or near:
                 raise self.error(f"{where}.{key}" if where else text, unknown_key(key, mine))
             self.warn(f"{where}.{key}" if where else text, "not used by routefit; ignored")

@@ -123,7 +123,7 @@ def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> Rou
     alias = rd.string(item.get("model_name"), f"{where}.model_name")
     params, info, own = _blocks(item, where, rd)
     model = str(params["model"])
-    entry = modelmap.lookup(model, model.split("/", 1)[0] if "/" in model else None)
+    entry = modelmap.lookup(model, modelmap.prefix(model))
     provider = provider_of(model, entry)
     rf = f"{where}.routefit"
     window = read_window(own, info, entry, model, where, rd)
