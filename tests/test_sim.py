@@ -532,6 +532,44 @@ def test_anthropic_messages_shape_and_cache_usage(fresh_sim: SimServer) -> None:
     assert versionless.status_code == 400 and "anthropic-version" in versionless.text
 
 
+def _rounds(n: int) -> list[dict[str, Any]]:
+    """``n`` tool rounds after a first user message: each a call and its result, two blocks."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        call = {"type": "tool_use", "id": f"t{i}", "name": "read", "input": {"path": f"f{i}"}}
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"file {i} holds {i}"}
+        out += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    return out
+
+
+def _marked_last(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with a breakpoint on the last block only, as agents mark them."""
+    last = messages[-1]
+    blocks = [dict(b) for b in last["content"]]
+    blocks[-1]["cache_control"] = {"type": "ephemeral"}
+    return [*messages[:-1], {**last, "content": blocks}]
+
+
+@pytest.mark.parametrize(("added", "reads"), [(1, True), (10, True), (11, False)])
+def test_anthropic_breakpoints_look_back_twenty_blocks(
+    fresh_sim: SimServer, added: int, reads: bool
+) -> None:
+    """A breakpoint reads an earlier request's write that ends up to 20 content blocks before
+    it (Anthropic's documented lookback): a client marking only its last block reads the
+    previous request's prompt while a round adds at most 20 blocks (10 rounds of a call and a
+    result), and writes the whole prompt afresh beyond."""
+    start = [{"role": "user", "content": [{"type": "text", "text": LONG}]}, *_rounds(2)]
+    body: dict[str, Any] = {"model": "claude-sim", "max_tokens": 16}
+    first = messages_post(fresh_sim, {**body, "messages": _marked_last(start)}).json()["usage"]
+    written = first["cache_creation_input_tokens"]
+    assert first["cache_read_input_tokens"] == 0 and written > 1024
+    grown = [*start, *_rounds(2 + added)[4:]]
+    second = messages_post(fresh_sim, {**body, "messages": _marked_last(grown)}).json()["usage"]
+    assert second["cache_read_input_tokens"] == (written if reads else 0)
+    prompt = sum(second[k] for k in ("input_tokens", "cache_read_input_tokens"))
+    assert prompt + second["cache_creation_input_tokens"] > written
+
+
 def _image_prompts(sim: SimServer, url: str) -> tuple[httpx.Response, httpx.Response]:
     """One user image by URL on each image-taking wire: OpenAI chat, Anthropic Messages."""
     chat = post(

@@ -7,7 +7,13 @@ token of a prompt is never served from cache. Implemented as a hash chain over b
 (``h_k = H(h_{k-1} ‖ block_k)``) in a bounded LRU set: memory is one digest per block.
 
 ``BreakpointCache`` (Anthropic): explicit. Only prefixes ending at a ``cache_control`` breakpoint
-are written and read; a read must match a prefix written earlier exactly.
+are written. A breakpoint reads the longest prefix written earlier that ends at its own block or
+at one of the ``LOOKBACK`` content blocks before it (Anthropic's documented lookback: "the system
+automatically checks for cache hits at all previous content block boundaries (up to
+approximately 20 blocks before your explicit breakpoint)",
+https://platform.claude.com/docs/en/build-with-claude/prompt-caching). So a client that marks
+only its last block reads what the previous request wrote there while the new round adds at
+most 20 blocks, and misses it beyond.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from collections.abc import Sequence
 
 from proxy.sim.tokens import as_ids
 
-__all__ = ["BreakpointCache", "PrefixCache"]
+__all__ = ["LOOKBACK", "BreakpointCache", "PrefixCache"]
+
+#: Content blocks before a breakpoint at whose ends it looks for an earlier write.
+LOOKBACK = 20
 
 
 class _LRUSet:
@@ -94,28 +103,36 @@ class BreakpointCache:
         self._lock = threading.Lock()
 
     def lookup_and_store(
-        self, tokens: Sequence[int], breakpoints: Sequence[int]
+        self, tokens: Sequence[int], breakpoints: Sequence[int], block_ends: Sequence[int] = ()
     ) -> tuple[int, int]:
-        """(cache_read, cache_creation) tokens for a prompt with breakpoints at these positions.
+        """(cache_read, cache_creation) tokens for a prompt with breakpoints at these positions
+        and content blocks ending at ``block_ends`` (each breakpoint is one of them; without
+        them, a breakpoint reads only at itself).
 
-        Read: the longest breakpoint prefix written by an earlier request. Creation: from there
-        to the last breakpoint (when that prefix is at least the minimum cacheable length).
-        Everything after the last breakpoint is plain input.
+        Read: the longest prefix written by an earlier request that ends at a breakpoint or at
+        one of the ``LOOKBACK`` block ends before it. Creation: from there to the last
+        breakpoint (when that prefix is at least the minimum cacheable length). Everything after
+        the last breakpoint is plain input.
         """
         points = sorted({p for p in breakpoints if p >= self.minimum})
         if not points:
             return 0, 0
+        ends = sorted({e for e in block_ends if e <= points[-1]} | set(points))
         digests = {}
         h = hashlib.blake2b(digest_size=16)
         start = 0
-        for p in points:
-            h.update(as_ids(tokens[start:p]))
-            start = p
-            digests[p] = h.copy().digest()
+        for e in ends:
+            h.update(as_ids(tokens[start:e]))
+            start = e
+            digests[e] = h.copy().digest()
+        where = {e: i for i, e in enumerate(ends)}
+        looked = {e for p in points for e in ends[max(0, where[p] - LOOKBACK) : where[p] + 1]}
         with self._lock:
-            read = max((p for p in points if digests[p] in self._seen), default=0)
-            for d in digests.values():
-                self._seen.add(d)
+            read = max(
+                (e for e in looked if e >= self.minimum and digests[e] in self._seen), default=0
+            )
+            for p in points:
+                self._seen.add(digests[p])
         return read, points[-1] - read
 
     def clear(self) -> None:

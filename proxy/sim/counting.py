@@ -100,6 +100,9 @@ class Prompt:
     #: Anthropic: token offsets at which a cache_control breakpoint ends a prefix.
     breakpoints: list[int] = field(default_factory=list)
     images: int = 0
+    #: Anthropic: token offsets at which each content block ends (tools, system blocks, message
+    #: blocks), where a breakpoint looks back for an earlier request's write.
+    block_ends: list[int] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -383,10 +386,13 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
     enc = get_encoder(m.tokenizer, m.token_scale, m.class_rates)
     tokens: list[int] = []
     points: list[int] = []
+    ends: list[int] = []
     breakdown: dict[str, int] = {}
     images = 0
 
     def mark(block: Any) -> None:
+        """The end of a block: where a later breakpoint may read, and its own when marked."""
+        ends.append(len(tokens))
         if isinstance(block, Mapping) and block.get("cache_control"):
             points.append(len(tokens))
 
@@ -461,7 +467,7 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
     tokens += specials(PRIME, m.priming)
     breakdown["messages"] = len(tokens) - start - images
     breakdown["images"] = images
-    return Prompt(tokens, breakdown, points, images)
+    return Prompt(tokens, breakdown, points, images, ends)
 
 
 # --------------------------------------------------------------------------------------- Gemini

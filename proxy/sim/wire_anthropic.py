@@ -447,7 +447,7 @@ async def _count_and_cache(
             f"{window}, decrease input length or `max_tokens` and try again"
         )
     read, creation = ctx.state.breakpoint_caches[model.name].lookup_and_store(
-        prompt.tokens, prompt.breakpoints
+        prompt.tokens, prompt.breakpoints, prompt.block_ends
     )
     ctx.entry["prompt_tokens"] = prompt.total
     ctx.entry["cached_tokens"] = read
