@@ -136,6 +136,7 @@ def _request(model: dict[str, Any], *, count: bool) -> dict[str, Any]:
         "tools": {"type": "array", "items": ref("AnthropicTool")},
         "tool_choice": tool_choice,
         "thinking": thinking,
+        **_CACHE,  # automatic caching: a breakpoint on the last block, one of the 4
     }
     if count:
         return obj(properties, ["model", "messages"])

@@ -570,6 +570,39 @@ def test_anthropic_breakpoints_look_back_twenty_blocks(
     assert prompt + second["cache_creation_input_tokens"] > written
 
 
+def test_anthropic_automatic_caching_marks_the_last_block_and_is_one_of_four(
+    fresh_sim: SimServer,
+) -> None:
+    """The request's own ``cache_control`` (Anthropic's automatic caching) is a breakpoint on
+    its last block, counted among the 4 a request may carry."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": LONG}]}, *_rounds(2)]
+    body: dict[str, Any] = {
+        "model": "claude-sim",
+        "max_tokens": 16,
+        "cache_control": {"type": "ephemeral"},
+        "messages": messages,
+    }
+    first = messages_post(fresh_sim, body).json()["usage"]
+    assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 1024
+    second = messages_post(fresh_sim, body).json()["usage"]
+    assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
+    marked = [
+        {"type": "text", "text": f"part {i}", "cache_control": {"type": "ephemeral"}}
+        for i in range(4)
+    ]
+    four = {
+        **body,
+        "messages": [
+            *messages,
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": marked},
+        ],
+    }
+    refused = messages_post(fresh_sim, four)
+    assert refused.status_code == 400 and "Found 5" in refused.text
+    assert messages_post(fresh_sim, {**four, "cache_control": None}).status_code == 200
+
+
 def _image_prompts(sim: SimServer, url: str) -> tuple[httpx.Response, httpx.Response]:
     """One user image by URL on each image-taking wire: OpenAI chat, Anthropic Messages."""
     chat = post(

@@ -464,6 +464,8 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
         for block in blocks(msg.get("content")):
             tokens += block_tokens(block)
             mark(block)
+    if body.get("cache_control") and ends and ends[-1] not in points:
+        points.append(ends[-1])  # automatic caching: a breakpoint on the last block
     tokens += specials(PRIME, m.priming)
     breakdown["messages"] = len(tokens) - start - images
     breakdown["images"] = images

@@ -29,7 +29,7 @@ KNOWN_PARAMS = frozenset(
         "model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream",
         "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking", "service_tier",
         "container", "mcp_servers", "context_management", "output_config", "output_format",
-        "inference_geo",
+        "inference_geo", "cache_control",
     }
 )  # fmt: skip
 BLOCK_TYPES = (
@@ -259,7 +259,8 @@ def validate(body: Any, *, strict: bool = True) -> None:
 
 
 def _check_breakpoints(body: Mapping[str, Any]) -> None:
-    found = 0
+    """At most 4, the request's own ``cache_control`` (automatic caching) among them."""
+    found = int(bool(body.get("cache_control")))
     for tool in body.get("tools") or []:
         found += bool(isinstance(tool, Mapping) and tool.get("cache_control"))
     system = body.get("system")

@@ -26,9 +26,10 @@ assistant message: where the previous request ended, hence where the client's la
 breakpoint wrote, so the whole previous request is read back whenever the fit changed nothing
 in it (docs/fitting.md, "Messages: where reads land"). The third, on the last masked output, for
 the next request to read. None is added when the request already carries 4, counting every
-``cache_control`` Anthropic counts: on tools, on ``system`` blocks, on message blocks and on the
-blocks inside a ``tool_result``. A chosen block in an assistant turn moves to the last block of
-the latest user message before it (assistant turns are never rewritten).
+``cache_control`` Anthropic counts: on tools, on ``system`` blocks, on message blocks, on the
+blocks inside a ``tool_result`` and the request's own (automatic caching). A chosen block in
+an assistant turn moves to the last block of the latest user message before it (assistant
+turns are never rewritten).
 """
 
 from __future__ import annotations
@@ -241,8 +242,10 @@ def _as_blocks(content: Any) -> list[Any]:
 
 
 def breakpoints(body: Mapping[str, Any], messages: Sequence[Any]) -> int:
-    """Blocks with ``cache_control`` in a request with these messages."""
-    found = 0
+    """Breakpoints in a request with these messages: blocks with ``cache_control``, and the
+    request's own ``cache_control`` (automatic caching: Anthropic puts it on the last block,
+    and it is one of the 4; a fifth is refused with 400)."""
+    found = int(bool(body.get("cache_control")))
     for tool in body.get("tools") or []:
         found += bool(isinstance(tool, Mapping) and tool.get("cache_control"))
     system = body.get("system")

@@ -178,6 +178,33 @@ def test_long_tool_session_is_fitted_and_accepted(client, fresh_sim):
     assert thinking and all(b in originals for b in thinking)
 
 
+def test_automatic_caching_counts_among_the_four_breakpoints(client, fresh_sim):
+    # A client using automatic caching (the request's own cache_control, one of the 4) and
+    # three breakpoints of its own leaves routefit no room: a fifth is Anthropic's 400.
+    messages = _tool_session(24, 120)
+    for i in (0, 2, 4):
+        messages[i] = {**messages[i], "content": _marked(messages[i]["content"])}
+    raw = client.messages.with_raw_response.create(
+        model="claude-small",
+        max_tokens=1024,
+        messages=messages,
+        tools=TOOLS,
+        extra_body={"cache_control": {"type": "ephemeral"}},
+    )
+    assert raw.http_response.status_code == 200
+    assert raw.headers["x-routefit-actions"] != "none"  # the fit changed it (room was wanted)
+    sent = fresh_sim.last_request("/v1/messages")
+    assert sent["status"] == 200  # the simulator refuses a fifth breakpoint
+    body = sent["body"]
+    assert body["cache_control"] == {"type": "ephemeral"}
+    assert json.dumps(body).count('"cache_control"') == 4
+
+
+def _marked(content: Any) -> list[dict]:
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    return [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral"}}]
+
+
 def _unmarked(value: Any) -> Any:
     """A message as the provider's prefix sees it: breakpoints aside."""
     if isinstance(value, dict):

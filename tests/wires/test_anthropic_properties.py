@@ -118,7 +118,8 @@ def _markable(body: dict[str, Any]) -> list[dict[str, Any]]:
 def sessions(draw: st.DrawFn) -> dict[str, Any]:
     """An agent session: thinking turns (often), tool rounds whose results are long strings or
     lists of blocks, a reminder now and then, and up to 4 client breakpoints anywhere Anthropic
-    counts one (tools, system blocks, message blocks, blocks inside a tool result)."""
+    counts one (tools, system blocks, message blocks, blocks inside a tool result, and the
+    request's own ``cache_control``: automatic caching, a breakpoint on the last block)."""
     turns = draw(st.integers(1, 14))
     task = "Task: investigate."
     first: Any = task if draw(st.booleans()) else [{"type": "text", "text": task}]
@@ -136,8 +137,12 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         body["tools"] = [dict(tool) for tool in TOOLS]
     body["messages"] = messages
+    automatic = draw(st.booleans())
+    if automatic:  # automatic caching: Anthropic marks the last block, one of the 4
+        body["cache_control"] = EPHEMERAL
     spots = _markable(body)
-    for i in draw(st.lists(st.integers(0, len(spots) - 1), max_size=MAX_BREAKPOINTS, unique=True)):
+    most = MAX_BREAKPOINTS - automatic
+    for i in draw(st.lists(st.integers(0, len(spots) - 1), max_size=most, unique=True)):
         spots[i]["cache_control"] = EPHEMERAL
     return body
 
