@@ -6,9 +6,11 @@ seconds and ~80 MiB to import, and its transformation costs more per request tha
 whole added time (bench/REPORT.md). The mapping covers what chat clients send to Claude —
 system and developer messages, text and image parts, PDFs as data (``file`` parts become
 ``document`` blocks), audio parts as their note (Anthropic takes no audio), tool definitions,
-tool calls and their results, tool choice, sampling and stop parameters — and raises
-``Unmapped`` for anything else (``response_format``, ``reasoning_effort``, files by id, ...),
-which the transport then hands to litellm, the one that knows it.
+tool calls and their results, tool choice, sampling and stop parameters, the end user
+(``user``, ``safety_identifier``) — drops OpenAI's hints that mean nothing to Anthropic
+(``_HINTS``, and fields at OpenAI's default: ``_DEFAULTS``) — and raises ``Unmapped`` for
+anything else (``response_format``, ``reasoning_effort``, files by id, ...), which the
+transport then hands to litellm, the one that knows it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,22 @@ _KNOWN = frozenset(
         "response_format",
     }
 )
+
+
+#: OpenAI's hints that change nothing of the answer and mean nothing to Anthropic: dropped,
+#: not handed to litellm (whose Anthropic adapter refuses them: one SDK option would make every
+#: request a 400). Prompt caching by key (Anthropic caches at breakpoints, which routefit
+#: places), OpenAI's stored completions and their tags.
+_HINTS = frozenset({"prompt_cache_key", "prompt_cache_retention", "store", "metadata"})
+#: Fields whose value here is OpenAI's default, which is Anthropic's behaviour too: dropped.
+#: Any other value changes the answer and is litellm's to translate or refuse.
+_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "logprobs": (False, None),
+    "frequency_penalty": (0, None),
+    "presence_penalty": (0, None),
+    "modalities": (["text"], None),
+    "service_tier": ("auto", "default", None),
+}
 
 
 class Unmapped(Exception):
@@ -201,7 +219,8 @@ def _tool_choice(body: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _check(body: Mapping[str, Any]) -> None:
-    unknown = set(body) - _KNOWN
+    dropped = {k for k, values in _DEFAULTS.items() if k in body and body[k] in values}
+    unknown = set(body) - _KNOWN - _HINTS - dropped - {"safety_identifier"}
     if unknown:
         raise Unmapped(", ".join(sorted(unknown)))
     if body.get("n") not in (None, 1):
@@ -233,8 +252,9 @@ def messages_body(body: Mapping[str, Any], default_max_tokens: int) -> dict[str,
     choice = _tool_choice(body)
     if choice is not None and tools:
         out["tool_choice"] = choice
-    if isinstance(body.get("user"), str):
-        out["metadata"] = {"user_id": body["user"]}
+    user = body.get("user") if isinstance(body.get("user"), str) else body.get("safety_identifier")
+    if isinstance(user, str):  # who the end user is: Anthropic's metadata.user_id, either way
+        out["metadata"] = {"user_id": user}
     if body.get("stream"):
         out["stream"] = True
     return out

@@ -190,6 +190,37 @@ def test_requests_the_mapping_does_not_cover_go_through_litellm(client, fresh_si
     assert "aiohttp" in fresh_sim.last_request("/v1/messages")["headers"]["user-agent"]
 
 
+def test_openai_hints_are_dropped_on_the_way_not_refused(client, fresh_sim):
+    """A chat client's OpenAI-only hints (a prompt cache key, stored completions, a field at its
+    default) mean nothing to Anthropic: routefit's mapping drops them and names the end user,
+    where handing them to litellm answered 400 UnsupportedParamsError for each."""
+    reply = client.chat.completions.create(
+        model="claude",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=20,
+        prompt_cache_key="session-7",
+        store=False,
+        metadata={"team": "search"},
+        frequency_penalty=0,
+        extra_body={"safety_identifier": "user-42", "prompt_cache_retention": "24h"},
+    )
+    assert reply.choices[0].message.content
+    sent = fresh_sim.last_request("/v1/messages")
+    assert sent["status"] == 200  # the simulator refuses a field Anthropic does not know
+    assert "aiohttp" in sent["headers"]["user-agent"]  # routefit's mapping, not litellm
+    assert sent["body"]["metadata"] == {"user_id": "user-42"}
+    for hint in ("prompt_cache_key", "store", "frequency_penalty", "prompt_cache_retention"):
+        assert hint not in sent["body"]
+    # a value that would change the answer is still litellm's to translate or refuse
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="claude",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=20,
+            frequency_penalty=0.5,
+        )
+
+
 @pytest.mark.parametrize("kind", ["retrieval", "x"])
 def test_what_litellm_cannot_translate_is_the_clients_400_not_the_routes_failure(
     gw, fresh_sim, kind

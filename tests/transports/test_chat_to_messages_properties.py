@@ -103,6 +103,44 @@ def test_what_the_mapping_does_not_know_is_refused_not_dropped(extra):
         messages_body(body, 4096)
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"prompt_cache_key": "k", "prompt_cache_retention": "24h"},
+        {"store": True, "metadata": {"a": "b"}},
+        {"logprobs": False, "frequency_penalty": 0, "presence_penalty": 0.0},
+        {"modalities": ["text"], "service_tier": "auto"},
+    ],
+)
+def test_openais_hints_and_defaults_are_dropped(extra):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert messages_body({**body, **extra}, 4096) == messages_body(body, 4096)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"logprobs": True},
+        {"frequency_penalty": 0.5},
+        {"modalities": ["text", "audio"]},
+        {"service_tier": "flex"},
+        {"seed": 7},
+    ],
+)
+def test_a_value_that_changes_the_answer_is_not_dropped(extra):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    with pytest.raises(Unmapped):
+        messages_body(body, 4096)
+
+
+def test_the_end_user_is_anthropics_metadata_user_id():
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    named = messages_body({**body, "safety_identifier": "u-1"}, 4096)
+    assert named["metadata"] == {"user_id": "u-1"}
+    both = messages_body({**body, "user": "u-2", "safety_identifier": "u-1"}, 4096)
+    assert both["metadata"] == {"user_id": "u-2"}
+
+
 @given(st.lists(st.sampled_from(["hi ", "there", " a"]), min_size=1, max_size=8))
 def test_a_stream_says_what_the_whole_answer_says(pieces):
     message = {
