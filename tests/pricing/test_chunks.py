@@ -113,14 +113,22 @@ def test_a_text_mostly_seen_before_recounts_only_what_changed():
 
 
 class _Recording:
-    """A Hugging Face tokenizer that notes which thread encodes each text."""
+    """A Hugging Face tokenizer that notes which thread encodes each text. With ``meet``, each
+    thread's first text waits for the other threads there: work handed to a pool of that many
+    is then seen on all of them, whatever the scheduler (one thread done before the next wakes
+    could otherwise take every part)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, meet: threading.Barrier | None = None) -> None:
         self.inner = inner
+        self.meet = meet
         self.seen: list[tuple[str, int]] = []
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Any:
-        self.seen.append((text, threading.get_ident()))
+        me = threading.get_ident()
+        first = all(thread != me for _, thread in self.seen)
+        self.seen.append((text, me))
+        if first and self.meet is not None:
+            self.meet.wait(timeout=30)  # broken, it raises: the parts were not side by side
         return self.inner.encode(text, add_special_tokens=add_special_tokens)
 
 
@@ -139,7 +147,7 @@ def test_new_chunks_are_counted_once_each_on_both_counting_threads(
     """A call per thread, not per chunk, on the counting pool's threads, never the caller's
     (``tokenizers.enrol``); a chunk that repeats within the text is counted once."""
     monkeypatch.setattr(tokenizers, "_THREADS", 2)
-    recording = _Recording(_words_tokenizer())
+    recording = _Recording(_words_tokenizer(), threading.Barrier(2))
     tok = _HuggingFace("words", recording, splittable=True)
     body = prose(9_000, 11)
     text = body + body  # every chunk of the second half is one of the first's
