@@ -28,7 +28,12 @@ from proxy.teams import Team
 
 __all__ = ["Config", "load_config", "parse_config"]
 
-_TOP_KEYS = frozenset({"model_list", "routefit_settings", "general_settings", "router_settings"})
+_TOP_KEYS = frozenset(
+    {"model_list", "routefit_settings", "general_settings", "router_settings", "litellm_settings"}
+)
+#: ``litellm_settings`` keys routefit reads (the others are litellm's module settings: one
+#: warning each).
+LITELLM_SETTINGS_USED = frozenset({"drop_params"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,25 @@ class Config:
     def open(self) -> bool:
         """No auth asked for anywhere in the file: every request is admitted (local use)."""
         return not self.settings.access.auth_required
+
+
+def _drop_params(block: Any, rd: Reader) -> bool:
+    """``litellm_settings.drop_params`` (LiteLLM's switch, common in its configs); the block's
+    other keys set litellm's module, which routefit does not: one warning each."""
+    if block is None:
+        return False
+    block = rd.mapping(block, "litellm_settings")
+    for key in block:
+        if key not in LITELLM_SETTINGS_USED:
+            rd.warn(f"litellm_settings.{key}", "not used by routefit; ignored")
+    drop = block.get("drop_params", False)
+    if not isinstance(drop, bool):
+        raise rd.error("litellm_settings.drop_params", "must be true or false")
+    return drop
+
+
+def _dropping(rc: RouteConfig) -> RouteConfig:
+    return replace(rc, upstream=replace(rc.upstream, drop_params=True))
 
 
 def _models(items: list[Any]) -> list[str]:
@@ -155,6 +179,8 @@ def parse_config(
     access = read_access(raw, written, data.get("general_settings"), rd)
     settings = replace(settings, access=access)
     table = _deployments(data.get("model_list"), rd, settings.upstream_timeout)
+    if _drop_params(data.get("litellm_settings"), rd):
+        table = {alias: tuple(map(_dropping, found)) for alias, found in table.items()}
     router = read_router_settings(data.get("router_settings"), list(table), rd)
     routes = {alias: deployments[0] for alias, deployments in table.items()}
     teams = read_teams(raw.get("teams"), list(routes), rd)

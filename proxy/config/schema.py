@@ -14,7 +14,7 @@ from pricing.images.kinds import KINDS
 from proxy.config.access import _GENERAL_REFUSED, _GENERAL_USED, _SIM_KEYS, _TLS_KEYS
 from proxy.config.deployments import DEPLOYMENT_PARAMS
 from proxy.config.images import _FETCH_KEYS, _LIMIT_KEYS, _rule_keys
-from proxy.config.loader import _TOP_KEYS
+from proxy.config.loader import _TOP_KEYS, LITELLM_SETTINGS_USED
 from proxy.config.policy import FIT_KEYS
 from proxy.config.router_settings import ALLOWED_FAILS_POLICY_KEYS, RETRY_POLICY_KEYS, ROUTER_KEYS
 from proxy.config.routes import ENTRY_KEYS, MODEL_INFO_KEYS, ROUTEFIT_KEYS
@@ -48,6 +48,7 @@ BLOCKS: Mapping[str, frozenset[str]] = {
     "routefit_settings.teams[].quotas": _QUOTA_KEYS,
     "routefit_settings.teams[].fit": FIT_KEYS,
     "general_settings": _GENERAL_USED | frozenset(_GENERAL_REFUSED),
+    "litellm_settings": LITELLM_SETTINGS_USED,
     "router_settings": ROUTER_KEYS,
     "router_settings.retry_policy": RETRY_POLICY_KEYS,
     "router_settings.allowed_fails_policy": ALLOWED_FAILS_POLICY_KEYS,

@@ -79,6 +79,11 @@ class Upstream:
     timeout: float
     #: Other litellm_params, forwarded to litellm on the translated path.
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: ``litellm_settings.drop_params``: litellm drops what the provider does not take rather
+    #: than refuse the request, wherever a request goes through litellm (unless the route's own
+    #: ``litellm_params.drop_params`` says otherwise). Not an ``extra``: a route with extras is
+    #: translated by litellm always, and this must not take routes off routefit's own mapping.
+    drop_params: bool = False
 
     @property
     def model_name(self) -> str:

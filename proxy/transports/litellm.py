@@ -294,6 +294,8 @@ def _steering(litellm: Any) -> frozenset[str]:
 
 def _kwargs(up: Upstream, body: Mapping[str, Any], steering: frozenset[str]) -> dict[str, Any]:
     kwargs = {k: v for k, v in body.items() if k not in steering}
+    if up.drop_params:
+        kwargs["drop_params"] = True
     kwargs.update(up.extra)
     kwargs["model"] = up.model
     if up.api_base:

@@ -125,7 +125,10 @@ def test_a_litellm_config_loads_as_is_with_warnings(tmp_path):
     )
     assert list(config.routes) == ["gpt-4o", "gpt-4o-azure"]
     text = "\n".join(config.warnings)
-    assert "litellm_settings" in text and "general_settings.database_url" in text
+    assert "general_settings.database_url" in text
+    # LiteLLM's drop_params is read: every route's litellm calls drop what a provider refuses
+    assert "litellm_settings" not in text
+    assert all(rc.upstream.drop_params for rc in config.routes.values())
     # the master key is LiteLLM's admin key: honoured (never a warning and an open gateway)
     assert "master_key" not in text and not config.open
     assert config.settings.access.master_key_hash is not None
@@ -362,7 +365,7 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
             tmp_path,
             _model(
                 "model_info: {mode: chat, base_model: gpt-4o}\n            region: eu",
-                "litellm_settings: {drop_params: true}\n"
+                "litellm_settings: {drop_params: false, set_verbose: true}\n"
                 "        general_settings: {store_model_in_db: x}\n"
                 "        environment_variables: {X: y}",
             ),
@@ -374,12 +377,20 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
         "model_list[1].model_info.mode",
         "model_list[1].model_info.base_model",
         "model_list[1].region",
-        "litellm_settings",
+        "litellm_settings.set_verbose",
         "general_settings.store_model_in_db",
         "environment_variables",
     ):
         assert path in text
+    assert "litellm_settings.drop_params" not in text
     assert set(config.routes) == {"m", "n"}
+    assert not any(rc.upstream.drop_params for rc in config.routes.values())
+
+
+def test_litellm_settings_drop_params_must_be_a_boolean(tmp_path):
+    path = write(tmp_path, _model("", "litellm_settings: {drop_params: sure}"))
+    with pytest.raises(ConfigError, match=r"litellm_settings\.drop_params"):
+        load_config(path, environ={})
 
 
 def test_route_image_fetch_lives_on_the_route_config_not_the_pure_route(tmp_path):

@@ -16,7 +16,7 @@ from proxy.config.schema import BLOCKS, RULE_KEYS, image_rule_constants
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
 _BLOCK_PATH = re.compile(
-    r"`((?:model_list|routefit_settings|general_settings|router_settings)[^`]*)`"
+    r"`((?:model_list|routefit_settings|general_settings|router_settings|litellm_settings)[^`]*)`"
 )
 _FIRST_CELL = re.compile(r"^\|\s*`([^`]+)`\s*\|")
 

@@ -9,6 +9,7 @@ import json
 import httpx
 import openai
 import pytest
+import yaml
 from harness import gateway_config
 from inprocess import run_inprocess
 
@@ -219,6 +220,30 @@ def test_openai_hints_are_dropped_on_the_way_not_refused(client, fresh_sim):
             max_tokens=20,
             frequency_penalty=0.5,
         )
+
+
+def test_litellm_settings_drop_params_drops_what_the_provider_does_not_take(
+    client, sim, fresh_sim, tmp_path
+):
+    """A chat client's ``seed`` on a Claude route: Anthropic has no seed, so routefit's own
+    mapping hands the request to litellm, which refuses it (400) unless LiteLLM's
+    ``litellm_settings.drop_params`` is set, as in LiteLLM's own proxy; then it is answered.
+    A request the mapping covers stays on it either way."""
+    ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "seed": 7}
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="claude", **ask)
+    config = gateway_config(tmp_path / "routefit.yaml", [claude("claude", sim.base_url)])
+    data = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**data, "litellm_settings": {"drop_params": True}}))
+    with run_inprocess(config) as running:
+        dropping = openai.OpenAI(base_url=running.v1, api_key="unused", max_retries=0)
+        assert dropping.chat.completions.create(model="claude", **ask).choices[0].message
+        sent = fresh_sim.last_request("/v1/messages")
+        assert "seed" not in sent["body"]
+        assert "aiohttp" not in sent["headers"].get("user-agent", "")  # litellm's client
+        plain = {"messages": [{"role": "user", "content": "plain"}], "max_tokens": 20}
+        dropping.chat.completions.create(model="claude", **plain)
+        assert "aiohttp" in fresh_sim.last_request("/v1/messages")["headers"]["user-agent"]
 
 
 @pytest.mark.parametrize("kind", ["retrieval", "x"])
