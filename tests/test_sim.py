@@ -25,6 +25,7 @@ import httpx
 import openai
 import pytest
 import sim_fixtures as fixtures
+from anthropic_bodies import SEARCHED
 from cookbook import COOKBOOK_MESSAGES, WEATHER_MESSAGES, WEATHER_TOOL
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -601,6 +602,24 @@ def test_anthropic_automatic_caching_marks_the_last_block_and_is_one_of_four(
     refused = messages_post(fresh_sim, four)
     assert refused.status_code == 400 and "Found 5" in refused.text
     assert messages_post(fresh_sim, {**four, "cache_control": None}).status_code == 200
+
+
+def test_anthropic_server_tool_and_search_result_blocks_are_read(fresh_sim: SimServer) -> None:
+    """A server tool's call and result (both in the assistant's turn) and a ``search_result``
+    block are taken as Anthropic takes them, and read as their JSON; misplaced, refused."""
+    body: dict[str, Any] = {"model": "claude-sim", "max_tokens": 16, "messages": SEARCHED}
+    answered = messages_post(fresh_sim, body)
+    assert answered.status_code == 200, answered.text
+    plain = [SEARCHED[0], {"role": "assistant", "content": "It is sunny."}, SEARCHED[2]]
+    plain[2] = {"role": "user", "content": "And on Friday?"}
+    fewer = messages_post(fresh_sim, {**body, "messages": plain}).json()["usage"]
+    assert answered.json()["usage"]["input_tokens"] > fewer["input_tokens"] + 60
+    misplaced = [{"role": "user", "content": SEARCHED[1]["content"][:1]}]
+    refused = messages_post(fresh_sim, {**body, "messages": misplaced})
+    assert refused.status_code == 400 and "only allowed in assistant" in refused.text
+    untitled = {k: v for k, v in SEARCHED[2]["content"][0].items() if k != "title"}
+    bad = [{"role": "user", "content": [untitled]}]
+    assert messages_post(fresh_sim, {**body, "messages": bad}).status_code == 400
 
 
 def _image_prompts(sim: SimServer, url: str) -> tuple[httpx.Response, httpx.Response]:

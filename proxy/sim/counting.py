@@ -376,6 +376,20 @@ def deepseek_render(body: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------------------------ Anthropic
 
 
+#: Blocks of server tools (run by Anthropic, their calls and results both in the assistant's
+#: turn): a client sends them back as they came; the model reads them as their JSON.
+SERVER_BLOCKS = frozenset(
+    {
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+    }
+)
+
+
 def _tool_choice_forced(body: Mapping[str, Any]) -> bool:
     choice = body.get("tool_choice")
     return isinstance(choice, Mapping) and choice.get("type") in ("any", "tool")
@@ -436,6 +450,8 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
             for inner in blocks(block.get("content")):
                 ids += block_tokens(inner)
             return ids
+        if kind == "search_result" or kind in SERVER_BLOCKS or kind == "container_upload":
+            return enc.encode(_compact(block))  # what the model reads of them: their JSON
         return []  # thinking blocks of earlier turns are not part of the prompt
 
     def document_tokens(block: Mapping[str, Any]) -> list[int]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 
 from proxy.sim.completion import Answer, answer
-from proxy.sim.counting import Prompt, anthropic_prompt
+from proxy.sim.counting import SERVER_BLOCKS, Prompt, anthropic_prompt
 from proxy.sim.documents import pdf_pages
 from proxy.sim.errors import SimError
 from proxy.sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
@@ -40,9 +40,13 @@ BLOCK_TYPES = (
     "tool_result",
     "thinking",
     "redacted_thinking",
+    "search_result",
+    *("server_tool_use", "web_search_tool_result", "web_fetch_tool_result"),
+    *("code_execution_tool_result", "mcp_tool_use", "mcp_tool_result"),
+    "container_upload",
 )
 #: What a tool_result's content may hold.
-RESULT_TYPES = ("text", "image", "document")
+RESULT_TYPES = ("text", "image", "document", "search_result")
 DOCUMENT_SOURCES = ("base64", "text", "url", "content", "file")
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 MAX_BREAKPOINTS = 4
@@ -95,6 +99,17 @@ def _validate_block(block: Any, where: str, role: str) -> None:
             raise _bad(f"{where}.source.url.url: Field required")
     elif kind == "document":
         _validate_document(block, where)
+    elif kind == "search_result":
+        for key in ("source", "title"):
+            if not isinstance(block.get(key), str):
+                raise _bad(f"{where}.{key}: Field required")
+        content = block.get("content")
+        if not isinstance(content, list) or not all(
+            isinstance(b, Mapping) and b.get("type") == "text" for b in content
+        ):
+            raise _bad(f"{where}.content: search_result content must be text blocks")
+    elif kind in SERVER_BLOCKS and role != "assistant":
+        raise _bad(f"{where}: {kind} blocks are only allowed in assistant messages")
     elif kind == "tool_use":
         if role != "assistant":
             raise _bad(f"{where}: tool_use blocks are only allowed in assistant messages")
@@ -115,8 +130,8 @@ def _validate_block(block: Any, where: str, role: str) -> None:
             for k, sub in enumerate(inner):
                 if not isinstance(sub, Mapping) or sub.get("type") not in RESULT_TYPES:
                     raise _bad(
-                        f"{where}.content.{k}: tool_result content must be text, image or "
-                        "document blocks"
+                        f"{where}.content.{k}: tool_result content must be text, image, "
+                        "document or search_result blocks"
                     )
                 _validate_block(sub, f"{where}.content.{k}", "user")
 

@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from anthropic_bodies import SEARCHED
 from harness import claude_route, gateway_config, sim_route
 from inprocess import run_inprocess
 
@@ -203,6 +204,26 @@ def test_automatic_caching_counts_among_the_four_breakpoints(client, fresh_sim):
 def _marked(content: Any) -> list[dict]:
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
     return [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral"}}]
+
+
+def test_server_tool_turns_and_search_results_reach_the_provider_as_sent(client, fresh_sim):
+    # A web search's call and result in the assistant's turn and a user's search_result block:
+    # priced as their JSON, forwarded as they came, in a request that fits and in one fitted.
+    client.messages.create(model="claude", max_tokens=64, messages=SEARCHED)
+    sent = fresh_sim.last_request("/v1/messages")
+    assert sent["status"] == 200 and sent["body"]["messages"] == SEARCHED
+    messages = [*SEARCHED[:2], {**SEARCHED[2]}, *_tool_session(24, 120)[1:]]
+    messages[2] = {
+        "role": "user",
+        "content": [*SEARCHED[2]["content"], {"type": "text", "text": "go"}],
+    }
+    raw = client.messages.with_raw_response.create(
+        model="claude-small", max_tokens=1024, messages=messages, tools=TOOLS
+    )
+    assert raw.headers["x-routefit-actions"] != "none"
+    sent = fresh_sim.last_request("/v1/messages")
+    assert sent["status"] == 200  # the simulator checks the blocks' places and pairing
+    assert sent["body"]["messages"][:2] == SEARCHED[:2]  # the pinned head, as sent
 
 
 def _unmarked(value: Any) -> Any:
