@@ -154,7 +154,8 @@ def load(path: Path, name: str) -> ByteLevel | None:
     built = _encoding(path, f"{name} (byte-level BPE)")
     if built is None:
         return None
-    encoding, added, nfkc = built
+    encoding, joined, nfkc = built
+    added = joined.split(_SEP) if joined is not None else []
     specials = (
         re.compile("|".join(re.escape(a) for a in sorted(added, key=len, reverse=True)))
         if added
@@ -163,8 +164,9 @@ def load(path: Path, name: str) -> ByteLevel | None:
     return ByteLevel(encoding, nfkc, specials)
 
 
-def _encoding(path: Path, name: str) -> tuple[Any, list[str], bool] | None:
-    """The encoding, the added tokens and whether the file normalises by NFKC.
+def _encoding(path: Path, name: str) -> tuple[Any, str | None, bool] | None:
+    """The encoding, the added tokens joined by ``_SEP`` (None: there are none) and whether the
+    file normalises by NFKC.
 
     Reading the file makes ~10 MiB of small Python objects (its JSON, then the rank table) that
     die here. What outlives them must not be made among them: every allocator arena a survivor
@@ -197,7 +199,7 @@ def _encoding(path: Path, name: str) -> tuple[Any, list[str], bool] | None:
     # As for the shipped tiktoken files: the Python copy of the ranks is only for pickling.
     if hasattr(encoding, "_mergeable_ranks"):
         del encoding._mergeable_ranks
-    return encoding, added.split(_SEP) if tokens else [], nfkc
+    return encoding, added if tokens else None, nfkc  # split by the caller, the ranks gone
 
 
 #: Joins the added tokens while the file's objects live (a file with a token that holds it is

@@ -327,7 +327,8 @@ def _tally_all(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
 def shared_out(pieces: Sequence[str], tally: Callable[[str], int]) -> list[int]:
     """Each piece's count, the pieces shared out in ``_THREADS`` runs of about equal length,
     counted on the pool's threads: one call per thread however many pieces (a call per piece
-    would cost a thread's wake-up and the GIL handed back and forth each)."""
+    would cost a thread's wake-up and the GIL handed back and forth each). Less than
+    ``_SPLIT_ABOVE`` in all is counted in this thread: a wake-up would cost more."""
     total = sum(map(len, pieces))
     if _THREADS == 1 or len(pieces) < 2 or total < _SPLIT_ABOVE:
         return _tally_all(pieces, tally)
@@ -355,8 +356,8 @@ def _count_long(cache: CountCache, scope: bytes, text: str, tally: Callable[[str
 def _side_by_side(texts: Sequence[str], tally: Callable[[str], int]) -> list[int]:
     """Each text's count on the counting threads (``shared_out``); fewer texts than threads
     each cut in a part per thread (``split_for_count``: the parts' counts add up)."""
-    if len(texts) >= _THREADS:
-        return shared_out(texts, tally)
+    if len(texts) >= _THREADS or sum(map(len, texts)) < _SPLIT_ABOVE:
+        return shared_out(texts, tally)  # (too little to share: counted here, uncut)
     parts = [split_for_count(text, _THREADS) for text in texts]
     counts = iter(shared_out([p for ps in parts for p in ps], tally))
     return [sum(next(counts) for _ in ps) for ps in parts]

@@ -450,8 +450,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     state: AppState = app.state.routefit
     loop = asyncio.get_running_loop()
     started = asyncio.Event()
-    hung_up = state.settings.reload_on_sighup
-    unhook = _reload_on_hangup(state, loop, started) if hung_up else None
+    on_sighup = state.settings.reload_on_sighup
+    unhook = _reload_on_hangup(state, loop, started) if on_sighup else None
     await _load_tokenizers(state)
     if state.local is not None:
         state.local.start()

@@ -388,6 +388,9 @@ SERVER_BLOCKS = frozenset(
         "mcp_tool_result",
     }
 )
+#: Blocks the model reads as their JSON: the server tools', a ``search_result`` and a
+#: ``container_upload``.
+READ_AS_JSON = SERVER_BLOCKS | {"search_result", "container_upload"}
 
 
 def _tool_choice_forced(body: Mapping[str, Any]) -> bool:
@@ -450,8 +453,8 @@ def anthropic_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -
             for inner in blocks(block.get("content")):
                 ids += block_tokens(inner)
             return ids
-        if kind == "search_result" or kind in SERVER_BLOCKS or kind == "container_upload":
-            return enc.encode(_compact(block))  # what the model reads of them: their JSON
+        if kind in READ_AS_JSON:
+            return enc.encode(_compact(block))
         return []  # thinking blocks of earlier turns are not part of the prompt
 
     def document_tokens(block: Mapping[str, Any]) -> list[int]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 
 from proxy.sim.completion import Answer, answer
-from proxy.sim.counting import SERVER_BLOCKS, Prompt, anthropic_prompt
+from proxy.sim.counting import READ_AS_JSON, SERVER_BLOCKS, Prompt, anthropic_prompt
 from proxy.sim.documents import pdf_pages
 from proxy.sim.errors import SimError
 from proxy.sim.images import ImageProblem, Picture, decode_base64, probe_bytes, resolve_url
@@ -40,10 +40,8 @@ BLOCK_TYPES = (
     "tool_result",
     "thinking",
     "redacted_thinking",
-    "search_result",
-    *("server_tool_use", "web_search_tool_result", "web_fetch_tool_result"),
-    *("code_execution_tool_result", "mcp_tool_use", "mcp_tool_result"),
-    "container_upload",
+    *sorted(READ_AS_JSON - SERVER_BLOCKS),
+    *sorted(SERVER_BLOCKS),
 )
 #: What a tool_result's content may hold.
 RESULT_TYPES = ("text", "image", "document", "search_result")

@@ -219,8 +219,8 @@ def _tool_choice(body: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _check(body: Mapping[str, Any]) -> None:
-    dropped = {k for k, values in _DEFAULTS.items() if k in body and body[k] in values}
-    unknown = set(body) - _KNOWN - _HINTS - dropped - {"safety_identifier"}
+    unknown = set(body) - _KNOWN - _HINTS - {"safety_identifier"}
+    unknown -= {k for k in unknown & _DEFAULTS.keys() if body[k] in _DEFAULTS[k]}
     if unknown:
         raise Unmapped(", ".join(sorted(unknown)))
     if body.get("n") not in (None, 1):
