@@ -25,7 +25,8 @@ scripts' counts, ``interval`` without the prediction interval (the scale-up's qu
 former 0.98). ``real`` is
 no rule at all: four real tokenizers in turn (bench/real_tokenizers.py: DeepSeek's, Claude's
 legacy one, Mistral's Tekken and Mistral v3's SentencePiece), each with ``stated``'s scaffolding;
-``real-heldout`` three more, never tuned on (GPT-3's p50k, Qwen's, AI21's Jurassic-2 unigram).
+``real-heldout`` three more, never tuned on (GPT-3's p50k, Qwen's, AI21's Jurassic-2 unigram),
+``real-more`` four more (Llama-2's SentencePiece, Falcon's, StarCoder2's and Command-R's BPEs, 4f).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ FAMILIES = {
 def random_tokenizer(rng: random.Random, i: int, family: str = "stated") -> Any:
     from proxy.sim.models import SimModel
 
-    if family in ("real", "real-heldout"):
-        return _real_tokenizer(rng, i, held_out=family == "real-heldout")
+    if family in _REAL:
+        return _real_tokenizer(rng, i, held_out=_REAL[family])
     (low, high), per_digit, messages, calls, priming = FAMILIES[family]
     rates = {c: round(rng.uniform(low, high), 3) for c in ("word", "punct", "script", "space")}
     rates["digit"] = 0.0 if rng.random() < per_digit else round(rng.uniform(low, high), 3)
@@ -73,7 +74,11 @@ def random_tokenizer(rng: random.Random, i: int, family: str = "stated") -> Any:
     )
 
 
-def _real_tokenizer(rng: random.Random, i: int, held_out: bool) -> Any:
+#: The real tokenizers' sets (bench/real_tokenizers.py's ``specs``' argument).
+_REAL: dict[str, bool | str] = {"real": False, "real-heldout": True, "real-more": "more"}
+
+
+def _real_tokenizer(rng: random.Random, i: int, held_out: bool | str) -> Any:
     """The ``i``-th real tokenizer in turn, with scaffolding drawn as ``stated`` draws it."""
     from real_tokenizers import specs
 
@@ -96,8 +101,9 @@ def _real_tokenizer(rng: random.Random, i: int, held_out: bool) -> Any:
 def _policies(compare: str = "numbers") -> dict[str, Any]:
     """``before`` against today's default: without the count of numbers (``numbers``, 4c),
     without the prior's price per character outside ASCII (``scripts``, 4d) or without the
-    scripts' counts (``blocks``, 4d) or without the interval, at the scale-up's former
-    quantile (``interval``, 4e)."""
+    scripts' counts (``blocks``, 4d), without the interval, at the scale-up's former
+    quantile (``interval``, 4e), or without the count of wide characters and its price in the
+    prior (``wide``, 4f)."""
     from pricing.calibration import CalibrationPolicy
 
     after = CalibrationPolicy()
@@ -107,6 +113,8 @@ def _policies(compare: str = "numbers") -> dict[str, Any]:
         return {"before": replace(after, model="numbers"), "after": after}
     if compare == "groups":
         return {"before": replace(after, model="scripts"), "after": after}
+    if compare == "wide":
+        return {"before": replace(after, model="groups"), "after": after}
     if compare == "interval":
         return {"before": replace(after, interval=0.0), "after": after}
     return {"before": replace(after, model="digits"), "after": after}

@@ -20,6 +20,21 @@ The set they are judged on (``specs(held_out=True)``): GPT-3's ``p50k_base`` (li
 Qwen's ``qwen.tiktoken`` (the ``dashscope`` wheel; converted as Tekken is, counts equal
 tiktoken's) and AI21's Jurassic-2 unigram SentencePiece (the ``ai21-tokenizer`` wheel).
 
+More held out (``specs_more()``), the kinds none of those is: the vocabularies llama.cpp keeps
+to test its tokenizers (``vendor/llama.cpp/models/ggml-vocab-*.gguf`` in the
+``llama-cpp-python`` sdist, PyPI, MIT; read with the ``gguf`` wheel), converted to Hugging Face
+files from the GGUF's own pieces and merges. Tokens per character outside ASCII, on a sentence
+of each script repeated (Chinese, Korean, Hindi, Thai, emoji; o200k: 0.71, 0.77, 0.30, 0.47,
+1.75):
+
+- Llama-2's SentencePiece (``llama-spm``, Llama-1's too): 32,000 pieces with byte fallback, a
+  character with no piece costing its UTF-8 bytes (1.48, 2.00, 1.37, 1.15, 4.58);
+- Falcon's byte-level BPE (65,024 tokens, English and European web text: 1.19, 2.96, 1.89,
+  1.83, 2.25);
+- Command-R's byte-level BPE (256,000 tokens, multilingual: 0.71, 0.73, 0.81, 1.08, 2.00);
+- StarCoder2's byte-level BPE (49,152 tokens learned on code, one token per digit: 0.93, 1.15,
+  1.42, 1.03, 1.92).
+
 The converted files are written once to ``bench/results/tokenizers/`` (not committed) and
 reused. Needs the packages bench/requirements.txt lists.
 """
@@ -28,18 +43,25 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "results" / "tokenizers"
 
 
-def specs(held_out: bool = False) -> list[str]:
+def specs(held_out: bool | str = False) -> list[str]:
     """The simulator's tokenizer specs of real tokenizers (files made if missing): the four
     rules may be chosen on, or (``held_out``) three they are then judged on: GPT-3's
     ``p50k_base``, Qwen's (``qwen.tiktoken`` in the ``dashscope`` wheel) and AI21's Jurassic-2
-    unigram SentencePiece (``j2-tokenizer.model`` in the ``ai21-tokenizer`` wheel). Mistral's
-    other SentencePiece models (v1, v7) and its earlier Tekken count text as v3 and 240911 do
-    (the same pieces), so they are not a second opinion."""
+    unigram SentencePiece (``j2-tokenizer.model`` in the ``ai21-tokenizer`` wheel), or
+    (``held_out="more"``) the four of ``specs_more()``. Mistral's other SentencePiece models
+    (v1, v7) and its earlier Tekken count text as v3 and 240911 do (the same pieces), so they
+    are not a second opinion."""
+    if held_out == "more":
+        return specs_more()
     if held_out:
         return ["p50k_base", f"hf:{qwen()}", f"hf:{unigram()}"]
     return [
@@ -48,6 +70,15 @@ def specs(held_out: bool = False) -> list[str]:
         f"hf:{tekken()}",
         f"hf:{sentencepiece('mistral_instruct_tokenizer_240323.model.v3')}",
     ]
+
+
+def specs_more() -> list[str]:
+    """Four more held-out tokenizers (files made if missing), of kinds the others are not:
+    Llama-2's SentencePiece (byte fallback: the dearest for emoji, dear for CJK and Hangul),
+    Falcon's and StarCoder2's byte-level BPEs (English web text, code) and Command-R's
+    (multilingual, 256k). GPT-2's ``r50k_base`` is left out: it counts as ``p50k_base`` does
+    outside runs of spaces. Each gives the ids its original gives (see ``llama_cpp()``)."""
+    return [f"hf:{llama_cpp(name)}" for name in LLAMA_CPP_NAMES]
 
 
 def _data(name: str) -> Path:
@@ -129,6 +160,21 @@ def _write_byte_level(path: Path, ranks: dict[bytes, int], pattern: str) -> None
         if len(token) > 1:
             left, right = _split(token, ranks)  # every rank is a merge of two
             merges.append(f"{text(left)} {text(right)}")
+    vocab = {text(t): r for t, r in ranks.items()}
+    _write_bpe(path, vocab, merges, [pattern], ignore_merges=True)
+
+
+def _write_bpe(
+    path: Path, vocab: dict[str, int], merges: list[str], patterns: list[str], ignore_merges: bool
+) -> None:
+    """A byte-level BPE as a Hugging Face file: the text split by each pattern in turn (every
+    match and every gap between matches a piece, as llama.cpp's and Hugging Face's pre-tokenizers
+    do), then GPT-2's bytes-as-characters. ``ignore_merges``: a piece that is a token is one
+    token (tiktoken's rule; Hugging Face's BPEs merge it from its bytes like any other)."""
+    splits = [
+        {"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False}
+        for p in patterns
+    ]
     hf = {
         "version": "1.0",
         "truncation": None,
@@ -139,12 +185,7 @@ def _write_byte_level(path: Path, ranks: dict[bytes, int], pattern: str) -> None
         "pre_tokenizer": {
             "type": "Sequence",
             "pretokenizers": [
-                {
-                    "type": "Split",
-                    "pattern": {"Regex": pattern},
-                    "behavior": "Isolated",
-                    "invert": False,
-                },
+                *splits,
                 {
                     "type": "ByteLevel",
                     "add_prefix_space": False,
@@ -167,8 +208,8 @@ def _write_byte_level(path: Path, ranks: dict[bytes, int], pattern: str) -> None
             "end_of_word_suffix": None,
             "fuse_unk": False,
             "byte_fallback": False,
-            "ignore_merges": True,
-            "vocab": {text(t): r for t, r in ranks.items()},
+            "ignore_merges": ignore_merges,
+            "vocab": vocab,
             "merges": merges,
         },
     }
@@ -181,18 +222,34 @@ def sentencepiece(name: str) -> Path:
     if path.is_file():
         return path
     import sentencepiece
-    from tokenizers import Tokenizer, decoders, models, normalizers
 
     sp = sentencepiece.SentencePieceProcessor(model_file=str(_data(name)))
     vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    special = {i for i in vocab.values() if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i)}
+    _write_spm_bpe(path, vocab, special)
+    return path
+
+
+def _write_spm_bpe(
+    path: Path, vocab: dict[str, int], special: set[int], scores: list[float] | None = None
+) -> None:
+    """A BPE SentencePiece (pieces by id; ``special``: the control, unknown and byte pieces) as
+    a Hugging Face file: its pieces, and its merges as transformers' Llama converter builds them
+    (each piece a merge of two pieces, ordered by the merged piece's score, highest first, or
+    without ``scores`` by its id); a space prefixed, spaces as ``▁``, a character with no piece
+    as its UTF-8 bytes. The scores matter where one falls out of id order: Llama's ``▁▁`` (id
+    259) scores -1e9, so SentencePiece merges two spaces last (``▁ ▁Hello``, not ``▁▁ Hello``)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
     merges = []
     for piece, pid in vocab.items():
-        if sp.is_control(pid) or sp.is_unknown(pid) or sp.is_byte(pid):
+        if pid in special:
             continue
+        rank = -scores[pid] if scores is not None else 0.0
         for k in range(1, len(piece)):
             left, right = piece[:k], piece[k:]
             if left in vocab and right in vocab:
-                merges.append((pid, vocab[left], vocab[right], left, right))
+                merges.append((rank, pid, vocab[left], vocab[right], left, right))
     merges.sort()
     bpe = models.BPE(
         vocab=vocab,
@@ -208,7 +265,6 @@ def sentencepiece(name: str) -> Path:
     )
     OUT.mkdir(parents=True, exist_ok=True)
     tok.save(str(path))
-    return path
 
 
 def unigram() -> Path:
@@ -232,5 +288,97 @@ def unigram() -> Path:
     return path
 
 
+#: The llama-cpp-python sdist whose llama.cpp holds the vocabularies (pinned: the same files).
+_LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+#: The vocabularies of it ``specs_more()`` converts (``ggml-vocab-{name}.gguf``).
+LLAMA_CPP_NAMES = ("llama-spm", "falcon", "command-r", "starcoder")
+
+#: llama.cpp's pre-tokenizers (src/llama-vocab.cpp, by ``tokenizer.ggml.pre``), each pattern
+#: splitting the pieces of the one before: Falcon's splits punctuation runs and then numbers
+#: three digits at a time; StarCoder's and Command-R's, one digit a piece; then GPT-2's.
+_GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_LLAMA_CPP_PATTERNS = {
+    "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _GPT2_PATTERN, r"[0-9][0-9][0-9]"],
+    "starcoder": [r"\p{N}", _GPT2_PATTERN],
+    "command-r": [r"\p{N}", _GPT2_PATTERN],
+}
+
+
+def _gguf(name: str) -> Path:
+    """llama.cpp's ``ggml-vocab-{name}.gguf`` (a model's tokenizer, no weights), from the
+    llama-cpp-python sdist on PyPI: downloaded with pip (76 MB; a source archive, nothing is
+    built) the first time, and the vocabularies of ``LLAMA_CPP_NAMES`` and their test files
+    (``.inp``/``.out``) kept beside the converted files."""
+    src = OUT / "llama.cpp"
+    path = src / f"ggml-vocab-{name}.gguf"
+    if not path.is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+            subprocess.run([*pip, _LLAMA_CPP_PYTHON, "-d", tmp], check=True)
+            sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+            src.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(sdist) as tar:
+                for member in tar.getmembers():
+                    file = Path(member.name)
+                    vocab = file.name.removeprefix("ggml-vocab-").split(".gguf")[0]
+                    if file.parent.name == "models" and vocab in LLAMA_CPP_NAMES:
+                        data = tar.extractfile(member)
+                        if data is not None:
+                            (src / file.name).write_bytes(data.read())
+    return path
+
+
+def llama_cpp(name: str) -> Path:
+    """One of llama.cpp's vocabularies (``llama-spm``, ``falcon``, ``command-r``,
+    ``starcoder``) as a Hugging Face file: a SentencePiece (``tokenizer.ggml.model`` ``llama``)
+    by the conversion ``sentencepiece()`` uses, a byte-level BPE (``gpt2``) by its own merges
+    and llama.cpp's pre-tokenizer for it. Control and user-defined tokens (``<s>``, chat
+    markers) are not matched in text: a user who types them gets the characters.
+
+    The ids equal the original's on each of the 47 texts of llama.cpp's tests (``check()``:
+    ids the original Hugging Face tokenizer gave) and llama.cpp's (llama-cpp-python built from
+    the same sdist) on each of 351 texts of 12 kinds (prose, code, JSON, Chinese, Japanese,
+    Korean, Russian, Arabic, Hindi, Thai, emoji, mixed); Llama's also equal sentencepiece's (a
+    model rebuilt from the GGUF's pieces, scores and types) on the 351. Not matched: Command-R's
+    original normalizes text to NFC, llama.cpp does not, nor does this file (decomposed accents
+    are rare in prompts)."""
+    path = OUT / f"{name}.json"
+    if path.is_file():
+        return path
+    from gguf import GGUFReader
+
+    fields = GGUFReader(_gguf(name)).fields
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    vocab = {token: i for i, token in enumerate(tokens)}
+    if fields["tokenizer.ggml.model"].contents() == "llama":
+        types = fields["tokenizer.ggml.token_type"].contents()
+        special = {i for i, t in enumerate(types) if t != 1}  # 1: a normal piece
+        _write_spm_bpe(path, vocab, special, list(fields["tokenizer.ggml.scores"].contents()))
+    else:
+        merges = fields["tokenizer.ggml.merges"].contents()
+        _write_bpe(path, vocab, merges, _LLAMA_CPP_PATTERNS[name], ignore_merges=False)
+    return path
+
+
+def check(name: str) -> tuple[int, int]:
+    """How many of llama.cpp's test texts for ``name`` the converted file gives the original's
+    ids for, and how many there are (``ggml-vocab-{name}.gguf.inp``: the texts, separated by
+    ``__ggml_vocab_test__`` lines; ``.out``: the ids, one line a text)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(llama_cpp(name)))
+    tests = OUT / "llama.cpp" / f"ggml-vocab-{name}.gguf"
+    texts = tests.with_suffix(".gguf.inp").read_bytes().decode().split("\n__ggml_vocab_test__\n")
+    ids = tests.with_suffix(".gguf.out").read_bytes().decode().split("\n")
+    equal = 0
+    for text, line in zip(texts, ids, strict=False):
+        got = tok.encode(text, add_special_tokens=False).ids if text else []
+        equal += got == [int(i) for i in line.split()]
+    return equal, len(texts)
+
+
 if __name__ == "__main__":
-    print("\n".join([*specs(), *specs(held_out=True)]))
+    print("\n".join([*specs(), *specs(held_out=True), *specs_more()]))
+    for name in LLAMA_CPP_NAMES:
+        equal, total = check(name)
+        print(f"{name}: the original's ids on {equal} of llama.cpp's {total} test texts")

@@ -71,7 +71,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pricing.chunks import content_chunks
-from pricing.content import STATS
+from pricing.content import MOST_PER_CHARACTER, STATS
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import Message, TextPart
 from pricing.meter import (
@@ -483,7 +483,7 @@ def _bound_message(
 ) -> MessagePressure:
     """One message's bound (its images appended to ``details``): text and framing bounded,
     calls and default-priced image tokens as the meter has them, every per-character feature
-    at the characters of its texts."""
+    at the most its texts' characters can count for (``content.MOST_PER_CHARACTER``)."""
     text = images = defaulted = unsized = 0
     chars = sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
     carried = [0] * len(STATS)  # the features of text a part carries (a PDF's), as counted
@@ -516,7 +516,7 @@ def _bound_message(
         images,
         calls=len(message.tool_calls),
         defaulted=defaulted,
-        stats=tuple(chars + c for c in carried),
+        stats=tuple(chars * most + c for most, c in zip(MOST_PER_CHARACTER, carried, strict=True)),
         unsized=unsized,
     )
 

@@ -109,8 +109,9 @@ NUMBERS = FEATURES.index("numbers")
 DIGITS = FEATURES.index("digits")
 NONASCII = FEATURES.index("nonascii")
 GROUPS = FEATURES.index("groups")
+WIDE = FEATURES.index("wide")
 #: How many characters' counts came after numbers (``pricing.content.STATS``' last: the scripts'
-#: and the groups', since 2026-12-05).
+#: and the groups', since 2026-12-05; the wide bytes', since 2026-12-06).
 _BLOCKS = len(STATS) - STATS.index("hangul")
 #: The features an image's tokens may fall in (an offloaded image leaves all of them).
 IMAGE_FEATURES = (IMAGES, DEFAULTED, UNSIZED)
@@ -319,11 +320,11 @@ class Sample:
         n = len(self.features)
         if n == _N:
             return self.features
-        # Numbers, then the scripts, then the groups were added last among the characters'
-        # counts (unsized images after them): a sample from before any of them lacks a tail of
-        # those counts, read as none.
+        # Numbers, then the scripts, the groups and the wide bytes were added last among
+        # the characters' counts (unsized images after them): a sample from before any of them
+        # lacks a tail of those counts, read as none.
         missing = _N - n
-        if missing in (1, _BLOCKS, _BLOCKS + 1):  # before the groups, the scripts, numbers
+        if missing in (1, 2, _BLOCKS, _BLOCKS + 1):  # before wide, groups, the scripts, numbers
             return (*self.features[:-1], *(0,) * missing, self.features[-1])
         blocks = (0,) * _BLOCKS
         if n == _N - _BLOCKS - 2:  # before unsized images were a feature of their own
@@ -429,13 +430,15 @@ def checkpoint_anchors(
     return out
 
 
-_MODELS = ("features", "scripts", "numbers", "digits", "classes", "one-factor")
+_MODELS = ("features", "groups", "scripts", "numbers", "digits", "classes", "one-factor")
 
 
 def _project(v: Sequence[int], model: str) -> tuple[int, ...]:
     """A sample's features as an older model of the bias saw them (``CalibrationPolicy.model``)."""
+    if model == "groups":
+        return (*v[:WIDE], 0, *v[WIDE + 1 :])
     if model == "scripts":
-        return (*v[:GROUPS], 0, *v[GROUPS + 1 :])
+        return (*v[:GROUPS], 0, 0, *v[WIDE + 1 :])
     if model == "numbers":
         return (*v[: NUMBERS + 1], *(0,) * _BLOCKS, *v[NUMBERS + 1 + _BLOCKS :])
     if model == "digits":
@@ -490,6 +493,13 @@ class CalibrationPolicy:
     #: the dearest, Thai on Claude's legacy tokenizer, costs 1.13 a character more than the
     #: prior's 1.4x of o200k (bench/REPORT.md, 4d, with the held-out check).
     prior_nonascii: float = 1.2
+    #: ... and per UTF-8 byte of a character beyond its second, on top of that
+    #: (``pricing.content``'s ``wide``): a tokenizer with no piece for a character spends a token
+    #: on each of its bytes, three on a CJK, Hangul, Devanagari or Thai one and four on an emoji
+    #: where a Cyrillic one costs two. The least weight, per meter, that puts GPT-3's p50k (the
+    #: dearest tokenizer measured) under the prior in every script; checked on six real
+    #: tokenizers never tuned on (bench/REPORT.md, 4f).
+    prior_wide: float = 0.9
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
     #: Image tokens priced by a stand-in rule may be far from the truth either way: their weight
@@ -675,10 +685,12 @@ def _round_up(value: float, step: float) -> float:
 
 
 #: A meter that itself spends more on other scripts than o200k leaves the prior less to cover per
-#: character outside ASCII: on the four tuning tokenizers of ``prior_nonascii`` the most needed on
-#: top of 1.4x cl100k was 0.41 a character (Thai on Claude's legacy BPE), on top of 1.4x Claude's
-#: legacy BPE nothing (bench/REPORT.md, 4d). The policy's weight is the most any meter adds.
-_SCRIPT_WEIGHT = {"cl100k_base": 0.5, "anthropic-legacy": 0.0}
+#: character outside ASCII and per byte beyond a character's second: the least weights, in
+#: tenths, that put every tokenizer they were chosen on (4d's four and GPT-3's p50k) at or under
+#: 0.95 of the prior's price in every script (bench/REPORT.md, 4d and 4f; bench/prior_scripts.py).
+#: A meter not measured gets the policy's weights, the most any meter adds.
+_SCRIPT_WEIGHT = {"cl100k_base": 0.5, "anthropic-legacy": 0.4}
+_WIDE_WEIGHT = {"o200k_base": 0.8, "anthropic-legacy": 0.8}
 
 
 def _prior(policy: CalibrationPolicy, exact: bool, meter: str = "o200k_base") -> list[float]:
@@ -690,6 +702,8 @@ def _prior(policy: CalibrationPolicy, exact: bool, meter: str = "o200k_base") ->
     out[REQUESTS] = policy.prior_requests
     out[DIGITS] = policy.prior_digits
     out[NONASCII] = min(policy.prior_nonascii, _SCRIPT_WEIGHT.get(meter, policy.prior_nonascii))
+    if policy.model == "features":  # the older models (for comparison) had no such count
+        out[WIDE] = min(policy.prior_wide, _WIDE_WEIGHT.get(meter, policy.prior_wide))
     return out
 
 
@@ -839,13 +853,19 @@ def _base(
     n = len(clean)
     recency = [0.5 ** ((n - 1 - i) / policy.half_life) for i in range(n)]
     seen = [any(r[j] for r in rows) for j in range(_N)]
+    # The wide bytes' count is the prior's alone (a route none of whose samples had one keeps
+    # the prior's weight, ``_bounded``; one whose samples had some prices them through the count
+    # outside ASCII and the scripts'): fitted beside those, it only widened the interval
+    # (bench/REPORT.md, 4f).
+    for r in rows:
+        r[WIDE] = 0.0
     ridge = [policy.ridge_chars if j in _CHARS else policy.ridge for j in range(_N)]
     # Relative errors are what matter (a 40-token miss is nothing on 8,000, a lot on 200):
     # each sample weighs 1 / actual², so small prompts are fitted as well as large ones.
     # The older models (``policy.model``, for comparison) fitted absolute errors.
     weights = (
         [r / s.actual**2 for r, s in zip(recency, clean, strict=True)]
-        if policy.model in ("features", "scripts", "numbers", "digits")
+        if policy.model in ("features", "groups", "scripts", "numbers", "digits")
         else recency
     )
     actual = [float(s.actual) for s in clean]

@@ -29,6 +29,7 @@ from functools import lru_cache
 __all__ = [
     "CLASSES",
     "CODE",
+    "MOST_PER_CHARACTER",
     "NUMERIC",
     "PROSE",
     "SCRIPT",
@@ -49,8 +50,12 @@ _CODE = frozenset(";(){}=<>_/*#|&$\\")
 STATS = (
     *("digits", "newlines", "indent", "tabs", "punct", "nonascii", "numbers"),
     *("hangul", "kana", "han", "cyrillic"),
-    "groups",
+    *("groups", "wide"),
 )
+#: The most of each of ``STATS`` one character can count for: 1, but for ``wide`` (a character
+#: of four UTF-8 bytes has two beyond its second). ``pricing.bounds`` bounds a text's counts by
+#: its characters times these.
+MOST_PER_CHARACTER = (*(1,) * (len(STATS) - 1), 2)
 #: Scripts counted on their own (``STATS``' four before ``groups``): a tokenizer may have a piece
 #: for each kana and none for most Hangul syllables (three tokens each, by byte fallback: Mistral
 #: v3's), which o200k's tokens and the count of characters outside ASCII cannot tell apart
@@ -66,6 +71,14 @@ _DIGITS = b"0123456789"
 _NUMBER = re.compile(rb"[0-9]+")
 _PUNCT = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 _LEADS = bytes(range(0xC0, 0x100))  # the first byte of each character outside ASCII
+#: The first byte of each character of three or more UTF-8 bytes (``wide`` counts their bytes
+#: beyond the second): every script of Asia but Hebrew's and Arabic's, most symbols and emoji. A
+#: tokenizer with no piece for a character spends a token on each of its bytes (byte-level BPE;
+#: SentencePiece's byte fallback), three or four where a two-byte one (Cyrillic, Greek, Arabic,
+#: Hebrew) costs two: a count of characters outside ASCII alone cannot price both worst cases
+#: (bench/REPORT.md, 4f).
+_WIDE = bytes(range(0xE0, 0x100))
+_WIDER = bytes(range(0xF0, 0x100))  # ... of four bytes (emoji, rare ideographs)
 
 
 def _sample(text: str) -> str:
@@ -100,7 +113,8 @@ def profile(text: str) -> tuple[int, ...]:
     """Counts of ``STATS`` in a text: digits, newlines, pairs of spaces (indentation and
     alignment), tabs, ASCII punctuation, characters outside ASCII (UTF-8 lead bytes) and runs of
     digits (numbers), the characters of four scripts (``_scripts``), and the groups of up to
-    three digits the meter's tokenizers split numbers into (groups). Digits, numbers and groups
+    three digits the meter's tokenizers split numbers into (groups), and the UTF-8 bytes of
+    characters beyond their second (wide). Digits, numbers and groups
     together say how a tokenizer splits numbers, each scheme exactly: the meter counts a
     d-digit number as ⌈d/3⌉ tokens (its groups), so one token per digit is a token more a
     digit and one less a group, one per number a token more a number and one less a group.
@@ -123,11 +137,19 @@ def profile(text: str) -> tuple[int, ...]:
         len(runs),
         *(_scripts(b) if n > len(s) else (0, 0, 0, 0)),
         sum((len(run) + 2) // 3 for run in runs),
+        _wide(b) if n > len(s) else 0,
     )
     if len(s) == len(text):
         return counts
     scale = len(text) / len(s)
     return tuple(round(c * scale) for c in counts)
+
+
+def _wide(b: bytes) -> int:
+    """The UTF-8 bytes of ``b``'s characters beyond their second: one for each character of
+    three bytes, two for each of four."""
+    n = len(b)
+    return 2 * n - len(b.translate(None, _WIDE)) - len(b.translate(None, _WIDER))
 
 
 def _scripts(b: bytes) -> tuple[int, int, int, int]:

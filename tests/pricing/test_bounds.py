@@ -25,6 +25,7 @@ from pricing.bounds import (
     utf8_bytes,
 )
 from pricing.calibration import Correction
+from pricing.content import MOST_PER_CHARACTER
 from pricing.framing import default_framing
 from pricing.images import default_image_rule
 from pricing.images.kinds import DETAILS
@@ -457,12 +458,16 @@ def test_a_bound_under_a_fitted_correction_is_never_below_the_exact_estimate(
 
 def test_a_pdfs_text_features_are_carried_once_whatever_parts_follow() -> None:
     """A PDF's text features go into its message's bound as counted, once: an image after it
-    adds none of them (the bound is chars of the message's text plus what its PDFs carry)."""
+    adds none of them (the bound is the most the message's characters can count for plus what
+    its PDFs carry)."""
     r = route("o200k_base", vision=True)
     message = Message("user", (TextPart("ab"), ImagePart(PDFS[0]), ImagePart(png(64, 64))))
     exact = measure_message(message, r)[0]
     bound = bound_pressure([message], [], r)
     assert bound is not None
     (pdf,) = [d for d in bound.image_details if d.rule == "document"]
-    assert bound.messages[0].stats == tuple(2 + s for s in pdf.text_stats)
+    most = MOST_PER_CHARACTER
+    assert bound.messages[0].stats == tuple(
+        2 * m + s for m, s in zip(most, pdf.text_stats, strict=True)
+    )
     assert all(b >= e for b, e in zip(bound.messages[0].stats, exact.stats, strict=True))

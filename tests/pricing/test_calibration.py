@@ -201,7 +201,7 @@ def test_checkpoint_anchors_give_the_head_its_share_of_the_truth():
 import json  # noqa: E402
 import re  # noqa: E402
 
-from pricing.content import CLASSES, STATS, profile  # noqa: E402
+from pricing.content import CLASSES, MOST_PER_CHARACTER, STATS, profile  # noqa: E402
 from pricing.messages import parse_request  # noqa: E402
 from pricing.meter import measure  # noqa: E402
 from pricing.route import Route  # noqa: E402
@@ -257,9 +257,13 @@ def test_a_tokenizer_that_disagrees_within_classes_is_learnt_within_3_percent():
 @settings(max_examples=60, deadline=None)
 @given(st.text(max_size=20_000), st.text(max_size=50))
 def test_character_counts_never_exceed_the_length(text, tail):
+    """Each count is at most the text's characters (twice them for ``wide``, the bytes beyond
+    each character's second): ``pricing.bounds`` bounds a text's counts by that."""
     counts = profile(text)
     assert len(counts) == len(STATS)
-    assert all(0 <= c <= len(text) for c in counts)
+    assert all(
+        0 <= c <= most * len(text) for c, most in zip(counts, MOST_PER_CHARACTER, strict=True)
+    )
     assert profile(text) == counts  # deterministic: the same text always costs the same
     if len(text) + len(tail) <= 2048:  # exact below the sample size: counts add up
         joined = profile(text + "\n" + tail)
@@ -513,12 +517,12 @@ def test_short_numbers_are_priced_by_their_groups(seed):
 
 
 def test_samples_recorded_before_numbers_were_counted_keep_their_features():
-    """A sample stored before ``numbers`` existed (six features fewer: numbers, the four
-    scripts and the groups; unsized images last) reads with no numbers and its unsized image
-    tokens where they belong, not shifted into numbers."""
+    """A sample stored before ``numbers`` existed (seven features fewer: numbers, the four
+    scripts, the groups and the wide characters; unsized images last) reads with no numbers and
+    its unsized image tokens where they belong, not shifted into numbers."""
     from pricing.calibration import NUMBERS, UNSIZED
 
-    old = tuple(range(1, len(FEATURES) - 5))  # every old feature distinct, unsized last
+    old = tuple(range(1, len(FEATURES) - 6))  # every old feature distinct, unsized last
     s = Sample("r", 0.0, 1, 1, 0, 0, 1, 1, False, 10, 0, old)
     assert s.vector[NUMBERS] == 0
     assert s.vector[UNSIZED] == old[-1]
@@ -527,27 +531,42 @@ def test_samples_recorded_before_numbers_were_counted_keep_their_features():
 
 
 def test_samples_recorded_before_scripts_were_counted_keep_their_features():
-    """A sample stored before the four scripts' counts existed (nor the groups; unsized images
-    last) reads with none of them, its numbers and unsized image tokens where they were."""
+    """A sample stored before the four scripts' counts existed (nor the groups, nor the wide
+    characters; unsized images last) reads with none of them, its numbers and unsized image
+    tokens where they were."""
     from pricing.calibration import NUMBERS, UNSIZED
 
-    old = tuple(range(1, len(FEATURES) - 4))
+    old = tuple(range(1, len(FEATURES) - 5))
     s = Sample("r", 0.0, 1, 1, 0, 0, 1, 1, False, 10, 0, old)
     assert s.vector[: NUMBERS + 1] == old[: NUMBERS + 1]
     assert [s.vector[FEATURES.index(k)] for k in ("hangul", "kana", "han", "cyrillic")] == [0] * 4
     assert s.vector[FEATURES.index("groups")] == 0
+    assert s.vector[FEATURES.index("wide")] == 0
     assert s.vector[UNSIZED] == old[-1]
 
 
 def test_samples_recorded_before_groups_were_counted_keep_their_features():
-    """A sample stored with the scripts' counts and without the groups (unsized images last)
-    reads with no groups, every other count where it was."""
-    from pricing.calibration import GROUPS, UNSIZED
+    """A sample stored with the scripts' counts and without the groups (nor the wide
+    characters; unsized images last) reads with neither, every other count where it was."""
+    from pricing.calibration import GROUPS, UNSIZED, WIDE
+
+    old = tuple(range(1, len(FEATURES) - 1))
+    s = Sample("r", 0.0, 1, 1, 0, 0, 1, 1, False, 10, 0, old)
+    assert s.vector[:GROUPS] == old[:GROUPS]
+    assert s.vector[GROUPS] == s.vector[WIDE] == 0
+    assert s.vector[UNSIZED] == old[-1]
+    assert len(s.vector) == len(FEATURES)
+
+
+def test_samples_recorded_before_wide_characters_were_counted_keep_their_features():
+    """A sample stored with the groups and without the wide characters' count (unsized images
+    last) reads with none of them, every other count where it was."""
+    from pricing.calibration import UNSIZED, WIDE
 
     old = tuple(range(1, len(FEATURES)))
     s = Sample("r", 0.0, 1, 1, 0, 0, 1, 1, False, 10, 0, old)
-    assert s.vector[:GROUPS] == old[:GROUPS]
-    assert s.vector[GROUPS] == 0
+    assert s.vector[:WIDE] == old[:WIDE]
+    assert s.vector[WIDE] == 0
     assert s.vector[UNSIZED] == old[-1]
     assert len(s.vector) == len(FEATURES)
 
@@ -565,64 +584,35 @@ def test_groups_are_the_meters_tokens_of_digits(runs):
     )
 
 
-#: One sentence in each script a tokenizer may have few pieces for (the weather and a request
-#: to read the meeting's papers by Friday), and emoji.
-_SCRIPTS = {
-    "russian": "Погода в Москве ясная. Пожалуйста, проверьте материалы встречи до пятницы.",
-    "greek": "Ο καιρός στην Αθήνα είναι καθαρός. Παρακαλώ ελέγξτε τα έγγραφα της συνάντησης.",
-    "chinese": "北京今天天气晴朗。请在星期五之前检查会议材料，并把结果发给我。",
-    "japanese": "東京は晴れです。会議の資料を金曜日までに確認してください。",
-    "korean": "서울의 날씨는 맑습니다. 금요일까지 회의 자료를 확인해 주세요.",
-    "arabic": "الطقس في القاهرة صاف. يرجى مراجعة مواد الاجتماع قبل يوم الجمعة.",
-    "hebrew": "מזג האוויר בירושלים בהיר. אנא בדקו את חומרי הפגישה לפני יום שישי.",
-    "hindi": "दिल्ली में मौसम साफ है। कृपया शुक्रवार से पहले बैठक की सामग्री देखें।",
-    "thai": "อากาศในกรุงเทพฯ แจ่มใส กรุณาตรวจสอบเอกสารการประชุมก่อนวันศุกร์",
-    "emoji": "👍🏽 🎉 🚀 ✅ 🔥 😀 🙏🏻 💡 📈 🧪",
-}
-
-
-def _script_bodies(text: str) -> list[dict]:
-    """The text as a user's message, and as a tool's output in an agent's turn."""
-    long = " ".join([text] * 30)
-    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
-    return [
-        {"model": "m", "messages": [{"role": "user", "content": long}]},
-        {
-            "model": "m",
-            "messages": [
-                {"role": "system", "content": "You are a coding agent."},
-                {"role": "user", "content": "Read the notes."},
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "c1", "content": long},
-            ],
-        },
-    ]
+from script_sentences import SCRIPTS as _SCRIPTS  # noqa: E402
+from script_sentences import script_bodies as _script_bodies  # noqa: E402
 
 
 @pytest.mark.parametrize("script", sorted(_SCRIPTS))
 def test_a_new_route_is_priced_above_real_tokenizers_in_every_script(script):
     """A real tokenizer may have few pieces for a script the meter's o200k reads in a token or
-    two, and spend up to a token per UTF-8 byte: Claude's legacy BPE and DeepSeek's, as the
-    simulator counts them. A new inexact route's prior prices both at or above their count in
-    every script, whichever meter prices the route (o200k, cl100k, Claude's legacy BPE); before
-    it priced each character outside ASCII (``prior_nonascii``), Claude's legacy tokenizer
-    counted Devanagari at 3x the prior's price on an o200k route and Thai at 2.7x. A meter
-    that itself spends as much on scripts adds nothing: a Claude route's prior stays within
-    1.5x of its own tokenizer's count (the o200k route's weight would put CJK at 2.5x)."""
+    two, and spend up to a token per UTF-8 byte: Claude's legacy BPE, DeepSeek's and GPT-3's
+    p50k, as the simulator counts them. A new inexact route's prior prices each at or above
+    its count in every script, whichever meter prices the route (o200k, cl100k, Claude's
+    legacy BPE); before it priced each character outside ASCII (``prior_nonascii``), Claude's
+    legacy tokenizer counted Devanagari at 3x the prior's price on an o200k route and Thai at
+    2.7x; before it priced the bytes of wide characters (``prior_wide``), p50k counted Hangul
+    at 1.26x it, and at 1.52x on a Claude route. A meter that itself spends more on scripts
+    adds less: a Claude route's prior stays within 2.6x of its own tokenizer's count."""
     from proxy.sim.counting import openai_prompt
     from proxy.sim.models import SimModel
 
     for meter in ("o200k_base", "cl100k_base", "anthropic-legacy"):
         route = Route(alias="unknown", model="acme-7", tokenizer=meter)
         prior = fit_correction((), CalibrationPolicy(), exact=False, meter=meter)
-        for tokenizer in ("anthropic-legacy", "deepseek"):
+        for tokenizer in ("anthropic-legacy", "deepseek", "p50k_base"):
             sim = SimModel("real", context_window=32_768, max_output=4096, tokenizer=tokenizer)
             for body in _script_bodies(_SCRIPTS[script]):
                 actual = len(openai_prompt(body, sim, None).tokens)
                 estimate = prior.price_pressure(measure(parse_request(body), route))
                 assert estimate >= actual, (meter, tokenizer, estimate, actual)
                 if meter == tokenizer == "anthropic-legacy":
-                    assert estimate <= 1.5 * actual, (estimate, actual)
+                    assert estimate <= 2.6 * actual, (estimate, actual)
 
 
 def test_a_count_no_sample_had_is_priced_as_the_prior_prices_it():

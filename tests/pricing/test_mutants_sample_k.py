@@ -49,18 +49,28 @@ def test_the_numbers_model_sees_every_feature_but_the_scripts_counts() -> None:
     vector = tuple(range(1, len(FEATURES) + 1))
     projected = _project(vector, "numbers")
     assert len(projected) == len(FEATURES)
-    scripts = ("hangul", "kana", "han", "cyrillic", "groups")  # the groups came after them
+    scripts = ("hangul", "kana", "han", "cyrillic", "groups", "wide")  # came after the scripts
     for name, before, after in zip(FEATURES, vector, projected, strict=True):
         assert after == (0 if name in scripts else before), name
 
 
 def test_the_scripts_model_sees_every_feature_but_the_groups() -> None:
-    """``scripts`` is "the same without the digits' groups"."""
+    """``scripts`` is "the same without the digits' groups" (nor the wide characters, which
+    came after them)."""
     vector = tuple(range(1, len(FEATURES) + 1))
     projected = _project(vector, "scripts")
     assert len(projected) == len(FEATURES)
     for name, before, after in zip(FEATURES, vector, projected, strict=True):
-        assert after == (0 if name == "groups" else before), name
+        assert after == (0 if name in ("groups", "wide") else before), name
+
+
+def test_the_groups_model_sees_every_feature_but_the_wide_characters() -> None:
+    """``groups`` is "the same without the count of wide characters"."""
+    vector = tuple(range(1, len(FEATURES) + 1))
+    projected = _project(vector, "groups")
+    assert len(projected) == len(FEATURES)
+    for name, before, after in zip(FEATURES, vector, projected, strict=True):
+        assert after == (0 if name == "wide" else before), name
 
 
 def test_the_digits_model_prices_images_of_unknown_size_as_the_features_model_does() -> None:
@@ -86,12 +96,13 @@ def test_the_digits_model_prices_images_of_unknown_size_as_the_features_model_do
 
 @pytest.mark.parametrize("model", ["bogus", "Features", ""])
 def test_an_unknown_calibration_model_is_refused_naming_the_known_ones(model: str) -> None:
-    """A config error must say what would have been accepted: the six models the policy
+    """A config error must say what would have been accepted: the seven models the policy
     documents, in its order."""
     with pytest.raises(ValueError) as refused:
         CalibrationPolicy(model=model)
     assert str(refused.value) == (
-        "calibration model must be one of features, scripts, numbers, digits, classes, one-factor"
+        "calibration model must be one of features, groups, scripts, numbers, digits, classes, "
+        "one-factor"
     )
 
 

@@ -1,0 +1,37 @@
+"""One sentence in each of ten scripts, as request bodies: what a new route's prior is held to
+(tests/pricing/test_calibration.py) and measured against (bench/prior_scripts.py)."""
+
+from __future__ import annotations
+
+#: One sentence in each script a tokenizer may have few pieces for (the weather and a request
+#: to read the meeting's papers by Friday), and emoji.
+SCRIPTS = {
+    "russian": "Погода в Москве ясная. Пожалуйста, проверьте материалы встречи до пятницы.",
+    "greek": "Ο καιρός στην Αθήνα είναι καθαρός. Παρακαλώ ελέγξτε τα έγγραφα της συνάντησης.",
+    "chinese": "北京今天天气晴朗。请在星期五之前检查会议材料，并把结果发给我。",
+    "japanese": "東京は晴れです。会議の資料を金曜日までに確認してください。",
+    "korean": "서울의 날씨는 맑습니다. 금요일까지 회의 자료를 확인해 주세요.",
+    "arabic": "الطقس في القاهرة صاف. يرجى مراجعة مواد الاجتماع قبل يوم الجمعة.",
+    "hebrew": "מזג האוויר בירושלים בהיר. אנא בדקו את חומרי הפגישה לפני יום שישי.",
+    "hindi": "दिल्ली में मौसम साफ है। कृपया शुक्रवार से पहले बैठक की सामग्री देखें।",
+    "thai": "อากาศในกรุงเทพฯ แจ่มใส กรุณาตรวจสอบเอกสารการประชุมก่อนวันศุกร์",
+    "emoji": "👍🏽 🎉 🚀 ✅ 🔥 😀 🙏🏻 💡 📈 🧪",
+}
+
+
+def script_bodies(text: str) -> list[dict]:
+    """The text as a user's message, and as a tool's output in an agent's turn."""
+    long = " ".join([text] * 30)
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    return [
+        {"model": "m", "messages": [{"role": "user", "content": long}]},
+        {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "Read the notes."},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": long},
+            ],
+        },
+    ]
