@@ -102,8 +102,9 @@ def _policies(compare: str = "numbers") -> dict[str, Any]:
     """``before`` against today's default: without the count of numbers (``numbers``, 4c),
     without the prior's price per character outside ASCII (``scripts``, 4d) or without the
     scripts' counts (``blocks``, 4d), without the interval, at the scale-up's former
-    quantile (``interval``, 4e), or without the count of wide characters and its price in the
-    prior (``wide``, 4f)."""
+    quantile (``interval``, 4e), without the count of wide characters and its price in the
+    prior (``wide``, 4f), or without the prior's price of newlines, tabs and pairs of spaces
+    (``whitespace``, 4g)."""
     from pricing.calibration import CalibrationPolicy
 
     after = CalibrationPolicy()
@@ -113,6 +114,11 @@ def _policies(compare: str = "numbers") -> dict[str, Any]:
         return {"before": replace(after, model="numbers"), "after": after}
     if compare == "groups":
         return {"before": replace(after, model="scripts"), "after": after}
+    if compare == "whitespace":
+        return {
+            "before": replace(after, prior_newlines=0.0, prior_tabs=0.0, prior_indent=0.0),
+            "after": after,
+        }
     if compare == "wide":
         return {"before": replace(after, model="groups"), "after": after}
     if compare == "interval":

@@ -1,11 +1,12 @@
-"""Section 4f: a new route's prior against real tokenizers, script by script (issue 31 item 4).
+"""Sections 4f-4g: a new route's prior against real tokenizers, script by script and on runs of
+whitespace (issue 31 item 4).
 
 For each meter a route may price with (o200k, cl100k, Claude's legacy BPE) and each real
 tokenizer (bench/real_tokenizers.py: the set the prior's weights were chosen on, and the ones
-held out), the count of ten scripts' sentences (tests/pricing/test_calibration.py's, as a
-user's message and as a tool's output) over the price the prior of a route with no samples
-puts on them. Above 1 the prior under-estimates that tokenizer in that script; the worst and
-the least script are printed per tokenizer.
+held out), the count of ten scripts' sentences and three runs of whitespace
+(tests/script_sentences.py, as a user's message and as a tool's output) over the price the
+prior of a route with no samples puts on them. Above 1 the prior under-estimates that
+tokenizer on that text; the worst and the least text are printed per tokenizer.
 
     python bench/prior_scripts.py            # every meter, every real tokenizer
 """
@@ -26,7 +27,7 @@ METERS = ("o200k_base", "cl100k_base", "anthropic-legacy")
 
 def ratios(meter: str, tokenizers: list[str]) -> dict[str, dict[str, float]]:
     """count ÷ the prior's price, per tokenizer and script (the worse of the two bodies)."""
-    from script_sentences import SCRIPTS, script_bodies
+    from script_sentences import SCRIPTS, WHITESPACE, script_bodies
 
     from pricing.calibration import CalibrationPolicy, fit_correction
     from pricing.messages import parse_request
@@ -37,7 +38,8 @@ def ratios(meter: str, tokenizers: list[str]) -> dict[str, dict[str, float]]:
 
     route = Route(alias="unknown", model="acme-7", tokenizer=meter)
     prior = fit_correction((), CalibrationPolicy(), exact=False, meter=meter)
-    bodies = {name: script_bodies(text) for name, text in SCRIPTS.items()}
+    texts = {**SCRIPTS, **WHITESPACE}
+    bodies = {name: script_bodies(text) for name, text in texts.items()}
     priced = {
         name: [prior.price_pressure(measure(parse_request(b), route)) for b in bs]
         for name, bs in bodies.items()
@@ -62,7 +64,7 @@ def main() -> None:
     chosen = [*specs(), "p50k_base"]
     held_out = [*specs(held_out=True)[1:], *specs(held_out="more")]
     for meter in METERS:
-        print(f"meter {meter}: count / prior's price, worst and least script")
+        print(f"meter {meter}: count / prior's price, worst and least text")
         for spec in chosen + held_out:
             row = ratios(meter, [spec])[spec]
             worst, least = max(row, key=row.__getitem__), min(row, key=row.__getitem__)

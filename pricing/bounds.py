@@ -71,7 +71,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pricing.chunks import content_chunks
-from pricing.content import MOST_PER_CHARACTER, STATS
+from pricing.content import IN_ASCII, MOST_PER_CHARACTER, STATS
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import Message, TextPart
 from pricing.meter import (
@@ -483,14 +483,18 @@ def _bound_message(
 ) -> MessagePressure:
     """One message's bound (its images appended to ``details``): text and framing bounded,
     calls and default-priced image tokens as the meter has them, every per-character feature
-    at the most its texts' characters can count for (``content.MOST_PER_CHARACTER``)."""
+    at the most its texts' characters can count for (``content.MOST_PER_CHARACTER``; none of
+    those outside ASCII for a text all in ASCII, ``content.IN_ASCII``)."""
     text = images = defaulted = unsized = 0
-    chars = sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
+    said = [s for c in message.tool_calls for s in (c.name, c.arguments)]
+    chars = sum(map(len, said))
+    ascii_chars = sum(len(s) for s in said if s.isascii())
     carried = [0] * len(STATS)  # the features of text a part carries (a PDF's), as counted
     for j, part in enumerate(message.parts):
         if isinstance(part, TextPart):
             text += text_of(part.text) if part.text else 0
             chars += len(part.text)
+            ascii_chars += len(part.text) if part.text.isascii() else 0
             continue
         try:
             price = price_image(part, route, sizes)
@@ -516,8 +520,13 @@ def _bound_message(
         images,
         calls=len(message.tool_calls),
         defaulted=defaulted,
-        stats=tuple(chars * most + c for most, c in zip(MOST_PER_CHARACTER, carried, strict=True)),
+        stats=tuple(
+            (chars if any_text else chars - ascii_chars) * most + c
+            for most, any_text, c in zip(MOST_PER_CHARACTER, IN_ASCII, carried, strict=True)
+        ),
         unsized=unsized,
+        chars=chars,
+        ascii_chars=ascii_chars,
     )
 
 

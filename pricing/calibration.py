@@ -63,7 +63,7 @@ from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import add, mul
 
-from pricing.content import CLASSES, STATS
+from pricing.content import CLASSES, EXACT_UP_TO, IN_ASCII, MOST_PER_CHARACTER, STATS
 from pricing.meter import MessagePressure, Pressure
 
 __all__ = [
@@ -76,7 +76,9 @@ __all__ = [
     "anchor_of",
     "anchored",
     "anchored_estimate",
+    "characters_saving",
     "checkpoint_anchors",
+    "dearest_character",
     "fit_correction",
     "message_features",
     "pressure_features",
@@ -108,6 +110,9 @@ UNSIZED = _N - 1
 NUMBERS = FEATURES.index("numbers")
 DIGITS = FEATURES.index("digits")
 NONASCII = FEATURES.index("nonascii")
+NEWLINES, INDENT, TABS = (FEATURES.index(k) for k in ("newlines", "indent", "tabs"))
+PUNCT = FEATURES.index("punct")
+_SCRIPT_COUNTS = tuple(FEATURES.index(k) for k in ("hangul", "kana", "han", "cyrillic"))
 GROUPS = FEATURES.index("groups")
 WIDE = FEATURES.index("wide")
 #: How many characters' counts came after numbers (``pricing.content.STATS``' last: the scripts'
@@ -124,6 +129,35 @@ _PRICED = tuple(j not in _COUNTS for j in range(_N))
 _OLD_N = REQUESTS
 _NO_STATS = (0,) * len(STATS)
 Vector = tuple[float, ...]
+
+
+def dearest_character(weights: Sequence[float], in_ascii: bool = False) -> float:
+    """The most one character can add to a price through the per-character counts
+    (``pricing.content.profile``), negative weights read as 0: a character is one kind at a
+    time — a digit (a digit, at most a number and a group), a newline, a tab, half a pair of
+    spaces, ASCII punctuation, or (unless ``in_ascii``) a character outside ASCII (one, one of the
+    four scripts, and up to two bytes beyond its second). A bound prices its characters at
+    this, not at every count's weight at once (``characters_saving``)."""
+    w = [max(0.0, x) for x in weights]
+    dearest = max(w[DIGITS] + w[NUMBERS] + w[GROUPS], w[NEWLINES], w[TABS], w[INDENT] / 2, w[PUNCT])
+    if in_ascii:
+        return dearest
+    return max(dearest, w[NONASCII] + max(w[j] for j in _SCRIPT_COUNTS) + 2 * w[WIDE])
+
+
+def characters_saving(weights: Sequence[float], chars: int, ascii_chars: int = 0) -> float:
+    """What pricing a bound's ``chars`` characters (``ascii_chars`` of them in texts all in ASCII)
+    at the dearest kind (``dearest_character``) saves over pricing each per-character count at
+    its most (``pricing.bounds``: ``MOST_PER_CHARACTER`` times the characters, those outside
+    ASCII's only for the others), negative weights read as 0; less half a count per count of
+    every text ``profile`` scaled from a sample, as it may round up."""
+    w = [max(0.0, weights[j]) for j in _CHARS]
+    other = chars - ascii_chars
+    each = zip(w, MOST_PER_CHARACTER, IN_ASCII, strict=True)
+    every = sum(x * most * (chars if any_text else other) for x, most, any_text in each)
+    tight = ascii_chars * dearest_character(weights, True) + other * dearest_character(weights)
+    rounding = 0.5 * sum(w) * (chars // (EXACT_UP_TO + 1))
+    return max(0.0, every - tight - rounding)
 
 
 def _legacy(text: float, framing: float, images: float, messages: float = 0.0) -> Vector:
@@ -500,6 +534,15 @@ class CalibrationPolicy:
     #: dearest tokenizer measured) under the prior in every script; checked on six real
     #: tokenizers never tuned on (bench/REPORT.md, 4f).
     prior_wide: float = 0.9
+    #: ... and per newline, per tab and per pair of spaces: a tokenizer with no piece for a run
+    #: of whitespace spends a token on each of its characters where o200k reads the run in one
+    #: (byte-level BPEs without merges of newlines, tabs; SentencePiece's byte fallback for
+    #: them; Jurassic-2's unigram a token a space). The least weights, in tenths, that put the
+    #: tokenizers ``prior_wide`` was chosen on at or under 0.95 of the prior's price on runs of
+    #: tabs and of blank lines, and Jurassic-2 on runs of spaces (bench/REPORT.md, 4g).
+    prior_newlines: float = 0.7
+    prior_tabs: float = 0.5
+    prior_indent: float = 0.4
     #: A sample's weight halves every ``half_life`` newer samples (recency weighting).
     half_life: float = 60.0
     #: Image tokens priced by a stand-in rule may be far from the truth either way: their weight
@@ -701,6 +744,8 @@ def _prior(policy: CalibrationPolicy, exact: bool, meter: str = "o200k_base") ->
     out[MESSAGES], out[CALLS] = policy.prior_messages, policy.prior_calls
     out[REQUESTS] = policy.prior_requests
     out[DIGITS] = policy.prior_digits
+    out[NEWLINES], out[TABS] = policy.prior_newlines, policy.prior_tabs
+    out[INDENT] = policy.prior_indent
     out[NONASCII] = min(policy.prior_nonascii, _SCRIPT_WEIGHT.get(meter, policy.prior_nonascii))
     if policy.model == "features":  # the older models (for comparison) had no such count
         out[WIDE] = min(policy.prior_wide, _WIDE_WEIGHT.get(meter, policy.prior_wide))

@@ -29,6 +29,8 @@ from functools import lru_cache
 __all__ = [
     "CLASSES",
     "CODE",
+    "EXACT_UP_TO",
+    "IN_ASCII",
     "MOST_PER_CHARACTER",
     "NUMERIC",
     "PROSE",
@@ -43,6 +45,9 @@ CLASSES = ("prose", "code", "structured", "script", "numeric")
 PROSE, CODE, STRUCTURED, SCRIPT, NUMERIC = range(len(CLASSES))
 
 _SAMPLE = 2048
+#: ``profile``'s counts are exact for a text up to this many characters, and beyond it its
+#: sample's scaled to the text's length and rounded (each off by at most half a count).
+EXACT_UP_TO = 3 * _SAMPLE
 _STRUCT = frozenset('{}[]":,')
 _CODE = frozenset(";(){}=<>_/*#|&$\\")
 
@@ -56,6 +61,11 @@ STATS = (
 #: of four UTF-8 bytes has two beyond its second). ``pricing.bounds`` bounds a text's counts by
 #: its characters times these.
 MOST_PER_CHARACTER = (*(1,) * (len(STATS) - 1), 2)
+#: Which of ``STATS`` a text all in ASCII can count (``str.isascii`` is a flag read: a bound
+#: takes the others as none for such a text).
+IN_ASCII = tuple(
+    name not in ("nonascii", "hangul", "kana", "han", "cyrillic", "wide") for name in STATS
+)
 #: Scripts counted on their own (``STATS``' four before ``groups``): a tokenizer may have a piece
 #: for each kana and none for most Hangul syllables (three tokens each, by byte fallback: Mistral
 #: v3's), which o200k's tokens and the count of characters outside ASCII cannot tell apart
@@ -82,7 +92,7 @@ _WIDER = bytes(range(0xF0, 0x100))  # ... of four bytes (emoji, rare ideographs)
 
 
 def _sample(text: str) -> str:
-    if len(text) <= 3 * _SAMPLE:
+    if len(text) <= EXACT_UP_TO:
         return text
     mid = len(text) // 2
     return text[:_SAMPLE] + text[mid - _SAMPLE // 2 : mid + _SAMPLE // 2] + text[-_SAMPLE:]

@@ -104,6 +104,14 @@ class MessagePressure:
     #: (the rest is a stand-in rule's price of images whose size is known). Calibration never
     #: prices these below that worst case: the next unknown image may be the largest.
     unsized: int = 0
+    #: Of a bound (``pricing.bounds``): the characters ``stats`` bounds, each count there at the
+    #: most one character can count for times these (plus what PDFs carried, as counted). A
+    #: character is one kind at a time (a digit, a newline, a letter outside ASCII, ...), so
+    #: ``strategies.fit._bound_estimate`` prices them at the dearest kind's weights rather than
+    #: every count's at once (``pricing.calibration.dearest_character``). 0: not a bound.
+    chars: int = 0
+    #: Of ``chars``, those of texts all in ASCII (no count outside ASCII is theirs).
+    ascii_chars: int = 0
 
     @property
     def total(self) -> int:

@@ -26,7 +26,7 @@ import math
 from dataclasses import replace
 
 from pricing.bounds import Proof, bound_pressure
-from pricing.calibration import Correction, pressure_features
+from pricing.calibration import Correction, characters_saving, pressure_features
 from pricing.content import CLASSES
 from pricing.messages import ChatRequest, TextPart
 from pricing.meter import Pressure, Sizes
@@ -140,8 +140,9 @@ def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
     know the text's content classes, so all its text is priced at the dearest class weight, and
     a negative weight (a feature that lowered the fitted count) is read as 0 — the bound's
     calls, images and per-character features (its characters) are each at or above the
-    meter's (``pricing.bounds``). The interval the exact estimate adds is bounded the same
-    way (``Correction.interval_bound``)."""
+    meter's (``pricing.bounds``); its characters at the dearest kind of character, one kind
+    at a time (``pricing.calibration.characters_saving``). The interval the exact estimate
+    adds is bounded the same way (``Correction.interval_bound``)."""
     features = pressure_features(pressure)
     if correction.neutral:
         return correction.price(features)
@@ -154,4 +155,6 @@ def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
         for j, (w, x) in enumerate(zip(weights, features, strict=True))
         if j not in classes
     )
+    chars = sum(m.chars for m in pressure.messages)
+    rest -= characters_saving(weights, chars, sum(m.ascii_chars for m in pressure.messages))
     return math.ceil(text * dearest + rest + correction.interval_bound(features) - 1e-9)

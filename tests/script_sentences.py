@@ -1,5 +1,6 @@
-"""One sentence in each of ten scripts, as request bodies: what a new route's prior is held to
-(tests/pricing/test_calibration.py) and measured against (bench/prior_scripts.py)."""
+"""One sentence in each of ten scripts, and runs of whitespace, as request bodies: what a new
+route's prior is held to (tests/pricing/test_calibration.py) and measured against
+(bench/prior_scripts.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,20 @@ SCRIPTS = {
 }
 
 
+#: Runs of whitespace some tokenizers spend a token a character on, where o200k reads a run in
+#: one: lines indented by tabs (Go), blank lines between paragraphs, columns aligned by spaces.
+#: Each as a whole text (``script_bodies`` repeats it no more).
+WHITESPACE = {
+    "tabs": "\n".join("\t" * (1 + i % 8) + f"node{i}" for i in range(100)),
+    "blank lines": "\n".join("para" + "\n" * (1 + i % 6) for i in range(200)),
+    "spaces": "\n".join("x" + " " * (1 + (7 * i) % 40) + "y" for i in range(100)),
+}
+
+
 def script_bodies(text: str) -> list[dict]:
-    """The text as a user's message, and as a tool's output in an agent's turn."""
-    long = " ".join([text] * 30)
+    """The text as a user's message, and as a tool's output in an agent's turn (a sentence
+    repeated 30 times; a text of ``WHITESPACE`` as it is)."""
+    long = text if text in WHITESPACE.values() else " ".join([text] * 30)
     call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
     return [
         {"model": "m", "messages": [{"role": "user", "content": long}]},

@@ -6,7 +6,7 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pricing.calibration import (
@@ -270,6 +270,53 @@ def test_character_counts_never_exceed_the_length(text, tail):
         for stat in ("nonascii", "numbers"):  # a newline between them: no run of digits joins
             k = STATS.index(stat)
             assert joined[k] == counts[k] + profile(tail)[k]
+
+
+_PIECES = ["the", " ", "  ", "\t", "\n", "\n\n", "12345", "7", "!?", "{", "Ж", "½", "日本"]
+_PIECES += ["한국어", "かな", "🙂", "㍿", "\ud800"]
+
+
+def _only(**weights: float) -> list[float]:
+    """Per-character weights (``STATS``' order): these, and 0 for every other count."""
+    return [weights.get(name, 0.0) for name in STATS]
+
+
+@settings(max_examples=150, deadline=None)
+@example("🙂" * 100, _only(wide=4.0))  # two bytes beyond the second, each
+@example(" " * 200, _only(indent=4.0))  # half a pair a space
+@example("7", _only(groups=4.0))  # a digit is a digit, a number and a group
+@example("한" * 50, _only(hangul=4.0, nonascii=1.0))  # outside ASCII, and of one script
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        st.lists(st.sampled_from(_PIECES), max_size=4000).map("".join),
+        st.tuples(st.sampled_from(_PIECES), st.integers(1, 3000)).map(lambda pk: pk[0] * pk[1]),
+    ),
+    st.lists(
+        st.one_of(st.just(0.0), st.just(-1.0), st.floats(-2.0, 4.0)),
+        min_size=len(STATS),
+        max_size=len(STATS),
+    ),
+)
+def test_a_character_adds_at_most_its_dearest_kind(text, char_weights):
+    """A bound prices its characters at the dearest kind of character (``dearest_character``),
+    not at every per-character count's weight at once: a character is one kind at a time (a
+    digit, a newline, a tab, half a pair of spaces, punctuation, or outside ASCII with one
+    script and up to two bytes beyond its second; the last not in a text all in ASCII).
+    Whatever the weights, the counts a text gets
+    never price above its length at that, but for half a count each where ``profile`` scaled a
+    sample (``characters_saving``)."""
+    from pricing.calibration import _CHARS, dearest_character
+    from pricing.content import EXACT_UP_TO
+
+    weights = [1.0] * len(FEATURES)
+    for j, w in zip(_CHARS, char_weights, strict=True):
+        weights[j] = w
+    counts = profile(text)
+    priced = sum(w * c for w, c in zip(char_weights, counts, strict=True))
+    rounding = 0.5 * sum(max(0.0, w) for w in char_weights) if len(text) > EXACT_UP_TO else 0.0
+    dearest = dearest_character(weights, text.isascii())  # a text all in ASCII: its kinds only
+    assert priced <= len(text) * dearest + rounding + 1e-6
 
 
 @settings(max_examples=40, deadline=None)
@@ -585,6 +632,7 @@ def test_groups_are_the_meters_tokens_of_digits(runs):
 
 
 from script_sentences import SCRIPTS as _SCRIPTS  # noqa: E402
+from script_sentences import WHITESPACE as _WHITESPACE  # noqa: E402
 from script_sentences import script_bodies as _script_bodies  # noqa: E402
 
 
@@ -599,20 +647,41 @@ def test_a_new_route_is_priced_above_real_tokenizers_in_every_script(script):
     2.7x; before it priced the bytes of wide characters (``prior_wide``), p50k counted Hangul
     at 1.26x it, and at 1.52x on a Claude route. A meter that itself spends more on scripts
     adds less: a Claude route's prior stays within 2.6x of its own tokenizer's count."""
+    for meter, tokenizer, estimate, actual in _priors_and_counts(_SCRIPTS[script]):
+        assert estimate >= actual, (meter, tokenizer, estimate, actual)
+        if meter == tokenizer == "anthropic-legacy":
+            assert estimate <= 2.6 * actual, (estimate, actual)
+
+
+def _priors_and_counts(text: str) -> list[tuple[str, str, int, int]]:
+    """(meter, tokenizer, the prior's price, the count) of ``text``'s bodies on a new inexact
+    route priced by each meter, counted by each of three real tokenizers."""
     from proxy.sim.counting import openai_prompt
     from proxy.sim.models import SimModel
 
+    out = []
     for meter in ("o200k_base", "cl100k_base", "anthropic-legacy"):
         route = Route(alias="unknown", model="acme-7", tokenizer=meter)
         prior = fit_correction((), CalibrationPolicy(), exact=False, meter=meter)
         for tokenizer in ("anthropic-legacy", "deepseek", "p50k_base"):
             sim = SimModel("real", context_window=32_768, max_output=4096, tokenizer=tokenizer)
-            for body in _script_bodies(_SCRIPTS[script]):
+            for body in _script_bodies(text):
                 actual = len(openai_prompt(body, sim, None).tokens)
                 estimate = prior.price_pressure(measure(parse_request(body), route))
-                assert estimate >= actual, (meter, tokenizer, estimate, actual)
-                if meter == tokenizer == "anthropic-legacy":
-                    assert estimate <= 2.6 * actual, (estimate, actual)
+                out.append((meter, tokenizer, estimate, actual))
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(_WHITESPACE))
+def test_a_new_route_is_priced_above_real_tokenizers_on_runs_of_whitespace(kind):
+    """o200k reads a run of tabs, of newlines or of spaces in a token or two; GPT-3's p50k
+    spends a token on each tab and on most newlines. Before the prior priced newlines, tabs
+    and pairs of spaces (``prior_newlines``, ``prior_tabs``, ``prior_indent``), p50k counted
+    tab-indented lines at 1.51x the prior's price and blank lines at 1.70x on an o200k route;
+    Claude's legacy BPE blank lines at 1.02x. Now each is priced at or above its count on
+    every meter."""
+    for meter, tokenizer, estimate, actual in _priors_and_counts(_WHITESPACE[kind]):
+        assert estimate >= actual, (meter, tokenizer, estimate, actual)
 
 
 def test_a_count_no_sample_had_is_priced_as_the_prior_prices_it():
