@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the sentences, one copy: tests/script_sentences.py
 
-METERS = ("o200k_base", "cl100k_base", "anthropic-legacy")
+#: The meters a route may price with: ``PRIOR_METERS`` in the environment to pick others (a
+#: route's ``heuristic:CHARS_PER_TOKEN``, say).
+METERS = tuple(os.environ.get("PRIOR_METERS", "o200k_base,cl100k_base,anthropic-legacy").split(","))
 
 
 def ratios(meter: str, tokenizers: list[str]) -> dict[str, dict[str, float]]:

@@ -749,7 +749,18 @@ def _prior(policy: CalibrationPolicy, exact: bool, meter: str = "o200k_base") ->
     out[NONASCII] = min(policy.prior_nonascii, _SCRIPT_WEIGHT.get(meter, policy.prior_nonascii))
     if policy.model == "features":  # the older models (for comparison) had no such count
         out[WIDE] = min(policy.prior_wide, _WIDE_WEIGHT.get(meter, policy.prior_wide))
+    if meter.startswith("heuristic:"):
+        for j, worst in _BYTE_WORST.items():
+            out[j] = max(out[j], worst)
     return out
+
+
+#: A meter that counts characters, not tokens (``heuristic:CHARS_PER_TOKEN``), knows nothing of
+#: what a script or a run of whitespace costs (its count of a Hangul syllable or a tab is its
+#: count of a letter): the prior prices them at the worst a tokenizer spends, a token a UTF-8
+#: byte — two for a character outside ASCII, one more per byte beyond the second, one for a
+#: newline, a tab, a space (two a pair) — and the meter's own count on top.
+_BYTE_WORST = {NONASCII: 2.0, WIDE: 1.0, NEWLINES: 1.0, TABS: 1.0, INDENT: 2.0}
 
 
 def _least_squares(

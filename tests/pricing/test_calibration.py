@@ -655,12 +655,13 @@ def test_a_new_route_is_priced_above_real_tokenizers_in_every_script(script):
 
 def _priors_and_counts(text: str) -> list[tuple[str, str, int, int]]:
     """(meter, tokenizer, the prior's price, the count) of ``text``'s bodies on a new inexact
-    route priced by each meter, counted by each of three real tokenizers."""
+    route priced by each meter (a heuristic one, counting characters, among them), counted by
+    each of three real tokenizers."""
     from proxy.sim.counting import openai_prompt
     from proxy.sim.models import SimModel
 
     out = []
-    for meter in ("o200k_base", "cl100k_base", "anthropic-legacy"):
+    for meter in ("o200k_base", "cl100k_base", "anthropic-legacy", "heuristic:4"):
         route = Route(alias="unknown", model="acme-7", tokenizer=meter)
         prior = fit_correction((), CalibrationPolicy(), exact=False, meter=meter)
         for tokenizer in ("anthropic-legacy", "deepseek", "p50k_base"):
