@@ -67,8 +67,7 @@ def main() -> None:
     held_out = [*specs(held_out=True)[1:], *specs(held_out="more")]
     for meter in METERS:
         print(f"meter {meter}: count / prior's price, worst and least text")
-        for spec in chosen + held_out:
-            row = ratios(meter, [spec])[spec]
+        for spec, row in ratios(meter, chosen + held_out).items():
             worst, least = max(row, key=row.__getitem__), min(row, key=row.__getitem__)
             kind = "chosen on" if spec in chosen else "held out"
             name = spec.rsplit("/", 1)[-1]

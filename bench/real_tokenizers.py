@@ -50,6 +50,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from pricing.byte_level import GPT2_PATTERN
+
 OUT = Path(__file__).resolve().parent / "results" / "tokenizers"
 
 
@@ -298,11 +300,10 @@ LLAMA_CPP_NAMES = ("llama-spm", "falcon", "command-r", "starcoder")
 #: llama.cpp's pre-tokenizers (src/llama-vocab.cpp, by ``tokenizer.ggml.pre``), each pattern
 #: splitting the pieces of the one before: Falcon's splits punctuation runs and then numbers
 #: three digits at a time; StarCoder's and Command-R's, one digit a piece; then GPT-2's.
-_GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA_CPP_PATTERNS = {
-    "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _GPT2_PATTERN, r"[0-9][0-9][0-9]"],
-    "starcoder": [r"\p{N}", _GPT2_PATTERN],
-    "command-r": [r"\p{N}", _GPT2_PATTERN],
+    "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", GPT2_PATTERN, r"[0-9][0-9][0-9]"],
+    "starcoder": [r"\p{N}", GPT2_PATTERN],
+    "command-r": [r"\p{N}", GPT2_PATTERN],
 }
 
 

@@ -52,13 +52,14 @@ def _entries(keys: Sequence[str]) -> dict[str, dict[str, Any] | None]:
 def _candidates(model: str, provider: str | None) -> list[str]:
     """The keys a model may be under: as given, without its provider prefix, then with the
     provider prefix (the map keys some providers' models as ``gemini/...``, others bare)."""
-    bare = model.split("/", 1)[1] if "/" in model else model
+    bare = model.split("/", 1)[-1]
     return [model, bare, *([f"{provider}/{bare}"] if provider else [])]
 
 
 def prefix(model: str) -> str | None:
     """The provider a litellm model string names before its ``/``, if any."""
-    return model.split("/", 1)[0] if "/" in model else None
+    head, slash, _ = model.partition("/")
+    return head if slash else None
 
 
 def prefetch(models: Iterable[str]) -> None:
