@@ -23,7 +23,7 @@ from proxy.sim.streaming import CutBody, EventStream, sse
 if TYPE_CHECKING:
     from proxy.sim.ctx import Ctx
 
-__all__ = ["EMBEDDING_MODELS", "chat_completions", "embeddings", "validate_chat"]
+__all__ = ["EMBEDDING_MODELS", "bad_value", "chat_completions", "embeddings", "validate_chat"]
 
 KNOWN_PARAMS = frozenset(
     {
@@ -81,7 +81,7 @@ def _bad_type(param: str, expected: str, value: Any) -> SimError:
     )
 
 
-def _bad_value(param: str, value: Any, allowed: tuple[str, ...]) -> SimError:
+def bad_value(param: str, value: Any, allowed: tuple[str, ...]) -> SimError:
     listed = ", ".join(f"'{a}'" for a in allowed[:-1]) + f", and '{allowed[-1]}'"
     return SimError(
         400,
@@ -123,7 +123,7 @@ def _validate_part(part: Any, where: str, role: str, index: int) -> None:
     if kind is None:
         raise _missing(f"{where}.type")
     if kind not in PART_TYPES:
-        raise _bad_value(f"{where}.type", kind, PART_TYPES)
+        raise bad_value(f"{where}.type", kind, PART_TYPES)
     if kind == "image_url" and role != "user":
         raise SimError(
             400,
@@ -134,7 +134,7 @@ def _validate_part(part: Any, where: str, role: str, index: int) -> None:
         )
     if kind in ("text", "refusal"):
         if kind == "refusal" and role != "assistant":
-            raise _bad_value(f"{where}.type", kind, ("text", "image_url", "input_audio", "file"))
+            raise bad_value(f"{where}.type", kind, ("text", "image_url", "input_audio", "file"))
         if kind not in part:
             raise _missing(f"{where}.{kind}")
         if not isinstance(part[kind], str):
@@ -151,7 +151,7 @@ def _validate_part(part: Any, where: str, role: str, index: int) -> None:
             raise _bad_type(f"{where}.image_url.url", "a string", image["url"])
         detail = image.get("detail")
         if detail is not None and detail not in DETAILS:
-            raise _bad_value(f"{where}.image_url.detail", detail, DETAILS)
+            raise bad_value(f"{where}.image_url.detail", detail, DETAILS)
     elif kind == "input_audio":
         audio = part.get("input_audio")
         if audio is None:
@@ -161,7 +161,7 @@ def _validate_part(part: Any, where: str, role: str, index: int) -> None:
         if not isinstance(audio.get("data"), str):
             raise _bad_type(f"{where}.input_audio.data", "a string", audio.get("data"))
         if audio.get("format") not in AUDIO_FORMATS:
-            raise _bad_value(f"{where}.input_audio.format", audio.get("format"), AUDIO_FORMATS)
+            raise bad_value(f"{where}.input_audio.format", audio.get("format"), AUDIO_FORMATS)
     elif kind == "file":
         data = file_data(part)
         if data is None:
@@ -194,7 +194,7 @@ def _validate_tool_calls(calls: Any, where: str) -> list[str]:
         if not isinstance(call["id"], str):
             raise _bad_type(f"{at}.id", "a string", call["id"])
         if call["type"] != "function":
-            raise _bad_value(f"{at}.type", call["type"], ("function",))
+            raise bad_value(f"{at}.type", call["type"], ("function",))
         fn = call["function"]
         if not isinstance(fn, Mapping):
             raise _bad_type(f"{at}.function", "an object", fn)
@@ -228,7 +228,7 @@ def _validate_messages(messages: Any) -> None:
         if role is None:
             raise _missing(f"{where}.role")
         if role not in ROLES:
-            raise _bad_value(f"{where}.role", role, ROLES)
+            raise bad_value(f"{where}.role", role, ROLES)
         name = msg.get("name")
         if name is not None:
             if not isinstance(name, str):
@@ -321,7 +321,7 @@ def _validate_tools(body: Mapping[str, Any]) -> None:
             if not isinstance(tool, Mapping):
                 raise _bad_type(where, "an object", tool)
             if tool.get("type") != "function":
-                raise _bad_value(f"{where}.type", tool.get("type"), ("function", "custom"))
+                raise bad_value(f"{where}.type", tool.get("type"), ("function", "custom"))
             fn = tool.get("function")
             if fn is None:
                 raise _missing(f"{where}.function")
@@ -346,7 +346,7 @@ def _validate_tools(body: Mapping[str, Any]) -> None:
     names = [fn.get("name") for fn in openai_functions(body)]
     if isinstance(choice, str):
         if choice not in ("none", "auto", "required"):
-            raise _bad_value("tool_choice", choice, ("none", "auto", "required"))
+            raise bad_value("tool_choice", choice, ("none", "auto", "required"))
         if choice != "none" and not names:
             raise SimError(
                 400,
@@ -414,7 +414,7 @@ def validate_chat(body: Any, *, strict: bool = True) -> None:
         if not isinstance(fmt, Mapping):
             raise _bad_type("response_format", "an object", fmt)
         if fmt.get("type") not in ("text", "json_object", "json_schema"):
-            raise _bad_value(
+            raise bad_value(
                 "response_format.type", fmt.get("type"), ("text", "json_object", "json_schema")
             )
         if fmt.get("type") == "json_schema" and not isinstance(fmt.get("json_schema"), Mapping):

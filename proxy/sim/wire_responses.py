@@ -11,7 +11,8 @@ costs what chat's ``response_format`` does. An ``input_image`` is the chat wire'
 (resolved and priced by the model's image rule, refused as OpenAI refuses it).
 
 Refused like OpenAI: an output whose ``call_id`` answers no call before it, a call left without
-its output, an overflow (400 ``context_length_exceeded``). Streams send the whole event
+its output, a message content part of a type OpenAI does not define (400 ``invalid_value``
+naming the part), an overflow (400 ``context_length_exceeded``). Streams send the whole event
 sequence, ending in ``response.completed`` with usage (``input_tokens_details.cached_tokens``).
 """
 
@@ -29,7 +30,7 @@ from proxy.sim.completion import Answer, answer
 from proxy.sim.counting import openai_prompt
 from proxy.sim.errors import SimError
 from proxy.sim.streaming import EventStream, sse
-from proxy.sim.wire_openai import collect_pictures
+from proxy.sim.wire_openai import bad_value, collect_pictures
 
 if TYPE_CHECKING:
     from proxy.sim.ctx import Ctx
@@ -44,6 +45,12 @@ ITEM_TYPES = frozenset(
     }
 )  # fmt: skip
 _CALLS = ("function_call", "custom_tool_call")
+#: The content part types a message item may carry (OpenAI's input and output content types):
+#: any other is refused, as OpenAI refuses it, not priced as text a provider never reads.
+PART_TYPES = (
+    "input_text", "input_image", "input_file", "input_audio", "output_text", "refusal",
+    "summary_text", "reasoning_text", "computer_screenshot",
+)  # fmt: skip
 
 
 def _dump(value: Any) -> str:
@@ -79,6 +86,13 @@ def _user_content(content: Any) -> Any:
     return parts
 
 
+def _check_parts(content: Any, where: str) -> None:
+    for j, part in enumerate(content if isinstance(content, list) else []):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind not in PART_TYPES:
+            raise bad_value(f"{where}[{j}].type", kind, PART_TYPES)
+
+
 def _bad(param: str, message: str) -> SimError:
     return SimError(400, message, param=param, code="invalid_value")
 
@@ -105,6 +119,7 @@ def to_chat(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
             if role not in ("user", "system", "developer", "assistant"):
                 raise _bad(f"input[{i}].role", f"Invalid value: '{role}'.")
             content = item.get("content")
+            _check_parts(content, f"input[{i}].content")
             if role == "assistant":
                 messages.append({"role": "assistant", "content": _text_of(content)})
             else:

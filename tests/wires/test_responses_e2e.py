@@ -221,6 +221,23 @@ def test_unknown_item_types_are_priced_and_kept(client, fresh_sim):
     assert fresh_sim.last_request("/v1/responses")["body"]["input"][1] == odd
 
 
+def test_a_part_type_the_provider_does_not_take_is_its_refusal_relayed(client, fresh_sim):
+    """A content part of a type OpenAI does not define goes on (routefit prices it as its JSON,
+    it does not guess what the provider takes) and the provider's 400 reaches the client as
+    sent, naming the part; a well-typed part beside it is taken."""
+    odd = {"type": "text", "text": "chat's part type, not the Responses API's"}
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(
+            model="gpt-4o",
+            input=[{"role": "user", "content": [{"type": "input_text", "text": "a"}, odd]}],
+            store=False,
+        )
+    assert err.value.body["param"] == "input[0].content[1].type"
+    assert err.value.body["code"] == "invalid_value"
+    sent = fresh_sim.last_request("/v1/responses")["body"]["input"][0]["content"]
+    assert sent[1] == odd
+
+
 def test_a_gzip_body_chains_its_previous_response(client, gw, fresh_sim):
     import gzip
     import json
