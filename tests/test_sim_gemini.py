@@ -94,6 +94,41 @@ def test_what_google_refuses(sim: Sim, body: Any, words: str):
     assert words in _google(sim.post(GEN, body, **_key()), 400, "INVALID_ARGUMENT")
 
 
+_ASK = {"role": "user", "parts": [{"text": "read both"}]}
+_CALLS = {
+    "role": "model",
+    "parts": [{"functionCall": {"name": "read", "args": {"p": p}}} for p in ("a", "b")],
+}
+_ANSWERS = {
+    "role": "user",
+    "parts": [{"functionResponse": {"name": "read", "response": {"r": p}}} for p in ("a", "b")],
+}
+_SAID = {"role": "model", "parts": [{"text": "done"}]}
+
+
+@pytest.mark.parametrize(
+    ("contents", "words"),
+    [
+        ([_CALLS, _ANSWERS], "function call turn comes immediately after a user turn"),
+        ([_ASK, _SAID, _CALLS, _ANSWERS], "function call turn comes immediately after a user"),
+        ([_ASK, _ANSWERS], "function response turn comes immediately after a function call"),
+        ([_ASK, _CALLS, _ANSWERS, _ANSWERS], "response turn comes immediately after a function"),
+        (
+            [_ASK, _CALLS, {**_ANSWERS, "parts": _ANSWERS["parts"][:1]}],
+            "number of function response parts is equal to the number of function call parts",
+        ),
+    ],
+)
+def test_function_calling_out_of_order_is_refused_as_google_does(sim: Sim, contents, words):
+    """Google's rules for a history with function calls, which a fit that elides turns must
+    keep: a call turn follows a user turn or a response turn, a response turn follows a call
+    turn and answers every call in it. The same turns in order are answered."""
+    body = {"contents": contents}
+    assert words in _google(sim.post(GEN, body, **_key()), 400, "INVALID_ARGUMENT")
+    in_order = {"contents": [_ASK, _CALLS, _ANSWERS, _SAID, _ASK, _CALLS, _ANSWERS]}
+    assert sim.post(GEN, in_order, **_key()).status_code == 200
+
+
 def test_unknown_models_and_methods_are_not_found(sim: Sim):
     message = _google(
         sim.post("/v1beta/models/gpt-4o:generateContent", HI, **_key()), 404, "NOT_FOUND"

@@ -8,9 +8,11 @@ unknown field anywhere is refused: "Invalid JSON payload received. Unknown name 
 ``x-goog-api-key`` or ``?key=`` (a missing key is 403 ``PERMISSION_DENIED``, a wrong one 400
 ``INVALID_ARGUMENT`` "API key not valid"); a prompt over the window is 400 ``INVALID_ARGUMENT``
 "The input token count (N) exceeds the maximum number of tokens allowed (M)." — the prompt only:
-Google does not add ``maxOutputTokens`` to it. Every error is ``{"error": {"code", "message",
-"status"}}``. ``usageMetadata`` (``promptTokenCount`` including ``cachedContentTokenCount``,
-``candidatesTokenCount``, ``totalTokenCount``) rides on every streamed chunk, complete on the last.
+Google does not add ``maxOutputTokens`` to it; function calling out of order is 400 too
+(``check_turns``: Google's three "Please ensure that ..." messages). Every error is
+``{"error": {"code", "message", "status"}}``. ``usageMetadata`` (``promptTokenCount`` including
+``cachedContentTokenCount``, ``candidatesTokenCount``, ``totalTokenCount``) rides on every
+streamed chunk, complete on the last.
 """
 
 from __future__ import annotations
@@ -165,6 +167,46 @@ def validate_gemini(body: Any, strict: bool = True) -> None:
         tokens = (config or {}).get("maxOutputTokens")
         if tokens is not None and (not isinstance(tokens, int) or tokens < 0):
             raise _bad(f"Invalid value at '{key}.max_output_tokens': expected a positive integer")
+
+
+_CALL_KEYS = ("functionCall", "function_call")
+_RESPONSE_KEYS = ("functionResponse", "function_response")
+_CALL_AFTER = (
+    "Please ensure that function call turn comes immediately after a user turn or after a "
+    "function response turn."
+)
+_RESPONSE_AFTER = (
+    "Please ensure that function response turn comes immediately after a function call turn."
+)
+_RESPONSES_COUNT = (
+    "Please ensure that the number of function response parts is equal to the number of "
+    "function call parts of the function call turn."
+)
+
+
+def _parts_with(content: Mapping[str, Any], keys: tuple[str, ...]) -> int:
+    return sum(any(k in part for k in keys) for part in content.get("parts") or [])
+
+
+def check_turns(contents: list[Mapping[str, Any]]) -> None:
+    """Refuse a history whose function calling is out of order, as Google does (400
+    ``INVALID_ARGUMENT``): a model turn with function calls must follow a user turn or a turn of
+    function responses (never open the history, never follow another model turn); a turn of
+    function responses must follow a turn of function calls and answer each of them (as many
+    response parts as there were call parts). What a fit that elides turns must never break."""
+    previous: Mapping[str, Any] | None = None
+    for content in contents:
+        calls = _parts_with(content, _CALL_KEYS)
+        responses = _parts_with(content, _RESPONSE_KEYS)
+        if calls and (previous is None or previous.get("role") == "model"):
+            raise _bad(_CALL_AFTER)
+        if responses:
+            called = _parts_with(previous, _CALL_KEYS) if previous is not None else 0
+            if not called:
+                raise _bad(_RESPONSE_AFTER)
+            if responses != called:
+                raise _bad(_RESPONSES_COUNT)
+        previous = content
 
 
 # ---------------------------------------------------------------------------------- images
@@ -356,6 +398,7 @@ async def _generate(ctx: Ctx, mode: str) -> Response:
     m = _model(ctx, "generateContent")
     body = ctx.body
     validate_gemini(body, ctx.state.config.strict_params)
+    check_turns(body["contents"])
     pictures = await _pictures(ctx.state, body, m)
     prompt = gemini_prompt(body, m, lambda part: pictures[_media_key(part)])
     if prompt.total > m.context_window:
