@@ -170,7 +170,7 @@ def main() -> int:
 
 
 def _sessions(servers: Any, quick: bool, sessions: Any, sessions_fit: Any) -> dict[str, Any]:
-    """Section 5 and, beside it, 5b: what the fit keeps on the three wires (sessions_fit takes
+    """Section 5 and, beside it, 5b: what the fit keeps on each client wire (sessions_fit takes
     its tools from sessions, so sessions does not call it back)."""
     out: dict[str, Any] = sessions.run(servers, quick, log)
     log("  what the fit keeps (bench/sessions_fit.py):")

@@ -1,9 +1,9 @@
-"""Section 5b: what the fit keeps of long agent sessions, on each of the three wires.
+"""Section 5b: what the fit keeps of long agent sessions, on each of the four wires.
 
 Section 5 measures cache-hit and window use; a fit can score well on both and still send the
 model little of what was said. This section replays long tool-heavy agent sessions through
-``routefit serve`` on the chat, Messages and Responses wires and measures, per request, what
-the simulator received (``GET /sim/requests``) against the client's history:
+``routefit serve`` on the chat, Messages, Responses and Gemini wires and measures, per request,
+what the simulator received (``GET /sim/requests``) against the client's history:
 
 - refusals (routefit's 400 ``context_length_exceeded``), provider overflows, invalid requests;
 - provider cache-hit (cached / prompt tokens) and median window use (prompt / window);
@@ -53,7 +53,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     "verbatim-head-0.7": {"verbatim_head": 0.7},
     "verbatim-head-0.85": {"verbatim_head": 0.85},
 }
-WIRES = ("chat", "messages", "responses")
+WIRES = ("chat", "messages", "responses", "gemini")
 
 
 def session(seed: int, rounds: int) -> list[list[dict[str, Any]]]:
@@ -194,7 +194,7 @@ def screen_session(seed: int, rounds: int) -> list[list[dict[str, Any]]]:
     return steps
 
 
-# -- the three wires ----------------------------------------------------------------------------
+# -- the four wires -----------------------------------------------------------------------------
 
 
 def _text_of(content: Any) -> str:
@@ -288,6 +288,41 @@ def to_responses(history: list[dict[str, Any]]) -> dict[str, Any]:
     return {"instructions": history[0]["content"], "input": items}
 
 
+def to_gemini(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The history as a Gemini body, as Gemini CLI sends one: the system prompt as
+    ``systemInstruction``, a turn's calls in one model content (each with its id), their
+    responses in the one user content after it (each with its call's id and name)."""
+    names: dict[str, str] = {}
+    contents: list[dict[str, Any]] = []
+    for m in history[1:]:
+        if m["role"] == "tool":
+            answer = {"id": m["tool_call_id"], "name": names[m["tool_call_id"]]}
+            part = {"functionResponse": {**answer, "response": {"output": m["content"]}}}
+            if contents[-1]["role"] == "user" and "functionResponse" in contents[-1]["parts"][0]:
+                contents[-1]["parts"].append(part)
+            else:
+                contents.append({"role": "user", "parts": [part]})
+            continue
+        if m["role"] == "assistant":
+            parts: list[dict[str, Any]] = [{"text": m["content"]}] if m["content"] else []
+            for c in m.get("tool_calls", []):
+                names[c["id"]] = c["function"]["name"]
+                args = json.loads(c["function"]["arguments"])
+                parts.append(
+                    {"functionCall": {"id": c["id"], "name": names[c["id"]], "args": args}}
+                )
+            contents.append({"role": "model", "parts": parts})
+            continue
+        if isinstance(m["content"], str):
+            parts = [{"text": m["content"]}]
+        else:
+            data = m["content"][1]["image_url"]["url"].split(",", 1)[1]
+            image = {"inlineData": {"mimeType": "image/png", "data": data}}
+            parts = [{"text": m["content"][0]["text"]}, image]
+        contents.append({"role": "user", "parts": parts})
+    return {"systemInstruction": {"parts": [{"text": history[0]["content"]}]}, "contents": contents}
+
+
 def request(
     wire: str, alias: str, history: list[dict[str, Any]], max_tokens: int = MAX_TOKENS
 ) -> tuple[str, dict[str, Any]]:
@@ -305,6 +340,11 @@ def request(
         ]
         body = {"model": alias, "max_tokens": max_tokens, "tools": tools, **to_messages(history)}
         return "/v1/messages", body
+    if wire == "gemini":
+        declared = [{"functionDeclarations": [t["function"] for t in TOOLS]}]
+        config = {"maxOutputTokens": max_tokens}
+        body = {"tools": declared, "generationConfig": config, **to_gemini(history)}
+        return f"/v1beta/models/{alias}:generateContent", body
     tools = [{"type": "function", **t["function"]} for t in TOOLS]
     body = {"model": alias, "max_output_tokens": max_tokens, "tools": tools, "store": False}
     return "/v1/responses", {**body, **to_responses(history)}
@@ -320,6 +360,9 @@ def usage_of(wire: str, data: dict[str, Any]) -> tuple[int, int]:
         read = usage.get("cache_read_input_tokens", 0) or 0
         creation = usage.get("cache_creation_input_tokens", 0) or 0
         return usage.get("input_tokens", 0) + read + creation, read
+    if wire == "gemini":
+        meta = data.get("usageMetadata") or {}
+        return meta.get("promptTokenCount", 0), meta.get("cachedContentTokenCount", 0) or 0
     details = usage.get("input_tokens_details") or {}
     return usage.get("input_tokens", 0), details.get("cached_tokens", 0) or 0
 
@@ -371,9 +414,10 @@ def classify(status: int, data: Any, forwarded: bool) -> str:
     if status == 200:
         return "ok"
     text = json.dumps(data).lower()
-    if "context_length_exceeded" in text or "too long" in text or "context length" in text:
+    too_long = ("context_length_exceeded", "too long", "context length", "maximum number of tokens")
+    if any(words in text for words in too_long):
         return "overflow" if forwarded else "refused"
-    if "tool" in text:
+    if "tool" in text or "function" in text:
         return "invalid"
     return f"error {status}"
 
@@ -487,7 +531,8 @@ SHAPES: dict[str, tuple[Any, tuple[int, int], tuple[int, int], tuple[int, ...], 
 
 
 def _alias(wire: str, name: str, window: int) -> str:
-    return f"{'an' if wire == 'messages' else 'oa'}-{name}-{window}"
+    prefix = {"messages": "an", "gemini": "ge"}.get(wire, "oa")
+    return f"{prefix}-{name}-{window}"
 
 
 def _entries(sim_url: str, policies: list[str], shape: str) -> list[dict[str, Any]]:
@@ -511,6 +556,22 @@ def _entries(sim_url: str, policies: list[str], shape: str) -> list[dict[str, An
                         "api_key": "sk-ant-sim",
                     },
                     **extra,
+                }
+            )
+            # Google's model behind a window of the route's own (the simulator's small
+            # Gemini where the shape's window is its 8k, else its 1M one)
+            # (Google's image rule, which routefit does not infer for a model it does not know)
+            gemini = "gemini-sim-small" if window <= 8192 else "gemini-sim"
+            entries.append(
+                {
+                    "model_name": _alias("gemini", name, window),
+                    "litellm_params": {
+                        "model": f"gemini/{gemini}",
+                        "api_base": f"{sim_url}/v1beta",
+                        "api_key": "sk-google-sim",
+                    },
+                    "model_info": {**info, "supports_vision": True},
+                    "routefit": {**extra.get("routefit", {}), "image_rule": "gemini-tile"},
                 }
             )
     return entries

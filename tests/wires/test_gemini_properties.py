@@ -3,7 +3,8 @@
 pairing by name and order had to be turned into ids, and whatever the fit removed. And of
 parse → fit → Gemini (a native route, ``gemini_render``): an unchanged conversation rebuilt is
 the client's contents object for object; a fitted one sends model turns as they came and every
-function response after the model turn that called it."""
+function response after the model turn that called it, in the order Google takes (the
+simulator's ``check_turns``, an independent reading of Google's rules)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from pricing.framing import Framing
 from pricing.images import default_image_rule
 from pricing.route import Route
+from proxy.sim.wire_gemini import check_turns
 from proxy.wires.gemini_chat import chat_messages
 from proxy.wires.gemini_parse import GeminiRequest, parse_gemini
 from proxy.wires.gemini_render import native_body
@@ -182,3 +184,5 @@ def test_fitted_native_contents_keep_model_turns_and_pairs(contents):
         assert not answered - called, (answered, called)  # each answers the turn before it
         called -= answered
     assert sent[-1] is contents[-1]
+    check_turns(contents)  # the simulator's reading of Google's rules: the client's is valid,
+    check_turns(sent)  # and so is what the fit sends
