@@ -675,7 +675,8 @@ def _plausible(
     middle = _median([s.actual / s.raw for s in clean])
     kept = [s for s in clean if middle / wide <= s.actual / s.raw <= middle * wide]
     for _ in range(2):  # the second fit, on the first's inliers, sees the liars more clearly
-        w, _, _ = _base(kept, replace(policy, quantile=0.5, interval=0.0), exact, list(prior))
+        quick = replace(policy, quantile=0.5, interval=0.0)
+        w, _, _ = _base(kept, quick, exact, list(prior), held=False)
         kept = _inliers(usable, w, policy.outlier_band)
     return kept if len(usable) - len(kept) <= policy.outlier_share * len(usable) else list(usable)
 
@@ -816,40 +817,67 @@ def _interval(
     fit: tuple[list[float], list[int], list[list[float]]],
     k: float,
 ) -> tuple[tuple[float, ...], ...]:
-    """``Correction.interval`` of a least-squares fit: k·L⁻¹ where LLᵀ = P, the precision of
-    the weights (Gram / σ² + the prior's, 1 / ``_SPREAD``²), so that ‖k·L⁻¹x‖ = k·√(xᵀP⁻¹x),
-    k standard deviations of the price of features x. σ² is the weighted squared residual per
-    degree of freedom (the fit weighs relative errors, so it is a relative error; a price's
-    deviation is in tokens). Where the samples pin a direction down its doubt is the
-    residual's; where they do not (two scripts that always came together, a count no sample
-    had much of), the prior's spread."""
+    """``Correction.interval`` of a least-squares fit: rows R with ‖Rx‖ = k·√(xᵀCx), k standard
+    deviations of the price of features x, C the weights' covariance.
+
+    The prior's precision (1 / ``_SPREAD``² per weight) is added to the samples', so that a
+    direction the samples do not pin down (two scripts that always came together, a count no
+    sample had much of) keeps the prior's doubt however well they fit. The samples' part is the
+    sandwich (heteroscedasticity-consistent) form: C = A⁻¹BA⁻¹, A = Gram + σ²·prior, B = Σ
+    wᵢ²eᵢ²xᵢxᵢᵀ·n/(n−p) + σ⁴·prior, each sample's own squared residual eᵢ² where the plain form
+    put σ², the weighted squared relative residual per degree of freedom, for every one. With
+    residuals all alike the two are equal (σ²A⁻¹: the samples' Gram / σ² plus the prior's);
+    where the samples that carry a direction miss by more than the rest (small requests,
+    scripts whose characters cost unlike each other), that direction is as doubtful as they
+    are, and one the samples fit closely is as sure as they are."""
     w, cols, gram = fit
     p = len(cols)
     if not k or not p:
         return ()
-    residual = sum(
-        wt * (a - _dot(w, r)) ** 2 for wt, a, r in zip(weights, actual, rows, strict=True)
+    n = len(rows)
+    errors = [a - _dot(w, r) for a, r in zip(actual, rows, strict=True)]
+    residual = sum(wt * e * e for wt, e in zip(weights, errors, strict=True))
+    variance = max(residual / max(1, n - p), 1e-12)
+    prior = [variance / _SPREAD[c] ** 2 for c in cols]
+    bread = _cholesky_inverse(
+        [
+            [g + (prior[a] if a == b else 0.0) for b, g in enumerate(row)]
+            for a, row in enumerate(gram)
+        ]
     )
-    variance = max(residual / max(1, len(rows) - p), 1e-12)
-    precision = [
-        [g / variance + (1.0 / _SPREAD[cols[a]] ** 2 if a == b else 0.0) for b, g in enumerate(row)]
-        for a, row in enumerate(gram)
+    if bread is None:
+        return ()
+    across = [[row[a] for row in bread] for a in range(p)]  # L⁻¹ by columns
+    inverse = [  # A⁻¹ = L⁻ᵀL⁻¹ (symmetric: its columns are its rows)
+        [sum(map(mul, across[a][max(a, b) :], across[b][max(a, b) :])) for b in range(p)]
+        for a in range(p)
     ]
-    inverse = _cholesky_inverse(precision)
-    if inverse is None:
+    dof = n / max(1, n - p)
+    each = [wt * wt * e * e * dof for wt, e in zip(weights, errors, strict=True)]
+    x = [[r[c] for r in rows] for c in cols]
+    fx = [list(map(mul, each, col)) for col in x]
+    meat = [[0.0] * p for _ in range(p)]
+    for a in range(p):
+        for b in range(a, p):
+            meat[a][b] = meat[b][a] = sum(map(mul, fx[a], x[b])) + (
+                variance * prior[a] if a == b else 0.0
+            )
+    low = _cholesky(meat)
+    if low is None:
         return ()
     out = []
-    for row in inverse:
+    for a in range(p):  # R = Lᵀ A⁻¹ for LLᵀ = B: RᵀR = A⁻¹BA⁻¹
+        down = [row[a] for row in low[a:]]  # L's column a, from its diagonal
         full = [0.0] * _N
-        for c, value in zip(cols, row, strict=True):
-            full[c] = k * value
+        for b, c in enumerate(cols):
+            full[c] = k * sum(map(mul, down, inverse[b][a:]))
         out.append(tuple(full))
     return tuple(out)
 
 
-def _cholesky_inverse(a: Sequence[Sequence[float]]) -> list[list[float]] | None:
-    """L⁻¹ for the Cholesky factor L of a small symmetric positive-definite matrix (None when
-    it is not one): rows of a lower-triangular matrix."""
+def _cholesky(a: Sequence[Sequence[float]]) -> list[list[float]] | None:
+    """The lower Cholesky factor of a small symmetric positive-definite matrix (None when it is
+    not one)."""
     n = len(a)
     low = [[0.0] * n for _ in range(n)]
     for i in range(n):
@@ -861,6 +889,16 @@ def _cholesky_inverse(a: Sequence[Sequence[float]]) -> list[list[float]] | None:
                 low[i][i] = math.sqrt(s)
             else:
                 low[i][j] = s / low[j][j]
+    return low
+
+
+def _cholesky_inverse(a: Sequence[Sequence[float]]) -> list[list[float]] | None:
+    """L⁻¹ for the Cholesky factor L of a small symmetric positive-definite matrix (None when
+    it is not one): rows of a lower-triangular matrix."""
+    low = _cholesky(a)
+    if low is None:
+        return None
+    n = len(a)
     inv = [[0.0] * n for _ in range(n)]
     for i in range(n):
         inv[i][i] = 1.0 / low[i][i]
@@ -897,11 +935,74 @@ def _bounded(
             w[j] = min(policy.high, max(low, w[j]))
 
 
+def _held_at_bounds(
+    rows: Sequence[Sequence[float]],
+    actual: Sequence[float],
+    weights: Sequence[float],
+    ridge: Sequence[float],
+    fit: tuple[list[float], list[int], list[list[float]]],
+    seen: Sequence[bool],
+    policy: CalibrationPolicy,
+    exact: bool,
+    prior: Sequence[float],
+) -> list[float]:
+    """The least-squares weights within their ranges (``_bounded``): a weight the ranges clamp
+    is held at its bound and the others are fitted again with it, until none is clamped (an
+    active set). Clamping one weight alone leaves the others where they were fitted beside its
+    unclamped value: weights that trade places (a tool call's weight against its message's and
+    its framing's) then price requests by a trade the samples did not make, and the scale-up
+    spreads that over every request (bench/REPORT.md 4e, issue 31 item 5). Refitted from the
+    fit's own normal equations (``_least_squares``' Gram and ridge), without the samples again."""
+    out, cols, gram = list(fit[0]), fit[1], fit[2]
+    centre = _prior(policy, True)
+    wsum = sum(weights)
+    lam = [ridge[j] * (gram[a][a] + wsum) for a, j in enumerate(cols)]
+    atb: list[float] | None = None
+    held: dict[int, float] = {}  # position in cols -> the bound it is held at
+    for _ in range(len(cols)):  # each pass holds at least one more weight
+        clamped = list(out)
+        _bounded(clamped, seen, policy, exact, prior)
+        new = {
+            a: clamped[j]
+            for a, j in enumerate(cols)
+            if a not in held and j not in (DEFAULTED, UNSIZED) and clamped[j] != out[j]
+        }
+        if not new:
+            break
+        held.update(new)
+        if atb is None:
+            xs = [[r[j] for r in rows] for j in cols]
+            wa = list(map(mul, weights, actual))
+            atb = [
+                sum(map(mul, wa, x)) + lam[a] * centre[j]
+                for a, (j, x) in enumerate(zip(cols, xs, strict=True))
+            ]
+        free = [a for a in range(len(cols)) if a not in held]
+        system = [[gram[a][b] + (lam[a] if a == b else 0.0) for b in free] for a in free]
+        rhs = [atb[a] - sum(gram[a][h] * v for h, v in held.items()) for a in free]
+        solved = _solve(system, rhs) if free else []
+        if solved is None:
+            break
+        for a, value in zip(free, solved, strict=True):
+            out[cols[a]] = value
+        for a, value in held.items():
+            out[cols[a]] = value
+    _bounded(out, seen, policy, exact, prior)
+    return out
+
+
 def _base(
-    usable: Sequence[Sample], policy: CalibrationPolicy, exact: bool, prior: list[float]
+    usable: Sequence[Sample],
+    policy: CalibrationPolicy,
+    exact: bool,
+    prior: list[float],
+    held: bool = True,
 ) -> tuple[list[float], list[bool], tuple[tuple[float, ...], ...]]:
     """Weights of everything the meter priced itself, from samples without defaulted parts,
-    and their interval (none on an exact meter)."""
+    and their interval (none on an exact meter). ``held``: the weights the ranges clamp are
+    held at their bounds and the others refitted (``_held_at_bounds``); False, only clamped —
+    enough for the outlier passes (``_plausible``), which only rank the samples, at a third of
+    a refit's cost less."""
     clean = [s for s in usable if not _dirty(s.vector)]
     if len(clean) < policy.min_samples:
         return prior, [False] * _N, ()
@@ -926,8 +1027,11 @@ def _base(
     )
     actual = [float(s.actual) for s in clean]
     fit = _least_squares(rows, actual, weights, _prior(policy, True), ridge)
-    w = list(fit[0])
-    _bounded(w, seen, policy, exact, prior)
+    if held:
+        w = _held_at_bounds(rows, actual, weights, ridge, fit, seen, policy, exact, prior)
+    else:
+        w = list(fit[0])
+        _bounded(w, seen, policy, exact, prior)
     predicted = [_dot(w, r) for r in rows]
     if any(p <= 0 for p in predicted):
         # The ranges clamped the solution into one that prices its own samples at nothing or
@@ -940,6 +1044,8 @@ def _base(
     scale = _quantile(ratios, recency, quantile)
     w = [x * scale for x in w]
     _bounded(w, seen, policy, exact, prior)
+    if any(_dot(w, r) <= 0 for r in rows):  # the ranges undid the scale-up: as above
+        return prior, [False] * _N, ()
     return w, seen, interval
 
 

@@ -859,3 +859,46 @@ def test_what_gives_way_when_nothing_fits():
     assert sure is not None and sure.interval == () and sure.vector == doubting.vector
     assert sure.surer() is None
     assert Correction().surer() is None
+
+
+def test_a_weight_held_at_its_bound_lets_the_others_refit():
+    """A provider whose every tool call costs 8 tokens less (its meter over-counts calls): the
+    fit wants a call's weight at -8, its range holds it at -4, and the weights it traded
+    against — a message's (nearly every message beyond the first has a call) and a
+    request's — are fitted again beside the bound, so the window's requests are priced by
+    what the samples say. Clamped alone, the call weight left a message's at its unclamped
+    partner's value, and requests were priced up to 11% off their counts."""
+    rng = random.Random(5)
+    samples = []
+    for i in range(60):
+        messages = rng.randint(2, 20)
+        calls = max(0, messages - 1 + rng.choice((-1, 0, 1)))
+        prose = rng.randint(300, 1000)
+        truth = prose + 4 * messages - 8 * calls
+        f = _features(prose=prose, messages=messages, calls=calls, requests=1)
+        samples.append(_sample(f, truth, i))
+    c = fit_correction(samples, exact=False)
+    assert c.weights[FEATURES.index("calls")] <= -3.9  # at its bound (scaled up, held again)
+    for s in samples:
+        assert abs(c.price(s.vector) - s.actual) <= 0.05 * s.actual, s
+
+
+def test_the_interval_doubts_a_direction_as_much_as_its_samples_miss():
+    """Two kinds of text, each alone in half the window, the same sizes: the provider's counts
+    of prose wobble by 4%, of code by 0.4%. Each sample's own residual goes into the weights'
+    covariance (the sandwich form), so a prose request is priced with the doubt prose's
+    samples showed and a code request with code's — where one residual for all priced both
+    with the same margin."""
+    samples = []
+    for i in range(60):
+        size = 200 + 20 * (i // 2)
+        noisy = i % 2 == 0
+        wobble = (0.04 if noisy else 0.004) * (1 if (i // 2) % 2 else -1)
+        kind = "prose" if noisy else "code"
+        samples.append(
+            _sample(_features(**{kind: size}, requests=1), round(size * (1 + wobble)), i)
+        )
+    c = fit_correction(samples, exact=False)
+    prose = c.margin(_features(prose=500, requests=1))
+    code = c.margin(_features(code=500, requests=1))
+    assert prose > 3 * code > 0
