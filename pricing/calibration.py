@@ -1001,8 +1001,8 @@ def _base(
     """Weights of everything the meter priced itself, from samples without defaulted parts,
     and their interval (none on an exact meter). ``held``: the weights the ranges clamp are
     held at their bounds and the others refitted (``_held_at_bounds``); False, only clamped —
-    enough for the outlier passes (``_plausible``), which only rank the samples, at a third of
-    a refit's cost less."""
+    enough for the outlier passes (``_plausible``), which only rank the samples (a tenth of a
+    refit's cost saved; the same figures on every set of bench/REPORT.md 4h)."""
     clean = [s for s in usable if not _dirty(s.vector)]
     if len(clean) < policy.min_samples:
         return prior, [False] * _N, ()
