@@ -58,10 +58,11 @@ Pure math over plain values; samples and anchors live in the store (``proxy.stor
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import add, mul
+from typing import NamedTuple
 
 from pricing.content import CLASSES, EXACT_UP_TO, IN_ASCII, MOST_PER_CHARACTER, STATS
 from pricing.meter import MessagePressure, Pressure
@@ -764,16 +765,31 @@ def _prior(policy: CalibrationPolicy, exact: bool, meter: str = "o200k_base") ->
 _BYTE_WORST = {NONASCII: 2.0, WIDE: 1.0, NEWLINES: 1.0, TABS: 1.0, INDENT: 2.0}
 
 
+class _Fit(NamedTuple):
+    """A least-squares fit and its normal equations, over the features seen (``cols``): what
+    the weights held at their bounds are refitted from (``_held_at_bounds``) and what the
+    interval is computed on (``_interval``), so neither goes over the samples again."""
+
+    #: The weights (``_N``: the prior's where no column).
+    weights: list[float]
+    cols: list[int]
+    #: Each seen feature's values, one per sample.
+    columns: list[list[float]]
+    #: The samples' weighted Gram matrix over ``cols``, without the ridge.
+    gram: list[list[float]]
+    #: The ridge added to each diagonal entry, and the right-hand side (towards the prior).
+    ridge: list[float]
+    rhs: list[float]
+
+
 def _least_squares(
     rows: Sequence[Sequence[float]],
     actual: Sequence[float],
     weights: Sequence[float],
     prior: Sequence[float],
     ridge: Sequence[float],
-) -> tuple[list[float], list[int], list[list[float]]]:
-    """Recency-weighted ridge regression towards ``prior``, over the features seen: the
-    weights, the features seen and their weighted Gram matrix, without the ridge
-    (``_interval``).
+) -> _Fit:
+    """Recency-weighted ridge regression towards ``prior``, over the features seen.
 
     Column by column with ``map`` (C loops): a refit runs on the event loop, in the
     calibration writer, so a full window of 17 features must stay a few milliseconds."""
@@ -787,16 +803,23 @@ def _least_squares(
     for a in range(k):
         for b in range(a, k):
             gram[a][b] = gram[b][a] = sum(map(mul, wx[a], x[b]))
-    ata = [
-        [g + (lam[a] if a == b else 0.0) for b, g in enumerate(row)] for a, row in enumerate(gram)
-    ]
     atb = [sum(map(mul, wx[a], actual)) + lam[a] * prior[j] for a, j in enumerate(cols)]
-    solved = _solve(ata, atb) if cols else None
-    out = list(prior)
+    fit = _Fit(list(prior), cols, x, gram, lam, atb)
+    solved = _solved(fit, {}) if cols else None
     if solved is not None:
         for j, value in zip(cols, solved, strict=True):
-            out[j] = value
-    return out, cols, gram
+            fit.weights[j] = value
+    return fit
+
+
+def _solved(fit: _Fit, held: Mapping[int, float]) -> list[float] | None:
+    """The weights of ``fit``'s columns not ``held`` (positions in ``cols`` → their values),
+    from its normal equations with the held ones moved to the right-hand side (None: singular).
+    In the order of the columns, the held ones left out."""
+    free = [a for a in range(len(fit.cols)) if a not in held]
+    system = [[fit.gram[a][b] + (fit.ridge[a] if a == b else 0.0) for b in free] for a in free]
+    rhs = [fit.rhs[a] - sum(fit.gram[a][h] * v for h, v in held.items()) for a in free]
+    return _solve(system, rhs) if free else []
 
 
 #: How far, before any sample, a weight may be from the meter's: the stated family's spread
@@ -814,7 +837,7 @@ def _interval(
     rows: Sequence[Sequence[float]],
     actual: Sequence[float],
     weights: Sequence[float],
-    fit: tuple[list[float], list[int], list[list[float]]],
+    fit: _Fit,
     k: float,
 ) -> tuple[tuple[float, ...], ...]:
     """``Correction.interval`` of a least-squares fit: rows R with ‖Rx‖ = k·√(xᵀCx), k standard
@@ -830,7 +853,7 @@ def _interval(
     where the samples that carry a direction miss by more than the rest (small requests,
     scripts whose characters cost unlike each other), that direction is as doubtful as they
     are, and one the samples fit closely is as sure as they are."""
-    w, cols, gram = fit
+    w, cols, gram = fit.weights, fit.cols, fit.gram
     p = len(cols)
     if not k or not p:
         return ()
@@ -854,7 +877,7 @@ def _interval(
     ]
     dof = n / max(1, n - p)
     each = [wt * wt * e * e * dof for wt, e in zip(weights, errors, strict=True)]
-    x = [[r[c] for r in rows] for c in cols]
+    x = fit.columns
     fx = [list(map(mul, each, col)) for col in x]
     meat = [[0.0] * p for _ in range(p)]
     for a in range(p):
@@ -936,11 +959,7 @@ def _bounded(
 
 
 def _held_at_bounds(
-    rows: Sequence[Sequence[float]],
-    actual: Sequence[float],
-    weights: Sequence[float],
-    ridge: Sequence[float],
-    fit: tuple[list[float], list[int], list[list[float]]],
+    fit: _Fit,
     seen: Sequence[bool],
     policy: CalibrationPolicy,
     exact: bool,
@@ -952,12 +971,8 @@ def _held_at_bounds(
     unclamped value: weights that trade places (a tool call's weight against its message's and
     its framing's) then price requests by a trade the samples did not make, and the scale-up
     spreads that over every request (bench/REPORT.md 4e, issue 31 item 5). Refitted from the
-    fit's own normal equations (``_least_squares``' Gram and ridge), without the samples again."""
-    out, cols, gram = list(fit[0]), fit[1], fit[2]
-    centre = _prior(policy, True)
-    wsum = sum(weights)
-    lam = [ridge[j] * (gram[a][a] + wsum) for a, j in enumerate(cols)]
-    atb: list[float] | None = None
+    fit's own normal equations (``_solved``), without the samples again."""
+    out, cols = list(fit.weights), fit.cols
     held: dict[int, float] = {}  # position in cols -> the bound it is held at
     for _ in range(len(cols)):  # each pass holds at least one more weight
         clamped = list(out)
@@ -970,19 +985,10 @@ def _held_at_bounds(
         if not new:
             break
         held.update(new)
-        if atb is None:
-            xs = [[r[j] for r in rows] for j in cols]
-            wa = list(map(mul, weights, actual))
-            atb = [
-                sum(map(mul, wa, x)) + lam[a] * centre[j]
-                for a, (j, x) in enumerate(zip(cols, xs, strict=True))
-            ]
-        free = [a for a in range(len(cols)) if a not in held]
-        system = [[gram[a][b] + (lam[a] if a == b else 0.0) for b in free] for a in free]
-        rhs = [atb[a] - sum(gram[a][h] * v for h, v in held.items()) for a in free]
-        solved = _solve(system, rhs) if free else []
+        solved = _solved(fit, held)
         if solved is None:
             break
+        free = (a for a in range(len(cols)) if a not in held)
         for a, value in zip(free, solved, strict=True):
             out[cols[a]] = value
         for a, value in held.items():
@@ -1028,9 +1034,9 @@ def _base(
     actual = [float(s.actual) for s in clean]
     fit = _least_squares(rows, actual, weights, _prior(policy, True), ridge)
     if held:
-        w = _held_at_bounds(rows, actual, weights, ridge, fit, seen, policy, exact, prior)
+        w = _held_at_bounds(fit, seen, policy, exact, prior)
     else:
-        w = list(fit[0])
+        w = list(fit.weights)
         _bounded(w, seen, policy, exact, prior)
     predicted = [_dot(w, r) for r in rows]
     if any(p <= 0 for p in predicted):
