@@ -277,6 +277,29 @@ def _max_output(body: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _check_options(body: Mapping[str, Any]) -> None:
+    """The request options routefit itself reads or rewrites on the way out, in the types
+    OpenAI accepts (it refuses others with a 400 too): ``stream`` a boolean (``"yes"`` or
+    ``[false]`` would be read as a stream), ``stream_options`` an object (the wire adds
+    ``include_usage`` to it), ``stop`` a string or a list of strings (an Anthropic route sends it
+    as ``stop_sequences``)."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError(f"stream must be a boolean, not {_show(stream)}", "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, Mapping):
+        raise RequestError(
+            f"stream_options must be an object, not {_show(options)}", "stream_options"
+        )
+    stop = body.get("stop")
+    if not (
+        stop is None
+        or isinstance(stop, str)
+        or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
+        raise RequestError(f"stop must be a string or a list of strings, not {_show(stop)}", "stop")
+
+
 def _choices(body: Mapping[str, Any]) -> int:
     value = body.get("n")
     if value is None:
@@ -325,6 +348,7 @@ def parse_request(body: Any) -> ChatRequest:
     model = body.get("model", "")
     if not isinstance(model, str):
         raise RequestError("model must be a string", "model")
+    _check_options(body)
     return ChatRequest(
         model=model,
         messages=tuple(parse_message(m, i) for i, m in enumerate(messages)),

@@ -66,10 +66,17 @@ class _Deflate:
 
     def __init__(self) -> None:
         self._inner: Any = None
+        #: The first bytes, held until the two a zlib header takes are in (a body's first piece
+        #: may be one byte: a client's choice, or the network's).
+        self._head = b""
 
     def decompress(self, data: bytes, max_length: int) -> bytes:
         if self._inner is None:
-            raw = not data or (data[0] & 0x0F) != 8 or ((data[0] << 8) | data[1]) % 31 != 0
+            self._head += data
+            if len(self._head) < 2:
+                return b""  # never decided: ``eof`` stays false, a body that ends here is truncated
+            data, self._head = self._head, b""
+            raw = (data[0] & 0x0F) != 8 or ((data[0] << 8) | data[1]) % 31 != 0
             self._inner = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
         out: bytes = self._inner.decompress(data, max_length)
         return out

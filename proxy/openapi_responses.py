@@ -187,8 +187,18 @@ def responses_paths(security: Security) -> dict[str, Any]:
         "name": "order",
         "in": "query",
         "required": False,
-        "schema": {"type": "string", "enum": ["asc", "desc"]},
+        "schema": {"type": "string", "enum": ["asc", "desc"], "default": "desc"},
     }
+    limit = {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+    }
+    cursors = [
+        {"name": name, "in": "query", "required": False, "schema": {"type": "string"}}
+        for name in ("after", "before")
+    ]
     stored = ("401", "404", "503")
     create = {
         "operationId": "createResponse",
@@ -222,9 +232,9 @@ def responses_paths(security: Security) -> dict[str, Any]:
         "/v1/responses/{response_id}": one,
         "/v1/responses/{response_id}/input_items": get(
             "listResponseInputItems",
-            "The whole input a stored response answered, in order",
-            responses(json_ok("The input items", "InputItemList"), *stored),
+            "The input a stored response answered, a page at a time (newest first by default)",
+            responses(json_ok("The input items", "InputItemList"), "400", *stored),
             security=security,
-            parameters=[rid, order],
+            parameters=[rid, limit, order, *cursors],
         ),
     }

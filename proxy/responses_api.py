@@ -8,7 +8,7 @@ wire's requests: the stored chain a request continues is resolved in its intake
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -56,11 +56,14 @@ async def delete(request: Request, teams: TeamDirectory, store: Store) -> Respon
 
 
 async def input_items_list(request: Request, teams: TeamDirectory, store: Store) -> Response:
-    """GET /v1/responses/{id}/input_items: the whole input the response answered, in order
-    (``order=desc`` reverses it); items without an id get one derived from their position."""
+    """GET /v1/responses/{id}/input_items: the input the response answered, a page at a time as
+    OpenAI pages it (``limit`` 1-100, default 20; ``order`` ``desc`` by default, or ``asc``;
+    ``after`` / ``before`` an item id of this list); items without an id get one derived from
+    their position. A query OpenAI refuses is a 400 naming the parameter."""
     rid = request.path_params["response_id"]
 
     async def op(team: str) -> Response:
+        limit, order, after, before = _paging(request.query_params)
         items = list((await load_record(store, team, rid, None)).get("input") or [])
         data = [
             {"id": f"item_{rid}_{i}", **item}
@@ -68,12 +71,58 @@ async def input_items_list(request: Request, teams: TeamDirectory, store: Store)
             else item
             for i, item in enumerate(items)
         ]
-        if request.query_params.get("order") == "desc":
+        if order == "desc":
             data.reverse()
-        first = data[0].get("id") if data and isinstance(data[0], dict) else None
-        last = data[-1].get("id") if data and isinstance(data[-1], dict) else None
+        ids = [item.get("id") if isinstance(item, dict) else None for item in data]
+        start, end = 0, len(data)
+        if after is not None:
+            start = _cursor(ids, after, "after") + 1
+        if before is not None:
+            end = _cursor(ids, before, "before")
+        page = data[start:end][:limit]
         return _json(
-            {"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": False}
+            {
+                "object": "list",
+                "data": page,
+                "first_id": ids[start] if page else None,
+                "last_id": ids[start + len(page) - 1] if page else None,
+                "has_more": start + len(page) < end,
+            }
         )
 
     return await _guarded(request, teams, op)
+
+
+def _paging(query: Mapping[str, str]) -> tuple[int, str, str | None, str | None]:
+    """(limit, order, after, before) of a list query, or OpenAI's 400 for a value it refuses."""
+    raw = query.get("limit", "20")
+    limit = int(raw) if raw.isdigit() else 0
+    if not 1 <= limit <= 100:
+        raise ProxyError(
+            400,
+            f"Invalid 'limit': {raw!r}; expected an integer from 1 to 100.",
+            code="invalid_value",
+            param="limit",
+        )
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise ProxyError(
+            400,
+            f"Invalid 'order': {order!r}; expected one of 'asc', 'desc'.",
+            code="invalid_value",
+            param="order",
+        )
+    return limit, order, query.get("after"), query.get("before")
+
+
+def _cursor(ids: list[Any], item: str, param: str) -> int:
+    """The position of item ``item`` in the list: a cursor that names no item of it is a 400."""
+    try:
+        return ids.index(item)
+    except ValueError:
+        raise ProxyError(
+            400,
+            f"Invalid '{param}': no input item {item!r} in this response's input.",
+            code="invalid_value",
+            param=param,
+        ) from None

@@ -208,7 +208,11 @@ class _Pairing:
 
 def _response_parts(fn: Mapping[str, Any], at: str) -> tuple[Part, ...]:
     parts: list[Part] = [TextPart(compact(fn.get("response") or {}))]
-    for j, inner in enumerate(fn.get("parts") or []):
+    raw = fn.get("parts") or []
+    if not isinstance(raw, list):
+        where = f"{at}.functionResponse.parts"
+        raise RequestError(f"{where} must be a list", where)
+    for j, inner in enumerate(raw):
         media = _media(_part(inner, f"{at}.parts[{j}]"), f"{at}.parts[{j}]")
         if media is not None:
             parts.append(media)
@@ -327,6 +331,12 @@ def generation(body: Mapping[str, Any]) -> Mapping[str, Any]:
     config = body.get("generationConfig", body.get("generation_config")) or {}
     if not isinstance(config, Mapping):
         raise RequestError("generationConfig must be an object", "generationConfig")
+    stops = config.get("stopSequences")
+    if stops is not None and not (
+        isinstance(stops, list) and all(isinstance(s, str) for s in stops)
+    ):
+        at = "generationConfig.stopSequences"
+        raise RequestError(f"{at} must be a list of strings", at)
     return config
 
 

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from relkit import metric, record
 
+from proxy.body import _decoder
 from proxy.serve_settings import ServeSettings
 
 ADMIN = "sk-admin-" + uuid.uuid4().hex
@@ -292,6 +293,25 @@ def test_gzip_and_deflate_bodies_are_decoded_and_others_refused(gw: InProcess):
     assert "gzip" in r.json()["error"]["message"]
     r = _encoded(gw, gzip.compress(raw)[:-12], "gzip")
     assert r.status_code == 400 and "truncated" in r.json()["error"]["message"]
+    for short in (b"x", b"\x08"):  # less than a zlib header: a 400, not a 500
+        r = _encoded(gw, short, "deflate")
+        assert r.status_code == 400 and "truncated" in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_a_deflate_body_arriving_a_byte_at_a_time_is_decoded(wrapped: bool):
+    """Whether a deflate body is zlib-wrapped is read from its first two bytes, which may come
+    in two pieces."""
+    raw = json.dumps({"model": "gpt-4o", "messages": CHAT}).encode()
+    if wrapped:
+        data = zlib.compress(raw)
+    else:
+        squeeze = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+        data = squeeze.compress(raw) + squeeze.flush()
+    decoder = _decoder("deflate")
+    assert decoder is not None
+    out = b"".join(decoder.decompress(data[i : i + 1], 1 << 20) for i in range(len(data)))
+    assert out == raw and decoder.eof
 
 
 def test_a_zip_bomb_is_refused_without_inflating_it(gw: InProcess):

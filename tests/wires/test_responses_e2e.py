@@ -145,6 +145,28 @@ def test_previous_response_id_chains_and_stored_endpoints(client, gw, fresh_sim)
     assert err.value.body["code"] == "previous_response_not_found"
 
 
+def test_input_items_are_paged_as_openai_pages_them(client, gw):
+    """Newest first by default, ``limit`` at a time with ``has_more``, ``after`` continuing from
+    an item id (the SDK's auto-paging walks it to the end); a query OpenAI refuses is a 400."""
+    words = [f"word{i}" for i in range(5)]
+    reply = client.responses.create(
+        model="gpt-4o", input=[{"role": "user", "content": w} for w in words]
+    )
+    said = lambda item: item.content  # noqa: E731 (kept as the client sent it: a string)
+    page = client.responses.input_items.list(reply.id, limit=2)
+    assert len(page.data) == 2 and page.has_more
+    assert [said(i) for i in page.data] == ["word4", "word3"]  # desc by default
+    walked = [said(i) for i in client.responses.input_items.list(reply.id, limit=2)]
+    assert walked == words[::-1]  # every page, through ``after``
+    asc = client.responses.input_items.list(reply.id, order="asc", limit=100)
+    assert [said(i) for i in asc.data] == words and not asc.has_more
+    url = f"{gw.v1}/responses/{reply.id}/input_items"
+    for query in ("limit=0", "limit=101", "limit=abc", "order=sideways", "after=item_nope"):
+        bad = httpx.get(f"{url}?{query}")
+        assert bad.status_code == 400, (query, bad.text)
+        assert bad.json()["error"]["param"] == query.split("=")[0]
+
+
 def test_store_false_keeps_nothing(client):
     reply = client.responses.create(model="gpt-4o", input="hello", store=False)
     with pytest.raises(openai.NotFoundError):
