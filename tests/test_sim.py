@@ -292,6 +292,125 @@ def test_malformed_bodies_get_invalid_request_error(
     assert error["type"] == "invalid_request_error" and needle in error["message"]
 
 
+def _openai_refusal(resp: httpx.Response, param: str, code: str) -> str:
+    """The message of OpenAI's 400 ``invalid_request_error``, after checking its shape."""
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    assert (error["param"], error["code"]) == (param, code), error
+    return str(error["message"])
+
+
+_FN_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "code", "words"),
+    [
+        (
+            {"tool_choice": {"type": "function", "function": 5}},
+            "tool_choice.function",
+            "invalid_type",
+            "expected an object, but got an integer instead",
+        ),
+        (
+            {"tool_choice": {"type": "function", "function": "f"}},
+            "tool_choice.function",
+            "invalid_type",
+            "expected an object, but got a string instead",
+        ),
+        (
+            {"tool_choice": {"type": "function"}},
+            "tool_choice.function",
+            "missing_required_parameter",
+            "Missing required parameter: 'tool_choice.function'.",
+        ),
+        (
+            {"tool_choice": {"type": "function", "function": {}}},
+            "tool_choice.function.name",
+            "missing_required_parameter",
+            "Missing required parameter",
+        ),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": 5}}},
+            "tool_choice.function.name",
+            "invalid_type",
+            "expected a string, but got an integer instead",
+        ),
+        ({"functions": 5}, "functions", "invalid_type", "expected an array"),
+        ({"functions": [5]}, "functions[0]", "invalid_type", "expected an object"),
+        ({"functions": [{}]}, "functions[0].name", "missing_required_parameter", "Missing"),
+    ],
+)
+def test_chat_tool_choice_and_functions_of_the_wrong_type_are_openais_400(
+    fresh_sim: SimServer, extra: dict[str, Any], param: str, code: str, words: str
+) -> None:
+    body = {**SIMPLE, "tools": _FN_TOOLS, **extra}
+    assert words in _openai_refusal(post(fresh_sim, body), param, code)
+
+
+def _responses(sim: SimServer, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(sim.url("/v1/responses"), json={"model": "gpt-4o", **body}, timeout=10)
+
+
+_ASK = {"role": "user", "content": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        ({"input": [{"type": "reasoning"}]}, "input[0].summary", "missing_required_parameter"),
+        (
+            {"input": [_ASK, {"type": "reasoning"}]},
+            "input[1].summary",
+            "missing_required_parameter",
+        ),
+        ({"input": [{"type": "reasoning", "summary": 5}]}, "input[0].summary", "invalid_type"),
+        ({"input": [{"type": "reasoning", "summary": [5]}]}, "input[0].summary[0]", "invalid_type"),
+        (
+            {"input": [{"type": "reasoning", "summary": [{"type": "text", "text": "t"}]}]},
+            "input[0].summary[0].type",
+            "invalid_value",
+        ),
+        (
+            {"input": [{"type": "reasoning", "summary": [{"type": "summary_text"}]}]},
+            "input[0].summary[0].text",
+            "missing_required_parameter",
+        ),
+        ({"input": [{"type": ["message"], "role": "user"}]}, "input[0].type", "invalid_value"),
+        (
+            {"input": [_ASK, {"type": "function_call_output", "call_id": [1]}]},
+            "input[1].call_id",
+            "invalid_type",
+        ),
+        ({"input": [_ASK], "tools": 5}, "tools", "invalid_type"),
+        ({"input": [_ASK], "tools": [5]}, "tools[0]", "invalid_type"),
+        (
+            {"input": [_ASK], "tools": [{"type": "namespace", "tools": 5}]},
+            "tools[0].tools",
+            "invalid_type",
+        ),
+    ],
+)
+def test_responses_items_and_tools_of_the_wrong_shape_are_openais_400(
+    fresh_sim: SimServer, body: dict[str, Any], param: str, code: str
+) -> None:
+    """OpenAI requires a reasoning input item's ``summary`` (an array of ``summary_text``
+    parts, empty when there was none); the simulator refused nothing of it and crashed."""
+    _openai_refusal(_responses(fresh_sim, body), param, code)
+
+
+def test_responses_reasoning_items_with_their_summaries_are_taken(fresh_sim: SimServer) -> None:
+    said = {"type": "summary_text", "text": "thought about it"}
+    for items in (
+        [{"type": "reasoning", "summary": []}],  # nothing the model reads: still answered
+        [_ASK, {"type": "reasoning", "summary": [said]}, {"role": "user", "content": "go"}],
+    ):
+        resp = _responses(fresh_sim, {"input": items})
+        assert resp.status_code == 200, resp.text
+
+
 def test_config_endpoint_relaxes_unknown_parameters(fresh_sim: SimServer) -> None:
     body = {**SIMPLE, "routefit_internal": 1}
     assert post(fresh_sim, body).status_code == 400
@@ -793,6 +912,107 @@ def test_anthropic_validation_and_overflow(fresh_sim: SimServer) -> None:
     assert "Extra inputs are not permitted" in error(
         {"model": "claude-sim", "max_tokens": 10, "messages": [user], "routefit": True}
     )
+
+
+def _anthropic_refusal(sim: SimServer, body: dict[str, Any]) -> str:
+    """The message of Anthropic's 400 ``invalid_request_error`` for a body, in its shape."""
+    resp = messages_post(sim, body)
+    assert resp.status_code == 400, resp.text
+    payload = resp.json()
+    assert payload["type"] == "error" and payload["error"]["type"] == "invalid_request_error"
+    return str(payload["error"]["message"])
+
+
+_H1 = {"type": "ephemeral", "ttl": "1h"}
+_M5 = {"type": "ephemeral"}
+
+
+def _ttl_body(tool: Any = None, system: Any = None, message: Any = None) -> dict[str, Any]:
+    """A body with a breakpoint (or none) on its one tool, system block and user block."""
+
+    def marked(block: dict[str, Any], mark: Any) -> dict[str, Any]:
+        return {**block, "cache_control": mark} if mark is not None else block
+
+    return {
+        "model": "claude-sim",
+        "max_tokens": 10,
+        "tools": [marked({"name": "f", "input_schema": {"type": "object"}}, tool)],
+        "system": [marked({"type": "text", "text": "be brief"}, system)],
+        "messages": [
+            {"role": "user", "content": [marked({"type": "text", "text": "hi"}, message)]}
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("tool", "system", "message", "where"),
+    [
+        (_M5, None, _H1, "messages.0.content.0"),
+        (None, _M5, _H1, "messages.0.content.0"),
+        (_M5, _H1, None, "system.0"),
+        ({**_M5, "ttl": "5m"}, None, _H1, "messages.0.content.0"),
+        (_H1, _M5, _H1, "messages.0.content.0"),
+    ],
+)
+def test_anthropic_refuses_a_one_hour_breakpoint_after_a_five_minute_one(
+    fresh_sim: SimServer, tool: Any, system: Any, message: Any, where: str
+) -> None:
+    """Anthropic processes breakpoints tools → system → messages, and a ``ttl: "1h"`` one may
+    not follow a 5-minute one (no ``ttl``, or "5m"): 400, in Anthropic's own words."""
+    assert _anthropic_refusal(fresh_sim, _ttl_body(tool, system, message)) == (
+        f"{where}.cache_control.ttl: a ttl='1h' cache_control block must not come after a "
+        "ttl='5m' cache_control block. Note that blocks are processed in the following order: "
+        "`tools`, `system`, `messages`."
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "system", "message"),
+    [(_H1, _M5, _M5), (_H1, _H1, _M5), (_H1, _H1, _H1), (_M5, _M5, _M5), (None, _H1, _M5)],
+)
+def test_anthropic_takes_one_hour_breakpoints_before_five_minute_ones(
+    fresh_sim: SimServer, tool: Any, system: Any, message: Any
+) -> None:
+    resp = messages_post(fresh_sim, _ttl_body(tool, system, message))
+    assert resp.status_code == 200, resp.text
+
+
+def test_anthropic_refuses_an_unknown_ttl_and_a_thinking_budget_under_1024(
+    fresh_sim: SimServer,
+) -> None:
+    two_hours = _ttl_body(message={"type": "ephemeral", "ttl": "2h"})
+    assert "Input should be '5m' or '1h'" in _anthropic_refusal(fresh_sim, two_hours)
+    user = {"role": "user", "content": "hi"}
+    base = {"model": "claude-sim", "max_tokens": 4000, "messages": [user]}
+    for thinking, words in [
+        ({"budget_tokens": 1023}, "budget_tokens: Input should be greater than or equal to 1024"),
+        ({"budget_tokens": 0}, "budget_tokens: Input should be greater than or equal to 1024"),
+        ({"budget_tokens": "2000"}, "budget_tokens: Input should be a valid integer"),
+        ({}, "thinking.enabled.budget_tokens: Field required"),
+    ]:
+        body = {**base, "thinking": {"type": "enabled", **thinking}}
+        assert words in _anthropic_refusal(fresh_sim, body)
+    over = {**base, "max_tokens": 1024, "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    assert "must be greater than `thinking.budget_tokens`" in _anthropic_refusal(fresh_sim, over)
+    least = {**base, "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    assert messages_post(fresh_sim, least).status_code == 200
+
+
+@pytest.mark.parametrize("bad", [5, None, ["t1"], {"id": "t1"}])
+def test_anthropic_tool_use_id_of_the_wrong_type_is_refused(fresh_sim: SimServer, bad: Any):
+    use = {"type": "tool_use", "id": bad, "name": "f", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
+    body = {
+        "model": "claude-sim",
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result]},
+        ],
+    }
+    words = "messages.1.content.0.id: Input should be a valid string"
+    assert words in _anthropic_refusal(fresh_sim, body)
 
 
 def test_anthropic_tool_use_and_stream_events(fresh_sim: SimServer) -> None:

@@ -212,3 +212,69 @@ def test_function_calls_and_injected_faults_in_googles_shape(sim: Sim):
     busy = sim.post(GEN, HI, **_key(**{"x-sim-fault": "status:429"}))
     _google(busy, 429, "RESOURCE_EXHAUSTED")
     assert busy.headers["retry-after"] == "1"
+
+
+_TOOLS = [{"functionDeclarations": [{"name": "f", "parameters": {"type": "OBJECT"}}]}]
+_PNG_PART = {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"toolConfig": 5}, "Invalid value at 'tool_config' (type.googleapis.com/"),
+        ({"tool_config": "ANY"}, "Invalid value at 'tool_config' "),
+        (
+            {"toolConfig": {"functionCallingConfig": 5}},
+            "Invalid value at 'tool_config.function_calling_config' (",
+        ),
+        (
+            {"toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": 5}}},
+            "Invalid value at 'tool_config.function_calling_config.allowed_function_names' "
+            "(TYPE_STRING), 5",
+        ),
+        (
+            {"toolConfig": {"functionCallingConfig": {"allowedFunctionNames": ["f", 5]}}},
+            "allowed_function_names[1]' (TYPE_STRING), 5",
+        ),
+        (
+            {"toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}},
+            "Invalid value at 'tool_config.function_calling_config.mode' (",
+        ),
+        ({"tools": [{"functionDeclarations": 5}]}, "'tools[0].function_declarations' ("),
+        ({"tools": [{"functionDeclarations": [{}]}]}, "Name cannot be empty"),
+        ({"generationConfig": {"max_output_tokens": "x"}}, "max_output_tokens"),
+        (
+            {"systemInstruction": {"parts": [{"text": "look:"}, _PNG_PART]}},
+            "'system_instruction.parts[1]': a system instruction takes text parts only",
+        ),
+    ],
+)
+def test_tool_config_and_system_instruction_of_the_wrong_shape_are_refused(
+    sim: Sim, extra: dict[str, Any], words: str
+):
+    """Each level of ``toolConfig`` typed as Google types it (the simulator took every one for
+    an object and crashed); a system instruction is text only, as Google documents it
+    ("Developer set system instruction(s). Currently, text only."), so an inline image there
+    is refused rather than priced, on generate and count alike."""
+    body = {**HI, "tools": _TOOLS, **extra}
+    assert words in _google(sim.post(GEN, body, **_key()), 400, "INVALID_ARGUMENT")
+    count = sim.post("/v1beta/models/gemini-sim:countTokens", body, **_key())
+    assert words in _google(count, 400, "INVALID_ARGUMENT")
+
+
+@pytest.mark.parametrize(
+    "calling",
+    [
+        {"mode": "ANY", "allowedFunctionNames": ["f"]},
+        {"mode": 2},  # proto JSON takes an enum by number: ANY
+        {"mode": "NONE"},
+        {"mode": "AUTO", "allowed_function_names": []},
+    ],
+)
+def test_tool_configs_google_takes_are_answered(sim: Sim, calling: dict[str, Any]):
+    body = {**HI, "tools": _TOOLS, "toolConfig": {"functionCallingConfig": calling}}
+    reply = sim.post(GEN, body, **_key())
+    assert reply.status_code == 200, reply.text
+    parts = reply.json()["candidates"][0]["content"]["parts"]
+    forced = calling.get("mode") in ("ANY", 2)
+    assert any("functionCall" in p for p in parts) == forced

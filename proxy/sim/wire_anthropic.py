@@ -114,6 +114,9 @@ def _validate_block(block: Any, where: str, role: str) -> None:
         for key in ("id", "name", "input"):
             if key not in block:
                 raise _bad(f"{where}.{key}: Field required")
+        for key in ("id", "name"):
+            if not isinstance(block[key], str):
+                raise _bad(f"{where}.{key}: Input should be a valid string")
         if not isinstance(block["input"], Mapping):
             raise _bad(f"{where}.input: Input should be a valid dictionary")
     elif kind == "tool_result":
@@ -268,26 +271,87 @@ def validate(body: Any, *, strict: bool = True) -> None:
             )
         if choice["type"] == "tool" and not isinstance(choice.get("name"), str):
             raise _bad("tool_choice.tool.name: Field required")
+    _check_thinking(body.get("thinking"))
     _check_breakpoints(body)
 
 
-def _check_breakpoints(body: Mapping[str, Any]) -> None:
-    """At most 4, the request's own ``cache_control`` (automatic caching) among them."""
-    found = int(bool(body.get("cache_control")))
-    for tool in body.get("tools") or []:
-        found += bool(isinstance(tool, Mapping) and tool.get("cache_control"))
+#: The least ``thinking.budget_tokens`` Anthropic takes.
+MIN_THINKING_BUDGET = 1024
+
+
+def _check_thinking(thinking: Any) -> None:
+    """Extended thinking's budget: an integer of at least 1024 (that it stays under
+    ``max_tokens`` is checked with the model, ``_messages_model``)."""
+    if thinking is None:
+        return
+    if not isinstance(thinking, Mapping):
+        raise _bad("thinking: Input should be a valid dictionary or object to extract fields from")
+    if thinking.get("type") != "enabled":
+        return
+    if "budget_tokens" not in thinking:
+        raise _bad("thinking.enabled.budget_tokens: Field required")
+    budget = thinking["budget_tokens"]
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise _bad("thinking.enabled.budget_tokens: Input should be a valid integer")
+    if budget < MIN_THINKING_BUDGET:
+        raise _bad(
+            "thinking.enabled.budget_tokens: Input should be greater than or equal to "
+            f"{MIN_THINKING_BUDGET}"
+        )
+
+
+def _marked(body: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where, cache_control) of every marked block, in the order Anthropic processes them:
+    ``tools``, ``system``, then ``messages`` (a tool_result's own blocks after it); the
+    request's own ``cache_control`` (automatic caching) last, as it marks the last block."""
+    found: list[tuple[str, Any]] = []
+    for i, tool in enumerate(body.get("tools") or []):
+        if isinstance(tool, Mapping):
+            found.append((f"tools.{i}", tool.get("cache_control")))
     system = body.get("system")
-    for block in system if isinstance(system, list) else []:
-        found += bool(block.get("cache_control"))
-    for msg in body["messages"]:
-        for block in _blocks(msg["content"]):
-            found += bool(block.get("cache_control"))
+    for j, block in enumerate(system if isinstance(system, list) else []):
+        found.append((f"system.{j}", block.get("cache_control")))
+    for i, msg in enumerate(body["messages"]):
+        for j, block in enumerate(_blocks(msg["content"])):
+            where = f"messages.{i}.content.{j}"
+            found.append((where, block.get("cache_control")))
             if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-                found += sum(bool(b.get("cache_control")) for b in block["content"])
-    if found > MAX_BREAKPOINTS:
+                for k, b in enumerate(block["content"]):
+                    found.append((f"{where}.content.{k}", b.get("cache_control")))
+    found.append(("cache_control", body.get("cache_control")))
+    return [(where, mark) for where, mark in found if mark]
+
+
+def _check_breakpoints(body: Mapping[str, Any]) -> None:
+    """At most 4, the request's own ``cache_control`` (automatic caching) among them; each an
+    ephemeral one of 5 minutes (no ``ttl``, or "5m") or an hour ("1h"), and no 1-hour one
+    after a 5-minute one (Anthropic: longer TTLs must come before shorter ones)."""
+    marked = _marked(body)
+    five = None  # where the first 5-minute breakpoint is
+    for where, mark in marked:
+        at = f"{where}.cache_control" if where != "cache_control" else where
+        if not isinstance(mark, Mapping):
+            raise _bad(f"{at}: Input should be a valid dictionary or object to extract fields from")
+        if mark.get("type") != "ephemeral":
+            raise _bad(
+                f"{at}: Input tag '{mark.get('type')}' found using 'type' does not match any of "
+                "the expected tags: 'ephemeral'"
+            )
+        ttl = "5m" if mark.get("ttl") is None else mark["ttl"]
+        if ttl not in ("5m", "1h"):
+            raise _bad(f"{at}.ephemeral.ttl: Input should be '5m' or '1h'")
+        if ttl == "5m" and five is None:
+            five = where
+        if ttl == "1h" and five is not None:
+            raise _bad(
+                f"{at}.ttl: a ttl='1h' cache_control block must not come after a ttl='5m' "
+                "cache_control block. Note that blocks are processed in the following order: "
+                "`tools`, `system`, `messages`."
+            )
+    if len(marked) > MAX_BREAKPOINTS:
         raise _bad(
             f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
-            f"Found {found}."
+            f"Found {len(marked)}."
         )
 
 

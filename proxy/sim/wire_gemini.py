@@ -155,18 +155,114 @@ def validate_gemini(body: Any, strict: bool = True) -> None:
     system = body.get("systemInstruction", body.get("system_instruction"))
     if system is not None:
         _content(system, "system_instruction")
+        _text_only(system)
     tools = body.get("tools")
     if tools is not None and not (
         isinstance(tools, list) and all(isinstance(t, Mapping) for t in tools)
     ):
         raise _bad("Invalid value at 'tools': expected a list of objects")
+    for i, tool in enumerate(tools or []):
+        _declarations(tool, f"tools[{i}]")
+    _tool_config(body)
     for key in ("generationConfig", "generation_config"):
         config = body.get(key)
         if config is not None and not isinstance(config, Mapping):
             raise _bad(f"Invalid value at '{key}': expected an object")
-        tokens = (config or {}).get("maxOutputTokens")
-        if tokens is not None and (not isinstance(tokens, int) or tokens < 0):
-            raise _bad(f"Invalid value at '{key}.max_output_tokens': expected a positive integer")
+        for name in ("maxOutputTokens", "max_output_tokens"):
+            tokens = (config or {}).get(name)
+            if tokens is not None and (
+                isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0
+            ):
+                raise _bad(
+                    f"Invalid value at '{key}.max_output_tokens': expected a positive integer"
+                )
+
+
+def _text_only(system: Mapping[str, Any]) -> None:
+    """Google documents ``systemInstruction`` as text only ("Developer set system
+    instruction(s). Currently, text only."; Vertex: "only text should be used in parts of
+    Content"), so a media, function or code part there is refused (400 ``INVALID_ARGUMENT``)
+    rather than priced as if the model read it: the simulator decides, it does not guess."""
+    for j, part in enumerate(system.get("parts") or []):
+        if "text" not in part:
+            kind = next(k for k in _DATA if k in part)
+            raise _bad(
+                f"Invalid value at 'system_instruction.parts[{j}]': a system instruction takes "
+                f"text parts only, not {kind}."
+            )
+
+
+def _proto(at: str, kind: str, value: Any) -> SimError:
+    """Google's words for a value of the wrong JSON type at a field of a proto message."""
+    return _bad(f"Invalid value at '{at}' ({kind}), {json.dumps(value)}")
+
+
+_PROTO = "type.googleapis.com/google.ai.generativelanguage.v1beta."
+#: ``FunctionCallingConfig.Mode``, by name and (as proto JSON also takes) by number.
+_MODES = ("MODE_UNSPECIFIED", "AUTO", "ANY", "NONE", "VALIDATED")
+
+
+def _declarations(tool: Mapping[str, Any], at: str) -> None:
+    """A tool's ``functionDeclarations``: a list of objects, each named."""
+    for key in ("functionDeclarations", "function_declarations"):
+        decls = tool.get(key)
+        if decls is None:
+            continue
+        if not isinstance(decls, list):
+            raise _proto(f"{at}.function_declarations", _PROTO + "FunctionDeclaration", decls)
+        for k, decl in enumerate(decls):
+            where = f"{at}.function_declarations[{k}]"
+            if not isinstance(decl, Mapping):
+                raise _proto(where, _PROTO + "FunctionDeclaration", decl)
+            if not isinstance(decl.get("name"), str) or not decl["name"]:
+                raise _bad(f"* GenerateContentRequest.{where}.name: Name cannot be empty.")
+
+
+def _mode(value: Any) -> str:
+    """A mode's name, whether sent by name or by number; anything else refused."""
+    at = "tool_config.function_calling_config.mode"
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(_MODES):
+        return _MODES[value]
+    if isinstance(value, str) and value in _MODES:
+        return value
+    raise _proto(at, _PROTO + "FunctionCallingConfig.Mode", value)
+
+
+def _calling(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The request's ``toolConfig.functionCallingConfig`` (either spelling), {} when absent
+    (or null); a level that is not an object refused."""
+    config = body.get("toolConfig", body.get("tool_config"))
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise _proto("tool_config", _PROTO + "ToolConfig", config)
+    calling = config.get("functionCallingConfig", config.get("function_calling_config"))
+    if calling is None:
+        return {}
+    if not isinstance(calling, Mapping):
+        at = "tool_config.function_calling_config"
+        raise _proto(at, _PROTO + "FunctionCallingConfig", calling)
+    return calling
+
+
+def _allowed(calling: Mapping[str, Any]) -> list[str]:
+    names = calling.get("allowedFunctionNames", calling.get("allowed_function_names"))
+    at = "tool_config.function_calling_config.allowed_function_names"
+    if names is None:
+        return []
+    if not isinstance(names, list):
+        raise _proto(at, "TYPE_STRING", names)
+    for k, name in enumerate(names):
+        if not isinstance(name, str):
+            raise _proto(f"{at}[{k}]", "TYPE_STRING", name)
+    return names
+
+
+def _tool_config(body: Mapping[str, Any]) -> None:
+    calling = _calling(body)
+    if calling.get("mode") is not None:
+        _mode(calling["mode"])
+    _allowed(calling)
 
 
 _CALL_KEYS = ("functionCall", "function_call")
@@ -275,10 +371,9 @@ def _offered(body: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 def _forced(body: Mapping[str, Any]) -> tuple[str | None, bool]:
     """(the call the tool config forces, or ``*`` for any; whether calls are off)."""
-    config = body.get("toolConfig", body.get("tool_config")) or {}
-    calling = config.get("functionCallingConfig", config.get("function_calling_config")) or {}
-    mode = calling.get("mode", "AUTO")
-    allowed = calling.get("allowedFunctionNames") or []
+    calling = _calling(body)  # validated: each level an object, the names strings
+    mode = _mode(calling["mode"]) if calling.get("mode") is not None else "AUTO"
+    allowed = _allowed(calling)
     if mode == "ANY":
         return (allowed[0] if len(allowed) == 1 else "*"), False
     return None, mode == "NONE"

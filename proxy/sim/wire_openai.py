@@ -23,7 +23,15 @@ from proxy.sim.streaming import CutBody, EventStream, sse
 if TYPE_CHECKING:
     from proxy.sim.ctx import Ctx
 
-__all__ = ["EMBEDDING_MODELS", "bad_value", "chat_completions", "embeddings", "validate_chat"]
+__all__ = [
+    "EMBEDDING_MODELS",
+    "bad_type",
+    "bad_value",
+    "chat_completions",
+    "embeddings",
+    "missing_param",
+    "validate_chat",
+]
 
 KNOWN_PARAMS = frozenset(
     {
@@ -63,7 +71,7 @@ def _kind(value: Any) -> str:
     return "an object"
 
 
-def _missing(param: str) -> SimError:
+def missing_param(param: str) -> SimError:
     return SimError(
         400,
         f"Missing required parameter: '{param}'.",
@@ -72,7 +80,7 @@ def _missing(param: str) -> SimError:
     )
 
 
-def _bad_type(param: str, expected: str, value: Any) -> SimError:
+def bad_type(param: str, expected: str, value: Any) -> SimError:
     return SimError(
         400,
         f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
@@ -96,7 +104,7 @@ def _int_param(body: Mapping[str, Any], key: str, low: int, high: int | None = N
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad_type(key, "an integer", value)
+        raise bad_type(key, "an integer", value)
     if value < low:
         raise SimError(
             400,
@@ -118,10 +126,10 @@ def _int_param(body: Mapping[str, Any], key: str, low: int, high: int | None = N
 
 def _validate_part(part: Any, where: str, role: str, index: int) -> None:
     if not isinstance(part, Mapping):
-        raise _bad_type(where, "an object", part)
+        raise bad_type(where, "an object", part)
     kind = part.get("type")
     if kind is None:
-        raise _missing(f"{where}.type")
+        raise missing_param(f"{where}.type")
     if kind not in PART_TYPES:
         raise bad_value(f"{where}.type", kind, PART_TYPES)
     if kind == "image_url" and role != "user":
@@ -136,30 +144,30 @@ def _validate_part(part: Any, where: str, role: str, index: int) -> None:
         if kind == "refusal" and role != "assistant":
             raise bad_value(f"{where}.type", kind, ("text", "image_url", "input_audio", "file"))
         if kind not in part:
-            raise _missing(f"{where}.{kind}")
+            raise missing_param(f"{where}.{kind}")
         if not isinstance(part[kind], str):
-            raise _bad_type(f"{where}.{kind}", "a string", part[kind])
+            raise bad_type(f"{where}.{kind}", "a string", part[kind])
     elif kind == "image_url":
         image = part.get("image_url")
         if image is None:
-            raise _missing(f"{where}.image_url")
+            raise missing_param(f"{where}.image_url")
         if not isinstance(image, Mapping):
-            raise _bad_type(f"{where}.image_url", "an object", image)
+            raise bad_type(f"{where}.image_url", "an object", image)
         if "url" not in image:
-            raise _missing(f"{where}.image_url.url")
+            raise missing_param(f"{where}.image_url.url")
         if not isinstance(image["url"], str):
-            raise _bad_type(f"{where}.image_url.url", "a string", image["url"])
+            raise bad_type(f"{where}.image_url.url", "a string", image["url"])
         detail = image.get("detail")
         if detail is not None and detail not in DETAILS:
             raise bad_value(f"{where}.image_url.detail", detail, DETAILS)
     elif kind == "input_audio":
         audio = part.get("input_audio")
         if audio is None:
-            raise _missing(f"{where}.input_audio")
+            raise missing_param(f"{where}.input_audio")
         if not isinstance(audio, Mapping):
-            raise _bad_type(f"{where}.input_audio", "an object", audio)
+            raise bad_type(f"{where}.input_audio", "an object", audio)
         if not isinstance(audio.get("data"), str):
-            raise _bad_type(f"{where}.input_audio.data", "a string", audio.get("data"))
+            raise bad_type(f"{where}.input_audio.data", "a string", audio.get("data"))
         if audio.get("format") not in AUDIO_FORMATS:
             raise bad_value(f"{where}.input_audio.format", audio.get("format"), AUDIO_FORMATS)
     elif kind == "file":
@@ -182,36 +190,36 @@ def _validate_part(part: Any, where: str, role: str, index: int) -> None:
 
 def _validate_tool_calls(calls: Any, where: str) -> list[str]:
     if not isinstance(calls, list):
-        raise _bad_type(where, "an array", calls)
+        raise bad_type(where, "an array", calls)
     ids = []
     for j, call in enumerate(calls):
         at = f"{where}[{j}]"
         if not isinstance(call, Mapping):
-            raise _bad_type(at, "an object", call)
+            raise bad_type(at, "an object", call)
         for key in ("id", "type", "function"):
             if key not in call:
-                raise _missing(f"{at}.{key}")
+                raise missing_param(f"{at}.{key}")
         if not isinstance(call["id"], str):
-            raise _bad_type(f"{at}.id", "a string", call["id"])
+            raise bad_type(f"{at}.id", "a string", call["id"])
         if call["type"] != "function":
             raise bad_value(f"{at}.type", call["type"], ("function",))
         fn = call["function"]
         if not isinstance(fn, Mapping):
-            raise _bad_type(f"{at}.function", "an object", fn)
+            raise bad_type(f"{at}.function", "an object", fn)
         for key in ("name", "arguments"):
             if key not in fn:
-                raise _missing(f"{at}.function.{key}")
+                raise missing_param(f"{at}.function.{key}")
             if not isinstance(fn[key], str):
-                raise _bad_type(f"{at}.function.{key}", "a string", fn[key])
+                raise bad_type(f"{at}.function.{key}", "a string", fn[key])
         ids.append(call["id"])
     return ids
 
 
 def _validate_messages(messages: Any) -> None:
     if messages is None:
-        raise _missing("messages")
+        raise missing_param("messages")
     if not isinstance(messages, list):
-        raise _bad_type("messages", "an array", messages)
+        raise bad_type("messages", "an array", messages)
     if not messages:
         raise SimError(
             400,
@@ -223,16 +231,16 @@ def _validate_messages(messages: Any) -> None:
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(msg, Mapping):
-            raise _bad_type(where, "an object", msg)
+            raise bad_type(where, "an object", msg)
         role = msg.get("role")
         if role is None:
-            raise _missing(f"{where}.role")
+            raise missing_param(f"{where}.role")
         if role not in ROLES:
             raise bad_value(f"{where}.role", role, ROLES)
         name = msg.get("name")
         if name is not None:
             if not isinstance(name, str):
-                raise _bad_type(f"{where}.name", "a string", name)
+                raise bad_type(f"{where}.name", "a string", name)
             if not _NAME.match(name):
                 raise SimError(
                     400,
@@ -244,7 +252,7 @@ def _validate_messages(messages: Any) -> None:
         content = msg.get("content")
         has_calls = bool(msg.get("tool_calls")) or msg.get("function_call") is not None
         if "content" not in msg and role != "assistant":
-            raise _missing(f"{where}.content")
+            raise missing_param(f"{where}.content")
         if content is None and not (role == "assistant" and (has_calls or msg.get("refusal"))):
             if role == "assistant":
                 raise SimError(
@@ -252,9 +260,9 @@ def _validate_messages(messages: Any) -> None:
                     f"Invalid value for '{where}.content': expected a string, got null.",
                     param=f"{where}.content",
                 )
-            raise _bad_type(f"{where}.content", "one of a string or array of objects", content)
+            raise bad_type(f"{where}.content", "one of a string or array of objects", content)
         if content is not None and not isinstance(content, str | list):
-            raise _bad_type(f"{where}.content", "one of a string or array of objects", content)
+            raise bad_type(f"{where}.content", "one of a string or array of objects", content)
         if isinstance(content, list):
             for j, part in enumerate(content):
                 _validate_part(part, f"{where}.content[{j}]", role, i)
@@ -269,11 +277,11 @@ def _validate_messages(messages: Any) -> None:
             _validate_tool_calls(msg["tool_calls"], f"{where}.tool_calls")
         if role == "tool":
             if "tool_call_id" not in msg:
-                raise _missing(f"{where}.tool_call_id")
+                raise missing_param(f"{where}.tool_call_id")
             if not isinstance(msg["tool_call_id"], str):
-                raise _bad_type(f"{where}.tool_call_id", "a string", msg["tool_call_id"])
+                raise bad_type(f"{where}.tool_call_id", "a string", msg["tool_call_id"])
         if role == "function" and not isinstance(name, str):
-            raise _missing(f"{where}.name")
+            raise missing_param(f"{where}.name")
     _validate_pairing(messages)
 
 
@@ -311,24 +319,40 @@ def _unanswered(pending: list[str] | None, owner: int) -> None:
         )
 
 
+def _validate_functions(functions: Any) -> None:
+    """The legacy ``functions``: an array of objects, each with a string ``name``."""
+    if functions is None:
+        return
+    if not isinstance(functions, list):
+        raise bad_type("functions", "an array", functions)
+    for i, fn in enumerate(functions):
+        where = f"functions[{i}]"
+        if not isinstance(fn, Mapping):
+            raise bad_type(where, "an object", fn)
+        if "name" not in fn:
+            raise missing_param(f"{where}.name")
+        if not isinstance(fn["name"], str):
+            raise bad_type(f"{where}.name", "a string", fn["name"])
+
+
 def _validate_tools(body: Mapping[str, Any]) -> None:
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
-            raise _bad_type("tools", "an array", tools)
+            raise bad_type("tools", "an array", tools)
         for i, tool in enumerate(tools):
             where = f"tools[{i}]"
             if not isinstance(tool, Mapping):
-                raise _bad_type(where, "an object", tool)
+                raise bad_type(where, "an object", tool)
             if tool.get("type") != "function":
                 raise bad_value(f"{where}.type", tool.get("type"), ("function", "custom"))
             fn = tool.get("function")
             if fn is None:
-                raise _missing(f"{where}.function")
+                raise missing_param(f"{where}.function")
             if not isinstance(fn, Mapping):
-                raise _bad_type(f"{where}.function", "an object", fn)
+                raise bad_type(f"{where}.function", "an object", fn)
             if "name" not in fn:
-                raise _missing(f"{where}.function.name")
+                raise missing_param(f"{where}.function.name")
             if not isinstance(fn["name"], str) or not _TOOL_NAME.match(fn["name"]):
                 raise SimError(
                     400,
@@ -339,7 +363,8 @@ def _validate_tools(body: Mapping[str, Any]) -> None:
                 )
             params = fn.get("parameters")
             if params is not None and not isinstance(params, Mapping):
-                raise _bad_type(f"{where}.function.parameters", "an object", params)
+                raise bad_type(f"{where}.function.parameters", "an object", params)
+    _validate_functions(body.get("functions"))
     choice = body.get("tool_choice")
     if choice is None:
         return
@@ -356,8 +381,17 @@ def _validate_tools(body: Mapping[str, Any]) -> None:
             )
         return
     if not isinstance(choice, Mapping) or choice.get("type") != "function":
-        raise _bad_type("tool_choice", "one of a string or an object", choice)
-    name = (choice.get("function") or {}).get("name")
+        raise bad_type("tool_choice", "one of a string or an object", choice)
+    fn = choice.get("function")  # each level typed as OpenAI types it, never assumed an object
+    if fn is None:
+        raise missing_param("tool_choice.function")
+    if not isinstance(fn, Mapping):
+        raise bad_type("tool_choice.function", "an object", fn)
+    name = fn.get("name")
+    if name is None:
+        raise missing_param("tool_choice.function.name")
+    if not isinstance(name, str):
+        raise bad_type("tool_choice.function.name", "a string", name)
     if name not in names:
         raise SimError(
             400,
@@ -374,7 +408,7 @@ def validate_chat(body: Any, *, strict: bool = True) -> None:
     if model is None:
         raise SimError(400, "you must provide a model parameter")
     if not isinstance(model, str):
-        raise _bad_type("model", "a string", model)
+        raise bad_type("model", "a string", model)
     unknown = sorted(set(body) - KNOWN_PARAMS)
     if unknown and strict:
         word = "argument" if len(unknown) == 1 else "arguments"
@@ -385,7 +419,7 @@ def validate_chat(body: Any, *, strict: bool = True) -> None:
     _int_param(body, "n", 1, 128)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        raise _bad_type("stream", "a boolean", stream)
+        raise bad_type("stream", "a boolean", stream)
     options = body.get("stream_options")
     if options is not None:
         if not stream:
@@ -395,11 +429,11 @@ def validate_chat(body: Any, *, strict: bool = True) -> None:
                 param="stream_options",
             )
         if not isinstance(options, Mapping):
-            raise _bad_type("stream_options", "an object", options)
+            raise bad_type("stream_options", "an object", options)
     temperature = body.get("temperature")
     if temperature is not None:
         if isinstance(temperature, bool) or not isinstance(temperature, int | float):
-            raise _bad_type("temperature", "a decimal", temperature)
+            raise bad_type("temperature", "a decimal", temperature)
         if not 0 <= temperature <= 2:
             raise SimError(
                 400,
@@ -412,13 +446,13 @@ def validate_chat(body: Any, *, strict: bool = True) -> None:
     fmt = body.get("response_format")
     if fmt is not None:
         if not isinstance(fmt, Mapping):
-            raise _bad_type("response_format", "an object", fmt)
+            raise bad_type("response_format", "an object", fmt)
         if fmt.get("type") not in ("text", "json_object", "json_schema"):
             raise bad_value(
                 "response_format.type", fmt.get("type"), ("text", "json_object", "json_schema")
             )
         if fmt.get("type") == "json_schema" and not isinstance(fmt.get("json_schema"), Mapping):
-            raise _missing("response_format.json_schema")
+            raise missing_param("response_format.json_schema")
 
 
 # ------------------------------------------------------------------------------------- counting

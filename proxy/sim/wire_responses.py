@@ -12,7 +12,8 @@ costs what chat's ``response_format`` does. An ``input_image`` is the chat wire'
 
 Refused like OpenAI: an output whose ``call_id`` answers no call before it, a call left without
 its output, a message content part of a type OpenAI does not define (400 ``invalid_value``
-naming the part), an overflow (400 ``context_length_exceeded``). Streams send the whole event
+naming the part), a reasoning item without its ``summary`` (an array of ``summary_text`` parts),
+an overflow (400 ``context_length_exceeded``). Streams send the whole event
 sequence, ending in ``response.completed`` with usage (``input_tokens_details.cached_tokens``).
 """
 
@@ -30,7 +31,7 @@ from proxy.sim.completion import Answer, answer
 from proxy.sim.counting import openai_prompt
 from proxy.sim.errors import SimError
 from proxy.sim.streaming import EventStream, sse
-from proxy.sim.wire_openai import bad_value, collect_pictures
+from proxy.sim.wire_openai import bad_type, bad_value, collect_pictures, missing_param
 
 if TYPE_CHECKING:
     from proxy.sim.ctx import Ctx
@@ -93,6 +94,29 @@ def _check_parts(content: Any, where: str) -> None:
             raise bad_value(f"{where}[{j}].type", kind, PART_TYPES)
 
 
+def _summary(item: Mapping[str, Any], where: str) -> str:
+    """The text of a reasoning item's ``summary``, which OpenAI requires: an array (empty for a
+    reasoning item that had none) of ``summary_text`` parts, each with its string ``text``."""
+    summary = item.get("summary")
+    if summary is None:
+        raise missing_param(f"{where}.summary")
+    if not isinstance(summary, list):
+        raise bad_type(f"{where}.summary", "an array", summary)
+    texts = []
+    for k, part in enumerate(summary):
+        at = f"{where}.summary[{k}]"
+        if not isinstance(part, Mapping):
+            raise bad_type(at, "an object", part)
+        if part.get("type") != "summary_text":
+            raise bad_value(f"{at}.type", part.get("type"), ("summary_text",))
+        if "text" not in part:
+            raise missing_param(f"{at}.text")
+        if not isinstance(part["text"], str):
+            raise bad_type(f"{at}.text", "a string", part["text"])
+        texts.append(part["text"])
+    return "".join(texts)
+
+
 def _bad(param: str, message: str) -> SimError:
     return SimError(400, message, param=param, code="invalid_value")
 
@@ -111,7 +135,7 @@ def to_chat(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
         if not isinstance(item, Mapping):
             raise _bad(f"input[{i}]", f"Invalid 'input[{i}]': expected an object.")
         kind = item.get("type") or ("message" if "role" in item else None)
-        if kind not in ITEM_TYPES:
+        if not isinstance(kind, str) or kind not in ITEM_TYPES:
             raise _bad(f"input[{i}].type", f"Invalid value: '{kind}' for 'input[{i}].type'.")
         last = messages[-1] if messages else None
         if kind == "message":
@@ -141,6 +165,10 @@ def to_chat(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
             open_calls[call_id] = i
         elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
+            if call_id is None:
+                raise missing_param(f"input[{i}].call_id")
+            if not isinstance(call_id, str):
+                raise bad_type(f"input[{i}].call_id", "a string", call_id)
             if call_id not in open_calls:
                 raise _bad(
                     f"input[{i}]",
@@ -151,9 +179,7 @@ def to_chat(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
             text = output if isinstance(output, str) else _dump(output)
             messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         elif kind == "reasoning":
-            summary = "".join(
-                str(s.get("text", "")) for s in item.get("summary") or [] if isinstance(s, Mapping)
-            )
+            summary = _summary(item, f"input[{i}]")
             if summary:
                 messages.append({"role": "assistant", "content": summary})
         else:
@@ -167,20 +193,26 @@ def to_chat(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
 def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
-    def add(tool: Any) -> None:
+    def add(tool: Any, where: str) -> None:
         if not isinstance(tool, Mapping):
-            return
+            raise bad_type(where, "an object", tool)
         if tool.get("type") == "function":
             fn = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
             out.append({"type": "function", "function": fn})
         elif tool.get("type") == "namespace":
-            for inner in tool.get("tools") or []:
-                add(inner)
+            inner = tool.get("tools")
+            if inner is not None and not isinstance(inner, list):
+                raise bad_type(f"{where}.tools", "an array", inner)
+            for k, one in enumerate(inner or []):
+                add(one, f"{where}.tools[{k}]")
         else:
             out.append({"type": "text", "text": _dump(tool)})
 
-    for tool in body.get("tools") or []:
-        add(tool)
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise bad_type("tools", "an array", tools)
+    for i, tool in enumerate(tools or []):
+        add(tool, f"tools[{i}]")
     return out
 
 
@@ -329,7 +361,7 @@ def _answer(
     model = ctx.state.model(name)
     assert model is not None
     messages = chat["messages"]
-    last = messages[-1]
+    last = messages[-1] if messages else {}  # an input of reasoning items with no summary text
     last_user = _text_of(last.get("content")) if last.get("role") == "user" else ""
     offered = [
         (str(t["function"].get("name")), t["function"].get("parameters") or {})
