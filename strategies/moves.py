@@ -590,7 +590,9 @@ def _build(
                 message = masked
             elif offload[u] and message.images:
                 tally.offloaded += len(message.images)
-                tally.offloaded_tokens += prices[i].images - job.placeholder_tokens(message)
+                # an image priced below its placeholder (a small one under Claude's rule)
+                # removes nothing: tokens removed are never negative (they feed counters)
+                tally.offloaded_tokens += max(0, prices[i].images - job.placeholder_tokens(message))
                 message = job.offload(message)
             out.append(message)
     flush(None)

@@ -77,3 +77,35 @@ def test_the_image_head_keeps_its_images_and_offloading_starts_after_it() -> Non
     assert first_plain == 2  # the oldest went first (the task's own, message 0, is protected)
     assert first_headed > first_plain  # the head's pictures stayed
     assert all(m.images for m in headed.messages[:first_headed] if m.role == "user")
+
+
+def test_an_image_cheaper_than_its_placeholder_reports_no_negative_tokens_removed() -> None:
+    # Under Claude's rule a 16x16 picture costs less than its placeholder's text: offloading it
+    # removes nothing, and the report (which feeds Prometheus counters, which refuse a negative
+    # increment: a 500 on the Messages wire) must not say it removed fewer than 0 tokens.
+    from pricing.framing import CLAUDE_TOOLS_PREAMBLE, Framing
+    from pricing.images import default_image_rule
+    from pricing.route import Route
+
+    claude = Route(
+        alias="claude",
+        model="anthropic/claude-sonnet-4-5",
+        provider="anthropic",
+        context_window=4000,
+        max_output_tokens=1024,
+        tokenizer="o200k_base",
+        framing=Framing(family="generic", tools_preamble=CLAUDE_TOOLS_PREAMBLE),
+        image_rule=default_image_rule("claude-sonnet-4-5", True),
+        supports_vision=True,
+    )
+    tiny = {"type": "image_url", "image_url": {"url": png(16, 16, 1)}}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+    for _ in range(12):
+        look = {"type": "text", "text": "look " + "word " * 300}
+        messages.append({"role": "user", "content": [look, tiny]})
+        messages.append({"role": "assistant", "content": "seen " + "word " * 300})
+    messages.append({"role": "user", "content": "which was first?"})
+    result = fit(parse_request({"messages": messages, "max_tokens": 256}), claude, FitPolicy())
+    offloaded = result.report.actions["offloaded_images"]
+    assert offloaded.count > 0
+    assert all(a.tokens >= 0 for a in result.report.actions.values())
