@@ -107,6 +107,13 @@ class ChatRequest:
     #: reservation, so a quota must hold ``choices × max_output_tokens``.
     choices: int = field(default=1, kw_only=True)
 
+    @property
+    def least_output(self) -> int:
+        """The smallest output cap this request can be sent with (0: any): a wire's own rule
+        (Anthropic's extended thinking, ``proxy.wires.anthropic_parse``); the fit never shrinks
+        the reservation below it (``strategies.output``)."""
+        return 0
+
 
 def answer_schema(schema: Any) -> tuple[Mapping[str, Any], ...]:
     """A JSON answer's schema as the meter prices it: one nameless entry among the tools, so

@@ -13,6 +13,15 @@ rule around it (docs/fitting.md, "Output limits"):
 3. when even the floor leaves no room but some smaller cap would, ``OutputReserveError`` says
    so and names that cap; when no cap would, the prompt itself is too long (``FitError``).
 
+A request may also carry the smallest cap it can be sent with at all
+(``ChatRequest.least_output``: a wire's rule; Anthropic's extended thinking needs
+``max_tokens`` ≥ 1,025). The floor is never below it, so such a request is sent with at least
+that much or refused: by the reservation (``OutputReserveError``, naming a cap of at least
+``least``) when one that large would fit, by the prompt's length (``FitError``) when not — a
+cap small enough to fit would be refused by the provider, so the prompt is what must give. A
+client whose cap the route's limit clamps below it is refused with ``OutputFloorError`` (the
+route cannot serve the request as asked).
+
 The resulting ``OutputLimit`` rides on ``FitReport.output``; the proxy's wires write its
 ``sent`` cap into the provider's body and its gateway names a lowered cap in a header.
 Pure and deterministic, like ``fit``.
@@ -37,7 +46,7 @@ from strategies.policy import (
     shrunk_output,
 )
 
-__all__ = ["OutputReserveError", "bounded_output", "fit_output"]
+__all__ = ["OutputFloorError", "OutputReserveError", "bounded_output", "fit_output"]
 
 
 class OutputReserveError(FitError):
@@ -63,6 +72,21 @@ class OutputReserveError(FitError):
         )
 
 
+class OutputFloorError(FitError):
+    """The route's output limit clamps the client's cap below the smallest cap the request can
+    be sent with (``ChatRequest.least_output``): no reservation the route allows makes a valid
+    request."""
+
+    def __init__(self, route: Route, limit: OutputLimit, least: int) -> None:
+        super().__init__(route.alias, 0, 0, route.context_window)
+        self.limit = limit
+        self.least = least
+        self.args = (
+            f"route {route.alias!r}: its output limit is {limit.route_limit:,} tokens, and this "
+            f"request cannot be sent with an output cap below {least:,}",
+        )
+
+
 def fit_output(
     request: ChatRequest,
     route: Route,
@@ -71,27 +95,38 @@ def fit_output(
     sizes: Sizes | None = None,
 ) -> Fit:
     """``fit`` with the reservation settled (``FitReport.output``); FitError (or its
-    ``OutputReserveError``) when nothing fits."""
+    ``OutputReserveError``, ``OutputFloorError``) when nothing fits."""
     limit = output_limit(route.max_output_tokens, policy, request.max_output_tokens)
+    least = request.least_output
+    if limit.requested is not None and limit.requested < least:
+        least = 0  # the client's own cap is too small: its request goes as it came
+    if _clamped_below(limit, least):
+        raise OutputFloorError(route, limit, least)
     try:
         # prompt_budget clamps the client's cap itself: the request goes as it came
         return _with(fit(request, route, policy, correction, sizes), limit)
     except FitError as exc:
-        floor = reserve_floor(limit, policy)
+        floor = reserve_floor(limit, policy, least)
         if exc.team_limit is not None:
             raise  # the team's prompt quota binds: no reservation would help
         if floor >= limit.reserve:
-            raise _refusal(exc, limit, floor, policy) from None
+            raise _refusal(exc, limit, floor, policy, least) from None
         low = replace(request, max_output_tokens=floor)  # same messages and body objects
         try:
             fitted = fit(low, route, policy, correction, sizes)
         except FitError as again:
-            raise _refusal(again, limit, floor, policy) from None
-    shrunk = shrunk_output(limit, route.context_window, policy, fitted.estimate)
+            raise _refusal(again, limit, floor, policy, least) from None
+    shrunk = shrunk_output(limit, route.context_window, policy, fitted.estimate, least)
     if shrunk is None:  # only when the floor leaves a budget of 0 and the prompt is empty
         refused = FitError(route.alias, fitted.estimate, fitted.report.budget, route.context_window)
-        raise _refusal(refused, limit, floor, policy)
+        raise _refusal(refused, limit, floor, policy, least)
     return _with(fitted, shrunk)
+
+
+def _clamped_below(limit: OutputLimit, least: int) -> bool:
+    """Whether the route's limit took the client's cap below the request's least (a client's
+    own smaller cap is its own to send: the provider's refusal is relayed)."""
+    return limit.lowered and limit.reserve < least
 
 
 def bounded_output(
@@ -105,6 +140,8 @@ def bounded_output(
     """``fit_bounded`` with the (clamped) reservation on its report; a bound proves only a
     transparent fit beside the whole reservation, so nothing is ever shrunk here."""
     limit = output_limit(route.max_output_tokens, policy, request.max_output_tokens)
+    if _clamped_below(limit, request.least_output):
+        return None  # refused by ``fit_output``
     fitted = fit_bounded(request, route, policy, correction, sizes, proof)
     return None if fitted is None else _with(fitted, limit)
 
@@ -113,11 +150,14 @@ def _with(fitted: Fit, limit: OutputLimit) -> Fit:
     return replace(fitted, report=replace(fitted.report, output=limit))
 
 
-def _refusal(exc: FitError, limit: OutputLimit, floor: int, policy: FitPolicy) -> FitError:
-    """The reservation's refusal when a smaller cap would let the prompt fit, else ``exc``."""
+def _refusal(
+    exc: FitError, limit: OutputLimit, floor: int, policy: FitPolicy, least: int = 0
+) -> FitError:
+    """The reservation's refusal when a smaller cap would let the prompt fit (one the request
+    can be sent with: at least ``least``), else ``exc``."""
     if exc.team_limit is not None:
         return exc
     fits = output_room(exc.window, policy, exc.estimate)
-    if fits < 1:
+    if fits < max(1, least):
         return exc
     return OutputReserveError(exc, limit, floor, fits)

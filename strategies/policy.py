@@ -12,7 +12,10 @@ safety margin. Two rules keep the reservation from failing a request that could 
 * a cap that leaves too little room beside the prompt is shrunk to the room there is, but never
   below ``min_output_reserve`` (or the client's own cap when that is smaller): a reply squeezed
   below that is refused with the largest cap that would fit, rather than cut short silently —
-  ``shrunk_output`` and ``output_room``.
+  ``shrunk_output`` and ``output_room``;
+* nor below the smallest cap the request can be sent with at all, when its wire has one
+  (``least``: Anthropic's extended thinking needs ``max_tokens`` of at least 1,025, its
+  ``budget_tokens`` being at least 1,024 and below the cap) — ``reserve_floor``.
 """
 
 from __future__ import annotations
@@ -214,10 +217,12 @@ def safety_margin(window: int, policy: FitPolicy) -> int:
     return max(32, window // 100)
 
 
-def reserve_floor(limit: OutputLimit, policy: FitPolicy) -> int:
-    """The smallest reservation ``limit`` may be shrunk to: ``min_output_reserve``, or the
-    reservation itself when it is already smaller (a client's small cap is not shrunk)."""
-    return min(policy.min_output_reserve, limit.reserve)
+def reserve_floor(limit: OutputLimit, policy: FitPolicy, least: int = 0) -> int:
+    """The smallest reservation ``limit`` may be shrunk to: ``min_output_reserve``, or
+    ``least`` when that is more (the smallest cap the request can be sent with: a wire's rule,
+    such as extended thinking's on Anthropic), or the reservation itself when it is already
+    smaller (a client's small cap is not shrunk)."""
+    return min(max(policy.min_output_reserve, least), limit.reserve)
 
 
 def output_room(window: int, policy: FitPolicy, prompt: int) -> int:
@@ -226,12 +231,13 @@ def output_room(window: int, policy: FitPolicy, prompt: int) -> int:
 
 
 def shrunk_output(
-    limit: OutputLimit, window: int, policy: FitPolicy, prompt: int
+    limit: OutputLimit, window: int, policy: FitPolicy, prompt: int, least: int = 0
 ) -> OutputLimit | None:
     """``limit`` shrunk so that a ``prompt``-token prompt fits beside it; None when even the
-    floor (``reserve_floor``) does not leave room for it. Never grows the reservation."""
+    floor (``reserve_floor``, with the request's ``least`` cap) does not leave room for it.
+    Never grows the reservation."""
     room = output_room(window, policy, prompt)
-    if room < reserve_floor(limit, policy):
+    if room < reserve_floor(limit, policy, least):
         return None
     return replace(limit, reserve=min(limit.reserve, room))
 

@@ -10,6 +10,22 @@ Native passthrough (the route's provider speaks Messages): the client's own body
 the fit left it alone — the same object, so the same bytes but ``model`` — with the client's
 ``anthropic-version`` and ``anthropic-beta`` headers; SSE events are relayed as the very bytes
 that arrived, and only ``message_start`` / ``message_delta`` are read, for usage.
+
+**Extended thinking and a lowered cap** (decided here): Anthropic counts thinking within
+``max_tokens`` and refuses ``budget_tokens`` below 1,024 or not below ``max_tokens``. A cap
+routefit lowers (clamped to the route's limit, shrunk to the room beside the prompt) takes a
+larger thinking budget down with it, to the cap less one (``_thinking_within``). With thinking
+on, the request states the least cap it can be sent with, 1,025
+(``AnthropicRequest.least_output``), and the fit never shrinks the reservation below it
+(``strategies.output``): such a request goes with at least 1,025 and a budget of at least 1,024,
+or is refused — by the reservation (``input length and max_tokens exceed context limit``, the
+cap named then being one thinking can use) when a cap of 1,025 or more would fit, else as a
+prompt that is too long (a cap small enough to fit is one Anthropic refuses with thinking on:
+the conversation is what must give; the figure includes the 1,025 reserved). A route whose
+output limit clamps the cap under 1,025 refuses a thinking request, naming its limit
+(``OutputFloorError``). Thinking is never dropped from the body: the client asked for it, and a
+reply without it is not the answer it asked for. A client's own cap of 1,024 or less with
+thinking on goes as it came; the provider's 400 is relayed.
 """
 
 from __future__ import annotations
@@ -26,7 +42,7 @@ from proxy.exchange.sse import encode, event_data, event_name
 from proxy.teams import BEARER_OR_API_KEY
 from proxy.usage import normalize_usage
 from proxy.wires.anthropic_chat import ChatToAnthropic, chat_body, chat_to_message
-from proxy.wires.anthropic_parse import AnthropicRequest, parse_anthropic
+from proxy.wires.anthropic_parse import THINKING_MIN, AnthropicRequest, parse_anthropic
 from proxy.wires.anthropic_render import mark_head, render_messages
 from proxy.wires.base import (
     Answer,
@@ -37,7 +53,7 @@ from proxy.wires.base import (
     delta_fields,
 )
 from strategies.fit import Fit, FitError
-from strategies.output import OutputReserveError
+from strategies.output import OutputFloorError, OutputReserveError
 
 __all__ = ["AnthropicWire", "anthropic_error", "error_event"]
 
@@ -148,6 +164,16 @@ class AnthropicWire:
         return _relay_native(events, outcome)
 
     def overflow(self, exc: FitError) -> ProxyError:
+        if isinstance(exc, OutputFloorError):
+            return ProxyError(
+                400,
+                f"max_tokens: extended thinking needs max_tokens of at least {exc.least:,} "
+                f"(budget_tokens of at least {THINKING_MIN:,}, below max_tokens), but this "
+                f"route's output limit is {exc.limit.route_limit:,} tokens; turn thinking off "
+                f"or use a route with a larger output limit ({exc})",
+                param="max_tokens",
+                type="invalid_request_error",
+            )
         if isinstance(exc, OutputReserveError):
             return ProxyError(
                 400,
@@ -186,7 +212,9 @@ class AnthropicWire:
 def _thinking_within(body: Mapping[str, Any]) -> Mapping[str, Any]:
     """A thinking budget under the lowered cap: Anthropic counts thinking within
     ``max_tokens`` and refuses ``budget_tokens >= max_tokens``, so a cap routefit clamped or
-    shrunk below the client's thinking budget takes the budget down with it."""
+    shrunk below the client's thinking budget takes the budget down with it (never below
+    ``THINKING_MIN``: the fit lowers a thinking request's cap to no less than one more, see the
+    module docstring)."""
     thinking = body.get("thinking")
     cap = body.get("max_tokens")
     if not (isinstance(thinking, Mapping) and thinking.get("type") == "enabled"):

@@ -48,7 +48,18 @@ from pricing.messages import (
     answer_format,
 )
 
-__all__ = ["AnthropicRequest", "Fragment", "fallback_text", "image_url", "parse_anthropic"]
+__all__ = [
+    "THINKING_MIN",
+    "AnthropicRequest",
+    "Fragment",
+    "fallback_text",
+    "image_url",
+    "parse_anthropic",
+]
+
+#: Extended thinking's smallest ``budget_tokens``; Anthropic also refuses a budget that is not
+#: below ``max_tokens``, so a request with thinking on needs a cap of at least one more.
+THINKING_MIN = 1024
 
 #: The fragment kinds: a whole message, one tool_result block, the rest of a user message.
 WHOLE, TOOL, REST, SYSTEM = "whole", "tool", "rest", "system"
@@ -75,6 +86,15 @@ class AnthropicRequest(ChatRequest):
     positions: Mapping[int, int]
     #: Internal messages per Anthropic message (an unchanged message is reused whole).
     counts: Mapping[int, int]
+
+    @property
+    def least_output(self) -> int:
+        """The smallest ``max_tokens`` this request can be sent with (0: any): with extended
+        thinking on, ``THINKING_MIN`` + 1 (``strategies.output``: the fit never
+        shrinks the reservation below it)."""
+        thinking = self.body.get("thinking")
+        enabled = isinstance(thinking, Mapping) and thinking.get("type") == "enabled"
+        return THINKING_MIN + 1 if enabled else 0
 
     def position(self, message: Message) -> int | None:
         i = self.positions.get(id(message))

@@ -30,6 +30,17 @@ the next request to read. None is added when the request already carries 4, coun
 blocks inside a ``tool_result`` and the request's own (automatic caching). A chosen block in
 an assistant turn moves to the last block of the latest user message before it (assistant
 turns are never rewritten).
+
+**Lifetimes.** Anthropic refuses (400) a request whose breakpoints mix lifetimes out of order:
+every 1-hour one (``"ttl": "1h"``) must come before any 5-minute one (no ``ttl``, or ``"5m"``),
+reading tools, system, then messages (a ``tool_result``'s inner blocks before the block's own
+mark; the request's own mark last). A breakpoint routefit adds lives as long as the longest
+the client set after it: an hour when one after it does (so it never precedes a longer one),
+else Anthropic's default (``{"type": "ephemeral"}``, as before). The client's own marks are
+never changed: a client that misorders them itself gets the provider's 400, relayed, and
+routefit adds no misordered pair of its own (an hour's mark reads the same prefix a 5-minute
+one would, so the lifetime costs only the dearer write of what the client already keeps an
+hour).
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ __all__ = ["MAX_BREAKPOINTS", "breakpoints", "mark_head", "render_messages"]
 
 MAX_BREAKPOINTS = 4
 _EPHEMERAL = {"type": "ephemeral"}
+_HOUR = {"type": "ephemeral", "ttl": "1h"}
 _MARKER = "[routefit: "
 
 #: One piece of the output: (anthropic role, blocks or a whole original message, is_marker).
@@ -312,9 +324,34 @@ def _mark(body: Mapping[str, Any], messages: list[Any], at: tuple[int, int]) -> 
     block = content[j]
     if block.get("cache_control"):
         return False  # already one there
-    content[j] = {**block, "cache_control": _EPHEMERAL}
+    mark = _HOUR if _hour_after(body, messages, place) else _EPHEMERAL
+    content[j] = {**block, "cache_control": mark}
     messages[i] = {**messages[i], "content": content}
     return True
+
+
+def _hour_after(body: Mapping[str, Any], messages: Sequence[Any], at: tuple[int, int]) -> bool:
+    """Whether a breakpoint after block ``at`` lives an hour (``"ttl": "1h"``): one on a later
+    block, on a block inside a later ``tool_result``, or the request's own (automatic caching
+    marks the last block). Tools and system come before every message."""
+    i, j = at
+    if _is_hour(body.get("cache_control")):
+        return True
+    for n in range(i, len(messages)):
+        blocks = _blocks_of(messages[n])
+        for block in blocks[j + 1 :] if n == i else blocks:
+            inner = block.get("content")
+            if _is_hour(block.get("cache_control")) or (
+                block.get("type") == "tool_result"
+                and isinstance(inner, list)
+                and any(isinstance(b, Mapping) and _is_hour(b.get("cache_control")) for b in inner)
+            ):
+                return True
+    return False
+
+
+def _is_hour(mark: Any) -> bool:
+    return isinstance(mark, Mapping) and mark.get("ttl") == "1h"
 
 
 def _user_block(messages: Sequence[Any], at: tuple[int, int]) -> tuple[int, int] | None:
