@@ -1,13 +1,17 @@
 """``/healthz`` latency while big bodies are priced: CPU fairness (issue 30, item 2).
 
     python bench/fairness.py [--seconds 20] [--size-mb 9] [--clients 2] [--against REV]
+                             [--new-text TOKENS]
 
 Starts the simulator and ``routefit serve --workers 1`` (routes ``gpt-4o``, ``claude``), then
 polls ``/healthz`` one request at a time: first idle, then while ``--clients`` threads send
 ``--size-mb`` MB bodies back to back to ``/v1/messages/count_tokens`` and to the dry run
-(``/routefit/fit``). Reports p50/p99/max of ``/healthz`` per phase and the loaded/idle p99 ratio;
+(``/routefit/fit``). ``--new-text TOKENS`` runs one phase instead: the clients send chat prompts
+of that many tokens of prose no one sent before (bench/new_text.py's, new serials in every
+request), each under the 512 KB at which a body is parsed off the loop, but counted and
+fitted. Reports p50/p99/max of ``/healthz`` per phase and the loaded/idle p99 ratio;
 ``--against REV`` measures that revision too (checked out as ``compare_commits`` does). Results
-go to ``bench/results/fairness.json``.
+go to ``bench/results/fairness.json`` (``fairness_new_text.json`` with ``--new-text``).
 
 Priced on the event loop, every health check waits for the body being priced (seconds);
 priced in a worker thread, it waits only for the GIL between the tokenizer's slices.
@@ -32,6 +36,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import new_text
 from compare_commits import checkout, serve
 from procs import ROOT, Server, Servers, anthropic_entry, openai_entry, write_yaml
 
@@ -70,8 +75,12 @@ def poll(base: str, seconds: float) -> list[float]:
     return out
 
 
-def phases(size: int) -> dict[str, dict[str, bytes]]:
-    """Per phase, the big bodies its clients send in turn, by path."""
+def phases(size: int, new_tokens: int | None = None) -> dict[str, dict[str, bytes]]:
+    """Per phase, the big bodies its clients send in turn, by path (``new_text.NONCE`` in a
+    body is a new serial in every request)."""
+    if new_tokens:
+        prose = new_text.body("prose", new_tokens, "start").encode()
+        return {f"new text, {new_tokens} tokens (forwarded)": {"/v1/chat/completions": prose}}
     return {
         "count and dry run": {
             "/v1/messages/count_tokens": big_body("claude", size),
@@ -98,7 +107,8 @@ def loaded(
             while not stop.is_set():
                 path = paths[n % len(paths)]
                 n += 1
-                r = client.post(base + path, content=bodies[path], headers=headers)
+                body = bodies[path].replace(new_text.NONCE.encode(), b"%d-%d-" % (i, n))
+                r = client.post(base + path, content=body, headers=headers)
                 assert r.status_code == 200, r.text[:300]
                 done[0] += 1
 
@@ -114,10 +124,12 @@ def loaded(
             t.join(timeout=600)
 
 
-def measure(server: Server, seconds: float, clients: int, size: int) -> dict:
+def measure(
+    server: Server, seconds: float, clients: int, size: int, new_tokens: int | None = None
+) -> dict:
     idle = percentiles(poll(server.base_url, min(5.0, seconds)))
     out: dict = {"idle": idle}
-    for phase, bodies in phases(size).items():
+    for phase, bodies in phases(size, new_tokens).items():
         samples, sent = loaded(server.base_url, seconds, clients, bodies)
         busy = percentiles(samples)
         out[phase] = {**busy, "bodies": sent, "p99_ratio": busy["p99_ms"] / idle["p99_ms"]}
@@ -130,6 +142,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=float, default=9.0)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--against", help="a revision to measure beside the working tree")
+    parser.add_argument("--new-text", type=int, help="one phase: prompts of this many new tokens")
     args = parser.parse_args()
     size = int(args.size_mb * 1024 * 1024)
     results: dict[str, dict] = {}
@@ -157,7 +170,7 @@ def main() -> None:
                 before = write_yaml(servers.dir / "before.yaml", _without_limits(config))
                 targets["before"] = serve(servers, source, before, "before")
             for name, server in targets.items():
-                results[name] = measure(server, args.seconds, args.clients, size)
+                results[name] = measure(server, args.seconds, args.clients, size, args.new_text)
                 print(name, json.dumps(results[name], indent=1))
         finally:
             if source is not None:
@@ -165,8 +178,10 @@ def main() -> None:
                     ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(source)],
                     capture_output=True,
                 )
-    payload = {"size_mb": args.size_mb, "clients": args.clients, "results": results}
-    RESULTS.write_text(json.dumps(payload, indent=1) + "\n")
+    payload = {"size_mb": args.size_mb, "new_text": args.new_text, "clients": args.clients}
+    payload["results"] = results
+    out = RESULTS.with_name("fairness_new_text.json") if args.new_text else RESULTS
+    out.write_text(json.dumps(payload, indent=1) + "\n")
 
 
 def _without_limits(config: Path) -> dict:

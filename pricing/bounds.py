@@ -263,6 +263,10 @@ class Proof:
         self._texts: dict[int, _Counted] = {}
         #: Bounds of the long texts, computed once however often the request is bounded.
         self._bounds: dict[int, tuple[str, int, bool]] = {}
+        #: False: ``tighten`` only takes what the team's memo already holds (the chunks of a
+        #: text counted before), counting nothing — a first pass where counting must not run
+        #: (the event loop); set back to True, the same proof counts on from there.
+        self.may_count = True
 
     def __call__(self, text: str) -> int:
         """The text's bound as tightened so far (≥ its count)."""
@@ -299,6 +303,8 @@ class Proof:
         todo.sort(key=lambda c: c.tail, reverse=True)
         # a long text's chunks the team counted before enter at their counts (``_chunked``)
         saved, bounded = was - sum(c.bound for c in todo), 0
+        if not self.may_count:
+            return saved > 0  # what the memo held; the caller checks again
         while saved < need:
             ratio = saved / bounded if bounded else _SAVING
             left = sum(c.tail for c in todo)

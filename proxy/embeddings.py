@@ -45,7 +45,7 @@ from proxy.budgets import Held, rate_limit_headers
 from proxy.config import RouteConfig
 from proxy.errors import ProxyError, error_response
 from proxy.exchange import CHAT, EMBEDDINGS, Completion, EventStream, Outbound, as_completion
-from proxy.fairness import caller
+from proxy.fairness import COUNT_THREAD_ABOVE, caller
 from proxy.intake import permit
 from proxy.providers import Deployment, Leg
 from proxy.records import RequestRecord, cost_usd
@@ -221,7 +221,8 @@ async def _serve(request: Request, state: AppState, g: Generation, trip: _Trip) 
     leg = _target(g, rc)
     upstream = g.keys.upstream(rc, request.headers)
     who = caller(trip.team, request)
-    trip.tokens = await g.gateway.fairness.run(who, size, count, rc, parsed.inputs)
+    fair = g.gateway.fairness
+    trip.tokens = await fair.run(who, size, count, rc, parsed.inputs, above=COUNT_THREAD_ABOVE)
     trip.held = await state.budgets.reserve(trip.team, rc, trip.tokens, 0)
     target = _embedding_deployment(leg.deployment).keyed(upstream)
     sent = time.perf_counter()

@@ -22,9 +22,9 @@ request goes on, cheapest first:
   stated its count: the count is learnt, the correction raised to it, and the request fitted
   again the same way.
 
-A body over ``proxy.fairness.THREAD_ABOVE`` is priced, fitted and hashed in a worker thread, one
-of a bounded number per caller (``proxy.fairness``): the event loop serves every other request
-meanwhile.
+A body over ``proxy.fairness.COUNT_THREAD_ABOVE`` is priced, proved and fitted in a worker thread
+(hashed too over ``THREAD_ABOVE``), one of a bounded number per caller (``proxy.fairness``): the
+event loop serves every other request meanwhile.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pricing.meter import measure
 from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
+from proxy.fairness import COUNT_THREAD_ABOVE as COUNTING
 from proxy.fairness import Fairness, work_size
 from proxy.fetch import ImageSizer, image_urls
 from proxy.metrics import Metrics
@@ -89,7 +90,7 @@ class Job:
     scope: str | None = None
     #: Whose pricing threads this request uses (``proxy.fairness.caller``).
     who: str = "-"
-    #: The body's decoded size: over ``THREAD_ABOVE`` every fit of it runs in a thread.
+    #: The body's decoded size: over ``COUNT_THREAD_ABOVE`` every fit of it runs in a thread.
     size: int = 0
 
     def fit(self, correction: Correction) -> Fit:
@@ -253,7 +254,8 @@ class Estimator:
         """The calibrated estimate of the request as the client sent it, unfitted: what a count
         endpoint answers (in one of the caller's pricing threads when the body is big)."""
         priced = self.route_priced(rc, team)
-        pressure = await self.fairness.run(who, work_size(request, size), measure, request, priced)
+        size = work_size(request, size)
+        pressure = await self.fairness.run(who, size, measure, request, priced, above=COUNTING)
         return self.calibrator.correction(rc.calibration_key).price_request(pressure)
 
     async def _estimate(
@@ -306,10 +308,20 @@ class Estimator:
         (anchored on the provider's count of a prefix when one is known) is under the budget.
         A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
         args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
-        # a proof may count (part of) the texts: off the loop where a fit would be (threading
-        # every proof that may count costs a 120k-token prompt ~12 ms more at c1: bench/REPORT.md)
         # (an image that cannot be priced is the client's ``RequestError``: the gateway's 400)
-        fitted = await self.fairness.run(job.who, job.size, bounded_output, *args)
+        fitted = None
+        if job.size > COUNTING:
+            # What the bounds and the team's memo prove without counting, where the body is
+            # (an agent's session, a document sent again: most big bodies are proved so; a
+            # thread hop for them cost 10-17% more CPU). A proof that must count goes off the
+            # loop, on from what this pass found.
+            proof.may_count = False
+            fitted = await self.fairness.run(job.who, job.size, bounded_output, *args)
+            proof.may_count = True
+        if fitted is None:
+            fitted = await self.fairness.run(
+                job.who, job.size, bounded_output, *args, above=COUNTING
+            )
         if fitted is None:
             return None
         # The bound prices all its text at the dearest class weight; an anchor prices only what
@@ -424,7 +436,9 @@ class Estimator:
         return (max(tokens, fitted.estimate) if floor else tokens), keys, True
 
     async def _fit(self, job: Job, correction: Correction, proof: Proof | None = None) -> Fit:
-        return await self.fairness.run(job.who, job.size, _counted_fit, job, correction, proof)
+        return await self.fairness.run(
+            job.who, job.size, _counted_fit, job, correction, proof, above=COUNTING
+        )
 
     # -- learning from the provider's figures ----------------------------------------------
 

@@ -3,10 +3,12 @@
 routefit prices requests on one event loop per worker. Tokenizing a 9 MB body takes seconds;
 run on the loop, it holds ``/healthz`` and every team's requests for that long. Two rules:
 
-* **off the loop, bounded per team**: parsing and pricing a body over ``THREAD_ABOVE`` bytes (or
-  one carrying a PDF, audio or video: ``work_size``) runs in a worker thread (the tokenizers
-  release the GIL), and one team holds at most ``pricing_threads_per_team`` such threads at
-  once — its next big body waits for one of its own, never for another team's;
+* **off the loop, bounded per team**: what counts a body's text (pricing, proving, fitting) runs
+  in a worker thread when the body is over ``COUNT_THREAD_ABOVE`` bytes, and what only reads it
+  (parsing, hashing, writing it back) when it is over ``THREAD_ABOVE`` (a body carrying a PDF,
+  audio or video is over both: ``work_size``); the tokenizers release the GIL, and one team holds
+  at most ``pricing_threads_per_team`` such threads at once — its next big body waits for one of
+  its own, never for another team's;
 * **count and dry-run endpoints are rate-limited per team** (``count_requests_per_minute``, a
   token bucket with a burst of as many): they cost routefit CPU and nothing at the provider, so
   no budget charges them, and an unbounded loop of them is the cheapest way to burn a replica.
@@ -37,13 +39,19 @@ from pricing.recordings import is_recording
 from proxy.errors import ProxyError
 from proxy.teams import Team
 
-__all__ = ["THREAD_ABOVE", "Fairness", "caller", "work_size"]
+__all__ = ["COUNT_THREAD_ABOVE", "THREAD_ABOVE", "Fairness", "caller", "work_size"]
 
 T = TypeVar("T")
 
-#: Bodies above this many bytes are parsed and priced in a worker thread (a 512 KB body costs
-#: ~10-100 ms to tokenize: more than one request may hold the loop).
+#: Bodies above this many bytes are parsed, hashed and written back in a worker thread: reading
+#: 512 KB costs a few ms, a thread hop ~0.1 ms.
 THREAD_ABOVE = 512 * 1024
+#: Bodies above this many bytes are priced, proved and fitted in a worker thread: counting text no
+#: one sent before costs 30-80 ms a MB, so a 480 KB prompt of new text held the loop — and every
+#: other team's requests — for 15-40 ms (one client sending such prompts took another's small
+#: requests from 2 to 55-72 ms p50: bench/REPORT.md, 1o); 64 KB is at most a few ms on the loop,
+#: where the hop would cost more than it saves.
+COUNT_THREAD_ABOVE = 64 * 1024
 #: Callers whose buckets are kept; past this the least recently seen are forgotten (a forgotten
 #: caller starts again with a full bucket: the bound only ever errs toward admitting).
 _MAX_CALLERS = 10_000
@@ -95,10 +103,13 @@ class Fairness:
         for key in [k for k, lim in self._limiters.items() if lim.borrowed_tokens == 0]:
             del self._limiters[key]
 
-    async def run(self, who: str, size: int, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)``: in one of ``who``'s pricing threads when ``size`` is over
-        ``THREAD_ABOVE``, else right here (a thread hop costs more than a small body)."""
-        if size <= THREAD_ABOVE:
+    async def run(
+        self, who: str, size: int, fn: Callable[..., T], *args: object, above: int = THREAD_ABOVE
+    ) -> T:
+        """``fn(*args)``: in one of ``who``'s pricing threads when ``size`` is over ``above``
+        (``COUNT_THREAD_ABOVE`` for work that counts text), else right here (a thread hop costs
+        more than a small body)."""
+        if size <= above:
             return fn(*args)
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter(who))
 

@@ -52,8 +52,7 @@ from proxy.exchange import (
     as_stream,
     unreadable,
 )
-from proxy.fairness import THREAD_ABOVE as _THREAD_ABOVE
-from proxy.fairness import Fairness
+from proxy.fairness import COUNT_THREAD_ABOVE, Fairness
 from proxy.fetch import ImageSizer
 from proxy.inline import inline_images
 from proxy.intake import Admitted, Intake, Session
@@ -721,7 +720,7 @@ async def _count_relayed(route: Route, text: str) -> int:
     byte-level tokenizer's count, if the tokenizer fails."""
     try:
         tokenizer = get_tokenizer(route.tokenizer, route.scope)
-        if len(text) > _THREAD_ABOVE:
+        if len(text) > COUNT_THREAD_ABOVE:
             return await anyio.to_thread.run_sync(tokenizer.count, text)
         return tokenizer.count(text)
     except Exception:

@@ -358,6 +358,33 @@ def test_a_proof_counts_only_what_it_needs():
     assert proof(text) - count > (utf8_bytes(text) - count) / 2
 
 
+def test_a_proof_that_may_not_count_takes_only_what_the_memo_holds():
+    """The event loop's first pass (``Proof.may_count`` false): a text no one counted keeps its
+    byte bound and nothing is counted; once a proof counted it, the next one that may not count
+    takes its chunks' counts from the team's memo and proves the same prompt with a new head."""
+    body = " ".join(f"{i * 7919 % 100_003} words of prose {i}" for i in range(3_000))
+    r = replace(windowed("o200k_base", 200_000), scope=b"team-may-not-count")
+    request = lambda head: parse_request(  # noqa: E731
+        {"model": "m", "messages": [{"role": "user", "content": head + body}]}
+    )
+    first = request("first: ")
+    shy = Proof(r)
+    shy.may_count = False
+    text = first.messages[0].parts[0].text
+    assert not shy.tighten([text], 1)
+    assert shy(text) == byte_level_bound(text)  # nothing counted, nothing tightened
+    counted = Proof(r)
+    assert counted.tighten([text], shy(text) - count_each(get_tokenizer("o200k_base"), [text])[0])
+    counted.complete()  # every chunk memoised, as a request's exact count leaves them
+    second = request("second: ")
+    shy = Proof(r)
+    shy.may_count = False
+    text = second.messages[0].parts[0].text
+    assert shy.tighten([text], 1)
+    exact = count_each(get_tokenizer("o200k_base"), [text])[0]
+    assert exact <= shy(text) < (exact + byte_level_bound(text)) / 2  # the memo's counts
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     body=requests(),

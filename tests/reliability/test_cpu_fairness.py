@@ -1,5 +1,6 @@
-"""CPU fairness through ``routefit serve``: pricing a 9 MB ``count_tokens`` body does not hold
-the event loop (``/healthz`` keeps answering while it is counted), and count and dry-run
+"""CPU fairness through ``routefit serve``: pricing a 9 MB ``count_tokens`` body, or proving and
+fitting a chat prompt of 480 KB of new text, does not hold the event loop (``/healthz`` keeps
+answering while it is counted), and count and dry-run
 requests are held to a per-team rate, refused in their wire's shape with ``retry-after``
 while other teams are not affected."""
 
@@ -17,7 +18,7 @@ import orjson
 import pytest
 from harness import Running, gateway_config, run_routefit, sim_route
 
-KEYS = {name: f"sk-{name}-" + uuid.uuid4().hex for name in ("big", "busy", "calm")}
+KEYS = {name: f"sk-{name}-" + uuid.uuid4().hex for name in ("big", "new", "busy", "calm")}
 RATE = 3
 
 
@@ -46,8 +47,8 @@ def gw(sim, tmp_path_factory) -> Iterator[Running]:
         yield running
 
 
-def big_body(size: int) -> bytes:
-    rng = random.Random(7)
+def big_body(size: int, model: str = "claude", seed: int = 7) -> bytes:
+    rng = random.Random(seed)
     words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))) for _ in range(4000)]
     messages = []
     while sum(len(m["content"]) for m in messages) < size:
@@ -56,7 +57,7 @@ def big_body(size: int) -> bytes:
         messages.append({"role": role, "content": text})
     if messages[-1]["role"] != "user":
         messages.append({"role": "user", "content": "count all of that"})
-    return orjson.dumps({"model": "claude", "max_tokens": 10, "messages": messages})
+    return orjson.dumps({"model": model, "max_tokens": 10, "messages": messages})
 
 
 def raw_post(gw: Running, path: str, body: bytes, key: str, sent: threading.Event) -> bytes:
@@ -76,34 +77,57 @@ def raw_post(gw: Running, path: str, body: bytes, key: str, sent: threading.Even
     return b"".join(chunks)
 
 
-def test_healthz_answers_while_a_9_mb_body_is_counted(gw):
-    body = big_body(9 * 1024 * 1024)
+def healthz_between(gw: Running, path: str, body: bytes, key: str) -> tuple[int, bytes]:
+    """(health checks sent after the whole body and answered before its reply, the reply)."""
     sent, answered = threading.Event(), threading.Event()
     reply: list[bytes] = []
 
-    def count() -> None:
+    def post() -> None:
         try:
-            reply.append(raw_post(gw, "/v1/messages/count_tokens", body, KEYS["big"], sent))
+            reply.append(raw_post(gw, path, body, key, sent))
         finally:
             answered.set()
 
-    counter = threading.Thread(target=count)
-    counter.start()
+    poster = threading.Thread(target=post)
+    poster.start()
     assert sent.wait(120)
-    between = 0  # health checks sent after the whole body and answered before the count
+    between = 0
     with httpx.Client(timeout=120) as client:
         while not answered.is_set():
             r = client.get(gw.base_url + "/healthz")
             assert r.status_code == 200
             if not answered.is_set():
                 between += 1
-    counter.join()
-    status, _, rest = reply[0].partition(b"\r\n")
-    assert b" 200 " in status, reply[0][:500]
+    poster.join()
+    return between, reply[0]
+
+
+def test_healthz_answers_while_a_9_mb_body_is_counted(gw):
+    body = big_body(9 * 1024 * 1024)
+    between, reply = healthz_between(gw, "/v1/messages/count_tokens", body, KEYS["big"])
+
+    status, _, rest = reply.partition(b"\r\n")
+    assert b" 200 " in status, reply[:500]
     assert orjson.loads(rest.split(b"\r\n\r\n", 1)[1])["input_tokens"] > 1_000_000
     # Priced on the loop, the count held every other request until it was done: at most the
     # few checks answered while the last bytes were still being read could come between.
     assert between >= 20, between
+
+
+def test_healthz_answers_while_a_prompt_of_480_kb_of_new_text_is_fitted(gw):
+    """Under the 512 KB at which a body is parsed off the loop, counting is not: 480 KB of text
+    no one sent before (~190k tokens of made-up words, over gpt-4o's window) is counted and
+    fitted — tens of ms that, on the loop, every other team's requests waited behind
+    (bench/REPORT.md, 1o). The dry run is the chat path's fit without the provider's time."""
+    body = big_body(480 * 1024, model="gpt-4o", seed=11)
+    assert len(body) < 512 * 1024
+    between, reply = healthz_between(gw, "/routefit/fit", body, KEYS["new"])
+    status, _, rest = reply.partition(b"\r\n")
+    assert b" 200 " in status, reply[:500]
+    report = orjson.loads(rest.split(b"\r\n\r\n", 1)[1])["report"]
+    assert report["estimate_after"] <= report["budget"] < report["estimate_before"]  # it was cut
+    # On the loop, at most the checks answered while the last bytes were read came between.
+    assert between >= 10, between
 
 
 def test_count_and_dry_run_requests_are_held_to_a_per_team_rate(gw):
