@@ -54,10 +54,16 @@ REFIT_SAMPLES = 16
 #: How long the writer lets samples gather after the first before writing them in one batch.
 _GATHER_SECONDS = 0.02
 REFIT_SECONDS = 1.0
-#: The least time between two refits of a route that has learnt: a refit of a full window costs
-#: ~2 ms on the event loop, and every 16 samples of a route taking hundreds of requests a second
-#: that was a twentieth of the small path's CPU. A quarter second late is still fresh.
+#: The least time between two refits of a route that has learnt: a refit runs on the event loop,
+#: and every 16 samples of a route taking hundreds of requests a second was a twentieth of the
+#: small path's CPU. A quarter second late is still fresh.
 REFIT_GAP = 0.25
+#: The most of the loop's time one route's refits may take: a refit of a full window costs 2 ms
+#: on an exact meter and 7-30 ms on a route whose tokenizer routefit does not know (its every
+#: sample mispriced by a little, each refit due at once: 10% of the server's samples under
+#: load at ``REFIT_GAP`` alone, four stalls of the loop a second). The gap after a refit is at
+#: least its own cost divided by this share (``_Route.gap``).
+REFIT_SHARE = 0.02
 #: A sample its route's correction prices at its count, or above it by at most one part in
 #: ``AGREE`` (0.5%) and a token of rounding, asks for no refit (``_agrees``): on a route whose
 #: meter is exact every sample does, and refitting a full window four times a second to find
@@ -133,6 +139,13 @@ class _Route:
     #: (``_agrees``), and when that fit was (monotonic).
     pending: int = 0
     fitted_at: float = 0.0
+    #: How long the last refit took (seconds): the next one waits ``gap``.
+    cost: float = 0.0
+
+    @property
+    def gap(self) -> float:
+        """The least time after a refit before the next one (``REFIT_GAP``, ``REFIT_SHARE``)."""
+        return max(REFIT_GAP, self.cost / REFIT_SHARE)
 
 
 class Calibrator:
@@ -304,19 +317,19 @@ class Calibrator:
 
     async def _next(self) -> _Queued:
         """The next queued sample. While a route holds samples its last refit was too recent to
-        take (``REFIT_GAP``), a quiet spell refits it once the gap has passed, so no sample
-        waits for traffic."""
+        take (its ``gap``), a quiet spell refits it once the gap has passed, so no sample waits
+        for traffic."""
         while True:
             deferred = [state for state in self.routes.values() if state.pending]
             if not deferred:
                 return await self.queue.get()
-            wait = min(state.fitted_at for state in deferred) + REFIT_GAP - time.monotonic()
+            wait = min(state.fitted_at + state.gap for state in deferred) - time.monotonic()
             try:
                 return await asyncio.wait_for(self.queue.get(), max(0.0, wait))
             except TimeoutError:
                 now = time.monotonic()
                 for state in deferred:
-                    if now - state.fitted_at >= REFIT_GAP:
+                    if now - state.fitted_at >= state.gap:
                         self._refit(state, now)
 
     async def _write(self, batch: list[_Queued]) -> None:
@@ -368,15 +381,17 @@ class Calibrator:
 
     def _due(self, state: _Route, now: float) -> bool:
         """Refit while a route is still learning, then once ``REFIT_SAMPLES`` samples or
-        ``REFIT_SECONDS`` have passed, but never within ``REFIT_GAP`` of the last refit: a fit
-        costs milliseconds, which must not land on every request of a busy route."""
+        ``REFIT_SECONDS`` have passed, but never within the route's ``gap`` of the last refit: a
+        fit costs milliseconds, which must not land on every request of a busy route."""
         if len(state.samples) < 2 * self.policy.min_samples:
             return True
         since = now - state.fitted_at
-        return since >= REFIT_GAP and (state.pending >= REFIT_SAMPLES or since >= REFIT_SECONDS)
+        return since >= state.gap and (state.pending >= REFIT_SAMPLES or since >= REFIT_SECONDS)
 
     def _refit(self, state: _Route, now: float) -> None:
+        started = time.perf_counter()
         state.correction = fit_correction(state.samples, self.policy, state.exact, state.meter)
+        state.cost = time.perf_counter() - started
         state.pending = 0
         state.fitted_at = now
 

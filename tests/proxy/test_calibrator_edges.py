@@ -17,6 +17,7 @@ from proxy.calibrator import (
     REFIT_GAP,
     REFIT_SAMPLES,
     REFIT_SECONDS,
+    REFIT_SHARE,
     Calibrator,
     _agrees,
     _Route,
@@ -87,6 +88,29 @@ def test_a_learnt_route_is_refitted_exactly_at_the_gap_once_enough_samples_wait(
     assert due(_route(LEARNT, pending=REFIT_SAMPLES), now=REFIT_GAP)
     assert not due(_route(LEARNT, pending=REFIT_SAMPLES), now=REFIT_GAP - 0.01)
     assert not due(_route(LEARNT, pending=REFIT_SAMPLES - 1), now=REFIT_GAP)
+
+
+def test_a_route_whose_refits_are_dear_waits_in_proportion_to_their_cost() -> None:
+    """An unknown tokenizer's every sample asks for a refit, and a refit of its window costs
+    tens of ms on the event loop: after one, the next waits long enough that refits keep to
+    ``REFIT_SHARE`` of the loop's time, and a cheap one keeps ``REFIT_GAP``."""
+    due = _calibrator()._due
+    dear = replace(_route(LEARNT, pending=REFIT_SAMPLES), cost=0.03)
+    wait = 0.03 / REFIT_SHARE
+    assert wait > REFIT_SECONDS > REFIT_GAP
+    assert not due(dear, now=REFIT_SECONDS)
+    assert not due(dear, now=wait - 0.01)
+    assert due(dear, now=wait)
+    cheap = replace(_route(LEARNT, pending=REFIT_SAMPLES), cost=REFIT_GAP * REFIT_SHARE / 2)
+    assert due(cheap, now=REFIT_GAP)
+
+
+def test_a_refit_notes_its_own_cost() -> None:
+    calibrator = _calibrator()
+    state = _route(3 * LEARNT, pending=REFIT_SAMPLES, exact=False)
+    calibrator._refit(state, now=5.0)
+    assert state.cost > 0 and state.fitted_at == 5.0 and state.pending == 0
+    assert state.gap == max(REFIT_GAP, state.cost / REFIT_SHARE)
 
 
 def test_a_learnt_route_with_few_new_samples_is_refitted_exactly_after_refit_seconds() -> None:
