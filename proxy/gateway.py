@@ -67,7 +67,7 @@ from proxy.teams import Team, TeamDirectory
 from proxy.tracing import provider_traceparent, traces_from_env
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
-from proxy.wires.base import Answer, Counting, StreamFailed
+from proxy.wires.base import Answer, Counting, StreamFailed, client_terms
 from strategies.fit import Fit, FitReport
 
 __all__ = ["Gateway", "reply_error"]
@@ -223,6 +223,7 @@ class Gateway:
 
     async def _serve(self, request: Request, wire: Wire, session: Session | None) -> Response:
         route = "-"
+        a: Admitted | None = None
         p: Flight | None = None
         attempts: Attempts | None = None
         t = self.records.ticket(request, wire, "serve")
@@ -258,7 +259,7 @@ class Gateway:
                 await self.budgets.settle(p.held, None, released=True)
                 p = None
         except Exception as exc:
-            err = _refusal(exc, route)
+            err = _refusal(exc, route, wire, a)
             if attempts is not None and isinstance(exc, ProxyError):
                 err = attempts.explain(err, p is not None and p.own_key)
             if p is not None:
@@ -590,13 +591,14 @@ class Gateway:
         """The fitted request and its report; nothing is forwarded (nor stored: ``session``
         only resolves what the request continues)."""
         t = self.records.ticket(request, wire, "fit")
+        a: Admitted | None = None
         try:
             a = await self.intake.admit(request, wire, session, rated=True)
             p = await self.estimator.estimate(
                 wire, a.request, a.rc, a.team, a.who, a.size, a.started, bound=False
             )
         except Exception as exc:
-            return self._refused(wire, t, _refusal(exc, "a dry run"))
+            return self._refused(wire, t, _refusal(exc, "a dry run", wire, a))
         t.phase("fit", t.started)
         leg = self.leg(p.rc, wire)
 
@@ -618,11 +620,12 @@ class Gateway:
         the request as the client sent it, on its route — the number the fit acts on —
         answered without the provider, held to the caller's count rate."""
         t = self.records.ticket(request, wire, "count")
+        a: Admitted | None = None
         try:
             a = await self.intake.admit(request, wire, rated=True, counting=True)
             tokens = await self.estimator.count(a.request, a.rc, a.team, a.who, a.size)
         except Exception as exc:
-            return self._refused(wire, t, _refusal(exc, "a count"))
+            return self._refused(wire, t, _refusal(exc, "a count", wire, a))
         t.phase("fit", t.started)
         headers = {"x-routefit-route": a.rc.route.alias, "x-routefit-prompt-tokens": str(tokens)}
         team = a.team.id if a.team is not None else None
@@ -661,14 +664,19 @@ def reply_error(wire: Wire, err: ProxyError) -> Response:
     )
 
 
-def _refusal(exc: Exception, where: str) -> ProxyError:
+def _refusal(exc: Exception, where: str, wire: Wire, admitted: Admitted | None) -> ProxyError:
     """What the client is told of a failure: a refusal as it is, a mistake in its body
     (``RequestError``, from the wire's parse or found while pricing) as a 400 naming the field,
-    anything else as routefit's internal error (logged)."""
+    anything else as routefit's internal error (logged). Found once the wire had parsed the
+    request (``admitted``), it is pricing's, in chat's terms: the wire names the field as its
+    client wrote it (``proxy.wires.base.client_terms``)."""
     if isinstance(exc, ProxyError):
         return exc
     if isinstance(exc, RequestError):
-        return ProxyError(400, exc.message, param=exc.param)
+        message, param = exc.message, exc.param
+        if admitted is not None:
+            message, param = client_terms(wire, admitted.request, message, param)
+        return ProxyError(400, message, param=param)
     log.exception("internal error on %s", where)
     return ProxyError(500, "routefit internal error", code="internal")
 

@@ -42,7 +42,12 @@ from proxy.exchange.sse import encode, event_data, event_name
 from proxy.teams import BEARER_OR_API_KEY
 from proxy.usage import normalize_usage
 from proxy.wires.anthropic_chat import ChatToAnthropic, chat_body, chat_to_message
-from proxy.wires.anthropic_parse import THINKING_MIN, AnthropicRequest, parse_anthropic
+from proxy.wires.anthropic_parse import (
+    THINKING_MIN,
+    AnthropicRequest,
+    client_field,
+    parse_anthropic,
+)
 from proxy.wires.anthropic_render import mark_head, render_messages
 from proxy.wires.base import (
     Answer,
@@ -50,6 +55,7 @@ from proxy.wires.base import (
     RequestContext,
     capped_output,
     chat_chunks,
+    chat_field,
     delta_fields,
 )
 from strategies.fit import Fit, FitError
@@ -204,6 +210,10 @@ class AnthropicWire:
 
     def error_body(self, err: ProxyError) -> bytes:
         return anthropic_error(err)
+
+    def where(self, request: ChatRequest, param: str) -> str:
+        field = chat_field(param)
+        return param if field is None else client_field(_request(request), field)
 
     def counted(self, tokens: int) -> bytes:
         return orjson.dumps({"input_tokens": tokens})

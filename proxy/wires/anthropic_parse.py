@@ -25,7 +25,8 @@ one the fit caps or masks is sent as the text it was priced as.
 
 Every internal message remembers where it came from (``Fragment``), so the writer
 (``proxy.wires.anthropic_render``) can send each unchanged Anthropic message as the very object
-the client sent.
+the client sent, and a field pricing names in chat's terms is named in the client's
+(``client_field``: a part is the block it came from, inside its ``tool_result`` when there).
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ from pricing.messages import (
     ToolCall,
     answer_format,
 )
+from proxy.wires.base import ChatField
 
 __all__ = [
     "THINKING_MIN",
     "AnthropicRequest",
     "Fragment",
+    "client_field",
     "fallback_text",
     "image_url",
     "parse_anthropic",
@@ -364,3 +367,58 @@ def parse_anthropic(body: Any, *, count_only: bool = False) -> AnthropicRequest:
         positions={id(m): i for i, m in enumerate(messages)},
         counts=counts,
     )
+
+
+# -- naming a field in the client's terms ---------------------------------------------------
+
+#: The blocks that are not parts of the message they sit in (``_part`` gives them none).
+_TOOL_BLOCKS = ("tool_use", "tool_result")
+
+
+def client_field(request: AnthropicRequest, field: ChatField) -> str:
+    """``field`` (chat's terms of ``request.messages``) as the client's body names it: the
+    block a part came from (an image's or PDF's ``source.data``, ``source.url``), else the
+    fragment's own place (its message; a tool result's block; ``system``)."""
+    if not 0 <= field.message < len(request.fragments):
+        return "messages"
+    frag = request.fragments[field.message]
+    home, parts = _places(request.body, frag)
+    if field.part is None or not 0 <= field.part < len(parts):
+        return home
+    at, block = parts[field.part]
+    if not field.media or block is None or block.get("type") not in ("image", "document"):
+        return at
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, Mapping) else None
+    return at + {"base64": ".source.data", "url": ".source.url"}.get(str(kind), ".source")
+
+
+def _places(
+    body: Mapping[str, Any], frag: Fragment
+) -> tuple[str, list[tuple[str, Mapping[str, Any] | None]]]:
+    """Where a fragment sits in the client's body, and where each of its parts does (with the
+    block it came from; None for a string content), in the order ``parse_anthropic`` made
+    them."""
+    if frag.kind == SYSTEM:
+        system = body.get("system")
+        if not isinstance(system, list):
+            return "system", [("system", None)]
+        return "system", [(f"system[{j}]", b) for j, b in enumerate(system)]
+    home = f"messages[{frag.index}]"
+    content = body["messages"][frag.index].get("content")
+    if frag.kind == TOOL:
+        block = frag.blocks[0]
+        b = next(b for b, found in enumerate(content) if found is block)
+        home = f"{home}.content[{b}]"
+        content = block.get("content")
+        if content is None or content == "":
+            return home, []
+    if not isinstance(content, list):
+        return home, [(f"{home}.content", None)]
+    if frag.kind == TOOL:
+        return home, [(f"{home}.content[{k}]", sub) for k, sub in enumerate(content)]
+    return home, [
+        (f"{home}.content[{j}]", block)
+        for j, block in enumerate(content)
+        if block["type"] not in _TOOL_BLOCKS
+    ]

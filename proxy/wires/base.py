@@ -9,10 +9,30 @@ client's format. Of everything else it supplies only shapes: its error body, its
 event, its count answer, where its clients put their key. Reading, authenticating, permission,
 the error mapping and how a stream ends are the gateway's (``proxy.gateway``, the same for every
 wire): adding a wire is one module here plus one line registering its routes in ``proxy.app``.
+
+**Naming a field in the client's terms** (``Wire.where``): a ``RequestError`` a wire's ``parse``
+raises names the field as the client wrote it. One raised *after* the parse — pricing's, for an
+image, a PDF or a recording it cannot price (``pricing.meter``, ``pricing.bounds``) — names it in
+chat's terms of the parsed conversation: ``messages[i].content[j].image_url.url``, ``i`` the
+internal message (``ChatRequest.messages``) and ``j`` its part (``Message.parts``). The gateway
+has the wire rename it (``client_terms``: its ``param`` and the path in its message) before the
+400 goes out, on every path that answers one (served, dry run, count). Each wire maps internal
+messages and parts back through what it already keeps of where they came from (the message's
+``wire`` object, Anthropic's fragments), working it out only when asked (an error is rare; a
+parse pays nothing for it): chat names the field its client used (``image_url`` given as a
+string, a ``file``'s ``file_data``); Anthropic the block's ``source.data`` (``source.url``),
+inside its ``tool_result`` when there; Responses the item's ``image_url`` or ``file_data``, the
+item counted in the client's own ``input`` (a stored chain before it is ``previous_response_id``);
+Gemini the part's ``inlineData.data`` (``fileData.fileUri``), inside its ``functionResponse`` when
+there, under ``generateContentRequest`` when a count wraps it. Where the exact part cannot be
+known the wire names the closest enclosing field it can name rightly (the client's message or
+item, else its list of them), never a precise wrong one; a field not in chat's message terms
+passes as it is.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +49,9 @@ from proxy.usage import Usage, normalize_usage
 from strategies.fit import Fit, FitError
 
 __all__ = [
+    "MEDIA",
     "Answer",
+    "ChatField",
     "Counting",
     "Outcome",
     "RequestContext",
@@ -37,6 +59,8 @@ __all__ = [
     "StreamFailed",
     "Wire",
     "capped_output",
+    "chat_field",
+    "client_terms",
     "delta_fields",
 ]
 
@@ -52,6 +76,54 @@ def delta_fields(*keys: str) -> re.Pattern[bytes]:
     (its quotes would be escaped there)."""
     names = "|".join(re.escape(k) for k in keys)
     return re.compile(b'"(?:' + names.encode() + b')"' + _STRING)
+
+
+log = logging.getLogger("routefit")
+
+#: What pricing names after a media part's path (``messages[i].content[j]``), whatever the part
+#: is (an image, a PDF, a recording): the field its data URL sits in, in chat's terms.
+MEDIA = ".image_url.url"
+
+_CHAT_FIELD = re.compile(r"messages\[(\d+)\](?:\.content\[(\d+)\])?(.*)", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatField:
+    """A field named in chat's terms of a parsed request (``Wire.where``): internal message
+    ``message``, its part ``part`` (None: the message itself), and what follows (``rest``)."""
+
+    message: int
+    part: int | None
+    rest: str
+
+    @property
+    def media(self) -> bool:
+        """The field is a media part's data (pricing's ``MEDIA``)."""
+        return self.part is not None and self.rest == MEDIA
+
+
+def chat_field(param: str | None) -> ChatField | None:
+    """``param`` read as a field of the internal messages (None: it names something else)."""
+    found = _CHAT_FIELD.fullmatch(param) if param else None
+    if found is None:
+        return None
+    part = found.group(2)
+    return ChatField(int(found.group(1)), None if part is None else int(part), found.group(3))
+
+
+def client_terms(
+    wire: Wire, request: ChatRequest, message: str, param: str | None
+) -> tuple[str, str | None]:
+    """A refusal found after ``wire`` parsed ``request`` (pricing's: named in chat's terms),
+    its ``message`` and ``param`` naming the field as the client wrote it (``Wire.where``)."""
+    if not param:
+        return message, param
+    try:
+        named = wire.where(request, param)
+    except Exception:  # a wrong name must not turn the client's 400 into a 500
+        log.exception("%s wire: cannot name %s in its own terms", wire.name, param)
+        return message, param
+    return (message.replace(param, named), named) if named != param else (message, param)
 
 
 class Stored(Protocol):
@@ -231,6 +303,11 @@ class Wire(Protocol):
 
     def overflow(self, exc: FitError) -> ProxyError:
         """The refusal of a request that cannot be made to fit, as this wire's clients read it."""
+
+    def where(self, request: ChatRequest, param: str) -> str:
+        """``param``, a field named in chat's terms of ``request``'s messages (``chat_field``:
+        pricing's), as the client's own body names it; the closest enclosing field when the
+        exact one cannot be known; any other ``param`` as it is (see the module docstring)."""
 
     def error_body(self, err: ProxyError) -> bytes:
         """An error's body in this wire's shape (the gateway adds its status and headers)."""

@@ -20,7 +20,14 @@ from proxy.exchange import CHAT, Completion, EventStream, Outbound
 from proxy.exchange.sse import event_data
 from proxy.teams import BEARER_OR_API_KEY
 from proxy.usage import normalize_usage
-from proxy.wires.base import Answer, Outcome, RequestContext, capped_output, delta_fields
+from proxy.wires.base import (
+    Answer,
+    Outcome,
+    RequestContext,
+    capped_output,
+    chat_field,
+    delta_fields,
+)
 from strategies.fit import Fit, FitError
 from strategies.output import OutputReserveError
 
@@ -171,3 +178,34 @@ class ChatWire:
 
     def error_body(self, err: ProxyError) -> bytes:
         return error_body(err)
+
+    def where(self, request: ChatRequest, param: str) -> str:
+        """Chat's own terms, one message and one part per the client's (``parse_request``):
+        only a media part's field is the one its client used — a ``file``'s ``file_data``, an
+        ``input_audio``'s ``data``, an ``image_url`` given as a bare string."""
+        field = chat_field(param)
+        if field is None or not field.media:
+            return param
+        part = _part(request.body, field.message, field.part)
+        if part is None:
+            return param
+        at = param.removesuffix(field.rest)
+        kind = part.get("type")
+        if kind == "file":
+            return f"{at}.file.file_data"
+        if kind == "input_audio":
+            return f"{at}.input_audio.data"
+        if kind == "image_url" and isinstance(part.get("image_url"), str):
+            return f"{at}.image_url"
+        return param
+
+
+def _part(body: Mapping[str, Any], i: int, j: int | None) -> Mapping[str, Any] | None:
+    """Content part ``j`` of message ``i`` of a chat body, if there is one."""
+    messages = body.get("messages")
+    message = messages[i] if isinstance(messages, list) and i < len(messages) else None
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if j is None or not isinstance(content, list) or j >= len(content):
+        return None
+    part = content[j]
+    return part if isinstance(part, Mapping) else None

@@ -38,10 +38,11 @@ from proxy.wires.base import (
     RequestContext,
     capped_output,
     chat_chunks,
+    chat_field,
     delta_fields,
 )
 from proxy.wires.gemini_chat import ChatToGemini, chat_body, chat_to_gemini, sse
-from proxy.wires.gemini_parse import GeminiRequest, parse_gemini
+from proxy.wires.gemini_parse import GeminiRequest, client_field, parse_gemini
 from proxy.wires.gemini_render import native_body
 from strategies.fit import Fit, FitError
 from strategies.output import OutputReserveError
@@ -179,6 +180,10 @@ class GeminiWire:
 
     def error_body(self, err: ProxyError) -> bytes:
         return google_error(err)
+
+    def where(self, request: ChatRequest, param: str) -> str:
+        field = chat_field(param)
+        return param if field is None else client_field(_request(request), field)
 
     def counted(self, tokens: int) -> bytes:
         return orjson.dumps({"totalTokens": tokens})

@@ -19,6 +19,10 @@ conversation grows at its end (``gc<content>_<part>``); a response takes its cal
 names it, else that of the first unanswered call of the same name, else of the first unanswered
 call. A response that answers no call (``gr<content>_<part>``) is still a tool message; the
 translation sends it as user text (a chat provider refuses an unannounced tool result).
+
+A field pricing names in chat's terms is named in the client's (``client_field``): a part is the
+content's part it came from (its ``inlineData.data``, ``fileData.fileUri``), inside its
+``functionResponse`` when there, under ``generateContentRequest`` when a count wraps the body.
 """
 
 from __future__ import annotations
@@ -41,10 +45,12 @@ from pricing.messages import (
     answer_schema,
 )
 from pricing.recordings import is_recording
+from proxy.wires.base import ChatField
 
 __all__ = [
     "SYSTEM",
     "GeminiRequest",
+    "client_field",
     "compact",
     "declarations",
     "generation",
@@ -69,6 +75,9 @@ class GeminiRequest(ChatRequest):
     array: bool = False
     #: The generation settings as given (``generationConfig``), for the translation.
     config: Mapping[str, Any] | None = None
+    #: Where the generate request sits in the client's body: ``generateContentRequest.`` when
+    #: a count wraps it, else nothing (``client_field``).
+    root: str = ""
 
 
 def compact(value: Any) -> str:
@@ -353,7 +362,7 @@ def request_body(body: Any, counting: bool) -> Mapping[str, Any]:
 
 def parse_gemini(body: Any, model: str, *, sse: bool, array: bool, counting: bool) -> GeminiRequest:
     """Validate a Gemini body; raise RequestError naming the bad field."""
-    body = request_body(body, counting)
+    outer, body = body, request_body(body, counting)
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         raise RequestError("contents must be a non-empty list", "contents")
@@ -375,4 +384,72 @@ def parse_gemini(body: Any, model: str, *, sse: bool, array: bool, counting: boo
         sse=sse,
         array=array,
         config=config,
+        root="" if body is outer else "generateContentRequest.",
     )
+
+
+# -- naming a field in the client's terms ---------------------------------------------------
+
+#: Where a part sits in the client's body, and the Gemini part it came from.
+_Place = tuple[str, Mapping[str, Any]]
+
+
+def client_field(request: GeminiRequest, field: ChatField) -> str:
+    """``field`` (chat's terms of ``request.messages``) as the client's body names it: the
+    part a media part came from (its ``inlineData.data``, ``fileData.fileUri``), else the
+    content (or ``functionResponse`` part, or ``systemInstruction``) a message came from."""
+    root = request.root
+    if not 0 <= field.message < len(request.messages):
+        return root + "contents"
+    wire = request.messages[field.message].wire or {}
+    body = request.body
+    if SYSTEM in wire:
+        return root + ("systemInstruction" if "systemInstruction" in body else "system_instruction")
+    home, places = _places(body["contents"], wire, root)
+    if field.part is None or not 0 <= field.part < len(places):
+        return home
+    at, part = places[field.part]
+    if not field.media:
+        return at
+    for key, uri in (
+        ("inlineData", "data"),
+        ("inline_data", "data"),
+        ("fileData", ""),
+        ("file_data", ""),
+    ):
+        media = part.get(key)
+        if media and isinstance(media, Mapping):
+            uri = uri or ("fileUri" if "fileUri" in media else "file_uri")
+            return f"{at}.{key}.{uri}"
+    return at
+
+
+def _places(contents: list[Any], wire: Mapping[str, Any], root: str) -> tuple[str, list[_Place]]:
+    """Where a message's wire (a content, or a ``functionResponse`` part) sits, and where each
+    of its parts does, in the order ``parse_gemini`` made them."""
+    for k, content in enumerate(contents):
+        at = f"{root}contents[{k}]"
+        parts = content["parts"]
+        if content is wire:
+            role = content.get("role", "user")
+            return at, [
+                (f"{at}.parts[{j}]", part)
+                for j, part in enumerate(parts)
+                if not (isinstance(part.get("functionCall"), Mapping) and role == "model")
+                and not isinstance(part.get("functionResponse"), Mapping)
+                and _plain(part, at) is not None
+            ]
+        for j, part in enumerate(parts):
+            if part is wire:
+                home = f"{at}.parts[{j}]"
+                fn = part["functionResponse"]
+                inner = f"{home}.functionResponse"
+                return home, [
+                    (inner, fn),  # the response itself, priced as its JSON
+                    *(
+                        (f"{inner}.parts[{q}]", p)
+                        for q, p in enumerate(fn.get("parts") or [])
+                        if _media(p, inner) is not None
+                    ),
+                ]
+    return f"{root}contents", []

@@ -27,8 +27,16 @@ from proxy.exchange import CHAT, RESPONSES, Completion, EventStream, Outbound
 from proxy.exchange.sse import event_data
 from proxy.teams import BEARER_OR_API_KEY
 from proxy.usage import normalize_usage
-from proxy.wires.base import Answer, Outcome, RequestContext, Stored, capped_output, delta_fields
-from proxy.wires.responses_items import input_items, parse_responses, render_items
+from proxy.wires.base import (
+    Answer,
+    Outcome,
+    RequestContext,
+    Stored,
+    capped_output,
+    chat_field,
+    delta_fields,
+)
+from proxy.wires.responses_items import client_field, input_items, parse_responses, render_items
 from proxy.wires.responses_translate import (
     ChatStreamToResponses,
     chat_body,
@@ -213,6 +221,14 @@ class ResponsesWire:
 
     def error_body(self, err: ProxyError) -> bytes:
         return error_body(err)
+
+    def where(self, request: ChatRequest, param: str) -> str:
+        field = chat_field(param)
+        if field is None:
+            return param
+        stored = _request(request).stored
+        prior = stored.prior if stored is not None else None
+        return client_field(request, field, len(prior) if prior is not None else 0)
 
 
 def _keep(request: ChatRequest, response: dict[str, Any]) -> None:

@@ -17,6 +17,10 @@ answer it form one unit. Responses items map onto that shape like this:
   priced by the route's rule and offloadable); ``instructions`` is a system message that is
   rendered back as the ``instructions`` field, never as an item.
 
+A field pricing names in chat's terms is named in the client's (``client_field``): a part is
+the item and the content (``output``, ``summary``) entry it came from, counted in the client's
+own ``input``; an item of the stored chain before it is ``previous_response_id``.
+
 Pricing of what the model never sees as text: a reasoning item costs its summary text (the
 encrypted part is not priced: OpenAI drops earlier turns' reasoning from the context, and what
 it keeps is learnt by calibration); unknown items cost their compact JSON.
@@ -41,10 +45,12 @@ from pricing.messages import (
     ToolCall,
     answer_format,
 )
+from proxy.wires.base import ChatField
 
 __all__ = [
     "GROUP",
     "INSTRUCTIONS",
+    "client_field",
     "input_items",
     "parse_responses",
     "render_items",
@@ -374,3 +380,71 @@ def render_items(request: ChatRequest, messages: Sequence[Message]) -> list[Any]
         content = _render_parts(m.parts, m.role, wire)
         out.append({"type": "message", "role": m.role, "content": content})
     return out
+
+
+# -- naming a field in the client's terms ---------------------------------------------------
+
+#: Where a part sits in the client's body, and the content part it came from (None: a string).
+_Place = tuple[str, Mapping[str, Any] | None]
+
+
+def client_field(request: ChatRequest, field: ChatField, prior: int = 0) -> str:
+    """``field`` (chat's terms of ``request.messages``) as the client's body names it: the item
+    and content entry a part came from (an image's ``image_url``, a PDF's ``file_data``), else
+    the item a message came from; ``previous_response_id`` for what the stored chain (its first
+    ``prior`` items of ``input``) holds; ``input`` where no item can be named rightly (a
+    string input, a group of several items)."""
+    if not 0 <= field.message < len(request.messages):
+        return "input"
+    wire = request.messages[field.message].wire
+    if wire is not None and INSTRUCTIONS in wire:
+        return "instructions"
+    group: Sequence[Any] = (wire or {}).get(GROUP) or (wire,)
+    items = input_items(request.body)
+    first = next((k for k, item in enumerate(items) if item is group[0]), None)
+    if first is None:
+        return "input"
+
+    def named(k: int) -> str:
+        return "previous_response_id" if k < prior else f"input[{k - prior}]"
+
+    places: list[_Place] = []
+    for k, item in enumerate(group, first):
+        places += _places(item, named(k))
+    home = named(first) if len(group) == 1 or first + len(group) <= prior else "input"
+    if field.part is None or not 0 <= field.part < len(places):
+        return home
+    at, part = places[field.part]
+    if at.startswith("previous_response_id"):
+        return "previous_response_id"
+    if not field.media or part is None:
+        return at
+    if part.get("type") == "input_image":
+        return at + (".image_url" if part.get("image_url") is not None else ".file_id")
+    return at + ".file_data" if part.get("type") == "input_file" else at
+
+
+def _places(item: Mapping[str, Any], at: str) -> list[_Place]:
+    """Where each part ``parse_items`` made of one item sits, in its order."""
+    kind = _kind(item, at)
+    if _is_output(kind):
+        output = item.get("output", "")
+        if isinstance(output, list) or (isinstance(output, str) and output):
+            return _entries(output, f"{at}.output")
+        return [] if isinstance(output, str) else [(f"{at}.output", None)]
+    if kind == "message":
+        return _entries(item.get("content"), f"{at}.content")
+    if kind == "reasoning":
+        return _entries(item.get("summary") or [], f"{at}.summary")
+    if kind in ("function_call", "custom_tool_call"):
+        return []
+    return [(at, None)]
+
+
+def _entries(content: Any, at: str) -> list[_Place]:
+    """``_content_parts``' parts' places: one per entry of a list, one for a non-empty string."""
+    if isinstance(content, list):
+        return [
+            (f"{at}[{j}]", p if isinstance(p, Mapping) else None) for j, p in enumerate(content)
+        ]
+    return [(at, None)] if isinstance(content, str) and content else []
