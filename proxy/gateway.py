@@ -480,6 +480,14 @@ class Gateway:
 
     async def _settle_answered(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
         checked = self.estimator.credible(p.estimate, usage)
+        if checked is not None and checked.prompt_tokens <= 0:
+            # no provider answers a prompt it read none of: counts of 0 (or null, read as 0)
+            # are no count, and settling to them would give the answer away
+            log.warning(
+                "provider usage on %s states no prompt tokens: charging the reservation",
+                p.rc.route.alias,
+            )
+            checked = None
         if checked is not None and learnt:
             self.estimator.learn(p.estimate, checked)
         charged = checked
@@ -799,13 +807,21 @@ class _Primed:
 
 async def _primed(events: EventStream) -> EventStream:
     """``events`` with its first event read: a stream that breaks (or stalls past the read
-    timeout) before it is the provider's failure before any byte reached the client, as
+    timeout, or ends) before it is the provider's failure before any byte reached the client, as
     ``ProxyError`` of the upstream — another attempt may answer it."""
     rest = aiter(events)
     try:
         first: bytes | None = await anext(rest)
     except StopAsyncIteration:
-        first = None
+        # it ended before any event: no answer, and nothing reached the client either
+        await events.aclose()
+        err = ProxyError(
+            502,
+            "the upstream stream ended before its first event",
+            code="upstream_incomplete",
+        )
+        err.origin = "upstream"
+        raise err from None
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await events.aclose()  # the client left, or the stream broke: drop the connection

@@ -20,6 +20,7 @@ from functools import cache
 
 import orjson
 
+from proxy.errors import ProxyError
 from proxy.exchange import (
     MESSAGES,
     UNREADABLE,
@@ -103,5 +104,15 @@ class AnthropicChat:
         answer = await self._http.send(target, Outbound(MESSAGES, body, out.headers, out.stream))
         if out.stream:
             return _ChatEvents(as_stream(answer))
-        data = chat_completion(as_completion(answer).data)
-        return Completion(orjson.dumps(data), data)
+        message = as_completion(answer).data
+        try:
+            if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+                raise ValueError("not a Messages answer")  # no message to translate: no answer
+            data = chat_completion(message)
+            return Completion(orjson.dumps(data), data)
+        except UNREADABLE:  # a shape it does not promise, or a count beyond 64 bits once added
+            raise ProxyError(
+                502,
+                f"upstream {target.upstream.model} returned a response routefit cannot read",
+                code="upstream_malformed",
+            ) from None

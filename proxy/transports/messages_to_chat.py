@@ -25,18 +25,34 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _sum(*values: Any) -> Any:
+    """Counts added up (absent: 0). The first value that is not a count is returned as it came
+    instead: the provider's usage is a claim ``proxy.usage`` judges (and rejects), so a string,
+    a fraction or a boolean must never be read here as 0 tokens and settled as such."""
+    total = 0
+    for value in values:
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 12.0: a count as some JSON encoders write it
+        if isinstance(value, bool) or not isinstance(value, int):
+            return value
+        total += value
+    return total
+
+
 def chat_usage(usage: Any) -> dict[str, Any] | None:
     """Anthropic's usage in chat's shape, cache fields kept beside it."""
     if not isinstance(usage, Mapping):
         return None
-    read = _int(usage.get("cache_read_input_tokens"))
-    written = _int(usage.get("cache_creation_input_tokens"))
-    prompt = _int(usage.get("input_tokens")) + read + written
-    output = _int(usage.get("output_tokens"))
+    read = _sum(usage.get("cache_read_input_tokens"))
+    written = _sum(usage.get("cache_creation_input_tokens"))
+    prompt = _sum(usage.get("input_tokens"), read, written)
+    output = _sum(usage.get("output_tokens"))
     return {
         "prompt_tokens": prompt,
         "completion_tokens": output,
-        "total_tokens": prompt + output,
+        "total_tokens": _sum(prompt, output),
         "prompt_tokens_details": {"cached_tokens": read},
         "cache_read_input_tokens": read,
         "cache_creation_input_tokens": written,

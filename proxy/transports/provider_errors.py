@@ -10,6 +10,7 @@ every client of the route.
 from __future__ import annotations
 
 import email.utils
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -118,7 +119,20 @@ def upstream_error(
     Every field is scrubbed of the route's key (and anything key-like); a 429/502/503/504 is a
     ``Transient`` the retry wrapper may try again."""
     message, code, param, kind = _message_fields(content, status)
-    passed = {k: v for k, v in headers.items() if k.lower() in ("retry-after", "x-request-id")}
+    passed = {
+        k: v
+        for k, v in headers.items()
+        if k.lower() in ("retry-after", "retry-after-ms", "x-request-id")
+    }
+    wait = retry_after(headers)
+    if (
+        wait is not None
+        and math.isfinite(wait)
+        and "retry-after" not in {k.lower() for k in passed}
+    ):
+        # said only in milliseconds (``retry-after-ms``): in seconds too, the header every
+        # client reads
+        passed["retry-after"] = str(max(0, math.ceil(wait)))
     cls = Transient if status in RETRY_STATUSES else ProxyError
     err = cls(
         status,
@@ -129,5 +143,5 @@ def upstream_error(
         headers={k: redact(v, secret) for k, v in passed.items()},
     )
     if isinstance(err, Transient):
-        err.retry_after = retry_after(headers)
+        err.retry_after = wait
     return err

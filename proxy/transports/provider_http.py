@@ -7,7 +7,7 @@ its response to ``RawResponse`` — a status, headers and a byte iterator whose 
 ``ReadBroken`` or ``TimeoutError`` — and hands it to ``interpret``, so a test through the mock
 meets the very rules the passthrough applies: an error status is the provider's error
 (``upstream_error``, keys scrubbed); a whole answer is bounded
-(the deployment's ``Bounds``: 502 ``upstream_too_large``) and must be JSON
+(the deployment's ``Bounds``: 502 ``upstream_too_large``) and must be a JSON object
 (502 ``upstream_malformed``); a stream is re-cut into complete SSE events, each bounded
 (``max_event``), and a break after it started is ``StreamBroken``. An error body is
 read only as far as its message can matter (``ERROR_BODY_BYTES``).
@@ -22,10 +22,19 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.exchange import GEMINI, Completion, EventStream, Outbound, StreamBroken
+from proxy.exchange import (
+    CHAT,
+    GEMINI,
+    MESSAGES,
+    RESPONSES,
+    Completion,
+    EventStream,
+    Outbound,
+    StreamBroken,
+)
 from proxy.exchange.sse import MAX_EVENT_BYTES, split_stream
 from proxy.providers import Deployment, gemini_url
-from proxy.transports.provider_errors import upstream_error
+from proxy.transports.provider_errors import redact, upstream_error
 
 __all__ = [
     "ERROR_BODY_BYTES",
@@ -167,9 +176,33 @@ async def refuse_error_status(raw: RawResponse, target: Deployment) -> None:
     raise upstream_error(raw.status, content, raw.headers, target.upstream.api_key)
 
 
-async def completion(raw: RawResponse, target: Deployment, max_body: int) -> Completion:
-    """The whole answer, bounded and parsed; its failures are never retried (the provider had
-    the request)."""
+#: What every whole answer of a provider wire holds (any one of): a 200 without it is no answer
+#: (a provider that answers its failure with a 200 and an ``error`` object, or anything else).
+_ANSWER_KEYS: dict[str, tuple[tuple[str, type], ...]] = {
+    CHAT: (("choices", list),),
+    MESSAGES: (("content", list),),
+    RESPONSES: (("output", list),),
+    # a blocked prompt: its feedback only; an answer without candidates: its usage at least
+    GEMINI: (("candidates", list), ("promptFeedback", dict), ("usageMetadata", dict)),
+}
+
+
+def _not_an_answer(data: dict[str, Any], model: str, secret: str | None) -> ProxyError:
+    """The 502 of a 200 whose JSON object is not its wire's answer, naming the provider's own
+    error message when it sent one."""
+    message = f"upstream {model} returned a malformed response"
+    err = data.get("error")
+    said = err.get("message") if isinstance(err, dict) else err
+    if isinstance(said, str) and said:
+        message = f"{message}: an error with status 200: {redact(said[:300], secret)}"
+    return ProxyError(502, message, code="upstream_malformed")
+
+
+async def completion(
+    raw: RawResponse, target: Deployment, max_body: int, wire: str | None = None
+) -> Completion:
+    """The whole answer, bounded and parsed (``wire``: the provider wire whose answer it must
+    be); its failures are never retried (the provider had the request)."""
     model = target.upstream.model
     try:
         content = await read_bounded(raw, max_body)
@@ -193,9 +226,16 @@ async def completion(raw: RawResponse, target: Deployment, max_body: int) -> Com
     try:
         data = orjson.loads(content)
     except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        # every provider wire's answer is a JSON object: a list, a string, a number or null
+        # (or no JSON at all) is no answer, never relayed as one
         raise ProxyError(
             502, f"upstream {model} returned a malformed response", code="upstream_malformed"
-        ) from None
+        )
+    keys = _ANSWER_KEYS.get(wire or "")
+    if keys is not None and not any(isinstance(data.get(k), kind) for k, kind in keys):
+        raise _not_an_answer(data, model, target.upstream.api_key)
     return Completion(content, data)
 
 
@@ -207,4 +247,4 @@ async def interpret(
     await refuse_error_status(raw, target)
     if out.stream:
         return Events(raw, target.bounds.max_event)
-    return await completion(raw, target, target.bounds.max_body)
+    return await completion(raw, target, target.bounds.max_body, out.wire)
