@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hmac
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -63,6 +64,7 @@ from proxy.responses_store import Keeper
 from proxy.serve_settings import DEFAULTS, ServeSettings, handed_over
 from proxy.state import AppState
 from proxy.store import ObservedStore, Store, StoreUnavailable, connect_store
+from proxy.teams import hash_key, presented_key
 from proxy.transports import start as start_providers
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, GEMINI_WIRE, RESPONSES_WIRE, Wire
 from proxy.wires.base import Counting
@@ -250,6 +252,20 @@ async def reload(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
+    """The metrics; with ``metrics_key`` set, only for that key or the admin key (guesses
+    slowed as at every admin door: ``TeamDirectory.check_admin_key``)."""
+    g = pinned(request)
+    wanted = g.config.settings.metrics_key_hash
+    if wanted is not None:
+        key = presented_key(request.headers)
+        if not key:
+            err = ProxyError(401, "/metrics needs the metrics key", code="metrics_key_required")
+            return error_response(err)
+        if not hmac.compare_digest(hash_key(key), wanted):
+            try:
+                g.teams.check_admin_key(key, _client(request))
+            except ProxyError as err:
+                return error_response(err)
     return Response(_state(request).metrics.render(), media_type="text/plain; version=0.0.4")
 
 

@@ -104,10 +104,14 @@ def parse(body: Any) -> EmbeddingRequest:
     return EmbeddingRequest(model, inputs)
 
 
-def count(rc: RouteConfig, inputs: Sequence[str | tuple[int, ...]]) -> int:
-    """The inputs' tokens as the route counts them (token ids are already tokens)."""
-    route = rc.route
-    tokenizer = get_tokenizer(route.tokenizer, route.scope)
+def count(
+    rc: RouteConfig, inputs: Sequence[str | tuple[int, ...]], team: Team | None = None
+) -> int:
+    """The inputs' tokens as the route counts them (token ids are already tokens), in the
+    team's own count-cache scope (``Route.scope``; docs/security.md, "Isolation of
+    prompt-derived facts"): a count another team paid for never answers this one faster."""
+    scope = team.id.encode() if team is not None else rc.route.scope
+    tokenizer = get_tokenizer(rc.route.tokenizer, scope)
     return sum(len(i) if isinstance(i, tuple) else tokenizer.count(i) for i in inputs)
 
 
@@ -222,7 +226,9 @@ async def _serve(request: Request, state: AppState, g: Generation, trip: _Trip) 
     upstream = g.keys.upstream(rc, request.headers)
     who = caller(trip.team, request)
     fair = g.gateway.fairness
-    trip.tokens = await fair.run(who, size, count, rc, parsed.inputs, above=COUNT_THREAD_ABOVE)
+    trip.tokens = await fair.run(
+        who, size, count, rc, parsed.inputs, trip.team, above=COUNT_THREAD_ABOVE
+    )
     trip.held = await state.budgets.reserve(trip.team, rc, trip.tokens, 0)
     target = _embedding_deployment(leg.deployment).keyed(upstream)
     sent = time.perf_counter()

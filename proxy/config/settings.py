@@ -39,6 +39,7 @@ SETTINGS_KEYS = (
             "upstream_timeout",
             "teams",
             "admin_key",
+            "metrics_key",
             "budget_failure_mode",
             "calibration",
             "upstream_retries",
@@ -143,6 +144,11 @@ class Settings:
     upstream_timeout: float = 600.0
     #: SHA-256 of the key for routefit's own endpoints (usage, calibration); None = none.
     admin_key_hash: bytes | None = field(default=None, repr=False)
+    #: SHA-256 of the key ``/metrics`` asks for (the admin key serves too); None: it asks none.
+    #: Its series are per route, so a scrape around one team's request on a quiet route reads
+    #: that request's size and cache: a shared gateway gives its scraper this key, not its teams
+    #: the port (docs/security.md).
+    metrics_key_hash: bytes | None = field(default=None, repr=False)
     #: When the store cannot answer a budget check: "open" admits (and counts it), "closed"
     #: answers 503. Open by default: a Redis outage should not take every team offline.
     budget_failure_mode: str = "open"
@@ -214,6 +220,9 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
     admin = raw.get("admin_key")
     if admin is not None:
         admin = rd.string(admin, f"{where}.admin_key")
+    scraper = raw.get("metrics_key")
+    if scraper is not None:
+        scraper = rd.string(scraper, f"{where}.metrics_key")
     retries = rd.integer(raw.get("upstream_retries", 0), f"{where}.upstream_retries")
     calibration, refresh, anchor_ttl = _calibration(
         raw.get("calibration"), f"{where}.calibration", rd
@@ -227,6 +236,7 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         ),
         upstream_timeout=rd.number(raw.get("upstream_timeout", 600.0), f"{where}.upstream_timeout"),
         admin_key_hash=hash_key(admin) if admin else None,
+        metrics_key_hash=hash_key(scraper) if scraper else None,
         budget_failure_mode=mode,
         upstream_retries=min(retries, 5),
         exact_prompt_headers=rd.boolean(
