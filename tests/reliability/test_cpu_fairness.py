@@ -78,7 +78,9 @@ def raw_post(gw: Running, path: str, body: bytes, key: str, sent: threading.Even
 
 
 def healthz_between(gw: Running, path: str, body: bytes, key: str) -> tuple[int, bytes]:
-    """(health checks sent after the whole body and answered before its reply, the reply)."""
+    """(health checks sent after the whole body and answered before its reply, the reply).
+    The checks' client is connected before the body goes: on a loaded machine, making it
+    took longer than pricing a body of half a MB."""
     sent, answered = threading.Event(), threading.Event()
     reply: list[bytes] = []
 
@@ -88,11 +90,12 @@ def healthz_between(gw: Running, path: str, body: bytes, key: str) -> tuple[int,
         finally:
             answered.set()
 
-    poster = threading.Thread(target=post)
-    poster.start()
-    assert sent.wait(120)
     between = 0
     with httpx.Client(timeout=120) as client:
+        assert client.get(gw.base_url + "/healthz").status_code == 200
+        poster = threading.Thread(target=post)
+        poster.start()
+        assert sent.wait(120)
         while not answered.is_set():
             r = client.get(gw.base_url + "/healthz")
             assert r.status_code == 200
@@ -126,8 +129,9 @@ def test_healthz_answers_while_a_prompt_of_480_kb_of_new_text_is_fitted(gw):
     assert b" 200 " in status, reply[:500]
     report = orjson.loads(rest.split(b"\r\n\r\n", 1)[1])["report"]
     assert report["estimate_after"] <= report["budget"] < report["estimate_before"]  # it was cut
-    # On the loop, at most the checks answered while the last bytes were read came between.
-    assert between >= 10, between
+    # On the loop, at most the checks answered while the last bytes were read came between
+    # (0-2 measured; 26-613 off the loop).
+    assert between >= 8, between
 
 
 def test_count_and_dry_run_requests_are_held_to_a_per_team_rate(gw):
