@@ -505,6 +505,8 @@ class Gateway:
 
         async def attempt() -> Completion | EventStream:
             out = await self._outbound(p, leg, request)
+            if p.attempts is not None and p.attempts.shared:
+                out = replace(out, retry=False)  # the router retries, deployment by deployment
             p.forwarded = True
             sent = leg.transport.send(target, out)
             return await until_disconnect(request.receive, _from_upstream(sent))

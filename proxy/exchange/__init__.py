@@ -57,6 +57,9 @@ class Outbound:
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Whether the answer is asked for as a stream (``EventStream``) or whole (``Completion``).
     stream: bool = False
+    #: Whether the transport may retry it (``upstream_retries``): not on a routed alias, whose
+    #: router tries the next deployment itself (both at once made 9 calls of 3 attempts).
+    retry: bool = True
 
 
 @dataclass(slots=True)
