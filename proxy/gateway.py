@@ -52,6 +52,7 @@ from proxy.exchange import (
     as_stream,
     unreadable,
 )
+from proxy.exchange.sse import event_data
 from proxy.fairness import COUNT_THREAD_ABOVE, Fairness
 from proxy.fetch import ImageSizer
 from proxy.inline import inline_images
@@ -65,6 +66,7 @@ from proxy.routing import Attempts, Routing, client_deadline
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
 from proxy.tracing import provider_traceparent, traces_from_env
+from proxy.transports.provider_errors import redact, stream_error
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
 from proxy.wires.base import Answer, Counting, StreamFailed, client_terms
@@ -412,7 +414,8 @@ class Gateway:
             # breaks before it is another attempt's to answer
             try:
                 opened = as_stream(await self._send(p, leg, request))
-                events = await until_disconnect(request.receive, _primed(opened))
+                key = (p.upstream or p.rc.upstream).api_key
+                events = await until_disconnect(request.receive, _primed(opened, leg.wire, key))
             except ProxyError as err:
                 _failed_attempt(p, sent, err)
                 raise
@@ -716,7 +719,8 @@ async def _ended(
     if message is None and not (outcome.completed or outcome.failed):
         message = "the upstream stream ended before it was complete"
     if message is not None:
-        yield wire.stream_error(request, outcome, message)
+        # a provider's words (its error, its break) never carry a key to the client
+        yield wire.stream_error(request, outcome, redact(message))
 
 
 def _kind(err: ProxyError) -> str:
@@ -807,23 +811,20 @@ class _Primed:
         await self._source.aclose()
 
 
-async def _primed(events: EventStream) -> EventStream:
-    """``events`` with its first event read: a stream that breaks (or stalls past the read
-    timeout, or ends) before it is the provider's failure before any byte reached the client, as
-    ``ProxyError`` of the upstream — another attempt may answer it."""
+async def _primed(events: EventStream, wire: str, secret: str | None = None) -> EventStream:
+    """``events`` (in provider wire ``wire``) with its first event read: a stream that breaks
+    (or stalls past the read timeout, or ends) before it, or whose first event is no answer --
+    the provider's own error event (``stream_error``: what the same error as a status would be,
+    its message scrubbed of ``secret`` and anything key-like) or a bare ``[DONE]`` -- is the
+    provider's failure before any byte reached the client, as ``ProxyError`` of the upstream:
+    another attempt may answer it."""
     rest = aiter(events)
     try:
-        first: bytes | None = await anext(rest)
+        first = await anext(rest)
     except StopAsyncIteration:
         # it ended before any event: no answer, and nothing reached the client either
         await events.aclose()
-        err = ProxyError(
-            502,
-            "the upstream stream ended before its first event",
-            code="upstream_incomplete",
-        )
-        err.origin = "upstream"
-        raise err from None
+        raise _no_answer("the upstream stream ended before its first event") from None
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await events.aclose()  # the client left, or the stream broke: drop the connection
@@ -832,12 +833,27 @@ async def _primed(events: EventStream) -> EventStream:
         timed_out = "timeout" in str(exc).lower()
         err = ProxyError(
             504 if timed_out else 502,
-            f"the upstream stream broke off before its first event: {exc}",
+            f"the upstream stream broke off before its first event: {redact(str(exc), secret)}",
             code="upstream_timeout" if timed_out else "upstream_unreachable",
         )
         err.origin = "upstream"
         raise err from None
+    failed = stream_error(wire, first, secret)
+    if failed is None and (event_data(first) or b"").strip() == b"[DONE]":
+        failed = _no_answer("the upstream stream ended ([DONE]) before any answer")
+    if failed is not None:
+        with anyio.CancelScope(shield=True):
+            await events.aclose()
+        failed.origin = "upstream"
+        raise failed
     return _Primed(first, rest, events)
+
+
+def _no_answer(message: str) -> ProxyError:
+    """A stream that ended before it answered anything: the provider had the prompt (billed)."""
+    err = ProxyError(502, message, code="upstream_incomplete")
+    err.origin = "upstream"
+    return err
 
 
 async def _from_upstream(call: Awaitable[T]) -> T:

@@ -62,6 +62,8 @@ class _ChatEvents:
             data = event_data(event)
             if not data:
                 continue
+            if data.strip() == b"[DONE]":
+                break  # not Anthropic's, but an end all the same: no more answer comes
             try:
                 parsed = orjson.loads(data)
             except orjson.JSONDecodeError:

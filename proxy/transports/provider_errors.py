@@ -18,9 +18,17 @@ from collections.abc import Mapping
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.exchange import Transient
+from proxy.exchange import CHAT, GEMINI, MESSAGES, RESPONSES, Transient
+from proxy.exchange.sse import event_data, event_name
 
-__all__ = ["RETRY_STATUSES", "redact", "redact_value", "retry_after", "upstream_error"]
+__all__ = [
+    "RETRY_STATUSES",
+    "redact",
+    "redact_value",
+    "retry_after",
+    "stream_error",
+    "upstream_error",
+]
 
 #: Answers worth another attempt: the provider (or a hop before it) is overloaded or failed,
 #: not the request.
@@ -145,3 +153,109 @@ def upstream_error(
     if isinstance(err, Transient):
         err.retry_after = wait
     return err
+
+
+#: The HTTP status each provider's error kind is answered with when it comes as a status
+#: (Anthropic's ``error.type``, OpenAI's ``type`` or ``code``, Google's ``status``): what a
+#: provider's error inside a 200 stream is taken for.
+_KIND_STATUS = {
+    # Anthropic
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+    # OpenAI (chat and Responses)
+    "invalid_prompt": 400,
+    "invalid_api_key": 401,
+    "model_not_found": 404,
+    "insufficient_quota": 429,
+    "rate_limit_exceeded": 429,
+    "server_error": 500,
+    "service_unavailable": 503,
+    "overloaded": 503,
+    # Google
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "RESOURCE_EXHAUSTED": 429,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+
+
+def _status_of(err: dict[str, object]) -> int:
+    """The status a provider's error object stands for: a number it states (Google's
+    ``code``; some OpenAI-compatible providers'), else its kind's (``_KIND_STATUS``), else 502
+    (the provider failed, in words routefit does not know)."""
+    for key in ("code", "status", "status_code"):
+        value = err.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+            return value
+    for key in ("type", "code", "status"):
+        value = err.get(key)
+        if isinstance(value, str) and value in _KIND_STATUS:
+            return _KIND_STATUS[value]
+    return 502
+
+
+def _error_object(wire: str, event: bytes) -> dict[str, object] | None:
+    """The provider's own error object when ``event`` is its wire's error event: Anthropic's
+    ``error`` event, an OpenAI chat or Gemini chunk that is ``{"error": {...}}``, a Responses
+    ``error`` or ``response.failed`` event (its ``response.error``)."""
+    data = event_data(event)
+    if data is None or b"error" not in data:
+        return None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    found: object = None
+    if wire in (CHAT, GEMINI):
+        found = obj.get("error")
+    elif wire == MESSAGES:
+        if event_name(event) == b"error" or obj.get("type") == "error":
+            found = obj.get("error")
+            found = found if isinstance(found, dict) else {"type": "api_error"}
+    elif wire == RESPONSES:
+        kind = event_name(event) or str(obj.get("type") or "").encode()
+        if kind == b"error":  # its fields beside the event's own type
+            found = {k: obj.get(k) for k in ("code", "message", "param")}
+        elif kind == b"response.failed":
+            response = obj.get("response")
+            found = response.get("error") if isinstance(response, dict) else None
+            found = found if isinstance(found, dict) else {"code": "server_error"}
+    return found if isinstance(found, dict) else None
+
+
+def stream_error(wire: str, event: bytes, secret: str | None = None) -> ProxyError | None:
+    """The provider's failure when ``event``, a stream's first, is its provider ``wire``'s
+    error event (None: it is not): what the same error as an HTTP status would have been
+    (``upstream_error``: its status, message and kind, scrubbed of keys), and a ``Transient``
+    when the provider is overloaded, rate-limited or failed (429 and every 5xx), so that
+    another deployment may answer. Nothing of the stream has reached the client yet."""
+    err = _error_object(wire, event)
+    if err is None:
+        return None
+    status = _status_of(err)
+    failure = upstream_error(status, orjson.dumps({"error": err}), {}, secret)
+    if status == 429 or status >= 500:
+        return Transient(
+            failure.status,
+            failure.message,
+            code=failure.code,
+            param=failure.param,
+            type=failure.type,
+            headers=failure.headers,
+        )
+    return failure

@@ -193,8 +193,8 @@ class Outcome:
     failed: bool = False
     #: Events relayed to the client so far (counted by the gateway): the next event's place.
     sent: int = 0
-    #: The id the stream announced for its answer (Responses: ``response.created``), when the
-    #: wire made one up itself: the error event that ends the stream names the same answer.
+    #: The id the stream announced for its answer (Responses: ``response.created``, the
+    #: provider's or one the wire made up): the error event that ends the stream names it.
     answer_id: str | None = None
     #: The generated text relayed to the client so far, as escaped JSON string contents: what an
     #: unfinished stream is charged for beyond its prompt.

@@ -52,6 +52,11 @@ __all__ = ["ResponsesRequest", "ResponsesWire"]
 
 #: Events that end a Responses stream (the provider's own end marker).
 _ENDS = frozenset({b"response.completed", b"response.incomplete", b"response.failed", b"error"})
+#: Of those, the provider's failure: the stream ends in the client's words, but it is no answer
+#: (charged like a stream that broke: its prompt and the text relayed).
+_FAILS = frozenset({b"response.failed", b"error"})
+#: The event that announces the provider's id for the answer.
+_CREATED = frozenset({b"response.created"})
 
 
 def failed_event(request: ChatRequest, rid: str, seq: int, message: str, code: str) -> bytes:
@@ -63,12 +68,32 @@ def failed_event(request: ChatRequest, rid: str, seq: int, message: str, code: s
     )
 
 
-def _ends(event: bytes) -> bool:
-    """Whether an event is the stream's last (by its ``event:`` line, else its data's type)."""
+def _kind(event: bytes, kinds: frozenset[bytes]) -> bytes | None:
+    """Which of ``kinds`` an event is, if any (by its ``event:`` line, else its data's type)."""
     if event.startswith(b"event:"):
-        return event[6 : event.find(b"\n")].strip() in _ENDS
+        name = event[6 : event.find(b"\n")].strip()
+        return name if name in kinds else None
     head = event[:160]
-    return any(b'"type":"' + kind + b'"' in head for kind in _ENDS)
+    return next((kind for kind in kinds if b'"type":"' + kind + b'"' in head), None)
+
+
+def _data(event: bytes) -> Any:
+    """An event's data as JSON (None when it has none, or none that parses)."""
+    data = event_data(event)
+    try:
+        return orjson.loads(data) if data is not None else None
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _announced(event: bytes) -> str | None:
+    """The provider's id for the answer, when ``event`` is its ``response.created``."""
+    if _kind(event, _CREATED) is None:
+        return None
+    obj = _data(event)
+    response = obj.get("response") if isinstance(obj, dict) else None
+    rid = response.get("id") if isinstance(response, dict) else None
+    return rid if isinstance(rid, str) and rid else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,15 +177,18 @@ class ResponsesWire:
                 yield out
             return
         async for event in events:
-            if _ends(event):
-                data = event_data(event)
-                try:
-                    obj = orjson.loads(data) if data is not None else None
-                except orjson.JSONDecodeError:
-                    obj = None
+            if outcome.answer_id is None:
+                # the provider's own id: the error event that may end the stream names it too
+                outcome.answer_id = _announced(event)
+            end = _kind(event, _ENDS)
+            if end is not None:
+                obj = _data(event)
                 if isinstance(obj, dict):
                     await _final(request, obj.get("response"), outcome)
-                    outcome.completed = True
+                    if end in _FAILS:
+                        outcome.failed = True  # the provider's own failure: no answer
+                    else:
+                        outcome.completed = True
             yield event
 
     async def _translated(
