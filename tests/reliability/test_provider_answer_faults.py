@@ -125,10 +125,13 @@ class Gateway:
 
 
 @asynccontextmanager
-async def gateway() -> AsyncIterator[Gateway]:
+async def served(
+    models: list[dict[str, Any]],
+) -> AsyncIterator[tuple[httpx.AsyncClient, Provider]]:
+    """routefit over ``models`` before a ``Provider``, one team with a quota to charge."""
     config = parse_config(
         {
-            "model_list": MODELS,
+            "model_list": models,
             "router_settings": {"routing_strategy": "simple-shuffle"},
             "routefit_settings": {
                 "store_path": ":memory:",
@@ -141,7 +144,8 @@ async def gateway() -> AsyncIterator[Gateway]:
                     }
                 ],
             },
-        }
+        },
+        environ={},
     )
     provider = Provider()
     app = create_app(config, transport=MockTransport(provider))
@@ -150,7 +154,13 @@ async def gateway() -> AsyncIterator[Gateway]:
         async with httpx.AsyncClient(
             transport=transport, base_url="http://routefit", timeout=30
         ) as client:
-            yield Gateway(client, provider)
+            yield client, provider
+
+
+@asynccontextmanager
+async def gateway() -> AsyncIterator[Gateway]:
+    async with served(MODELS) as (client, provider):
+        yield Gateway(client, provider)
 
 
 def _body(content: bytes) -> Answer:

@@ -22,12 +22,15 @@ from typing import Any
 
 import httpx
 import pytest
-from test_provider_answer_faults import ADMIN, KEY, MAX_TOKENS, TEAM, Answer, Provider, _deployment
+import test_provider_answer_faults as faults
+from test_provider_answer_faults import (
+    KEY,
+    MAX_TOKENS,
+    Answer,
+    _deployment,
+    served,
+)
 from wire_shapes import check_wire_error_shape
-
-from proxy.app import create_app
-from proxy.config import parse_config
-from proxy.transports.mock import MockTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -67,19 +70,8 @@ MODELS = [
 ]
 
 
-class Gateway:
-    def __init__(self, client: httpx.AsyncClient, provider: Provider) -> None:
-        self.client = client
-        self.provider = provider
-
-    async def used(self) -> int:
-        r = await self.client.get(
-            f"/routefit/teams/{TEAM}/usage", headers={"authorization": f"Bearer {ADMIN}"}
-        )
-        assert r.status_code == 200, r.text
-        return int({w["name"]: w for w in r.json()["windows"]}["tokens_per_day"]["used"])
-
-    async def post(self, wire: str, model: str) -> httpx.Response:
+class Gateway(faults.Gateway):
+    async def stream(self, wire: str, model: str) -> httpx.Response:
         """A streamed request in ``wire``; the whole SSE body read."""
         text = "Say hello."
         headers = {"authorization": f"Bearer {KEY}"}
@@ -109,32 +101,8 @@ class Gateway:
 
 @asynccontextmanager
 async def gateway() -> AsyncIterator[Gateway]:
-    config = parse_config(
-        {
-            "model_list": MODELS,
-            "router_settings": {"routing_strategy": "simple-shuffle"},
-            "routefit_settings": {
-                "store_path": ":memory:",
-                "admin_key": ADMIN,
-                "teams": [
-                    {
-                        "id": TEAM,
-                        "keys": [KEY],
-                        "quotas": {"tokens_per_minute": 10**9, "tokens_per_day": 10**10},
-                    }
-                ],
-            },
-        },
-        environ={},
-    )
-    provider = Provider()
-    app = create_app(config, transport=MockTransport(provider))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://routefit", timeout=30
-        ) as client:
-            yield Gateway(client, provider)
+    async with served(MODELS) as (client, provider):
+        yield Gateway(client, provider)
 
 
 def _stream(*events: bytes) -> Answer:
@@ -226,7 +194,7 @@ async def test_a_providers_error_as_the_first_event_goes_to_the_aliases_next_dep
     wire, _, (pair, first, second), error, _ = case
     async with gateway() as gw:
         gw.provider.faults[first] = [_stream(error(first))]
-        r = await gw.post(wire, pair)
+        r = await gw.stream(wire, pair)
         assert r.status_code == 200, r.text
         assert r.headers["x-routefit-deployment"] == second
         assert r.headers["x-routefit-attempts"] == "2"
@@ -242,7 +210,7 @@ async def test_a_providers_error_as_the_first_event_on_its_only_deployment_is_it
     async with gateway() as gw:
         before = await gw.used()
         gw.provider.faults[host] = [_stream(error(host))]
-        r = await gw.post(wire, alias)
+        r = await gw.stream(wire, alias)
         assert r.status_code == status, r.text
         path = r.request.url.path
         check_wire_error_shape(path, status, r.content, alias, None, True)
@@ -256,7 +224,7 @@ async def test_a_first_event_error_of_the_request_is_its_status() -> None:
     async with gateway() as gw:
         before = await gw.used()
         gw.provider.faults["an"] = [_stream(_anthropic_error("an", "invalid_request_error"))]
-        r = await gw.post("messages", "claude")
+        r = await gw.stream("messages", "claude")
         assert r.status_code == 400, r.text
         assert r.json()["error"]["type"] == "invalid_request_error"
         assert await gw.used() == before
@@ -265,7 +233,7 @@ async def test_a_first_event_error_of_the_request_is_its_status() -> None:
 async def test_a_gemini_error_chunk_names_its_status() -> None:
     async with gateway() as gw:
         gw.provider.faults["gm"] = [_stream(_gemini_error("gm", "RESOURCE_EXHAUSTED", 429))]
-        r = await gw.post("gemini", "gem")
+        r = await gw.stream("gemini", "gem")
         assert r.status_code == 429, r.text
 
 
@@ -284,7 +252,7 @@ def _events(text: str) -> list[dict[str, Any]]:
 async def test_a_broken_native_responses_stream_fails_the_response_it_announced() -> None:
     async with gateway() as gw:
         gw.provider.faults["oa"] = [_sim_then(keep=3)]  # created, in_progress, an item: cut
-        r = await gw.post("responses", "gpt")
+        r = await gw.stream("responses", "gpt")
         assert r.status_code == 200, r.text
         events = _events(r.text)
         created = events[0]
@@ -302,7 +270,7 @@ async def test_a_providers_failure_mid_stream_on_native_responses_is_not_charged
     async with gateway() as gw:
         before = await gw.used()
         gw.provider.faults["oa"] = [_sim_then(failure, keep=5)]
-        r = await gw.post("responses", "gpt")
+        r = await gw.stream("responses", "gpt")
         assert r.status_code == 200, r.text
         events = _events(r.text)
         assert events[-1]["type"] == ending  # the provider's own end, nothing added after it
@@ -328,7 +296,7 @@ async def test_a_stream_of_only_done_is_no_answer(leg: tuple[str, str, str]) -> 
         async def charge(answer: Answer) -> tuple[httpx.Response, int]:
             before = await gw.used()
             gw.provider.faults[host] = [answer]
-            r = await gw.post(wire, alias)
+            r = await gw.stream(wire, alias)
             return r, await gw.used() - before
 
         r, charged = await charge(DONE_ONLY)
@@ -345,7 +313,7 @@ async def test_a_stream_of_only_done_is_no_answer(leg: tuple[str, str, str]) -> 
 async def test_a_stream_of_only_done_goes_to_the_aliases_next_deployment() -> None:
     async with gateway() as gw:
         gw.provider.faults["oa1"] = [DONE_ONLY]
-        r = await gw.post("chat", "gpt-pair")
+        r = await gw.stream("chat", "gpt-pair")
         assert r.status_code == 200, r.text
         assert r.headers["x-routefit-deployment"] == "oa2"
         assert '"content"' in r.text and r.text.rstrip().endswith("data: [DONE]")
