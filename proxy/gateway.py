@@ -52,7 +52,7 @@ from proxy.exchange import (
     as_stream,
     unreadable,
 )
-from proxy.exchange.sse import event_data
+from proxy.exchange.sse import event_data, is_done
 from proxy.fairness import COUNT_THREAD_ABOVE, Fairness
 from proxy.fetch import ImageSizer
 from proxy.inline import inline_images
@@ -796,16 +796,15 @@ class _Unfit(Exception):
 class _Primed:
     """A provider's event stream whose first event is already in hand."""
 
-    def __init__(self, first: bytes | None, rest: AsyncIterator[bytes], source: EventStream):
+    def __init__(self, first: bytes, rest: AsyncIterator[bytes], source: EventStream):
         self._first = first
         self._rest = rest
         self._source = source
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._first is not None:
-            yield self._first
-            async for event in self._rest:
-                yield event
+        yield self._first
+        async for event in self._rest:
+            yield event
 
     async def aclose(self) -> None:
         await self._source.aclose()
@@ -839,7 +838,7 @@ async def _primed(events: EventStream, wire: str, secret: str | None = None) -> 
         err.origin = "upstream"
         raise err from None
     failed = stream_error(wire, first, secret)
-    if failed is None and (event_data(first) or b"").strip() == b"[DONE]":
+    if failed is None and is_done(event_data(first)):
         failed = _no_answer("the upstream stream ended ([DONE]) before any answer")
     if failed is not None:
         with anyio.CancelScope(shield=True):

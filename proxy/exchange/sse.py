@@ -21,6 +21,7 @@ __all__ = [
     "encode",
     "event_data",
     "event_name",
+    "is_done",
     "split_events",
     "split_stream",
 ]
@@ -35,6 +36,11 @@ class EventTooLarge(StreamBroken):
 
 
 DONE = b"data: [DONE]\n\n"
+
+
+def is_done(data: bytes | None) -> bool:
+    """Whether an event's data is chat's end marker, ``[DONE]``."""
+    return data is not None and data.strip() == b"[DONE]"
 
 
 def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:

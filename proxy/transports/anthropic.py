@@ -31,7 +31,7 @@ from proxy.exchange import (
     as_completion,
     as_stream,
 )
-from proxy.exchange.sse import DONE, event_data
+from proxy.exchange.sse import DONE, event_data, is_done
 from proxy.modelmap import lookup
 from proxy.providers import Deployment, Transport
 from proxy.transports.chat_to_messages import Unmapped, messages_body
@@ -62,7 +62,7 @@ class _ChatEvents:
             data = event_data(event)
             if not data:
                 continue
-            if data.strip() == b"[DONE]":
+            if is_done(data):
                 break  # not Anthropic's, but an end all the same: no more answer comes
             try:
                 parsed = orjson.loads(data)

@@ -47,6 +47,7 @@ from proxy.wires.anthropic_parse import (
     AnthropicRequest,
     client_field,
     parse_anthropic,
+    thinking_on,
 )
 from proxy.wires.anthropic_render import mark_head, render_messages
 from proxy.wires.base import (
@@ -225,9 +226,9 @@ def _thinking_within(body: Mapping[str, Any]) -> Mapping[str, Any]:
     shrunk below the client's thinking budget takes the budget down with it (never below
     ``THINKING_MIN``: the fit lowers a thinking request's cap to no less than one more, see the
     module docstring)."""
-    thinking = body.get("thinking")
+    thinking = thinking_on(body)
     cap = body.get("max_tokens")
-    if not (isinstance(thinking, Mapping) and thinking.get("type") == "enabled"):
+    if thinking is None:
         return body
     budget = thinking.get("budget_tokens")
     if not isinstance(budget, int) or not isinstance(cap, int) or budget < cap:

@@ -58,11 +58,20 @@ __all__ = [
     "fallback_text",
     "image_url",
     "parse_anthropic",
+    "thinking_on",
 ]
 
 #: Extended thinking's smallest ``budget_tokens``; Anthropic also refuses a budget that is not
 #: below ``max_tokens``, so a request with thinking on needs a cap of at least one more.
 THINKING_MIN = 1024
+
+
+def thinking_on(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The body's extended-thinking settings when thinking is on (``"type": "enabled"``)."""
+    thinking = body.get("thinking")
+    enabled = isinstance(thinking, Mapping) and thinking.get("type") == "enabled"
+    return thinking if enabled else None
+
 
 #: The fragment kinds: a whole message, one tool_result block, the rest of a user message.
 WHOLE, TOOL, REST, SYSTEM = "whole", "tool", "rest", "system"
@@ -95,9 +104,7 @@ class AnthropicRequest(ChatRequest):
         """The smallest ``max_tokens`` this request can be sent with (0: any): with extended
         thinking on, ``THINKING_MIN`` + 1 (``strategies.output``: the fit never
         shrinks the reservation below it)."""
-        thinking = self.body.get("thinking")
-        enabled = isinstance(thinking, Mapping) and thinking.get("type") == "enabled"
-        return THINKING_MIN + 1 if enabled else 0
+        return THINKING_MIN + 1 if thinking_on(self.body) is not None else 0
 
     def position(self, message: Message) -> int | None:
         i = self.positions.get(id(message))

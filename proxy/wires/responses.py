@@ -24,7 +24,7 @@ import orjson
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError, error_body
 from proxy.exchange import CHAT, RESPONSES, Completion, EventStream, Outbound
-from proxy.exchange.sse import event_data
+from proxy.exchange.sse import event_data, is_done
 from proxy.teams import BEARER_OR_API_KEY
 from proxy.usage import normalize_usage
 from proxy.wires.base import (
@@ -202,7 +202,7 @@ class ResponsesWire:
             data = event_data(event)
             if data is None:
                 continue
-            if data.strip() == b"[DONE]":
+            if is_done(data):
                 break
             try:
                 chunk = orjson.loads(data)
