@@ -60,8 +60,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import compress
-from operator import add, mul
+from itertools import accumulate, compress
+from operator import mul
 from typing import NamedTuple
 
 from pricing.content import CLASSES, EXACT_UP_TO, IN_ASCII, MOST_PER_CHARACTER, STATS
@@ -126,6 +126,8 @@ _THINGS = (MESSAGES, CALLS, REQUESTS)
 _COUNTS = frozenset((*_THINGS, *_CHARS))
 #: Which features a neutral correction prices (tokens), in order: not the counted things.
 _PRICED = tuple(j not in _COUNTS for j in range(_N))
+#: The neutral correction's weights as numbers (1 for what it prices, 0 for counts).
+_PRICED_WEIGHTS = tuple(float(priced) for priced in _PRICED)
 #: Features of samples recorded before the request and character features existed.
 _OLD_N = REQUESTS
 _NO_STATS = (0,) * len(STATS)
@@ -189,12 +191,18 @@ def pressure_features(p: Pressure, upto: int | None = None) -> tuple[int, ...]:
     """A prompt's features (its first ``upto`` messages when given), tools and priming
     included: they are part of every prefix. Summed column by column (C loops): a long
     session's request asks for them several times, ~0.4 ms each at 400 messages message by
-    message."""
+    message: the whole prompt's are kept on it (``Pressure.features_memo``)."""
+    whole = upto is None or upto >= len(p.messages)
+    if whole and p.features_memo is not None:
+        return p.features_memo
     rows = [message_features(mp) for mp in p.messages[:upto]]
     total = list(map(sum, zip(*rows, strict=True))) if rows else [0] * _N
     total[FRAMING] += p.tools + p.priming
     total[REQUESTS] = 1
-    return tuple(total)
+    features = tuple(total)
+    if whole:
+        object.__setattr__(p, "features_memo", features)
+    return features
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +255,19 @@ class Correction:
             raise ValueError(f"{len(features)} features priced by {len(w)} weights")
         total: float = sum(map(mul, w, features))
         return math.ceil(total - 1e-9)
+
+    def running_prices(self, head: Sequence[int], rows: Sequence[Sequence[int]]) -> list[int]:
+        """``price`` of ``head`` plus each prefix of ``rows``. The price is linear in the
+        features, so each row is priced once and the prices summed, rather than a vector
+        summed and priced per row: a 400-message prompt's checkpoints cost ~3× less."""
+        w = _PRICED_WEIGHTS if self.neutral else self.vector
+        if len(w) != len(head):
+            raise ValueError(f"{len(head)} features priced by {len(w)} weights")
+        totals = accumulate((sum(map(mul, w, row)) for row in rows), initial=sum(map(mul, w, head)))
+        next(totals)  # ``head`` alone
+        if self.neutral:
+            return [int(t) for t in totals]
+        return [math.ceil(t - 1e-9) for t in totals]
 
     def price_pressure(self, p: Pressure) -> int:
         """The weights' price of ``p``, without the interval: what ``price_request`` adds to
@@ -442,16 +463,18 @@ def checkpoint_anchors(
         return []
     step = max(quantum, full // most)
     out: list[tuple[int, Anchor]] = []
-    running = [0.0] * _N
+    running = [0] * _N
     running[FRAMING] = pressure.tools + pressure.priming
     running[REQUESTS] = 1
+    rows = [message_features(mp) for mp in pressure.messages[:-1]]
     mark = correction.price(running) // step
-    for i, mp in enumerate(pressure.messages[:-1]):
-        running = list(map(add, running, message_features(mp)))  # both are _N long
-        price = correction.price(running)
+    summed = 0  # rows[:summed] are in ``running``: a prefix's vector only where it anchors
+    for i, price in enumerate(correction.running_prices(running, rows)):
         if price // step > mark:
             mark = price // step
             share = math.floor(actual * price / full)
+            running = list(map(sum, zip(running, *rows[summed : i + 1], strict=True)))
+            summed = i + 1
             feats = _vector(running)
             text = sum(feats[j] for j in _TEXT)
             out.append(

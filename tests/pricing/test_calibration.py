@@ -196,6 +196,48 @@ def test_checkpoint_anchors_give_the_head_its_share_of_the_truth():
     assert counts == sorted(set(counts))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(-16, 64), min_size=len(FEATURES), max_size=len(FEATURES)),
+    st.lists(
+        st.lists(st.integers(0, 5000), min_size=len(FEATURES), max_size=len(FEATURES)),
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_running_prices_are_each_prefix_priced_whole(
+    eighths: list[int], rows: list[list[int]], neutral: bool
+) -> None:
+    """The checkpoints' prefix prices (summed row by row) are what pricing each prefix's summed
+    features would give. Weights in eighths: both sums are exact in binary floating point."""
+    correction = Correction() if neutral else Correction(weights=tuple(e / 8 for e in eighths))
+    head = [0] * len(FEATURES)
+    head[_I["framing"]], head[_I["requests"]] = 7, 1
+    running, expected = head, []
+    for row in rows:
+        running = [a + b for a, b in zip(running, row, strict=True)]
+        expected.append(correction.price(running))
+    assert correction.running_prices(head, rows) == expected
+
+
+def test_a_prompts_kept_features_are_its_own_and_never_a_copys() -> None:
+    """The whole prompt's features are kept on it after the first call; a prefix's are
+    not, and a prompt made from it by ``replace`` (a cut) works out its own."""
+    from dataclasses import replace
+
+    from pricing.meter import MessagePressure, Pressure
+
+    msgs = tuple(MessagePressure(i, "user", 10 * (i + 1), 4, 0) for i in range(5))
+    p = Pressure("r", msgs, tools=2, priming=3, image_details=(), exact=True)
+    whole = pressure_features(p)
+    assert pressure_features(p) is whole
+    assert pressure_features(p, 2) != whole
+    assert pressure_features(p) is whole
+    cut = replace(p, messages=msgs[:3])
+    assert pressure_features(cut) == pressure_features(p, 3) != whole
+    assert cut == replace(p, messages=msgs[:3])  # the memo is not part of equality
+
+
 # -- per-character features: tokenizers that disagree inside a content class -------------------
 
 import json  # noqa: E402
