@@ -426,5 +426,8 @@ def media_part(part: ImagePart, detail: bool = False) -> dict[str, Any]:
         return {"type": "input_audio", "input_audio": input_audio_of(part.url)}
     if is_recording(part.url):  # another wire's media: its note, priced so (pricing.recordings)
         return {"type": "text", "text": recording_note(part.url)}
-    image = {"url": part.url, "detail": part.detail} if detail else {"url": part.url}
+    if detail and part.detail in DETAILS:  # a Gemini client's level has no chat name
+        image = {"url": part.url, "detail": part.detail}
+    else:
+        image = {"url": part.url}
     return {"type": "image_url", "image_url": image}

@@ -79,7 +79,7 @@ def prefix_keys(
     route: str,
     model: str,
     tools: Any,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Any],
     scope: str | None = None,
 ) -> list[bytes]:
     """Chained digests of every message prefix, index i = the first i+1 messages.

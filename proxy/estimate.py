@@ -489,9 +489,14 @@ def _tighter(correction: Correction, actual: int, priced: int, slack: float = 1.
 
 
 def _prefix_keys(job: Job, fitted: Fit) -> tuple[bytes, ...]:
-    """Chained digests of the fitted prefixes, in the team's own scope (anchors are its own)."""
+    """Chained digests of the fitted prefixes, in the team's own scope (anchors are its own).
+    A message with images is keyed with their details too: a Gemini request's media_resolution
+    is outside its messages, and the same message at another level is another count."""
     rc = job.rc
-    wire = [message_wire(m) for m in fitted.messages]
+    wire = [
+        [message_wire(m), [p.detail for p in m.images]] if m.images else message_wire(m)
+        for m in fitted.messages
+    ]
     tools = fitted.body.get("tools")
     return tuple(prefix_keys(rc.calibration_key, rc.upstream.model, tools, wire, job.scope))
 

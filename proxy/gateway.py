@@ -55,7 +55,7 @@ from proxy.exchange import (
 from proxy.exchange.sse import event_data, is_done
 from proxy.fairness import COUNT_THREAD_ABOVE, Fairness
 from proxy.fetch import ImageSizer
-from proxy.inline import inline_images
+from proxy.inline import Client, inline_images
 from proxy.intake import Admitted, Intake, Session
 from proxy.metrics import Metrics
 from proxy.overflow import provider_count
@@ -533,7 +533,8 @@ class Gateway:
         if leg.adapter is not Adapter.PASSTHROUGH:
             # A translated request's URL images are fetched by routefit's fetcher, under the
             # route's policy (or refused), never by litellm inside this process.
-            out = replace(out, body=await inline_images(out.body, p.rc, self.sizer))
+            client = Client(p.wire, p.request)  # a refusal names the part as it wrote it
+            out = replace(out, body=await inline_images(out.body, p.rc, self.sizer, client))
         return out
 
     async def _refit(self, p: Flight, counted: int) -> bool:

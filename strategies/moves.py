@@ -70,7 +70,7 @@ class Job:
     budget: int
     memo: Memo = field(default_factory=Memo)
     placeholders: dict[int, int] = field(default_factory=dict)
-    offloaded: dict[int, Message] = field(default_factory=dict)
+    offloaded: dict[tuple[int, bool], Message] = field(default_factory=dict)
     masked: dict[int, tuple[Message, MessagePressure]] = field(default_factory=dict)
     _units: tuple[tuple[Message, ...], tuple[Unit, ...], list[UnitCosts]] | None = None
 
@@ -122,10 +122,14 @@ class Job:
     ) -> MessagePressure:
         return self._masked(messages, unit, i, price)[1]
 
-    def offload(self, message: Message) -> Message:
-        found = self.offloaded.get(id(message))
+    def offload(self, message: Message, forced: bool = False) -> Message:
+        """The message with its images offloaded: those whose placeholder is cheaper, or every
+        one when ``forced`` (the route cannot take them: ``strategies.offload``)."""
+        key = (id(message), forced)
+        found = self.offloaded.get(key)
         if found is None:
-            found = self.offloaded[id(message)] = offload_images(message, self.route)
+            found = offload_images(message, self.route, self.sizes, forced=forced)
+            self.offloaded[key] = found
         return found
 
 
@@ -152,7 +156,7 @@ def adapt(job: Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, ...],
             break
         if message.images:
             done += len(message.images)
-            out[i] = job.offload(message)
+            out[i] = job.offload(message, forced=True)
     return tuple(out), Action(OFFLOAD.label, done)
 
 
@@ -166,7 +170,7 @@ def _text_only(job: Job, messages: tuple[Message, ...]) -> tuple[tuple[Message, 
     for i, message in enumerate(out):
         if any(not sent_as_audio(p, job.route) for p in message.images):
             done += len(message.images)
-            out[i] = job.offload(message)
+            out[i] = job.offload(message, forced=True)
     return tuple(out), Action(OFFLOAD.label, done)
 
 
@@ -589,11 +593,13 @@ def _build(
                 )
                 message = masked
             elif offload[u] and message.images:
-                tally.offloaded += len(message.images)
-                # an image priced below its placeholder (a small one under Claude's rule)
-                # removes nothing: tokens removed are never negative (they feed counters)
+                offloaded = job.offload(message)
+                # an image priced at most its placeholder (a small one under Claude's rule)
+                # stays: only the images replaced count, and tokens removed are never
+                # negative (they feed counters)
+                tally.offloaded += len(message.images) - len(offloaded.images)
                 tally.offloaded_tokens += max(0, prices[i].images - job.placeholder_tokens(message))
-                message = job.offload(message)
+                message = offloaded
             out.append(message)
     flush(None)
     return assemble(job, out, job.measure(out), None, tally.actions())

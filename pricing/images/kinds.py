@@ -29,6 +29,11 @@ GOOGLE_KINDS = frozenset({"gemini-tile", "gemini-fixed"})
 
 #: The ``detail`` values an OpenAI-style image part may carry.
 DETAILS = ("auto", "low", "high", "original")
+#: Google's media_resolution levels that no OpenAI detail names (a Gemini client may set them
+#: on a part or the whole request: ``proxy.wires.gemini_parse``). Google's fixed-price rule
+#: prices them; to every other rule the image is one sent with no detail, as a translation
+#: sends it (``pricing.images.rule.ImageRule``).
+GOOGLE_LEVELS = ("medium", "ultra_high")
 
 Scalar: TypeAlias = int | float | bool | str | None
 
@@ -348,8 +353,9 @@ _MEDIA_LEVELS = ("low", "medium", "high", "ultra_high")
 class GeminiFixed:
     """A fixed price per media_resolution level (Gemini 3 per image; Gemini 2.5 per request).
 
-    ``detail: low`` / ``high`` select those levels (litellm maps them to media_resolution);
-    ``auto`` and ``original`` send no level, so the model's default applies.
+    ``detail: low`` / ``high`` select those levels (litellm maps them to media_resolution), and
+    a Gemini client's ``medium`` / ``ultra_high`` (``GOOGLE_LEVELS``) theirs; ``auto`` and
+    ``original`` send no level, so the model's default applies.
     """
 
     kind: ClassVar[str] = "gemini-fixed"
@@ -366,7 +372,7 @@ class GeminiFixed:
     default_level: str = "high"
 
     def _level(self, detail: str) -> str:
-        return detail if detail in ("low", "high") else self.default_level
+        return detail if detail in _MEDIA_LEVELS else self.default_level
 
     def price(self, width: int, height: int, detail: str) -> int:
         tokens: int = getattr(self, self._level(detail))

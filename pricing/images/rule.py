@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pricing.images.constants import build, params_of
-from pricing.images.kinds import DETAILS, RuleConstants, Scalar
+from pricing.images.kinds import DETAILS, GOOGLE_LEVELS, RuleConstants, Scalar
 
 __all__ = ["ImageRule", "text_only"]
 
@@ -53,15 +53,20 @@ class ImageRule:
         """Visual tokens for a width x height image at ``detail``; whole tokens, never negative."""
         if isinstance(width, bool) or isinstance(height, bool) or min(width, height) < 1:
             raise ValueError(f"image size must be positive integers, got {width}x{height}")
-        if detail not in DETAILS:
-            raise ValueError(f"detail must be one of {list(DETAILS)}, got {detail!r}")
-        return _price(self._constants, int(width), int(height), detail)
+        return _price(self._constants, int(width), int(height), self._detail(detail))
 
     def worst_case(self, detail: str = "auto") -> int | None:
         """The most any image can cost at ``detail``; None when the rule has no upper bound."""
-        if detail not in DETAILS:
-            raise ValueError(f"detail must be one of {list(DETAILS)}, got {detail!r}")
-        return self._constants.bound(detail)
+        return self._constants.bound(self._detail(detail))
+
+    def _detail(self, detail: str) -> str:
+        """``detail`` as this rule reads it: a Google level no OpenAI detail names is Google's
+        fixed-price rule's to price, and to any other an image sent with no detail."""
+        if detail in DETAILS:
+            return detail
+        if detail in GOOGLE_LEVELS:
+            return detail if self.kind == "gemini-fixed" else "auto"
+        raise ValueError(f"detail must be one of {[*DETAILS, *GOOGLE_LEVELS]}, got {detail!r}")
 
     def spec(self) -> dict[str, Scalar]:
         """The rule as a config mapping (``parse_image_rule(rule.spec()) == rule``)."""

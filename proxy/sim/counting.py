@@ -516,10 +516,22 @@ def _video(part: Mapping[str, Any], length: float) -> int:
     return video_tokens(length, float(fps) if isinstance(fps, int | float) and fps > 0 else 1.0)
 
 
+def gemini_level(value: Any) -> str | None:
+    """A ``mediaResolution`` as its level's name (``MEDIA_RESOLUTION_HIGH`` → ``high``): the
+    request's (``generationConfig.mediaResolution``, a string) or a part's (``{"level": ...}``)."""
+    if isinstance(value, Mapping):
+        value = value.get("level")
+    if isinstance(value, str) and value.startswith("MEDIA_RESOLUTION_"):
+        level = value.removeprefix("MEDIA_RESOLUTION_").lower()
+        return None if level == "unspecified" else level
+    return None
+
+
 def _gemini_part(
-    part: Mapping[str, Any], m: SimModel, enc: Encoder, pictures: Pictures
+    part: Mapping[str, Any], m: SimModel, enc: Encoder, pictures: Pictures, level: str | None
 ) -> tuple[list[int], int]:
-    """(token ids, of which image tokens) of one part."""
+    """(token ids, of which image tokens) of one part; ``level``: the request's
+    media_resolution, which a part's own overrides."""
     if "text" in part:
         return ([] if part.get("thought") is True else enc.encode(_text(part["text"]))), 0
     media = gemini_media(part)
@@ -536,7 +548,8 @@ def _gemini_part(
         if not mime.startswith("image/"):
             return specials(FILL, GEMINI_MEDIA_TOKENS), 0
         pic = pictures(part)
-        n = image_tokens(m.image_rule or "flat:0", pic.width, pic.height)
+        detail = gemini_level(part.get("mediaResolution")) or level or "auto"
+        n = image_tokens(m.image_rule or "flat:0", pic.width, pic.height, detail)
         ids = image_token_ids(pic.key, n)
         return ids, len(ids)
     for key, inner in (("functionCall", "args"), ("functionResponse", "response")):
@@ -577,10 +590,12 @@ def gemini_prompt(body: Mapping[str, Any], m: SimModel, pictures: Pictures) -> P
     elif isinstance(system, str):
         contents.insert(0, {"parts": [{"text": system}]})
     start = len(tokens)
+    config = body.get("generationConfig", body.get("generation_config"))
+    level = gemini_level(config.get("mediaResolution")) if isinstance(config, Mapping) else None
     for content in contents:
         tokens += specials(START, m.per_message)
         for part in content.get("parts") or []:
-            ids, n = _gemini_part(part, m, enc, pictures)
+            ids, n = _gemini_part(part, m, enc, pictures, level)
             tokens += ids
             images += n
     tokens += specials(PRIME, m.priming)

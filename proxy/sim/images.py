@@ -53,9 +53,14 @@ def image_tokens(rule: str, width: int, height: int, detail: str = "auto") -> in
         return _anthropic(width, height, edge, limit)
     if kind == "gemini-tile":
         return _gemini_tile(width, height, int(args) if args else 258)
+    if kind == "gemini-levels":  # Gemini 3: a price per media_resolution level, high by default
+        low, medium, high, ultra_high = (int(x) for x in args.split("/"))
+        levels = {"low": low, "medium": medium, "high": high, "ultra_high": ultra_high}
+        return levels.get(detail, high)
     raise ValueError(
         f"the simulator has no image rule {rule!r} "
-        "(it knows openai-tile[:base/tile], anthropic[:edge/limit], gemini-tile[:tile] and flat:N)"
+        "(it knows openai-tile[:base/tile], anthropic[:edge/limit], gemini-tile[:tile], "
+        "gemini-levels:low/medium/high/ultra_high and flat:N)"
     )
 
 

@@ -224,7 +224,9 @@ _GEMINI = SimModel(
     owned_by="google",
     aliases=("gemini-2.5-flash",),
 )
-_GEMINI_3 = replace(_GEMINI, name="gemini-3-sim", image_rule="flat:1120", aliases=())
+_GEMINI_3 = replace(
+    _GEMINI, name="gemini-3-sim", image_rule="gemini-levels:280/560/1120/2240", aliases=()
+)
 
 BUILTIN_MODELS: dict[str, SimModel] = {
     m.name: m

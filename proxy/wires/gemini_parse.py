@@ -28,7 +28,7 @@ content's part it came from (its ``inlineData.data``, ``fileData.fileUri``), ins
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -108,15 +108,39 @@ def json_schema(schema: Any) -> Any:
     return out
 
 
-def _image(mime: Any, url: str, at: str) -> Part:
-    """An image part priced by the route's rule, a PDF's data priced from its pages
-    (``pricing.documents``), audio and video data by their length (``pricing.recordings``);
-    other media as a note (a chat route cannot carry them)."""
+def _image(mime: Any, url: str, at: str, level: str = "auto") -> Part:
+    """An image part priced by the route's rule (at its part's media_resolution ``level``), a
+    PDF's data priced from its pages (``pricing.documents``), audio and video data by their
+    length (``pricing.recordings``); other media as a note (a chat route cannot carry them)."""
     if not isinstance(mime, str):
         raise RequestError(f"{at}.mimeType must be a string", f"{at}.mimeType")
     if mime.startswith("image/") or is_document(url) or is_recording(url):
-        return ImagePart(url)
+        return ImagePart(url, level)
     return TextPart(f"[{mime} content omitted: this route takes text and images]")
+
+
+#: Google's media_resolution levels as the detail pricing reads (``pricing.images.kinds``:
+#: ``GeminiFixed``); unspecified is the model's default, as no level is.
+_LEVELS = {
+    "MEDIA_RESOLUTION_UNSPECIFIED": "auto",
+    "MEDIA_RESOLUTION_LOW": "low",
+    "MEDIA_RESOLUTION_MEDIUM": "medium",
+    "MEDIA_RESOLUTION_HIGH": "high",
+    "MEDIA_RESOLUTION_ULTRA_HIGH": "ultra_high",
+}
+
+
+def media_level(value: Any, at: str) -> str:
+    """A ``mediaResolution`` — the request's (``generationConfig``: the level's name) or a
+    part's (``{"level": name}``, Gemini 3) — as a detail; ``auto`` when absent. A level this
+    version does not know is priced at the dearest (a new level must not be priced under
+    Google's count); a value that is no level's name is the client's 400, as Google's."""
+    if value is None:
+        return "auto"
+    name = value.get("level") if isinstance(value, Mapping) else value
+    if not isinstance(name, str) or not name.startswith("MEDIA_RESOLUTION_"):
+        raise RequestError(f"{at} must name a level, e.g. MEDIA_RESOLUTION_HIGH", at)
+    return _LEVELS.get(name, "ultra_high")
 
 
 _URLSAFE = str.maketrans("-_", "+/")
@@ -151,14 +175,39 @@ def _media(part: Mapping[str, Any], at: str) -> Part | None:
             raise RequestError(f"{at}.inlineData.data must be a base64 string", f"{at}.inlineData")
         mime = inline.get("mimeType", inline.get("mime_type"))
         url = f"data:{mime}{_sampling(part, at)};base64,{_standard(data)}"
-        return _image(mime, url, f"{at}.inlineData")
+        return _image(mime, url, f"{at}.inlineData", _part_level(part, at))
     file = part.get("fileData") or part.get("file_data")
     if isinstance(file, Mapping):
         uri = file.get("fileUri", file.get("file_uri"))
         if not isinstance(uri, str):
             raise RequestError(f"{at}.fileData.fileUri must be a string", f"{at}.fileData")
-        return _image(file.get("mimeType", file.get("mime_type")), uri, f"{at}.fileData")
+        mime = file.get("mimeType", file.get("mime_type"))
+        return _image(mime, uri, f"{at}.fileData", _part_level(part, at))
     return None
+
+
+def _part_level(part: Mapping[str, Any], at: str) -> str:
+    value = part.get("mediaResolution", part.get("media_resolution"))
+    return media_level(value, f"{at}.mediaResolution")
+
+
+def _at_level(messages: list[Message], level: str) -> list[Message]:
+    """``messages`` with the request's media_resolution ``level`` on every media part that
+    sets none of its own (a part's level overrides the request's, as Google reads them)."""
+    if level == "auto":
+        return messages
+    return [
+        replace(
+            m,
+            parts=tuple(
+                replace(p, detail=level) if isinstance(p, ImagePart) and p.detail == "auto" else p
+                for p in m.parts
+            ),
+        )
+        if m.images
+        else m
+        for m in messages
+    ]
 
 
 def _part(part: Any, at: str) -> Mapping[str, Any]:
@@ -374,9 +423,10 @@ def parse_gemini(body: Any, model: str, *, sse: bool, array: bool, counting: boo
     for i, content in enumerate(contents):
         messages += _content(content, i, pairing)
     config = generation(body)
+    level = media_level(config.get("mediaResolution"), "generationConfig.mediaResolution")
     return GeminiRequest(
         model=model,
-        messages=tuple(messages),
+        messages=tuple(_at_level(messages, level)),
         tools=declarations(body),
         max_output_tokens=None if counting else _positive(config, "maxOutputTokens"),
         body=body,

@@ -335,7 +335,8 @@ def _render_parts(
         elif is_document(p.url):
             out.append({"type": "input_file", "filename": "document.pdf", "file_data": p.url})
         else:
-            out.append({"type": "input_image", "image_url": p.url, "detail": p.detail})
+            detail = p.detail if p.detail in DETAILS else "auto"  # a Gemini client's level
+            out.append({"type": "input_image", "image_url": p.url, "detail": detail})
     return out
 
 

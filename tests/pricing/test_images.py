@@ -481,9 +481,13 @@ def test_tokens_rejects_bad_input() -> None:
         with pytest.raises(ValueError, match="positive"):
             rule.tokens(w, h)
     with pytest.raises(ValueError, match="detail"):
-        rule.tokens(10, 10, "medium")
+        rule.tokens(10, 10, "mid")
     with pytest.raises(ValueError, match="detail"):
         rule.worst_case("ultra")
+    # Google's own levels: Gemini 3's rule prices them; to any other rule the image has no detail
+    assert rule.tokens(1000, 800, "medium") == rule.tokens(1000, 800, "auto")
+    gemini = parse_image_rule("gemini-fixed:gemini-3")
+    assert [gemini.tokens(9, 9, d) for d in ("medium", "ultra_high")] == [560, 2240]
 
 
 def test_every_constant_of_every_kind_has_an_explicit_check() -> None:
