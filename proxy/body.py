@@ -10,6 +10,11 @@ size is held to the same limit: a few kilobytes that inflate to gigabytes (a zip
 with a 413 after at most ``limit`` bytes of output, never inflated whole. Other encodings are
 refused with a 415 naming the ones routefit reads.
 
+What a body holds in memory counts against its caller's share of bytes in flight as it is read
+(``proxy.fairness.BodyShare``, when the reader is given one): a body whose ``Content-Length``
+alone takes the caller past its share is refused before a byte of it is read, an encoded one as
+soon as its inflated size does.
+
 A client that goes away while sending its body is not routefit's error: it is a 499 (the status
 nginx made the name for), and one that stops sending is a 408 (``proxy.middleware``).
 """
@@ -25,6 +30,7 @@ from starlette.requests import Request
 
 from proxy.disconnect import client_closed
 from proxy.errors import ProxyError
+from proxy.fairness import BodyShare
 from proxy.middleware import BodyTimeout
 from proxy.types import Receive
 
@@ -104,13 +110,18 @@ async def _message(receive: Receive) -> tuple[bytes, bool]:
     return message.get("body", b""), bool(message.get("more_body", False))
 
 
-async def read_body(request: Request, limit: int) -> tuple[bytes, int]:
-    """(the decoded body, its size on the wire), within the limit whatever it claims."""
+async def read_body(
+    request: Request, limit: int, share: BodyShare | None = None
+) -> tuple[bytes, int]:
+    """(the decoded body, its size on the wire), within the limit whatever it claims, and held
+    in ``share`` (when given) as it grows."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise _too_large(limit)
     encoding = request.headers.get("content-encoding", "").strip().lower()
     decoder = _decoder(encoding)
+    if share is not None and decoder is None and length is not None and length.isdigit():
+        share.grow_to(int(length))  # refused before reading when that alone is too much
     out = bytearray()
     size = 0
     more = True
@@ -121,6 +132,8 @@ async def read_body(request: Request, limit: int) -> tuple[bytes, int]:
             raise _too_large(limit)
         if decoder is None:
             out += chunk
+            if share is not None:
+                share.grow_to(len(out))
             continue
         data = chunk
         while data:
@@ -133,15 +146,19 @@ async def read_body(request: Request, limit: int) -> tuple[bytes, int]:
                 ) from None
             if len(out) > limit:
                 raise _too_large(limit)
+            if share is not None:
+                share.grow_to(len(out))
             data = decoder.unconsumed_tail
     if decoder is not None and size and not decoder.eof:
         raise ProxyError(400, f"the {encoding} request body is truncated", code="invalid_body")
     return bytes(out), size
 
 
-async def read_json(request: Request, limit: int) -> tuple[Any, int]:
-    """(the parsed body, its size in bytes once decoded)."""
-    raw, _ = await read_body(request, limit)
+async def read_json(
+    request: Request, limit: int, share: BodyShare | None = None
+) -> tuple[Any, int]:
+    """(the parsed body, its size in bytes once decoded); ``share``: as ``read_body``."""
+    raw, _ = await read_body(request, limit, share)
     if not raw:
         raise ProxyError(
             400, "the request body is empty; expected a JSON object", code="invalid_json"

@@ -46,7 +46,7 @@ from proxy.config import RouteConfig
 from proxy.errors import ProxyError, error_response
 from proxy.exchange import CHAT, EMBEDDINGS, Completion, EventStream, Outbound, as_completion
 from proxy.fairness import COUNT_THREAD_ABOVE, caller
-from proxy.intake import permit
+from proxy.intake import body_share, permit
 from proxy.providers import Deployment, Leg
 from proxy.records import RequestRecord, cost_usd
 from proxy.teams import Team, fingerprint, hash_key, presented_key
@@ -218,7 +218,8 @@ async def embeddings(request: Request, state: AppState, g: Generation) -> Respon
 
 async def _serve(request: Request, state: AppState, g: Generation, trip: _Trip) -> Response:
     trip.team = g.teams.authenticate(request.headers)
-    body, size = await read_json(request, g.config.settings.max_body_bytes)
+    share = body_share(g.gateway.fairness, g.config, caller(trip.team, request), request)
+    body, size = await read_json(request, g.config.settings.max_body_bytes, share)
     parsed = parse(body)
     rc = trip.rc = _route(g, parsed.model)
     permit(trip.team, rc)

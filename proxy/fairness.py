@@ -12,7 +12,14 @@ run on the loop, it holds ``/healthz`` and every team's requests for that long. 
 * **count and dry-run endpoints are rate-limited per team** (``count_requests_per_minute``, a
   token bucket with a burst of as many): they cost routefit CPU and nothing at the provider, so
   no budget charges them, and an unbounded loop of them is the cheapest way to burn a replica.
-  Over the rate the answer is a 429 in the endpoint's wire shape with ``retry-after``.
+  Over the rate the answer is a 429 in the endpoint's wire shape with ``retry-after``;
+* **bodies in memory are bounded per team** (``body_bytes_in_flight_per_team``): a request's
+  decoded body (and what is parsed from it) lives until its answer is done, and a gzip body of
+  30 KB inflates to 30 MB: twenty such requests of one team, 585 KB on the wire, held 3.5 GB of
+  the worker's memory, enough of them would have it killed, and every team with it. Each body's
+  decoded bytes are counted against its caller's share as they are read (``BodyShare``); past
+  the share the request is a 429 with ``retry-after``, let go when the requests holding it end.
+  A caller's first body always fits, however big (it is held to ``max_body_bytes`` anyway).
 
 The bucket and the limiters live in the process: each replica (and each worker) enforces the
 rate on its own share of the traffic, so N replicas admit up to N times the rate. That bounds
@@ -39,7 +46,7 @@ from pricing.recordings import is_recording
 from proxy.errors import ProxyError
 from proxy.teams import Team
 
-__all__ = ["COUNT_THREAD_ABOVE", "THREAD_ABOVE", "Fairness", "caller", "work_size"]
+__all__ = ["COUNT_THREAD_ABOVE", "THREAD_ABOVE", "BodyShare", "Fairness", "caller", "work_size"]
 
 T = TypeVar("T")
 
@@ -90,6 +97,12 @@ class Fairness:
         self.burst = float(counts_per_minute)
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
+        #: Decoded body bytes each caller holds now (only callers holding any: it shrinks).
+        self._in_flight: dict[str, int] = {}
+
+    def body_share(self, who: str, cap: int) -> BodyShare:
+        """One request's share of ``who``'s body bytes in flight (at most ``cap`` together)."""
+        return BodyShare(self._in_flight, who, cap)
 
     def limiter(self, who: str) -> anyio.CapacityLimiter:
         found = self._limiters.get(who)
@@ -134,3 +147,46 @@ class Fairness:
         self._buckets[who] = (tokens - 1.0, now)  # re-inserted: most recently seen last
         if len(self._buckets) > _MAX_CALLERS:
             del self._buckets[next(iter(self._buckets))]
+
+
+class BodyShare:
+    """The decoded body bytes one request holds of its caller's share (``Fairness.body_share``):
+    taken as the body grows, given back once, when the request is done (``release``)."""
+
+    __slots__ = ("_held", "_in_flight", "cap", "who")
+
+    def __init__(self, in_flight: dict[str, int], who: str, cap: int) -> None:
+        self._in_flight = in_flight
+        self.who = who
+        self.cap = cap
+        self._held = 0
+
+    def grow_to(self, size: int) -> None:
+        """Hold ``size`` bytes in all for this request; a 429 when that takes the caller past
+        its share while it holds anything for other requests (a lone body always fits)."""
+        more = size - self._held
+        if more <= 0:
+            return
+        now = self._in_flight.get(self.who, 0)
+        others = now - self._held
+        if others > 0 and now + more > self.cap:
+            raise ProxyError(
+                429,
+                f"too many request bytes in flight: at most {self.cap:,} bytes of request "
+                "bodies per team at once; retry when earlier requests have finished",
+                code="request_bytes_in_flight",
+                headers={"retry-after": "1"},
+            )
+        self._in_flight[self.who] = now + more
+        self._held = size
+
+    def release(self) -> None:
+        """Give back what this request holds (idempotent)."""
+        if self._held == 0:
+            return
+        left = self._in_flight.get(self.who, 0) - self._held
+        self._held = 0
+        if left > 0:
+            self._in_flight[self.who] = left
+        else:
+            self._in_flight.pop(self.who, None)

@@ -3,11 +3,11 @@ the same way for every wire and every endpoint (served, dry run, count).
 
 In order: the team, from the key where the wire's clients present it (``Wire.keys``); a count or
 dry run held to its caller's rate (``proxy.fairness``); the body, within the size limit
-(``proxy.body``); a stateful API's session resolved from that body and team (Responses'
-``previous_response_id``: ``proxy.responses_store.Keeper``); the wire's parse of the
-``RequestContext`` (in one of the caller's pricing threads when the body is big); the route; the
-team's permission for it. Pricing starts where this ends (``Estimator.estimate``), from the
-``Admitted`` request.
+(``proxy.body``) and the caller's share of body bytes in flight (``body_share``); a stateful
+API's session resolved from that body and team (Responses' ``previous_response_id``:
+``proxy.responses_store.Keeper``); the wire's parse of the ``RequestContext`` (in one of the
+caller's pricing threads when the body is big); the route; the team's permission for it.
+Pricing starts where this ends (``Estimator.estimate``), from the ``Admitted`` request.
 
 A client's mistake in the body surfaces as ``pricing.messages.RequestError``, and every refusal
 as ``proxy.errors.ProxyError``: the gateway turns both into the wire's error shape, in one place.
@@ -26,7 +26,8 @@ from pricing.messages import ChatRequest
 from proxy.body import read_json
 from proxy.config import Config, RouteConfig
 from proxy.errors import ProxyError
-from proxy.fairness import Fairness, caller
+from proxy.fairness import BodyShare, Fairness, caller
+from proxy.middleware import at_end
 from proxy.teams import Team, TeamDirectory
 from proxy.wires.base import RequestContext, Wire
 
@@ -93,7 +94,10 @@ class Intake:
         who = caller(team, request)
         if rated:
             self.fairness.admit_count(who)
-        body, size = await read_json(request, self.config.settings.max_body_bytes)
+        limit = self.config.settings.max_body_bytes
+        body, size = await read_json(
+            request, limit, body_share(self.fairness, self.config, who, request)
+        )
         ctx = RequestContext(
             body,
             request.path_params,
@@ -131,6 +135,16 @@ def query_of(request: Request) -> QueryParams:
     if not request.scope.get("query_string"):
         return _NO_QUERY
     return request.query_params
+
+
+def body_share(fairness: Fairness, config: Config, who: str, request: Request) -> BodyShare | None:
+    """The share of ``who``'s body bytes in flight ``request``'s body is held in until the
+    request is done (``proxy.fairness``); a lone body up to ``max_body_bytes`` always fits.
+    None outside ``proxy.middleware.Guard``, which is what lets it go."""
+    settings = config.settings
+    cap = max(settings.limits.body_bytes_in_flight_per_team, settings.max_body_bytes)
+    share = fairness.body_share(who, cap)
+    return share if at_end(request.scope, share.release) else None
 
 
 def permit(team: Team | None, rc: RouteConfig) -> None:

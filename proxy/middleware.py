@@ -10,6 +10,10 @@ response that starts before its request's body was read to the end (a 401, a 404
 carries ``Connection: close``, so the server drops the rest of the body with the connection
 instead of waiting for it.
 
+What a request holds until its response is done (its body's share of its team's bytes in flight,
+``proxy.fairness``) is let go by ``Guard`` once the app is through with the request, however it
+ended: ``at_end`` registers it.
+
 Paths with a trailing slash are served as the path without it. Starlette would answer them with a
 redirect whose ``Location`` is built from the client's ``Host`` header, an open redirect for
 anyone who can make a client send a forged ``Host``.
@@ -20,11 +24,25 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyTimeout", "Guard", "ReadLimits"]
+__all__ = ["BodyTimeout", "Guard", "ReadLimits", "at_end"]
+
+#: The scope key of a request's list of what ``Guard`` calls when the app is through with it.
+_AT_END = "routefit.at_end"
+
+
+def at_end(scope: Scope, release: Callable[[], None]) -> bool:
+    """Have ``release`` called once the app is through with the request (its response sent, or
+    the request failed or was cancelled); False, and nothing registered, outside ``Guard``."""
+    ends = scope.get(_AT_END)
+    if ends is None:
+        return False
+    ends.append(release)
+    return True
 
 
 class BodyTimeout(Exception):
@@ -82,6 +100,8 @@ class Guard:
             raw = scope.get("raw_path")
             if isinstance(raw, bytes):
                 scope["raw_path"] = raw.rstrip(b"/") or b"/"
+        ends: list[Callable[[], None]] = []
+        scope[_AT_END] = ends  # the request's own scope (Starlette's router writes to it too)
         pending = _has_body(scope)
         started = time.monotonic()
         received = 0
@@ -113,4 +133,8 @@ class Guard:
                 message = {**message, "headers": headers}
             await send(message)
 
-        await self.app(scope, bounded_receive, closing_send)
+        try:
+            await self.app(scope, bounded_receive, closing_send)
+        finally:
+            for release in ends:
+                release()

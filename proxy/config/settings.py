@@ -56,6 +56,7 @@ _TRUST_KEYS = frozenset(
         "max_sse_event_bytes",
         "count_requests_per_minute",
         "pricing_threads_per_team",
+        "body_bytes_in_flight_per_team",
     }
 )
 SETTINGS_KEYS = SETTINGS_KEYS | _TRUST_KEYS | {"request_log"}
@@ -71,6 +72,9 @@ _MAX_SSE_EVENT = 16 * 1024 * 1024
 _COUNT_RATE = 600
 #: Threads one team may hold at once pricing big bodies off the event loop.
 _PRICING_THREADS = 2
+#: Bytes of request bodies (decoded) one team may hold in memory at once (``proxy.fairness``):
+#: room for 128 agents' 2 MB requests in flight at once, a few teams' worth of one worker's RAM.
+_BODY_BYTES_IN_FLIGHT = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,7 @@ class TrustLimits:
     max_sse_event_bytes: int = _MAX_SSE_EVENT
     count_requests_per_minute: int = _COUNT_RATE
     pricing_threads_per_team: int = _PRICING_THREADS
+    body_bytes_in_flight_per_team: int = _BODY_BYTES_IN_FLIGHT
 
 
 def _trust(raw: Mapping[str, Any], where: str, rd: Reader) -> TrustLimits:
@@ -102,6 +107,11 @@ def _trust(raw: Mapping[str, Any], where: str, rd: Reader) -> TrustLimits:
             raw.get("pricing_threads_per_team", _PRICING_THREADS),
             f"{where}.pricing_threads_per_team",
             1,
+        ),
+        body_bytes_in_flight_per_team=rd.integer(
+            raw.get("body_bytes_in_flight_per_team", _BODY_BYTES_IN_FLIGHT),
+            f"{where}.body_bytes_in_flight_per_team",
+            1024,
         ),
     )
 
