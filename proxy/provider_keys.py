@@ -155,14 +155,16 @@ class ProviderKeys:
 
     @classmethod
     def from_file(cls, config: Config, teams_open: bool) -> ProviderKeys:
-        """Read the key sources from the config file itself (the parsed Config keeps the
-        resolved key, not the variable it came from)."""
-        try:
-            with open(config.path, encoding="utf-8") as f:
-                data = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError):
-            data = None
-        raw = data.get("model_list") if isinstance(data, Mapping) else None
+        """The key sources of ``model_list`` as written (the routes keep the resolved key, not
+        the variable it came from): the config's own copy, else its file's."""
+        raw = config.model_list
+        if raw is None:
+            try:
+                with open(config.path, encoding="utf-8") as f:
+                    data = yaml.safe_load(f)
+            except (OSError, yaml.YAMLError):
+                data = None
+            raw = data.get("model_list") if isinstance(data, Mapping) else None
         return cls(config, key_sources(raw), teams_open)
 
     def log_warnings(self) -> None:

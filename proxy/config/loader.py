@@ -53,6 +53,10 @@ class Config:
     #: Team id → its router settings, the global ones overridden key by key (LiteLLM's
     #: team-level router settings); teams without a block are absent.
     team_router: Mapping[str, RouterSettings] = field(default_factory=dict)
+    #: ``model_list`` as written, its ``os.environ/NAME`` keys unresolved: where each
+    #: deployment's key comes from (``proxy.provider_keys``), which the resolved routes lose.
+    #: None: not known (a Config built by hand), read from ``path``.
+    model_list: Any = field(default=None, repr=False, compare=False)
 
     def router_for(self, team: str | None) -> RouterSettings:
         """The router settings a request of ``team`` is routed by."""
@@ -197,6 +201,7 @@ def parse_config(
         deployment_table=table,
         router=router,
         team_router=team_router,
+        model_list=data.get("model_list"),
     )
 
 

@@ -76,3 +76,14 @@ def test_from_file_reads_the_variable_names_from_the_config_file(tmp_path) -> No
         "keyed": "KEYED_KEY",
         "unset": "UNSET_KEY",
     }
+
+
+def test_a_config_parsed_from_data_knows_its_key_sources_without_a_file() -> None:
+    """A config built from data (an embedding program, the in-process harness) has no file to
+    read its key sources back from: its own copy of ``model_list`` gives them, so a
+    ``forward_client_key`` route still forwards the client's key, never the configured one."""
+    config = parse_config(yaml.safe_load(CONFIG), "<no such file>", environ={})
+    keys = ProviderKeys.from_file(config, teams_open=True)
+    byok = config.routes["byok"]
+    assert keys.upstream(byok, {"authorization": "Bearer sk-client"}).api_key == "sk-client"
+    assert [m.env for m in keys.missing.values()] == ["KEYED_KEY", "UNSET_KEY"]
