@@ -22,6 +22,7 @@ from proxy.config import RouteConfig
 from proxy.errors import ProxyError
 from proxy.metrics import Metrics
 from proxy.store import BudgetWindow, Reservation, Store, StoreUnavailable, WindowState
+from proxy.store.codec import MAX_AMOUNT
 from proxy.teams import Team
 from proxy.usage import Usage
 
@@ -53,6 +54,17 @@ def _amount(window: BudgetWindow, rc: RouteConfig, prompt: int, completion: int)
     if window.kind == "month":
         return _micro_usd(rc, prompt, completion)
     return prompt + completion
+
+
+def _asked(window: BudgetWindow, amount: int) -> int:
+    """What the store is asked to hold of ``amount``: a request needing more than the window's
+    whole limit can never be admitted, so it asks for just past the limit (refused as over
+    quota, the same 429) — never for an amount no store counter takes. A client's ``n`` or
+    ``candidateCount`` of 10¹³ multiplies the output reservation past the stores' bound, and
+    raised their ``ValueError`` as a 500. Capped at the stores' bound too, for a limit at it."""
+    if amount <= window.limit:
+        return amount
+    return min(window.limit + 1, MAX_AMOUNT)
 
 
 def _duration(seconds: float) -> str:
@@ -98,7 +110,8 @@ class Budgets:
         windows = team.quotas.windows()
         if not windows:
             return None
-        amounts = [(w, _amount(w, rc, prompt, output)) for w in windows]
+        needed = [(w, _amount(w, rc, prompt, output)) for w in windows]
+        amounts = [(w, _asked(w, amount)) for w, amount in needed]
         try:
             result: Reservation = await self.store.reserve(team.id, amounts)
         except StoreUnavailable:
@@ -108,7 +121,7 @@ class Budgets:
         if not result.admitted or result.token is None:
             exhausted = [
                 w.name
-                for w, (win, amount) in zip(result.windows, amounts, strict=True)
+                for w, (win, amount) in zip(result.windows, needed, strict=True)
                 if w.used + amount > win.limit
             ]
             retry = max(1, math.ceil(result.retry_after))

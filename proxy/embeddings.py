@@ -159,9 +159,12 @@ def _embedding_deployment(d: Deployment) -> Deployment:
 
 
 def _charged(data: Any, estimate: int, rc: RouteConfig, inputs: int) -> Usage:
-    """The provider's prompt count when credible, else routefit's own count."""
+    """The provider's prompt count when credible, else routefit's own count. A count of 0 (or
+    null, read as 0) is no count: no provider embeds inputs it read none of, and settling to
+    it would give the embeddings away (as ``Gateway._settle_answered`` rules for answers)."""
     usage = normalize_usage(data.get("usage") if isinstance(data, dict) else None)
-    if usage is not None and usage_fault(usage, rc.route.context_window * inputs) is None:
+    credible = usage is not None and usage_fault(usage, rc.route.context_window * inputs) is None
+    if usage is not None and credible and usage.prompt_tokens > 0:
         return Usage(usage.prompt_tokens, 0)
     log.warning("embeddings on %s: no credible usage; charged routefit's count", rc.route.alias)
     return Usage(estimate, 0)

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 import anyio
@@ -66,10 +67,10 @@ from proxy.routing import Attempts, Routing, client_deadline
 from proxy.streaming import SSEResponse
 from proxy.teams import Team, TeamDirectory
 from proxy.tracing import provider_traceparent, traces_from_env
-from proxy.transports.provider_errors import redact, stream_error
+from proxy.transports.provider_errors import Scrubbed, keepalive, redact, stream_error
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
-from proxy.wires.base import Answer, Counting, StreamFailed, client_terms
+from proxy.wires.base import Answer, Counting, StreamFailed, client_terms, delta_fields
 from strategies.fit import Fit, FitReport
 
 __all__ = ["Gateway", "reply_error"]
@@ -181,6 +182,7 @@ class Gateway:
         self.routing = Routing(config, budgets.store, metrics)
         #: The request log: one record per request to its sinks (``proxy.records``).
         self.records = Records(config.settings.request_log, budgets.store, self.teams)
+        self.records.private = self.routing.hides_deployment
         traced = traces_from_env({a: rc.route.provider for a, rc in config.routes.items()})
         if traced is not None:
             self.records.add(*traced)
@@ -263,7 +265,7 @@ class Gateway:
         except Exception as exc:
             err = _refusal(exc, route, wire, a)
             if attempts is not None and isinstance(exc, ProxyError):
-                err = attempts.explain(err, p is not None and p.own_key)
+                err = attempts.explain(err, p is not None and p.own_key, wire.name)
             if p is not None:
                 # a failure of routefit's own (not a refusal) after forwarding is billed
                 mine = not isinstance(exc, ProxyError | RequestError)
@@ -438,7 +440,8 @@ class Gateway:
         # calibration nor the store (nothing awaits before ``Estimator.learn`` runs unless a
         # bound-proved request's count is still under way, so a client's next request
         # nearly always finds it learnt).
-        after = BackgroundTask(self._after, p, answer.usage)
+        text = partial(_answer_text, answer)  # read only when it is needed
+        after = BackgroundTask(self._after, p, answer.usage, text)
         headers = await self._told(p)
         return Response(
             answer.body, headers=headers, media_type="application/json", background=after
@@ -467,21 +470,33 @@ class Gateway:
         p.estimate = await self.estimator.exact(p.estimate)
         return not p.estimate.bound
 
-    async def _after(self, p: Flight, usage: Usage | None) -> None:
+    async def _after(
+        self, p: Flight, usage: Usage | None, text: Callable[[], str] | None = None
+    ) -> None:
         """Learn from the provider's usage and settle the team's reservation to it — when it is
         credible (``Estimator.credible``). One that is not teaches nothing, and the team is
         charged what routefit reserved: its own prompt estimate plus the output reservation
         (docs/security.md, "Untrusted provider usage"). Then the request's record (status 200:
-        a whole answer or a finished stream) goes to the request log's sinks."""
+        a whole answer or a finished stream) goes to the request log's sinks. ``text``: the
+        generated text the client was given (read only when the provider's output count is
+        not used: ``_settle_answered``)."""
         learnt = await self._exact(p)
         streamed = p.wire.streams(p.request)
         record = self.records.served(p.ticket, p.estimate, 200, usage, stream=streamed)
         try:
-            await self._settle_answered(p, usage, learnt)
+            await self._settle_answered(p, usage, learnt, text)
         finally:
             await self.records.emit(record)
 
-    async def _settle_answered(self, p: Flight, usage: Usage | None, learnt: bool) -> None:
+    async def _settle_answered(
+        self, p: Flight, usage: Usage | None, learnt: bool, text: Callable[[], str] | None = None
+    ) -> None:
+        """Settle an answered request. Its output is never charged below the generated text
+        routefit itself handed the client whenever the provider's count is not what is charged
+        (none, not credible, or 0 for an answer that has text): otherwise a provider that
+        omits or zeroes its output count, or an uncapped answer longer than the reservation,
+        would give away the output routefit can prove it relayed. The text is counted only
+        then, so an honest answer costs no second count."""
         checked = self.estimator.credible(p.estimate, usage)
         if checked is not None and checked.prompt_tokens <= 0:
             # no provider answers a prompt it read none of: counts of 0 (or null, read as 0)
@@ -491,11 +506,29 @@ class Gateway:
                 p.rc.route.alias,
             )
             checked = None
+        generated: int | None = None
+        if checked is not None and checked.completion_tokens <= 0:
+            generated = await _generated_tokens(p, text)
+            if generated > 0:
+                # an answer with text was generated: 0 output tokens is no count either
+                log.warning(
+                    "provider usage on %s states no output tokens for an answer of %d: "
+                    "charging the reservation",
+                    p.rc.route.alias,
+                    generated,
+                )
+                checked = None
         if checked is not None and learnt:
             self.estimator.learn(p.estimate, checked)
         charged = checked
-        if usage is not None and checked is None:
-            charged = Usage(p.estimate.tokens, p.estimate.reserved_output)
+        if checked is None:
+            if generated is None:
+                generated = await _generated_tokens(p, text)
+            reserved = p.estimate.reserved_output
+            if usage is not None or generated > reserved:
+                # no usage at all keeps the reservation as reserved, unless the answer
+                # relayed is longer than it (an uncapped request: the provider's default cap)
+                charged = Usage(p.estimate.tokens, max(reserved, generated))
         if p.held is not None and charged is not None:
             await self.budgets.settle(p.held, charged, False)
 
@@ -559,7 +592,7 @@ class Gateway:
             if not outcome.completed:
                 self.metrics.errors.labels("disconnect" if disconnected else "upstream").inc()
             if outcome.completed:
-                await self._after(p, outcome.usage)
+                await self._after(p, outcome.usage, outcome.relayed_text)
                 return
             learnt = await self._exact(p)
             # Only what the provider itself reported, and credibly, is learnt from (its prompt
@@ -576,7 +609,9 @@ class Gateway:
             finally:
                 await self.records.emit(record)
 
-        chunks = p.wire.relay(p.request, events, leg.wire, outcome)
+        key = (p.upstream or p.rc.upstream).api_key
+        scrubbed = Scrubbed(events, leg.wire, key)  # a provider's error mid-stream: no key
+        chunks = p.wire.relay(p.request, scrubbed, leg.wire, outcome)
         return SSEResponse(_ended(p.wire, p.request, chunks, outcome), events, headers, done)
 
     async def _unfinished(self, p: Flight, seen: Usage | None, outcome: Outcome) -> Usage:
@@ -737,6 +772,29 @@ def _kind(err: ProxyError) -> str:
     return "internal" if err.status >= 500 else "client"
 
 
+async def _generated_tokens(p: Flight, text: Callable[[], str] | None) -> int:
+    """The tokens of the generated text the client was given (``text``), by the route's
+    tokenizer; 0 when there is none."""
+    found = text() if text is not None else ""
+    return await _count_relayed(p.job.priced, found) if found else 0
+
+
+#: Where a whole answer carries generated text, in any client wire: chat's message
+#: ``content`` / ``reasoning_content`` / ``refusal`` and tool-call ``arguments``, Messages',
+#: Gemini's and Responses' ``text`` parts, Messages' ``thinking``. Only string values match: a
+#: ``content`` list or Responses' ``text`` settings object does not; no answer echoes its prompt.
+_ANSWER_TEXT = delta_fields(
+    "content", "reasoning_content", "refusal", "arguments", "text", "thinking"
+)
+
+
+def _answer_text(answer: Answer) -> str:
+    """The generated text of a whole answer, read as a stream's relayed events are."""
+    outcome = Outcome(generated=_ANSWER_TEXT)
+    outcome.relay(answer.body)
+    return outcome.relayed_text()
+
+
 async def _count_relayed(route: Route, text: str) -> int:
     """``text``'s tokens by the route's tokenizer (off the loop when long), in the team's own
     count-cache scope (an answer derives from its prompt); its UTF-8 bytes, a bound on any
@@ -821,6 +879,8 @@ async def _primed(events: EventStream, wire: str, secret: str | None = None) -> 
     rest = aiter(events)
     try:
         first = await anext(rest)
+        while keepalive(wire, first):  # a ping or comment first: the answer is what follows
+            first = await anext(rest)
     except StopAsyncIteration:
         # it ended before any event: no answer, and nothing reached the client either
         await events.aclose()

@@ -23,7 +23,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -356,6 +356,10 @@ class Records:
         self._store_down = False
         #: The store's writes, batched (None without a store).
         self.batches = Batches(self._write) if store is not None else None
+        #: (team, route) → whether that team is not told which deployment served it
+        #: (``proxy.routing.Routing.hides_deployment``, set by the gateway): a team reading its
+        #: own records then reads them without it, as its answers carry no deployment header.
+        self.private: Callable[[str | None, str | None], bool] = _named
 
     def add(self, sink: Sink, close: Callable[[], None] | None = None) -> None:
         """Another sink (``proxy.tracing``), and how to flush it when the app stops."""
@@ -538,7 +542,10 @@ class Records:
         if teams.open:
             return (team or ANONYMOUS,)
         if team is not None and team != ANONYMOUS:
-            return (teams.usage_reader(headers, team, client).id,)
+            reader = teams.usage_reader(headers, team, client)
+            key = presented_key(headers)
+            view = (reader.id,)
+            return Readable(view) if key and teams.is_admin(key) else Readable.own(view)
         key = presented_key(headers)
         # every key presented here may be a guess at the admin key: the admin doors' brake
         # (``proxy.throttle``) is checked first and told of every key that opens nothing
@@ -548,7 +555,7 @@ class Records:
             if client is not None:
                 teams.admin_throttle.succeeded(client)
             master = (MASTER_TEAM,) if teams.master is not None else ()
-            return (team,) if team is not None else (*teams.teams, *master, ANONYMOUS)
+            return Readable((team,) if team is not None else (*teams.teams, *master, ANONYMOUS))
         if team == ANONYMOUS:
             teams.authorize_admin(headers, client)  # a 401 or 403, counted as a failed guess
         try:
@@ -557,7 +564,7 @@ class Records:
             if client is not None and key:
                 teams.admin_throttle.failed(client)
             raise
-        return (caller.id,) if caller is not None else (ANONYMOUS,)
+        return Readable.own((caller.id,) if caller is not None else (ANONYMOUS,))
 
     async def read(
         self,
@@ -583,9 +590,38 @@ class Records:
                 except (ValueError, KeyError, TypeError):
                     continue  # a record this version cannot read
                 if matches(record, route, status, since):
-                    found.append(record)
+                    found.append(self._as_seen(record, teams))
         found.sort(key=lambda r: r.time, reverse=True)
         return found[:limit]
+
+    def _as_seen(self, record: RequestRecord, teams: Iterable[str]) -> RequestRecord:
+        """``record`` as its reader sees it: a team reading its own, on a route whose answers do
+        not name the deployment, reads no deployment in it either (the attempts' included)."""
+        if not (isinstance(teams, Readable) and teams.as_team):
+            return record
+        if not self.private(record.team, record.route):
+            return record
+        phases = tuple(replace(p, deployment=None) for p in record.phases)
+        return replace(record, deployment=None, phases=phases)
+
+
+def _named(team: str | None, route: str | None) -> bool:
+    """No route's deployment is kept from its team (a ``Records`` without routing)."""
+    return False
+
+
+class Readable(tuple[str, ...]):
+    """Whose records a caller may read (``Records.readable``), and whether it reads them as a
+    team reading its own (``as_team``) rather than with the admin key."""
+
+    as_team: bool = False
+
+    @classmethod
+    def own(cls, teams: tuple[str, ...]) -> Readable:
+        """A team key's view of its own records."""
+        view = cls(teams)
+        view.as_team = True
+        return view
 
 
 _CLASSES = frozenset({"1xx", "2xx", "3xx", "4xx", "5xx"})

@@ -13,9 +13,13 @@ failure (``RETRYABLE``) up to ``num_retries`` retries within the alias, each on 
 yet tried when there is one, else the same one again; then the alias's ``fallbacks`` (or the
 ``default_fallbacks``), each with its own deployments and retries. A provider's 401/403 is the
 deployment's fault, not the client's: the deployment is cooled down and the next one tried
-(spending no retry), and it is never tried again in that request. Nothing is retried once a byte
-has reached the client. Cooling-down deployments go last, the soonest to recover first, so
-cooldowns alone never cause an outage.
+(spending no retry), and it is never tried again in that request; so is a provider's 404 saying
+the deployment's model is not there (``not_found``: a deployment misconfigured while its
+siblings work is what an alias of several deployments is for), counted towards a cooldown like
+any deployment failure. A provider's ``retry-after`` on a retryable failure cools its deployment
+for that long (``failed``'s ``hint``): every request before then would be refused the same way.
+Nothing is retried once a byte has reached the client. Cooling-down deployments go last, the
+soonest to recover first, so cooldowns alone never cause an outage.
 """
 
 from __future__ import annotations
@@ -60,7 +64,14 @@ __all__ = [
 ]
 
 Kind = Literal[
-    "connection", "timeout", "rate_limit", "server", "auth", "bad_request", "content_policy"
+    "connection",
+    "timeout",
+    "rate_limit",
+    "server",
+    "auth",
+    "not_found",
+    "bad_request",
+    "content_policy",
 ]
 #: The outcome of a deployment that could not take the request (its window, its image rule,
 #: its missing key): nothing was sent; on to the next deployment as after a refused key, but
@@ -68,6 +79,10 @@ Kind = Literal[
 SKIPPED = "skipped"
 #: Failures worth another attempt: the provider's or the network's, not the request's.
 RETRYABLE: frozenset[str] = frozenset({"connection", "timeout", "rate_limit", "server"})
+#: Failures of the deployment itself, not of the request nor of the moment: its key refused
+#: (``auth``), its model not there (``not_found``). The next deployment is tried at once, spending
+#: no retry, and this one never again in the request.
+_DEPLOYMENT_FAULTS = frozenset({"auth", "not_found"})
 #: Kinds counted by LiteLLM's per-kind policies under another kind's name.
 _POLICY_KIND = {"connection": "server"}
 #: Kinds that never cool a deployment down unless ``allowed_fails_policy`` names them: the
@@ -211,16 +226,23 @@ def ended(health: Health, latency: float | None, alpha: float = 0.3) -> Health:
     return replace(health, in_flight=max(0, health.in_flight - 1), latency=average)
 
 
-def failed(health: Health, kind: str, now: float, policy: Policy) -> Health:
+def failed(
+    health: Health, kind: str, now: float, policy: Policy, hint: float | None = None
+) -> Health:
     """A failure recorded; more than the kind's allowed failures within a minute cools the
-    deployment down for ``cooldown_time``."""
+    deployment down for ``cooldown_time``. ``hint``: the provider's own ``retry-after`` (seconds)
+    on a retryable failure: the deployment cools down at least that long whatever the count,
+    since every request sent there before then is refused the same way (a 429 saying "in 30 s"
+    was tried again by every request of those 30 s, each an attempt spent and another 429)."""
     recent = (*(f for f in health.failures if now - f[0] < _MINUTE), (now, kind))
+    until = health.cooldown_until
+    if hint is not None and kind in RETRYABLE and 0 < hint < math.inf:
+        until = max(until, now + hint)
     allowed = policy.allowed_for(kind)
     if allowed is None:
-        return replace(health, failures=recent)
+        return replace(health, failures=recent, cooldown_until=until)
     same = _POLICY_KIND.get(kind, kind)
     count = sum(1 for _, k in recent if _POLICY_KIND.get(k, k) == same)
-    until = health.cooldown_until
     if count > allowed:
         until = max(until, now + policy.cooldown_time)
     return replace(health, failures=recent, cooldown_until=until)
@@ -379,7 +401,8 @@ def advance(p: Plan, outcome: Outcome) -> Plan | None:
     skipped = p.skipped + (kind == SKIPPED)
     if kind == SKIPPED:
         kind = "auth"  # moves on the same way: to the next deployment, never this one again
-    if kind not in RETRYABLE and kind != "auth":
+    moving = kind in _DEPLOYMENT_FAULTS
+    if kind not in RETRYABLE and not moving:
         # The request's own fault: its answer, unless retry_policy names the kind (LiteLLM's
         # BadRequestErrorRetries); never a fallback, which would fail the same way.
         if p.retries >= p.policy.retries_for(kind):
@@ -389,9 +412,9 @@ def advance(p: Plan, outcome: Outcome) -> Plan | None:
             return None
         attempt = Attempt(p.current.number + 1, found, "retry")
         return replace(p, attempts=(*p.attempts, attempt), retries=p.retries + 1)
-    refused = p.refused | {p.current.deployment.id} if kind == "auth" else p.refused
+    refused = p.refused | {p.current.deployment.id} if moving else p.refused
     number = p.current.number + 1
-    if kind == "auth":
+    if moving:
         found = _within(p, "next_deployment", refused)
         if found is not None:
             return replace(

@@ -28,6 +28,15 @@ Decisions (docs/architecture.md, "Router"):
 * A provider's 401/403 is the deployment's fault: answered 502 naming the deployment (never the
   key), and the deployment cooled down. On a route that forwards the client's own provider key
   the key is the client's, so its 401 is passed on as it is and cools nothing down.
+* A provider's 404 saying the model (or deployment) is not there is the deployment's fault too
+  (``router``'s ``not_found``): the alias's next deployment is tried at once; only a 404 about
+  something else (a resource the request names) stays the request's answer.
+* A provider's ``retry-after`` on a retryable failure cools the deployment that long (at most
+  ``HEALTH_TTL``, as long as the store keeps it). A 429 of the client's own key (BYOK) is that
+  client's quota: it is retried like any 429 but cools nothing down, as its 401 does not.
+* The last failure is answered in a status the client's SDK reads (``Attempts.explain``):
+  Anthropic's 529 "overloaded" is a 503 to an OpenAI or Gemini client (what those providers
+  answer when overloaded), a provider's status outside HTTP's 5xx (a CDN's 520-527) a 502.
 """
 
 from __future__ import annotations
@@ -47,8 +56,9 @@ from proxy.errors import ProxyError
 from proxy.exchange import Transient
 from proxy.metrics import Metrics
 from proxy.store import Store
-from proxy.store.base import DeploymentHealth
+from proxy.store.base import HEALTH_TTL, DeploymentHealth
 from proxy.teams import Team
+from proxy.transports.provider_errors import client_status
 
 __all__ = [
     "CONTEXT_HEADER",
@@ -68,6 +78,10 @@ CONTEXT_HEADER = "x-routefit-context"
 _TRACKED = frozenset({"least-busy", "latency-based-routing", "usage-based-routing-v2"})
 #: LiteLLM's router retries this many times unless told otherwise (openai's DEFAULT_MAX_RETRIES).
 LITELLM_NUM_RETRIES = 2
+#: Failures of the key rather than of the deployment: on a route forwarding the client's own key
+#: (BYOK) they are that client's, and never count towards the deployment's cooldown (one
+#: client's exhausted quota would otherwise move every other client off the deployment).
+_KEY_FAULTS = frozenset({"rate_limit"})
 #: Transport codes for failures where no answer came: the connection's, or the clock's.
 _NO_ANSWER = {"upstream_unreachable": "connection", "upstream_timeout": "timeout"}
 
@@ -83,7 +97,19 @@ def failure_kind(err: ProxyError) -> str:
         return "server"  # it answered, but not usably: the provider's fault, not the request's
     if err.type == "overloaded_error" or "overloaded" in err.message.lower():
         return "server"
+    if err.status == 404 and _missing_model(err):
+        return "not_found"
     return router.classify(err.status, content_policy=code == "content_policy_violation")
+
+
+def _missing_model(err: ProxyError) -> bool:
+    """A provider's 404 that says the model (or deployment) it was asked for is not there --
+    OpenAI's ``model_not_found``, Anthropic's ``model: NAME``, Google's ``models/NAME is not
+    found``, Azure's ``DeploymentNotFound`` -- or that has no error of its own (a wrong
+    ``api_base`` path): the deployment's configuration, which its siblings may not share. A 404
+    about a resource the request names is the request's, and answers it as before."""
+    said = f"{err.code or ''} {err.type or ''} {err.message}".lower()
+    return "model" in said or "deployment" in said or err.message.startswith("upstream returned")
 
 
 #: Request headers carrying the client's own timeout in seconds: the openai and anthropic SDKs
@@ -196,7 +222,19 @@ class Routing:
         plan = router.plan(alias, table, health, policy, tokens, self.clock(), self.rng)
         if plan is None:  # the intake admitted the alias: it has its deployment
             raise ProxyError(500, f"no deployment for model {alias!r}", code="internal")
-        return Attempts(self, plan, health, shared, settings.timeout, deadline)
+        attempts = Attempts(self, plan, health, shared, settings.timeout, deadline)
+        attempts.private = self.hides_deployment(team.id if team is not None else None, alias)
+        return attempts
+
+    def hides_deployment(self, team: str | None, alias: str | None) -> bool:
+        """Whether ``team`` is not told which of ``alias``'s deployments served it: when teams
+        share the alias and its strategy picks by load (``_TRACKED``: in flight, latency, usage
+        this minute), the pick is a function of every team's traffic, so naming it would show
+        one team another's volume (docs/security.md, "What routing shows a team")."""
+        if team is None or alias is None:
+            return False  # routefit running open: one tenant
+        settings = self.config.router_for(team)
+        return settings.routing_strategy in _TRACKED and self.routed(alias, settings)
 
     def observers(self, alias: str, ident: str) -> tuple[Any, Any]:
         """The deployment's ``ok`` attempts counter and latency histogram (looked up once)."""
@@ -250,6 +288,24 @@ class Routing:
             log.warning("deployment health is back")
 
 
+def _hint(err: ProxyError) -> float | None:
+    """The provider's ``retry-after`` as a cooldown: seconds, at most as long as the store keeps
+    a deployment's health; None when it said none."""
+    wait = err.retry_after if isinstance(err, Transient) else None
+    return None if wait is None else min(wait, float(HEALTH_TTL))
+
+
+def _in_client_status(err: ProxyError, wire: str | None) -> ProxyError:
+    """``err`` with a status the client's SDK reads (its message, code and headers kept; its
+    type the status's own, the provider's naming a status the client is not given)."""
+    status = err.status if wire is None else client_status(err.status, wire)
+    if status == err.status:
+        return err
+    out = ProxyError(status, err.message, code=err.code, param=err.param, headers=err.headers)
+    out.origin = err.origin
+    return out
+
+
 @dataclass(slots=True)
 class Attempts:
     """One request's attempts, as ``router.Plan`` orders them."""
@@ -268,6 +324,9 @@ class Attempts:
     _answered_by: router.Plan | None = None
     #: A context-window fallback's decision (``router.choose_window``): fits, kept or cut.
     context: str | None = None
+    #: The pick is another team's business too (``Routing.hides_deployment``): the answer does
+    #: not name the deployment.
+    private: bool = False
 
     @property
     def deployment(self) -> str:
@@ -284,6 +343,8 @@ class Attempts:
 
     def headers(self) -> dict[str, str]:
         out = router.headers(self.plan)
+        if self.private:
+            del out[router.DEPLOYMENT_HEADER]
         if self.context is not None:
             out[CONTEXT_HEADER] = self.context
         return out
@@ -332,8 +393,8 @@ class Attempts:
         r.metrics.deployment_attempts.labels(self.alias, ident, kind).inc()
         if self.tracked:
             r.later("ended", lambda: r.store.deployment_ended(ident, None))
-        if self.shared:
-            await self._record(ident, kind)
+        if self.shared and not (own_key and kind in _KEY_FAULTS):
+            await self._record(ident, kind, _hint(err))
         nxt = router.advance(self.plan, router.Outcome(kind))
         if nxt is None:
             return False
@@ -391,14 +452,15 @@ class Attempts:
         self.plan = nxt
         return True
 
-    async def _record(self, ident: str, kind: str) -> None:
-        """The failure in the shared health; a cooldown when it is one too many."""
+    async def _record(self, ident: str, kind: str, hint: float | None = None) -> None:
+        """The failure in the shared health; a cooldown when it is one too many, or for the
+        provider's ``retry-after`` (``hint``)."""
         r = self.routing
         now = r.clock()
         seen = await r.write("failed", lambda: r.store.deployment_failed(ident, kind, now))
         failures = seen or ()
         before = router.Health(failures=tuple(f for f in failures if f != (now, kind)))
-        after = router.failed(before, kind, now, self.plan.policy)
+        after = router.failed(before, kind, now, self.plan.policy, hint)
         if after.cooldown_until <= now:
             return
         r.metrics.deployment_cooldowns.labels(self.alias, ident).inc()
@@ -412,14 +474,21 @@ class Attempts:
         )
         await r.write("cool", lambda: r.store.deployment_cool(ident, after.cooldown_until))
 
-    def explain(self, err: ProxyError, own_key: bool = False) -> ProxyError:
+    def explain(
+        self, err: ProxyError, own_key: bool = False, wire: str | None = None
+    ) -> ProxyError:
         """The answer for the last attempt's failure: a provider refusing routefit's own key
-        is the provider's fault (502, naming the deployment, never the key)."""
-        if err.origin != "upstream" or own_key or err.status not in (401, 403):
+        is the provider's fault (502, naming the deployment, never the key); a provider's
+        status the client's SDK does not know (``wire``: the client's) is one it does
+        (``provider_errors.client_status``)."""
+        if err.origin != "upstream":
             return err
+        if own_key or err.status not in (401, 403):
+            return _in_client_status(err, wire)
         out = ProxyError(
             502,
-            f"deployment {self.deployment!r} of model {self.alias!r} refused routefit's "
+            f"{'a deployment' if self.private else f'deployment {self.deployment!r}'} of model "
+            f"{self.alias!r} refused routefit's "
             f"provider credentials (HTTP {err.status}); this is not your key's fault",
             code="upstream_auth_failed",
         )

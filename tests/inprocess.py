@@ -40,7 +40,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,10 +53,12 @@ from proxy.app import create_app
 from proxy.config import Config, load_config
 from proxy.protocol import with_limits
 from proxy.serve_settings import DEFAULTS, ServeSettings
+from proxy.transports.mock import MockTransport
 
 __all__ = [
     "InProcess",
     "Provider",
+    "asgi_client",
     "asgi_provider_available",
     "loopback",
     "run_inprocess",
@@ -65,6 +67,23 @@ __all__ = [
 
 #: The provider side of an app: ``create_app``'s keyword arguments for it, from the config.
 Provider = Callable[[Config], Mapping[str, Any]]
+
+
+@contextlib.asynccontextmanager
+async def asgi_client(
+    config: Config, provider: Callable[[httpx.Request], Awaitable[httpx.Response]]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """routefit over ``config`` started (its lifespan) and reached through ASGI, its provider
+    ``provider`` (a function of the request, through ``MockTransport``): no socket, no thread,
+    for tests where only what routefit answers and charges matters."""
+    app = create_app(config, transport=MockTransport(provider))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://routefit", timeout=30
+        ) as client,
+    ):
+        yield client
 
 
 def loopback(config: Config) -> Mapping[str, Any]:

@@ -13,16 +13,19 @@ import email.utils
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.exchange import CHAT, GEMINI, MESSAGES, RESPONSES, Transient
-from proxy.exchange.sse import event_data, event_name
+from proxy.exchange import CHAT, GEMINI, MESSAGES, RESPONSES, EventStream, Transient
+from proxy.exchange.sse import encode, event_data, event_name
 
 __all__ = [
     "RETRY_STATUSES",
+    "Scrubbed",
+    "client_status",
+    "keepalive",
     "redact",
     "redact_value",
     "retry_after",
@@ -43,10 +46,22 @@ _KEYLIKE = re.compile(
 )
 
 
+#: What a provider says of the account routefit's key belongs to, which every team of the route
+#: shares: its rate-limit figures (OpenAI's "Limit 30000, Used 29000"; Google's "limit: 10"),
+#: i.e. the other teams' volume, and its organization and project ids. The request's own
+#: figure ("Requested 1500"), the kind of limit and the wait are the team's and stay.
+_ACCOUNT_FIGURE = re.compile(
+    r"\b(limit|used|usage|remaining)(\s*[:=]?\s*)\d(?:[\d_]|[,.](?=\d))*", re.IGNORECASE
+)
+_ACCOUNT_ID = re.compile(r"\b(?:org|proj)[-_][A-Za-z0-9]{6,}")
+
+
 def redact(text: str, secret: str | None = None) -> str:
-    """``text`` without ``secret`` and without anything that looks like a key."""
+    """``text`` without ``secret``, without anything that looks like a key, and without the
+    shared account's rate-limit figures and ids (another team's volume is not this team's)."""
     if secret:
         text = text.replace(secret, "[redacted]")
+    text = _ACCOUNT_FIGURE.sub(r"\1\2[redacted]", _ACCOUNT_ID.sub("[redacted]", text))
     return _KEYLIKE.sub("[redacted]", text)
 
 
@@ -238,6 +253,47 @@ def _error_object(wire: str, event: bytes) -> dict[str, object] | None:
     return found if isinstance(found, dict) else None
 
 
+#: The 5xx statuses HTTP defines that a client's SDK reads for a failed upstream.
+_HTTP_5XX = frozenset({500, 501, 502, 503, 504, 505})
+#: Anthropic's own status for an overloaded API, which only its clients know.
+OVERLOADED = 529
+
+
+def client_status(status: int, wire: str) -> int:
+    """The status a provider's failure is answered with to a client of ``wire``: its own, unless
+    it is a provider's word outside HTTP's 5xx. Anthropic's 529 "overloaded" stays 529 for an
+    Anthropic client (its SDK and Claude Code read it) and is a 503 for an OpenAI or Gemini
+    client (what OpenAI and Google answer when overloaded: their SDKs' retryable "unavailable");
+    any other such status (a CDN's 520-527, a 599) is a 502, the gateway's word for an
+    upstream that failed."""
+    if status < 500 or status in _HTTP_5XX:
+        return status
+    if status == OVERLOADED:
+        return OVERLOADED if wire == MESSAGES else 503
+    return 502
+
+
+def keepalive(wire: str, event: bytes) -> bool:
+    """Whether ``event`` (in provider ``wire``) only keeps the connection alive: an SSE comment
+    (``: keep-alive``, OpenRouter's ``: OPENROUTER PROCESSING``) or an event with no data, and
+    Anthropic's ``ping``. Such events before a stream's first real one say nothing of the
+    answer: an error after them is still the stream's first word (``stream_error``)."""
+    data = event_data(event)
+    if not data:
+        return True
+    if wire != MESSAGES:
+        return False
+    if event_name(event) == b"ping":
+        return True
+    if b"ping" not in data:
+        return False
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "ping"
+
+
 def stream_error(wire: str, event: bytes, secret: str | None = None) -> ProxyError | None:
     """The provider's failure when ``event``, a stream's first, is its provider ``wire``'s
     error event (None: it is not): what the same error as an HTTP status would have been
@@ -259,3 +315,36 @@ def stream_error(wire: str, event: bytes, secret: str | None = None) -> ProxyErr
             headers=failure.headers,
         )
     return failure
+
+
+def scrub_event(wire: str, event: bytes, secret: str | None = None) -> bytes:
+    """``event`` as the client may see it: when it is the provider's own error event (in its
+    ``wire``), every string in it redacted (``redact_value``); any other event as it came."""
+    if b"error" not in event or _error_object(wire, event) is None:
+        return event
+    data = event_data(event)
+    assert data is not None  # an error object was read from it
+    obj = orjson.loads(data)
+    clean = redact_value(obj, secret)
+    if clean == obj:
+        return event
+    name = event_name(event)
+    return encode(clean, name.decode("utf-8", "replace") if name is not None else None)
+
+
+class Scrubbed:
+    """A provider's event stream whose error events are scrubbed of keys (``scrub_event``): a
+    native route relays the provider's events as they came, so an error it sends mid-stream,
+    after bytes went out, reached the client with the key it echoed."""
+
+    def __init__(self, source: EventStream, wire: str, secret: str | None = None) -> None:
+        self._source = source
+        self._wire = wire
+        self._secret = secret
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for event in self._source:
+            yield scrub_event(self._wire, event, self._secret)
+
+    async def aclose(self) -> None:
+        await self._source.aclose()

@@ -298,9 +298,18 @@ def parse_responses(body: Any) -> ChatRequest:
     if not items:
         raise RequestError("input must not be empty", "input")
     messages += parse_items(items)
-    for key in ("stream", "store"):
+    for key in ("stream", "store", "background"):
         if body.get(key) is not None and not isinstance(body.get(key), bool):
             raise RequestError(f"{key} must be a boolean", key)
+    if body.get("background") is True:
+        # OpenAI would answer "queued" with no usage and go on working: routefit could neither
+        # charge the team what the provider then bills nor hand it the answer (the provider's
+        # GET needs its key; routefit's GET reads its own store, which never saw it)
+        raise RequestError(
+            "background responses are not served through routefit: send the request without "
+            "background (stream it to keep a long one alive)",
+            "background",
+        )
     return ChatRequest(
         model=model,
         messages=tuple(messages),

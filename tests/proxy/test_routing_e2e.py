@@ -57,9 +57,9 @@ class Providers:
         if how == "500":
             return httpx.Response(500, json={"error": {"message": "internal error"}})
         if how == "429":
-            return httpx.Response(
-                429, headers={"retry-after": "0.2"}, json={"error": {"message": "slow down"}}
-            )
+            # no retry-after: one would cool the deployment that long at once (the count of
+            # failures before a cooldown is what this fault is for)
+            return httpx.Response(429, json={"error": {"message": "slow down"}})
         if how == "429-1s":
             return httpx.Response(
                 429, headers={"retry-after": "1"}, json={"error": {"message": "slow down"}}

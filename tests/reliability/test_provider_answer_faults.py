@@ -27,13 +27,13 @@ from typing import Any
 
 import httpx
 import pytest
+from inprocess import asgi_client
 from wire_shapes import check_wire_error_shape
 
-from proxy.app import create_app
 from proxy.config import parse_config
 from proxy.sim.app import create_app as create_sim
 from proxy.sim.state import SimState
-from proxy.transports.mock import MockTransport, asgi_handler
+from proxy.transports.mock import asgi_handler
 
 pytestmark = pytest.mark.anyio
 
@@ -148,13 +148,8 @@ async def served(
         environ={},
     )
     provider = Provider()
-    app = create_app(config, transport=MockTransport(provider))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://routefit", timeout=30
-        ) as client:
-            yield client, provider
+    async with asgi_client(config, provider) as client:
+        yield client, provider
 
 
 @asynccontextmanager

@@ -14,10 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+from inprocess import asgi_client
 
-from proxy.app import create_app
 from proxy.config import parse_config
-from proxy.transports.mock import MockTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -62,11 +61,8 @@ async def gateway(provider: Overloaded) -> AsyncIterator[httpx.AsyncClient]:
         "r.yaml",
         environ={},
     )
-    app = create_app(config, transport=MockTransport(provider))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://routefit") as client:
-            yield client
+    async with asgi_client(config, provider) as client:
+        yield client
 
 
 async def _ask(client: httpx.AsyncClient, model: str) -> httpx.Response:
