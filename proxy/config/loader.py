@@ -139,9 +139,17 @@ def _deployments(
                 f"{rc.deployment_id!r} is also model_list[{seen[rc.deployment_id]}]'s id",
             )
         seen[rc.deployment_id] = i
-        first = alias not in table
-        table.setdefault(alias, []).append(replace(rc, first=first))
+        found = table.setdefault(alias, [])
+        same = not found or _counts_alike(found[0], rc)
+        found.append(replace(rc, first=not found, counts_as_first=same))
     return {alias: tuple(rcs) for alias, rcs in table.items()}
+
+
+def _counts_alike(a: RouteConfig, b: RouteConfig) -> bool:
+    """Whether two deployments of an alias count a prompt alike: the same pure route (model,
+    tokenizer, framing, window, image rule; the alias is theirs both) and the same model
+    upstream."""
+    return a.route == b.route and a.upstream.model == b.upstream.model
 
 
 def _team_routers(

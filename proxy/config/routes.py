@@ -59,11 +59,14 @@ class RouteConfig:
     there. ``Config.route(alias)`` is the alias's first deployment; ``Config.deployments(alias)``
     all of them, in file order.
 
-    Calibration and anchors are keyed by ``route.alias`` today (one deployment per alias). Once
-    the gateway routes between deployments, each deployment's samples and anchors are keyed by
-    ``calibration_key``: the alias for the first deployment (so what is learnt today carries
-    over) and ``alias@deployment_id`` for the others, since two deployments of one alias may
-    count differently (another tokenizer, framing or window).
+    Each deployment's samples and anchors are keyed by ``calibration_key``: the alias for the
+    first deployment and for every other that counts as it does (the same pure ``Route`` —
+    model, tokenizer, framing, window, image rule — and the same upstream model: one model in
+    two regions is one count), ``alias@deployment_id`` for one that may count differently.
+    Shared, the deployments learn from each other's samples, and an anchor found on one holds on
+    the other: a team repeating its prompt reads the same ``x-routefit-prompt-tokens-kind``
+    wherever a load-aware router sent it, so the header shows no pick that other teams' traffic
+    decided (docs/security.md, "What routing shows a team").
     """
 
     route: Route
@@ -84,6 +87,9 @@ class RouteConfig:
     tpm: int | None = None
     #: Whether this is its alias's first deployment (the one ``Config.route`` answers).
     first: bool = True
+    #: Whether it counts as its alias's first deployment does (``proxy.config.loader``): then
+    #: it is calibrated with it.
+    counts_as_first: bool = True
     #: ``keep_more`` or ``pay_less`` (``proxy.router.choose_window``), when a
     #: ``context_window_fallbacks`` alias holds more of a conversation this route would cut.
     context_fallback: str = "keep_more"
@@ -91,7 +97,9 @@ class RouteConfig:
     @property
     def calibration_key(self) -> str:
         """What the router will key this deployment's calibration and anchors by."""
-        return self.route.alias if self.first else f"{self.route.alias}@{self.deployment_id}"
+        if self.first or self.counts_as_first:
+            return self.route.alias
+        return f"{self.route.alias}@{self.deployment_id}"
 
 
 def _blocks(

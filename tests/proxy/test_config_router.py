@@ -59,6 +59,17 @@ def test_derived_ids_are_stable_and_unique(routed: None) -> None:
     assert ids == [d.deployment_id for d in again.deployments("a")]
 
 
+def test_deployments_that_count_alike_are_calibrated_as_one(routed: None) -> None:
+    """One model under two keys (or in two regions) counts one way: its samples and anchors
+    are shared; another model, or another window for the same one, keeps its own."""
+    twin = {"model_name": "a", "litellm_params": {"model": "openai/gpt-4o", "api_key": "k2"}}
+    small = {**twin, "model_info": {"max_input_tokens": 8192}}
+    config = _parse(models=[_A, twin, small, _B])
+    keys = [d.calibration_key for d in config.deployments("a")]
+    assert keys[:2] == ["a", "a"]
+    assert keys[2] == f"a@{config.deployments('a')[2].deployment_id}"
+
+
 def test_a_repeated_model_info_id_is_an_error(routed: None) -> None:
     dup = {**_B, "model_info": {"id": "a-deepseek"}}
     with pytest.raises(ConfigError, match=r"model_list\[2\]\.model_info\.id: 'a-deepseek' is also"):

@@ -165,9 +165,11 @@ async def test_load_aware_routing_shows_no_team_where_anothers_traffic_went(stra
     """Team B's answers and records name no deployment, and every ``x-routefit-*`` header B
     reads is the same before and after team A's traffic; the admin still reads the deployment."""
     async with served(PAIR, strategy) as (client, _):
-        # fresh prompts of one size: B's own anchors (per deployment) are not what is compared
+        # B repeats its own prompt: its anchor holds on either deployment (they count alike,
+        # so are calibrated as one), and reads "anchored" wherever A's traffic sent it
+        await client.post("/v1/chat/completions", json=chat("Say hello."), headers=auth(KEY_B))
         before = await client.post(
-            "/v1/chat/completions", json=chat("Say hello, one."), headers=auth(KEY_B)
+            "/v1/chat/completions", json=chat("Say hello."), headers=auth(KEY_B)
         )
         assert before.status_code == 200, before.text
         for _ in range(6):  # team A's traffic: usage and latency on whichever it lands
@@ -176,7 +178,7 @@ async def test_load_aware_routing_shows_no_team_where_anothers_traffic_went(stra
             )
             assert big.status_code == 200, big.text
         after = await client.post(
-            "/v1/chat/completions", json=chat("Say hello, two."), headers=auth(KEY_B)
+            "/v1/chat/completions", json=chat("Say hello."), headers=auth(KEY_B)
         )
         assert after.status_code == 200, after.text
         assert "x-routefit-deployment" not in after.headers
