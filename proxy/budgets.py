@@ -5,7 +5,9 @@ request *reserves* its worst case (calibrated prompt estimate + output reserve, 
 route's prices) against every window of the team in one atomic store operation — all windows or
 none — and the reservation is settled to the actual usage when the response ends, or released
 when the upstream fails or the client goes away. A team can therefore overshoot a quota by at most
-what a single in-flight request under-reserved, never by the number of replicas.
+what its requests in flight under-reserved — an uncapped request is held at the route's output
+reservation but may be billed up to its output limit (docs/configuration.md, "quotas") — never
+by the number of replicas.
 
 When the store cannot answer, ``budget_failure_mode`` decides: ``open`` admits the request
 unbudgeted (counted in metrics, logged once per outage), ``closed`` answers 503.
