@@ -100,8 +100,8 @@ def classify(status: int | None, *, timed_out: bool = False, content_policy: boo
         return "timeout"
     if status == 429:
         return "rate_limit"
-    if status in (401, 403):
-        return "auth"
+    if status in (401, 402, 403):  # 402: the account behind the key cannot pay (DeepSeek,
+        return "auth"  # OpenRouter): the deployment's, as a refused key is
     if status == 409 or status >= 500:  # 529: Anthropic's "overloaded"
         return "server"
     return "content_policy" if content_policy else "bad_request"

@@ -171,6 +171,21 @@ async def test_a_deployment_whose_model_is_not_there_passes_to_its_sibling(
         assert gw.provider.hits == {first: 1, second: 1}
 
 
+async def test_a_deployment_whose_account_cannot_pay_passes_to_its_sibling() -> None:
+    """A 402 (DeepSeek's "Insufficient Balance", OpenRouter's credits) is the account behind
+    the deployment's key, not the request: the sibling answers, and on a lone deployment the
+    client reads the provider's 402."""
+    broke = {"error": {"message": "Insufficient Balance", "type": "unknown_error"}}
+    async with gateway() as gw:
+        gw.provider.faults["oa1"] = [_status(402, broke)]
+        r = await gw.ask("chat", "gpt-pair")
+        assert r.status_code == 200, r.text
+        assert r.headers["x-routefit-deployment"] == "oa2"
+        gw.provider.faults["oa"] = [_status(402, broke)]
+        alone = await gw.ask("chat", "gpt")
+    assert alone.status_code == 402 and "Insufficient Balance" in alone.text
+
+
 async def test_a_404_about_what_the_request_names_is_its_answer_on_one_deployment() -> None:
     async with gateway() as gw:
         gw.provider.faults["oa1"] = [_status(404, NOT_FOUND["oa1"])]
