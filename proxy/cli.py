@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import socket
 import sys
@@ -210,6 +211,29 @@ def _app_for_uvicorn(path: str, config: Any, settings: ServeSettings, workers: i
     return functools.partial(create_app, config, settings=settings)
 
 
+def _check_tls(cert: str, key: str, password: str | None) -> None:
+    """Load the certificate and key as the server will: a file that is not PEM, a key that is
+    not the certificate's or a wrong password is a one-line error before anything starts, not
+    uvicorn's ``ssl.SSLError`` traceback after "serving ... on https" was printed."""
+    import ssl
+
+    for path in (cert, key):
+        if not os.path.isfile(path):
+            raise UsageError(f"{path}: no such file")
+    try:
+        # No password given: an encrypted key is refused here, never an OpenSSL prompt on the
+        # terminal (a container has none; `check` must not wait on one).
+        given = password if password is not None else (lambda: "")
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, given)
+    except ssl.SSLError as exc:
+        raise UsageError(
+            f"TLS certificate {cert} and key {key} cannot be loaded: {exc.reason or exc} "
+            "(both PEM, the key the certificate's, its password given if it is encrypted)"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"TLS {cert} / {key}: cannot read: {exc.strerror or exc}") from None
+
+
 def _tls_and_proxies(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     """uvicorn's TLS and forwarded-header options: the command line's, else the config's
     (``routefit_settings.tls`` / ``trusted_proxies``). Forwarded headers are believed only from
@@ -222,9 +246,9 @@ def _tls_and_proxies(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     key = args.ssl_keyfile or access.tls_keyfile
     if (cert is None) != (key is None):
         raise UsageError("--ssl-certfile and --ssl-keyfile go together")
-    for path in (cert, key):
-        if path is not None and not os.path.isfile(path):
-            raise UsageError(f"{path}: no such file")
+    password = args.ssl_keyfile_password or access.tls_keyfile_password
+    if cert is not None and key is not None:
+        _check_tls(cert, key, password)
     trusted = list(access.trusted_proxies)
     if args.forwarded_allow_ips is not None:
         try:
@@ -240,7 +264,7 @@ def _tls_and_proxies(args: argparse.Namespace, config: Any) -> dict[str, Any]:
         options.update(
             ssl_certfile=cert,
             ssl_keyfile=key,
-            ssl_keyfile_password=args.ssl_keyfile_password or access.tls_keyfile_password,
+            ssl_keyfile_password=password,
         )
     return options
 
@@ -469,6 +493,9 @@ def _check(args: argparse.Namespace) -> int:
         except TokenizerError as exc:
             where = f"{rc.route.alias}@{rc.deployment_id}"
             raise UsageError(f"{config.path}: route {where!r}: {exc}") from None
+    access = config.settings.access
+    if access.tls_certfile is not None and access.tls_keyfile is not None:
+        _check_tls(access.tls_certfile, access.tls_keyfile, access.tls_keyfile_password)
     errors, _ = window_problems(config)  # what every request to a route would fail on
     if errors:
         raise UsageError("\nroutefit: ".join(errors))
@@ -582,6 +609,45 @@ def pressure_table(pressure: Any, route: Any) -> str:
     return "\n".join(lines)
 
 
+def _port(text: str) -> int:
+    """A TCP port: out of range, ``bind`` raised OverflowError, a traceback."""
+    port = _count(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return port
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (a size, a limit where 0 means none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
+def _workers(text: str) -> int:
+    """At least one: 0 or fewer started a supervisor that serves nothing."""
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1 worker")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A finite number >= 0: a negative deadline or rate was taken as given ("draining for up
+    to -1 s") and ``nan`` failed in uvicorn's shutdown with a traceback."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
+    return value
+
+
 def _add_serve(serve: argparse.ArgumentParser) -> None:
     """``routefit serve``'s options: where to listen, and the limits on slow or many clients."""
     from proxy.serve_settings import DEFAULTS
@@ -590,8 +656,8 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
         "--config", required=True, help="routefit / LiteLLM YAML config (SIGHUP reloads it)"
     )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=4000, help="port (default 4000)")
-    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    serve.add_argument("--port", type=_port, default=4000, help="port (default 4000)")
+    serve.add_argument("--workers", type=_workers, default=1, help="worker processes (default 1)")
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
@@ -621,18 +687,18 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
         ),
     ):
         limits.add_argument(
-            flag, type=float, default=default, help=f"{helps} (default {default:g})"
+            flag, type=_seconds, default=default, help=f"{helps} (default {default:g})"
         )
     limits.add_argument(
         "--max-header-bytes",
-        type=int,
+        type=_count,
         default=DEFAULTS.max_header_bytes,
         help="size of a request's headers before it gets 431 "
         f"(default {DEFAULTS.max_header_bytes})",
     )
     limits.add_argument(
         "--max-connections",
-        type=int,
+        type=_count,
         default=2048,
         help="connections plus requests in flight before new requests get 503 (0: no limit)",
     )

@@ -173,6 +173,20 @@ def _team_routers(
     return out
 
 
+def _admin_key_apart(settings: Settings, teams: tuple[Team, ...], rd: Reader) -> None:
+    """The admin key opens every team's usage, the calibration and the dashboard: a team key
+    equal to it would hand that team's every holder all of it (and the admin key would spend
+    that team's budget), which no file means on purpose."""
+    admin = settings.admin_key_hash
+    for i, team in enumerate(teams):
+        if admin is not None and admin in team.key_hashes:
+            raise rd.error(
+                "routefit_settings.admin_key",
+                f"is also routefit_settings.teams[{i}] ({team.id!r})'s key: give the admin "
+                "its own key",
+            )
+
+
 def parse_config(
     data: Any, path: str = "<config>", environ: Mapping[str, str] | None = None
 ) -> Config:
@@ -199,6 +213,7 @@ def parse_config(
     team_router = _team_routers(raw.get("teams"), teams, router, list(routes), rd)
     if any(access.master_key_hash in t.key_hashes for t in teams):
         raise rd.error("general_settings.master_key", "is also a team's key")
+    _admin_key_apart(settings, teams, rd)
     return Config(
         path=path,
         routes=routes,
@@ -213,12 +228,61 @@ def parse_config(
     )
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+#: YAML's parser and the readers recurse: a file nested (or self-referencing) past Python's
+#: limit is refused by name, not with a RecursionError traceback.
+_TOO_DEEP = "{path}: nested too deeply (or an anchor refers to itself) to be a config"
+
+
+def _duplicate_keys(node: yaml.Node, where: str, path: str, seen: set[int]) -> None:
+    """Refuse a key written twice in one mapping. PyYAML keeps the last silently, so a second
+    ``routefit_settings:`` block would drop the first one's ``admin_key`` (and open the
+    gateway), a second ``quotas:`` a team's limits: the file must say one thing. Keys merged in
+    with ``<<: *anchor`` are not written in the mapping and may be overridden, as YAML means."""
+    if id(node) in seen:  # an alias: its node was checked where the anchor is
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicate_keys(item, f"{where}[{i}]", path, seen)
+    elif isinstance(node, yaml.MappingNode):
+        lines: dict[tuple[str, object], int] = {}
+        for key, value in node.value:
+            if key.tag == _MERGE_TAG:
+                _duplicate_keys(value, where, path, seen)
+                continue
+            name = key.value if isinstance(key, yaml.ScalarNode) else str(key.start_mark)
+            at = f"{where}.{name}" if where else str(name)
+            line = key.start_mark.line + 1
+            if (key.tag, name) in lines:
+                first = lines[key.tag, name]
+                raise ConfigError(
+                    f"{path}: line {line}: {at}: written twice (also at line {first}); "
+                    "YAML would keep only the last silently: merge them into one"
+                )
+            lines[key.tag, name] = line
+            _duplicate_keys(value, at, path, seen)
+
+
+def _read_yaml(f: Any, path: str) -> Any:
+    """The file's data, each mapping's keys checked for duplicates before it is built."""
+    loader = yaml.SafeLoader(f)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _duplicate_keys(node, "", path, set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
     """Read and validate a config file; raise ConfigError naming the file and key."""
     path = str(path)
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = _read_yaml(f, path)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -228,4 +292,9 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or exc
         raise ConfigError(f"{path}: {where}invalid YAML: {problem}") from None
-    return parse_config(data, path, environ)
+    except RecursionError:
+        raise ConfigError(_TOO_DEEP.format(path=path)) from None
+    try:
+        return parse_config(data, path, environ)
+    except RecursionError:  # a self-referencing anchor (``&a [*a]``) where a reader walks it
+        raise ConfigError(_TOO_DEEP.format(path=path)) from None

@@ -114,6 +114,8 @@ def _blocks(
     info = rd.mapping(item.get("model_info"), f"{where}.model_info")
     rd.loose(info, MODEL_INFO_KEYS, f"{where}.model_info")
     own = rd.strict(item.get("routefit"), ROUTEFIT_KEYS, f"{where}.routefit")
+    if own.get("forward_client_key") is not None:  # read as ``is True``: "yes" would be off
+        rd.boolean(own["forward_client_key"], f"{where}.routefit.forward_client_key")
     return params, info, rd.resolve(own, f"{where}.routefit")
 
 

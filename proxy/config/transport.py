@@ -111,6 +111,18 @@ def _transport(own: Mapping[str, Any], provider: str, where: str, rd: Reader) ->
     return str(transport)
 
 
+def _timeout(
+    own: Mapping[str, Any], params: Mapping[str, Any], default: float, where: str, rd: Reader
+) -> float:
+    """The route's timeout, checked where it is written: a ``0`` is a mistake to name (an ``or``
+    chain took it for "unset" and waited the default 600 s instead)."""
+    if own.get("upstream_timeout") is not None:
+        return rd.number(own["upstream_timeout"], f"{where}.routefit.upstream_timeout")
+    if params.get("timeout") is not None:
+        return rd.number(params["timeout"], f"{where}.litellm_params.timeout")
+    return default
+
+
 def read_upstream(
     params: Mapping[str, Any],
     own: Mapping[str, Any],
@@ -130,7 +142,6 @@ def read_upstream(
                 f"{where}.litellm_params.api_base",
                 f"required for provider {provider!r} on the openai transport",
             )
-    timeout = own.get("upstream_timeout") or params.get("timeout") or default_timeout
     model = str(params["model"])
     return Upstream(
         model=model,
@@ -138,6 +149,6 @@ def read_upstream(
         transport=transport,
         api_base=str(api_base).rstrip("/") if api_base else None,
         api_key=params.get("api_key"),
-        timeout=rd.number(timeout, f"{where}.routefit.upstream_timeout"),
+        timeout=_timeout(own, params, default_timeout, where, rd),
         extra={k: v for k, v in params.items() if k not in LITELLM_PARAMS},
     )

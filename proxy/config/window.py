@@ -6,11 +6,13 @@ in none of them gets a conservative 128k window and a warning rather than a refu
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.config.reader import Reader, pick
+from proxy.config.reader import Reader
 
 __all__ = ["DEFAULT_WINDOW", "Window", "read_window"]
 
@@ -31,6 +33,52 @@ def _cost(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _limit(block: Mapping[str, Any], key: str, where: str, rd: Reader) -> int | None:
+    """A limit the file writes, checked where it is written: ``0`` or ``"128k"`` is a mistake
+    to name, never a cue to fall back to the model map's value (an ``or`` chain did that)."""
+    value = block.get(key)
+    return None if value is None else rd.integer(value, f"{where}.{key}", 1)
+
+
+def _written_cost(info: Mapping[str, Any], key: str, where: str, rd: Reader) -> float | None:
+    """A price ``model_info`` writes: a number >= 0 (or a string of one, as LiteLLM reads it).
+    Anything else is refused: read as none it made the route free to a ``usd_per_month`` quota,
+    and a negative price gave the budget back with every request."""
+    value = info.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str):  # YAML reads ``2e-06`` (no dot) as a string; LiteLLM takes it
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise rd.error(f"{where}.model_info.{key}", "must be a number >= 0 (USD per token)")
+    return float(value)
+
+
+#: What LiteLLM (pydantic) reads as a boolean in ``model_info``.
+_TRUE = frozenset({"true", "yes", "on", "t", "y", "1"})
+_FALSE = frozenset({"false", "no", "off", "f", "n", "0"})
+
+
+def _vision(info: Mapping[str, Any], entry: Mapping[str, Any], where: str, rd: Reader) -> bool:
+    """``supports_vision`` as LiteLLM reads it: a quoted ``"no"`` or ``"false"`` was truthy
+    here (``bool("no")``), so images were priced and forwarded to a model that cannot take
+    them; what LiteLLM would not read as a boolean is an error."""
+    value = info.get("supports_vision")
+    if value is None:
+        return bool(entry.get("supports_vision"))
+    text = str(value).strip().lower() if isinstance(value, str | int) else None
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise rd.error(f"{where}.model_info.supports_vision", "must be true or false")
+
+
+def _map_limit(entry: Mapping[str, Any], key: str) -> int | None:
+    """The model map's value (litellm's, not the operator's: what it lacks is no error)."""
+    value = entry.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def read_window(
     own: Mapping[str, Any],
     info: Mapping[str, Any],
@@ -39,23 +87,39 @@ def read_window(
     where: str,
     rd: Reader,
 ) -> Window:
-    """``own`` is the route's routefit block, ``info`` its model_info, ``entry`` the map's."""
-    window_raw = pick("context_window", own) or pick("max_input_tokens", info, entry)
-    if window_raw is None:
-        window_raw = DEFAULT_WINDOW
+    """``own`` is the route's routefit block, ``info`` its model_info, ``entry`` the map's.
+    Each value the file writes is checked at its own path; the map fills only what it omits."""
+    window = (
+        _limit(own, "context_window", f"{where}.routefit", rd)
+        or _limit(info, "max_input_tokens", f"{where}.model_info", rd)
+        or _map_limit(entry, "max_input_tokens")
+    )
+    if window is None:
+        window = DEFAULT_WINDOW
         rd.warn(
             f"{where}.model_info.max_input_tokens",
             f"model {model!r} is not in litellm's model map; assuming a "
             f"{DEFAULT_WINDOW}-token window",
         )
-    max_out = pick("max_output_tokens", info, entry) or pick("max_tokens", info, entry)
-    vision = pick("supports_vision", info, entry)
-    return Window(
-        context_window=rd.integer(window_raw, f"{where}.model_info.max_input_tokens", 1),
-        max_output_tokens=rd.integer(
-            max_out or DEFAULT_MAX_OUTPUT, f"{where}.model_info.max_output_tokens", 1
-        ),
-        supports_vision=bool(vision) if vision is not None else False,
-        input_cost_per_token=_cost(pick("input_cost_per_token", info, entry)),
-        output_cost_per_token=_cost(pick("output_cost_per_token", info, entry)),
+    info_where = f"{where}.model_info"
+    max_out = (
+        _limit(info, "max_output_tokens", info_where, rd)
+        or _map_limit(entry, "max_output_tokens")
+        or _limit(info, "max_tokens", info_where, rd)
+        or _map_limit(entry, "max_tokens")
     )
+    return Window(
+        context_window=window,
+        max_output_tokens=max_out or DEFAULT_MAX_OUTPUT,
+        supports_vision=_vision(info, entry, where, rd),
+        input_cost_per_token=_price(info, entry, "input_cost_per_token", where, rd),
+        output_cost_per_token=_price(info, entry, "output_cost_per_token", where, rd),
+    )
+
+
+def _price(
+    info: Mapping[str, Any], entry: Mapping[str, Any], key: str, where: str, rd: Reader
+) -> float | None:
+    """The file's price, else the map's."""
+    written = _written_cost(info, key, where, rd)
+    return written if written is not None else _cost(entry.get(key))
