@@ -118,8 +118,12 @@ class MessagesToChat:
         self.created = int(time.time())
         self.usage: dict[str, Any] = {}
         self.tools: dict[int, int] = {}  # Anthropic block index → chat tool call index
+        #: The tool blocks whose input has begun (a fragment that is not empty was sent).
+        self.argued: set[int] = set()
         self.error: str | None = None
         self.stopped = False
+        #: The message began (``message_start``): an error now breaks an answer under way.
+        self.started = False
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         chunk = {
@@ -136,24 +140,40 @@ class MessagesToChat:
         if kind == "content_block_delta":
             return self._delta(data)
         if kind == "message_start":
+            self.started = True
             message = data.get("message") or {}
             self.id = str(message.get("id") or self.id)
             self.model = str(message.get("model") or "")
-            self.usage.update(message.get("usage") or {})
+            self._usage(message.get("usage"))
             return [self._chunk({"role": "assistant", "content": ""})]
         if kind == "content_block_start":
             return self._start(data)
+        if kind == "content_block_stop":
+            return self._stop(data)
         if kind == "message_delta":
-            self.usage.update(data.get("usage") or {})
+            self._usage(data.get("usage"))
             reason = (data.get("delta") or {}).get("stop_reason")
             return [self._chunk({}, CHAT_FINISH.get(str(reason), "stop"))]
         if kind == "message_stop":
             self.stopped = True
             return [self._usage_chunk()] if self.usage else []
         if kind == "error":
-            error = data.get("error") or {}
+            error = data.get("error")
+            error = error if isinstance(error, Mapping) else {"type": "api_error"}
+            if not self.started:
+                # the provider's first word: its error as chat's error chunk, which the gateway
+                # reads as the status it stands for (an overloaded_error a 503, a rate_limit_error
+                # a 429 with its retry), as it reads a Messages client's (never a 502 break)
+                return [b"data: " + orjson.dumps({"error": error}) + b"\n\n"]
             self.error = str(error.get("message") or error.get("type") or "provider error")
         return []
+
+    def _usage(self, usage: Any) -> None:
+        """The counts an event states (a null one is not stated: its SDK reads it so, and the
+        native relay too), over those stated before; a usage that is not an object is an event
+        of a shape the provider does not promise (``UNREADABLE``), as before."""
+        if usage is not None:
+            self.usage.update((k, v) for k, v in usage.items() if v is not None)
 
     def _start(self, data: Mapping[str, Any]) -> list[bytes]:
         block = data.get("content_block") or {}
@@ -168,15 +188,32 @@ class MessagesToChat:
         }
         return [self._chunk({"tool_calls": [call]})]
 
+    def _arguments(self, index: int, arguments: str) -> bytes:
+        call = {"index": index, "function": {"arguments": arguments}}
+        return self._chunk({"tool_calls": [call]})
+
+    def _stop(self, data: Mapping[str, Any]) -> list[bytes]:
+        """A tool block's end: a call whose input came as no fragment but empty ones (Anthropic
+        streams a call without input as one ``""``) gets the ``{}`` its whole answer says
+        (``chat_completion``), so a client parsing the streamed arguments gets an object."""
+        block = _int(data.get("index"))
+        if block not in self.tools or block in self.argued:
+            return []
+        self.argued.add(block)
+        return [self._arguments(self.tools[block], "{}")]
+
     def _delta(self, data: Mapping[str, Any]) -> list[bytes]:
         delta = data.get("delta") or {}
         kind = delta.get("type")
         if kind == "text_delta":
             return [self._chunk({"content": delta.get("text") or ""})]
         if kind == "input_json_delta":
-            index = self.tools.get(_int(data.get("index")), 0)
-            call = {"index": index, "function": {"arguments": delta.get("partial_json") or ""}}
-            return [self._chunk({"tool_calls": [call]})]
+            block = _int(data.get("index"))
+            fragment = delta.get("partial_json") or ""
+            if block not in self.tools or not fragment:
+                return []  # not a tool call's (a server tool's input), or nothing yet
+            self.argued.add(block)
+            return [self._arguments(self.tools[block], str(fragment))]
         if kind == "thinking_delta":
             return [self._chunk({"reasoning_content": delta.get("thinking") or ""})]
         return []

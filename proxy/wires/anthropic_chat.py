@@ -22,7 +22,7 @@ from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
 from proxy.usage import Usage
 from proxy.wires.anthropic_parse import AnthropicRequest
-from proxy.wires.base import chat_content
+from proxy.wires.base import CallSlots, chat_content
 
 __all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "usage_block"]
 
@@ -97,9 +97,12 @@ def chat_body(request: AnthropicRequest, fitted: Sequence[Message], stream: bool
     ]
     if tools:
         body["tools"] = tools
-        choice = _tool_choice(src.get("tool_choice"))
-        if choice is not None:
-            body["tool_choice"] = choice
+        choice = src.get("tool_choice")
+        steer = _tool_choice(choice)
+        if steer is not None:
+            body["tool_choice"] = steer
+        if isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True:
+            body["parallel_tool_calls"] = False  # one call at most, in chat's words
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -157,6 +160,7 @@ class ChatToAnthropic:
         self.index = -1
         self.open: str | None = None  # "text" or the chat index of the open tool call
         self.stop = "end_turn"
+        self.slots = CallSlots()
 
     def start(self, chunk_id: str) -> list[bytes]:
         self.started = True
@@ -202,7 +206,7 @@ class ChatToAnthropic:
                     out += self._open("text", {"type": "text", "text": ""})
                 out.append(self._delta({"type": "text_delta", "text": text}))
             for call in delta.get("tool_calls") or []:
-                key = f"tool{call.get('index', 0)}"
+                key = f"tool{self.slots.slot(call)}"
                 fn = call.get("function") or {}
                 if self.open != key:
                     block = {

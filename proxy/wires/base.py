@@ -51,6 +51,7 @@ from strategies.fit import Fit, FitError
 __all__ = [
     "MEDIA",
     "Answer",
+    "CallSlots",
     "ChatField",
     "Counting",
     "Outcome",
@@ -336,6 +337,40 @@ def chat_content(message: Message) -> str | list[dict[str, Any]]:
         else:
             out.append(media_part(part))
     return out
+
+
+class CallSlots:
+    """Which call of a streamed chat answer each ``tool_calls`` delta belongs to, for a wire
+    assembling the calls (one instance per stream, per choice).
+
+    A call is its ``index``, as OpenAI streams it; but OpenAI-compatible providers do not all
+    number their calls: Ollama streams every call of a parallel batch at ``index`` 0, others
+    leave ``index`` out (Gemini's and Mistral's compatible endpoints). Each of them still gives
+    every call its own ``id`` on its first fragment, so a delta naming an ``id`` other than the
+    one of the call open at its index starts a new call; a delta without one continues the call
+    at its index (OpenAI's fragments after the first, a provider repeating the id on each)."""
+
+    __slots__ = ("at", "ids")
+
+    def __init__(self) -> None:
+        self.ids: list[str | None] = []  # each call's id, in the order the calls began
+        self.at: dict[int, tuple[int, int]] = {}  # the provider's index → the call open there
+
+    def slot(self, call: Mapping[str, Any]) -> tuple[int, int]:
+        """The call ``call`` belongs to: its provider's index (-1 when it gave none) and the
+        order it began in, which sort the calls as the provider numbered them."""
+        index = call.get("index")
+        index = index if isinstance(index, int) and not isinstance(index, bool) else -1
+        named = call.get("id")
+        named = named if isinstance(named, str) and named else None
+        open_ = self.at.get(index)
+        if open_ is not None and (named is None or self.ids[open_[1]] in (None, named)):
+            if named is not None:
+                self.ids[open_[1]] = named  # an id a provider sent after the call's first fragment
+            return open_
+        self.at[index] = (index, len(self.ids))
+        self.ids.append(named)
+        return self.at[index]
 
 
 async def chat_chunks(

@@ -24,7 +24,7 @@ import orjson
 
 from pricing.messages import ImagePart, Message, media_part
 from proxy.usage import Usage
-from proxy.wires.base import chat_content
+from proxy.wires.base import CallSlots, chat_content
 from proxy.wires.gemini_parse import GeminiRequest, json_schema
 
 __all__ = [
@@ -222,62 +222,80 @@ def sse(data: Mapping[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\r\n\r\n"
 
 
+class _Candidate:
+    """One choice of a streamed chat answer, as a Gemini candidate assembles it."""
+
+    __slots__ = ("calls", "finish", "slots")
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[int, int], dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.slots = CallSlots()
+
+    def parts(self) -> list[dict[str, Any]]:
+        """Its function calls, whole (the last chunk's parts)."""
+        return [
+            call_part(slot.get("id"), slot.get("name"), "".join(slot["args"]))
+            for _, slot in sorted(self.calls.items())
+        ] or [{"text": ""}]
+
+
 class ChatToGemini:
     """Chat completion chunks in, Gemini's SSE chunks out (one stream): text as it comes, each
     function call whole once its arguments are (Google sends a call in one chunk), the finish
-    reason and ``usageMetadata`` in the last chunk."""
+    reason and ``usageMetadata`` in the last chunk; each chat choice (``n``, a client's
+    ``candidateCount``) its candidate of the same ``index``."""
 
     def __init__(self, model: str) -> None:
         self.model = model
         self.id = response_id()
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.finish: str | None = None
+        self.candidates: dict[int, _Candidate] = {}
         self.chat_usage: Any = None
 
-    def _chunk(self, parts: list[dict[str, Any]], **extra: Any) -> bytes:
-        candidate = {"content": {"role": "model", "parts": parts}, "index": 0, **extra}
-        data = {"candidates": [candidate], "modelVersion": self.model, "responseId": self.id}
-        return sse(data)
+    def _data(self, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"candidates": candidates, "modelVersion": self.model, "responseId": self.id}
+
+    def _chunk(self, index: int, parts: list[dict[str, Any]]) -> bytes:
+        return sse(self._data([{"content": {"role": "model", "parts": parts}, "index": index}]))
 
     def chunk(self, data: Mapping[str, Any]) -> list[bytes]:
         if data.get("usage"):
             self.chat_usage = data["usage"]
         out: list[bytes] = []
         for choice in data.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
+            index = int(choice.get("index", 0) or 0)
+            candidate = self.candidates.setdefault(index, _Candidate())
             delta = choice.get("delta") or {}
             if isinstance(delta.get("reasoning_content"), str) and delta["reasoning_content"]:
-                out.append(self._chunk([{"text": delta["reasoning_content"], "thought": True}]))
+                out.append(
+                    self._chunk(index, [{"text": delta["reasoning_content"], "thought": True}])
+                )
             if delta.get("content"):
-                out.append(self._chunk([{"text": delta["content"]}]))
+                out.append(self._chunk(index, [{"text": delta["content"]}]))
             for call in delta.get("tool_calls") or []:
-                slot = self.calls.setdefault(int(call.get("index", 0)), {"args": []})
+                slot = candidate.calls.setdefault(candidate.slots.slot(call), {"args": []})
                 fn = call.get("function") or {}
                 slot["id"] = slot.get("id") or call.get("id")
                 slot["name"] = slot.get("name") or fn.get("name")
                 if fn.get("arguments"):
                     slot["args"].append(fn["arguments"])
             if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
+                candidate.finish = choice["finish_reason"]
         return out
 
     def finish_chunk(self, usage: Usage | None) -> bytes:
-        """The last chunk: the calls, the finish reason, the usage."""
-        parts = [
-            call_part(slot.get("id"), slot.get("name"), "".join(slot["args"]))
-            for _, slot in sorted(self.calls.items())
-        ] or [{"text": ""}]
-        candidate = {
-            "content": {"role": "model", "parts": parts},
-            "finishReason": finish_reason(self.finish),
-            "index": 0,
-        }
-        data: dict[str, Any] = {
-            "candidates": [candidate],
-            "modelVersion": self.model,
-            "responseId": self.id,
-        }
+        """The last chunk: each candidate's calls and finish reason, the usage."""
+        candidates = self.candidates or {0: _Candidate()}
+        data = self._data(
+            [
+                {
+                    "content": {"role": "model", "parts": candidate.parts()},
+                    "finishReason": finish_reason(candidate.finish),
+                    "index": index,
+                }
+                for index, candidate in sorted(candidates.items())
+            ]
+        )
         metadata = usage_metadata(usage, self.chat_usage)
         if metadata:
             data["usageMetadata"] = metadata

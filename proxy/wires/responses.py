@@ -24,7 +24,7 @@ import orjson
 from pricing.messages import ChatRequest
 from proxy.errors import ProxyError, error_body
 from proxy.exchange import CHAT, RESPONSES, Completion, EventStream, Outbound
-from proxy.exchange.sse import event_data, is_done
+from proxy.exchange.sse import event_data
 from proxy.teams import BEARER_OR_API_KEY
 from proxy.usage import normalize_usage
 from proxy.wires.base import (
@@ -33,6 +33,7 @@ from proxy.wires.base import (
     RequestContext,
     Stored,
     capped_output,
+    chat_chunks,
     chat_field,
     delta_fields,
 )
@@ -198,19 +199,11 @@ class ResponsesWire:
         t = ChatStreamToResponses(request, rid)
         for out in t.start():
             yield out
-        async for event in events:
-            data = event_data(event)
-            if data is None:
-                continue
-            if is_done(data):
+        async for chunk in chat_chunks(events, outcome):
+            if chunk is None:
                 break
-            try:
-                chunk = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(chunk, dict):
-                for out in t.chunk(chunk):
-                    yield out
+            for out in t.chunk(chunk):
+                yield out
         else:
             return  # no [DONE]: the gateway ends the stream (``stream_error``)
         closing, final = t.finish_events()

@@ -24,6 +24,7 @@ import orjson
 
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart, media_part
 from proxy.usage import normalize_usage
+from proxy.wires.base import CallSlots
 from proxy.wires.responses_items import GROUP, INSTRUCTIONS
 
 __all__ = [
@@ -321,7 +322,8 @@ class ChatStreamToResponses:
         #: The kind of the message part being streamed (``output_text`` or ``refusal``: chat
         #: sends one or the other in an answer, never both), None before the first delta.
         self.part: str | None = None
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: dict[tuple[int, int], dict[str, Any]] = {}
+        self.slots = CallSlots()
         self.output: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
@@ -391,10 +393,10 @@ class ChatStreamToResponses:
                     )
                 )
             for call in delta.get("tool_calls") or []:
-                slot = self.calls.setdefault(int(call.get("index", 0)), {"args": []})
+                slot = self.calls.setdefault(self.slots.slot(call), {"args": []})
                 fn = call.get("function") or {}
-                slot.setdefault("id", call.get("id"))
-                slot.setdefault("name", fn.get("name"))
+                slot["id"] = slot.get("id") or call.get("id")
+                slot["name"] = slot.get("name") or fn.get("name")
                 if fn.get("arguments"):
                     slot["args"].append(fn["arguments"])
             if choice.get("finish_reason"):

@@ -171,7 +171,9 @@ def _gemini_error(host: str, status: str = "UNAVAILABLE", code: int = 503) -> by
 #: the status a client of the single deployment is answered).
 FIRST = [
     ("messages", ("claude", "an"), ("claude-pair", "an1", "an2"), _anthropic_error, 529),
-    ("chat", ("claude", "an"), ("claude-pair", "an1", "an2"), _anthropic_error, 502),
+    # overloaded through routefit's chat→Messages mapping: Anthropic's 529 in a chat client's
+    # words, as when it is not streamed (it was a 502 "broke off before its first event")
+    ("chat", ("claude", "an"), ("claude-pair", "an1", "an2"), _anthropic_error, 503),
     ("chat", ("gpt", "oa"), ("gpt-pair", "oa1", "oa2"), _chat_error, 500),
     ("responses", ("gpt", "oa"), ("gpt-pair", "oa1", "oa2"), _responses_error, 500),
     ("responses", ("gpt", "oa"), ("gpt-pair", "oa1", "oa2"), _responses_failed, 500),
