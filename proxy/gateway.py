@@ -70,7 +70,15 @@ from proxy.tracing import provider_traceparent, traces_from_env
 from proxy.transports.provider_errors import Scrubbed, keepalive, redact, stream_error
 from proxy.usage import Usage
 from proxy.wires import Outcome, Wire
-from proxy.wires.base import Answer, Counting, StreamFailed, client_terms, delta_fields
+from proxy.wires.base import (
+    CHAT_CAPS,
+    Answer,
+    Counting,
+    StreamFailed,
+    client_terms,
+    delta_fields,
+    room_capped,
+)
 from strategies.fit import Fit, FitReport
 
 __all__ = ["Gateway", "reply_error"]
@@ -565,9 +573,11 @@ class Gateway:
             out = replace(out, headers={**out.headers, "traceparent": told})
         if leg.adapter is not Adapter.PASSTHROUGH:
             # A translated request's URL images are fetched by routefit's fetcher, under the
-            # route's policy (or refused), never by litellm inside this process.
+            # route's policy (or refused), never by litellm inside this process; and it carries
+            # the output cap the fit left room for, not the translation's default.
             client = Client(p.wire, p.request)  # a refusal names the part as it wrote it
-            out = replace(out, body=await inline_images(out.body, p.rc, self.sizer, client))
+            body = room_capped(out.body, p.fitted, CHAT_CAPS)
+            out = replace(out, body=await inline_images(body, p.rc, self.sizer, client))
         return out
 
     async def _refit(self, p: Flight, counted: int) -> bool:

@@ -50,6 +50,17 @@ class FitReport:
     def transparent(self) -> bool:
         return not self.actions.taken()
 
+    @property
+    def output_room(self) -> int | None:
+        """The longest reply the fitted prompt leaves room for: the reservation and whatever
+        of the prompt's budget it did not use, at most the route's output limit (None without
+        a reservation). What a provider given no cap may write is exactly this much, so it is
+        the cap to send one that needs a cap (``proxy.wires.base.room_capped``)."""
+        if self.output is None:
+            return None
+        room = self.output.reserve + max(0, self.budget - self.estimate_after)
+        return min(self.output.route_limit, room)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "route": self.route,

@@ -60,7 +60,12 @@ from proxy.exchange import (
 )
 from proxy.exchange.sse import DONE, EventTooLarge
 from proxy.providers import Bounds, Deployment
-from proxy.transports.provider_errors import RETRY_STATUSES, redact, retry_after
+from proxy.transports.provider_errors import (
+    RETRY_STATUSES,
+    account_figures_hidden,
+    redact,
+    retry_after,
+)
 
 if TYPE_CHECKING:
     # bounded_http (and httpx under it) only serve a call through litellm, which imports httpx
@@ -324,6 +329,8 @@ def _litellm_error(exc: Exception, up: Upstream) -> ProxyError:
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
     message = redact(str(getattr(exc, "message", None) or exc), up.api_key)
+    if status == 429 or name == "RateLimitError":
+        message = account_figures_hidden(message)
     if name == "ContextWindowExceededError":
         return ProxyError(400, message, code="context_length_exceeded")
     if name == "Timeout" or "Timeout" in name:

@@ -24,6 +24,7 @@ from proxy.exchange.sse import encode, event_data, event_name
 __all__ = [
     "RETRY_STATUSES",
     "Scrubbed",
+    "account_figures_hidden",
     "client_status",
     "keepalive",
     "redact",
@@ -46,23 +47,31 @@ _KEYLIKE = re.compile(
 )
 
 
-#: What a provider says of the account routefit's key belongs to, which every team of the route
-#: shares: its rate-limit figures (OpenAI's "Limit 30000, Used 29000"; Google's "limit: 10"),
-#: i.e. the other teams' volume, and its organization and project ids. The request's own
-#: figure ("Requested 1500"), the kind of limit and the wait are the team's and stay.
+#: What a provider's rate-limit error says of the account routefit's key belongs to, which
+#: every team of the route shares: its figures (OpenAI's "Limit 30000, Used 29000"; Google's
+#: "limit: 10"), i.e. the other teams' volume. The request's own figure ("Requested 1500"), the
+#: kind of limit and the wait are the team's and stay. Only a rate limit's message is read so
+#: (``account_figures_hidden``): another error's figures are the request's own (Anthropic's
+#: "context limit: 12345 + 4096 > 200000", which ``proxy.overflow.provider_count`` refits on).
 _ACCOUNT_FIGURE = re.compile(
     r"\b(limit|used|usage|remaining)(\s*[:=]?\s*)\d(?:[\d_]|[,.](?=\d))*", re.IGNORECASE
 )
+#: The account's organization and project ids, in any provider message.
 _ACCOUNT_ID = re.compile(r"\b(?:org|proj)[-_][A-Za-z0-9]{6,}")
 
 
 def redact(text: str, secret: str | None = None) -> str:
     """``text`` without ``secret``, without anything that looks like a key, and without the
-    shared account's rate-limit figures and ids (another team's volume is not this team's)."""
+    shared account's ids."""
     if secret:
         text = text.replace(secret, "[redacted]")
-    text = _ACCOUNT_FIGURE.sub(r"\1\2[redacted]", _ACCOUNT_ID.sub("[redacted]", text))
-    return _KEYLIKE.sub("[redacted]", text)
+    return _KEYLIKE.sub("[redacted]", _ACCOUNT_ID.sub("[redacted]", text))
+
+
+def account_figures_hidden(text: str) -> str:
+    """A rate-limit message without the shared account's limit and usage figures (another
+    team's volume is not this team's business: docs/security.md)."""
+    return _ACCOUNT_FIGURE.sub(r"\1\2[redacted]", text)
 
 
 def redact_value(value: object, secret: str | None = None) -> object:
@@ -157,9 +166,10 @@ def upstream_error(
         # client reads
         passed["retry-after"] = str(max(0, math.ceil(wait)))
     cls = Transient if status in RETRY_STATUSES else ProxyError
+    message = redact(message, secret)
     err = cls(
         status,
-        redact(message, secret),
+        account_figures_hidden(message) if status == 429 else message,
         code=_field(code, secret),
         param=_field(param, secret),
         type=_field(kind, secret),

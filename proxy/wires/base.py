@@ -49,6 +49,7 @@ from proxy.usage import Usage, normalize_usage
 from strategies.fit import Fit, FitError
 
 __all__ = [
+    "CHAT_CAPS",
     "MEDIA",
     "Answer",
     "CallSlots",
@@ -63,6 +64,7 @@ __all__ = [
     "chat_field",
     "client_terms",
     "delta_fields",
+    "room_capped",
 ]
 
 #: A JSON string value after its key: its escaped contents (the unrolled form: no alternation
@@ -258,6 +260,23 @@ def capped_output(body: Mapping[str, Any], fitted: Fit, keys: tuple[str, ...]) -
         return body
     present = [k for k in keys if k in body] or [keys[0]]
     return {**body, **dict.fromkeys(present, output.sent)}
+
+
+#: Where a chat body carries its output cap, the current name first.
+CHAT_CAPS = ("max_completion_tokens", "max_tokens")
+
+
+def room_capped(body: Mapping[str, Any], fitted: Fit, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    """``body`` with an output cap in ``keys[0]`` when it carries none in any of ``keys``: the
+    room the fitted prompt leaves (``FitReport.output_room``). A translated leg's provider may
+    need a cap (Anthropic's ``max_tokens``), and the translation would otherwise send the
+    model's whole output limit, which the fit never set aside: a 150k-token prompt with
+    Claude's 64,000 is past a 200k window, a request the provider refuses. Uncapped providers
+    write no more than this room anyway. The very same object when the body has its cap."""
+    room = fitted.report.output_room
+    if room is None or any(body.get(k) is not None for k in keys):
+        return body
+    return {**body, keys[0]: room}
 
 
 class Wire(Protocol):

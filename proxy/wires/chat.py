@@ -21,6 +21,7 @@ from proxy.exchange.sse import event_data
 from proxy.teams import BEARER_OR_API_KEY
 from proxy.usage import normalize_usage
 from proxy.wires.base import (
+    CHAT_CAPS,
     Answer,
     Outcome,
     RequestContext,
@@ -131,7 +132,7 @@ class ChatWire:
         self, request: ChatRequest, fitted: Fit, wire: str, headers: Mapping[str, str]
     ) -> Outbound:
         stream = self.streams(request)
-        body = capped_output(fitted.body, fitted, ("max_completion_tokens", "max_tokens"))
+        body = capped_output(fitted.body, fitted, CHAT_CAPS)
         if stream and not _wants_usage(body):
             body = dict(body)
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
