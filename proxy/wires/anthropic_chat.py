@@ -46,6 +46,9 @@ def _assistant(message: Message, original: Mapping[str, Any] | None) -> dict[str
 
 
 def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[dict[str, Any]]:
+    """The fitted conversation as chat messages: a tool result's images follow the results as a
+    user message (chat tool messages carry text only); an assistant turn of thinking only is
+    left out (a chat provider refuses an assistant message with neither text nor calls)."""
     out: list[dict[str, Any]] = []
     pending_images: list[dict[str, Any]] = []
     for message in fitted:
@@ -57,7 +60,9 @@ def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[
             original = None
             if pos is not None:
                 original = request.body["messages"][request.fragments[pos].index]
-            out.append(_assistant(message, original))
+            said = _assistant(message, original)
+            if said["content"] is not None or "tool_calls" in said:
+                out.append(said)  # a turn of thinking only: nothing a chat provider takes
         elif message.role == "tool":
             out.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}

@@ -35,6 +35,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from inprocess import run_inprocess
 
+from proxy.sim.wire_anthropic import validate as validate_messages
+from proxy.sim.wire_openai import validate_chat
 from proxy.transports.mock import MockTransport
 
 KEY = "sk-prov-0123456789abcdef"
@@ -894,3 +896,226 @@ def test_every_candidate_a_gemini_client_asked_for_is_streamed(gw: Any, fresh: P
         0: {"text": "Aa", "calls": [], "finish": "MAX_TOKENS"},
         1: {"text": "B", "calls": [("call_b", "now")], "finish": "STOP"},
     }
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [
+        [{"type": "thinking", "thinking": "Let me see.", "signature": "c2ln"}],
+        [{"type": "redacted_thinking", "data": "ZW5j"}],
+    ],
+    ids=["thinking", "redacted"],
+)
+def test_an_assistant_turn_of_thinking_only_is_not_sent_to_a_chat_provider(
+    gw: Any, fresh: Provider, turn: list[dict[str, Any]]
+) -> None:
+    """A Messages client's assistant turn that holds nothing but thinking (a reply cut off
+    while it thought, Claude Code's turn split at its blocks) became an assistant message with
+    neither text nor calls, which an OpenAI-compatible provider refuses (``content`` null): it
+    is left out, as a Gemini client's turn of thoughts only is."""
+    body = {
+        "model": "chat",
+        "max_tokens": 50,
+        "messages": [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": turn},
+            {"role": "user", "content": "go on"},
+        ],
+    }
+    r = httpx.post(gw.base_url + "/v1/messages", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    sent = fresh.requests[-1][1]
+    validate_chat(sent)  # OpenAI's own shape rules, as the simulator reads them
+    assert [m["role"] for m in sent["messages"]] == ["user", "user"]
+
+
+# --- agents' conversations, translated, are what their providers take ---------------------------
+
+short = st.text(alphabet='ab é😀\n"', min_size=1, max_size=8)
+#: A 1x1 PNG.
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+    "RU5ErkJggg=="
+)
+
+
+@st.composite
+def claude_code(draw: Any) -> dict[str, Any]:
+    """A Messages conversation as Claude Code writes it: thinking (signed, redacted) with its
+    turn, parallel tool uses, their results in any order (text, images, errors, empty) before
+    the user's text."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": draw(short)}]}]
+    for turn in range(draw(st.integers(0, 4))):
+        content: list[dict[str, Any]] = []
+        if draw(st.booleans()):
+            content.append({"type": "thinking", "thinking": draw(short), "signature": "c2ln"})
+        if draw(st.booleans()):
+            content.append({"type": "redacted_thinking", "data": "ZW5j"})
+        if draw(st.booleans()):
+            content.append({"type": "text", "text": draw(short)})
+        ids = [f"toolu_{turn}_{k}" for k in range(draw(st.integers(0, 3)))]
+        content += [
+            {"type": "tool_use", "id": i, "name": "now", "input": {"city": draw(short)}}
+            for i in ids
+        ]
+        messages.append(
+            {"role": "assistant", "content": content or [{"type": "text", "text": "x"}]}
+        )
+        results: list[dict[str, Any]] = [
+            {
+                "type": "tool_result",
+                "tool_use_id": i,
+                "content": draw(
+                    st.sampled_from(["ok", [], [{"type": "text", "text": "r"}, image]])
+                ),
+                "is_error": draw(st.booleans()),
+            }
+            for i in draw(st.permutations(ids))
+        ]
+        if draw(st.booleans()) or not ids:
+            results.append({"type": "text", "text": draw(short)})
+        messages.append({"role": "user", "content": results})
+    tools = [{"name": "now", "input_schema": {"type": "object"}}]
+    return {"max_tokens": 100, "messages": messages, "tools": tools}
+
+
+@st.composite
+def codex(draw: Any) -> dict[str, Any]:
+    """A Responses input as Codex writes it: reasoning items, assistant messages, function,
+    custom and server-side calls, their outputs in any order (an image in one), user turns."""
+    items: list[dict[str, Any]] = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": draw(short)},
+    ]
+    for turn in range(draw(st.integers(0, 4))):
+        if draw(st.booleans()):
+            summary = [{"type": "summary_text", "text": draw(short)}]
+            items.append({"type": "reasoning", "summary": summary, "encrypted_content": "ZW5j"})
+        if draw(st.booleans()):
+            text = [{"type": "output_text", "text": draw(short)}]
+            items.append({"type": "message", "role": "assistant", "content": text})
+        outputs = []
+        for k in range(draw(st.integers(0, 3))):
+            call_id = f"call_{turn}_{k}"
+            kind = draw(st.sampled_from(["function", "custom", "local_shell"]))
+            if kind == "function":
+                arguments = json.dumps({"city": draw(short)})
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call_id,
+                        "name": "now",
+                        "arguments": arguments,
+                    }
+                )
+                image = {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"}
+                output = draw(st.sampled_from(["ok", [{"type": "input_text", "text": "t"}, image]]))
+                outputs.append(
+                    {"type": "function_call_output", "call_id": call_id, "output": output}
+                )
+            elif kind == "custom":
+                items.append(
+                    {
+                        "type": "custom_tool_call",
+                        "call_id": call_id,
+                        "name": "apply_patch",
+                        "input": draw(short),
+                    }
+                )
+                outputs.append(
+                    {"type": "custom_tool_call_output", "call_id": call_id, "output": "done"}
+                )
+            else:
+                action = {"type": "exec", "command": ["ls"], "env": {}}
+                items.append(
+                    {
+                        "type": "local_shell_call",
+                        "call_id": call_id,
+                        "id": f"lsh_{turn}_{k}",
+                        "status": "completed",
+                        "action": action,
+                    }
+                )
+                outputs.append(
+                    {"type": "local_shell_call_output", "call_id": call_id, "output": "a b"}
+                )
+        items += draw(st.permutations(outputs))
+        if draw(st.booleans()) or not outputs:
+            items.append({"role": "user", "content": [{"type": "input_text", "text": draw(short)}]})
+    tools = [*TOOLS_RESPONSES, {"type": "custom", "name": "apply_patch"}, {"type": "local_shell"}]
+    return {"input": items, "tools": tools, "store": False, "parallel_tool_calls": False}
+
+
+@st.composite
+def gemini_cli(draw: Any) -> dict[str, Any]:
+    """Gemini contents as Gemini CLI writes them: thought parts, calls with and without ids
+    (with thought signatures), their responses in any order before the user's text."""
+    contents = [{"role": "user", "parts": [{"text": draw(short)}]}]
+    for turn in range(draw(st.integers(0, 4))):
+        parts: list[dict[str, Any]] = []
+        if draw(st.booleans()):
+            parts.append({"text": draw(short), "thought": True})
+        if draw(st.booleans()):
+            parts.append({"text": draw(short)})
+        calls = []
+        for k in range(draw(st.integers(0, 3))):
+            call = {
+                "name": draw(st.sampled_from(["now", "get_weather"])),
+                "args": {"city": draw(short)},
+            }
+            if draw(st.booleans()):
+                call["id"] = f"fc{turn}_{k}"
+            calls.append(call)
+            parts.append({"functionCall": call, "thoughtSignature": "c2ln"})
+        contents.append({"role": "model", "parts": parts or [{"text": "x"}]})
+        answers_ = [
+            {
+                "functionResponse": {
+                    **{k: c[k] for k in ("id", "name") if k in c},
+                    "response": {"output": "ok"},
+                }
+            }
+            for c in draw(st.permutations(calls))
+        ]
+        if draw(st.booleans()) or not calls:
+            answers_.append({"text": draw(short)})
+        contents.append({"role": "user", "parts": answers_})
+    declarations = [
+        {"name": t["function"]["name"], "parametersJsonSchema": t["function"]["parameters"]}
+        for t in TOOLS_CHAT
+    ]
+    return {
+        "contents": contents,
+        "systemInstruction": {"parts": [{"text": "be brief"}]},
+        "tools": [{"functionDeclarations": declarations}],
+    }
+
+
+#: (client, route): the path its conversation goes to, and the generator of its bodies.
+AGENTS = {
+    ("claude-code", "chat"): ("/v1/messages", claude_code()),
+    ("codex", "chat"): ("/v1/responses", codex()),
+    ("codex", "claude"): ("/v1/responses", codex()),
+    ("gemini-cli", "chat"): ("/v1beta/models/chat:generateContent", gemini_cli()),
+    ("gemini-cli", "claude"): ("/v1beta/models/claude:generateContent", gemini_cli()),
+}
+
+
+@pytest.mark.parametrize(("agent", "route"), list(AGENTS))
+@settings(max_examples=examples(40, 300), deadline=None)
+@given(data=st.data())
+def test_an_agents_conversation_translated_is_one_its_provider_takes(
+    gw: Any, provider: Provider, agent: str, route: str, data: st.DataObject
+) -> None:
+    """What routefit sends a chat or an Anthropic provider for an agent's conversation is a
+    request that provider takes (the simulator's reading of OpenAI's and Anthropic's rules).
+    Found: Claude Code's assistant turn of thinking only became a chat message with neither
+    text nor calls (``content`` null: refused)."""
+    provider.answer, provider.raw = Answer(text=["ok"]), {}
+    path, bodies = AGENTS[(agent, route)]
+    body = {"model": route, **data.draw(bodies)}
+    r = httpx.post(gw.base_url + path, json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    wire, sent = provider.requests[-1]
+    (validate_messages if wire.endswith("/messages") else validate_chat)(sent)
