@@ -24,7 +24,7 @@ from proxy.usage import Usage
 from proxy.wires.anthropic_parse import AnthropicRequest
 from proxy.wires.base import CallSlots, chat_content
 
-__all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "usage_block"]
+__all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "stop_reason", "usage_block"]
 
 
 def _assistant(message: Message, original: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -114,6 +114,15 @@ def chat_body(request: AnthropicRequest, fitted: Sequence[Message], stream: bool
     return body
 
 
+def stop_reason(finish: Any, called: bool) -> str:
+    """Anthropic's ``stop_reason`` for a chat ``finish_reason``. An answer that calls tools and
+    stopped on its own is ``tool_use`` whatever the provider's word for it: OpenAI (and vLLM,
+    and others) end a call ``tool_choice`` forced with ``stop``, and Anthropic says
+    ``tool_use`` whenever it calls tools (the stop reason an agent loop reads to run them)."""
+    stop = _STOP.get(str(finish), "end_turn")
+    return "tool_use" if called and stop == "end_turn" else stop
+
+
 def usage_block(usage: Usage | None) -> dict[str, int]:
     """Anthropic's usage object for a normalised usage (cached tokens read from the cache)."""
     if usage is None:
@@ -150,7 +159,9 @@ def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": _STOP.get(str(choice.get("finish_reason")), "end_turn"),
+        "stop_reason": stop_reason(
+            choice.get("finish_reason"), any(b["type"] == "tool_use" for b in content)
+        ),
         "stop_sequence": None,
         "usage": usage_block(usage),
     }
@@ -164,7 +175,8 @@ class ChatToAnthropic:
         self.started = False
         self.index = -1
         self.open: str | None = None  # "text" or the chat index of the open tool call
-        self.stop = "end_turn"
+        self.reason: Any = None  # the provider's finish reason
+        self.called = False  # a tool_use block was sent
         self.slots = CallSlots()
 
     def start(self, chunk_id: str) -> list[bytes]:
@@ -221,12 +233,13 @@ class ChatToAnthropic:
                         "input": {},
                     }
                     out += self._open(key, block)
+                    self.called = True
                 if fn.get("arguments"):
                     out.append(
                         self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})
                     )
             if choice.get("finish_reason"):
-                self.stop = _STOP.get(str(choice["finish_reason"]), "end_turn")
+                self.reason = choice["finish_reason"]
         return out
 
     def finish(self, usage: Usage | None) -> list[bytes]:
@@ -234,7 +247,7 @@ class ChatToAnthropic:
         out += self._close()
         final = {
             "type": "message_delta",
-            "delta": {"stop_reason": self.stop, "stop_sequence": None},
+            "delta": {"stop_reason": stop_reason(self.reason, self.called), "stop_sequence": None},
             "usage": usage_block(usage),
         }
         out.append(encode(final, "message_delta"))

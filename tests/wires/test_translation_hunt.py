@@ -86,6 +86,9 @@ class Answer:
     #: call at index 0, as Ollama does) or ``absent`` (no index: Gemini's and Mistral's
     #: OpenAI-compatible endpoints); each call's id is on its first fragment either way.
     numbering: str = "index"
+    #: A chat provider ends its calls with ``stop``, as OpenAI does when ``tool_choice`` names
+    #: a function (and vLLM, and others, when it requires one), instead of ``tool_calls``.
+    forced: bool = False
     prompt: int = 40
     cached: int = 0
     completion: int = 7
@@ -93,6 +96,11 @@ class Answer:
     @property
     def content(self) -> str:
         return "".join(self.text)
+
+    @property
+    def chat_finish(self) -> str:
+        """The finish reason a chat provider states."""
+        return "stop" if self.forced and self.finish == "tool_calls" else self.finish
 
 
 #: chat finish reason → Anthropic stop reason (what an Anthropic provider says for it).
@@ -126,7 +134,7 @@ def chat_chunks(answer: Answer) -> list[dict[str, Any]]:
         out.append(chunk({"tool_calls": [head]}))
         for piece in call.pieces[1:]:
             out.append(chunk({"tool_calls": [{**number, "function": {"arguments": piece}}]}))
-    out.append(chunk({}, answer.finish))
+    out.append(chunk({}, answer.chat_finish))
     usage = {
         "prompt_tokens": answer.prompt,
         "completion_tokens": answer.completion,
@@ -155,7 +163,7 @@ def chat_whole(answer: Answer) -> dict[str, Any]:
         "object": "chat.completion",
         "created": 1,
         "model": "deepseek-chat",
-        "choices": [{"index": 0, "message": message, "finish_reason": answer.finish}],
+        "choices": [{"index": 0, "message": message, "finish_reason": answer.chat_finish}],
         "usage": {
             "prompt_tokens": answer.prompt,
             "completion_tokens": answer.completion,
@@ -581,6 +589,7 @@ def answers(draw: Any) -> Answer:
         calls=calls,
         finish=finish,
         numbering=draw(st.sampled_from(["index", "zero", "absent"])),
+        forced=draw(st.booleans()),
         prompt=prompt,
         cached=draw(st.integers(0, prompt)),
         completion=draw(st.integers(1, 300)),
@@ -598,7 +607,10 @@ def test_every_client_reads_what_the_provider_said(
     Responses client of a Claude route) with arguments ``""``, where the whole answer says
     ``{}`` (``json.loads`` fails on it); parallel calls a chat provider numbers all at index 0
     (Ollama) or not at all (Gemini's, Mistral's compatible endpoints) were merged into one
-    call with the arguments run together, for Messages, Responses and Gemini clients alike."""
+    call with the arguments run together, for Messages, Responses and Gemini clients alike;
+    calls a chat provider ended with ``stop`` (OpenAI's finish for a forced tool) reached a
+    Messages client as ``end_turn``, where Anthropic says ``tool_use`` whenever it calls
+    tools (the stop reason an agent loop reads to run them)."""
     provider.answer, provider.cut, provider.raw = answer, cut, {}
     read, reasoning = CLIENTS[direction]
     assert read(gw, answer, stream) == expected(answer, reasoning)
