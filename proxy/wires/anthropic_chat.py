@@ -22,7 +22,7 @@ from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
 from proxy.usage import Usage
 from proxy.wires.anthropic_parse import AnthropicRequest
-from proxy.wires.base import CallSlots, chat_content
+from proxy.wires.base import CallSlots, chat_content, content_text
 
 __all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "stop_reason", "usage_block"]
 
@@ -141,8 +141,9 @@ def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any
     choice = choices[0] if isinstance(choices, list) and choices else {}
     msg = choice.get("message") or {}
     content: list[dict[str, Any]] = []
-    if msg.get("content"):
-        content.append({"type": "text", "text": str(msg["content"])})
+    text, _ = content_text(msg.get("content"))  # reasoning cannot travel: unsigned
+    if text:
+        content.append({"type": "text", "text": text})
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") or {}
         content.append(
@@ -217,7 +218,7 @@ class ChatToAnthropic:
         out = [] if self.started else self.start(str(data.get("id") or "routefit"))
         for choice in data.get("choices") or []:
             delta = choice.get("delta") or {}
-            text = delta.get("content")
+            text, _ = content_text(delta.get("content"))
             if text:
                 if self.open != "text":
                     out += self._open("text", {"type": "text", "text": ""})

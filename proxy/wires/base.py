@@ -63,6 +63,7 @@ __all__ = [
     "capped_output",
     "chat_field",
     "client_terms",
+    "content_text",
     "delta_fields",
     "room_capped",
 ]
@@ -356,6 +357,32 @@ def chat_content(message: Message) -> str | list[dict[str, Any]]:
         else:
             out.append(media_part(part))
     return out
+
+
+def content_text(content: Any) -> tuple[str, str]:
+    """A chat answer's ``content`` (a message's or a delta's) as its text and its reasoning,
+    for a wire translating it: a string is its text; a list of chunks (Mistral's reasoning
+    models send one, whole and streamed) gives its ``text`` chunks' text and its ``thinking``
+    chunks' (their ``thinking`` a string or a list of text chunks); anything else, nothing."""
+    if isinstance(content, str):
+        return content, ""
+    if not isinstance(content, list):
+        return "", ""
+    text: list[str] = []
+    thinking: list[str] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            text.append(part["text"])
+        elif kind == "thinking":
+            inner = part.get("thinking")
+            chunks = inner if isinstance(inner, list) else [{"text": inner}]
+            thinking += [
+                c["text"]
+                for c in chunks
+                if isinstance(c, Mapping) and isinstance(c.get("text"), str)
+            ]
+    return "".join(text), "".join(thinking)
 
 
 class CallSlots:

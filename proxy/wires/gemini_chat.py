@@ -24,7 +24,7 @@ import orjson
 
 from pricing.messages import ImagePart, Message, media_part
 from proxy.usage import Usage
-from proxy.wires.base import CallSlots, chat_content
+from proxy.wires.base import CallSlots, chat_content, content_text
 from proxy.wires.gemini_parse import GeminiRequest, json_schema
 
 __all__ = [
@@ -187,13 +187,22 @@ def response_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+def _said(message: Mapping[str, Any]) -> tuple[str, str]:
+    """A chat message's (or delta's) text and reasoning: ``reasoning_content`` (DeepSeek's and
+    most providers'), then the ``thinking`` chunks of a ``content`` list (Mistral's)."""
+    text, thinking = content_text(message.get("content"))
+    reasoning = message.get("reasoning_content")
+    return text, (reasoning if isinstance(reasoning, str) else "") + thinking
+
+
 def _candidate(choice: Mapping[str, Any]) -> dict[str, Any]:
     message = choice.get("message") or {}
     parts: list[dict[str, Any]] = []
-    if isinstance(message.get("reasoning_content"), str) and message["reasoning_content"]:
-        parts.append({"text": message["reasoning_content"], "thought": True})
-    if message.get("content"):
-        parts.append({"text": str(message["content"])})
+    text, thought = _said(message)
+    if thought:
+        parts.append({"text": thought, "thought": True})
+    if text:
+        parts.append({"text": text})
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         parts.append(call_part(call.get("id"), fn.get("name"), fn.get("arguments")))
@@ -266,12 +275,11 @@ class ChatToGemini:
             index = int(choice.get("index", 0) or 0)
             candidate = self.candidates.setdefault(index, _Candidate())
             delta = choice.get("delta") or {}
-            if isinstance(delta.get("reasoning_content"), str) and delta["reasoning_content"]:
-                out.append(
-                    self._chunk(index, [{"text": delta["reasoning_content"], "thought": True}])
-                )
-            if delta.get("content"):
-                out.append(self._chunk(index, [{"text": delta["content"]}]))
+            text, thought = _said(delta)
+            if thought:
+                out.append(self._chunk(index, [{"text": thought, "thought": True}]))
+            if text:
+                out.append(self._chunk(index, [{"text": text}]))
             for call in delta.get("tool_calls") or []:
                 slot = candidate.calls.setdefault(candidate.slots.slot(call), {"args": []})
                 fn = call.get("function") or {}

@@ -24,7 +24,7 @@ import orjson
 
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart, media_part
 from proxy.usage import normalize_usage
-from proxy.wires.base import CallSlots
+from proxy.wires.base import CallSlots, content_text
 from proxy.wires.responses_items import GROUP, INSTRUCTIONS
 
 __all__ = [
@@ -294,8 +294,9 @@ def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any
     message = choice.get("message") or {}
     custom = _custom_names(request.body)
     output: list[dict[str, Any]] = []
-    if message.get("content"):
-        output.append(_message_item(str(message["content"]), _message_id(rid)))
+    text, _ = content_text(message.get("content"))
+    if text:
+        output.append(_message_item(text, _message_id(rid)))
     elif message.get("refusal"):
         output.append(_message_item(str(message["refusal"]), _message_id(rid), "refusal"))
     for call in message.get("tool_calls") or []:
@@ -378,10 +379,11 @@ class ChatStreamToResponses:
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            piece = delta.get("content") or delta.get("refusal")
+            text, _ = content_text(delta.get("content"))
+            piece = text or delta.get("refusal")
             if piece:
                 if self.part is None:
-                    out += self._open("output_text" if delta.get("content") else "refusal")
+                    out += self._open("output_text" if text else "refusal")
                 self.text.append(piece)
                 out.append(
                     self.event(

@@ -89,6 +89,10 @@ class Answer:
     #: A chat provider ends its calls with ``stop``, as OpenAI does when ``tool_choice`` names
     #: a function (and vLLM, and others, when it requires one), instead of ``tool_calls``.
     forced: bool = False
+    #: A chat provider writes its reasoning as Mistral's reasoning models do: ``content`` a list
+    #: of chunks, the reasoning in ``thinking`` chunks (each a list of text chunks), the text in
+    #: ``text`` chunks; else ``reasoning_content`` beside a string ``content`` (DeepSeek's).
+    mistral: bool = False
     prompt: int = 40
     cached: int = 0
     completion: int = 7
@@ -123,8 +127,12 @@ def chat_chunks(answer: Answer) -> list[dict[str, Any]]:
         }
 
     out = [chunk({"role": "assistant", "content": ""})]
-    out += [chunk({"reasoning_content": p}) for p in answer.reasoning]
-    out += [chunk({"content": p}) for p in answer.text]
+    if answer.mistral:
+        out += [chunk({"content": [_thinking(p)]}) for p in answer.reasoning]
+        out += [chunk({"content": [{"type": "text", "text": p}]}) for p in answer.text]
+    else:
+        out += [chunk({"reasoning_content": p}) for p in answer.reasoning]
+        out += [chunk({"content": p}) for p in answer.text]
     for i, call in enumerate(answer.calls):
         number = {"index": {"index": i}, "zero": {"index": 0}, "absent": {}}[answer.numbering]
         # a chat provider writes a call without arguments as "{}"
@@ -145,9 +153,17 @@ def chat_chunks(answer: Answer) -> list[dict[str, Any]]:
     return out
 
 
+def _thinking(text: str) -> dict[str, Any]:
+    """Mistral's chunk of reasoning."""
+    return {"type": "thinking", "thinking": [{"type": "text", "text": text}]}
+
+
 def chat_whole(answer: Answer) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": answer.content or None}
-    if answer.reasoning:
+    if answer.mistral:
+        parts = [_thinking(p) for p in answer.reasoning]
+        message["content"] = [*parts, {"type": "text", "text": answer.content}]
+    elif answer.reasoning:
         message["reasoning_content"] = "".join(answer.reasoning)
     if answer.calls:
         message["tool_calls"] = [
@@ -590,6 +606,7 @@ def answers(draw: Any) -> Answer:
         finish=finish,
         numbering=draw(st.sampled_from(["index", "zero", "absent"])),
         forced=draw(st.booleans()),
+        mistral=draw(st.booleans()),
         prompt=prompt,
         cached=draw(st.integers(0, prompt)),
         completion=draw(st.integers(1, 300)),
