@@ -187,12 +187,18 @@ def response_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+#: Where chat providers write their reasoning beside the content: DeepSeek's name, and vLLM's,
+#: Groq's, OpenRouter's and Ollama's.
+_REASONING = ("reasoning_content", "reasoning")
+
+
 def _said(message: Mapping[str, Any]) -> tuple[str, str]:
-    """A chat message's (or delta's) text and reasoning: ``reasoning_content`` (DeepSeek's and
-    most providers'), then the ``thinking`` chunks of a ``content`` list (Mistral's)."""
+    """A chat message's (or delta's) text and reasoning: ``reasoning_content`` or
+    ``reasoning``, then the ``thinking`` chunks of a ``content`` list (Mistral's)."""
     text, thinking = content_text(message.get("content"))
-    reasoning = message.get("reasoning_content")
-    return text, (reasoning if isinstance(reasoning, str) else "") + thinking
+    said = (message.get(key) for key in _REASONING)
+    reasoning = next((r for r in said if isinstance(r, str) and r), "")
+    return text, reasoning + thinking
 
 
 def _candidate(choice: Mapping[str, Any]) -> dict[str, Any]:

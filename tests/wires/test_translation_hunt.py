@@ -89,10 +89,11 @@ class Answer:
     #: A chat provider ends its calls with ``stop``, as OpenAI does when ``tool_choice`` names
     #: a function (and vLLM, and others, when it requires one), instead of ``tool_calls``.
     forced: bool = False
-    #: A chat provider writes its reasoning as Mistral's reasoning models do: ``content`` a list
-    #: of chunks, the reasoning in ``thinking`` chunks (each a list of text chunks), the text in
-    #: ``text`` chunks; else ``reasoning_content`` beside a string ``content`` (DeepSeek's).
-    mistral: bool = False
+    #: Where a chat provider writes its reasoning: ``reasoning_content`` (DeepSeek's),
+    #: ``reasoning`` (vLLM's, Groq's, OpenRouter's), or ``mistral``: as Mistral's reasoning
+    #: models do, ``content`` a list of chunks, the reasoning in ``thinking`` chunks (each a
+    #: list of text chunks), the text in ``text`` chunks.
+    reasoning_in: str = "reasoning_content"
     prompt: int = 40
     cached: int = 0
     completion: int = 7
@@ -127,11 +128,11 @@ def chat_chunks(answer: Answer) -> list[dict[str, Any]]:
         }
 
     out = [chunk({"role": "assistant", "content": ""})]
-    if answer.mistral:
+    if answer.reasoning_in == "mistral":
         out += [chunk({"content": [_thinking(p)]}) for p in answer.reasoning]
         out += [chunk({"content": [{"type": "text", "text": p}]}) for p in answer.text]
     else:
-        out += [chunk({"reasoning_content": p}) for p in answer.reasoning]
+        out += [chunk({answer.reasoning_in: p}) for p in answer.reasoning]
         out += [chunk({"content": p}) for p in answer.text]
     for i, call in enumerate(answer.calls):
         number = {"index": {"index": i}, "zero": {"index": 0}, "absent": {}}[answer.numbering]
@@ -160,11 +161,11 @@ def _thinking(text: str) -> dict[str, Any]:
 
 def chat_whole(answer: Answer) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": answer.content or None}
-    if answer.mistral:
+    if answer.reasoning_in == "mistral":
         parts = [_thinking(p) for p in answer.reasoning]
         message["content"] = [*parts, {"type": "text", "text": answer.content}]
     elif answer.reasoning:
-        message["reasoning_content"] = "".join(answer.reasoning)
+        message[answer.reasoning_in] = "".join(answer.reasoning)
     if answer.calls:
         message["tool_calls"] = [
             {
@@ -606,7 +607,7 @@ def answers(draw: Any) -> Answer:
         finish=finish,
         numbering=draw(st.sampled_from(["index", "zero", "absent"])),
         forced=draw(st.booleans()),
-        mistral=draw(st.booleans()),
+        reasoning_in=draw(st.sampled_from(["reasoning_content", "reasoning", "mistral"])),
         prompt=prompt,
         cached=draw(st.integers(0, prompt)),
         completion=draw(st.integers(1, 300)),
