@@ -22,7 +22,7 @@ from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
 from proxy.usage import Usage
 from proxy.wires.anthropic_parse import AnthropicRequest
-from proxy.wires.base import CallSlots, chat_content, content_text
+from proxy.wires.base import StreamedCalls, chat_content, content_text
 
 __all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "stop_reason", "usage_block"]
 
@@ -178,7 +178,7 @@ class ChatToAnthropic:
         self.open: str | None = None  # "text" or the chat index of the open tool call
         self.reason: Any = None  # the provider's finish reason
         self.called = False  # a tool_use block was sent
-        self.slots = CallSlots()
+        self.calls = StreamedCalls()  # numbers the calls only: each is streamed as it comes
 
     def start(self, chunk_id: str) -> list[bytes]:
         self.started = True
@@ -224,7 +224,7 @@ class ChatToAnthropic:
                     out += self._open("text", {"type": "text", "text": ""})
                 out.append(self._delta({"type": "text_delta", "text": text}))
             for call in delta.get("tool_calls") or []:
-                key = f"tool{self.slots.slot(call)}"
+                key = f"tool{self.calls.slot(call)}"
                 fn = call.get("function") or {}
                 if self.open != key:
                     block = {

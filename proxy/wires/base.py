@@ -52,13 +52,13 @@ __all__ = [
     "CHAT_CAPS",
     "MEDIA",
     "Answer",
-    "CallSlots",
     "ChatField",
     "Counting",
     "Outcome",
     "RequestContext",
     "Stored",
     "StreamFailed",
+    "StreamedCalls",
     "Wire",
     "capped_output",
     "chat_field",
@@ -385,9 +385,10 @@ def content_text(content: Any) -> tuple[str, str]:
     return "".join(text), "".join(thinking)
 
 
-class CallSlots:
-    """Which call of a streamed chat answer each ``tool_calls`` delta belongs to, for a wire
-    assembling the calls (one instance per stream, per choice).
+class StreamedCalls:
+    """The tool calls of a streamed chat answer, for a wire assembling them (one instance per
+    stream, per choice): which call each ``tool_calls`` delta belongs to (``slot``), and, for a
+    wire that sends each call whole, the calls gathered (``add``, ``whole``).
 
     A call is its ``index``, as OpenAI streams it; but OpenAI-compatible providers do not all
     number their calls: Ollama streams every call of a parallel batch at ``index`` 0, others
@@ -396,11 +397,12 @@ class CallSlots:
     one of the call open at its index starts a new call; a delta without one continues the call
     at its index (OpenAI's fragments after the first, a provider repeating the id on each)."""
 
-    __slots__ = ("at", "ids")
+    __slots__ = ("at", "calls", "ids")
 
     def __init__(self) -> None:
         self.ids: list[str | None] = []  # each call's id, in the order the calls began
         self.at: dict[int, tuple[int, int]] = {}  # the provider's index → the call open there
+        self.calls: dict[tuple[int, int], dict[str, Any]] = {}  # ``add``'s, by slot
 
     def slot(self, call: Mapping[str, Any]) -> tuple[int, int]:
         """The call ``call`` belongs to: its provider's index (-1 when it gave none) and the
@@ -417,6 +419,19 @@ class CallSlots:
         self.at[index] = (index, len(self.ids))
         self.ids.append(named)
         return self.at[index]
+
+    def add(self, call: Mapping[str, Any]) -> None:
+        """One delta: its call's id and name (the first given), its arguments' fragment."""
+        slot = self.calls.setdefault(self.slot(call), {"id": None, "name": None, "args": []})
+        fn = call.get("function") or {}
+        slot["id"] = slot["id"] or call.get("id")
+        slot["name"] = slot["name"] or fn.get("name")
+        if fn.get("arguments"):
+            slot["args"].append(fn["arguments"])
+
+    def whole(self) -> list[tuple[Any, Any, str]]:
+        """Each call added, in the provider's order: its id, name and arguments."""
+        return [(c["id"], c["name"], "".join(c["args"])) for _, c in sorted(self.calls.items())]
 
 
 async def chat_chunks(

@@ -24,7 +24,7 @@ import orjson
 
 from pricing.messages import ImagePart, Message, media_part
 from proxy.usage import Usage
-from proxy.wires.base import CallSlots, chat_content, content_text
+from proxy.wires.base import StreamedCalls, chat_content, content_text
 from proxy.wires.gemini_parse import GeminiRequest, json_schema
 
 __all__ = [
@@ -240,19 +240,15 @@ def sse(data: Mapping[str, Any]) -> bytes:
 class _Candidate:
     """One choice of a streamed chat answer, as a Gemini candidate assembles it."""
 
-    __slots__ = ("calls", "finish", "slots")
+    __slots__ = ("calls", "finish")
 
     def __init__(self) -> None:
-        self.calls: dict[tuple[int, int], dict[str, Any]] = {}
-        self.finish: str | None = None
-        self.slots = CallSlots()
+        self.calls = StreamedCalls()
+        self.finish: Any = None
 
     def parts(self) -> list[dict[str, Any]]:
         """Its function calls, whole (the last chunk's parts)."""
-        return [
-            call_part(slot.get("id"), slot.get("name"), "".join(slot["args"]))
-            for _, slot in sorted(self.calls.items())
-        ] or [{"text": ""}]
+        return [call_part(*call) for call in self.calls.whole()] or [{"text": ""}]
 
 
 class ChatToGemini:
@@ -287,12 +283,7 @@ class ChatToGemini:
             if text:
                 out.append(self._chunk(index, [{"text": text}]))
             for call in delta.get("tool_calls") or []:
-                slot = candidate.calls.setdefault(candidate.slots.slot(call), {"args": []})
-                fn = call.get("function") or {}
-                slot["id"] = slot.get("id") or call.get("id")
-                slot["name"] = slot.get("name") or fn.get("name")
-                if fn.get("arguments"):
-                    slot["args"].append(fn["arguments"])
+                candidate.calls.add(call)
             if choice.get("finish_reason"):
                 candidate.finish = choice["finish_reason"]
         return out

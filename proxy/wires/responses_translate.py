@@ -24,7 +24,7 @@ import orjson
 
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart, media_part
 from proxy.usage import normalize_usage
-from proxy.wires.base import CallSlots, content_text
+from proxy.wires.base import StreamedCalls, content_text
 from proxy.wires.responses_items import GROUP, INSTRUCTIONS
 
 __all__ = [
@@ -323,8 +323,7 @@ class ChatStreamToResponses:
         #: The kind of the message part being streamed (``output_text`` or ``refusal``: chat
         #: sends one or the other in an answer, never both), None before the first delta.
         self.part: str | None = None
-        self.calls: dict[tuple[int, int], dict[str, Any]] = {}
-        self.slots = CallSlots()
+        self.calls = StreamedCalls()
         self.output: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
@@ -395,12 +394,7 @@ class ChatStreamToResponses:
                     )
                 )
             for call in delta.get("tool_calls") or []:
-                slot = self.calls.setdefault(self.slots.slot(call), {"args": []})
-                fn = call.get("function") or {}
-                slot["id"] = slot.get("id") or call.get("id")
-                slot["name"] = slot.get("name") or fn.get("name")
-                if fn.get("arguments"):
-                    slot["args"].append(fn["arguments"])
+                self.calls.add(call)
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
         return out
@@ -410,11 +404,8 @@ class ChatStreamToResponses:
         out: list[bytes] = []
         if self.part is not None:
             out += self._close(self.part)
-        for k in sorted(self.calls):
-            slot = self.calls[k]
-            item = _call_item(
-                str(slot.get("id")), str(slot.get("name")), "".join(slot["args"]), self.custom
-            )
+        for call_id, name, arguments in self.calls.whole():
+            item = _call_item(str(call_id), str(name), arguments, self.custom)
             index = len(self.output)
             pending = {**item, "status": "in_progress"}
             if item["type"] == "function_call":
