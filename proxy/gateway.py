@@ -790,11 +790,12 @@ async def _generated_tokens(p: Flight, text: Callable[[], str] | None) -> int:
 
 
 #: Where a whole answer carries generated text, in any client wire: chat's message
-#: ``content`` / ``reasoning_content`` / ``refusal`` and tool-call ``arguments``, Messages',
-#: Gemini's and Responses' ``text`` parts, Messages' ``thinking``. Only string values match: a
-#: ``content`` list or Responses' ``text`` settings object does not; no answer echoes its prompt.
+#: ``content`` / ``reasoning_content`` (``reasoning`` where vLLM, Groq or OpenRouter answer) /
+#: ``refusal`` and tool-call ``arguments``, Messages', Gemini's and Responses' ``text`` parts,
+#: Messages' ``thinking``. Only string values match: a ``content`` list or Responses' ``text``
+#: settings object does not; no answer echoes its prompt.
 _ANSWER_TEXT = delta_fields(
-    "content", "reasoning_content", "refusal", "arguments", "text", "thinking"
+    "content", "reasoning_content", "reasoning", "refusal", "arguments", "text", "thinking"
 )
 
 

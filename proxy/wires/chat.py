@@ -120,7 +120,8 @@ class ChatWire:
     paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
     stored = False
     keys = BEARER_OR_API_KEY
-    generated = delta_fields("content", "reasoning_content", "refusal", "arguments")
+    #: ``reasoning``: vLLM's, Groq's, OpenRouter's and Ollama's name for ``reasoning_content``
+    generated = delta_fields("content", "reasoning_content", "reasoning", "refusal", "arguments")
 
     def parse(self, ctx: RequestContext) -> ChatRequest:
         return parse_request(ctx.body)

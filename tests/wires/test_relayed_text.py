@@ -48,6 +48,23 @@ def test_every_wire_gives_back_exactly_the_generated_text(pieces: list[str]):
     assert relayed([e for p in pieces for e in responses_events(p)], RESPONSES_WIRE) == whole
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.text(max_size=30), max_size=6), st.sampled_from(["reasoning_content", "reasoning"])
+)
+def test_a_chat_streams_reasoning_is_generated_text_under_either_name(
+    pieces: list[str], name: str
+) -> None:
+    """An unfinished stream is charged its reasoning too: OpenAI-compatible providers name it
+    ``reasoning_content`` (DeepSeek) or ``reasoning`` (vLLM, Groq, OpenRouter, Ollama)."""
+
+    def event(text: str) -> bytes:
+        delta = {"index": 0, "delta": {name: text}, "finish_reason": None}
+        return encode({"id": "c", "object": "chat.completion.chunk", "choices": [delta]})
+
+    assert relayed([event(p) for p in pieces], CHAT_WIRE) == "".join(pieces)
+
+
 def test_usage_and_role_events_carry_no_generated_text():
     usage = encode({"id": "c", "choices": [], "usage": {"prompt_tokens": 3}})
     role = encode({"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
