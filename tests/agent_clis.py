@@ -47,3 +47,18 @@ def agent_cli(name: str) -> str:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def claude_env(home: Path, base_url: str | None = None, path: str | None = None) -> dict[str, str]:
+    """Claude Code's environment for a test: a home of its own, no telemetry nor other traffic,
+    and, given ``base_url``, routefit as its Anthropic API with a key routefit accepts openly."""
+    env = {
+        "PATH": path or os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    if base_url is not None:
+        env |= {"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "sk-routefit-test"}
+    return env

@@ -14,7 +14,6 @@ no longer sees what it just did repeats the calls, turn after turn (Codex looped
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -24,12 +23,12 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_clis import agent_cli
+from agent_clis import agent_cli, claude_env
 from harness import claude_route, gateway_config, sim_route
 from inprocess import InProcess, run_inprocess
 from test_codex import _codex_home
 from test_codex import _run as codex_run
-from test_gemini_cli import SETTINGS
+from test_gemini_cli import SETTINGS, _gemini_route
 from test_gemini_cli import _run as gemini_run
 
 from proxy.sim.models import get_builtin, small_variant
@@ -81,18 +80,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimServer,
         path = tmp_path_factory.mktemp("sessions") / "routefit.yaml"
         with run_inprocess(gateway_config(path, routes), timeout=120) as gw:
             yield sim, gw
-
-
-def _gemini_route(alias: str, sim_url: str, model: str, info: dict[str, int]) -> dict[str, Any]:
-    return {
-        "model_name": alias,
-        "litellm_params": {
-            "model": f"gemini/{model}",
-            "api_base": f"{sim_url}/v1beta",
-            "api_key": "sk-sim-google",
-        },
-        "model_info": info,
-    }
 
 
 def _prompt(cli: str, turn: int, call: bool = True) -> str:
@@ -152,16 +139,7 @@ def test_claude_code_tool_session(stack: Stack, tmp_path: Path, side: str) -> No
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "DISABLE_TELEMETRY": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "ANTHROPIC_BASE_URL": gw.base_url,
-        "ANTHROPIC_API_KEY": "sk-routefit-test",
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "2048",
-    }
+    env = {**claude_env(home, gw.base_url), "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "2048"}
     for turn in range(TURNS):
         cmd = [claude, "-p", _prompt("claude", turn), "--output-format", "json"]
         cmd += ["--model", f"claude-{side}", "--allowedTools", "Glob,Grep"]

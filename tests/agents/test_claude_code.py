@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from agent_clis import agent_cli
+from agent_clis import agent_cli, claude_env
 from harness import gateway_config
 from inprocess import run_inprocess
 
@@ -61,14 +61,9 @@ def test_the_readme_claude_code_command_answers(tmp_path):
     project.mkdir()
     unset = {k: "" for k in os.environ if re.search(r"_API_KEY$", k)}
     with run_inprocess(config, env=unset, timeout=120) as gw:
-        env = {
-            # the README's `claude` is the installed one; nothing else of ours is set
-            "PATH": os.path.dirname(claude) + os.pathsep + os.environ.get("PATH", "/usr/bin"),
-            "HOME": str(home),
-            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-            "DISABLE_TELEMETRY": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        }
+        # the README's `claude` is the installed one; nothing else of ours is set
+        path = os.path.dirname(claude) + os.pathsep + os.environ.get("PATH", "/usr/bin")
+        env = claude_env(home, path=path)
         done = subprocess.run(
             ["bash", "-c", command.replace(base[1], gw.base_url)],
             env=env,
@@ -102,16 +97,7 @@ def test_multi_turn_claude_code_session_is_fitted(sim, tmp_path):
     project.mkdir()
     rng = random.Random(7)
     with run_inprocess(config) as gw:
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),
-            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-            "DISABLE_TELEMETRY": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "ANTHROPIC_BASE_URL": gw.base_url,
-            "ANTHROPIC_API_KEY": "sk-routefit-test",
-            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
-        }
+        env = {**claude_env(home, gw.base_url), "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096"}
         for turn in range(TURNS):
             cmd = [claude, "-p", _prompt(turn, rng), "--output-format", "json"]
             cmd += ["--model", "claude-small"] + (["--continue"] if turn else [])

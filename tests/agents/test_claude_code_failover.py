@@ -8,12 +8,11 @@ starts — and the overloaded deployment must really have been tried.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 
 import httpx
-from agent_clis import agent_cli
+from agent_clis import agent_cli, claude_env
 from fake_provider import fake_provider
 from harness import gateway_config
 from inprocess import run_inprocess
@@ -49,15 +48,7 @@ def test_claude_code_turn_succeeds_through_an_overloaded_primary(sim, tmp_path):
         home.mkdir()
         project.mkdir()
         with run_inprocess(config, timeout=60, access_log=True) as gw:
-            env = {
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                "HOME": str(home),
-                "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-                "DISABLE_TELEMETRY": "1",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "ANTHROPIC_BASE_URL": gw.base_url,
-                "ANTHROPIC_API_KEY": "sk-routefit-test",
-            }
+            env = claude_env(home, gw.base_url)
             cmd = [claude, "-p", "Say hello.", "--output-format", "json"]
             cmd += ["--model", "claude-routed"]
             done = subprocess.run(
