@@ -180,7 +180,12 @@ def _args(arguments: Any) -> dict[str, Any]:
 
 
 def call_part(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
-    return {"functionCall": {"id": str(call_id), "name": str(name), "args": _args(arguments)}}
+    """A chat call as Gemini's ``functionCall``: its id only when the provider gave one (Google's
+    own calls often carry none, and its clients pair a response by name and order then)."""
+    call: dict[str, Any] = {"name": str(name), "args": _args(arguments)}
+    if isinstance(call_id, str) and call_id:
+        call = {"id": call_id, **call}
+    return {"functionCall": call}
 
 
 def response_id() -> str:

@@ -209,6 +209,13 @@ def _ended(out: dict[str, Any], finish: Any) -> dict[str, Any]:
     return out
 
 
+def _call_id(given: Any, rid: str, n: int) -> str:
+    """A call's id as the client gets it: the provider's, else one derived from the response's
+    and the call's place in it. Some OpenAI-compatible providers send none, and a Responses
+    client answers a call by its ``call_id`` ("None" for every call of every turn was no id)."""
+    return given if isinstance(given, str) and given else f"call_{rid[5:]}_{n}"
+
+
 def _call_item(call_id: str, name: str, arguments: str, custom: set[str]) -> dict[str, Any]:
     if name in custom:
         try:
@@ -299,11 +306,10 @@ def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any
         output.append(_message_item(text, _message_id(rid)))
     elif message.get("refusal"):
         output.append(_message_item(str(message["refusal"]), _message_id(rid), "refusal"))
-    for call in message.get("tool_calls") or []:
+    for n, call in enumerate(message.get("tool_calls") or []):
         fn = call.get("function") or {}
-        output.append(
-            _call_item(str(call.get("id")), str(fn.get("name")), fn.get("arguments") or "", custom)
-        )
+        call_id = _call_id(call.get("id"), rid, n)
+        output.append(_call_item(call_id, str(fn.get("name")), fn.get("arguments") or "", custom))
     usage = response_usage(data.get("usage")) if isinstance(data, dict) else None
     return _ended(response_object(request, rid, output, usage), choice.get("finish_reason"))
 
@@ -404,8 +410,8 @@ class ChatStreamToResponses:
         out: list[bytes] = []
         if self.part is not None:
             out += self._close(self.part)
-        for call_id, name, arguments in self.calls.whole():
-            item = _call_item(str(call_id), str(name), arguments, self.custom)
+        for n, (given, name, arguments) in enumerate(self.calls.whole()):
+            item = _call_item(_call_id(given, self.rid, n), str(name), arguments, self.custom)
             index = len(self.output)
             pending = {**item, "status": "in_progress"}
             if item["type"] == "function_call":

@@ -1149,3 +1149,38 @@ def test_an_agents_conversation_translated_is_one_its_provider_takes(
     assert r.status_code == 200, r.text
     wire, sent = provider.requests[-1]
     (validate_messages if wire.endswith("/messages") else validate_chat)(sent)
+
+
+def _events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: {")]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_calls_a_provider_sent_without_ids_reach_clients_with_ids_of_their_own(
+    gw: Any, fresh: Provider, stream: bool
+) -> None:
+    """Some OpenAI-compatible providers send a call's ``id`` as null. A Responses client answers a
+    call by its ``call_id``, which was the string "None" for every call of every turn; a Gemini
+    client's ``functionCall.id`` was "None" too (Google's own calls may carry no id at all)."""
+    calls = [Call(None, "now", ["{}"]), Call(None, "later", ['{"a": 1}'])]  # type: ignore[arg-type]
+    fresh.answer = Answer(calls=calls, finish="tool_calls")
+    body = {"model": "chat", "input": "hi", "stream": stream, "store": False}
+    r = httpx.post(f"{gw.base_url}/v1/responses", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    if stream:
+        done = [e for e in _events(r.text) if e.get("type") == "response.completed"]
+        output = done[0]["response"]["output"]
+    else:
+        output = r.json()["output"]
+    ids = [item["call_id"] for item in output if item["type"] == "function_call"]
+    assert len(set(ids)) == 2 and "None" not in ids, ids
+
+    path = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    gemini = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    r = httpx.post(f"{gw.base_url}/v1beta/models/chat:{path}", json=gemini, timeout=30)
+    assert r.status_code == 200, r.text
+    answers = _events(r.text) if stream else [r.json()]
+    parts = [p for a in answers for c in a["candidates"] for p in c["content"]["parts"]]
+    called = [p["functionCall"] for p in parts if "functionCall" in p]
+    assert [c["name"] for c in called] == ["now", "later"]
+    assert all(c.get("id") != "None" for c in called), called
