@@ -120,6 +120,12 @@ class Flight:
     attempts: Attempts | None = None
 
     @property
+    def sent_upstream(self) -> Upstream:
+        """The upstream the request goes to, with the key it carries (whose every trace the
+        provider's words are scrubbed of before a client reads them)."""
+        return self.upstream or self.rc.upstream
+
+    @property
     def own_key(self) -> bool:
         """The request carries the client's own provider key (a forward_client_key route)."""
         return self.upstream is not None and self.upstream.api_key != self.rc.upstream.api_key
@@ -424,7 +430,7 @@ class Gateway:
             # breaks before it is another attempt's to answer
             try:
                 opened = as_stream(await self._send(p, leg, request))
-                key = (p.upstream or p.rc.upstream).api_key
+                key = p.sent_upstream.api_key
                 events = await until_disconnect(request.receive, _primed(opened, leg.wire, key))
             except ProxyError as err:
                 _failed_attempt(p, sent, err)
@@ -545,7 +551,7 @@ class Gateway:
         states its count, learn that count, refit and forward once more (a stream is opened
         before any byte goes to the client, so this holds for streams too)."""
         # the deployment as this request reaches it (with the client's own key, on BYOK routes)
-        target = leg.deployment.keyed(p.upstream or p.rc.upstream)
+        target = leg.deployment.keyed(p.sent_upstream)
 
         async def attempt() -> Completion | EventStream:
             out = await self._outbound(p, leg, request)
@@ -619,8 +625,8 @@ class Gateway:
             finally:
                 await self.records.emit(record)
 
-        key = (p.upstream or p.rc.upstream).api_key
-        scrubbed = Scrubbed(events, leg.wire, key)  # a provider's error mid-stream: no key
+        # a provider's error mid-stream reaches the client without the key it may echo
+        scrubbed = Scrubbed(events, leg.wire, p.sent_upstream.api_key)
         chunks = p.wire.relay(p.request, scrubbed, leg.wire, outcome)
         return SSEResponse(_ended(p.wire, p.request, chunks, outcome), events, headers, done)
 

@@ -139,11 +139,3 @@ class Reader:
         if not isinstance(value, str) or not value:
             raise self.error(where, "must be a non-empty string")
         return value
-
-
-def pick(key: str, *sources: Mapping[str, Any]) -> Any:
-    """The first non-null value of ``key`` among ``sources`` (config before the model map)."""
-    for source in sources:
-        if source.get(key) is not None:
-            return source[key]
-    return None

@@ -29,6 +29,7 @@ from proxy.config import parse_config
 from proxy.sim.app import create_app as create_sim
 from proxy.sim.state import SimState
 from proxy.transports.mock import asgi_handler
+from tests.reliability.test_provider_answer_faults import _deployment
 
 pytestmark = pytest.mark.anyio
 
@@ -55,15 +56,7 @@ def auth(key: str) -> dict[str, str]:
 
 
 def deployment(host: str, alias: str) -> dict[str, Any]:
-    return {
-        "model_name": alias,
-        "litellm_params": {
-            "model": "openai/gpt-4o",
-            "api_base": f"http://{host}/v1",
-            "api_key": f"sk-{host}-0123456789",
-        },
-        "model_info": {"id": host},
-    }
+    return _deployment(host, alias, "openai/gpt-4o")
 
 
 class Provider:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import httpx
 import pytest
 from inprocess import asgi_client
+from test_provider_answer_faults import _deployment
 
 from proxy.config import parse_config
 
@@ -24,18 +24,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _deployment(host: str, alias: str) -> dict[str, Any]:
-    return {
-        "model_name": alias,
-        "litellm_params": {
-            "model": "openai/gpt-4o",
-            "api_base": f"http://{host}/v1",
-            "api_key": f"sk-{host}-0123456789",
-        },
-        "model_info": {"id": host},
-    }
 
 
 class Overloaded:
@@ -51,7 +39,10 @@ class Overloaded:
 
 @asynccontextmanager
 async def gateway(provider: Overloaded) -> AsyncIterator[httpx.AsyncClient]:
-    models = [_deployment("one", "pair"), _deployment("two", "pair"), _deployment("solo", "solo")]
+    gpt = "openai/gpt-4o"
+    models = [
+        _deployment(h, a, gpt) for h, a in (("one", "pair"), ("two", "pair"), ("solo", "solo"))
+    ]
     config = parse_config(
         {
             "model_list": models,
