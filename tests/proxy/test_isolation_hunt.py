@@ -24,12 +24,9 @@ from typing import Any
 import httpx
 import pytest
 from inprocess import asgi_client
+from test_billing_hunt import Provider, Script
 
 from proxy.config import parse_config
-from proxy.sim.app import create_app as create_sim
-from proxy.sim.state import SimState
-from proxy.transports.mock import asgi_handler
-from tests.reliability.test_provider_answer_faults import _deployment
 
 pytestmark = pytest.mark.anyio
 
@@ -56,20 +53,15 @@ def auth(key: str) -> dict[str, str]:
 
 
 def deployment(host: str, alias: str) -> dict[str, Any]:
-    return _deployment(host, alias, "openai/gpt-4o")
-
-
-class Provider:
-    """The simulator, unless ``answer`` is set: then every provider request gets its answer."""
-
-    def __init__(self) -> None:
-        self.sim: Handler = asgi_handler(create_sim(SimState()))
-        self.answer: Handler | None = None
-
-    async def __call__(self, request: httpx.Request) -> httpx.Response:
-        if self.answer is not None:
-            return await self.answer(request)
-        return await self.sim(request)
+    return {
+        "model_name": alias,
+        "litellm_params": {
+            "model": "openai/gpt-4o",
+            "api_base": f"http://{host}/v1",
+            "api_key": f"sk-{host}-0123456789",
+        },
+        "model_info": {"id": host},
+    }
 
 
 @asynccontextmanager
@@ -109,12 +101,12 @@ def chat(text: str = "Say hello.", stream: bool = False) -> dict[str, Any]:
 # -- a provider's 429 -----------------------------------------------------------------------
 
 
-async def _rate_limited(request: httpx.Request) -> httpx.Response:
+async def _rate_limited(request: httpx.Request, sim: Handler) -> httpx.Response:
     body = {"error": {"message": OPENAI_429, "type": "tokens", "code": "rate_limit_exceeded"}}
     return httpx.Response(429, json=body, headers={"retry-after": "2"})
 
 
-async def _rate_limited_stream(request: httpx.Request) -> httpx.Response:
+async def _rate_limited_stream(request: httpx.Request, sim: Handler) -> httpx.Response:
     error = {"error": {"message": OPENAI_429, "type": "tokens", "code": "rate_limit_exceeded"}}
     event = f"data: {json.dumps(error)}\n\n".encode()
     return httpx.Response(200, content=event, headers={"content-type": "text/event-stream"})
@@ -122,12 +114,12 @@ async def _rate_limited_stream(request: httpx.Request) -> httpx.Response:
 
 @pytest.mark.parametrize("answer", [_rate_limited, _rate_limited_stream], ids=["status", "event"])
 async def test_a_providers_429_does_not_tell_a_team_the_shared_accounts_usage(
-    answer: Handler,
+    answer: Script,
 ) -> None:
     """The account's limit and usage (other teams' volume) and its organization id are
     scrubbed from the message; what the team needs to act on stays."""
     async with served([deployment("oa", "gpt")]) as (client, provider):
-        provider.answer = answer
+        provider.script = answer
         r = await client.post(
             "/v1/chat/completions",
             json=chat(stream=answer is _rate_limited_stream),
