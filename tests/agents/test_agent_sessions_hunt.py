@@ -7,8 +7,9 @@ tools and sends their results back: the request the model must answer is then a 
 a user message. Fitting may cut anything older, but the provider must never refuse what routefit
 forwarded (orphaned results, unanswered calls, role order), never see more than its window, and
 never be asked a turn's question again because the tool round answering it was cut: an agent that
-no longer sees what it just did repeats the calls, turn after turn (Codex looped five rounds on a
-16k route before the fix, each re-running its tools).
+no longer sees what it just did repeats the calls, turn after turn. (On a route that has not
+learnt yet, a longer session than these can still lose its newest tool round to the prior's
+deliberate over-estimate, when the weights alone would keep it: a known open case, not tested here.)
 """
 
 from __future__ import annotations
