@@ -16,7 +16,9 @@ Endpoints (see :mod:`proxy.ui.auth` for why the key travels as it does):
   browser may read the figures.
 
 Every response carries a strict Content-Security-Policy (same-origin scripts, styles and
-fetches only; no framing), so even a hostile route alias could not run script in the page.
+fetches only; no framing, also as ``X-Frame-Options`` for browsers without ``frame-ancestors``),
+so even a hostile route alias could not run script in the page. A sign-in must come from the
+page itself (``_forged``): JSON, and not from another site's page.
 """
 
 from __future__ import annotations
@@ -61,7 +63,16 @@ _SECURITY = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
+    # frame-ancestors' older spelling, for browsers that ignore it in the CSP
+    "x-frame-options": "DENY",
+    # no other origin may embed the figures (an <img>/<script> of /data) or share our window
+    "cross-origin-resource-policy": "same-origin",
+    "cross-origin-opener-policy": "same-origin",
 }
+
+#: What a browser says started a request (Fetch Metadata's ``Sec-Fetch-Site``) when it was the
+#: dashboard's own page, or the operator typing: anything else is another site's page.
+_OWN_SITE = frozenset({"same-origin", "none"})
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
@@ -112,9 +123,8 @@ class Dashboard:
     async def static(self, request: Request) -> Response:
         found = self.files.get(request.path_params["name"])
         if found is None:
-            return error_response(
-                ProxyError(404, f"unknown path {request.url.path}", code="not_found")
-            )
+            missing = ProxyError(404, f"unknown path {request.url.path}", code="not_found")
+            return error_response(missing, headers=_SECURITY)
         return Response(found[0], media_type=found[1], headers=_SECURITY)
 
     async def figures(self, request: Request) -> Response:
@@ -177,6 +187,7 @@ class Dashboard:
                 response = Response(status_code=204, headers=_SECURITY)
                 response.delete_cookie(COOKIE, path=PREFIX, secure=secure, samesite="strict")
                 return response
+            _forged(request)
             token = await self.sessions.login(await _posted_key(request), _client(request))
         except ProxyError as err:
             return error_response(err, headers=_SECURITY)
@@ -196,6 +207,29 @@ class Dashboard:
 def _client(request: Request) -> str:
     """The client's address as the server resolved it (a trusted proxy's X-Forwarded-For)."""
     return request.client.host if request.client is not None else "unknown"
+
+
+def _forged(request: Request) -> None:
+    """Refuse a sign-in another site's page could have sent, before any key is looked at.
+
+    A cross-site ``fetch`` or form may POST here without a CORS preflight when its body is
+    ``text/plain``, a form or a typeless blob: it cannot read the answer, but each wrong key it
+    posts is a failed admin-key guess of the operator's own address, and six of them lock every
+    admin door (this one, the bearer header, reload, calibration) for that address for up to
+    15 min. Only JSON is taken (a cross-site JSON POST needs a preflight, which routefit never
+    grants), and a browser's ``Sec-Fetch-Site`` must say the page is ours."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() not in _OWN_SITE:
+        raise ProxyError(
+            403, "the dashboard's sign-in is taken from its own page only", code="cross_site"
+        )
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise ProxyError(
+            400,
+            'expected {"key": "<admin key>"} with content-type: application/json',
+            code="invalid_content_type",
+        )
 
 
 #: The most a login body may be: ``{"key": ...}``. Anyone may post one, before any key is
