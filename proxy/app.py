@@ -134,7 +134,8 @@ async def root(request: Request) -> Response:
 
 def _stored(state: AppState, g: Generation) -> Keeper:
     """One Responses request's stored conversation (``proxy.responses_store``)."""
-    return Keeper(state.store, g.config.settings.responses_ttl_seconds)
+    settings = g.config.settings
+    return Keeper(state.store, settings.responses_ttl_seconds, settings.max_body_bytes)
 
 
 async def fit_only(request: Request) -> Response:

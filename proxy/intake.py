@@ -95,9 +95,8 @@ class Intake:
         if rated:
             self.fairness.admit_count(who)
         limit = self.config.settings.max_body_bytes
-        body, size = await read_json(
-            request, limit, body_share(self.fairness, self.config, who, request)
-        )
+        share = body_share(self.fairness, self.config, who, request)
+        body, size = await read_json(request, limit, share)
         ctx = RequestContext(
             body,
             request.path_params,
@@ -110,6 +109,8 @@ class Intake:
         )
         if session is not None:
             ctx = await session.resolve(ctx)
+            if share is not None:  # the stored conversation is held as a body would be
+                share.grow_to(ctx.size)
         parsed = await self.fairness.run(who, size, wire.parse, ctx)
         rc = self.route_for(parsed)
         permit(team, rc)

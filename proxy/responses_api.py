@@ -8,6 +8,7 @@ wire's requests: the stored chain a request continues is resolved in its intake
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -21,6 +22,9 @@ from proxy.store import Store
 from proxy.teams import TeamDirectory
 
 __all__ = ["delete", "input_items_list", "retrieve"]
+
+#: A ``limit`` that may be in range: anything else is refused without being converted.
+_LIMIT = re.compile(r"[0-9]{1,3}")
 
 
 async def _guarded(
@@ -96,7 +100,9 @@ async def input_items_list(request: Request, teams: TeamDirectory, store: Store)
 def _paging(query: Mapping[str, str]) -> tuple[int, str, str | None, str | None]:
     """(limit, order, after, before) of a list query, or OpenAI's 400 for a value it refuses."""
     raw = query.get("limit", "20")
-    limit = int(raw) if raw.isdigit() else 0
+    # ASCII digits, at most three: ``int`` refuses other digits ``isdigit`` accepts ("²") and
+    # strings past 4,300 digits, and a refusal there would be a 500, not OpenAI's 400
+    limit = int(raw) if _LIMIT.fullmatch(raw) else 0
     if not 1 <= limit <= 100:
         raise ProxyError(
             400,

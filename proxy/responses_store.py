@@ -3,7 +3,10 @@
 Each stored record is one response with the WHOLE input it answered (the chain before it
 included), per team, with a TTL: resolving ``previous_response_id`` is one store read, on any
 replica (Redis) and after a restart (the embedded sqlite file). The price is storage that grows
-with the chain (each record repeats its history); the TTL bounds it.
+with the chain (each record repeats its history); the TTL bounds it in time, and
+``max_body_bytes`` in size: a request may not continue a record that, with its own body, is more
+than a body could carry (``previous_response_id`` is shorthand for sending that input again, not
+a way around the body limit), so no record grows past one body and one answer.
 
 A response is written before the client can see that it is complete (before
 ``response.completed`` goes out on a stream, before the body of a whole answer), so a follow-up
@@ -37,7 +40,7 @@ from proxy.store.base import StoreUnavailable
 from proxy.teams import Team
 from proxy.wires.base import RequestContext
 
-__all__ = ["OPEN_TEAM", "Keeper", "chain", "delete_record", "load_record", "team_key"]
+__all__ = ["OPEN_TEAM", "Keeper", "delete_record", "load_record", "team_key"]
 
 log = logging.getLogger("routefit")
 
@@ -58,6 +61,9 @@ class Keeper:
     store: Store
     #: Seconds the record lives (``routefit_settings.responses_ttl_seconds``).
     ttl: int
+    #: Bytes a continued request may carry, the record it continues and its body together
+    #: (``routefit_settings.max_body_bytes``); None: unbounded.
+    limit: int | None = None
     team: str = OPEN_TEAM
     #: What ``previous_response_id`` stands for (None: the request names none).
     prior: list[Any] | None = None
@@ -66,10 +72,19 @@ class Keeper:
 
     async def resolve(self, ctx: RequestContext) -> RequestContext:
         """The request's context with its chain resolved from the already-read body, for the
-        already-authenticated team (a 404 when it names a response the team does not have)."""
+        already-authenticated team (a 404 when it names a response the team does not have).
+        Its size is the body's and the record's: what is priced, routed and held to the body
+        limit is the whole conversation, as if the client had sent it."""
         self.team = team_key(ctx.team)
-        self.prior = await chain(self.store, self.team, ctx.body)
-        return replace(ctx, stored=self)
+        rid = _previous_id(ctx.body)
+        if rid is None:
+            return replace(ctx, stored=self)
+        raw = await _fetch(self.store, self.team, rid, "previous_response_id")
+        size = ctx.size + len(raw)
+        if self.limit is not None and size > self.limit:
+            raise _too_large(rid, len(raw), ctx.size, self.limit)
+        self.prior = _items(orjson.loads(raw))
+        return replace(ctx, stored=self, size=size)
 
     def keep(self, response: dict[str, Any], input: list[Any]) -> None:
         """A whole answer to store once the gateway has finished it (``answered``)."""
@@ -95,6 +110,12 @@ class Keeper:
 
 async def load_record(store: Store, team: str, rid: str, param: str | None) -> dict[str, Any]:
     """The stored record ``rid`` of ``team``; a 404 naming ``param`` (or the id) when absent."""
+    record: dict[str, Any] = orjson.loads(await _fetch(store, team, rid, param))
+    return record
+
+
+async def _fetch(store: Store, team: str, rid: str, param: str | None) -> bytes:
+    """The stored record's bytes (sized before they are parsed); a 404 as ``load_record``."""
     try:
         raw = await store.get_response(team, rid) if rid else None
     except StoreUnavailable:
@@ -110,8 +131,19 @@ async def load_record(store: Store, team: str, rid: str, param: str | None) -> d
                 code="previous_response_not_found",
             )
         raise ProxyError(404, f"No response found with id '{rid}'.", code="not_found")
-    record: dict[str, Any] = orjson.loads(raw)
-    return record
+    return raw
+
+
+def _too_large(rid: str, stored: int, body: int, limit: int) -> ProxyError:
+    """The body limit's 413 for a continuation: the client may start the conversation anew."""
+    return ProxyError(
+        413,
+        f"Previous response '{rid}' continues a conversation of {stored:,} bytes; with this "
+        f"request's {body:,} bytes it exceeds the limit of {limit:,} bytes a request may carry. "
+        f"Start a new conversation, or send the input it needs without previous_response_id.",
+        param="previous_response_id",
+        code="request_too_large",
+    )
 
 
 def _output_items(response: Mapping[str, Any]) -> list[Any]:
@@ -119,15 +151,19 @@ def _output_items(response: Mapping[str, Any]) -> list[Any]:
     return list(output) if isinstance(output, list) else []
 
 
-async def chain(store: Store, team: str, body: Any) -> list[Any] | None:
-    """The items ``previous_response_id`` stands for: the stored response's whole input and its
-    output (None when the body names none, or is not an object: the wire's parse reports that)."""
+def _previous_id(body: Any) -> str | None:
+    """The response a body continues (None when it names none, or is not an object: the wire's
+    parse reports that)."""
     if not isinstance(body, Mapping) or body.get("previous_response_id") is None:
         return None
     previous = body["previous_response_id"]
     if not isinstance(previous, str):
         raise ProxyError(400, "previous_response_id must be a string", param="previous_response_id")
-    record = await load_record(store, team, previous, "previous_response_id")
+    return previous
+
+
+def _items(record: Mapping[str, Any]) -> list[Any]:
+    """The items a stored record stands for: its whole input and its output."""
     return list(record.get("input") or []) + _output_items(record.get("response") or {})
 
 

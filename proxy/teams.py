@@ -45,11 +45,13 @@ __all__ = [
 
 #: The team id of LiteLLM's ``general_settings.master_key`` (reserved: no configured team has it).
 MASTER_TEAM = "master-key"
-#: Team ids no configured team may take: the master key's, and the store namespace of dashboard
-#: sessions (``proxy.ui.auth``).
+#: Team ids no configured team may take: the master key's, and the store namespaces of dashboard
+#: sessions (``proxy.ui.auth``) and of an open gateway (``proxy.responses_store.OPEN_TEAM``,
+#: ``proxy.records.ANONYMOUS``: a team of that id would read what keyless clients left there).
 RESERVED_TEAMS = {
     MASTER_TEAM: "general_settings.master_key's team",
     "routefit-ui-sessions": "dashboard sessions",
+    "-": "an open gateway's stored responses and request log",
 }
 #: Compared against when a hash is absent, so the work per key does not say which keys exist.
 _NO_KEY = bytes(32)
