@@ -9,8 +9,9 @@ Errors name the file and the key path (``routes.yaml: model_list[2].routefit.tok
 An unknown key inside a routefit block is an error with the closest known key; keys of LiteLLM's
 blocks that routefit does not use are accepted with one warning each, so a LiteLLM config loads
 as is. ``os.environ/NAME`` values resolve from the environment; an unset variable becomes null
-with a note in ``Config.missing_env`` (a missing provider key must not stop pricing or
-``/routefit/fit`` from working).
+(the key's default) with a note in ``Config.missing_env`` (a missing provider key must not stop
+pricing or ``/routefit/fit`` from working); a set one is text, read as YAML would read it where a
+key takes a number or a switch (``reader.EnvText``).
 
 One module per concern: ``reader`` (paths, environment, strict/loose blocks), ``window``,
 ``tokenizing``, ``images``, ``policy``, ``transport``, ``settings``, ``teams``, ``routes`` (one

@@ -133,9 +133,10 @@ def read_access(settings: Mapping[str, Any], unresolved: Any, general: Any, rd: 
     master = _master_key(general, rd)
     cert, key, password = _tls(settings.get("tls"), f"{where}.tls", rd)
     sim = rd.strict(settings.get("simulator"), _SIM_KEYS, f"{where}.simulator")
-    fetch = sim.get("fetch_loopback_images", False)
-    if not isinstance(fetch, bool):
-        raise rd.error(f"{where}.simulator.fetch_loopback_images", "must be true or false")
+    fetch = sim.get("fetch_loopback_images")  # null (an unset variable too): the default
+    fetch = (
+        False if fetch is None else rd.boolean(fetch, f"{where}.simulator.fetch_loopback_images")
+    )
     required = any(
         (
             _given(unresolved, "teams"),

@@ -63,12 +63,11 @@ def read_deployment(
     the other entries of the alias)."""
     written = info.get("id")
     ident = "" if written is None else rd.string(str(written), f"{where}.model_info.id")
-    weight = params.get("weight", 1)
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
-        raise rd.error(f"{where}.litellm_params.weight", "must be a positive number")
+    # rd.number: an ``.inf`` weight took every pick (and two of them none by weight at all)
+    weight = rd.number(params.get("weight", 1), f"{where}.litellm_params.weight")
     return DeploymentFacts(
         id=ident,
-        weight=float(weight),
+        weight=weight,
         rpm=_limit(item, params, "rpm", where, rd),
         tpm=_limit(item, params, "tpm", where, rd),
     )

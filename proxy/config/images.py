@@ -60,7 +60,9 @@ def _read_limits(raw: Any, where: str, rd: Reader) -> ImageLimits:
 
 def _read_fetch(raw: Any, where: str, rd: Reader) -> ImageFetchPolicy:
     if raw is not None:
-        rd.strict(raw, _FETCH_KEYS, where)
+        block = rd.strict(raw, _FETCH_KEYS, where)
+        if block.get("timeout_s") is not None:  # ``.nan`` passed ``<= 0``: no fetch finished
+            rd.number(block["timeout_s"], f"{where}.timeout_s")
     try:
         return parse_fetch_policy(raw)
     except ValueError as exc:

@@ -99,10 +99,9 @@ def _drop_params(block: Any, rd: Reader) -> bool:
     for key in block:
         if key not in LITELLM_SETTINGS_USED:
             rd.warn(f"litellm_settings.{key}", "not used by routefit; ignored")
-    drop = block.get("drop_params", False)
-    if not isinstance(drop, bool):
-        raise rd.error("litellm_settings.drop_params", "must be true or false")
-    return drop
+    at = "litellm_settings.drop_params"
+    drop = rd.resolve(block.get("drop_params", False), at)
+    return False if drop is None else rd.boolean(drop, at)
 
 
 def _dropping(rc: RouteConfig) -> RouteConfig:
@@ -125,6 +124,7 @@ def _deployments(
     table: dict[str, list[RouteConfig]] = {}
     seen: dict[str, int] = {}
     occurrences: dict[tuple[str, str, object], int] = {}
+    entries: dict[str, int] = {}  # alias → its first entry's index
     modelmap.prefetch(_models(items))
     for i, item in enumerate(items):
         rc = read_route(item, f"model_list[{i}]", rd, default_timeout)
@@ -142,7 +142,26 @@ def _deployments(
         found = table.setdefault(alias, [])
         same = not found or _counts_alike(found[0], rc)
         found.append(replace(rc, first=not found, counts_as_first=same))
+        entries.setdefault(alias, i)
+    _calibration_keys_apart(table, entries, rd)
     return {alias: tuple(rcs) for alias, rcs in table.items()}
+
+
+def _calibration_keys_apart(
+    table: Mapping[str, list[RouteConfig]], entries: Mapping[str, int], rd: Reader
+) -> None:
+    """A deployment that counts unlike its alias's first learns under ``alias@id``; a
+    ``model_name`` spelt the same would share its corrections and anchors (two tokenizers'
+    samples in one fit), so the file must tell them apart."""
+    for alias, found in table.items():
+        for rc in found:
+            key = rc.calibration_key
+            if key != alias and key in entries:
+                raise rd.error(
+                    f"model_list[{entries[key]}].model_name",
+                    f"{key!r} is also the calibration key of {alias!r}'s deployment "
+                    f"{rc.deployment_id!r}: rename the model_name or that model_info.id",
+                )
 
 
 def _counts_alike(a: RouteConfig, b: RouteConfig) -> bool:

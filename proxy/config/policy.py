@@ -11,8 +11,8 @@ from dataclasses import fields
 from types import MappingProxyType
 from typing import Any
 
-from proxy.config.reader import Reader
-from strategies.policy import FitPolicy
+from proxy.config.reader import Reader, scalar
+from strategies.policy import MIN_PROMPT_TOKENS, FitPolicy
 
 __all__ = ["FIT_KEYS", "SHORTCUTS", "read_overrides", "read_route_policy"]
 
@@ -26,10 +26,15 @@ def read_overrides(raw: Any, where: str, rd: Reader) -> Mapping[str, Any]:
     block = rd.strict(raw, FIT_KEYS, where)
     out: dict[str, Any] = {}
     for key, value in block.items():
-        try:
-            out[key] = getattr(FitPolicy.parse({key: value}), key)
+        try:  # an os.environ/NAME value is text: the knob gets the number it spells
+            out[key] = getattr(FitPolicy.parse({key: scalar(value)}), key)
         except ValueError as exc:
             raise rd.error(f"{where}.{key}", str(exc)) from None
+        if key == "max_prompt_tokens" and out[key] is not None and out[key] < MIN_PROMPT_TOKENS:
+            raise rd.error(  # a budget of 0 loaded, and refused every request of the route
+                f"{where}.{key}",
+                f"must be at least {MIN_PROMPT_TOKENS}: a smaller budget holds no prompt",
+            )
     return MappingProxyType(out)
 
 

@@ -10,9 +10,10 @@ it needs and warns about the rest, so a LiteLLM config loads as is.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from math import inf
 from typing import Any
 
-__all__ = ["ENV_PREFIX", "ConfigError", "Reader", "unknown_key"]
+__all__ = ["ENV_PREFIX", "ConfigError", "EnvText", "Reader", "scalar", "unknown_key"]
 
 ENV_PREFIX = "os.environ/"
 #: LiteLLM's own top-level and per-model keys: never taken for a misspelt routefit key.
@@ -32,6 +33,34 @@ _LITELLM_KEYS = frozenset(
 
 class ConfigError(ValueError):
     """A config mistake; the message names the file and the key path."""
+
+
+class EnvText(str):
+    """A value read from the environment (``os.environ/NAME``): always text, where the file
+    could have written a number or a switch. It is a ``str`` to every reader of text (keys,
+    URLs); the readers of numbers and switches read it as YAML would have read it in the file,
+    so ``max_body_bytes: os.environ/MAX_BODY`` is not refused for being ``"1048576"``."""
+
+
+#: What YAML (and LiteLLM's pydantic) read as a switch.
+_TRUE = frozenset({"true", "yes", "on"})
+_FALSE = frozenset({"false", "no", "off"})
+
+
+def scalar(value: Any) -> Any:
+    """``value`` as the file would have given it: an environment value's text becomes the
+    integer, number or boolean it spells (anything else stays text, for the caller to refuse)."""
+    if not isinstance(value, EnvText):
+        return value
+    text = value.strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return value
 
 
 def _close(word: str, names: Iterable[str], cutoff: float) -> list[str]:
@@ -59,6 +88,8 @@ class Reader:
         self.environ = environ
         self.warnings: list[str] = []
         self.missing_env: list[str] = []
+        #: Path → the unset variable it names (``resolve``).
+        self.unset: dict[str, str] = {}
 
     def error(self, where: str, message: str) -> ConfigError:
         return ConfigError(
@@ -69,15 +100,24 @@ class Reader:
         self.warnings.append(f"{self.path}: {where}: {message}")
 
     def resolve(self, value: Any, where: str) -> Any:
-        """Resolve ``os.environ/NAME`` references anywhere in a value (unset: null, noted)."""
+        """Resolve ``os.environ/NAME`` references anywhere in a value (unset: null, noted).
+
+        A mapping's key whose variable is unset is left out, as if not written: it takes the
+        key's default, as docs/configuration.md says (``max_body_bytes: os.environ/UNSET`` was
+        refused as a null that is not an integer). ``unset`` keeps where, for a key whose
+        default would widen what the file allows (a team's ``routes``)."""
         if isinstance(value, str) and value.startswith(ENV_PREFIX):
             name = value[len(ENV_PREFIX) :]
             if name not in self.environ:
                 self.missing_env.append(f"{where} ({name})")
+                self.unset[where] = name
                 return None
-            return self.environ[name]
+            return EnvText(self.environ[name])
         if isinstance(value, Mapping):
-            return {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
+            out = {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
+            return {
+                k: v for k, v in out.items() if v is not None or f"{where}.{k}" not in self.unset
+            }
         if isinstance(value, list):
             return [self.resolve(v, f"{where}[{i}]") for i, v in enumerate(value)]
         return value
@@ -120,19 +160,29 @@ class Reader:
                 raise self.error(f"{where}.{key}" if where else text, unknown_key(key, mine))
             self.warn(f"{where}.{key}" if where else text, "not used by routefit; ignored")
 
-    def integer(self, value: Any, where: str, minimum: int = 0) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    def integer(self, value: Any, where: str, minimum: int = 0, maximum: int | None = None) -> int:
+        """An integer in bounds; one past ``maximum`` is refused by name rather than clamped, so
+        the file never says more than routefit does."""
+        value = scalar(value)
+        wrong = isinstance(value, bool) or not isinstance(value, int) or value < minimum
+        if maximum is not None and (wrong or value > maximum):
+            raise self.error(where, f"must be an integer from {minimum} to {maximum}")
+        if wrong:
             raise self.error(where, f"must be an integer >= {minimum}")
-        return value
+        return int(value)
 
     def boolean(self, value: Any, where: str) -> bool:
+        value = scalar(value)
         if not isinstance(value, bool):
             raise self.error(where, "must be true or false")
         return value
 
     def number(self, value: Any, where: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise self.error(where, "must be a positive number")
+        """A positive finite number: YAML's ``.nan`` passed ``value <= 0`` and timed every
+        request out at once (a NaN deadline), or spun a refresh loop without a pause."""
+        value = scalar(value)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < inf:
+            raise self.error(where, "must be a positive number (not .inf or .nan)")
         return float(value)
 
     def string(self, value: Any, where: str) -> str:

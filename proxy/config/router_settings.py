@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.config.reader import Reader, unknown_key
+from proxy.config.reader import Reader, scalar, unknown_key
 
 __all__ = [
     "ALLOWED_FAILS_POLICY_KEYS",
@@ -81,6 +81,7 @@ class RouterSettings:
 
 
 def _seconds(value: Any, where: str, rd: Reader) -> float:
+    value = scalar(value)  # an os.environ/NAME value is text
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise rd.error(where, "must be a number of seconds >= 0")
     if not math.isfinite(value):

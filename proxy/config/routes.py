@@ -102,6 +102,26 @@ class RouteConfig:
         return f"{self.route.alias}@{self.deployment_id}"
 
 
+def _model(value: Any, where: str, rd: Reader) -> None:
+    """litellm's model string: ``provider/name`` with both parts (``openai/`` sent the model
+    "" upstream; ``/gpt-4o`` made "" the provider, taken to litellm), or a map's bare name."""
+    model = rd.string(value, where)
+    provider, slash, name = model.partition("/")
+    if slash and not (provider and name):
+        raise rd.error(where, f"{model!r}: write provider/name (e.g. openai/gpt-4o)")
+
+
+def _read_info(info: Mapping[str, Any], where: str, rd: Reader) -> Mapping[str, Any]:
+    """model_info with the keys routefit reads resolved (``max_input_tokens:
+    os.environ/WINDOW`` was read as the text ``os.environ/WINDOW`` and refused); LiteLLM's other
+    keys are left as written, their variables none of routefit's business."""
+    rd.loose(info, MODEL_INFO_KEYS, f"{where}.model_info")
+    return {
+        key: rd.resolve(value, f"{where}.model_info.{key}") if key in MODEL_INFO_KEYS else value
+        for key, value in info.items()
+    }
+
+
 def _blocks(
     item: Mapping[str, Any], where: str, rd: Reader
 ) -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]:
@@ -110,9 +130,8 @@ def _blocks(
     params = rd.resolve(
         rd.mapping(item.get("litellm_params"), f"{where}.litellm_params"), f"{where}.litellm_params"
     )
-    rd.string(params.get("model"), f"{where}.litellm_params.model")
-    info = rd.mapping(item.get("model_info"), f"{where}.model_info")
-    rd.loose(info, MODEL_INFO_KEYS, f"{where}.model_info")
+    _model(params.get("model"), f"{where}.litellm_params.model", rd)
+    info = _read_info(rd.mapping(item.get("model_info"), f"{where}.model_info"), where, rd)
     own = rd.strict(item.get("routefit"), ROUTEFIT_KEYS, f"{where}.routefit")
     if own.get("forward_client_key") is not None:  # read as ``is True``: "yes" would be off
         rd.boolean(own["forward_client_key"], f"{where}.routefit.forward_client_key")

@@ -12,7 +12,7 @@ from typing import Any
 
 from pricing.calibration import CalibrationPolicy
 from proxy.config.access import ACCESS_KEYS, Access
-from proxy.config.reader import Reader
+from proxy.config.reader import Reader, scalar
 from proxy.store.settings import (
     STORE_KEYS,
     StoreSettings,
@@ -129,17 +129,21 @@ class RequestLogSettings:
 
 def _request_log(raw: Any, where: str, rd: Reader) -> RequestLogSettings:
     block = rd.strict(raw, REQUEST_LOG_KEYS, where)
-    contents = block.get("contents", False)
-    if not isinstance(contents, bool):
-        raise rd.error(f"{where}.contents", "must be true or false")
+    contents = rd.boolean(block.get("contents", False), f"{where}.contents")
     keep = rd.integer(block.get("keep", _REQUEST_LOG_KEEP), f"{where}.keep", 1)
     return RequestLogSettings(contents=contents, keep=keep)
 
 
 _CALIBRATION_EXTRA = frozenset({"refresh_seconds", "anchor_ttl"})
 _CALIBRATION_KEYS = frozenset(CalibrationPolicy.__dataclass_fields__) | _CALIBRATION_EXTRA
+#: Calibration knobs whose 0 turns a part off rather than being a mistake.
+_CALIBRATION_ZERO_OK = frozenset({"interval"})
 _STORE_PATH = "routefit.sqlite3"
 _MAX_BODY = 32 * 1024 * 1024
+#: Each retry is another provider call of the same request, with backoff: more than this
+#: multiplies an outage's load and its clients' wait. Past it the file is refused, not clamped
+#: (a silent 5 read as the 9 written).
+_MAX_UPSTREAM_RETRIES = 5
 #: OpenAI keeps a stored response 30 days.
 _RESPONSES_TTL = 30 * 86_400
 
@@ -190,13 +194,16 @@ def _calibration(raw: Any, where: str, rd: Reader) -> tuple[CalibrationPolicy, f
     cal = dict(rd.strict(raw, _CALIBRATION_KEYS, where))
     refresh = rd.number(cal.pop("refresh_seconds", 5.0), f"{where}.refresh_seconds")
     anchor_ttl = rd.number(cal.pop("anchor_ttl", 3600.0), f"{where}.anchor_ttl")
-    for key, value in cal.items():
+    for key, written in cal.items():
+        value = scalar(written)  # an os.environ/NAME value is text: the policy gets the number
         if key in ("min_samples", "window"):
-            rd.integer(value, f"{where}.{key}", 1)
+            cal[key] = rd.integer(value, f"{where}.{key}", 1)
         elif key == "model":  # a name, checked by CalibrationPolicy (it was refused as a number)
-            rd.string(value, f"{where}.{key}")
+            cal[key] = str(rd.string(value, f"{where}.{key}"))
+        elif key in _CALIBRATION_ZERO_OK and value == 0 and not isinstance(value, bool):
+            cal[key] = 0  # "0: none", as docs/calibration.md says (it was refused as not positive)
         else:
-            rd.number(value, f"{where}.{key}")
+            cal[key] = rd.number(value, f"{where}.{key}")
     try:
         return CalibrationPolicy(**cal), refresh, anchor_ttl
     except (TypeError, ValueError) as exc:
@@ -233,7 +240,9 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
     scraper = raw.get("metrics_key")
     if scraper is not None:
         scraper = rd.string(scraper, f"{where}.metrics_key")
-    retries = rd.integer(raw.get("upstream_retries", 0), f"{where}.upstream_retries")
+    retries = rd.integer(
+        raw.get("upstream_retries", 0), f"{where}.upstream_retries", 0, _MAX_UPSTREAM_RETRIES
+    )
     calibration, refresh, anchor_ttl = _calibration(
         raw.get("calibration"), f"{where}.calibration", rd
     )
@@ -248,7 +257,7 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         admin_key_hash=hash_key(admin) if admin else None,
         metrics_key_hash=hash_key(scraper) if scraper else None,
         budget_failure_mode=mode,
-        upstream_retries=min(retries, 5),
+        upstream_retries=retries,
         exact_prompt_headers=rd.boolean(
             raw.get("exact_prompt_headers", False), f"{where}.exact_prompt_headers"
         ),

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.config.policy import read_overrides
-from proxy.config.reader import Reader
+from proxy.config.reader import Reader, scalar
 from proxy.teams import RESERVED_TEAMS, Quotas, Team, hash_key
 
 __all__ = ["TEAM_KEYS", "read_teams"]
@@ -50,10 +50,20 @@ def _key_hashes(raw: Any, where: str, seen: set[bytes], rd: Reader) -> tuple[byt
 
 
 def _routes(raw: Any, aliases: Sequence[str], where: str, rd: Reader) -> frozenset[str] | None:
+    if raw is None and where in rd.unset:  # left out, it would mean every route
+        raise rd.error(
+            where,
+            f"os.environ/{rd.unset[where]} is unset: a team's routes are never widened to every "
+            "route by a missing variable (leave routes out for every route)",
+        )
     if raw is None:
         return None
     if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
         raise rd.error(where, "must be a list of model aliases")
+    if not raw:  # a team whose every request is a 403: a mistake, never a way to say "all"
+        raise rd.error(
+            where, "is empty: the team could reach no route (leave routes out for every route)"
+        )
     missing = [r for r in raw if r not in aliases]
     if missing:
         raise rd.error(where, f"unknown model alias(es) {missing} (configured: {list(aliases)})")
@@ -62,14 +72,16 @@ def _routes(raw: Any, aliases: Sequence[str], where: str, rd: Reader) -> frozens
 
 def _quotas(raw: Any, where: str, rd: Reader) -> Quotas:
     values: dict[str, Any] = {}
-    for key, value in rd.strict(raw, _QUOTA_KEYS, where).items():
+    for key, written in rd.strict(raw, _QUOTA_KEYS, where).items():
+        value = scalar(written)  # an os.environ/NAME value is text
         if value is None:
             continue
-        integer = key != "usd_per_month"
-        ok = isinstance(value, int) if integer else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok or value <= 0:
-            kind = "integer" if integer else "number"
-            raise rd.error(f"{where}.{key}", f"must be a positive {kind}")
+        if key == "usd_per_month":  # finite: ``.nan``/``.inf`` passed ``<= 0``; round() raises
+            rd.number(value, f"{where}.{key}")
+            values[key] = value  # as written: ``routefit check`` prints 10, not 10.0
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise rd.error(f"{where}.{key}", "must be a positive integer")
         values[key] = value
     return Quotas(**values)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from proxy.config.reader import Reader
 
@@ -123,6 +124,33 @@ def _timeout(
     return default
 
 
+def _api_base(params: Mapping[str, Any], where: str, rd: Reader) -> str | None:
+    """The written base, checked where it is written: ``api_base: 8000`` became the URL "8000"
+    and ``localhost:8000/v1`` (no scheme) loaded, each failing every request instead."""
+    for key in ("api_base", "base_url"):
+        value = params.get(key)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise rd.error(f"{where}.litellm_params.{key}", "must be a URL (a string)")
+        parts = urlsplit(value)
+        if not parts.scheme or not parts.netloc:
+            raise rd.error(
+                f"{where}.litellm_params.{key}",
+                f"{value!r} is not a URL: write scheme and host (http://host:port/v1)",
+            )
+        return value
+    return None
+
+
+def _api_key(params: Mapping[str, Any], where: str, rd: Reader) -> str | None:
+    """A key is text: ``api_key: 12345`` stayed an integer no header can carry."""
+    value = params.get("api_key")
+    if value is not None and not isinstance(value, str):
+        raise rd.error(f"{where}.litellm_params.api_key", "must be a string (quote it)")
+    return value
+
+
 def read_upstream(
     params: Mapping[str, Any],
     own: Mapping[str, Any],
@@ -134,7 +162,7 @@ def read_upstream(
     """``params`` is the route's resolved litellm_params, ``own`` its routefit block; ``where``
     the route (``model_list[i]``)."""
     transport = _transport(own, provider, where, rd)
-    api_base = params.get("api_base") or params.get("base_url")
+    api_base = _api_base(params, where, rd)
     if transport == "openai" and not api_base:
         api_base = DEFAULT_API_BASES.get(provider)
         if api_base is None:
@@ -148,7 +176,7 @@ def read_upstream(
         provider=provider,
         transport=transport,
         api_base=str(api_base).rstrip("/") if api_base else None,
-        api_key=params.get("api_key"),
+        api_key=_api_key(params, where, rd),
         timeout=_timeout(own, params, default_timeout, where, rd),
         extra={k: v for k, v in params.items() if k not in LITELLM_PARAMS},
     )

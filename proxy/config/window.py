@@ -79,6 +79,23 @@ def _map_limit(entry: Mapping[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _output_limit(
+    info: Mapping[str, Any], entry: Mapping[str, Any], where: str, rd: Reader
+) -> int | None:
+    """The file's output limit before the map's: ``max_tokens`` is LiteLLM's older name for
+    the same limit (its map's spec: the output limit where the provider gives one), so an
+    operator who wrote only it meant it over whatever the map ships (a deployment limited
+    below the public model). ``max_output_tokens`` wins when both are written."""
+    written = _limit(info, "max_output_tokens", where, rd)
+    legacy = _limit(info, "max_tokens", where, rd)
+    return (
+        written
+        or legacy
+        or _map_limit(entry, "max_output_tokens")
+        or _map_limit(entry, "max_tokens")
+    )
+
+
 def read_window(
     own: Mapping[str, Any],
     info: Mapping[str, Any],
@@ -102,12 +119,7 @@ def read_window(
             f"{DEFAULT_WINDOW}-token window",
         )
     info_where = f"{where}.model_info"
-    max_out = (
-        _limit(info, "max_output_tokens", info_where, rd)
-        or _map_limit(entry, "max_output_tokens")
-        or _limit(info, "max_tokens", info_where, rd)
-        or _map_limit(entry, "max_tokens")
-    )
+    max_out = _output_limit(info, entry, info_where, rd)
     return Window(
         context_window=window,
         max_output_tokens=max_out or DEFAULT_MAX_OUTPUT,
