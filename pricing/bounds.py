@@ -80,6 +80,7 @@ from pricing.meter import (
     MessagePressure,
     Pressure,
     Sizes,
+    audio_reference_price,
     defaulted_tokens,
     price_image,
     recall,
@@ -517,6 +518,11 @@ def _bound_message(
         by_default, of_unknown_size = defaulted_tokens(price)
         defaulted += by_default
         unsized += of_unknown_size
+    reference = audio_reference_price(message, route, i)  # as the meter has it
+    if reference is not None:
+        details.append(reference)
+        images += reference.tokens
+        defaulted, unsized = defaulted + reference.tokens, unsized + reference.tokens
     frame = frame_message(message, route.framing, tok, prev_role)
     return MessagePressure(
         i,

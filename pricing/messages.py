@@ -82,6 +82,9 @@ class Message:
     tool_call_id: str | None = None
     #: The wire dict this message was parsed from (or will be rendered as). Never mutated.
     wire: Mapping[str, Any] | None = None
+    #: An assistant's ``audio: {"id": ...}``: an earlier audio answer the provider re-reads
+    #: (priced by ``pricing.recordings.audio_reference_tokens``).
+    audio: str | None = None
     #: The image parts, in order (derived once: fitting asks for them often).
     images: tuple[ImagePart, ...] = field(init=False, repr=False, compare=False)
 
@@ -273,7 +276,25 @@ def parse_message(raw: Any, index: int) -> Message:
         tool_calls=calls,
         tool_call_id=tool_call_id,
         wire=raw,
+        audio=_audio_reference(raw, role, index),
     )
+
+
+def _audio_reference(raw: Mapping[str, Any], role: str, index: int) -> str | None:
+    """The id of the earlier audio answer an assistant message stands for: it must be read,
+    not skipped, because the provider counts that answer's audio (a reference priced at nothing
+    let a conversation of spoken answers overflow the window). Other roles' ``audio`` is no
+    OpenAI field and is forwarded unread, as before."""
+    value = raw.get("audio")
+    if role != "assistant" or value is None:
+        return None
+    ref = value.get("id") if isinstance(value, Mapping) else None
+    if not isinstance(ref, str):
+        where = f"messages[{index}].audio"
+        raise RequestError(
+            f"{where} must be an object with the id of an earlier audio answer", where
+        )
+    return ref
 
 
 def _message_calls(raw: Mapping[str, Any], index: int) -> tuple[ToolCall, ...]:
@@ -394,6 +415,8 @@ def message_wire(message: Message) -> Mapping[str, Any]:
         ]
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
+    if message.audio is not None:
+        out["audio"] = {"id": message.audio}
     return out
 
 

@@ -22,8 +22,9 @@ from pricing.framing import frame_message, tools_tokens
 from pricing.images.kinds import GOOGLE_KINDS
 from pricing.lru import LRU
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart
-from pricing.probe import GOOGLE_ONLY, ImageError, placeholder, probe
+from pricing.probe import GOOGLE_ONLY, ImageError, Size, placeholder, probe
 from pricing.recordings import (
+    audio_reference_tokens,
     is_recording,
     recording_kind,
     recording_tokens,
@@ -38,6 +39,7 @@ __all__ = [
     "MessageCache",
     "MessagePressure",
     "Pressure",
+    "audio_reference_price",
     "defaulted_tokens",
     "measure",
     "measure_kept",
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 #: Image sizes learnt outside pricing (e.g. fetched URL headers), by URL.
-Sizes = Mapping[str, tuple[int, int]]
+Sizes = Mapping[str, Size]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +180,12 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
         )
     width: int | None
     height: int | None
+    transposed = False  # its EXIF orientation may turn it: priced both ways
     if info is not None:
-        width, height = info.width, info.height
+        width, height, transposed = info.width, info.height, info.transposed
     elif sizes is not None and part.url in sizes:
-        width, height = sizes[part.url]
+        width, height, *turned = sizes[part.url]
+        transposed = any(turned)
     else:
         width = height = None
     if not visual:
@@ -197,7 +201,7 @@ def price_image(part: ImagePart, route: Route, sizes: Sizes | None) -> ImagePric
             part.detail,
             width,
             height,
-            rule.tokens(width, height, part.detail),
+            rule.tokens(width, height, part.detail, transposed=transposed),
             True,
         )
     worst = rule.worst_case(part.detail)
@@ -242,6 +246,20 @@ def _price_recording(part: ImagePart, route: Route) -> ImagePrice:
     text = placeholder(None, part.url)
     tokens = get_tokenizer(route.tokenizer, route.scope).count(text)
     return ImagePrice(0, 0, "text-only", part.detail, None, None, tokens, True, text)
+
+
+#: The rule an assistant's audio reference reports (``audio_reference_price``).
+AUDIO_REFERENCE = "audio-reference"
+
+
+def audio_reference_price(message: Message, route: Route, index: int) -> ImagePrice | None:
+    """An assistant's ``audio: {"id": ...}`` as the route counts it: at its worst case, of
+    unknown size (calibration never prices it lower), reported apart with no content part of its
+    own (part -1). None when the message carries none."""
+    if message.audio is None:
+        return None
+    tokens = audio_reference_tokens(route.provider, route.max_output_tokens)
+    return ImagePrice(index, -1, AUDIO_REFERENCE, "auto", None, None, tokens, False)
 
 
 def defaulted_tokens(price: ImagePrice) -> tuple[int, int]:
@@ -290,6 +308,11 @@ def measure_message(
             by_default, of_unknown_size = defaulted_tokens(price)
             defaulted += by_default
             unsized += of_unknown_size
+    reference = audio_reference_price(message, route, index)
+    if reference is not None:
+        images.append(reference)
+        image_tokens += reference.tokens
+        defaulted, unsized = defaulted + reference.tokens, unsized + reference.tokens
     frame = frame_message(message, route.framing, tok, prev_role)
     classes[STRUCTURED] += frame.text  # tool-call names and JSON arguments
     pressure = MessagePressure(
@@ -369,11 +392,12 @@ class MessageCache(LRU["MessagePressure"]):
 
     @staticmethod
     def key(message: Message, prev_role: str | None, prefix: bytes) -> bytes | None:
-        """The message's key under ``prefix`` (None: it has images, and is not kept): a digest
+        """The message's key under ``prefix`` (None: it has images or an audio reference, and is
+        not kept): a digest
         of its fields serialised as JSON, which no two different messages share but by a
         collision of the 128-bit digest (a text with a lone surrogate, which JSON cannot hold,
         as its ``repr``: a tuple's, never a JSON array's)."""
-        if message.images:
+        if message.images or message.audio is not None:
             return None
         fields = (
             message.role,

@@ -2,9 +2,10 @@
 
 Pricing needs an image's dimensions, never its pixels. Every supported format states them in
 its first bytes (JPEG at the end of its metadata segments, which the parser hops over by their
-length fields), so a data URL is probed by decoding only the few base64 groups that hold those
-bytes: a 10 MB photo costs a handful of 4-character decodes, and a pixel bomb (a tiny file
-declaring 100000x100000) is refused before anything is allocated for it.
+length fields, reading only an EXIF block's orientation: a quarter turn swaps the sides), so
+a data URL is probed by decoding only the few base64 groups that hold those bytes: a 10 MB
+photo costs a handful of 4-character decodes, and a pixel bomb (a tiny file declaring
+100000x100000) is refused before anything is allocated for it.
 
 The parsers are written out here rather than borrowed from Pillow: ``Image.open`` is lazy too,
 but it wants a seekable file-like object holding every byte up to the header and its error
@@ -25,7 +26,7 @@ import binascii
 import contextlib
 import hashlib
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -44,10 +45,12 @@ __all__ = [
     "ImageError",
     "ImageInfo",
     "ProbeCache",
+    "Size",
     "check_header",
     "placeholder",
     "probe",
     "read_header",
+    "size_of",
 ]
 
 #: Formats whose headers routefit reads: what OpenAI, Anthropic and DeepSeek accept, and HEIF
@@ -70,11 +73,29 @@ class ImageError(RequestError):
 
 @dataclass(frozen=True, slots=True)
 class Header:
-    """What an image's header says: its format and the dimensions it declares."""
+    """What an image's header says: its format and the dimensions it declares.
+
+    ``transposed``: its EXIF orientation (JPEG) may show it turned a quarter, width and height
+    swapped; a provider that applies the tag sees it so, one that does not sees it as stored,
+    so a rule prices it both ways and takes the larger (docs/images.md § EXIF orientation).
+    """
 
     format: str
     width: int
     height: int
+    transposed: bool = False
+
+
+#: An image's size learnt from its header: (width, height), with a third item True when its
+#: orientation may turn it (``Header.transposed``: priced both ways).
+Size = tuple[int, int] | tuple[int, int, bool]
+
+
+def size_of(header: Header) -> Size:
+    """``header``'s size as ``Size``: the plain pair unless the picture may be turned."""
+    if header.transposed:
+        return header.width, header.height, True
+    return header.width, header.height
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +104,8 @@ class ImageInfo:
 
     ``digest`` is the hex fingerprint of the data URL (see the module docstring): stable for
     the same image, used as the cache key and in placeholders; it is not a hash of every byte.
-    ``size`` is the decoded size in bytes, computed from the base64 length.
+    ``size`` is the decoded size in bytes, computed from the base64 length (whitespace of a
+    line-wrapped payload counted out only where it decides the route's limit: ``probe``).
     """
 
     width: int
@@ -91,6 +113,8 @@ class ImageInfo:
     format: str
     digest: str
     size: int = 0
+    #: ``Header.transposed``: priced in both orientations.
+    transposed: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,6 +129,15 @@ class _NeedMore(Exception):
     def __init__(self, needed: int) -> None:
         super().__init__(needed)
         self.needed = needed
+
+
+class _Ended(_NeedMore):
+    """No byte past the end will be read: a data URL's payload is whole (``unknown`` False);
+    a stream cut at its byte cap is not (True: what lies past the cut is not known)."""
+
+    def __init__(self, needed: int, unknown: bool) -> None:
+        super().__init__(needed)
+        self.unknown = unknown
 
 
 def _png(read: Read) -> Header:
@@ -150,30 +183,107 @@ _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 _MAX_JPEG_SEGMENTS = 1024
 
 
+#: EXIF Orientation values that show the stored picture as it is, or mirrored, or turned a half
+#: (width and height kept); any other value (5-8: a quarter turn, or one no decoder knows) is
+#: priced both ways.
+_UPRIGHT = frozenset({1, 2, 3, 4})
+_ORIENTATION = 0x0112
+#: EXIF value types the orientation may be stored as: BYTE, SHORT, LONG (little-endian codes).
+_EXIF_TYPES = {1: "B", 3: "H", 4: "I"}
+
+
 def _jpeg(read: Read) -> Header:
-    """Walk the segments to the first start-of-frame; metadata (EXIF, ICC, XMP) is skipped by
-    its length field, so only a few bytes at each segment boundary are ever read."""
+    """The frame header's size and whether an EXIF block turns it. Segments are walked to the
+    scan (an EXIF block after the frame header still counts for the decoders that read it);
+    metadata is skipped by its length field, so only a few bytes of each are ever read."""
+    frame: tuple[int, int] | None = None
+    transposed = False
+    try:
+        for marker, pos, length in _segments(read):
+            if marker in _SOF and frame is None:
+                height, width = struct.unpack(">HH", read(pos + 5, 4))
+                frame = width, height
+            elif marker == 0xE1 and not transposed:
+                transposed = _exif_transposes(read, pos + 4, pos + 2 + length)
+    except _Ended as end:
+        if frame is None:
+            raise
+        transposed = transposed or end.unknown
+    except _Unwalked as stop:
+        if frame is None:
+            raise ImageError(stop.reason) from None
+        transposed = transposed or stop.unknown
+    if frame is None:
+        raise ImageError("corrupt JPEG: no frame header before the image data")
+    return Header("jpeg", *frame, transposed)
+
+
+class _Unwalked(Exception):
+    """The segments cannot be walked further (``reason``). After the frame header that ends
+    the walk; ``unknown``: segments were left unread (an EXIF block may be among them)."""
+
+    def __init__(self, reason: str, unknown: bool) -> None:
+        super().__init__(reason)
+        self.reason, self.unknown = reason, unknown
+
+
+def _segments(read: Read) -> Iterator[tuple[int, int, int]]:
+    """(marker, position, length field) of each segment from the first to the scan or the end
+    of the image; ``_Unwalked`` where the bytes are no segment or there are too many."""
     pos = 2
     for _ in range(_MAX_JPEG_SEGMENTS):
         prefix, marker = read(pos, 2)
         if prefix != 0xFF:
-            raise ImageError("corrupt JPEG: expected a segment marker")
+            raise _Unwalked("corrupt JPEG: expected a segment marker", False)
         if marker == 0xFF:  # fill byte before a marker
             pos += 1
             continue
         if marker in _STANDALONE:
             pos += 2
             continue
-        if marker in (0xD9, 0xDA):  # end of image, or scan data, before any frame header
-            raise ImageError("corrupt JPEG: no frame header before the image data")
+        if marker in (0xD9, 0xDA):  # end of image, or the scan data
+            return
         (length,) = struct.unpack(">H", read(pos + 2, 2))
         if length < 2:
-            raise ImageError("corrupt JPEG: bad segment length")
-        if marker in _SOF:
-            height, width = struct.unpack(">HH", read(pos + 5, 4))
-            return Header("jpeg", width, height)
+            raise _Unwalked("corrupt JPEG: bad segment length", False)
+        yield marker, pos, length
         pos += 2 + length
-    raise ImageError(f"corrupt JPEG: no frame header in its first {_MAX_JPEG_SEGMENTS} segments")
+    reason = f"corrupt JPEG: no frame header in its first {_MAX_JPEG_SEGMENTS} segments"
+    raise _Unwalked(reason, True)
+
+
+def _exif_transposes(read: Read, start: int, end: int) -> bool:
+    """Whether the APP1 payload in [start, end) is an EXIF block whose first IFD holds an
+    Orientation that is not upright (``_UPRIGHT``). Only the TIFF header and the IFD's entries
+    are read, never past the segment (a decoder reads no further either)."""
+    if end - start < 16 or read(start, 6) != b"Exif\0\0":
+        return False
+    tiff = start + 6
+    if read(tiff, 6) == b"Exif\0\0":  # written twice: Pillow's reader takes it so
+        tiff += 6
+    if tiff + 8 > end:
+        return False
+    head = read(tiff, 8)
+    order = {b"II": "<", b"MM": ">"}.get(head[:2])
+    if order is None:
+        return False  # no TIFF header: no decoder finds an orientation in it
+    if struct.unpack(order + "H", head[2:4])[0] != 42:
+        return True  # a TIFF variant (BigTIFF) not read here: priced both ways
+    ifd = tiff + struct.unpack(order + "I", head[4:8])[0]
+    if ifd + 2 > end:
+        return False
+    (count,) = struct.unpack(order + "H", read(ifd, 2))
+    entries = min(count, (end - ifd - 2) // 12)
+    table = read(ifd + 2, 12 * entries)
+    for at in range(0, 12 * entries, 12):
+        tag, kind = struct.unpack_from(order + "HH", table, at)
+        if tag != _ORIENTATION:
+            continue
+        code = _EXIF_TYPES.get(kind)
+        value = struct.unpack_from(order + code, table, at + 8)[0] if code else None
+        if value not in _UPRIGHT:
+            return True
+    return False
 
 
 #: ISO base media (HEIF) brands of still images: HEVC-coded (HEIC) and the generic image ones.
@@ -249,16 +359,18 @@ def _parse(read: Read) -> Header:
     raise ImageError(f"unsupported image format (supported: {', '.join(FORMATS)})")
 
 
-def read_header(data: bytes) -> Header | int:
+def read_header(data: bytes, final: bool = False) -> Header | int:
     """The header of the image whose leading bytes are ``data``, or how many bytes are needed.
 
-    For streams (the proxy's URL fetcher). Raises ImageError for an unsupported format or a
-    malformed header; never looks at pixel data.
+    For streams (the proxy's URL fetcher). ``final``: no more bytes will be read (the stream
+    ended, or its cap was reached); then a JPEG whose frame header was read but not all of its
+    metadata is sized, its orientation taken as unknown (``Header.transposed``). Raises
+    ImageError for an unsupported format or a malformed header; never looks at pixel data.
     """
 
     def read(offset: int, size: int) -> bytes:
         if offset + size > len(data):
-            raise _NeedMore(offset + size)
+            raise _Ended(offset + size, True) if final else _NeedMore(offset + size)
         return data[offset : offset + size]
 
     try:
@@ -296,9 +408,19 @@ class _DataURL:
         return len(self.url) - self.start
 
     def decoded_size(self) -> int:
-        """Decoded bytes, from the base64 length alone (padding counted, whitespace not)."""
+        """Decoded bytes, from the base64 length alone: O(1), whitespace counted as data, so
+        never under the true size (``exact_size`` counts it out)."""
         padding = 2 if self.url.endswith("==") else 1 if self.url.endswith("=") else 0
         return max(0, self.chars * 3 // 4 - padding)
+
+    def exact_size(self) -> int:
+        """Decoded bytes with line-wrapping whitespace counted out: a pass over the payload per
+        whitespace character (~70 ms for 20 MB), so asked only of a payload that
+        ``decoded_size`` puts over a limit. The limit is on the image, not on its encoding."""
+        spaces = sum(self.url.count(c, self.start) for c in _WHITESPACE)
+        tail = self.url[-8:].rstrip(_WHITESPACE)
+        padding = 2 if tail.endswith("==") else 1 if tail.endswith("=") else 0
+        return max(0, (self.chars - spaces) * 3 // 4 - padding)
 
 
 def _split(url: str) -> _DataURL:
@@ -310,6 +432,10 @@ def _split(url: str) -> _DataURL:
     if "base64" not in params[1:]:
         raise ImageError("image data URLs must be base64-encoded (data:image/png;base64,...)")
     return _DataURL(url, comma + 1, params[0] or "application/octet-stream")
+
+
+#: What base64 decoders skip between groups (line-wrapped payloads: RFC 2045's 76 columns).
+_WHITESPACE = " \n\r\t\f\v"
 
 
 class _Wrapped(Exception):
@@ -333,12 +459,12 @@ class _Base64Reader:
 
     def __call__(self, offset: int, size: int) -> bytes:
         if offset + size > self.size:
-            raise _NeedMore(offset + size)
+            raise _Ended(offset + size, False)  # the payload is whole: nothing lies past it
         first = offset // 3 * 4
         last = min(-(-(offset + size) // 3) * 4, self.chars)
         begin, end = self.start + first, self.start + last
         if end > self.clean_to:
-            for space in " \n\r\t\f\v":
+            for space in _WHITESPACE:
                 if self.url.find(space, self.clean_to, end) >= 0:
                     raise _Wrapped
             self.clean_to = end
@@ -439,9 +565,11 @@ def probe(url: str, limits: ImageLimits, scope: bytes = b"") -> ImageInfo | None
     data_url = _split(url)
     size = data_url.decoded_size()
     if size > limits.max_image_bytes:
-        raise ImageError(
-            f"the image is {size} bytes, over this route's limit of {limits.max_image_bytes}"
-        )
+        size = data_url.exact_size()  # over by its length; wrapped base64 may not be
+        if size > limits.max_image_bytes:
+            raise ImageError(
+                f"the image is {size} bytes, over this route's limit of {limits.max_image_bytes}"
+            )
     fingerprint = _fingerprint(data_url)
     key = fingerprint + scope  # a fingerprint has a fixed length: unambiguous
     info = _lookup(data_url, key)
@@ -452,7 +580,9 @@ def probe(url: str, limits: ImageLimits, scope: bytes = b"") -> ImageInfo | None
     CACHE.misses += 1
     header, reads = _read(data_url)
     check_header(header, limits)
-    info = ImageInfo(header.width, header.height, header.format, fingerprint.hex(), size)
+    info = ImageInfo(
+        header.width, header.height, header.format, fingerprint.hex(), size, header.transposed
+    )
     if reads is not None:
         beyond = tuple(r for r in reads if r[1] > _KEY_PREFIX)
         digest = _reads_digest(data_url, beyond) if beyond else None

@@ -54,6 +54,7 @@ __all__ = [
     "SLOWEST_BYTES_PER_SECOND",
     "USER_AUDIO_SECOND",
     "VIDEO_SECOND",
+    "audio_reference_tokens",
     "input_audio_of",
     "input_audio_url",
     "is_recording",
@@ -128,6 +129,17 @@ def recording_tokens(url: str, scope: bytes = b"") -> int:
 def user_audio_tokens(url: str, scope: bytes = b"") -> int:
     """What OpenAI counts for audio in a user message (``USER_AUDIO_SECOND``)."""
     return math.ceil(recording_seconds(url, scope) * USER_AUDIO_SECOND)
+
+
+def audio_reference_tokens(provider: str, max_output_tokens: int) -> int:
+    """What an assistant message's ``audio: {"id": ...}`` costs on a route: OpenAI re-reads the
+    earlier audio answer it names as that answer's audio tokens, and routefit cannot know how
+    long the answer was (it holds no audio by id, and a transcript says little of the speaking
+    rate). An answer's audio tokens are part of its completion, which the model's output cap
+    bounds: the route's ``max_output_tokens`` is the least price never below the provider's
+    (docs/pricing.md, "Audio and video"). Anthropic's mapping drops the reference (its models
+    take no audio), so it costs nothing there."""
+    return 0 if provider == "anthropic" else max(0, max_output_tokens)
 
 
 def input_audio_url(value: Any) -> str | None:

@@ -40,12 +40,14 @@ from pricing.bounds import Proof
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, message_wire
 from pricing.meter import measure
+from pricing.probe import Size
 from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
 from proxy.fairness import COUNT_THREAD_ABOVE as COUNTING
 from proxy.fairness import Fairness, work_size
 from proxy.fetch import ImageSizer, image_urls
+from proxy.inline import inlined
 from proxy.metrics import Metrics
 from proxy.teams import Team
 from proxy.usage import Usage, usage_fault, usage_limit
@@ -69,7 +71,7 @@ _BOUND_ABOVE = 16 * 1024
 #: cut removes and the marker adds) is priced by the scaled weights.
 _REFIT_SLACK = 1.02
 
-Sizes = dict[str, tuple[int, int]]
+Sizes = dict[str, Size]
 #: (the fit, the prompt tokens to act on, its prefix keys, anchored?)
 _Figures = tuple[Fit, int, tuple[bytes, ...], bool]
 
@@ -297,7 +299,9 @@ class Estimator:
         scope = team.id if team is not None else None
         sizes: Sizes = {}
         if rc.image_fetch.enabled:
-            sizes = await self.sizer.sizes(image_urls(request), rc.image_fetch, scope or "")
+            whole = rc.route.image_limits.max_image_bytes if inlined(rc, wire.name) else 0
+            urls = image_urls(request)
+            sizes = await self.sizer.sizes(urls, rc.image_fetch, scope or "", whole)
         route = self.route_priced(rc, team)
         return Job(wire, request, rc, self.policy_for(rc, team), sizes, route, scope, who, size)
 

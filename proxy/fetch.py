@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pricing.messages import ChatRequest, ImagePart
-from pricing.probe import Header, check_header, read_header
+from pricing.probe import Header, Size, check_header, read_header, size_of
 from pricing.route import ImageLimits
 
 if TYPE_CHECKING:  # imported where a fetch needs it: most deployments never fetch (see ImageSizer)
@@ -236,9 +236,9 @@ class _TTLCache:
 
     def __init__(self, maxsize: int, ttl_s: float, failure_ttl_s: float) -> None:
         self.maxsize, self.ttl_s, self.failure_ttl_s = maxsize, ttl_s, failure_ttl_s
-        self._data: OrderedDict[_Key, tuple[float, tuple[int, int] | None]] = OrderedDict()
+        self._data: OrderedDict[_Key, tuple[float, Size | None]] = OrderedDict()
 
-    def get(self, key: _Key) -> tuple[bool, tuple[int, int] | None]:
+    def get(self, key: _Key) -> tuple[bool, Size | None]:
         """(found, size) — found is False when absent or expired."""
         entry = self._data.get(key)
         if entry is None:
@@ -250,7 +250,7 @@ class _TTLCache:
         self._data.move_to_end(key)
         return True, size
 
-    def put(self, key: _Key, size: tuple[int, int] | None) -> None:
+    def put(self, key: _Key, size: Size | None) -> None:
         ttl = self.ttl_s if size is not None else self.failure_ttl_s
         self._data[key] = (time.monotonic() + ttl, size)
         self._data.move_to_end(key)
@@ -259,6 +259,45 @@ class _TTLCache:
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+#: A whole image fetched for a translated leg: (content type, bytes).
+Fetched = tuple[str, bytes]
+
+
+class _Held:
+    """Whole images fetched while sizing, kept for the request's translated leg to inline
+    (``ImageSizer.fetch_image``) instead of fetching them a second time. Bounded by their bytes
+    (the least recently used go first) and briefly kept: the same request's attempts, not a
+    content cache."""
+
+    def __init__(self, budget: int, ttl_s: float) -> None:
+        self.budget, self.ttl_s, self.used = budget, ttl_s, 0
+        self._data: OrderedDict[_Key, tuple[float, Fetched]] = OrderedDict()
+
+    def get(self, key: _Key) -> Fetched | None:
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        if entry[0] < time.monotonic():
+            self._drop(key)
+            return None
+        self._data.move_to_end(key)
+        return entry[1]
+
+    def put(self, key: _Key, fetched: Fetched) -> None:
+        if key in self._data:
+            self._drop(key)
+        if len(fetched[1]) > self.budget:
+            return
+        self._data[key] = (time.monotonic() + self.ttl_s, fetched)
+        self.used += len(fetched[1])
+        while self.used > self.budget:
+            self._drop(next(iter(self._data)))
+
+    def _drop(self, key: _Key) -> None:
+        _, (_, data) = self._data.pop(key)
+        self.used -= len(data)
 
 
 class ImageSizer:
@@ -282,6 +321,8 @@ class ImageSizer:
         ttl_s: float = 600.0,
         failure_ttl_s: float = 60.0,
         max_concurrency: int = 32,
+        held_bytes: int = 64 << 20,
+        held_ttl_s: float = 60.0,
     ) -> None:
         self._given = client
         self._made: httpx.AsyncClient | None = None
@@ -289,7 +330,8 @@ class ImageSizer:
         self._resolve = resolver or _system_resolver
         self._limits = limits or ImageLimits()
         self._cache = _TTLCache(cache_size, ttl_s, failure_ttl_s)
-        self._inflight: dict[_Key, asyncio.Task[tuple[int, int] | None]] = {}
+        self._inflight: dict[tuple[_Key, bool], asyncio.Task[Size | None]] = {}
+        self._held = _Held(held_bytes, held_ttl_s)
         self._gate = asyncio.Semaphore(max_concurrency)
         self.fetches = 0
 
@@ -320,12 +362,15 @@ class ImageSizer:
         await self.aclose()
 
     async def sizes(
-        self, urls: Iterable[str], policy: ImageFetchPolicy, scope: str = ""
-    ) -> dict[str, tuple[int, int]]:
-        """``{url: (width, height)}`` for the URLs whose headers could be read under ``policy``.
+        self, urls: Iterable[str], policy: ImageFetchPolicy, scope: str = "", whole: int = 0
+    ) -> dict[str, Size]:
+        """``{url: (width, height)}`` for the URLs whose headers could be read under ``policy``
+        (``(width, height, True)`` for one its orientation may turn: ``pricing.probe.Size``).
 
         URLs that are not allowed, fail or time out are simply absent (priced at worst case).
         ``scope``: the team asking (empty: no teams); only its own earlier fetches answer it.
+        ``whole`` > 0: the request's leg inlines its URL images (``proxy.inline``), so each is
+        fetched whole (at most ``whole`` bytes) and kept for ``fetch_image``: fetched once.
         """
         if not policy.enabled:
             return {}
@@ -333,7 +378,9 @@ class ImageSizer:
         # One deadline for the whole call: an image's wait for a free slot, and the first
         # fetch's setup (its client, its TLS context), count against it like its own fetch.
         deadline = asyncio.get_running_loop().time() + policy.timeout_s
-        results = await asyncio.gather(*(self._size(u, policy, scope, deadline) for u in wanted))
+        results = await asyncio.gather(
+            *(self._size(u, policy, scope, deadline, whole) for u in wanted)
+        )
         return {u: size for u, size in zip(wanted, results, strict=True) if size is not None}
 
     def allowed(self, url: str, policy: ImageFetchPolicy) -> bool:
@@ -341,27 +388,37 @@ class ImageSizer:
         return policy.enabled and self._allowed(url, policy)
 
     async def fetch_image(
-        self, url: str, policy: ImageFetchPolicy, limit: int
-    ) -> tuple[str, bytes]:
+        self, url: str, policy: ImageFetchPolicy, limit: int, scope: str = ""
+    ) -> Fetched:
         """(content type, bytes) of a whole image under ``policy``'s fences, for a transport
         that must be handed images inline. At most ``limit`` bytes; raises ``FetchRefused``
-        with the reason when the policy refuses it or the fetch fails."""
+        with the reason when the policy refuses it or the fetch fails. The bytes ``sizes``
+        fetched whole for ``scope`` (the team) serve without another fetch."""
         if not self.allowed(url, policy):
             raise FetchRefused("its host is not on the route's image_fetch.allow_hosts")
+        key = (scope, url, policy.allow_private)
+        held = self._held.get(key)
+        if held is not None and len(held[1]) <= limit:
+            return held
         try:
             async with asyncio.timeout(policy.timeout_s), self._gate:
                 self.fetches += 1
-                response = await self._final(url, policy, whole=limit)
-                if response is None:
-                    raise FetchRefused("it did not answer with an image")
-                try:
-                    return await _read_whole(response, limit)
-                finally:
-                    await response.aclose()
+                fetched = await self._whole(url, policy, limit)
         except FetchRefused:
             raise
         except Exception as exc:
             raise FetchRefused(f"it could not be fetched: {type(exc).__name__}") from None
+        self._held.put(key, fetched)  # a retried attempt inlines it again
+        return fetched
+
+    async def _whole(self, url: str, policy: ImageFetchPolicy, limit: int) -> Fetched:
+        response = await self._final(url, policy, whole=limit)
+        if response is None:
+            raise FetchRefused("it did not answer with an image")
+        try:
+            return await _read_whole(response, limit)
+        finally:
+            await response.aclose()
 
     @staticmethod
     def _allowed(url: str, policy: ImageFetchPolicy) -> bool:
@@ -374,28 +431,32 @@ class ImageSizer:
         return parsed.scheme in ("http", "https") and _host_allowed(parsed, policy)
 
     async def _size(
-        self, url: str, policy: ImageFetchPolicy, scope: str, deadline: float
-    ) -> tuple[int, int] | None:
+        self, url: str, policy: ImageFetchPolicy, scope: str, deadline: float, whole: int
+    ) -> Size | None:
         key = (scope, url, policy.allow_private)
         found, size = self._cache.get(key)
         if found:
-            return size
-        task = self._inflight.get(key)
+            return size  # a leg that inlines it fetches it then, once
+        flight = (key, whole > 0)  # a header read holds no bytes for a whole one to share
+        task = self._inflight.get(flight)
         if task is None:
-            task = asyncio.ensure_future(self._fetch(url, policy, key, deadline))
-            self._inflight[key] = task
-            task.add_done_callback(lambda _: self._inflight.pop(key, None))
+            task = asyncio.ensure_future(self._fetch(url, policy, key, deadline, whole))
+            self._inflight[flight] = task
+            task.add_done_callback(lambda _: self._inflight.pop(flight, None))
         size = await asyncio.shield(task)
         return size
 
     async def _fetch(
-        self, url: str, policy: ImageFetchPolicy, key: _Key, deadline: float
-    ) -> tuple[int, int] | None:
+        self, url: str, policy: ImageFetchPolicy, key: _Key, deadline: float, whole: int
+    ) -> Size | None:
         try:
             # One deadline for everything, waiting for a free slot included.
             async with asyncio.timeout_at(deadline), self._gate:
                 self.fetches += 1
-                size = await self._follow(url, policy)
+                if whole:
+                    size = await self._held_size(url, policy, key, whole)
+                else:
+                    size = await self._follow(url, policy)
         except FetchRefused as exc:
             log.info("image fetch refused for %s: %s", url, exc)
             return None  # a policy answer, not a fact about the URL: not cached
@@ -405,7 +466,19 @@ class ImageSizer:
         self._cache.put(key, size)
         return size
 
-    async def _follow(self, url: str, policy: ImageFetchPolicy) -> tuple[int, int] | None:
+    async def _held_size(
+        self, url: str, policy: ImageFetchPolicy, key: _Key, whole: int
+    ) -> Size | None:
+        """The size of the image fetched whole, its bytes kept for ``fetch_image``."""
+        fetched = await self._whole(url, policy, whole)
+        header = read_header(fetched[1], final=True)
+        if not isinstance(header, Header):
+            return None
+        size = self._checked(header)
+        self._held.put(key, fetched)
+        return size
+
+    async def _follow(self, url: str, policy: ImageFetchPolicy) -> Size | None:
         response = await self._final(url, policy)
         if response is None:
             return None
@@ -502,9 +575,7 @@ class ImageSizer:
             timeout=policy.timeout_s,
         )
 
-    async def _read_size(
-        self, response: httpx.Response, policy: ImageFetchPolicy
-    ) -> tuple[int, int] | None:
+    async def _read_size(self, response: httpx.Response, policy: ImageFetchPolicy) -> Size | None:
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             return None  # never inflate a stream of unknown ratio
@@ -514,21 +585,24 @@ class ImageSizer:
         # serves a response whose body was read already.
         async for chunk in response.aiter_bytes():
             data += chunk[: policy.max_bytes - len(data)]
-            if len(data) < need:
-                if len(data) >= policy.max_bytes:
-                    return None
-                continue
-            result = read_header(bytes(data))
-            if isinstance(result, Header):
-                check_header(result, self._limits)
-                return result.width, result.height
-            need = result
+            if len(data) >= need:
+                result = read_header(bytes(data))
+                if isinstance(result, Header):
+                    return self._checked(result)
+                need = result
             if need > policy.max_bytes or len(data) >= policy.max_bytes:
-                return None  # the header lies beyond what this route lets us read
-        return None
+                break  # the rest lies beyond what this route lets us read
+        # No more bytes: a JPEG whose frame header was read is sized, its orientation unknown
+        # when its metadata was cut (priced both ways); else the URL stays unsized.
+        result = read_header(bytes(data), final=True)
+        return self._checked(result) if isinstance(result, Header) else None
+
+    def _checked(self, header: Header) -> Size:
+        check_header(header, self._limits)
+        return size_of(header)
 
 
-async def _read_whole(response: httpx.Response, limit: int) -> tuple[str, bytes]:
+async def _read_whole(response: httpx.Response, limit: int) -> Fetched:
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
         raise FetchRefused(f"it came {encoding}-encoded")

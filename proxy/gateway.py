@@ -583,7 +583,8 @@ class Gateway:
             # the output cap the fit left room for, not the translation's default.
             client = Client(p.wire, p.request)  # a refusal names the part as it wrote it
             body = room_capped(out.body, p.fitted, CHAT_CAPS)
-            out = replace(out, body=await inline_images(body, p.rc, self.sizer, client))
+            inlined = await inline_images(body, p.rc, self.sizer, client, p.job.scope or "")
+            out = replace(out, body=inlined)
         return out
 
     async def _refit(self, p: Flight, counted: int) -> bool:

@@ -32,9 +32,18 @@ from pricing.route import Route
 from proxy.config import RouteConfig
 from proxy.errors import ProxyError
 from proxy.fetch import FetchRefused, ImageSizer
+from proxy.providers import Adapter, deployment
 from proxy.wires.base import Wire, client_terms
 
-__all__ = ["Client", "inline_images"]
+__all__ = ["Client", "inline_images", "inlined"]
+
+
+def inlined(rc: RouteConfig, wire: str) -> bool:
+    """Whether a ``wire`` request to ``rc``'s deployment has its URL images inlined (its leg is
+    translated: ``inline_images``), so sizing fetches each whole, once (``ImageSizer.sizes``),
+    rather than its header now and the whole image again when the leg inlines it."""
+    path = deployment(rc.deployment_id, rc.upstream).paths.get(wire)
+    return path is not None and path.adapter is not Adapter.PASSTHROUGH
 
 
 def _url_parts(body: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
@@ -95,11 +104,16 @@ def _refusal(
 
 
 async def inline_images(
-    body: Mapping[str, Any], rc: RouteConfig, fetcher: ImageSizer, client: Client | None = None
+    body: Mapping[str, Any],
+    rc: RouteConfig,
+    fetcher: ImageSizer,
+    client: Client | None = None,
+    scope: str = "",
 ) -> Mapping[str, Any]:
     """``body`` with every image URL replaced by the fetched image as a data URL (a copy of
     the messages when anything changes); ``ProxyError`` 400 naming the first refused part, as
-    ``client`` wrote it when given."""
+    ``client`` wrote it when given. ``scope``: the team, whose images sizing fetched whole
+    are inlined without a second fetch."""
     if not isinstance(body.get("messages"), list):
         return body
     out = dict(body)
@@ -120,7 +134,7 @@ async def inline_images(
     limit = route.image_limits.max_image_bytes
     urls = list(dict.fromkeys(url for _, _, url in parts))
     results = await asyncio.gather(
-        *(fetcher.fetch_image(u, policy, limit) for u in urls), return_exceptions=True
+        *(fetcher.fetch_image(u, policy, limit, scope) for u in urls), return_exceptions=True
     )
     fetched: dict[str, str] = {}
     for url, result in zip(urls, results, strict=True):
@@ -158,7 +172,7 @@ def _media_type(data: bytes, route: Route) -> str:
     the server's ``Content-Type`` (``image/jpg``, a PNG served as ``image/jpeg``: both refused
     by Anthropic for a request the client wrote right). ``ImageError`` for bytes that are no
     image the route's provider reads, or whose header no provider would accept."""
-    header = read_header(data)
+    header = read_header(data, final=True)  # the whole image: nothing more will come
     if isinstance(header, int):
         raise ImageError("truncated image: the data ends inside its header")
     check_header(header, route.image_limits)

@@ -49,11 +49,22 @@ class ImageRule:
         value = dict(self.params).get("variant")
         return value if isinstance(value, str) else None
 
-    def tokens(self, width: int, height: int, detail: str = "auto") -> int:
-        """Visual tokens for a width x height image at ``detail``; whole tokens, never negative."""
+    def tokens(
+        self, width: int, height: int, detail: str = "auto", *, transposed: bool = False
+    ) -> int:
+        """Visual tokens for a width x height image at ``detail``; whole tokens, never negative.
+
+        ``transposed``: the image may reach the model turned a quarter (an EXIF orientation of
+        5-8, applied by some providers' decoders and not by others): the larger of both
+        orientations, since DeepSeek's and Pixtral's grids (a token closing every row; DeepSeek
+        clamps the width alone) price a picture and its quarter turn differently."""
         if isinstance(width, bool) or isinstance(height, bool) or min(width, height) < 1:
             raise ValueError(f"image size must be positive integers, got {width}x{height}")
-        return _price(self._constants, int(width), int(height), self._detail(detail))
+        level = self._detail(detail)
+        upright = _price(self._constants, int(width), int(height), level)
+        if not transposed or width == height:
+            return upright
+        return max(upright, _price(self._constants, int(height), int(width), level))
 
     def worst_case(self, detail: str = "auto") -> int | None:
         """The most any image can cost at ``detail``; None when the rule has no upper bound."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.sim.models import SimModel
-from proxy.sim.tokens import get_encoder
+from proxy.sim.tokens import Encoder, get_encoder
 
 __all__ = ["Answer", "ToolCallOut", "answer"]
 
@@ -50,9 +50,16 @@ def seed_of(model: str, last_user: str) -> str:
     return hashlib.sha256(f"{model}\x00{last_user}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _encoder(model: SimModel) -> Encoder:
+    """The model's own tokenizer, as its prompts are counted (``counting.completion_count``):
+    without its class rates, an answer's ``completion_tokens`` were the base tokenizer's, not
+    what the same model counts for that text when it comes back in the next prompt."""
+    return get_encoder(model.tokenizer, model.token_scale, model.class_rates)
+
+
 def _text_of_length(model: SimModel, seed: str, n: int) -> tuple[str, int]:
     """Words from the seed with at most ``n`` tokens (and as many as fit)."""
-    enc = get_encoder(model.tokenizer, model.token_scale)
+    enc = _encoder(model)
     if n <= 0:
         return "", 0
     rng = random.Random(int(seed[:16], 16))
@@ -130,12 +137,12 @@ def answer(
             if not isinstance(args, dict):
                 args = {}
             calls.append(ToolCallOut(f"{id_prefix}{call_seed[:24]}", name, json.dumps(args)))
-        enc = get_encoder(model.tokenizer, model.token_scale)
+        enc = _encoder(model)
         used = sum(model.per_tool_call + enc.count(c.name) + enc.count(c.arguments) for c in calls)
         return Answer("", tuple(calls), used, "tool_calls")
     if schema is not None:
         text = json.dumps(example_value(schema, "response", seed))
-        return Answer(text, (), get_encoder(model.tokenizer, model.token_scale).count(text), "stop")
+        return Answer(text, (), _encoder(model).count(text), "stop")
     natural = max(1, round(model.completion_tokens * (0.5 + int(seed[8:12], 16) / 0xFFFF)))
     limit = min(natural, room, max_tokens if max_tokens is not None else natural)
     text, count = _text_of_length(model, seed, limit)

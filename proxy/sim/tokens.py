@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,6 +87,12 @@ def litellm_tokenizer_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
 
 
+#: A whitespace run this long sends a text to ``_Tiktoken._split``: tiktoken's regex engine
+#: gives up (a Rust panic, not even an ``Exception``) on a run of about a million characters.
+_LONG = 1 << 16
+_LONG_RUN = re.compile(rf"\s{{{_LONG},}}")
+
+
 @dataclass(frozen=True)
 class _Tiktoken:
     name: str
@@ -93,10 +100,39 @@ class _Tiktoken:
 
     def encode(self, text: str) -> list[int]:
         # Ordinary text: a user who types "<|endoftext|>" gets the literal characters.
-        return list(self.enc.encode_ordinary(text)) if text else []
+        if not text:
+            return []
+        if _LONG_RUN.search(text) is not None:
+            return self._split(text)
+        return list(self.enc.encode_ordinary(text))
 
     def count(self, text: str) -> int:
-        return len(self.enc.encode_ordinary(text)) if text else 0
+        return len(self.encode(text))
+
+    def _split(self, text: str) -> list[int]:
+        """The tokens tiktoken would give ``text`` if its regex engine did not stop at a
+        million backtracking steps (``\\s+(?!\\S)`` steps back through a long whitespace run
+        one character at a time).
+
+        The ``regex`` module (tiktoken's own dependency, whose ``\\s`` is Unicode White_Space
+        like the Rust engine's) splits the text with the encoding's pattern, without a step
+        limit; each long piece is merged on its own (``_encode_single_piece``: byte-pair merges
+        never cross a piece) and the stretches between them are encoded as usual. Exact, not
+        an approximation: the provider's count of such a text is its tokenizer's count."""
+        import regex  # type: ignore[import-untyped]  # no stubs installed
+
+        out: list[int] = []
+        start = 0
+        for piece in regex.finditer(self.enc._pat_str, text):
+            if piece.end() - piece.start() < _LONG:
+                continue
+            if piece.start() > start:
+                out += self.enc.encode_ordinary(text[start : piece.start()])
+            out += self.enc._encode_single_piece(piece.group().encode())
+            start = piece.end()
+        if start < len(text):
+            out += self.enc.encode_ordinary(text[start:])
+        return out
 
     def piece(self, tok: int) -> str:
         return str(self.enc.decode_single_token_bytes(tok).decode("utf-8", "replace"))

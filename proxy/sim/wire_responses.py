@@ -46,6 +46,9 @@ ITEM_TYPES = frozenset(
     }
 )  # fmt: skip
 _CALLS = ("function_call", "custom_tool_call")
+#: The Responses API's least ``max_output_tokens``: OpenAI refuses less with 400
+#: ``integer_below_min_value`` (chat's ``max_tokens`` takes any positive cap).
+LEAST_OUTPUT = 16
 #: The content part types a message item may carry (OpenAI's input and output content types):
 #: any other is refused, as OpenAI refuses it, not priced as text a provider never reads.
 PART_TYPES = (
@@ -334,12 +337,20 @@ async def responses(ctx: Ctx) -> Response:
             param="max_output_tokens",
             code="integer_above_max_value",
         )
-    window = model.context_window
-    if prompt.total > window or prompt.total + (max_out or 0) > window:
+    if max_out is not None and max_out < LEAST_OUTPUT:  # a cap a gateway shrank too far
         raise SimError(
             400,
-            f"Your input exceeds the context window of this model ({window} tokens; the input "
-            f"is {prompt.total}). Please adjust your input and try again.",
+            f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
+            f"{LEAST_OUTPUT}, but got {max_out} instead.",
+            param="max_output_tokens",
+            code="integer_below_min_value",
+        )
+    window = model.context_window
+    if prompt.total > window or prompt.total + (max_out or 0) > window:
+        raise SimError(  # OpenAI's words: no count (the gateway has none to learn here)
+            400,
+            "Your input exceeds the context window of this model. Please adjust your input and "
+            "try again.",
             param="input",
             code="context_length_exceeded",
         )

@@ -74,8 +74,10 @@ def _image(part: Mapping[str, Any]) -> dict[str, Any]:
     url = ref.get("url") if isinstance(ref, Mapping) else ref
     if not isinstance(url, str):
         raise Unmapped("image_url without a url")
-    if url.startswith("data:"):
+    if url[:5].lower() == "data:":
+        # RFC 2397: the media type and ``;base64`` in any case; Anthropic takes it lowercase.
         head, _, data = url.partition(",")
+        head = head.lower()
         media = head[5:].split(";", 1)[0]
         if not head.endswith(";base64") or not media:
             raise Unmapped("a data URL that is not base64")
