@@ -269,6 +269,17 @@ def _tls_and_proxies(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     return options
 
 
+def _warn_windows(config: Any) -> None:
+    """What ``routefit check`` refuses a config for, said at start-up too: a route whose window
+    cannot hold its own reservation and margin refuses every request that sets no smaller cap,
+    but the others serve, so serve starts and says which route will fail."""
+    from proxy.config.describe import window_problems
+
+    errors, _ = window_problems(config)
+    for error in errors:
+        print(f"routefit: warning: {error}", file=sys.stderr)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import logging.config
     import signal
@@ -285,6 +296,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(path)  # fail here, with exit 2, rather than in every worker
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    _warn_windows(config)
     network = _tls_and_proxies(args, config)
     settings = _serve_settings(args)
     _share_metrics(args.workers)

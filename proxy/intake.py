@@ -111,7 +111,8 @@ class Intake:
             ctx = await session.resolve(ctx)
             if share is not None:  # the stored conversation is held as a body would be
                 share.grow_to(ctx.size)
-        parsed = await self.fairness.run(who, size, wire.parse, ctx)
+        # threaded at the conversation's size: a stored chain is parsed with the body
+        parsed = await self.fairness.run(who, ctx.size, wire.parse, ctx)
         rc = self.route_for(parsed)
         permit(team, rc)
         return Admitted(wire, ctx, parsed, rc, who, started)

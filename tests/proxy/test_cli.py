@@ -523,3 +523,29 @@ def test_routefit_sim_into_a_closed_pipe_keeps_serving_quietly():
         process.send_signal(signal.SIGINT)
         err = process.communicate(timeout=30)[1]
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_serve_starts_and_names_a_route_whose_window_cannot_hold_its_reserve(tmp_path):
+    """What ``check`` refuses (every request to the 500-token route that sets no smaller cap
+    fails) serve says at start-up, naming the route, and still serves the other routes."""
+    config = tmp_path / "routefit.yaml"
+    config.write_text(
+        _SIM_CONFIG
+        + "  - model_name: tiny\n"
+        + '    litellm_params: {model: openai/gpt-4o, api_base: "sim://local"}\n'
+        + "    model_info: {max_input_tokens: 500, max_output_tokens: 16384}\n"
+    )
+    port = free_port()
+    process = _serve(config, tmp_path, port)
+    try:
+        _wait_ready(process, port)
+        body = {"model": "local", "messages": [{"role": "user", "content": "Hello"}]}
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        log = process.communicate(timeout=60)[0]
+    assert process.returncode == 0, log
+    warning = next(line for line in log.splitlines() if line.startswith("routefit: warning:"))
+    assert "route 'tiny'" in warning and "window of 500 tokens" in warning
+    assert "route 'local'" not in log
