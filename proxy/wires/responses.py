@@ -72,7 +72,8 @@ def failed_event(request: ChatRequest, rid: str, seq: int, message: str, code: s
 def _kind(event: bytes, kinds: frozenset[bytes]) -> bytes | None:
     """Which of ``kinds`` an event is, if any (by its ``event:`` line, else its data's type)."""
     if event.startswith(b"event:"):
-        name = event[6 : event.find(b"\n")].strip()
+        # its first line, whichever of LF, CRLF or a bare CR ends it (``proxy.exchange.sse``)
+        name = event[6 : event.find(b"\n")].partition(b"\r")[0].strip()
         return name if name in kinds else None
     head = event[:160]
     return next((kind for kind in kinds if b'"type":"' + kind + b'"' in head), None)
@@ -97,11 +98,23 @@ def _announced(event: bytes) -> str | None:
     return rid if isinstance(rid, str) and rid else None
 
 
+#: The smallest ``max_output_tokens`` OpenAI's Responses API takes.
+LEAST_OUTPUT = 16
+
+
 @dataclass(frozen=True, slots=True)
 class ResponsesRequest(ChatRequest):
     """A Responses request, with where its answer is kept (None: a dry run, nothing kept)."""
 
     stored: Stored | None = None
+
+    @property
+    def least_output(self) -> int:
+        """OpenAI refuses a ``max_output_tokens`` below 16 (``integer_below_min_value``), so
+        the fit never shrinks a client's cap below it (``strategies.output``): a request
+        whose prompt leaves less room is refused by routefit naming the reservation, not sent
+        to a refusal that names a cap the client never wrote."""
+        return LEAST_OUTPUT
 
     @property
     def keeps(self) -> Stored | None:
