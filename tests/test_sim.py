@@ -1270,3 +1270,12 @@ def test_python_dash_m_proxy_sim_runs_standalone() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_an_image_fetch_is_logged_so_a_test_can_say_nobody_fetched_it(fresh_sim: SimServer) -> None:
+    """``/sim/images/...`` serves the image-URL tests; unlogged, "nobody fetched it" held
+    whatever routefit did (tests/reliability/test_hardening.py)."""
+    path = "/sim/images/8x4.png"
+    assert not fresh_sim.requests(path=path)
+    assert httpx.get(fresh_sim.url(path), timeout=10).status_code == 200
+    assert [e["method"] for e in fresh_sim.requests(path=path)] == ["GET"]

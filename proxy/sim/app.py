@@ -198,6 +198,12 @@ class _Controls:
             )
         return JSONResponse({"id": m.name, "object": "model", "created": 0, "owned_by": m.owned_by})
 
+    async def image(self, request: Request) -> Response:
+        """``_image``, logged like a provider request: a test that says nobody fetched an
+        image URL (an image host refused by routefit's fetch policy) can then fail."""
+        log_request(self.state, request, self.state.next_id(), b"", None, None)
+        return await _image(request)
+
     async def requests(self, request: Request) -> Response:
         limit = request.query_params.get("limit")
         path = request.query_params.get("path")
@@ -263,7 +269,7 @@ def _control_routes(state: SimState) -> list[Route]:
         Route("/v1/models", c.models, methods=["GET"]),
         Route("/v1/models/{name:path}", c.model, methods=["GET"]),
         Route("/sim/health", _health, methods=["GET"]),
-        Route("/sim/images/{width:int}x{height:int}.{fmt}", _image, methods=["GET"]),
+        Route("/sim/images/{width:int}x{height:int}.{fmt}", c.image, methods=["GET"]),
         Route("/sim/requests", c.requests, methods=["GET"]),
         Route("/sim/stats", c.stats, methods=["GET"]),
         Route("/sim/reset", c.reset, methods=["POST"]),
