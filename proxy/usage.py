@@ -85,6 +85,23 @@ def usage_fault(usage: Usage, limit: int) -> str | None:
     return None
 
 
+def cache_writes(usage: Any) -> int:
+    """The prompt tokens a chat usage says were written to the provider's cache, 0 when it
+    says none (or not as a count): litellm's and routefit's shape for Anthropic
+    (``cache_creation_input_tokens``), OpenAI's and OpenRouter's
+    (``prompt_tokens_details.cache_write_tokens``). They are part of ``Usage.prompt_tokens``;
+    a translation to a wire with a field for them states them there (Anthropic bills them above
+    a plain input token)."""
+    if not isinstance(usage, Mapping):
+        return 0
+    details = usage.get("prompt_tokens_details")
+    stated = details.get("cache_write_tokens") if isinstance(details, Mapping) else None
+    try:
+        return max(_int(usage.get("cache_creation_input_tokens")), _int(stated))
+    except _NotACount:
+        return 0
+
+
 def normalize_usage(usage: Any) -> Usage | None:
     """A Usage from any provider's usage object, or None when there is none; an ``invalid``
     one (all counts 0) when a count in it is not a whole number."""

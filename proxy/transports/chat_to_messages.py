@@ -120,6 +120,9 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
                 if isinstance(part.get("cache_control"), Mapping):
                     block["cache_control"] = dict(part["cache_control"])
                 out.append(block)
+        elif kind == "refusal":  # an assistant's refusal part: its words, as Anthropic's text
+            if part.get("refusal"):
+                out.append({"type": "text", "text": str(part["refusal"])})
         elif kind == "image_url":
             out.append(_image(part))
         elif kind == "file":
@@ -132,7 +135,13 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _assistant(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An assistant turn's blocks; a turn the model refused (chat's ``refusal``, content null)
+    is its refusal's text, as Anthropic writes a refusal: dropped, the next user turn was
+    merged into the one before, and Claude read the request as never answered."""
     blocks = _blocks(msg.get("content"))
+    refusal = msg.get("refusal")
+    if not blocks and isinstance(refusal, str) and refusal:
+        blocks = [{"type": "text", "text": refusal}]
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(fn, Mapping):

@@ -53,7 +53,7 @@ def chat_usage(usage: Any) -> dict[str, Any] | None:
         "prompt_tokens": prompt,
         "completion_tokens": output,
         "total_tokens": _sum(prompt, output),
-        "prompt_tokens_details": {"cached_tokens": read},
+        "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
         "cache_read_input_tokens": read,
         "cache_creation_input_tokens": written,
     }

@@ -9,6 +9,10 @@ provider cannot take them; they are dropped from the request), ``cache_control``
 cache prefixes on their own), ``metadata``, ``context_management``, ``output_config``, server
 tools and unknown block types (sent as their JSON text), ``top_k``. Tool results are sent as
 text, their images as user image parts right after them.
+
+Carried in other words: a ``tool_result`` with ``is_error: true`` (chat's tool message has no
+such flag) is sent with ``TOOL_ERROR`` before its text, so the model still learns the tool
+failed; a chat provider's ``refusal`` is the answer's text with ``stop_reason: "refusal"``.
 """
 
 from __future__ import annotations
@@ -20,11 +24,23 @@ from pricing.messages import ImagePart, Message, media_part
 from proxy.exchange.anthropic_terms import ANTHROPIC_STOP as _STOP
 from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
-from proxy.usage import Usage
+from proxy.usage import Usage, cache_writes
 from proxy.wires.anthropic_parse import AnthropicRequest
 from proxy.wires.base import StreamedCalls, chat_content, content_text
 
-__all__ = ["ChatToAnthropic", "chat_body", "chat_to_message", "stop_reason", "usage_block"]
+__all__ = [
+    "TOOL_ERROR",
+    "ChatToAnthropic",
+    "chat_body",
+    "chat_to_message",
+    "stop_reason",
+    "usage_block",
+]
+
+#: What a failed tool's result (``is_error: true``) begins with on a chat provider: one stable
+#: marker (the same bytes every turn, so a provider's prompt cache still matches), in words
+#: the model reads as its tool having failed.
+TOOL_ERROR = "[tool error]"
 
 
 def _assistant(message: Message, original: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -45,12 +61,37 @@ def _assistant(message: Message, original: Mapping[str, Any] | None) -> dict[str
     return out
 
 
+def _failed_calls(body: Mapping[str, Any]) -> frozenset[str]:
+    """The ids of the calls whose ``tool_result`` the client flagged ``is_error``. Read from the
+    client's body, not the fitted message: a result the fit masked or capped still failed."""
+    failed: set[str] = set()
+    for message in body.get("messages") or ():
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for block in content if isinstance(content, list) else ():
+            if (
+                isinstance(block, Mapping)
+                and block.get("type") == "tool_result"
+                and block.get("is_error") is True
+            ):
+                failed.add(str(block.get("tool_use_id")))
+    return frozenset(failed)
+
+
+def _tool_message(message: Message, failed: bool) -> dict[str, Any]:
+    """A tool result as chat's tool message; a failed one says so before its text."""
+    text = message.text
+    if failed:
+        text = f"{TOOL_ERROR} {text}" if text else TOOL_ERROR
+    return {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
+
+
 def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[dict[str, Any]]:
     """The fitted conversation as chat messages: a tool result's images follow the results as a
     user message (chat tool messages carry text only); an assistant turn of thinking only is
     left out (a chat provider refuses an assistant message with neither text nor calls)."""
     out: list[dict[str, Any]] = []
     pending_images: list[dict[str, Any]] = []
+    failed = _failed_calls(request.body)
     for message in fitted:
         if message.role != "tool" and pending_images:
             out.append({"role": "user", "content": pending_images})
@@ -64,9 +105,7 @@ def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[
             if said["content"] is not None or "tool_calls" in said:
                 out.append(said)  # a turn of thinking only: nothing a chat provider takes
         elif message.role == "tool":
-            out.append(
-                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
-            )
+            out.append(_tool_message(message, message.tool_call_id in failed))
             pending_images += [media_part(p) for p in message.parts if isinstance(p, ImagePart)]
         else:
             out.append({"role": message.role, "content": chat_content(message)})
@@ -118,21 +157,35 @@ def stop_reason(finish: Any, called: bool) -> str:
     """Anthropic's ``stop_reason`` for a chat ``finish_reason``. An answer that calls tools and
     stopped on its own is ``tool_use`` whatever the provider's word for it: OpenAI (and vLLM,
     and others) end a call ``tool_choice`` forced with ``stop``, and Anthropic says
-    ``tool_use`` whenever it calls tools (the stop reason an agent loop reads to run them)."""
+    ``tool_use`` whenever it calls tools (the stop reason an agent loop reads to run them).
+    And only then: a ``tool_calls`` finish without a call (a provider whose call parser gave up)
+    is ``end_turn``, not a ``tool_use`` an agent loop looks in vain for the calls of."""
     stop = _STOP.get(str(finish), "end_turn")
+    if stop == "tool_use" and not called:
+        return "end_turn"
     return "tool_use" if called and stop == "end_turn" else stop
 
 
-def usage_block(usage: Usage | None) -> dict[str, int]:
-    """Anthropic's usage object for a normalised usage (cached tokens read from the cache)."""
+def usage_block(usage: Usage | None, chat: Any = None) -> dict[str, int]:
+    """Anthropic's usage object for a normalised usage: cached tokens read from the cache, and
+    those the provider's chat usage (``chat``) says it wrote to it (they were input tokens)."""
     if usage is None:
         return {"input_tokens": 0, "output_tokens": 0}
+    uncached = usage.prompt_tokens - usage.cached_tokens
+    written = min(cache_writes(chat), max(0, uncached))
     return {
-        "input_tokens": usage.prompt_tokens - usage.cached_tokens,
-        "cache_creation_input_tokens": 0,
+        "input_tokens": uncached - written,
+        "cache_creation_input_tokens": written,
         "cache_read_input_tokens": usage.cached_tokens,
         "output_tokens": usage.completion_tokens,
     }
+
+
+def _refusal(said: Mapping[str, Any]) -> str:
+    """A chat message's (or delta's) ``refusal``: the model's words declining to answer, which
+    Anthropic says as the answer's text and ``stop_reason: "refusal"``."""
+    refusal = said.get("refusal")
+    return refusal if isinstance(refusal, str) else ""
 
 
 def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any]:
@@ -142,8 +195,10 @@ def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any
     msg = choice.get("message") or {}
     content: list[dict[str, Any]] = []
     text, _ = content_text(msg.get("content"))  # reasoning cannot travel: unsigned
-    if text:
-        content.append({"type": "text", "text": text})
+    refusal = _refusal(msg)
+    for said in (text, refusal):
+        if said:
+            content.append({"type": "text", "text": said})
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") or {}
         content.append(
@@ -154,17 +209,16 @@ def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any
                 "input": tool_input(str(fn.get("arguments") or "")),
             }
         )
+    called = any(b["type"] == "tool_use" for b in content)
     return {
         "id": "msg_" + str(data.get("id") or "routefit"),
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": stop_reason(
-            choice.get("finish_reason"), any(b["type"] == "tool_use" for b in content)
-        ),
+        "stop_reason": "refusal" if refusal else stop_reason(choice.get("finish_reason"), called),
         "stop_sequence": None,
-        "usage": usage_block(usage),
+        "usage": usage_block(usage, data.get("usage")),
     }
 
 
@@ -178,6 +232,8 @@ class ChatToAnthropic:
         self.open: str | None = None  # "text" or the chat index of the open tool call
         self.reason: Any = None  # the provider's finish reason
         self.called = False  # a tool_use block was sent
+        self.refused = False  # the provider's answer was a refusal (``delta.refusal``)
+        self.chat_usage: Any = None  # the provider's usage as it stated it (cache writes)
         self.calls = StreamedCalls()  # numbers the calls only: each is streamed as it comes
 
     def start(self, chunk_id: str) -> list[bytes]:
@@ -214,15 +270,24 @@ class ChatToAnthropic:
         event = {"type": "content_block_delta", "index": self.index, "delta": delta}
         return encode(event, "content_block_delta")
 
+    def _text(self, text: str) -> list[bytes]:
+        """A piece of the answer's text, in the text block (opened when it is not)."""
+        if not text:
+            return []
+        out = [] if self.open == "text" else self._open("text", {"type": "text", "text": ""})
+        return [*out, self._delta({"type": "text_delta", "text": text})]
+
     def chunk(self, data: Mapping[str, Any]) -> list[bytes]:
         out = [] if self.started else self.start(str(data.get("id") or "routefit"))
+        if data.get("usage"):
+            self.chat_usage = data["usage"]
         for choice in data.get("choices") or []:
             delta = choice.get("delta") or {}
             text, _ = content_text(delta.get("content"))
-            if text:
-                if self.open != "text":
-                    out += self._open("text", {"type": "text", "text": ""})
-                out.append(self._delta({"type": "text_delta", "text": text}))
+            refusal = _refusal(delta)
+            self.refused = self.refused or bool(refusal)
+            for said in (text, refusal):
+                out += self._text(said)
             for call in delta.get("tool_calls") or []:
                 key = f"tool{self.calls.slot(call)}"
                 fn = call.get("function") or {}
@@ -243,13 +308,16 @@ class ChatToAnthropic:
                 self.reason = choice["finish_reason"]
         return out
 
+    def _stop_reason(self) -> str:
+        return "refusal" if self.refused else stop_reason(self.reason, self.called)
+
     def finish(self, usage: Usage | None) -> list[bytes]:
         out = [] if self.started else self.start("routefit")
         out += self._close()
         final = {
             "type": "message_delta",
-            "delta": {"stop_reason": stop_reason(self.reason, self.called), "stop_sequence": None},
-            "usage": usage_block(usage),
+            "delta": {"stop_reason": self._stop_reason(), "stop_sequence": None},
+            "usage": usage_block(usage, self.chat_usage),
         }
         out.append(encode(final, "message_delta"))
         out.append(encode({"type": "message_stop"}, "message_stop"))

@@ -439,20 +439,21 @@ async def chat_chunks(
 ) -> AsyncGenerator[dict[str, Any] | None, None]:
     """A chat stream read for a wire that translates it: each chunk parsed, its usage noted in
     ``outcome``, the provider's own error raised as ``StreamFailed``; ``None`` once, at the
-    provider's ``[DONE]`` (the wire writes its closing events, then marks the stream complete)."""
+    provider's ``[DONE]`` (the wire writes its closing events, then marks the stream complete).
+    An event without data (an SSE comment, a ping) keeps the connection open and is skipped; data
+    that is not a JSON object is a chunk of the answer routefit cannot read, raised as one of
+    ``UNREADABLE`` (the gateway ends the stream with the wire's error event): skipped, the
+    client got an answer with a piece missing as if it were whole."""
     async for event in events:
         data = event_data(event)
-        if data is None:
+        if data is None or not data.strip():
             continue
         if data.strip() == b"[DONE]":
             yield None
             return
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
+        obj = orjson.loads(data)  # orjson.JSONDecodeError is a ValueError: UNREADABLE
         if not isinstance(obj, dict):
-            continue
+            raise ValueError("a chat chunk that is not a JSON object")
         if isinstance(obj.get("error"), Mapping):
             raise StreamFailed(str(obj["error"].get("message") or "upstream error"))
         if obj.get("usage") is not None:

@@ -12,6 +12,9 @@ Lost (docs/wires.md): thought parts and ``thoughtSignature`` (no chat provider t
 ``topK``, ``thinkingConfig``, ``safetySettings``, ``cachedContent``, non-function tools
 (``googleSearch``, ``codeExecution``, ...), non-image media (a note stands in), images inside a
 function response (sent as a user message after it, as on the Anthropic wire).
+
+Back from chat, a ``refusal`` (Gemini has no field for one) is the candidate's text, and the
+candidate ends ``SAFETY``.
 """
 
 from __future__ import annotations
@@ -199,11 +202,24 @@ _REASONING = ("reasoning_content", "reasoning")
 
 def _said(message: Mapping[str, Any]) -> tuple[str, str]:
     """A chat message's (or delta's) text and reasoning: ``reasoning_content`` or
-    ``reasoning``, then the ``thinking`` chunks of a ``content`` list (Mistral's)."""
+    ``reasoning``, then the ``thinking`` chunks of a ``content`` list (Mistral's). A
+    ``refusal`` is text too: the model's words declining, which Gemini has no field for."""
     text, thinking = content_text(message.get("content"))
     said = (message.get(key) for key in _REASONING)
     reasoning = next((r for r in said if isinstance(r, str) and r), "")
-    return text, reasoning + thinking
+    return text + _refusal(message), reasoning + thinking
+
+
+def _refusal(message: Mapping[str, Any]) -> str:
+    """A chat message's (or delta's) ``refusal``; an answer with one ends ``SAFETY`` (what
+    Gemini says of an answer withheld, as chat's ``content_filter`` and Anthropic's
+    ``refusal``: ``proxy.exchange.anthropic_terms``)."""
+    refusal = message.get("refusal")
+    return refusal if isinstance(refusal, str) else ""
+
+
+def _finish(finish: Any, refused: bool) -> str:
+    return _FINISH["content_filter"] if refused else finish_reason(finish)
 
 
 def _candidate(choice: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,7 +235,7 @@ def _candidate(choice: Mapping[str, Any]) -> dict[str, Any]:
         parts.append(call_part(call.get("id"), fn.get("name"), fn.get("arguments")))
     return {
         "content": {"role": "model", "parts": parts},
-        "finishReason": finish_reason(choice.get("finish_reason")),
+        "finishReason": _finish(choice.get("finish_reason"), bool(_refusal(message))),
         "index": int(choice.get("index", 0) or 0),
     }
 
@@ -245,11 +261,12 @@ def sse(data: Mapping[str, Any]) -> bytes:
 class _Candidate:
     """One choice of a streamed chat answer, as a Gemini candidate assembles it."""
 
-    __slots__ = ("calls", "finish")
+    __slots__ = ("calls", "finish", "refused")
 
     def __init__(self) -> None:
         self.calls = StreamedCalls()
         self.finish: Any = None
+        self.refused = False  # a ``delta.refusal`` came: the candidate ends ``SAFETY``
 
     def parts(self) -> list[dict[str, Any]]:
         """Its function calls, whole (the last chunk's parts)."""
@@ -283,6 +300,7 @@ class ChatToGemini:
             candidate = self.candidates.setdefault(index, _Candidate())
             delta = choice.get("delta") or {}
             text, thought = _said(delta)
+            candidate.refused = candidate.refused or bool(_refusal(delta))
             if thought:
                 out.append(self._chunk(index, [{"text": thought, "thought": True}]))
             if text:
@@ -300,7 +318,7 @@ class ChatToGemini:
             [
                 {
                     "content": {"role": "model", "parts": candidate.parts()},
-                    "finishReason": finish_reason(candidate.finish),
+                    "finishReason": _finish(candidate.finish, candidate.refused),
                     "index": index,
                 }
                 for index, candidate in sorted(candidates.items())

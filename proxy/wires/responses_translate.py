@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from pricing.messages import ChatRequest, ImagePart, Message, TextPart, media_part
-from proxy.usage import normalize_usage
+from proxy.usage import cache_writes, normalize_usage
 from proxy.wires.base import StreamedCalls, content_text
 from proxy.wires.responses_items import GROUP, INSTRUCTIONS
 
@@ -140,11 +140,31 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _tool_choice(choice: Any) -> Any:
+    """The client's ``tool_choice`` in chat's words: a named function or custom tool as that
+    function, ``allowed_tools`` by its mode (``_allowed``), a hosted tool (not sent) ``auto``."""
     if isinstance(choice, Mapping):
         if choice.get("type") in ("function", "custom") and isinstance(choice.get("name"), str):
             return {"type": "function", "function": {"name": choice["name"]}}
+        if choice.get("type") == "allowed_tools":
+            return _allowed(choice)
         return "auto"
     return choice
+
+
+def _allowed(choice: Mapping[str, Any]) -> Any:
+    """``allowed_tools`` as chat says it to any provider: ``required`` stays required (one
+    allowed tool: that function), ``auto`` is ``auto``. It was ``auto`` whatever its mode, and
+    the model could answer without the call the client required. (The subset itself is chat's
+    ``allowed_tools`` at OpenAI only; translated routes are never OpenAI's.)"""
+    if choice.get("mode") != "required":
+        return "auto"
+    tools = choice.get("tools")
+    names = (
+        [t.get("name") for t in tools if isinstance(t, Mapping)] if isinstance(tools, list) else []
+    )
+    if len(names) == 1 and isinstance(names[0], str):
+        return {"type": "function", "function": {"name": names[0]}}
+    return "required"
 
 
 def chat_body(request: ChatRequest, fitted: Sequence[Message], stream: bool) -> dict[str, Any]:
@@ -174,15 +194,20 @@ def chat_body(request: ChatRequest, fitted: Sequence[Message], stream: bool) -> 
 
 
 def response_usage(chat_usage: Any) -> dict[str, Any] | None:
-    """Chat usage in the Responses shape."""
+    """Chat usage in the Responses shape: the prompt's tokens read from the provider's cache
+    and those written to it (Anthropic's cache writes, through ``messages_to_chat``)."""
     usage = normalize_usage(chat_usage)
     if usage is None:
         return None
     details = chat_usage.get("completion_tokens_details") if isinstance(chat_usage, dict) else None
     reasoning = details.get("reasoning_tokens", 0) if isinstance(details, Mapping) else 0
+    cached: dict[str, int] = {"cached_tokens": usage.cached_tokens}
+    written = min(cache_writes(chat_usage), usage.prompt_tokens - usage.cached_tokens)
+    if written > 0:  # stated only when the provider wrote to its cache, as Gemini's count
+        cached["cache_write_tokens"] = written
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "input_tokens_details": cached,
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning or 0},
         "total_tokens": usage.total_tokens,
