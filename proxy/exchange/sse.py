@@ -4,11 +4,16 @@ A provider's event is held in memory until its blank line arrives, so an event i
 (``routefit_settings.max_sse_event_bytes``): a provider that never ends one, or sends one bigger
 than any real event, breaks its stream (``EventTooLarge``, a ``StreamBroken``: the client gets its
 wire's error event) instead of growing the process without bound.
+
+An event ends at a blank line, its lines ended by CRLF, LF or CR as the SSE standard allows (one
+stream may mix them): a provider that ends its lines with a bare CR is no stream of one endless
+event. A chunk holding many events is split in one pass over it, not a copy of its rest per
+event (which made a chunk of ten thousand tiny events cost seconds of the event loop).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import orjson
 
@@ -20,6 +25,7 @@ __all__ = [
     "EventTooLarge",
     "encode",
     "event_data",
+    "event_end",
     "event_name",
     "is_done",
     "split_events",
@@ -43,44 +49,88 @@ def is_done(data: bytes | None) -> bool:
     return data is not None and data.strip() == b"[DONE]"
 
 
-def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
-    """Complete SSE events (with their terminator) and the incomplete rest."""
+_LF = 10
+_CR = 13
+
+
+def event_end(buffer: bytes | bytearray, start: int = 0, final: bool = False) -> int:
+    """Where the first event whose blank line ends after ``start`` ends (-1: none yet).
+
+    A blank line is two line ends in a row, each CRLF, LF or CR (a CR before an LF is one line
+    end, never two); it begins where a line's LF, or a CR no LF follows, meets a CR or an LF:
+    at the first ``\n\n``, ``\n\r`` or ``\r\r``. One whose last byte is the buffer's last, a
+    CR, may be the first half of a CRLF the next bytes complete: it ends an event only once they
+    came (or, ``final``, none will), so an event never begins with the LF of the one before it,
+    however the network cut them."""
+    at = buffer.find(b"\n\n", start)
+    size = len(buffer)
+    limit = at if at >= 0 else size
+    if buffer.find(b"\r", start, limit) < 0:  # LF line ends only (most providers)
+        return at + 2 if at >= 0 else -1
+    for pair in (b"\n\r", b"\r\r"):  # an earlier blank line with a CR in it
+        found = buffer.find(pair, start, limit + 1)
+        if found >= 0:
+            limit = found
+    if limit >= size:
+        return -1
+    if buffer[limit + 1] == _LF:
+        return limit + 2
+    if limit + 2 < size:  # the second line end is a CR: its LF, if one follows, is its own
+        return limit + 3 if buffer[limit + 2] == _LF else limit + 2
+    return limit + 2 if final else -1
+
+
+def split_events(buffer: bytes, final: bool = False) -> tuple[list[bytes], bytes]:
+    """Complete SSE events (with their terminator) and the incomplete rest (``final``: nothing
+    more will come, see ``event_end``)."""
+    events, used = _complete(buffer, 0, final)
+    return events, buffer[used:]
+
+
+def _complete(buffer: bytes | bytearray, scan: int, final: bool) -> tuple[list[bytes], int]:
+    """The complete events at the start of ``buffer`` (terminators searched from ``scan``: what
+    came before it was searched already) and how many bytes they take: each cut by offset, so
+    a chunk of many events costs one pass, not a copy of its rest per event."""
     events: list[bytes] = []
-    while True:
-        a = buffer.find(b"\n\n")
-        b = buffer.find(b"\r\n\r\n")
-        if a < 0 and b < 0:
-            return events, buffer
-        end = b + 4 if b >= 0 and (a < 0 or b < a) else a + 2
-        events.append(buffer[:end])
-        buffer = buffer[end:]
+    start = 0
+    while (end := event_end(buffer, max(start, scan), final)) >= 0:
+        events.append(bytes(buffer[start:end]))
+        start = end
+    return events, start
 
 
 async def split_stream(
     chunks: AsyncIterator[bytes], max_event: int = MAX_EVENT_BYTES
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Re-chunk a byte stream into complete events (network chunks split them anywhere); an
     event still unfinished past ``max_event`` bytes raises ``EventTooLarge``.
 
     The unfinished rest is kept in a bytearray and only its new bytes are searched for a
-    terminator, so a long event costs linear time, not a copy of itself per network chunk."""
+    terminator (the last 3 old ones again: one may straddle the cut), so a long event costs
+    linear time, not a copy of itself per network chunk."""
     buffer = bytearray()
     async for chunk in chunks:
-        # a terminator may straddle the old and new bytes: look back 3 bytes
-        start = max(0, len(buffer) - 3)
+        scan = max(0, len(buffer) - 3)
         buffer += chunk
-        if buffer.find(b"\n\n", start) < 0 and buffer.find(b"\r\n\r\n", start) < 0:
+        if event_end(buffer, scan) < 0:  # an event still coming (the usual network cut)
             if len(buffer) > max_event:
                 raise EventTooLarge(f"the provider sent an SSE event over {max_event:,} bytes")
             continue
-        events, rest = split_events(bytes(buffer))
-        buffer = bytearray(rest)
-        for event in events:
-            if len(event) > max_event:
-                raise EventTooLarge(f"the provider sent an SSE event over {max_event:,} bytes")
+        for event in _cut(buffer, scan, max_event, final=False):
             yield event
-        if len(buffer) > max_event:
-            raise EventTooLarge(f"the provider sent an SSE event over {max_event:,} bytes")
+    # a last blank line that ended on a CR waited for the LF that may follow it: none will
+    for event in _cut(buffer, max(0, len(buffer) - 4), max_event, final=True):
+        yield event
+
+
+def _cut(buffer: bytearray, scan: int, max_event: int, final: bool) -> list[bytes]:
+    """``_complete``'s events, removed from ``buffer``; ``EventTooLarge`` for one, or an
+    unfinished rest, over ``max_event``."""
+    events, used = _complete(buffer, scan, final)
+    del buffer[:used]
+    if len(buffer) > max_event or any(len(event) > max_event for event in events):
+        raise EventTooLarge(f"the provider sent an SSE event over {max_event:,} bytes")
+    return events
 
 
 def event_data(event: bytes) -> bytes | None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from proxy.exchange.sse import event_end
+
 __all__ = ["BoundedTransport", "TooLarge", "Trip", "trip"]
 
 
@@ -44,14 +46,6 @@ class TooLarge(httpx.ReadError):
     A ``ReadError`` so that whatever reads the body treats it as a broken connection."""
 
 
-def _first_end(data: bytes, start: int) -> int:
-    """Where the first event terminator at or after ``start`` ends (-1: none)."""
-    a = data.find(b"\n\n", start)
-    b = data.find(b"\r\n\r\n", start)
-    ends = [i + 2 for i in (a,) if i >= 0] + [i + 4 for i in (b,) if i >= 0]
-    return min(ends) if ends else -1
-
-
 class _Counted(httpx.AsyncByteStream):
     """A response body that raises ``TooLarge`` once it is over its bound."""
 
@@ -70,7 +64,8 @@ class _Counted(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0  # the whole body's bytes, or the unfinished event's
         # a terminator may straddle two chunks: the unfinished event's last 3 bytes (never a
-        # byte of a terminator already counted, which ``split_events`` would not reuse either)
+        # byte of a terminator already counted, which ``split_events`` would not reuse either);
+        # its ends are ``proxy.exchange.sse.event_end``'s, the passthrough splitter's own
         tail = b""
         async for chunk in self._inner:
             if not self._sse:
@@ -86,8 +81,8 @@ class _Counted(httpx.AsyncByteStream):
         passed the bound."""
         joined = tail + chunk
         start = 0
-        while (end := _first_end(joined, start)) >= 0:
-            if end > len(tail):  # one ending within the tail was counted with the last chunk
+        while (end := event_end(joined, start)) >= 0:
+            if _new_end(joined, end, len(tail)):
                 if seen + end - max(start, len(tail)) > self._bound:
                     raise self._fail("an SSE event")
                 seen = 0
@@ -99,6 +94,13 @@ class _Counted(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _new_end(joined: bytes, end: int, tail: int) -> bool:
+    """Whether an event end found in ``joined`` (the last chunk's last ``tail`` bytes, then the
+    new one) was not counted with the last chunk: one past the tail, or the one that ended the
+    tail on a CR, which ``event_end`` left for the next byte to settle (a CRLF's first half)."""
+    return end > tail or (end == tail and joined[end - 1] == ord("\r"))
 
 
 class BoundedTransport(httpx.AsyncBaseTransport):

@@ -9,16 +9,18 @@ meets the very rules the passthrough applies: an error status is the provider's 
 (``upstream_error``, keys scrubbed); a whole answer is bounded
 (the deployment's ``Bounds``: 502 ``upstream_too_large``) and must be a JSON object
 (502 ``upstream_malformed``); a stream is re-cut into complete SSE events, each bounded
-(``max_event``), and a break after it started is ``StreamBroken``. An error body is
-read only as far as its message can matter (``ERROR_BODY_BYTES``).
+(``max_event``), over at its wire's end marker (``Events``), and a break after it started is
+``StreamBroken``; JSON sent back for a stream is no stream (502 ``upstream_malformed``). An
+error body is read only as far as its message can matter (``ERROR_BODY_BYTES``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import anyio
 import orjson
 
 from proxy.errors import ProxyError
@@ -32,11 +34,12 @@ from proxy.exchange import (
     Outbound,
     StreamBroken,
 )
-from proxy.exchange.sse import MAX_EVENT_BYTES, split_stream
+from proxy.exchange.sse import MAX_EVENT_BYTES, event_data, is_done, split_stream
 from proxy.providers import Deployment, gemini_url
 from proxy.transports.provider_errors import redact, upstream_error
 
 __all__ = [
+    "END_GRACE_SECONDS",
     "ERROR_BODY_BYTES",
     "ProviderRequest",
     "RawResponse",
@@ -47,6 +50,9 @@ __all__ = [
 
 #: An error body past this is cut (its message is near the start); it is never an answer.
 ERROR_BODY_BYTES = 64 * 1024
+#: How long a stream's body may go on after the provider's end marker before its connection is
+#: dropped rather than pooled (a well-behaved provider ends it in the same breath).
+END_GRACE_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,28 +144,89 @@ async def read_prefix(raw: RawResponse, limit: int) -> bytes:
     return b"".join(parts)
 
 
-class Events:
-    """A provider's SSE response as complete events; a break raises ``StreamBroken``."""
+def _named(event: bytes, names: frozenset[bytes]) -> bool:
+    """Whether ``event``'s ``event:`` line (its first, as Anthropic and OpenAI write it) is one
+    of ``names``; read from the first line only, however it is ended."""
+    if not event.startswith(b"event:"):
+        return False
+    end = event.find(b"\n")
+    return event[6 : end if end >= 0 else None].partition(b"\r")[0].strip() in names
 
-    def __init__(self, raw: RawResponse, max_event: int = MAX_EVENT_BYTES) -> None:
+
+def _chat_end(event: bytes) -> bool:
+    return b"[DONE]" in event and is_done(event_data(event))
+
+
+_MESSAGES_ENDS = frozenset({b"message_stop", b"error"})
+_RESPONSES_ENDS = frozenset(
+    {b"response.completed", b"response.incomplete", b"response.failed", b"error"}
+)
+
+#: Per provider wire, whether an event is the provider's last (its end marker or its own error
+#: event); Gemini has none, its stream ends with its body.
+_LAST: dict[str, Callable[[bytes], bool]] = {
+    CHAT: _chat_end,
+    MESSAGES: lambda event: _named(event, _MESSAGES_ENDS),
+    RESPONSES: lambda event: _named(event, _RESPONSES_ENDS),
+}
+
+
+class Events:
+    """A provider's SSE response as complete events; a break raises ``StreamBroken``.
+
+    The stream is over at the provider's end marker (``wire``'s, when it has one), not when
+    the body ends: a provider (or a proxy before it) that holds the body open after
+    ``[DONE]`` would otherwise hold the client's stream open until the read timeout and then
+    end it with an error after a complete answer. What comes after the marker is no answer:
+    ``aclose`` reads it away (``END_GRACE_SECONDS`` at most) so that the connection can be
+    pooled, and drops the connection if it does not end."""
+
+    def __init__(
+        self, raw: RawResponse, max_event: int = MAX_EVENT_BYTES, wire: str | None = None
+    ) -> None:
         self._raw = raw
         self._max_event = max_event
+        self._last = _LAST.get(wire or "")
+        #: The body's chunks after the provider's end marker (None: it was not seen).
+        self._after: AsyncIterator[bytes] | None = None
         self._done = False
         self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = self._raw.chunks()
+        events = split_stream(chunks, self._max_event)
         try:
-            async for event in split_stream(self._raw.chunks(), self._max_event):
+            async for event in events:
                 yield event
+                if self._last is not None and self._last(event):
+                    self._after = chunks
+                    return
             self._done = True
         except (ReadBroken, TimeoutError) as exc:
             raise StreamBroken(str(exc) or type(exc).__name__) from None
+        finally:
+            await events.aclose()
 
     async def aclose(self) -> None:
         # A stream read to its end goes back to the pool; one cut short must not.
         if not self._closed:
             self._closed = True
+            if self._after is not None:
+                self._done = await _ends_soon(self._after)
             await self._raw.finish(self._done)
+
+
+async def _ends_soon(chunks: AsyncIterator[bytes]) -> bool:
+    """Whether the body after the end marker ends within ``END_GRACE_SECONDS`` (read and
+    dropped: it is no answer)."""
+    with anyio.move_on_after(END_GRACE_SECONDS):
+        try:
+            async for _ in chunks:
+                pass
+        except (ReadBroken, TimeoutError):
+            return False
+        return True
+    return False
 
 
 async def refuse_error_status(raw: RawResponse, target: Deployment) -> None:
@@ -187,15 +254,44 @@ _ANSWER_KEYS: dict[str, tuple[tuple[str, type], ...]] = {
 }
 
 
-def _not_an_answer(data: dict[str, Any], model: str, secret: str | None) -> ProxyError:
-    """The 502 of a 200 whose JSON object is not its wire's answer, naming the provider's own
-    error message when it sent one."""
-    message = f"upstream {model} returned a malformed response"
+def _not_an_answer(
+    data: dict[str, Any],
+    model: str,
+    secret: str | None,
+    what: str = "returned a malformed response",
+) -> ProxyError:
+    """The 502 of a 200 whose JSON object is not its wire's answer (``what`` it did instead),
+    naming the provider's own error message when it sent one."""
+    message = f"upstream {model} {what}"
     err = data.get("error")
     said = err.get("message") if isinstance(err, dict) else err
     if isinstance(said, str) and said:
         message = f"{message}: an error with status 200: {redact(said[:300], secret)}"
     return ProxyError(502, message, code="upstream_malformed")
+
+
+async def refuse_whole_answer(raw: RawResponse, target: Deployment) -> None:
+    """A stream asked for and JSON sent back (a provider, or a proxy before it, that ignores
+    ``stream``, or one that reports its failure as a JSON 200) is no stream: a 502
+    ``upstream_malformed`` saying so, with the provider's own error message when it sent one
+    (read as far as it can matter: ``ERROR_BODY_BYTES``). Without this, its events were looked
+    for in the JSON, none found, and the client told the stream "ended before its first event"."""
+    kind = raw.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/json":
+        return
+    try:
+        content = await read_prefix(raw, ERROR_BODY_BYTES)
+    except (ReadBroken, TimeoutError):
+        content = b""
+    finally:
+        await raw.finish(raw.at_eof())
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        data = None
+    found = data if isinstance(data, dict) else {}
+    up = target.upstream
+    raise _not_an_answer(found, up.model, up.api_key, "answered a stream request with JSON")
 
 
 async def completion(
@@ -246,5 +342,6 @@ async def interpret(
     (bounded by ``target.bounds``)."""
     await refuse_error_status(raw, target)
     if out.stream:
-        return Events(raw, target.bounds.max_event)
+        await refuse_whole_answer(raw, target)
+        return Events(raw, target.bounds.max_event, out.wire)
     return await completion(raw, target, target.bounds.max_body, out.wire)
