@@ -135,7 +135,12 @@ async def root(request: Request) -> Response:
 def _stored(state: AppState, g: Generation) -> Keeper:
     """One Responses request's stored conversation (``proxy.responses_store``)."""
     settings = g.config.settings
-    return Keeper(state.store, settings.responses_ttl_seconds, settings.max_body_bytes)
+    return Keeper(
+        state.store,
+        settings.responses_ttl_seconds,
+        settings.max_body_bytes,
+        team_bytes=settings.responses_store_bytes_per_team,
+    )
 
 
 async def fit_only(request: Request) -> Response:

@@ -6,7 +6,11 @@ replica (Redis) and after a restart (the embedded sqlite file). The price is sto
 with the chain (each record repeats its history); the TTL bounds it in time, and
 ``max_body_bytes`` in size: a request may not continue a record that, with its own body, is more
 than a body could carry (``previous_response_id`` is shorthand for sending that input again, not
-a way around the body limit), so no record grows past one body and one answer.
+a way around the body limit), so no record grows past one body and one answer. What a team
+keeps in all is bounded too (``responses_store_bytes_per_team``, counted atomically in the store
+on every replica): at the bound its oldest records are evicted, like a cache's, so a team with a
+generous quota cannot fill the Redis that holds every team's budgets, and a conversation in
+progress (its newest record) is the last to go.
 
 A response is written before the client can see that it is complete (before
 ``response.completed`` goes out on a stream, before the body of a whole answer), so a follow-up
@@ -69,6 +73,10 @@ class Keeper:
     prior: list[Any] | None = None
     #: A whole answer and its input to store (``keep``) before its body goes out (``answered``).
     pending: tuple[dict[str, Any], list[Any]] | None = None
+    #: Bytes the team's stored responses may hold together
+    #: (``routefit_settings.responses_store_bytes_per_team``): its oldest are evicted to make
+    #: room, so one team never fills the store every team's budgets share; 0 stores nothing.
+    team_bytes: int | None = None
 
     async def resolve(self, ctx: RequestContext) -> RequestContext:
         """The request's context with its chain resolved from the already-read body, for the
@@ -99,13 +107,23 @@ class Keeper:
     async def save(self, response: Mapping[str, Any], input: list[Any]) -> None:
         """Store a finished response (a store outage is logged: the answer already exists)."""
         rid = response.get("id")
-        if not isinstance(rid, str) or not rid:
+        if not isinstance(rid, str) or not rid or self.team_bytes == 0:
             return
         record = orjson.dumps({"response": response, "input": input})
         try:
-            await self.store.put_response(self.team, rid, record, self.ttl)
+            kept = await self.store.put_response(self.team, rid, record, self.ttl, self.team_bytes)
         except StoreUnavailable as exc:
             log.warning("could not store response %s: %s", rid, exc)
+            return
+        if not kept:
+            log.warning(
+                "response %s of team %s not stored: its %d bytes exceed "
+                "responses_store_bytes_per_team (%s); previous_response_id cannot name it",
+                rid,
+                self.team,
+                len(record),
+                self.team_bytes,
+            )
 
 
 async def load_record(store: Store, team: str, rid: str, param: str | None) -> dict[str, Any]:

@@ -44,6 +44,7 @@ SETTINGS_KEYS = (
             "calibration",
             "upstream_retries",
             "responses_ttl_seconds",
+            "responses_store_bytes_per_team",
             "exact_prompt_headers",
         }
     )
@@ -146,6 +147,9 @@ _MAX_BODY = 32 * 1024 * 1024
 _MAX_UPSTREAM_RETRIES = 5
 #: OpenAI keeps a stored response 30 days.
 _RESPONSES_TTL = 30 * 86_400
+#: Bytes of stored responses one team keeps (``proxy.responses_store``): eight records of the
+#: largest body, thousands of agent turns; a shared Redis holds budgets and calibration too.
+_RESPONSES_STORE_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +185,9 @@ class Settings:
     anchor_ttl: float = 3600.0
     #: Seconds a stored ``/v1/responses`` answer can be named by ``previous_response_id``.
     responses_ttl_seconds: int = _RESPONSES_TTL
+    #: Bytes of stored responses one team keeps; at the bound its oldest are evicted (0: none
+    #: is stored).
+    responses_store_bytes_per_team: int = _RESPONSES_STORE_BYTES
     #: Auth, master key, TLS, trusted proxies (``proxy.config.access``; the loader fills it).
     access: Access = field(default_factory=Access)
     #: Provider body/event bounds and count-endpoint fairness (``TrustLimits``).
@@ -266,6 +273,10 @@ def read_settings(raw: Mapping[str, Any], rd: Reader, environ: Mapping[str, str]
         anchor_ttl=anchor_ttl,
         responses_ttl_seconds=rd.integer(
             raw.get("responses_ttl_seconds", _RESPONSES_TTL), f"{where}.responses_ttl_seconds", 1
+        ),
+        responses_store_bytes_per_team=rd.integer(
+            raw.get("responses_store_bytes_per_team", _RESPONSES_STORE_BYTES),
+            f"{where}.responses_store_bytes_per_team",
         ),
         limits=_trust(raw, where, rd),
         request_log=_request_log(raw.get("request_log"), f"{where}.request_log", rd),

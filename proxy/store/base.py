@@ -33,6 +33,7 @@ __all__ = [
     "anchor_keys",
     "check_request_cap",
     "check_response_args",
+    "check_team_bytes",
     "deployment_tag",
     "requests_key",
     "response_key",
@@ -152,9 +153,25 @@ class Store(Protocol):
 
     # -- stored responses (the Responses wire's ``previous_response_id``) --------------------
     async def put_response(
-        self, team: str, response_id: str, data: bytes, ttl_seconds: int
-    ) -> None:
-        """Store (or replace) a team's response for ``ttl_seconds`` (>= 1)."""
+        self,
+        team: str,
+        response_id: str,
+        data: bytes,
+        ttl_seconds: int,
+        team_bytes: int | None = None,
+    ) -> bool:
+        """Store (or replace) a team's response for ``ttl_seconds`` (>= 1); True when stored.
+
+        ``team_bytes`` bounds the bytes of the team's live records together, atomically on
+        every replica (None: unbounded). At the bound the team's records nearest their expiry
+        (its oldest: one TTL for all) are evicted, oldest first, until the new one fits: one
+        team never fills a store every team's budgets share. A record larger than the bound by
+        itself is not stored (False) and evicts nothing."""
+        ...
+
+    async def response_bytes(self, team: str) -> int:
+        """The bytes of the team's live stored responses as the bound counts them (expired
+        records released)."""
         ...
 
     async def get_response(self, team: str, response_id: str) -> bytes | None:
@@ -236,6 +253,14 @@ def check_response_args(response_id: str, ttl_seconds: int | None = None) -> Non
         isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or ttl_seconds < 1
     ):
         raise ValueError(f"ttl_seconds must be an integer >= 1, not {ttl_seconds!r}")
+
+
+def check_team_bytes(team_bytes: int | None) -> None:
+    """A bound on a team's stored bytes is a count (0: nothing stored) or None (unbounded)."""
+    if team_bytes is not None and (
+        isinstance(team_bytes, bool) or not isinstance(team_bytes, int) or team_bytes < 0
+    ):
+        raise ValueError(f"team_bytes must be an integer >= 0 or None, not {team_bytes!r}")
 
 
 def route_tag(route: str) -> str:

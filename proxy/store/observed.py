@@ -79,11 +79,20 @@ class ObservedStore:
         return await self._timed("usage", lambda: self.inner.usage(team, windows))
 
     async def put_response(
-        self, team: str, response_id: str, data: bytes, ttl_seconds: int
-    ) -> None:
-        await self._timed(
-            "put_response", lambda: self.inner.put_response(team, response_id, data, ttl_seconds)
+        self,
+        team: str,
+        response_id: str,
+        data: bytes,
+        ttl_seconds: int,
+        team_bytes: int | None = None,
+    ) -> bool:
+        return await self._timed(
+            "put_response",
+            lambda: self.inner.put_response(team, response_id, data, ttl_seconds, team_bytes),
         )
+
+    async def response_bytes(self, team: str) -> int:
+        return await self._timed("response_bytes", lambda: self.inner.response_bytes(team))
 
     async def get_response(self, team: str, response_id: str) -> bytes | None:
         return await self._timed("get_response", lambda: self.inner.get_response(team, response_id))

@@ -10,7 +10,11 @@ Redis Cluster slot):
   window plus a slack (``codec.BUCKET_SLACK``);
 - ``{rf:team:<team>}:settled:<token id>`` — marker that makes ``settle`` idempotent, expires
   with the last bucket of its reservation;
-- ``{rf:team:<team>}:resp:<response id>`` — a stored response (bytes), ``EX ttl_seconds``;
+- ``{rf:team:<team>}:resp:<response id>`` — a stored response (bytes), ``PX ttl``;
+- ``{rf:team:<team>}:resps`` — sorted set of the team's stored response ids (score: the unix
+  millisecond each expires), ``{rf:team:<team>}:resps:size`` — hash of their sizes,
+  ``{rf:team:<team>}:resps:bytes`` — their total: the team's bound on stored bytes, kept by
+  ``_LUA_RESPONSES`` (one script, one slot); each expires with the team's last record;
 - ``{rf:team:<team>}:requests`` — list, the team's request records newest first (``LPUSH``),
   trimmed to the cap (``LTRIM``), expires ``sample_ttl`` after the last write;
 - ``{rf:dep:<deployment>}:h`` — hash of one deployment's health (``in_flight``, ``latency``,
@@ -57,6 +61,7 @@ from proxy.store.base import (
     anchor_keys,
     check_request_cap,
     check_response_args,
+    check_team_bytes,
     deployment_tag,
     requests_key,
     response_key,
@@ -219,6 +224,85 @@ return 1
 """
 
 
+#: A team's stored responses and their byte total, atomically (``put_response``,
+#: ``delete_response``, ``response_bytes``). KEYS: the index (sorted set by expiry, ms), the
+#: sizes (hash), the total (string), the record. ARGV: mode, id, record prefix, then for ``put``
+#: the data, TTL (ms) and bound (-1: none). Every mode first releases the expired records'
+#: bytes (Redis expired the records themselves); ``put`` then evicts the team's records nearest
+#: their expiry until the new one fits. The evicted records' keys are built from the prefix
+#: (the team's hash tag: the same slot as KEYS, so a Cluster runs the script on one node).
+#: Returns {stored or deleted (1/0), the team's bytes after}.
+_LUA_RESPONSES = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local idx, sizes, total, key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local mode, id, prefix = ARGV[1], ARGV[2], ARGV[3]
+local used = tonumber(redis.call('GET', total) or '0')
+
+local function release(rid)
+  used = used - tonumber(redis.call('HGET', sizes, rid) or '0')
+  redis.call('HDEL', sizes, rid)
+  redis.call('ZREM', idx, rid)
+end
+
+for _, rid in ipairs(redis.call('ZRANGEBYSCORE', idx, '-inf', now)) do release(rid) end
+
+local function evict_oldest()
+  local oldest = redis.call('ZRANGE', idx, 0, 0)
+  if #oldest == 0 then
+    used = 0  -- nothing indexed holds bytes: a total left over from a lost index reads 0
+    return false
+  end
+  release(oldest[1])
+  redis.call('DEL', prefix .. oldest[1])
+  return true
+end
+
+local function keep()
+  if redis.call('ZCARD', idx) == 0 then
+    used = 0
+    redis.call('DEL', idx, sizes, total)
+    return
+  end
+  local last = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+  redis.call('SET', total, used, 'PXAT', last[2])
+  redis.call('PEXPIREAT', idx, last[2])
+  redis.call('PEXPIREAT', sizes, last[2])
+end
+
+local done = 0
+if mode == 'put' then
+  local data, ttl, bound = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+  local size = string.len(data)
+  if bound < 0 or size <= bound then
+    if redis.call('HEXISTS', sizes, id) == 1 then release(id) end
+    if bound >= 0 then
+      while used + size > bound and evict_oldest() do end
+    end
+    redis.call('SET', key, data, 'PX', ttl)
+    redis.call('ZADD', idx, now + ttl, id)
+    redis.call('HSET', sizes, id, size)
+    used = used + size
+    done = 1
+  end
+elseif mode == 'delete' then
+  done = redis.call('DEL', key)
+  if redis.call('HEXISTS', sizes, id) == 1 then release(id) end
+elseif mode ~= 'bytes' then
+  error('unknown mode ' .. tostring(mode))
+end
+keep()
+return {done, used}
+"""
+
+
+def _responses_keys(team: str, response_id: str) -> list[str]:
+    """The keys ``_LUA_RESPONSES`` touches for one record: all under the team's hash tag."""
+    tag = team_tag(team)
+    record = response_key(team, response_id)
+    return [f"{tag}:resps", f"{tag}:resps:size", f"{tag}:resps:bytes", record]
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -323,6 +407,7 @@ class RedisStore:
         self._slots = asyncio.Semaphore(max_connections)
         self._script = self._redis.register_script(_LUA)
         self._cool = self._redis.register_script(_LUA_COOL)
+        self._responses = self._redis.register_script(_LUA_RESPONSES)
 
     async def _call(self, op: str, attempt: Callable[[], Awaitable[T]]) -> T:
         give_up = time.monotonic() + self._failover
@@ -493,11 +578,23 @@ class RedisStore:
 
     # -- stored responses ------------------------------------------------------------------
     async def put_response(
-        self, team: str, response_id: str, data: bytes, ttl_seconds: int
-    ) -> None:
+        self,
+        team: str,
+        response_id: str,
+        data: bytes,
+        ttl_seconds: int,
+        team_bytes: int | None = None,
+    ) -> bool:
         check_response_args(response_id, ttl_seconds)
-        key, value = response_key(team, response_id), bytes(data)
-        await self._call("put_response", lambda: self._redis.set(key, value, ex=ttl_seconds))
+        check_team_bytes(team_bytes)
+        value = bytes(data)
+        if team_bytes is not None and len(value) > team_bytes:
+            return False  # it could never fit: no round trip, nothing evicted
+        bound = -1 if team_bytes is None else team_bytes
+        args: list[str | int | bytes] = ["put", response_id, response_key(team, "")]
+        args += [value, ttl_seconds * 1000, bound]
+        done, _ = await self._responses_call("put_response", team, response_id, args)
+        return done == 1
 
     async def get_response(self, team: str, response_id: str) -> bytes | None:
         check_response_args(response_id)
@@ -507,8 +604,23 @@ class RedisStore:
 
     async def delete_response(self, team: str, response_id: str) -> bool:
         check_response_args(response_id)
-        key = response_key(team, response_id)
-        return bool(await self._call("delete_response", lambda: self._redis.delete(key)))
+        args = ["delete", response_id, response_key(team, "")]
+        done, _ = await self._responses_call("delete_response", team, response_id, args)
+        return done == 1
+
+    async def response_bytes(self, team: str) -> int:
+        # any id names the record key KEYS wants; the mode reads none
+        args = ["bytes", "-", response_key(team, "")]
+        _, used = await self._responses_call("response_bytes", team, "-", args)
+        return int(used)
+
+    async def _responses_call(
+        self, op: str, team: str, response_id: str, args: Sequence[str | int | bytes]
+    ) -> list[int]:
+        """One run of ``_LUA_RESPONSES`` for ``team`` (every key in its slot)."""
+        keys = _responses_keys(team, response_id)
+        result: list[int] = await self._call(op, lambda: self._responses(keys=keys, args=args))
+        return result
 
     # -- the request log -------------------------------------------------------------------
     async def record_request(self, team: str, data: bytes, cap: int) -> None:

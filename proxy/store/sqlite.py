@@ -38,6 +38,7 @@ from proxy.store.base import (
     WindowState,
     check_request_cap,
     check_response_args,
+    check_team_bytes,
     window_bucket,
 )
 from proxy.store.codec import (
@@ -106,6 +107,11 @@ CREATE TABLE IF NOT EXISTS responses (
     PRIMARY KEY (team, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at);
+CREATE INDEX IF NOT EXISTS responses_team_expiry ON responses (team, expires_at);
+CREATE TABLE IF NOT EXISTS response_bytes (
+    team TEXT PRIMARY KEY,
+    used INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY,
     team TEXT NOT NULL,
@@ -191,8 +197,9 @@ class SqliteStore:
             result = fn(db, now)
             if now - self._last_purge >= _PURGE_EVERY:
                 self._last_purge = now
-                for table in ("anchors", "budget", "settled", "responses", "deployments"):
+                for table in ("anchors", "budget", "settled", "deployments"):
                     db.execute(f"DELETE FROM {table} WHERE expires_at <= ?", (now,))  # noqa: S608
+                _sweep_responses(db, now)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -419,18 +426,44 @@ class SqliteStore:
 
     # -- stored responses ------------------------------------------------------------------
     async def put_response(
-        self, team: str, response_id: str, data: bytes, ttl_seconds: int
-    ) -> None:
+        self,
+        team: str,
+        response_id: str,
+        data: bytes,
+        ttl_seconds: int,
+        team_bytes: int | None = None,
+    ) -> bool:
         check_response_args(response_id, ttl_seconds)
+        check_team_bytes(team_bytes)
         blob = bytes(data)
+        if team_bytes is not None and len(blob) > team_bytes:
+            return False  # it could never fit: nothing evicted
 
-        def op(db: sqlite3.Connection, now: float) -> None:
+        def op(db: sqlite3.Connection, now: float) -> bool:
+            used = _team_bytes(db, team, now)
+            replaced = db.execute(
+                "DELETE FROM responses WHERE team = ? AND id = ? RETURNING length(data)",
+                (team, response_id),
+            ).fetchone()
+            used -= replaced[0] if replaced else 0
+            if team_bytes is not None:
+                used = _evict(db, team, used, team_bytes - len(blob))
             db.execute(
-                "INSERT OR REPLACE INTO responses (team, id, data, expires_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO responses (team, id, data, expires_at) VALUES (?, ?, ?, ?)",
                 (team, response_id, blob, now + ttl_seconds),
             )
+            _set_team_bytes(db, team, used + len(blob))
+            return True
 
-        await self._run(self._tx, op)
+        return await self._run(self._tx, op)
+
+    async def response_bytes(self, team: str) -> int:
+        def op(db: sqlite3.Connection, now: float) -> int:
+            used = _team_bytes(db, team, now)
+            _set_team_bytes(db, team, used)
+            return used
+
+        return await self._run(self._tx, op)
 
     async def get_response(self, team: str, response_id: str) -> bytes | None:
         check_response_args(response_id)
@@ -453,9 +486,11 @@ class SqliteStore:
 
         def op(db: sqlite3.Connection, now: float) -> bool:
             gone = db.execute(
-                "DELETE FROM responses WHERE team = ? AND id = ? RETURNING expires_at",
+                "DELETE FROM responses WHERE team = ? AND id = ?"
+                " RETURNING expires_at, length(data)",
                 (team, response_id),
             ).fetchall()
+            _release(db, [(team, size) for _, size in gone])
             return any(row[0] > now for row in gone)
 
         return await self._run(self._tx, op)
@@ -625,3 +660,69 @@ def _trim(db: sqlite3.Connection, table: str, column: str, keys: Sequence[str], 
             f" WHERE {column} = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
             (key, key, cap),
         )
+
+
+# -- a team's stored bytes: ``response_bytes.used`` is the sum of its rows' lengths in
+# ``responses`` (expired rows included until deleted): every delete releases, every insert adds.
+
+
+def _team_bytes(db: sqlite3.Connection, team: str, now: float) -> int:
+    """The team's stored bytes with its expired records deleted and released. A team without
+    a total yet (a file written before the bound existed) is summed once from its rows."""
+    row = db.execute("SELECT used FROM response_bytes WHERE team = ?", (team,)).fetchone()
+    if row is None:
+        row = db.execute(
+            "SELECT COALESCE(SUM(length(data)), 0) FROM responses WHERE team = ?", (team,)
+        ).fetchone()
+    gone = db.execute(
+        "DELETE FROM responses WHERE team = ? AND expires_at <= ? RETURNING length(data)",
+        (team, now),
+    ).fetchall()
+    return int(row[0]) - sum(int(size) for (size,) in gone)
+
+
+def _evict(db: sqlite3.Connection, team: str, used: int, room: int) -> int:
+    """Delete the team's records nearest their expiry (its oldest) until at most ``room`` bytes
+    are stored; the bytes left. A total with no rows behind it reads 0."""
+    while used > room:
+        oldest = db.execute(
+            "SELECT id, length(data) FROM responses WHERE team = ? ORDER BY expires_at, id LIMIT 1",
+            (team,),
+        ).fetchone()
+        if oldest is None:
+            return 0
+        db.execute("DELETE FROM responses WHERE team = ? AND id = ?", (team, oldest[0]))
+        used -= oldest[1]
+    return used
+
+
+def _set_team_bytes(db: sqlite3.Connection, team: str, used: int) -> None:
+    """Write the team's total (a team with nothing stored keeps no row)."""
+    if used <= 0:
+        db.execute("DELETE FROM response_bytes WHERE team = ?", (team,))
+        return
+    db.execute(
+        "INSERT INTO response_bytes (team, used) VALUES (?, ?)"
+        " ON CONFLICT (team) DO UPDATE SET used = excluded.used",
+        (team, used),
+    )
+
+
+def _release(db: sqlite3.Connection, gone: Sequence[tuple[str, int]]) -> None:
+    """Subtract deleted records' sizes from their teams' totals (a team without a total is
+    summed from its rows when next asked: nothing to subtract from)."""
+    by_team: Counter[str] = Counter()
+    for team, size in gone:
+        by_team[team] += size
+    db.executemany(
+        "UPDATE response_bytes SET used = max(0, used - ?) WHERE team = ?",
+        [(size, team) for team, size in by_team.items()],
+    )
+
+
+def _sweep_responses(db: sqlite3.Connection, now: float) -> None:
+    """Delete every team's expired records, releasing their bytes."""
+    gone = db.execute(
+        "DELETE FROM responses WHERE expires_at <= ? RETURNING team, length(data)", (now,)
+    ).fetchall()
+    _release(db, [(team, size) for team, size in gone])
