@@ -56,6 +56,7 @@ from proxy.health import HEALTH_ROUTES
 from proxy.local_provider import attach
 from proxy.metrics import Metrics
 from proxy.middleware import Guard
+from proxy.origin import BrowserFence
 from proxy.providers import Transport
 from proxy.records import page, query
 from proxy.reload import checked, refused, summary
@@ -287,9 +288,14 @@ async def http_error(request: Request, exc: Exception) -> Response:
         code="not_found" if exc.status_code == 404 else None,
         headers=exc.headers,
     )
-    # under a wire's own paths, its clients read their own shape (Anthropic's on /v1/messages...)
+    return _refused(request.url.path, err)
+
+
+def _refused(called: str, err: ProxyError) -> Response:
+    """``err`` in the shape the clients of the path read: under a wire's own paths, that wire's
+    (Anthropic's on /v1/messages...), elsewhere OpenAI's."""
     for wire in WIRES:
-        if any(_under(request.url.path, path) for path in _paths(wire)):
+        if any(_under(called, path) for path in _paths(wire)):
             return reply_error(wire, err)
     return error_response(err)
 
@@ -518,8 +524,13 @@ def create_app(
         routes=[*ROUTES, *dispatched(state.dashboard.routes())],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
-        # Pin outermost: a request holds its config generation until its response is done
-        middleware=[Middleware(Pin), Middleware(Guard, limits=settings.read_limits())],
+        # Pin outermost: a request holds its config generation until its response is done;
+        # the fence reads that generation, inside Guard (a refusal leaves a body unread)
+        middleware=[
+            Middleware(Pin),
+            Middleware(Guard, limits=settings.read_limits()),
+            Middleware(BrowserFence, refuse=_refused),
+        ],
     )
     app.router.redirect_slashes = False  # never a redirect built from the client's Host
     app.state.routefit = state

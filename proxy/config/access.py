@@ -17,12 +17,18 @@ as an admin key (the dashboard, ``/routefit/calibration``, any team's usage).
 the addresses (or networks) whose ``X-Forwarded-For`` / ``X-Forwarded-Proto`` are believed, so the
 dashboard's login throttle sees the real client and its cookie is ``Secure`` behind a TLS proxy.
 ``routefit serve --ssl-certfile/--ssl-keyfile/--forwarded-allow-ips`` override them.
+
+**Hosts.** ``allowed_hosts`` names the ``Host`` values routefit answers besides loopback names and
+IP literals (``proxy.origin``: a name re-pointed at this machine by another site's DNS is how a
+page reads an open routefit). Unset, only open mode checks the ``Host``; set, every request is
+checked, keys or not; ``"*"`` turns the check off.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +39,7 @@ from proxy.teams import hash_key
 __all__ = ["ACCESS_KEYS", "Access", "read_access"]
 
 #: routefit_settings keys read here (the rest of the block is proxy.config.settings').
-ACCESS_KEYS = frozenset({"tls", "trusted_proxies", "simulator"})
+ACCESS_KEYS = frozenset({"tls", "trusted_proxies", "simulator", "allowed_hosts"})
 _TLS_KEYS = frozenset({"certfile", "keyfile", "keyfile_password"})
 _SIM_KEYS = frozenset({"fetch_loopback_images"})
 #: general_settings keys routefit reads.
@@ -67,6 +73,9 @@ class Access:
     trusted_proxies: tuple[str, ...] = ()
     #: The in-process ``sim://local`` simulator fetches loopback image URLs (default: never).
     sim_fetch_loopback_images: bool = False
+    #: ``Host`` names answered besides loopback names and IP literals (lower case; ``*.suffix``
+    #: for its subdomains, ``*`` for any host): ``proxy.origin``. Empty: none configured.
+    allowed_hosts: tuple[str, ...] = ()
 
 
 def _given(block: Any, key: str) -> bool:
@@ -125,6 +134,45 @@ def _proxies(raw: Any, where: str, rd: Reader) -> tuple[str, ...]:
         raise rd.error(where, str(exc)) from None
 
 
+#: One DNS label (underscores too: container names have them).
+_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
+
+
+def check_host_entry(value: str) -> str:
+    """An ``allowed_hosts`` entry as the check compares it: ``*``, ``*.name`` or a name or IP
+    literal, lower case, without a trailing dot. A scheme or a port is refused, not stripped:
+    the check is on the name alone, and a written port would read as a restriction it is not."""
+    entry = value.strip().lower()
+    if entry == "*":
+        return entry
+    wild = entry.startswith("*.")
+    name = (entry[2:] if wild else entry).rstrip(".")
+    entry = f"*.{name}" if wild else name
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+        return entry
+    except ValueError:
+        pass
+    if not name or len(name) > 253 or not all(_LABEL.fullmatch(p) for p in name.split(".")):
+        raise ValueError(
+            f"{value!r} is not a host name (a name or IP address, '*.name' for its subdomains or "
+            "'*' for any; no scheme, no port)"
+        )
+    return entry
+
+
+def _hosts(raw: Any, where: str, rd: Reader) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise rd.error(where, "must be a list of host names (or '*')")
+    try:
+        return tuple(dict.fromkeys(check_host_entry(i) for i in items if i.strip()))
+    except ValueError as exc:
+        raise rd.error(where, str(exc)) from None
+
+
 def read_access(settings: Mapping[str, Any], unresolved: Any, general: Any, rd: Reader) -> Access:
     """``settings`` is routefit_settings resolved, ``unresolved`` the same block as written
     (an ``os.environ/NAME`` key still asks for auth when its variable is unset), ``general``
@@ -152,4 +200,5 @@ def read_access(settings: Mapping[str, Any], unresolved: Any, general: Any, rd: 
         tls_keyfile_password=password,
         trusted_proxies=_proxies(settings.get("trusted_proxies"), f"{where}.trusted_proxies", rd),
         sim_fetch_loopback_images=fetch,
+        allowed_hosts=_hosts(settings.get("allowed_hosts"), f"{where}.allowed_hosts", rd),
     )
