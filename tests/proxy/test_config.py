@@ -415,7 +415,8 @@ _KNOBS = {
     "image_offload_step": st.integers(1, 64),
     "strategies": st.lists(st.sampled_from(["cap", "offload_images", "elide"]), unique=True),
     "cap_roles": st.lists(st.sampled_from(["tool", "user", "assistant", "system"]), unique=True),
-    "max_prompt_tokens": st.none() | st.integers(0, 10**6),
+    # below 16 a budget holds no prompt: refused at load (test_config_edges_hunt.py)
+    "max_prompt_tokens": st.none() | st.integers(16, 10**6),
 }
 
 
