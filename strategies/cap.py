@@ -12,11 +12,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pricing.capped import CapTooSmall, cap_message
+from pricing.capped import Capped, CapTooSmall, cap_message
 from pricing.messages import Message
 from pricing.meter import MessagePressure
 from pricing.route import Route
+from pricing.tokenizers import get_tokenizer
 from strategies.actions import Action, Label
+from strategies.offload import placeholder_for
 from strategies.strategy import FitContext, FitState, Knobs, Rewrite
 
 __all__ = ["CAP", "CapResult", "cap_limit", "cap_oversized"]
@@ -42,23 +44,48 @@ def cap_oversized(
     policy: Knobs,
     budget: int,
 ) -> CapResult:
-    """Cap every message of a cappable role whose text + framing exceeds the cap."""
+    """Cap every message of a cappable role whose text + framing (with room for its images'
+    placeholders: ``_offload_room``) exceeds the cap."""
     limit = cap_limit(policy, budget)
     out = list(messages)
     capped = removed = 0
     for i, (message, price) in enumerate(zip(messages, prices, strict=True)):
-        if message.role not in policy.cap_roles or price.text + price.framing <= limit:
+        if message.role not in policy.cap_roles:
             continue
-        try:
-            result = cap_message(message, limit, route)
-        except CapTooSmall:
+        room = _offload_room(message, route)
+        if price.text + price.framing + room <= limit:
             continue
+        result = _capped(message, limit, room, route)
         if result is None:
             continue
         out[i] = result.message
         capped += 1
         removed += result.removed_tokens
     return CapResult(tuple(out), capped, removed)
+
+
+def _offload_room(message: Message, route: Route) -> int:
+    """The tokens of the placeholder texts the message's images may become when offloaded for
+    room (only a route that sees pictures offloads them so; elsewhere they are text already).
+    The cap keeps this room free, so a capped message renders within its cap whether or not its
+    images are offloaded later (a capped tool result whose screenshot was then offloaded went
+    over its cap by the placeholder). A function of the message and the route alone, like the
+    capped form itself."""
+    if not (message.images and route.supports_vision and route.image_rule.visual):
+        return 0
+    tok = get_tokenizer(route.tokenizer, route.scope)
+    return sum(tok.count(placeholder_for(part, route)) for part in message.images)
+
+
+def _capped(message: Message, limit: int, room: int, route: Route) -> Capped | None:
+    """The message capped with ``room`` kept free, else (a cap too small for that) at the cap
+    itself, as before the room was kept; None when neither cap can be met."""
+    for cap in dict.fromkeys((limit - room, limit)):
+        try:
+            return cap_message(message, cap, route)
+        except CapTooSmall:
+            continue
+    return None
 
 
 LABEL = Label("capped", "messages", "capped", "message(s)")

@@ -3,9 +3,9 @@ eliding units, placed by ``strategies.elide``'s cache-stable plans.
 
 ``fit_moves`` prices the units under every combination of the moves the policy allowed so far,
 tries the replayed plan, then the most the policy allows (the newest turn kept whole, then its
-newest outputs masked, then cut into), builds the first that fits, and when none does on the
-policy's last strategy, the last resort (``_last_resort``). ``Job`` is one fit's inputs and what
-it has already priced, shared with ``strategies.fit``.
+newest outputs masked, then without the task, then cut into), builds the first that fits, and
+when none does on the policy's last strategy, the last resort (``_last_resort``). ``Job`` is
+one fit's inputs and what it has already priced, shared with ``strategies.fit``.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def _candidates(
     The replayed plan first; when it overflows (a huge new turn), the most the policy allows
     with the longest head that fits — the pinned head, else a shorter prefix of it (still
     cached), down to the protected head — stopping elision at the newest turn, then cutting into
-    it (its calls go only when the turn does not fit once masked)."""
+    it (its calls go only when the turn does not fit once masked, even without the task)."""
     plans = _plans(job, messages, units, pressure, costs, order)
     into = len(plans) - 1 if ELIDE.name in order else None
     out: list[tuple[int, Fit | None]] = []
@@ -234,6 +234,10 @@ def _candidates(
             )
             if out[-1][0] <= job.budget:
                 break
+            if MASK.name in order:
+                out += _turn_without_task(job, messages, units)
+                if out[-1][0] <= job.budget:
+                    break
         if candidate.estimate > job.budget and not last:
             out.append((candidate.estimate, None))
             continue
@@ -398,6 +402,38 @@ def _masked_until_fit(
     return out
 
 
+def _turn_without_task(
+    job: Job, messages: tuple[Message, ...], units: Sequence[Unit]
+) -> list[tuple[int, Fit | None]]:
+    """The system prompt and the newest turn whole (from the latest user message on),
+    everything else elided, the task too, its outputs masked oldest first until it fits: tried
+    before the turn loses a call. The task yields before the latest user message
+    (``strategies.fit``), and so before the turn that message opened: an agent that no longer
+    sees its own recent calls repeats them. Without this step a task that just did not fit
+    beside the masked turn kept its place and the turn was elided down to its newest unit
+    (docs/fitting.md, "Refusal is the last resort")."""
+    system, _, turn = _turn_units(messages, units)
+    states = [KEPT if u in system or u in turn else ELIDED for u in range(len(units))]
+    outputs = _outputs(messages, units, turn)
+    return _masked_until_fit(
+        job, messages, units, (states, [False] * len(units)), frozenset(), outputs, 0
+    )
+
+
+def _turn_units(
+    messages: Sequence[Message], units: Sequence[Unit]
+) -> tuple[set[int], list[int], set[int]]:
+    """The system units, the user units (oldest first) and the newest turn's units: from the
+    latest user message (or the tool round the newest unit answers, when earlier) on."""
+    n = len(units)
+    roles = [{m.role for m in messages[u.start : u.end]} for u in units]
+    system = {u for u in range(n) if roles[u] & {"system", "developer"}}
+    users = [u for u in range(n) if "user" in roles[u]]
+    last = users[-1] if users else n - 1
+    answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
+    return system, users, set(range(min(last, answered), n))
+
+
 def _newest(messages: Sequence[Message], units: Sequence[Unit]) -> list[int]:
     """The newest unit, and the tool round before it when it answers that round: what a plan
     never masks (the newest turn's outputs go only in ``_mask_newest``, oldest first)."""
@@ -520,13 +556,10 @@ def _last_resort(
     task; the latest user message with the newest unit masked; the core alone, with a marker,
     then without one. The first that fits is sent; None when even the bare core does not."""
     n = len(units)
-    roles = [{m.role for m in messages[u.start : u.end]} for u in units]
-    system = {u for u in range(n) if roles[u] & {"system", "developer"}}
-    users = [u for u in range(n) if "user" in roles[u]]
+    system, users, turn = _turn_units(messages, units)
     last = users[-1] if users else n - 1
     first = users[0] if users else last
     answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
-    turn = set(range(min(last, answered), n))
     outputs = _outputs(messages, units, turn) if MASK.name in job.policy.strategies else []
     offload = [False] * n
     # The newest turn whole with the task, its outputs masked oldest first, one more each time;
