@@ -20,6 +20,7 @@ from pricing.calibration import (
     message_features,
     pressure_features,
 )
+from pricing.capped import CapTooSmall, cap_message
 from pricing.content import PROSE
 from pricing.messages import ChatRequest, Message, TextPart, message_wire
 from pricing.meter import (
@@ -35,6 +36,7 @@ from pricing.meter import (
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
 from strategies.actions import Action, Actions
+from strategies.cap import CAP
 from strategies.elide import (
     ELIDE,
     Plan,
@@ -55,6 +57,9 @@ from strategies.units import Unit, answers_tool_round, group_units, protected_un
 __all__ = ["Job", "adapt", "assemble", "fit_moves"]
 
 _TOOL_ROLES = ("tool", "function")
+#: Tries at capping the newest masked output to the room left (each re-prices the prompt;
+#: the first usually fits, a correction weighing text above 1 may take another).
+_SQUEEZES = 3
 
 
 @dataclass(slots=True)
@@ -376,7 +381,7 @@ def _masked_until_fit(
 
     first = build(start)
     if first.estimate <= job.budget or start >= len(extra):
-        return [(first.estimate, first)]
+        return [(first.estimate, _squeezed(job, messages, units, plan, masks, extra, start, first))]
     prices = job.measure(messages).messages
     unit_of = {i: unit for unit in units for i in range(unit.start, unit.end)}
     features = list(pressure_features(first.pressure))
@@ -392,10 +397,11 @@ def _masked_until_fit(
     built = build(k)
     if built.estimate == predicted:
         # the steps not built, by their least estimate (a refusal names the least)
+        built = _squeezed(job, messages, units, plan, masks, extra, k, built)
         return [(first.estimate, first), (least, None), (built.estimate, built)]
     out: list[tuple[int, Fit | None]] = [(first.estimate, first)]
     for k in range(start + 1, len(extra) + 1):
-        built = build(k)
+        built = _squeezed(job, messages, units, plan, masks, extra, k, build(k))
         out.append((built.estimate, built))
         if built.estimate <= job.budget:
             break
@@ -432,6 +438,53 @@ def _turn_units(
     last = users[-1] if users else n - 1
     answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
     return system, users, set(range(min(last, answered), n))
+
+
+def _squeezed(
+    job: Job,
+    messages: tuple[Message, ...],
+    units: Sequence[Unit],
+    plan: tuple[Sequence[str], Sequence[bool]],
+    masks: frozenset[int],
+    extra: Sequence[int],
+    k: int,
+    built: Fit,
+) -> Fit:
+    """``built`` with the last of its ``k`` masked outputs capped to the room left instead.
+
+    The outputs masked last are the newest: what the agent just did, and the one thing it
+    repeats when it cannot see it (a model shown only "output masked" for the call it made a
+    moment ago calls it again). When masking it made the prompt fit with room to spare, it
+    goes as much of itself as fits — capped in its rendered form, as the cap strategy cuts an
+    oversized output — and stays masked only when no capped form fits beside the rest."""
+    if not k or built.estimate > job.budget or CAP.name not in job.policy.strategies:
+        return built
+    i = extra[k - 1]
+    if messages[i].role not in job.policy.cap_roles:
+        return built
+    states, offload = plan
+    unit = next(u for u in units if u.start <= i < u.end)
+    price = job.mask_price(messages, unit, i, job.measure(messages).messages[i])
+    floor = price.text + price.framing
+    limit = floor + job.budget - built.estimate
+    taken = masks | frozenset(extra[: k - 1])
+    for _ in range(_SQUEEZES):
+        if limit <= floor:
+            break
+        try:
+            capped = cap_message(messages[i], limit, job.route)
+        except CapTooSmall:
+            break
+        if capped is None:
+            break
+        swapped = (*messages[:i], capped.message, *messages[i + 1 :])
+        trial = _build(job, swapped, units, states, taken, offload)
+        if trial.estimate <= job.budget:
+            cut = Action(CAP.label, 1, capped.removed_tokens)
+            actions = actions_of(*trial.report.actions.values(), cut)
+            return replace(trial, report=replace(trial.report, actions=actions))
+        limit -= trial.estimate - job.budget
+    return built
 
 
 def _newest(messages: Sequence[Message], units: Sequence[Unit]) -> list[int]:
@@ -552,31 +605,26 @@ def _last_resort(
 ) -> Fit | None:
     """Refusal is the last resort: what no cut may touch is the system prompt and the latest
     user message (as the cap rule left them). When the cache-stable plans overflow, try, in
-    order, keeping the task and the newest turn with every output masked; the same without the
-    task; the latest user message with the newest unit masked; the core alone, with a marker,
-    then without one. The first that fits is sent; None when even the bare core does not."""
+    order, keeping the task and the newest turn; the same without the task; the latest user
+    message with the newest unit; each with its outputs masked oldest first until it fits (the
+    last one masked capped to the room left instead, ``_squeezed``); then the core alone, with
+    a marker, then without one. The first that fits is sent; None when even the bare core does
+    not."""
     n = len(units)
     system, users, turn = _turn_units(messages, units)
     last = users[-1] if users else n - 1
     first = users[0] if users else last
     answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
-    outputs = _outputs(messages, units, turn) if MASK.name in job.policy.strategies else []
-    offload = [False] * n
-    # The newest turn whole with the task, its outputs masked oldest first, one more each time;
-    # then without the task; then the latest user message with the newest unit, masked.
-    states = [KEPT if u in system or u in turn or u == first else ELIDED for u in range(n)]
-    tried = _masked_until_fit(job, messages, units, (states, offload), frozenset(), outputs, 0)
-    built = tried[-1][1]
-    if built is not None and built.estimate <= job.budget:
-        return built
     newest = {n - 1, answered, last}
-    attempts = [(turn, frozenset(outputs))]
-    attempts.append((newest, frozenset(_outputs(messages, units, newest) if outputs else ())))
-    attempts.append(({last}, frozenset()))
-    for kept, masks in attempts:
+    masking = MASK.name in job.policy.strategies
+    offload = [False] * n
+    attempts = [(turn | {first}, turn), (turn, turn), (newest, newest), ({last}, set())]
+    for kept, masked in attempts:
         states = [KEPT if u in system or u in kept else ELIDED for u in range(n)]
-        built = _build(job, messages, units, states, masks, offload)
-        if built.estimate <= job.budget:
+        extra = _outputs(messages, units, masked) if masking else []
+        tried = _masked_until_fit(job, messages, units, (states, offload), frozenset(), extra, 0)
+        built = tried[-1][1]
+        if built is not None and built.estimate <= job.budget:
             return built
     states = [KEPT if u in system or u == last else ELIDED for u in range(n)]
     built = _build(job, messages, units, states, frozenset(), offload, markers=False)

@@ -67,13 +67,15 @@ def gw_fixed(sim, tmp_path_factory):
 
 
 def check_forwarded(actions: str, sent: str) -> None:
-    """Every call is still answered; the oldest outputs are masked, the newest verbatim."""
-    assert "masked=" in actions
+    """Every call is still answered; the oldest output goes masked, or capped to the room its
+    mask left (``strategies.moves._squeezed``), the newest verbatim."""
+    assert "masked=" in actions or "capped=" in actions
     for call in CALLS:
         assert sent.count(json.dumps(call)) >= 2  # the call and its result
-    assert MASK_PREFIX in sent
     assert json.dumps(output(len(CALLS) - 1))[1:-1] in sent  # the newest output verbatim
-    assert json.dumps(output(0))[1:-1] not in sent  # the oldest masked
+    oldest = json.dumps(output(0))[1:-1]
+    assert oldest not in sent  # the oldest masked or cut
+    assert MASK_PREFIX in sent or oldest[:200] in sent
 
 
 def test_chat(gw, fresh_sim):

@@ -25,11 +25,12 @@ from strategies.policy import FitPolicy
 
 
 def _every_step(job, messages, units, plan, masks, extra, start):  # type: ignore[no-untyped-def]
-    """The reference: build every step until one fits."""
+    """The reference: build every step until one fits (its newest mask squeezed to the room)."""
     states, offload = plan
     out = []
     for k in range(start, len(extra) + 1):
         built = moves._build(job, messages, units, states, masks | frozenset(extra[:k]), offload)
+        built = moves._squeezed(job, messages, units, plan, masks, extra, k, built)
         out.append((built.estimate, built))
         if built.estimate <= job.budget:
             break
