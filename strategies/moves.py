@@ -113,7 +113,10 @@ class Job:
             masked = mask_output(message, name, price.total)
             prev = messages[i - 1].role if i else None
             measured = measure_kept(masked, self.route, i, self.sizes, prev)
-            found = self.masked[id(message)] = (masked, measured)
+            # an output shorter than its placeholder ("OK", an exit code) is dearer masked:
+            # it stays as it is (a function of the output alone, so stable turn to turn)
+            found = (message, price) if measured.total >= price.total else (masked, measured)
+            self.masked[id(message)] = found
         return found
 
     def mask(
@@ -666,11 +669,10 @@ def _build(
         flush(messages[unit.start].role)
         for i in span:
             message = messages[i]
-            if i in masks:
-                masked = job.mask(messages, unit, i, prices[i])
+            if i in masks and (masked := job.mask(messages, unit, i, prices[i])) is not message:
                 tally.masked += 1
-                tally.masked_tokens += max(
-                    0, prices[i].total - job.mask_price(messages, unit, i, prices[i]).total
+                tally.masked_tokens += (
+                    prices[i].total - job.mask_price(messages, unit, i, prices[i]).total
                 )
                 message = masked
             elif offload[u] and message.images:

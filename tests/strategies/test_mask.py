@@ -428,3 +428,33 @@ def test_the_newest_turns_outputs_are_masked_only_when_it_does_not_fit_whole():
         unmasked = [o if m else s for o, m, s in zip(outputs, masked, sent[-2:], strict=True)]
         assert _price(sent[:-2] + unmasked, rw) > result.report.budget, window
     assert masked_seen and whole_seen
+
+
+def test_an_output_shorter_than_its_placeholder_is_never_masked():
+    """Masking "OK" (1 token) as "[routefit: output of run (7 tokens) masked ...]" (~20) made
+    the prompt bigger: a mask dearer than its output leaves the output as it is, and the report
+    counts only the masks that saved something."""
+    messages: list[dict] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Task: " + words(40, 2)},
+    ]
+    for n in range(12):
+        calls = [
+            {"id": f"big{n}", "type": "function", "function": {"name": "run", "arguments": "{}"}},
+            {"id": f"ok{n}", "type": "function", "function": {"name": "run", "arguments": "{}"}},
+        ]
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        messages.append({"role": "tool", "tool_call_id": f"big{n}", "content": words(300, n)})
+        messages.append({"role": "tool", "tool_call_id": f"ok{n}", "content": "OK"})
+    messages.append({"role": "user", "content": "Now: " + words(20, 3)})
+    r = route(4_000)
+    fitted = fit(
+        parse_request({"model": "t", "messages": messages, "max_tokens": 256}), r, FitPolicy()
+    )
+    sent = fitted.body["messages"]
+    big = [m for m in sent if str(m.get("tool_call_id", "")).startswith("big")]
+    ok = [m for m in sent if str(m.get("tool_call_id", "")).startswith("ok")]
+    masked_big = sum(str(m["content"]).startswith(MASK_PREFIX) for m in big)
+    assert masked_big  # the fit masked old outputs
+    assert ok and all(m["content"] == "OK" for m in ok)
+    assert fitted.report.actions["masked"].count == masked_big
