@@ -428,6 +428,23 @@ def _wait_ready(process: subprocess.Popen[str], port: int) -> None:
     raise AssertionError("routefit did not become ready")
 
 
+def _served_one_chat(config: Path, cwd: Path) -> str:
+    """``routefit serve`` started, asked one chat completion of route ``local``, stopped by
+    SIGTERM (the calibrator flushes its queue on the way out): its log, once it exited 0."""
+    port = free_port()
+    process = _serve(config, cwd, port)
+    try:
+        _wait_ready(process, port)
+        body = {"model": "local", "messages": [{"role": "user", "content": "Hello"}]}
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        log = process.communicate(timeout=60)[0]
+    assert process.returncode == 0, log
+    return log
+
+
 def test_the_embedded_store_is_beside_the_config_wherever_commands_run(tmp_path):
     """serve run from one folder and calibration from another read one database: the one
     beside the config file (its path printed at start), and neither creates another."""
@@ -437,17 +454,7 @@ def test_the_embedded_store_is_beside_the_config_wherever_commands_run(tmp_path)
     config = conf / "routefit.yaml"
     config.write_text(_SIM_CONFIG)  # no store_path: the default, routefit.sqlite3
     store = conf / "routefit.sqlite3"
-    port = free_port()
-    process = _serve(config, serve_dir, port)
-    try:
-        _wait_ready(process, port)
-        body = {"model": "local", "messages": [{"role": "user", "content": "Hello"}]}
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
-        assert r.status_code == 200, r.text
-    finally:
-        process.send_signal(signal.SIGTERM)  # the calibrator flushes its queue on the way out
-        log = process.communicate(timeout=60)[0]
-    assert process.returncode == 0, log
+    log = _served_one_chat(config, serve_dir)
     assert f"store: sqlite {store}" in log
     out = subprocess.run(
         [*routefit_command(), "calibration", "--config", str(config), "--json"],
@@ -535,17 +542,7 @@ def test_serve_starts_and_names_a_route_whose_window_cannot_hold_its_reserve(tmp
         + '    litellm_params: {model: openai/gpt-4o, api_base: "sim://local"}\n'
         + "    model_info: {max_input_tokens: 500, max_output_tokens: 16384}\n"
     )
-    port = free_port()
-    process = _serve(config, tmp_path, port)
-    try:
-        _wait_ready(process, port)
-        body = {"model": "local", "messages": [{"role": "user", "content": "Hello"}]}
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
-        assert r.status_code == 200, r.text
-    finally:
-        process.send_signal(signal.SIGTERM)
-        log = process.communicate(timeout=60)[0]
-    assert process.returncode == 0, log
+    log = _served_one_chat(config, tmp_path)
     warning = next(line for line in log.splitlines() if line.startswith("routefit: warning:"))
     assert "route 'tiny'" in warning and "window of 500 tokens" in warning
     assert "route 'local'" not in log

@@ -11,22 +11,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_operator_hunt import _ROUTE, write
 
 from proxy.cli import main
 from proxy.config import Config, ConfigError, load_config
-
-_ROUTE = """
-model_list:
-  - model_name: a
-    litellm_params: {model: openai/gpt-4o, api_base: "http://127.0.0.1:9"}
-"""
-
-
-def write(tmp_path: Path, *parts: str) -> Path:
-    """The file of ``parts``, each dedented on its own."""
-    path = tmp_path / "routes.yaml"
-    path.write_text("".join(textwrap.dedent(part) for part in parts))
-    return path
 
 
 def loaded(tmp_path: Path, *parts: str, environ: dict[str, str] | None = None) -> Config:

@@ -21,6 +21,7 @@ import orjson
 import pytest
 import yaml
 from inprocess import run_inprocess
+from test_translation_hunt import ROUTES
 
 from proxy.sim.wire_anthropic import validate as validate_messages
 from proxy.sim.wire_openai import validate_chat
@@ -28,22 +29,6 @@ from proxy.transports.mock import MockTransport
 from proxy.wires.anthropic_chat import chat_messages
 from proxy.wires.anthropic_parse import parse_anthropic
 from strategies.mask import mask_output
-
-KEY = "sk-prov-0123456789abcdef"
-
-
-def _route(alias: str, model: str, base: str) -> dict[str, Any]:
-    return {
-        "model_name": alias,
-        "litellm_params": {"model": model, "api_base": base, "api_key": KEY},
-        "model_info": {"max_input_tokens": 128_000, "max_output_tokens": 16_384},
-    }
-
-
-ROUTES = [
-    _route("chat", "deepseek/deepseek-chat", "http://provider.local/v1"),
-    _route("claude", "anthropic/claude-sonnet-4-5", "http://provider.local"),
-]
 
 
 @dataclass
