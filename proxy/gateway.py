@@ -43,6 +43,7 @@ from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
 from proxy.estimate import Estimate, Estimator, Job
 from proxy.exchange import (
+    RESPONSES,
     UNREADABLE,
     Completion,
     EventStream,
@@ -53,7 +54,7 @@ from proxy.exchange import (
     as_stream,
     unreadable,
 )
-from proxy.exchange.sse import event_data, is_done
+from proxy.exchange.sse import event_data, event_name, is_done
 from proxy.fairness import COUNT_THREAD_ABOVE, Fairness
 from proxy.fetch import ImageSizer
 from proxy.inline import Client, inline_images
@@ -429,9 +430,7 @@ class Gateway:
             # nothing reaches the client before the provider's first event: a stream that
             # breaks before it is another attempt's to answer
             try:
-                opened = as_stream(await self._send(p, leg, request))
-                key = p.sent_upstream.api_key
-                events = await until_disconnect(request.receive, _primed(opened, leg.wire, key))
+                events = as_stream(await self._send(p, leg, request))
             except ProxyError as err:
                 _failed_attempt(p, sent, err)
                 raise
@@ -548,8 +547,10 @@ class Gateway:
 
     async def _send(self, p: Flight, leg: Leg, request: Request) -> Completion | EventStream:
         """Forward the fitted request; when the provider refuses it for context length and
-        states its count, learn that count, refit and forward once more (a stream is opened
-        before any byte goes to the client, so this holds for streams too)."""
+        states its count, learn that count, refit and forward once more. A stream is primed
+        (``_primed``) before any byte goes to the client, so this holds for streams too, and
+        for a refusal a provider states in its stream rather than as a status (a Responses
+        ``response.failed``, an OpenAI-compatible server's error chunk)."""
         # the deployment as this request reaches it (with the client's own key, on BYOK routes)
         target = leg.deployment.keyed(p.sent_upstream)
 
@@ -559,7 +560,11 @@ class Gateway:
                 out = replace(out, retry=False)  # the router retries, deployment by deployment
             p.forwarded = True
             sent = leg.transport.send(target, out)
-            return await until_disconnect(request.receive, _from_upstream(sent))
+            answer = await until_disconnect(request.receive, _from_upstream(sent))
+            if not out.stream:
+                return answer
+            primed = _primed(as_stream(answer), leg.wire, p.sent_upstream.api_key)
+            return await until_disconnect(request.receive, primed)
 
         try:
             return await attempt()
@@ -871,15 +876,17 @@ class _Unfit(Exception):
 
 
 class _Primed:
-    """A provider's event stream whose first event is already in hand."""
+    """A provider's event stream whose first events (its opening and its first answer event)
+    are already in hand."""
 
-    def __init__(self, first: bytes, rest: AsyncIterator[bytes], source: EventStream):
-        self._first = first
+    def __init__(self, head: list[bytes], rest: AsyncIterator[bytes], source: EventStream):
+        self._head = head
         self._rest = rest
         self._source = source
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield self._first
+        for event in self._head:
+            yield event
         async for event in self._rest:
             yield event
 
@@ -887,17 +894,42 @@ class _Primed:
         await self._source.aclose()
 
 
+#: The events a Responses stream opens with before the model has read the input: they carry
+#: no output, and OpenAI reports an overflow only after them (``response.failed``, code
+#: ``context_length_exceeded``, in a 200 stream: docs/simulator.md).
+_OPENING = frozenset({"response.created", "response.in_progress", "response.queued"})
+
+
+def _opening(wire: str, event: bytes) -> bool:
+    """Whether ``event`` (in provider ``wire``) only opens a Responses stream: held back with
+    the answer until the stream says whether it answers at all."""
+    if wire != RESPONSES:
+        return False
+    name = event_name(event)
+    if name is not None:
+        return name.decode("utf-8", "replace") in _OPENING
+    try:
+        obj = orjson.loads(event_data(event) or b"")
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and obj.get("type") in _OPENING
+
+
 async def _primed(events: EventStream, wire: str, secret: str | None = None) -> EventStream:
-    """``events`` (in provider wire ``wire``) with its first event read: a stream that breaks
-    (or stalls past the read timeout, or ends) before it, or whose first event is no answer --
+    """``events`` (in provider wire ``wire``) with its first answer event read (past keep-alives,
+    dropped, and a Responses stream's opening events, held: ``_opening``): a stream that breaks
+    (or stalls past the read timeout, or ends) before it, or whose first answer event is none --
     the provider's own error event (``stream_error``: what the same error as a status would be,
     its message scrubbed of ``secret`` and anything key-like) or a bare ``[DONE]`` -- is the
     provider's failure before any byte reached the client, as ``ProxyError`` of the upstream:
-    another attempt may answer it."""
+    another attempt may answer it, and a refusal is the client's as it would be as a status."""
     rest = aiter(events)
+    head: list[bytes] = []
     try:
         first = await anext(rest)
-        while keepalive(wire, first):  # a ping or comment first: the answer is what follows
+        while (opening := _opening(wire, first)) or keepalive(wire, first):
+            if opening:
+                head.append(first)  # relayed once the stream is known to answer
             first = await anext(rest)
     except StopAsyncIteration:
         # it ended before any event: no answer, and nothing reached the client either
@@ -924,7 +956,7 @@ async def _primed(events: EventStream, wire: str, secret: str | None = None) -> 
             await events.aclose()
         failed.origin = "upstream"
         raise failed
-    return _Primed(first, rest, events)
+    return _Primed([*head, first], rest, events)
 
 
 def _no_answer(message: str) -> ProxyError:

@@ -13,8 +13,10 @@ costs what chat's ``response_format`` does. An ``input_image`` is the chat wire'
 Refused like OpenAI: an output whose ``call_id`` answers no call before it, a call left without
 its output, a message content part of a type OpenAI does not define (400 ``invalid_value``
 naming the part), a reasoning item without its ``summary`` (an array of ``summary_text`` parts),
-an overflow (400 ``context_length_exceeded``). Streams send the whole event
-sequence, ending in ``response.completed`` with usage (``input_tokens_details.cached_tokens``).
+an overflow (400 ``context_length_exceeded``; a streamed request gets it as OpenAI streams it:
+200, the stream's opening, an ``error`` event and ``response.failed``). Streams send the whole
+event sequence, ending in ``response.completed`` with usage
+(``input_tokens_details.cached_tokens``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
@@ -46,6 +48,10 @@ ITEM_TYPES = frozenset(
     }
 )  # fmt: skip
 _CALLS = ("function_call", "custom_tool_call")
+#: OpenAI's words for a Responses overflow: no count (a gateway has none to learn from it).
+OVERFLOW = (
+    "Your input exceeds the context window of this model. Please adjust your input and try again."
+)
 #: The Responses API's least ``max_output_tokens``: OpenAI refuses less with 400
 #: ``integer_below_min_value`` (chat's ``max_tokens`` takes any positive cap).
 LEAST_OUTPUT = 16
@@ -275,7 +281,9 @@ def _output(ans: Answer, rid: str, custom: set[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _events(response: dict[str, Any]) -> list[bytes]:
+def _numbered() -> Callable[..., bytes]:
+    """An SSE event writer that numbers its events from 0 (``sequence_number``), as OpenAI
+    numbers a Responses stream's events."""
     seq = 0
 
     def ev(kind: str, **data: Any) -> bytes:
@@ -283,8 +291,19 @@ def _events(response: dict[str, Any]) -> list[bytes]:
         seq += 1
         return sse(_dump({"type": kind, "sequence_number": seq - 1, **data}), kind)
 
+    return ev
+
+
+def _opening(ev: Callable[..., bytes], response: dict[str, Any]) -> list[bytes]:
+    """``response.created`` and ``response.in_progress``: what every stream opens with, before
+    the model has read the input (so before it can know the input overflows)."""
     shell = {**response, "status": "in_progress", "output": [], "usage": None}
-    events = [ev("response.created", response=shell), ev("response.in_progress", response=shell)]
+    return [ev("response.created", response=shell), ev("response.in_progress", response=shell)]
+
+
+def _events(response: dict[str, Any]) -> list[bytes]:
+    ev = _numbered()
+    events = _opening(ev, response)
     for index, item in enumerate(response["output"]):
         if item["type"] == "message":
             text = item["content"][0]["text"]
@@ -311,6 +330,35 @@ def _events(response: dict[str, Any]) -> list[bytes]:
     end = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
     events.append(ev(end, response=response))
     return events
+
+
+def _failed_stream(ctx: Ctx, body: Mapping[str, Any], name: str) -> Response:
+    """A streamed request over the window, as OpenAI answers it: HTTP 200, the stream's opening,
+    then an ``error`` event and ``response.failed`` (``status: failed``, no usage) with code
+    ``context_length_exceeded`` and no count -- not the 400 a request without ``stream`` gets.
+    Logged with ``error`` set, as its status (200) says nothing of the refusal."""
+    ctx.entry["error"] = "context_length_exceeded"
+    shell: dict[str, Any] = {
+        "id": f"resp_sim{ctx.number:06d}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "in_progress",
+        "error": None,
+        "incomplete_details": None,
+        "model": name,
+        "output": [],
+        "usage": None,
+        "store": body.get("store", True),
+    }
+    ev = _numbered()
+    events = _opening(ev, shell)
+    error = {"code": "context_length_exceeded", "message": OVERFLOW}
+    events.append(ev("error", param="input", **error))
+    events.append(ev("response.failed", response={**shell, "status": "failed", "error": error}))
+    headers = {"x-request-id": ctx.request_id}
+    return EventStream(
+        ctx.state, events, delay=ctx.chunk_delay, cut_after=ctx.plan.cut_after, headers=headers
+    )
 
 
 async def responses(ctx: Ctx) -> Response:
@@ -347,12 +395,10 @@ async def responses(ctx: Ctx) -> Response:
         )
     window = model.context_window
     if prompt.total > window or prompt.total + (max_out or 0) > window:
+        if body.get("stream"):  # OpenAI answers 200, then fails the response in the stream
+            return _failed_stream(ctx, body, model.name)
         raise SimError(  # OpenAI's words: no count (the gateway has none to learn here)
-            400,
-            "Your input exceeds the context window of this model. Please adjust your input and "
-            "try again.",
-            param="input",
-            code="context_length_exceeded",
+            400, OVERFLOW, param="input", code="context_length_exceeded"
         )
     cached = ctx.state.prefix_caches[model.name].lookup_and_store(prompt.tokens)
     ctx.entry["prompt_tokens"] = prompt.total

@@ -195,8 +195,9 @@ _KIND_STATUS = {
     "api_error": 500,
     "timeout_error": 504,
     "overloaded_error": 529,
-    # OpenAI (chat and Responses)
+    # OpenAI (chat and Responses; a Responses overflow streams only its ``code``)
     "invalid_prompt": 400,
+    "context_length_exceeded": 400,
     "invalid_api_key": 401,
     "model_not_found": 404,
     "insufficient_quota": 429,
