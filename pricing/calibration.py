@@ -81,6 +81,7 @@ __all__ = [
     "checkpoint_anchors",
     "dearest_character",
     "fit_correction",
+    "implausible_count",
     "message_features",
     "pressure_features",
     "sample_of",
@@ -631,6 +632,40 @@ def anchored_estimate(anchor: Anchor, pressure: Pressure, correction: Correction
     now = pressure_features(pressure)
     delta = [max(0, x - a) for x, a in zip(now, anchor.features, strict=True)]
     return anchor.actual + correction.price(delta)
+
+
+#: A provider count below the meter's own count divided by this is no tokenizer's: the meters'
+#: bases disagree by at most ×4 on one script (cl100k reads Hindi in 4.05 times o200k's tokens),
+#: and the stated family by ×0.75 on top (docs/calibration.md, "Implausible counts").
+BELOW_METER = 8
+#: ... nor one above this many times the route's prior price (itself meant to cover every
+#: tokenizer of the family, a token per byte included), plus ``HIDDEN`` tokens a provider may add
+#: unseen (Anthropic's tool-use system prompt: ~350).
+ABOVE_PRIOR = 3
+HIDDEN = 512
+
+
+def implausible_count(
+    features: Sequence[int], actual: int, prior: Correction, policy: CalibrationPolicy
+) -> str | None:
+    """Why ``actual`` cannot be any tokenizer's count of a prompt of these features, or None
+    when it can. A count within the usage's own bounds (``proxy.usage.usage_fault``) can still
+    be absurd for its prompt, and one such count is the prompt's anchor: the next turn is priced
+    from it, far under (an overflow at the provider) or far over (cut or refused); and past
+    ``outlier_share`` of the window ``_plausible`` would fit such samples too. ``prior``: the
+    route's prior (``fit_correction`` without samples). Image tokens priced by a default are
+    no measure of the truth (a URL image of unknown size at its rule's worst case may cost a
+    hundredth of it): they are left out below and allowed their widest weight above."""
+    raw = Correction().price(features)
+    guessed = features[DEFAULTED] + features[UNSIZED]
+    known = raw - guessed
+    if actual * BELOW_METER < known:
+        return f"{actual} tokens for a prompt the meter counts {raw}"
+    most = ABOVE_PRIOR * max(raw, prior.price(features)) + HIDDEN
+    most += math.ceil(policy.defaulted_high * guessed)
+    if actual > most:
+        return f"{actual} tokens for a prompt the meter counts {raw} (at most {most})"
+    return None
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from pricing.calibration import (
     anchor_of,
     checkpoint_anchors,
     fit_correction,
+    implausible_count,
     pressure_features,
     sample_of,
 )
@@ -141,6 +143,11 @@ class _Route:
     fitted_at: float = 0.0
     #: How long the last refit took (seconds): the next one waits ``gap``.
     cost: float = 0.0
+    #: The route's prior (its correction before any sample): what ``implausible_count`` measures a
+    #: provider's count against; None for a route not tracked (the loosest prior then).
+    prior: Correction | None = None
+    #: Stored samples the last refresh could not believe (``_sane``): logged when it changes.
+    unreadable: int = 0
 
     @property
     def gap(self) -> float:
@@ -175,6 +182,8 @@ class Calibrator:
         self.anchor_lookups = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._anchors = _AnchorCache(anchor_ttl)
+        #: The loosest prior (an inexact o200k route's): a route not tracked is judged by it.
+        self._loosest = fit_correction((), self.policy, False)
 
     # -- request path (no I/O except the anchor lookup) -----------------------------------
 
@@ -201,9 +210,15 @@ class Calibrator:
         if hit is None:
             self.metrics.anchor_lookups.labels("miss").inc()
             return None
+        index, anchor = hit
+        if not _sane_anchor(anchor):
+            # a store written by an older version, or corrupted: an anchor that would price the
+            # request at nothing (or fail to price it) is not the provider's count of anything
+            log.warning("anchor with absurd figures ignored on %s", route)
+            self.metrics.anchor_lookups.labels("miss").inc()
+            return None
         self.anchor_hits += 1
         self.metrics.anchor_lookups.labels("hit").inc()
-        index, anchor = hit
         return len(keys) - 1 - index, anchor
 
     def observe(
@@ -221,6 +236,12 @@ class Calibrator:
         cut that keeps the head still starts from the provider's count)."""
         feats = pressure_features(pressure)  # once: the sample and the anchors share them
         sample = sample_of(route, time.time(), pressure, estimate, anchored, actual, cached, feats)
+        state = self.routes.get(route)
+        prior = (state.prior if state is not None else None) or self._loosest
+        why = implausible_count(feats, actual, prior, self.policy)
+        if why is not None:  # no tokenizer's count of it: neither sample nor anchor
+            self._refuse(route, why)
+            return
         if len(keys) != len(pressure.messages) or not keys:
             self.submit(sample, None, None)
             return
@@ -228,6 +249,12 @@ class Calibrator:
         checkpoints = checkpoint_anchors(pressure, actual, correction, features=feats)
         extra = [(keys[n - 1], anchor) for n, anchor in checkpoints]
         self.submit(sample, keys[-1], anchor_of(pressure, actual, feats), extra)
+
+    def _refuse(self, route: str, why: str) -> None:
+        """A provider count not believed: neither sample nor anchor; logged and counted."""
+        self.rejected += 1
+        self.metrics.samples.labels("rejected").inc()
+        log.warning("provider count rejected on %s: %s", route, why)
 
     def submit(
         self,
@@ -239,9 +266,7 @@ class Calibrator:
         """Queue a sample (and the anchors of the prompt it measured); never blocks. A sample
         with a figure no store can hold is refused here (counted), not lost with its batch."""
         if not _sane(sample):
-            self.rejected += 1
-            self.metrics.samples.labels("rejected").inc()
-            log.warning("calibration sample refused on %s: absurd figures", sample.route)
+            self._refuse(sample.route, "calibration sample with absurd figures")
             return
         for k, a in extra:
             self._anchors.put(sample.route, k, a)
@@ -271,11 +296,9 @@ class Calibrator:
             known = self.routes.get(route)
             if known is not None and (known.exact, known.meter) == (exact, meter):
                 continue
+            prior = fit_correction((), self.policy, exact, meter)
             self.routes[route] = _Route(
-                deque(maxlen=self.policy.window),
-                fit_correction((), self.policy, exact, meter),
-                exact,
-                meter,
+                deque(maxlen=self.policy.window), prior, exact, meter, prior=prior
             )
 
     async def stop(self) -> None:
@@ -375,9 +398,28 @@ class Calibrator:
                 self._down("refresh")
                 return
             self._up()
+            samples = self._readable(route, state, samples)
             if samples:
                 state.samples = deque(samples, maxlen=self.policy.window)
                 self._refit(state, time.monotonic())
+
+    def _readable(self, route: str, state: _Route, samples: Sequence[Sample]) -> list[Sample]:
+        """The stored samples a refit may use: one an older version or a corrupted store wrote
+        with a figure that is not a count (a string, a float, a huge number) would fail every
+        refit of the route, the writer's too; one whose count no tokenizer could give
+        (``implausible_count``) would be fitted. Logged when their number changes (the same
+        ones are read back every refresh)."""
+        prior = state.prior or self._loosest
+        kept = [
+            s
+            for s in samples
+            if _sane(s) and implausible_count(s.vector, s.actual, prior, self.policy) is None
+        ]
+        skipped = len(samples) - len(kept)
+        if skipped != state.unreadable:
+            log.warning("%d stored samples of %s ignored: absurd figures", skipped, route)
+            state.unreadable = skipped
+        return kept
 
     def _due(self, state: _Route, now: float) -> bool:
         """Refit while a route is still learning, then once ``REFIT_SAMPLES`` samples or
@@ -457,11 +499,28 @@ def _agrees(correction: Correction, sample: Sample) -> bool:
     return 0 <= over <= sample.actual // AGREE + 1
 
 
+def _count(x: object) -> bool:
+    """A whole number a store can hold (a bool is not one: JSON's true is no count)."""
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _MOST
+
+
 def _sane(sample: Sample) -> bool:
+    """Whether every figure of ``sample`` is a count (its time a finite number, ``anchored`` a
+    bool): what the writer queues, and what a refit reads back from a store."""
     figures = (sample.text, sample.framing, sample.images, sample.estimate, sample.actual)
-    return all(
-        isinstance(x, int) and 0 <= x <= _MOST for x in (*figures, sample.cached, *sample.features)
+    counts = (*figures, sample.cached, sample.image_count, sample.message_count)
+    return (
+        all(map(_count, (*counts, *sample.features)))
+        and isinstance(sample.anchored, bool)
+        and isinstance(sample.time, int | float)
+        and math.isfinite(sample.time)
     )
+
+
+def _sane_anchor(anchor: Anchor) -> bool:
+    """Whether ``anchor`` holds counts, its provider count above nothing."""
+    figures = (anchor.text, anchor.framing, anchor.images, *anchor.features)
+    return all(map(_count, figures)) and _count(anchor.actual) and anchor.actual > 0
 
 
 def summarize(samples: Sequence[Sample], correction: Correction) -> dict[str, Any]:
