@@ -223,16 +223,17 @@ async def _serve(request: Request, state: AppState, g: Generation, trip: _Trip) 
     trip.team = g.teams.authenticate(request.headers)
     share = body_share(g.gateway.fairness, g.config, caller(trip.team, request), request)
     body, size = await read_json(request, g.config.settings.max_body_bytes, share)
-    parsed = parse(body)
+    who = caller(trip.team, request)
+    fair = g.gateway.fairness
+    parsed = await fair.run(who, size, parse, body)  # a big body's parse off the loop, as chat's
     rc = trip.rc = _route(g, parsed.model)
     permit(trip.team, rc)
     leg = _target(g, rc)
     upstream = g.keys.upstream(rc, request.headers)
-    who = caller(trip.team, request)
-    fair = g.gateway.fairness
     trip.tokens = await fair.run(
         who, size, count, rc, parsed.inputs, trip.team, above=COUNT_THREAD_ABOVE
     )
+    _within_team_limit(trip.team, trip.tokens)
     trip.held = await state.budgets.reserve(trip.team, rc, trip.tokens, 0)
     target = _embedding_deployment(leg.deployment).keyed(upstream)
     sent = time.perf_counter()
@@ -248,6 +249,21 @@ async def _serve(request: Request, state: AppState, g: Generation, trip: _Trip) 
         headers.update(rate_limit_headers(trip.held.windows))
     done = g.gateway.records.later(_record(trip, 200, charged))
     return Response(answer.body, headers=headers, media_type="application/json", background=done)
+
+
+def _within_team_limit(team: Team | None, tokens: int) -> None:
+    """A 400 when the inputs count more than the team's ``max_prompt_tokens``: the largest
+    prompt one of its requests may send holds here too (embeddings went through at any size
+    while every other wire held them to it), and with nothing to fit, over it is refused."""
+    cap = team.quotas.max_prompt_tokens if team is not None else None
+    if cap is not None and tokens > cap:
+        raise ProxyError(
+            400,
+            f"This request exceeds your team's per-request prompt limit of {cap:,} tokens: "
+            f"its inputs count {tokens:,} tokens.",
+            param="input",
+            code="context_length_exceeded",
+        )
 
 
 async def _failed(state: AppState, g: Generation, trip: _Trip, err: ProxyError) -> Response:

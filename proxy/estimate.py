@@ -254,11 +254,21 @@ class Estimator:
         self, request: ChatRequest, rc: RouteConfig, team: Team | None, who: str, size: int
     ) -> int:
         """The calibrated estimate of the request as the client sent it, unfitted: what a count
-        endpoint answers (in one of the caller's pricing threads when the body is big)."""
+        endpoint answers (in one of the caller's pricing threads when the body is big). Anchored
+        like the fit's (``_anchor``) on the provider's count of a prefix the team sent: a count
+        that ignored it answered the prior's price of a session the fit already priced at the
+        provider's own count (832 tokens against 559 on a new route), and a client compacting
+        on it (Claude Code) cut far too early."""
         priced = self.route_priced(rc, team)
         size = work_size(request, size)
         pressure = await self.fairness.run(who, size, measure, request, priced, above=COUNTING)
-        return self.calibrator.correction(rc.calibration_key).price_request(pressure)
+        correction = self.calibrator.correction(rc.calibration_key)
+        scope = team.id if team is not None else None
+        keys = await self.fairness.run(who, size, _message_keys, rc, request, scope)
+        hit = await self.calibrator.find_anchor(rc.calibration_key, keys)
+        if hit is None:
+            return correction.price_request(pressure)
+        return anchored_estimate(hit[1], pressure, correction)
 
     async def _estimate(
         self,
@@ -496,13 +506,18 @@ def _prefix_keys(job: Job, fitted: Fit) -> tuple[bytes, ...]:
     """Chained digests of the fitted prefixes, in the team's own scope (anchors are its own).
     A message with images is keyed with their details too: a Gemini request's media_resolution
     is outside its messages, and the same message at another level is another count."""
-    rc = job.rc
+    return _message_keys(job.rc, fitted, job.scope)
+
+
+def _message_keys(rc: RouteConfig, sent: Fit | ChatRequest, scope: str | None) -> tuple[bytes, ...]:
+    """``_prefix_keys`` of a fit's messages or of a request as sent (a count endpoint's: a
+    request that fits unchanged is its own fit, so both find the same anchor)."""
     wire = [
         [message_wire(m), [p.detail for p in m.images]] if m.images else message_wire(m)
-        for m in fitted.messages
+        for m in sent.messages
     ]
-    tools = fitted.body.get("tools")
-    return tuple(prefix_keys(rc.calibration_key, rc.upstream.model, tools, wire, job.scope))
+    tools = sent.body.get("tools")
+    return tuple(prefix_keys(rc.calibration_key, rc.upstream.model, tools, wire, scope))
 
 
 def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:
