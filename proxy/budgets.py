@@ -11,14 +11,22 @@ by the number of replicas.
 
 When the store cannot answer, ``budget_failure_mode`` decides: ``open`` admits the request
 unbudgeted (counted in metrics, logged once per outage), ``closed`` answers 503.
+
+No reservation outlives its request (docs/security.md, "Charging on every exit"): a store call
+runs to its end even when its caller is cancelled (the drain's deadline), a reservation the store
+made for a caller that was cancelled meanwhile is released, and a settlement the store could not
+take is kept (bounded) and made again once the store answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.config import RouteConfig
 from proxy.errors import ProxyError
@@ -31,6 +39,13 @@ from proxy.usage import Usage
 __all__ = ["Budgets", "Held", "rate_limit_headers"]
 
 log = logging.getLogger("routefit.budgets")
+
+#: Settlements the store could not take, kept to be made again: beyond this many (an outage
+#: that long), the oldest stay charged until their windows end, as they did before any retry.
+UNSETTLED_CAP = 10_000
+
+#: One settlement to make: (team id, reservation token, the amounts per window).
+Settlement = tuple[str, str, list[tuple[BudgetWindow, int]]]
 
 
 @dataclass(slots=True)
@@ -98,6 +113,9 @@ class Budgets:
         self.metrics = metrics
         self.failure_mode = failure_mode
         self._down = False
+        self._unsettled: deque[Settlement] = deque(maxlen=UNSETTLED_CAP)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._retrying = False
 
     async def reserve(
         self, team: Team | None, rc: RouteConfig, prompt: int, output: int
@@ -115,11 +133,12 @@ class Budgets:
         needed = [(w, _amount(w, rc, prompt, output)) for w in windows]
         amounts = [(w, _asked(w, amount)) for w, amount in needed]
         try:
-            result: Reservation = await self.store.reserve(team.id, amounts)
+            result = await self._reserved(team.id, amounts)
         except StoreUnavailable:
             self._unavailable()
             return None
         self._recovered()
+        self._retry_unsettled()
         if not result.admitted or result.token is None:
             exhausted = [
                 w.name
@@ -148,11 +167,70 @@ class Budgets:
                 (w, _amount(w, held.rc, usage.prompt_tokens, usage.completion_tokens))
                 for w, _ in held.amounts
             ]
+        # Shielded: a caller cancelled now (the drain's deadline) must not leave it half done.
+        await asyncio.shield(self._spawn(self._settle((held.team.id, held.token, actual))))
+
+    async def _reserved(self, team_id: str, amounts: list[tuple[BudgetWindow, int]]) -> Reservation:
+        """The store's reservation, made whole even when the caller is cancelled while the store
+        works: the store charges the team all the same (SQLite's thread, a Lua script already
+        sent), and nobody would hold the token to release it until its window ends — a month,
+        for a dollar quota. Such an orphan is released as soon as the store answers."""
+        call = asyncio.ensure_future(self.store.reserve(team_id, amounts))
         try:
-            await self.store.settle(held.team.id, held.token, actual)
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            call.add_done_callback(lambda done: self._orphaned(team_id, amounts, done))
+            raise
+
+    def _orphaned(
+        self, team_id: str, amounts: list[tuple[BudgetWindow, int]], call: asyncio.Future[Any]
+    ) -> None:
+        if call.cancelled() or call.exception() is not None:
+            return
+        result: Reservation = call.result()
+        if result.admitted and result.token is not None:
+            self._spawn(self._settle((team_id, result.token, [(w, 0) for w, _ in amounts])))
+
+    async def _settle(self, settlement: Settlement) -> None:
+        """One settlement; kept for later when the store cannot take it now, so a blip does not
+        hold a reservation for the rest of its window (the store's per-token marker makes a
+        settlement made twice count once)."""
+        team_id, token, actual = settlement
+        try:
+            await self.store.settle(team_id, token, actual)
         except StoreUnavailable:
-            # The reservation stays charged until its window ends: conservative, and bounded.
             self.metrics.budget_failures.labels("settle").inc()
+            self._unsettled.append(settlement)
+            return
+        self._retry_unsettled()
+
+    def _retry_unsettled(self) -> None:
+        """The store answered: the settlements it could not take before are made now, one at a
+        time, off the request's path."""
+        if self._unsettled and not self._retrying:
+            self._retrying = True
+            self._spawn(self._drain_unsettled())
+
+    async def _drain_unsettled(self) -> None:
+        try:
+            while self._unsettled:
+                team_id, token, actual = settlement = self._unsettled.popleft()
+                try:
+                    await self.store.settle(team_id, token, actual)
+                except StoreUnavailable:
+                    self._unsettled.appendleft(settlement)
+                    return  # still away: the next answer from the store retries
+                except Exception:
+                    log.exception("dropping a settlement the store refuses for team %s", team_id)
+        finally:
+            self._retrying = False
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task held until it ends (the loop keeps only weak references)."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def usage(self, team: Team) -> list[WindowState]:
         try:

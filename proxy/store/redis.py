@@ -10,6 +10,8 @@ Redis Cluster slot):
   window plus a slack (``codec.BUCKET_SLACK``);
 - ``{rf:team:<team>}:settled:<token id>`` — marker that makes ``settle`` idempotent, expires
   with the last bucket of its reservation;
+- ``{rf:team:<team>}:reserved:<token id>`` — the reply of an admitted ``reserve`` (its
+  numbers, comma-separated), which makes a retried ``reserve`` idempotent; expires likewise;
 - ``{rf:team:<team>}:resp:<response id>`` — a stored response (bytes), ``PX ttl``;
 - ``{rf:team:<team>}:resps`` — sorted set of the team's stored response ids (score: the unix
   millisecond each expires), ``{rf:team:<team>}:resps:size`` — hash of their sizes,
@@ -141,8 +143,16 @@ local ms = math.floor(tonumber(t[2]) / 1000)
 local mode = ARGV[1]
 
 if mode == 'reserve' then
-  -- KEYS[i]: window key prefix; ARGV[4i-2 .. 4i+1]: kind, limit, amount, slack
-  local n = #KEYS
+  -- KEYS[1]: this reservation's marker; KEYS[i + 1]: window key prefix;
+  -- ARGV[4i-2 .. 4i+1]: kind, limit, amount, slack. A reservation made before (its reply lost,
+  -- the call retried) answers what it answered then and charges nothing more.
+  local made = redis.call('GET', KEYS[1])
+  if made then
+    local again = {}
+    for v in string.gmatch(made, '[^,]+') do again[#again + 1] = tonumber(v) end
+    return again
+  end
+  local n = #KEYS - 1
   local keys, amounts, used, resets, expires = {}, {}, {}, {}, {}
   local buckets = {}
   local admitted = true
@@ -151,7 +161,7 @@ if mode == 'reserve' then
     local j = 4 * i - 2
     local limit, amount = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
     local b, e = bucket_of(ARGV[j], s)
-    local key = KEYS[i] .. ':' .. string.format('%d', b)
+    local key = KEYS[i + 1] .. ':' .. string.format('%d', b)
     local u = tonumber(redis.call('GET', key) or '0')
     local reset = (e - s) * 1000 - ms
     if amount > 0 and u + amount > limit then
@@ -173,6 +183,14 @@ if mode == 'reserve' then
   for i = 1, n do
     local k = 4 * i - 1
     out[k], out[k + 1], out[k + 2], out[k + 3] = buckets[i], used[i], resets[i], expires[i]
+  end
+  if admitted then
+    local parts, last = {}, 0
+    for i = 1, #out do parts[i] = string.format('%d', out[i]) end
+    for i = 1, n do
+      if expires[i] > last then last = expires[i] end
+    end
+    redis.call('SET', KEYS[1], table.concat(parts, ','), 'EXAT', last)
   end
   return out
 
@@ -532,7 +550,12 @@ class RedisStore:
         check_amounts(windows)
         if not windows:
             return Reservation(True, encode_token(new_token_id(), []), ())
-        keys = [_window_prefix(team, w.name) for w, _ in windows]
+        # The token's id is chosen here, so that a retry of a call whose reply was lost (a
+        # timeout after the script ran) finds the reservation made, not a second one nobody
+        # holds a token for (kept for the rest of its window).
+        token_id = new_token_id()
+        keys = [f"{team_tag(team)}:reserved:{token_id}"]
+        keys += [_window_prefix(team, w.name) for w, _ in windows]
         args: list[str | int] = ["reserve"]
         for w, amount in windows:
             args += [w.kind, w.limit, amount, BUCKET_SLACK[w.kind]]
@@ -546,7 +569,7 @@ class RedisStore:
             buckets.append(ReservedBucket(w.name, bucket, amount, expires_at))
         if not admitted:
             return Reservation(False, None, tuple(states), retry_after=r[1] / 1000)
-        return Reservation(True, encode_token(new_token_id(), buckets), tuple(states))
+        return Reservation(True, encode_token(token_id, buckets), tuple(states))
 
     async def settle(
         self, team: str, token: str, windows: Sequence[tuple[BudgetWindow, int]]

@@ -532,8 +532,9 @@ async def test_redis_keys_are_hash_tagged_and_expire(redis_url: str) -> None:
         team_keys = sorted([k.decode() async for k in client.scan_iter(match=f"*{team}*")])
         route_keys = sorted([k.decode() async for k in client.scan_iter(match=f"*{route}*")])
         assert r.token is not None
-        (_, buckets) = decode_token(r.token)
-        assert team_keys == sorted(f"{team_tag(team)}:w:{b.name}:{b.bucket}" for b in buckets)
+        (token_id, buckets) = decode_token(r.token)
+        charged = [f"{team_tag(team)}:w:{b.name}:{b.bucket}" for b in buckets]
+        assert team_keys == sorted([*charged, f"{team_tag(team)}:reserved:{token_id}"])
         assert route_keys == [f"{route_tag(route)}:anchor:abcd", f"{route_tag(route)}:samples"]
         slots = {key_slot(k.encode()) for k in team_keys}
         assert len(slots) == 1
