@@ -308,12 +308,14 @@ def _paths(wire: Wire) -> tuple[str, ...]:
 def _under(called: str, path: str) -> bool:
     """Whether ``called`` is under a wire's ``path``: its prefix, or, for a path with a
     parameter (``/v1beta/models/{model}:generateContent``), the same text up to the parameter
-    and a method after it (``/v1beta/models/NAME:anyMethod``)."""
-    head, brace, _ = path.partition("{")
+    and a method after it (``/v1beta/models/NAME:anyMethod``; NAME may hold ``/`` when the
+    parameter is a ``path`` one, as Gemini's model names are)."""
+    head, brace, param = path.partition("{")
     if not brace:
         return called.startswith(path)
     rest = called[len(head) :]
-    return called.startswith(head) and ":" in rest and "/" not in rest
+    slashed = param.partition("}")[0].endswith(":path")  # a parameter that may hold "/"
+    return called.startswith(head) and ":" in rest and (slashed or "/" not in rest)
 
 
 #: The client wires: registering one is one entry here (its paths are its own, ``Wire.paths``).

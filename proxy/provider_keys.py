@@ -17,8 +17,9 @@ Which header is the provider key (the same rule on every wire; the team key is a
 - ``x-provider-key``, when sent, always (Claude Code: ``ANTHROPIC_CUSTOM_HEADERS``; Codex:
   ``env_http_headers``; any SDK: extra headers);
 - open gateway (no teams, so no team key): the key the client presents — ``Authorization:
-  Bearer`` (OpenAI SDKs, Codex, Claude Code with ``ANTHROPIC_AUTH_TOKEN``) or ``x-api-key``
-  (Anthropic SDK, Claude Code with ``ANTHROPIC_API_KEY``);
+  Bearer`` (OpenAI SDKs, Codex, Claude Code with ``ANTHROPIC_AUTH_TOKEN``), ``x-api-key``
+  (Anthropic SDK, Claude Code with ``ANTHROPIC_API_KEY``) or ``x-goog-api-key`` (the
+  ``google-genai`` SDK, Gemini CLI: their only place for it);
 - gateway with teams: ``x-api-key`` beside an ``Authorization: Bearer`` team key (the Anthropic
   SDK with ``auth_token=<team key>, api_key=<provider key>``). A lone ``x-api-key`` or bearer is
   the team's routefit key and is never forwarded.
@@ -182,7 +183,7 @@ class ProviderKeys:
                     401,
                     f"model {alias!r} forwards your own provider key: send it as "
                     + (
-                        "'Authorization: Bearer <key>', 'x-api-key: <key>'"
+                        "'Authorization: Bearer <key>', 'x-api-key: <key>', 'x-goog-api-key: <key>'"
                         if self.teams_open
                         else "'x-api-key: <key>' beside 'Authorization: Bearer <team key>'"
                     )
@@ -204,5 +205,5 @@ class ProviderKeys:
         bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         api_key = headers.get("x-api-key", "").strip()
         if self.teams_open:
-            return bearer or api_key or None
+            return bearer or api_key or headers.get("x-goog-api-key", "").strip() or None
         return api_key if bearer and api_key else None

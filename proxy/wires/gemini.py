@@ -49,7 +49,13 @@ from strategies.output import OutputReserveError
 
 __all__ = ["GEMINI", "GeminiWire", "google_error", "google_status"]
 
-_PREFIXES = ("/v1beta/models/", "/v1/models/")
+#: Where a model's resource name starts: a base model's (``models/``) and a tuned one's, as the
+#: ``google-genai`` SDK calls them (``t_model``).
+_TUNED = ("/v1beta/tunedModels/", "/v1/tunedModels/")
+_PREFIXES = ("/v1beta/models/", "/v1/models/", *_TUNED)
+#: The model's name in the path: Starlette's ``path`` convertor, since a name may hold ``/``
+#: (an alias ``a/b``, a percent-encoded ``models%2FNAME`` decoded before routing).
+_MODEL = "{model:path}"
 _GENERATE = ":generateContent"
 _STREAM = ":streamGenerateContent"
 _COUNT = ":countTokens"
@@ -94,9 +100,14 @@ def _request(request: ChatRequest) -> GeminiRequest:
 
 
 def _model(ctx: RequestContext) -> str:
-    """The model named in the URL; a dry run (``/routefit/fit?wire=gemini``) has no URL model
-    and names it in the body, as ``models/NAME`` or ``NAME``."""
+    """The alias the URL names: its model's name (``models/NAME``: ``NAME``, slashes and all,
+    since the ``google-genai`` SDK writes an alias ``a/b`` into the path as it is), or a tuned
+    model's whole resource name (``tunedModels/NAME``), which only an alias of that name
+    routes. A dry run (``/routefit/fit?wire=gemini``) has no URL model and names it in the
+    body, as ``models/NAME`` or ``NAME``."""
     model = ctx.path.get("model")
+    if isinstance(model, str) and ctx.url_path.startswith(_TUNED):
+        return "tunedModels/" + model
     if model is None and isinstance(ctx.body, Mapping):
         model = ctx.body.get("model")
     model = model if isinstance(model, str) else ""
@@ -106,9 +117,9 @@ def _model(ctx: RequestContext) -> str:
 class GeminiWire:
     name = GEMINI
     paths: tuple[str, ...] = tuple(
-        p + "{model}" + kind for p in _PREFIXES for kind in (_GENERATE, _STREAM)
+        p + _MODEL + kind for p in _PREFIXES for kind in (_GENERATE, _STREAM)
     )
-    count_paths: tuple[str, ...] = tuple(p + "{model}" + _COUNT for p in _PREFIXES)
+    count_paths: tuple[str, ...] = tuple(p + _MODEL + _COUNT for p in _PREFIXES)
     stored = False
     keys = KeyPlaces(headers=("x-goog-api-key",), query="key")
     generated = delta_fields("text")

@@ -282,6 +282,7 @@ def _content(content: Any, i: int, pairing: _Pairing) -> list[Message]:
     if not isinstance(content, Mapping):
         raise RequestError(f"{at} must be an object", at)
     role = content.get("role", "user")
+    role = "user" if role == "" else role  # Google reads an empty role as the user's
     if not isinstance(role, str) or role not in _ROLES:
         raise RequestError(f"{at}.role must be 'user' or 'model'", f"{at}.role")
     raw = content.get("parts")

@@ -13,6 +13,10 @@ left whole, so the prefix a provider cached on the previous turn is the same byt
 * a user message the fit changed (a capped text, an offloaded image) keeps every part it did
   not touch; its new text parts are ``{"text": ...}``;
 * ``systemInstruction`` is the client's unless the fit changed it.
+
+A ``systemInstruction`` given as a plain string (which parsing takes, as the chat translation
+does) goes as Google's ``Content`` (``{"parts": [{"text": ...}]}``), fit or no fit: Google
+refuses a string there (400 "Invalid value at 'system_instruction'").
 """
 
 from __future__ import annotations
@@ -160,12 +164,27 @@ def _same(parts: Sequence[Any], original: Sequence[Any]) -> bool:
     return len(parts) == len(kept) and all(a is b for a, b in zip(parts, kept, strict=True))
 
 
+def _system_key(body: Mapping[str, Any]) -> str:
+    return "systemInstruction" if "systemInstruction" in body else "system_instruction"
+
+
+def _as_content(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``body`` with a string ``systemInstruction`` as the ``Content`` Google takes; the very
+    same object otherwise (byte-stable)."""
+    key = _system_key(body)
+    text = body.get(key)
+    if not isinstance(text, str):
+        return body
+    return {**body, key: {"parts": [{"text": text}]}}
+
+
 def native_body(request: GeminiRequest, fitted_body: Any, messages: Sequence[Message]) -> Any:
     """The body to send: the client's when the fit changed nothing, else with ``contents``
-    (and a changed ``systemInstruction``) rebuilt from ``messages``."""
+    (and a changed ``systemInstruction``) rebuilt from ``messages``; either way in the shapes
+    Google takes (``_as_content``)."""
     body = request.body
     if fitted_body is body:
-        return body
+        return _as_content(body)
     contents = _Contents(request)
     system: Message | None = None
     for message in messages:
@@ -179,10 +198,9 @@ def native_body(request: GeminiRequest, fitted_body: Any, messages: Sequence[Mes
             contents.user(message)
     contents.flush()
     out = {**body, "contents": contents.out}
-    key = "systemInstruction" if "systemInstruction" in body else "system_instruction"
     if system is not None and not contents.original(system):
         out.pop("system_instruction", None)
         out["systemInstruction"] = {"parts": [{"text": system.text}]}
     elif system is None:
-        out.pop(key, None)
-    return out
+        out.pop(_system_key(body), None)
+    return _as_content(out)
