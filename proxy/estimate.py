@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, replace
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -516,8 +517,18 @@ def _message_keys(rc: RouteConfig, sent: Fit | ChatRequest, scope: str | None) -
         [message_wire(m), [p.detail for p in m.images]] if m.images else message_wire(m)
         for m in sent.messages
     ]
-    tools = sent.body.get("tools")
+    tools: Any = sent.body.get("tools")
+    context = [sent.body[k] for k in PROVIDER_CONTEXT if sent.body.get(k) is not None]
+    if context:  # the provider's count includes what these name: another prompt's anchors
+        tools = [tools, *context]
     return tuple(prefix_keys(rc.calibration_key, rc.upstream.model, tools, wire, scope))
+
+
+#: Body fields naming a prefix the provider keeps and counts in the prompt it reports: Gemini's
+#: ``cachedContent``, a Responses ``prompt`` template or ``conversation``. The same messages
+#: with another (or none) are another count: an anchor learnt with a 900-token cache priced the
+#: same contents sent without it at 1,066 tokens where Google counted 166.
+PROVIDER_CONTEXT = ("cachedContent", "cached_content", "prompt", "conversation")
 
 
 def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:
