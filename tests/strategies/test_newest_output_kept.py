@@ -1,8 +1,7 @@
 """The newest tool output goes as much of itself as fits, not as a mask (issue 31).
 
-An agent that is shown only "output masked" for the call it made a moment ago calls it again:
-Codex CLI on a 16k route re-ran one turn's tools six times. When masking the newest turn's
-outputs (oldest first) makes the prompt fit with room to spare, the last one masked is capped
+An agent that is shown only "output masked" for the call it made a moment ago has nothing to go
+on but to call it again. When masking the newest turn's outputs (oldest first) makes the prompt fit with room to spare, the last one masked is capped
 to that room in its rendered form instead (``strategies.moves._squeezed``). Property: whenever
 the newest output still goes masked, its smallest capped form would not have fit."""
 
