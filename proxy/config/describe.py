@@ -189,6 +189,8 @@ def describe(config: Config) -> dict[str, Any]:
         "master_key_set": s.access.master_key_hash is not None,
         "tls": s.access.tls_certfile is not None,
         "trusted_proxies": list(s.access.trusted_proxies),
+        # the Host names answered besides loopback names and IP addresses (proxy.origin)
+        "allowed_hosts": list(s.access.allowed_hosts),
         "store": store,
         "warnings": list(config.warnings) + window_problems(config)[1],
         "missing_env": list(config.missing_env),

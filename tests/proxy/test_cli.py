@@ -546,3 +546,18 @@ def test_serve_starts_and_names_a_route_whose_window_cannot_hold_its_reserve(tmp
     warning = next(line for line in log.splitlines() if line.startswith("routefit: warning:"))
     assert "route 'tiny'" in warning and "window of 500 tokens" in warning
     assert "route 'local'" not in log
+
+
+def test_check_lists_the_host_names_routefit_answers(tmp_path):
+    """``allowed_hosts`` decides which ``Host`` a request may name (proxy/origin.py): check says
+    what the file made of it, lower-cased and without a trailing dot."""
+    config = tmp_path / "hosts.yaml"
+    config.write_text(
+        _WINDOWS_CONFIG.format(
+            window=128000,
+            extra="routefit_settings:\n  allowed_hosts: [Routefit.Internal., '*.svc']\n",
+        )
+    )
+    out = run("check", "--config", str(config), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["allowed_hosts"] == ["routefit.internal", "*.svc"]
