@@ -1,9 +1,10 @@
 """The newest tool output goes as much of itself as fits, not as a mask (issue 31).
 
 An agent that is shown only "output masked" for the call it made a moment ago has nothing to go
-on but to call it again. When masking the newest turn's outputs (oldest first) makes the prompt fit with room to spare, the last one masked is capped
-to that room in its rendered form instead (``strategies.moves._squeezed``). Property: whenever
-the newest output still goes masked, its smallest capped form would not have fit."""
+on but to call it again. When masking the newest turn's outputs (oldest first) makes the prompt
+fit with room to spare, the last one masked is capped to that room in its rendered form instead
+(``strategies.moves._squeezed``). Property: whenever the newest output still goes masked, its
+smallest capped form would not have fit."""
 
 from __future__ import annotations
 
@@ -30,7 +31,11 @@ def _session(system: int, older: list[int], output: int, latest: int) -> list[di
         {"role": "user", "content": "Task: " + words(20, 2)},
     ]
     for n, size in enumerate(older):
-        call = {"id": f"old{n}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        call = {
+            "id": f"old{n}",
+            "type": "function",
+            "function": {"name": "read", "arguments": "{}"},
+        }
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": f"old{n}", "content": words(size, n)})
     messages.append({"role": "user", "content": "Now: " + words(latest, 3)})
