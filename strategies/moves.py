@@ -421,7 +421,7 @@ def _turn_without_task(
     sees its own recent calls repeats them. Without this step a task that just did not fit
     beside the masked turn kept its place and the turn was elided down to its newest unit
     (docs/fitting.md, "Refusal is the last resort")."""
-    system, _, turn = _turn_units(messages, units)
+    system, _, _, turn = _turn_units(messages, units)
     states = [KEPT if u in system or u in turn else ELIDED for u in range(len(units))]
     outputs = _outputs(messages, units, turn)
     return _masked_until_fit(
@@ -431,16 +431,17 @@ def _turn_without_task(
 
 def _turn_units(
     messages: Sequence[Message], units: Sequence[Unit]
-) -> tuple[set[int], list[int], set[int]]:
-    """The system units, the user units (oldest first) and the newest turn's units: from the
-    latest user message (or the tool round the newest unit answers, when earlier) on."""
+) -> tuple[set[int], list[int], int, set[int]]:
+    """The system units, the user units (oldest first), the tool round the newest unit answers
+    (else the newest unit) and the newest turn's units: from the latest user message (or that
+    round, when earlier) on."""
     n = len(units)
     roles = [{m.role for m in messages[u.start : u.end]} for u in units]
     system = {u for u in range(n) if roles[u] & {"system", "developer"}}
     users = [u for u in range(n) if "user" in roles[u]]
     last = users[-1] if users else n - 1
     answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
-    return system, users, set(range(min(last, answered), n))
+    return system, users, answered, set(range(min(last, answered), n))
 
 
 def _squeezed(
@@ -483,7 +484,9 @@ def _squeezed(
         swapped = (*messages[:i], capped.message, *messages[i + 1 :])
         trial = _build(job, swapped, units, states, taken, offload)
         if trial.estimate <= job.budget:
-            cut = Action(CAP.label, 1, capped.removed_tokens)
+            # one message capped, unless the cap strategy already counted it (a capped form)
+            fresh = i < len(job.request.messages) and messages[i] is job.request.messages[i]
+            cut = Action(CAP.label, int(fresh), capped.removed_tokens)
             actions = actions_of(*trial.report.actions.values(), cut)
             return replace(trial, report=replace(trial.report, actions=actions))
         limit -= trial.estimate - job.budget
@@ -614,10 +617,9 @@ def _last_resort(
     a marker, then without one. The first that fits is sent; None when even the bare core does
     not."""
     n = len(units)
-    system, users, turn = _turn_units(messages, units)
+    system, users, answered, turn = _turn_units(messages, units)
     last = users[-1] if users else n - 1
     first = users[0] if users else last
-    answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
     newest = {n - 1, answered, last}
     masking = MASK.name in job.policy.strategies
     offload = [False] * n

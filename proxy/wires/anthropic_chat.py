@@ -26,7 +26,7 @@ from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
 from proxy.usage import Usage, cache_writes
 from proxy.wires.anthropic_parse import AnthropicRequest
-from proxy.wires.base import StreamedCalls, chat_content, content_text
+from proxy.wires.base import StreamedCalls, chat_content, content_text, refusal_text
 
 __all__ = [
     "TOOL_ERROR",
@@ -181,13 +181,6 @@ def usage_block(usage: Usage | None, chat: Any = None) -> dict[str, int]:
     }
 
 
-def _refusal(said: Mapping[str, Any]) -> str:
-    """A chat message's (or delta's) ``refusal``: the model's words declining to answer, which
-    Anthropic says as the answer's text and ``stop_reason: "refusal"``."""
-    refusal = said.get("refusal")
-    return refusal if isinstance(refusal, str) else ""
-
-
 def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any]:
     """A chat completion as an Anthropic message."""
     choices = data.get("choices") if isinstance(data, Mapping) else None
@@ -195,7 +188,7 @@ def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any
     msg = choice.get("message") or {}
     content: list[dict[str, Any]] = []
     text, _ = content_text(msg.get("content"))  # reasoning cannot travel: unsigned
-    refusal = _refusal(msg)
+    refusal = refusal_text(msg)
     for said in (text, refusal):
         if said:
             content.append({"type": "text", "text": said})
@@ -284,7 +277,7 @@ class ChatToAnthropic:
         for choice in data.get("choices") or []:
             delta = choice.get("delta") or {}
             text, _ = content_text(delta.get("content"))
-            refusal = _refusal(delta)
+            refusal = refusal_text(delta)
             self.refused = self.refused or bool(refusal)
             for said in (text, refusal):
                 out += self._text(said)

@@ -359,6 +359,13 @@ def chat_content(message: Message) -> str | list[dict[str, Any]]:
     return out
 
 
+def refusal_text(said: Mapping[str, Any]) -> str:
+    """A chat message's (or delta's) ``refusal``: the model's words declining to answer, which
+    a translation says as the answer's text (Anthropic ending ``refusal``, Gemini ``SAFETY``)."""
+    refusal = said.get("refusal")
+    return refusal if isinstance(refusal, str) else ""
+
+
 def content_text(content: Any) -> tuple[str, str]:
     """A chat answer's ``content`` (a message's or a delta's) as its text and its reasoning,
     for a wire translating it: a string is its text; a list of chunks (Mistral's reasoning

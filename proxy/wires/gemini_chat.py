@@ -27,7 +27,7 @@ import orjson
 
 from pricing.messages import ImagePart, Message, media_part
 from proxy.usage import Usage
-from proxy.wires.base import StreamedCalls, chat_content, content_text
+from proxy.wires.base import StreamedCalls, chat_content, content_text, refusal_text
 from proxy.wires.gemini_parse import GeminiRequest, json_schema
 
 __all__ = [
@@ -207,15 +207,7 @@ def _said(message: Mapping[str, Any]) -> tuple[str, str]:
     text, thinking = content_text(message.get("content"))
     said = (message.get(key) for key in _REASONING)
     reasoning = next((r for r in said if isinstance(r, str) and r), "")
-    return text + _refusal(message), reasoning + thinking
-
-
-def _refusal(message: Mapping[str, Any]) -> str:
-    """A chat message's (or delta's) ``refusal``; an answer with one ends ``SAFETY`` (what
-    Gemini says of an answer withheld, as chat's ``content_filter`` and Anthropic's
-    ``refusal``: ``proxy.exchange.anthropic_terms``)."""
-    refusal = message.get("refusal")
-    return refusal if isinstance(refusal, str) else ""
+    return text + refusal_text(message), reasoning + thinking
 
 
 def _finish(finish: Any, refused: bool) -> str:
@@ -235,7 +227,7 @@ def _candidate(choice: Mapping[str, Any]) -> dict[str, Any]:
         parts.append(call_part(call.get("id"), fn.get("name"), fn.get("arguments")))
     return {
         "content": {"role": "model", "parts": parts},
-        "finishReason": _finish(choice.get("finish_reason"), bool(_refusal(message))),
+        "finishReason": _finish(choice.get("finish_reason"), bool(refusal_text(message))),
         "index": int(choice.get("index", 0) or 0),
     }
 
@@ -300,7 +292,7 @@ class ChatToGemini:
             candidate = self.candidates.setdefault(index, _Candidate())
             delta = choice.get("delta") or {}
             text, thought = _said(delta)
-            candidate.refused = candidate.refused or bool(_refusal(delta))
+            candidate.refused = candidate.refused or bool(refusal_text(delta))
             if thought:
                 out.append(self._chunk(index, [{"text": thought, "thought": True}]))
             if text:

@@ -106,3 +106,14 @@ def test_the_newest_output_goes_masked_only_when_no_capped_form_fits(
 
 def _price(messages: list[dict], r: Route) -> int:
     return measure(parse_request({"model": "t", "messages": messages}), r).total
+
+
+def test_a_squeezed_output_the_cap_strategy_capped_is_counted_once() -> None:
+    """Both tool outputs are over the cap strategy's cap and are capped (2); the newest is then
+    capped again to the room its mask left: still one capped message, not a third."""
+    messages = _session(system=1500, older=[900], output=3000, latest=10)
+    body = {"model": "t", "messages": copy.deepcopy(messages), "max_tokens": 256}
+    fitted = fit(parse_request(body), route(3000), FitPolicy())
+    assert not fitted.body["messages"][-1]["content"].startswith(MASK_PREFIX)  # squeezed
+    tools = sum(m["role"] == "tool" for m in messages)
+    assert fitted.report.actions["capped"].count <= tools
