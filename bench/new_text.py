@@ -49,7 +49,8 @@ SHARED_TOKENS = 1_000
 PLACEMENTS = ("start", "middle", "end")
 KINDS = ("prose", "code", "json", "cjk")
 SIZES = (8_000, 32_000, 120_000)
-#: The matrix: every placement and size for prose; the other kinds at 32k, new text first.
+#: The matrix: every placement and size for prose; the other kinds at 32k and the largest size,
+#: new text first.
 QUICK_SIZES = (8_000, 32_000)
 
 _CJK = (
@@ -173,9 +174,12 @@ def body(kind: str, size: int, placement: str) -> str:
 
 
 def cells(sizes: tuple[int, ...], kinds: tuple[str, ...]) -> list[tuple[str, int, str]]:
+    """Every placement and size for prose; the other kinds new text first, at 32k and at the
+    largest size (near the window, where no cheap bound proves a prompt)."""
     out = [("prose", s, p) for s in sizes for p in PLACEMENTS] if "prose" in kinds else []
     mid = 32_000 if 32_000 in sizes else sizes[0]
-    out += [(k, mid, "start") for k in kinds if k != "prose"]
+    for size in sorted({mid, max(sizes)}):
+        out += [(k, size, "start") for k in kinds if k != "prose"]
     return out
 
 

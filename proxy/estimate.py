@@ -6,7 +6,7 @@ after the provider refused for context length and stated its own count, and lear
 credible usage. Its answers are frozen ``Estimate`` values, each replaced by a new one, never
 changed: the gateway holds the current one and only reserves, forwards and answers.
 
-Everything before forwarding is routefit's own overhead. Three ways to reach the figures a
+Everything before forwarding is routefit's own overhead. Four ways to reach the figures a
 request goes on, cheapest first:
 
 * **proved by a bound** (bodies over ``_BOUND_ABOVE``): a cheap upper bound (``pricing.bounds``)
@@ -16,6 +16,10 @@ request goes on, cheapest first:
   settlement. A bound over
   the budget is first tightened by counting the biggest texts in part (``pricing.bounds.Proof``):
   a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
+* **guessed from a sample** (bodies over ``COUNTING`` that no bound proves without counting: new
+  text near the window, where a proof is a count): a sample of the texts' pieces says it fits
+  (``pricing.bounds.Proof.sampled``); it is forwarded at once, counted meanwhile, and its answer
+  released only once that count agrees (``Estimator.confirmed``; the gateway's ``_ahead``);
 * **counted** (every other request): the exact fit, anchored on the provider's own count of a
   prefix when one is known — and fitted once more when that anchor says the estimate was low;
 * **refitted** (``Estimator.refit``) after the provider itself refused for context length and
@@ -54,7 +58,7 @@ from proxy.teams import Team
 from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Wire
 from strategies.fit import Fit, FitError
-from strategies.output import bounded_output, fit_output
+from strategies.output import bounded_output, fit_output, sampled_output
 from strategies.policy import FitPolicy, output_reserve
 
 __all__ = ["Estimate", "Estimator", "Job"]
@@ -144,12 +148,18 @@ class Estimate:
     bound: bool = False
     #: On the bounded path: the exact fit, counted in a thread while the request is forwarded.
     counting: asyncio.Future[Fit] | None = None
+    #: Let go on a sample's guess, not a bound (``Estimator._guessed``): what was forwarded is
+    #: confirmed by the exact count before any answer to it is released (``Estimator.confirmed``).
+    sampled: bool = False
 
     @property
     def kind(self) -> str:
         """What ``tokens`` is: ``bound`` (an upper bound of the calibrated estimate, which the
-        request was proved and reserved on), ``anchored``, ``counted`` or ``meter`` (the meter's
-        own count: the route's prior fitted nothing, ``Job.fit``)."""
+        request was proved and reserved on), ``sampled`` (a sample's guess, until the exact
+        count confirms it), ``anchored``, ``counted`` or ``meter`` (the meter's own count: the
+        route's prior fitted nothing, ``Job.fit``)."""
+        if self.sampled:
+            return "sampled"
         if self.bound:
             return "bound"
         if self.anchored:
@@ -290,7 +300,7 @@ class Estimator:
             proof = Proof(job.priced)
             proved = await self._bounded(job, correction, team, started, proof)
             if proved is not None:
-                self.metrics.fit_proofs.labels(alias, "bound").inc()
+                self.metrics.fit_proofs.labels(alias, "sample" if proved.sampled else "bound").inc()
                 return proved
         if bound:
             self.metrics.fit_proofs.labels(alias, "count").inc()
@@ -321,7 +331,10 @@ class Estimator:
     ) -> Estimate | None:
         """The request as its bound proves it, with its exact fit under way — when the bound
         (anchored on the provider's count of a prefix when one is known) is under the budget.
-        A bound is ≥ the exact figure it stands for, so the exact path would not touch the body."""
+        A bound is ≥ the exact figure it stands for, so the exact path would not touch the body.
+
+        A big body no bound proves without counting may be let go on a sample's guess instead
+        (``_guessed``)."""
         args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
         # (an image that cannot be priced is the client's ``RequestError``: the gateway's 400)
         fitted = None
@@ -333,12 +346,50 @@ class Estimator:
             proof.may_count = False
             fitted = await self.fairness.run(job.who, job.size, bounded_output, *args)
             proof.may_count = True
+            if fitted is None:
+                return await self._guessed(job, correction, team, started, proof)
         if fitted is None:
             fitted = await self.fairness.run(
                 job.who, job.size, bounded_output, *args, above=COUNTING
             )
         if fitted is None:
             return None
+        return await self._let_go(job, fitted, correction, team, started, proof)
+
+    async def _guessed(
+        self, job: Job, correction: Correction, team: Team | None, started: float, proof: Proof
+    ) -> Estimate | None:
+        """A body over ``COUNTING`` that no bound proves without counting (new text near the
+        window: a proof would count nearly all of it, 10-16 ms for 120k tokens, before
+        forwarding): let go at once when a sample of its texts says it fits
+        (``strategies.output.sampled_output``), counted exactly meanwhile, its answer released
+        only when that count agrees (``Estimate.sampled``, ``proxy.gateway``). Else the proof
+        counts as before; and when it cannot (no tokenizer to count with), so does the fit."""
+        args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
+        if proof.tok is not None:
+            run = self.fairness.run
+            guess = await run(job.who, job.size, sampled_output, *args, above=COUNTING)
+            if guess is not None:
+                let_go = await self._let_go(job, guess, correction, team, started, proof, True)
+                if let_go is not None:
+                    return let_go
+        fitted = await self.fairness.run(job.who, job.size, bounded_output, *args, above=COUNTING)
+        if fitted is None:
+            return None
+        return await self._let_go(job, fitted, correction, team, started, proof)
+
+    async def _let_go(
+        self,
+        job: Job,
+        fitted: Fit,
+        correction: Correction,
+        team: Team | None,
+        started: float,
+        proof: Proof,
+        sampled: bool = False,
+    ) -> Estimate | None:
+        """The estimate of a request its bound (or a sample) lets go, its exact fit under way in
+        a thread; None when the provider's count of a prefix puts it over the budget."""
         # The bound prices all its text at the dearest class weight; an anchor prices only what
         # follows the anchored prefix. Acting on the larger of the two keeps both promises.
         tokens, keys, hit = await self._anchor(job, fitted, correction, floor=True)
@@ -351,7 +402,7 @@ class Estimator:
         )
         # A request that fails before its usage is learnt leaves this unread: read it anyway.
         counting.add_done_callback(lambda f: f.cancelled() or f.exception())
-        return Estimate(job, team, started, fitted, tokens, keys, hit, True, counting)
+        return Estimate(job, team, started, fitted, tokens, keys, hit, True, counting, sampled)
 
     async def exact(self, e: Estimate) -> Estimate:
         """A bounded request's exact figures: a new estimate, no longer a bound — or still one,
@@ -376,6 +427,22 @@ class Estimator:
         return replace(
             e, fitted=fitted, tokens=tokens, keys=keys, anchored=hit, bound=False, counting=None
         )
+
+    async def confirmed(self, e: Estimate) -> tuple[Estimate, bool]:
+        """A request let go on a sample's guess (``Estimate.sampled``), counted: its exact
+        figures and True when they let it go as it was sent (untouched, with the same output
+        cap, the anchored count within the budget); else the figures of its exact fit, what goes
+        instead, and False. A count that failed leaves the provider to judge what it was sent
+        (True, still a bound: nothing is learnt from it)."""
+        exact = await self.exact(e)
+        sent, now = e.fitted.report, exact.fitted.report
+        if exact.bound or (
+            now.transparent and now.output == sent.output and exact.tokens <= now.budget
+        ):
+            return replace(exact, sampled=False), True
+        correction = self.calibrator.correction(e.rc.calibration_key)
+        figures = await self._settled(e.job, correction, floor=False)
+        return replace(exact, sampled=False, **_named(figures)), False
 
     async def refit(self, e: Estimate, counted: int) -> Estimate | None:
         """The provider counted ``counted`` tokens for what ``e`` sent (its exact figures,
@@ -495,6 +562,11 @@ class Estimator:
         self.metrics.samples.labels("rejected").inc()
         self.calibrator.rejected += 1
         log.warning("provider %s rejected on %s: %s", what, route, why)
+
+
+def _named(figures: _Figures) -> dict[str, Any]:
+    fitted, tokens, keys, hit = figures
+    return {"fitted": fitted, "tokens": tokens, "keys": keys, "anchored": hit}
 
 
 def _tighter(correction: Correction, actual: int, priced: int, slack: float = 1.0) -> Correction:

@@ -19,6 +19,8 @@ store on the way out.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -567,6 +569,12 @@ class Gateway:
             return await until_disconnect(request.receive, primed)
 
         try:
+            if p.estimate.sampled:
+                ahead = await self._ahead(p, attempt)
+                if ahead is not None:
+                    return ahead
+                # the count found that the request needed its fit: the fit goes instead
+                self.metrics.fit_proofs.labels(p.rc.route.alias, "sample_missed").inc()
             return await attempt()
         except ProxyError as err:
             counted = provider_count(err)
@@ -574,6 +582,39 @@ class Gateway:
                 raise
         self.metrics.overflow_refits.labels(p.rc.route.alias).inc()
         return await attempt()
+
+    async def _ahead(
+        self, p: Flight, attempt: Callable[[], Awaitable[Completion | EventStream]]
+    ) -> Completion | EventStream | None:
+        """A request let go on a sample's guess (``Estimate.sampled``), forwarded while its
+        exact count runs: the provider's answer (or refusal) once that count agrees that the
+        request goes as it was sent; None when it does not (the attempt is cancelled if still
+        under way, its answer dropped if not: the exact fit goes instead). The answer waits for
+        the count only when the provider answers first, which a provider reading a prompt this
+        big seldom does; a refusal for context length from the provider is judged the same way,
+        so that what it teaches is about what it was sent."""
+        counting = p.estimate.counting
+        assert counting is not None
+        sending = asyncio.ensure_future(attempt())
+        try:
+            await asyncio.wait((sending, counting), return_when=asyncio.FIRST_COMPLETED)
+            if _gone(sending):
+                return await sending  # the client left, the drain cut it: nothing goes again
+            if not await self._confirmed(p):
+                await _dropped(sending)
+                return None
+        except BaseException:
+            await _dropped(sending)
+            raise
+        return await sending
+
+    async def _confirmed(self, p: Flight) -> bool:
+        """Whether the exact count lets a sampled request go as it was sent; its figures (or
+        those of its exact fit, when not) in place of the guess."""
+        p.estimate, confirmed = await self.estimator.confirmed(p.estimate)
+        if not confirmed and self.on_fit is not None:
+            self.on_fit(p.fitted.report)
+        return confirmed
 
     async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:
         out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
@@ -957,6 +998,30 @@ async def _primed(events: EventStream, wire: str, secret: str | None = None) -> 
         failed.origin = "upstream"
         raise failed
     return _Primed([*head, first], rest, events)
+
+
+def _gone(sending: asyncio.Future[Completion | EventStream]) -> bool:
+    """Whether an attempt ended for a reason of the client's or routefit's (not the
+    provider's)."""
+    if not sending.done() or sending.cancelled():
+        return False
+    err = sending.exception()
+    return err is not None and not (isinstance(err, ProxyError) and err.origin == "upstream")
+
+
+async def _dropped(sending: asyncio.Future[Completion | EventStream]) -> None:
+    """An attempt whose answer will not be used: cancelled while under way, its stream closed
+    (and a completion read already simply dropped) when it is in."""
+    if not sending.done():
+        sending.cancel()
+        with contextlib.suppress(BaseException):
+            await sending
+        return
+    if sending.cancelled() or sending.exception() is not None:
+        return
+    answer = sending.result()
+    if not isinstance(answer, Completion):
+        await answer.aclose()
 
 
 def _no_answer(message: str) -> ProxyError:

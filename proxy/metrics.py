@@ -98,7 +98,9 @@ class Metrics:
         self.fit_proofs = Counter(
             "routefit_fit_proofs",
             "How a request was shown to fit before forwarding: bound (a cheap upper bound, "
-            "counted exactly in parallel) or count (counted before forwarding)",
+            "counted exactly in parallel), sample (a sample's guess, forwarded while counted "
+            "and answered once the count agrees), sample_missed (the count disagreed: the "
+            "exact fit went instead) or count (counted before forwarding)",
             ["route", "proof"],
             registry=r,
         )

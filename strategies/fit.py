@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from pricing.bounds import Proof, bound_pressure
+from pricing.bounds import TextBounds, bound_pressure
 from pricing.calibration import Correction, characters_saving, pressure_features
 from pricing.content import CLASSES
 from pricing.messages import ChatRequest, TextPart
@@ -37,7 +37,7 @@ from strategies.registry import by_name
 from strategies.result import Fit, FitError, FitReport, actions_of
 from strategies.strategy import FitContext, FitState
 
-__all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded"]
+__all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded", "request_texts"]
 
 
 def _team_limit(route: Route, policy: FitPolicy, request: ChatRequest, budget: int) -> int | None:
@@ -100,7 +100,7 @@ def fit_bounded(
     policy: FitPolicy,
     correction: Correction | None = None,
     sizes: Sizes | None = None,
-    proof: Proof | None = None,
+    proof: TextBounds | None = None,
 ) -> Fit | None:
     """The transparent fit, proved by a cheap upper bound (``pricing.bounds``) instead of an
     exact count; None when nothing is proved (no bound for the tokenizer, images to adapt, or
@@ -108,7 +108,8 @@ def fit_bounded(
     tightened by counting the biggest texts in part (``Proof.tighten``).
 
     What it returns is what ``fit`` would return (the client's body, untouched) except that
-    ``estimate`` and ``pressure`` are bounds: ≥ the exact ones, part by part."""
+    ``estimate`` and ``pressure`` are bounds: ≥ the exact ones, part by part — unless ``proof``
+    is a sample's guess (``pricing.bounds.Sampled``), which proves nothing (``sampled_output``)."""
     budget = prompt_budget(
         route.context_window, route.max_output_tokens, policy, request.max_output_tokens
     )
@@ -124,7 +125,7 @@ def fit_bounded(
         return None
     estimate = _bound_estimate(pressure, correction or Correction())
     if estimate > budget and proof is not None:
-        texts = [p.text for m in request.messages for p in m.parts if isinstance(p, TextPart)]
+        texts = request_texts(request)
         while estimate > budget and proof.tighten(texts, estimate - budget):
             pressure = bound_pressure(request.messages, request.tools, route, sizes, proof)
             assert pressure is not None
@@ -133,6 +134,11 @@ def fit_bounded(
         return None
     report = FitReport(route.alias, budget, estimate, estimate)
     return Fit(request.body, request.messages, pressure, report, estimate)
+
+
+def request_texts(request: ChatRequest) -> list[str]:
+    """The texts of a request's messages: what a proof counts, or a sample guesses."""
+    return [p.text for m in request.messages for p in m.parts if isinstance(p, TextPart)]
 
 
 def _bound_estimate(pressure: Pressure, correction: Correction) -> int:

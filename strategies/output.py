@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pricing.bounds import Proof
+from pricing.bounds import Proof, TextBounds
 from pricing.calibration import Correction
 from pricing.messages import ChatRequest
 from pricing.meter import Sizes
 from pricing.route import Route
-from strategies.fit import Fit, FitError, fit, fit_bounded
+from strategies.fit import Fit, FitError, fit, fit_bounded, request_texts
 from strategies.policy import (
     FitPolicy,
     OutputLimit,
@@ -46,7 +46,13 @@ from strategies.policy import (
     shrunk_output,
 )
 
-__all__ = ["OutputFloorError", "OutputReserveError", "bounded_output", "fit_output"]
+__all__ = [
+    "OutputFloorError",
+    "OutputReserveError",
+    "bounded_output",
+    "fit_output",
+    "sampled_output",
+]
 
 
 class OutputReserveError(FitError):
@@ -135,7 +141,7 @@ def bounded_output(
     policy: FitPolicy,
     correction: Correction | None = None,
     sizes: Sizes | None = None,
-    proof: Proof | None = None,
+    proof: TextBounds | None = None,
 ) -> Fit | None:
     """``fit_bounded`` with the (clamped) reservation on its report; a bound proves only a
     transparent fit beside the whole reservation, so nothing is ever shrunk here."""
@@ -144,6 +150,23 @@ def bounded_output(
         return None  # refused by ``fit_output``
     fitted = fit_bounded(request, route, policy, correction, sizes, proof)
     return None if fitted is None else _with(fitted, limit)
+
+
+def sampled_output(
+    request: ChatRequest,
+    route: Route,
+    policy: FitPolicy,
+    correction: Correction | None = None,
+    sizes: Sizes | None = None,
+    proof: Proof | None = None,
+) -> Fit | None:
+    """``bounded_output`` on a guess: the long texts a proof could not bound under the budget
+    priced from a sample of their pieces (``Proof.sampled``). Not a proof: what it lets go is
+    forwarded while it is counted, and answered only once the count agrees (``proxy.gateway``)."""
+    if proof is None:
+        return None
+    guess = proof.sampled(request_texts(request))
+    return bounded_output(request, route, policy, correction, sizes, guess)
 
 
 def _with(fitted: Fit, limit: OutputLimit) -> Fit:

@@ -1,0 +1,106 @@
+"""A sample's guess of a long text (``Proof.sampled``): what a prompt near the window that no
+cheap bound proves is let go on while it is counted (proxy.estimate, ``Estimate.sampled``).
+
+A guess promises less than a bound, so what is tested is what it does promise: it is the same
+for the same text, it never disturbs the exact count that follows it, it is the count (a
+little above) when the sample is the whole text, and a request it lets go is one the bounded
+fit reads through it alone."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pricing.bounds
+from pricing.bounds import Proof, Sampled
+from pricing.framing import default_framing
+from pricing.images import default_image_rule
+from pricing.messages import parse_request
+from pricing.route import Route
+from pricing.tokenizers import count_each, get_tokenizer, memoised
+from strategies.output import bounded_output, sampled_output
+from strategies.policy import FitPolicy
+
+SPECS = ["o200k_base", "cl100k_base", "deepseek", "anthropic-legacy"]
+MODELS = {
+    "o200k_base": "gpt-4o",
+    "cl100k_base": "gpt-4",
+    "deepseek": "deepseek-chat",
+    "anthropic-legacy": "claude-sonnet-4-5",
+}
+PARTS = ["the", " ", "token", "½", "日本", "🙂", "12345", "\n\n", "json", '{"a": 1}', "  ", "é"]
+
+
+def route(spec: str, window: int = 200_000) -> Route:
+    model = MODELS[spec]
+    return Route(
+        alias="sampled",
+        model=model,
+        context_window=window,
+        max_output_tokens=1024,
+        tokenizer=spec,
+        framing=default_framing(model, spec),
+        image_rule=default_image_rule(model, False),
+    )
+
+
+def text_of(seed: int, parts: int) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(PARTS) for _ in range(parts))
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), parts=st.integers(300, 6_000))
+def test_a_guess_is_repeatable_and_leaves_the_exact_count_whole(spec, seed, parts):
+    text = text_of(seed, parts)
+    r = route(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pricing.bounds, "_PIECE", 256)  # many pieces from texts hypothesis can afford
+        first, again = Proof(r), Proof(r)
+        guess = first.sampled([text])
+        assert isinstance(guess, Sampled)
+        assert guess(text) == again.sampled([text])(text)  # same input, same guess
+        assert guess("another text") == first("another text")  # the others at their bounds
+        first.complete()
+    tok = get_tokenizer(spec)
+    exact = count_each(tok, [text])[0]
+    assert first(text) == exact == tok.count(text)  # the sample took nothing from the count
+    assert memoised(tok, text) in (None, exact)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), parts=st.integers(300, 1_500))
+def test_a_sample_of_every_piece_guesses_the_count_from_above(spec, seed, parts):
+    text = text_of(seed, parts)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pricing.bounds, "_SAMPLES", 10**6)  # every piece is in the sample
+        guess = Proof(route(spec)).sampled([text])(text)
+    count = get_tokenizer(spec).count(text)
+    assert count <= guess <= max(count, 1.05 * count + 1)
+
+
+def test_a_guess_lets_go_only_what_it_says_fits_and_proves_nothing():
+    # Prose whose bytes are far over the budget but whose tokens are not: the bound alone proves
+    # nothing, the sample's guess lets it go; the same prose twice as long is over the window,
+    # and the guess says so.
+    words = ["window", "provider", "usage", "prompt", "cache", "budget", "token", "turn"]
+    rng = random.Random(7)
+    text = " ".join(rng.choice(words) for _ in range(30_000))
+    count = get_tokenizer("o200k_base").count(text)
+    r = route("o200k_base", window=count + 4_000)
+    policy = FitPolicy()
+    fits = parse_request({"model": "m", "messages": [{"role": "user", "content": text}]})
+    too_long = parse_request(
+        {"model": "m", "messages": [{"role": "user", "content": text + " " + text}]}
+    )
+    assert bounded_output(fits, r, policy) is None  # no cheap bound proves it
+    guessed = sampled_output(fits, r, policy, proof=Proof(r))
+    assert guessed is not None and guessed.report.transparent
+    assert guessed.estimate <= guessed.report.budget
+    assert sampled_output(too_long, r, policy, proof=Proof(r)) is None
+    assert sampled_output(fits, r, policy) is None  # no proof, nothing to sample with

@@ -1,0 +1,138 @@
+"""A big prompt of new text that no cheap bound proves is let go on a sample's guess and counted
+while the provider reads it (issue 34); its answer is released only once the count agrees, and
+when it does not, the exact fit goes instead — through routefit (in-process) between the openai
+SDK and the simulator.
+
+The simulator's gpt-4o takes 128k tokens; the ``tight`` route tells routefit 12k, so the
+simulator answers a request routefit must cut: an answer released before the count agreed
+would show there (the provider's count over the budget, no actions)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import httpx
+import openai
+import pytest
+from harness import gateway_config, sim_route
+from inprocess import run_inprocess
+
+import pricing.bounds
+
+WORDS = "window provider usage prompt cache budget token turn agent session tool".split()
+TEAM_KEY = "sk-team-sampled-0123456789abcdef"
+ADMIN_KEY = "sk-admin-sampled-0123456789abcdef"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def prose(seed: int, words: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) + str(rng.randrange(1000)) for _ in range(words))
+
+
+@pytest.fixture(scope="module")
+def gw(sim, tmp_path_factory):
+    routes = [
+        sim_route("wide", sim.base_url, "gpt-4o"),
+        sim_route(
+            "tight",
+            sim.base_url,
+            "gpt-4o",
+            model_info={"max_input_tokens": 12_000, "max_output_tokens": 1024},
+        ),
+    ]
+    teams = [{"id": "sampled", "keys": [TEAM_KEY], "quotas": {"tokens_per_day": 10**10}}]
+    config = gateway_config(
+        tmp_path_factory.mktemp("s") / "c.yaml", routes, teams=teams, admin_key=ADMIN_KEY
+    )
+    with run_inprocess(config) as running:
+        yield running
+
+
+def metric(gw, alias: str, proof: str) -> float:
+    text = httpx.get(gw.base_url + "/metrics", headers=ADMIN).text
+    labels = (f'route="{alias}"', f'proof="{proof}"')
+    for line in text.splitlines():
+        if line.startswith("routefit_fit_proofs_total") and all(x in line for x in labels):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def calibration(gw, alias: str, samples: int = 0) -> dict:
+    """The route's calibration report once it holds at least ``samples`` samples."""
+    deadline = time.monotonic() + 10
+    while True:
+        routes = httpx.get(gw.base_url + "/routefit/calibration", headers=ADMIN).json()["routes"]
+        report = routes.get(alias, {"samples": 0})
+        if report["samples"] >= samples or time.monotonic() > deadline:
+            assert report["samples"] >= samples, report
+            return report
+
+
+def ask(gw, alias: str, messages: list[dict], stream: bool) -> tuple[dict, int]:
+    """(the answer's headers, the provider's prompt count in the answer the client got)."""
+    client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0, timeout=60)
+    if not stream:
+        raw = client.chat.completions.with_raw_response.create(
+            model=alias, messages=messages, max_tokens=16
+        )
+        return dict(raw.headers), raw.parse().usage.prompt_tokens
+    raw = client.chat.completions.with_raw_response.create(
+        model=alias,
+        messages=messages,
+        max_tokens=16,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = [chunk.usage for chunk in raw.parse() if chunk.usage is not None][-1]
+    return dict(raw.headers), usage.prompt_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_new_text_near_no_bound_goes_on_a_sample_and_is_answered_on_its_count(gw, stream):
+    # ~200 KB of new text, ~60k tokens: its bytes are over the 126k-token budget, so no cheap
+    # bound proves it without counting; a sample of it says it fits
+    content = prose(11 + stream, 24_000)
+    samples = calibration(gw, "wide")["samples"]
+    sampled = metric(gw, "wide", "sample")
+    headers, actual = ask(gw, "wide", [{"role": "user", "content": content}], stream)
+    assert metric(gw, "wide", "sample") == sampled + 1
+    assert metric(gw, "wide", "sample_missed") == 0
+    # the answer went out once the count was in: exact figures, and what was learnt is exact
+    assert headers["x-routefit-prompt-tokens-kind"] == "counted"
+    assert int(headers["x-routefit-prompt-tokens"]) == actual
+    assert headers["x-routefit-actions"] == "none"
+    assert calibration(gw, "wide", samples + 1)["relative_error"]["max"] == 0.0
+
+
+@pytest.mark.parametrize("provider_first", [True, False])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_guess_the_count_disproves_sends_the_exact_fit_instead(
+    gw, sim, stream, provider_first, monkeypatch
+):
+    # A guess made ten times too low (the one way to make a sample of homogeneous text miss)
+    # lets go ~16k tokens of new text on a route whose budget is under 11k. The simulator
+    # (whose window is 128k) would answer it; the client must get the answer to the fit.
+    monkeypatch.setattr(pricing.bounds, "_SAMPLE_SLACK", 0.1)
+    if not provider_first:  # the provider takes a second: the count comes first
+        rule = {"fault": "delay:1", "model": "gpt-4o", "count": 1}
+        httpx.post(sim.url("/sim/faults"), json={"faults": [rule]}).raise_for_status()
+    seed = 100 + 2 * stream + provider_first
+    messages = [
+        {"role": "user", "content": prose(seed, 6_000)},
+        {"role": "assistant", "content": prose(seed + 50, 6_000)},
+        {"role": "user", "content": "And now, in one line: what did the two texts say?"},
+    ]
+    sampled = metric(gw, "tight", "sample")
+    missed = metric(gw, "tight", "sample_missed")
+    headers, actual = ask(gw, "tight", messages, stream)
+    assert metric(gw, "tight", "sample") == sampled + 1
+    assert metric(gw, "tight", "sample_missed") == missed + 1
+    budget = int(headers["x-routefit-budget"])
+    assert headers["x-routefit-actions"] != "none"
+    assert actual <= budget  # the provider's count of what the client was answered
+    assert int(headers["x-routefit-prompt-tokens"]) == actual
+    assert httpx.get(gw.base_url + "/readyz").status_code == 200
+    last = sim.last_request()
+    assert last["path"].endswith("/chat/completions") and last["prompt_tokens"] == actual
