@@ -102,8 +102,11 @@ async def serve(request: Request, wire: Wire) -> Response:
 
 
 async def count(request: Request, wire: Counting) -> Response:
-    """POST on a client wire's ``count_paths`` (Anthropic's ``count_tokens``)."""
-    return await pinned(request).gateway.count(request, wire)
+    """POST on a client wire's ``count_paths`` (Anthropic's ``count_tokens``; a Responses count
+    resolves the stored conversation it continues, as creating it would)."""
+    g = pinned(request)
+    session = _stored(_state(request), g) if wire.stored else None
+    return await g.gateway.count(request, wire, session)
 
 
 def wire_routes(wire: Wire) -> list[Route]:

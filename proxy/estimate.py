@@ -45,14 +45,13 @@ from pricing.bounds import Proof
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, message_wire
 from pricing.meter import measure
-from pricing.probe import Size
 from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
 from proxy.fairness import COUNT_THREAD_ABOVE as COUNTING
 from proxy.fairness import Fairness, work_size
-from proxy.fetch import ImageSizer, image_urls
-from proxy.inline import inlined
+from proxy.fetch import ImageSizer
+from proxy.image_sizes import Sizes, fetched_sizes
 from proxy.metrics import Metrics
 from proxy.teams import Team
 from proxy.usage import Usage, usage_fault, usage_limit
@@ -76,7 +75,6 @@ _BOUND_ABOVE = 16 * 1024
 #: cut removes and the marker adds) is priced by the scaled weights.
 _REFIT_SLACK = 1.02
 
-Sizes = dict[str, Size]
 #: (the fit, the prompt tokens to act on, its prefix keys, anchored?)
 _Figures = tuple[Fit, int, tuple[bytes, ...], bool]
 
@@ -262,7 +260,13 @@ class Estimator:
             self.metrics.sync_memo_counters()
 
     async def count(
-        self, request: ChatRequest, rc: RouteConfig, team: Team | None, who: str, size: int
+        self,
+        wire: Wire,
+        request: ChatRequest,
+        rc: RouteConfig,
+        team: Team | None,
+        who: str,
+        size: int,
     ) -> int:
         """The calibrated estimate of the request as the client sent it, unfitted: what a count
         endpoint answers (in one of the caller's pricing threads when the body is big). Anchored
@@ -272,9 +276,13 @@ class Estimator:
         on it (Claude Code) cut far too early."""
         priced = self.route_priced(rc, team)
         size = work_size(request, size)
-        pressure = await self.fairness.run(who, size, measure, request, priced, above=COUNTING)
-        correction = self.calibrator.correction(rc.calibration_key)
         scope = team.id if team is not None else None
+        # its URL images sized as the fit of the same request sizes them (``proxy.image_sizes``)
+        sizes = await fetched_sizes(self.sizer, rc, wire.name, request, scope)
+        pressure = await self.fairness.run(
+            who, size, measure, request, priced, sizes, above=COUNTING
+        )
+        correction = self.calibrator.correction(rc.calibration_key)
         keys = await self.fairness.run(who, size, _message_keys, rc, request, scope)
         hit = await self.calibrator.find_anchor(rc.calibration_key, keys)
         if hit is None:
@@ -318,11 +326,7 @@ class Estimator:
         size: int,
     ) -> Job:
         scope = team.id if team is not None else None
-        sizes: Sizes = {}
-        if rc.image_fetch.enabled:
-            whole = rc.route.image_limits.max_image_bytes if inlined(rc, wire.name) else 0
-            urls = image_urls(request)
-            sizes = await self.sizer.sizes(urls, rc.image_fetch, scope or "", whole)
+        sizes = await fetched_sizes(self.sizer, rc, wire.name, request, scope)
         route = self.route_priced(rc, team)
         return Job(wire, request, rc, self.policy_for(rc, team), sizes, route, scope, who, size)
 

@@ -727,15 +727,18 @@ class Gateway:
 
     # -- the count endpoint ----------------------------------------------------------------
 
-    async def count(self, request: Request, wire: Counting) -> Response:
+    async def count(
+        self, request: Request, wire: Counting, session: Session | None = None
+    ) -> Response:
         """A count endpoint (Anthropic's ``count_tokens``): routefit's calibrated estimate of
         the request as the client sent it, on its route — the number the fit acts on —
-        answered without the provider, held to the caller's count rate."""
+        answered without the provider, held to the caller's count rate. ``session`` resolves
+        the stored conversation a Responses count continues (nothing is stored)."""
         t = self.records.ticket(request, wire, "count")
         a: Admitted | None = None
         try:
-            a = await self.intake.admit(request, wire, rated=True, counting=True)
-            tokens = await self.estimator.count(a.request, a.rc, a.team, a.who, a.size)
+            a = await self.intake.admit(request, wire, session, rated=True, counting=True)
+            tokens = await self.estimator.count(wire, a.request, a.rc, a.team, a.who, a.size)
         except Exception as exc:
             return self._refused(wire, t, _refusal(exc, "a count", wire, a))
         t.phase("fit", t.started)

@@ -10,7 +10,8 @@ described per concern, each wire's in its own module:
   stream_options, the sampling parameters. ``model`` is one of the aliases this deployment routes.
 - ``POST /v1/messages`` and ``/v1/messages/count_tokens`` (``proxy.openapi_messages``), errors in
   Anthropic's shape; ``POST /v1/responses`` and the stored responses
-  (``proxy.openapi_responses``), errors in OpenAI's shape; Gemini's ``generateContent``,
+  (``proxy.openapi_responses``), and its count, ``POST /v1/responses/input_tokens`` (here),
+  errors in OpenAI's shape; Gemini's ``generateContent``,
   ``streamGenerateContent`` and ``countTokens`` under ``/v1beta`` and ``/v1``
   (``proxy.openapi_gemini``), errors in Google's shape.
 - ``POST /routefit/fit`` (any wire's body, ``?wire=``; the fitted request and its report),
@@ -601,12 +602,59 @@ def _log_filters() -> list[dict[str, Any]]:
     ]
 
 
+#: Fields of a Responses body that its count's does not take: the output settings (OpenAI's
+#: count takes none), and the stored conversation the count path refuses (it does not resolve
+#: one: ``proxy.wires.responses``).
+_NOT_COUNTED = ("stream", "store", "max_output_tokens", "previous_response_id")
+
+
+def _input_tokens_schemas(request: dict[str, Any]) -> dict[str, Any]:
+    """The count's body, derived from the Responses request's (``request``) so the two never
+    drift apart, and its answer."""
+    kept = {k: v for k, v in request["properties"].items() if k not in _NOT_COUNTED}
+    answer = obj(
+        {
+            "object": {"type": "string", "enum": ["response.input_tokens"]},
+            "input_tokens": {"type": "integer", "minimum": 0},
+        },
+        ["object", "input_tokens"],
+    )
+    return {
+        "ResponsesInputTokensRequest": {**request, "properties": kept},
+        "ResponsesInputTokens": answer,
+    }
+
+
+def _input_tokens_paths(security: Security) -> dict[str, Any]:
+    """OpenAI's ``POST /v1/responses/input_tokens`` (the gateway's count path)."""
+    return {
+        "/v1/responses/input_tokens": {
+            "post": {
+                "operationId": "countResponseInputTokens",
+                "summary": "routefit's calibrated estimate of a Responses request's input on "
+                "its route, the number the fit acts on (answered locally)",
+                "security": security,
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("ResponsesInputTokensRequest")}},
+                },
+                "responses": responses(
+                    json_ok("The estimate the fit acts on", "ResponsesInputTokens"),
+                    *("400", "401", "403", "404", "413", "429"),
+                ),
+            }
+        }
+    }
+
+
 def _wire_schemas(aliases: list[str]) -> dict[str, Any]:
     model = _model(aliases)
+    wire_responses = responses_schemas(model)
     return {
         **ops_schemas(model),
         **messages_schemas(model),
-        **responses_schemas(model),
+        **wire_responses,
+        **_input_tokens_schemas(wire_responses["ResponsesRequest"]),
         **gemini_schemas(model),
         "AnyError": {"anyOf": [ref("Error"), ref("AnthropicError"), ref("GoogleError")]},
         "Service": obj({"service": {"type": "string"}}, ["service"]),
@@ -630,6 +678,7 @@ def build_openapi(config: Config) -> dict[str, Any]:
         **_chat_paths(security),
         **messages_paths(security),
         **responses_paths(security),
+        **_input_tokens_paths(security),
         **gemini_paths(gemini_security(secured)),
         **_fit_paths(security),
         **_routefit_paths(security),

@@ -1,4 +1,5 @@
-"""OpenAI Responses: ``POST /v1/responses`` (Codex CLI's only wire).
+"""OpenAI Responses: ``POST /v1/responses`` (Codex CLI's only wire) and its count endpoint,
+``POST /v1/responses/input_tokens`` (routefit's calibrated estimate, answered locally).
 
 OpenAI routes get the fitted body natively (the client's own body, byte for byte, when nothing
 had to change; else the body with ``input`` rewritten from the fitted items); the provider's
@@ -21,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from pricing.messages import ChatRequest
+from pricing.messages import ChatRequest, RequestError
 from proxy.errors import ProxyError, error_body
 from proxy.exchange import CHAT, RESPONSES, Completion, EventStream, Outbound
 from proxy.exchange.sse import event_data
@@ -138,14 +139,31 @@ def _request(request: ChatRequest) -> ResponsesRequest:
     return request
 
 
+def _uncounted_chain(ctx: RequestContext) -> None:
+    """A count naming a stored conversation the shell did not resolve for it: refused (400
+    naming ``previous_response_id``) rather than answered with the body's own input alone,
+    which the request itself would exceed by the whole chain."""
+    body = ctx.body
+    if ctx.stored is None and isinstance(body, Mapping) and body.get("previous_response_id"):
+        raise RequestError(
+            "previous_response_id is not supported on input_tokens by routefit: send the "
+            "conversation's input in full to count it",
+            "previous_response_id",
+        )
+
+
 class ResponsesWire:
     name = RESPONSES
     paths: tuple[str, ...] = ("/v1/responses", "/responses")
+    #: OpenAI's ``POST /v1/responses/input_tokens`` (the SDK's ``responses.input_tokens.count``).
+    count_paths: tuple[str, ...] = ("/v1/responses/input_tokens", "/responses/input_tokens")
     stored = True
     keys = BEARER_OR_API_KEY
     generated = delta_fields("delta")
 
     def parse(self, ctx: RequestContext) -> ChatRequest:
+        if ctx.counting:
+            _uncounted_chain(ctx)
         body = ctx.body
         stored = ctx.stored
         if stored is not None and stored.prior is not None:
@@ -255,6 +273,9 @@ class ResponsesWire:
 
     def error_body(self, err: ProxyError) -> bytes:
         return error_body(err)
+
+    def counted(self, tokens: int) -> bytes:
+        return orjson.dumps({"object": "response.input_tokens", "input_tokens": tokens})
 
     def where(self, request: ChatRequest, param: str) -> str:
         field = chat_field(param)

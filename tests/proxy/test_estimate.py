@@ -87,7 +87,9 @@ async def test_a_count_answers_what_the_fit_prices(learnt: bool) -> None:
         counted = await _estimated(estimator, bound=False)
         body = _body()
         parsed = CHAT_WIRE.parse(_context(body))
-        tokens = await estimator.count(parsed, CONFIG.routes["m"], None, "addr:test", len(body))
+        tokens = await estimator.count(
+            CHAT_WIRE, parsed, CONFIG.routes["m"], None, "addr:test", len(body)
+        )
     finally:
         await calibrator.stop()
     assert tokens == counted.fitted.report.estimate_before == counted.tokens

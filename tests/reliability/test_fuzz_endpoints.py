@@ -613,6 +613,7 @@ ENDPOINTS = [
     "/responses",
     "/v1/responses/resp_nope",
     "/v1/responses/resp_nope/input_items",
+    "/v1/responses/input_tokens",
     "/routefit/ui",
     "/routefit/ui/",
     "/routefit/ui/data",
@@ -850,7 +851,14 @@ def test_mutated_messages_bodies_are_answered_in_anthropics_shape(
     value=json_values,
     delete=st.booleans(),
     model=st.sampled_from(["gpt-4o", "small", "claude", "nope"]),
-    endpoint=st.sampled_from(["/v1/responses", "/responses", "/routefit/fit?wire=responses"]),
+    endpoint=st.sampled_from(
+        [
+            "/v1/responses",
+            "/responses",
+            "/v1/responses/input_tokens",
+            "/routefit/fit?wire=responses",
+        ]
+    ),
 )
 def test_mutated_responses_bodies_are_answered_in_openais_shape(
     http, tally, path, value, delete, model, endpoint
@@ -989,6 +997,7 @@ def test_good_bodies_of_every_wire_are_served(http, tally):
             "/v1/messages",
             "/v1/messages/count_tokens",
             "/v1/responses",
+            "/v1/responses/input_tokens",
             "/routefit/fit?wire=messages",
             "/routefit/fit?wire=responses",
             "/routefit/fit?wire=nope",
