@@ -29,6 +29,14 @@ would take it for an SDK client and break) keep litellm's own, unbounded client.
 provider when routefit's environment names an HTTP proxy (``HTTPS_PROXY`` ...): the wrapped
 transport would not follow it, and reaching the provider comes before bounding its answer
 (start-up logs which one applies).
+
+A stream through that client also ends where the provider's does, not when its body does
+(``_ending_transport``): litellm reads a stream to its body's end, and holds back the last chunk
+(its finish reason and usage) until then, so a provider (or a proxy before it) that keeps the
+body open after its last event held the client's stream open until the read timeout and then
+ended it with an error after a whole answer. The provider's SSE body is cut at its wire's end
+(``proxy.transports.provider_http.Events``: Anthropic's ``message_stop``, Gemini's last chunk
+and a quiet body), which litellm then reads as the body's end.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ from proxy.config import Upstream
 from proxy.errors import ProxyError
 from proxy.exchange import (
     EMBEDDINGS,
+    GEMINI,
+    MESSAGES,
     UNREADABLE,
     Completion,
     EventStream,
@@ -159,6 +169,70 @@ class _Chunks:
             await closer()
 
 
+def _stream_wire(path: str) -> str | None:
+    """The provider wire of a streamed answer to ``path`` (litellm's request URL), whose end
+    ``Events`` knows; None for any other (Bedrock's binary event stream, ...)."""
+    if ":streamGenerateContent" in path:  # Gemini and Vertex AI's Gemini
+        return GEMINI
+    if path.endswith("/messages") or ":streamRawPredict" in path:  # Anthropic, on Vertex too
+        return MESSAGES
+    return None
+
+
+@functools.cache
+def _ending_transport() -> Any:
+    """The transport class that ends a provider's SSE body at its wire's end (the module's
+    docstring): built at the first call, since httpx is imported only for litellm routes."""
+    import httpx
+
+    from proxy.transports.provider_http import Events
+
+    class Body:
+        """An httpx body as ``Events`` reads one (errors left as httpx raised them: litellm
+        maps its transport's own)."""
+
+        def __init__(self, inner: httpx.AsyncByteStream) -> None:
+            self._inner = inner
+
+        async def chunks(self) -> AsyncIterator[bytes]:
+            async for chunk in self._inner:
+                yield chunk
+
+        async def finish(self, whole: bool) -> None:
+            await self._inner.aclose()
+
+    class Ended(httpx.AsyncByteStream):
+        """The body up to its provider's last event."""
+
+        def __init__(self, inner: httpx.AsyncByteStream, wire: str, max_event: int) -> None:
+            self._events = Events(Body(inner), max_event, wire)
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for event in self._events:
+                yield event
+
+        async def aclose(self) -> None:
+            await self._events.aclose()
+
+    class EndingTransport(httpx.AsyncBaseTransport):
+        def __init__(self, inner: BoundedTransport) -> None:
+            self._inner = inner
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            resp = await self._inner.handle_async_request(request)
+            wire = _stream_wire(request.url.path)
+            sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+            if wire and sse and isinstance(resp.stream, httpx.AsyncByteStream):
+                # the bound counts the bytes first: an event over it fails as it did
+                resp.stream = Ended(resp.stream, wire, self._inner.max_event)
+            return resp
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return EndingTransport
+
+
 class LiteLLM:
     """litellm behind the transport seam (its import: ``preload``, this module's)."""
 
@@ -166,7 +240,7 @@ class LiteLLM:
         #: one bounded transport per deployment bounds (in practice one: the settings'), and
         #: one litellm client per timeout over it (a handler given a client may not pass the
         #: call's timeout on)
-        self._transports: dict[Bounds, BoundedTransport] = {}
+        self._transports: dict[Bounds, Any] = {}
         self._clients: dict[tuple[float, Bounds], Any] = {}
 
     async def aclose(self) -> None:
@@ -191,7 +265,8 @@ class LiteLLM:
             inner = handlers.AsyncHTTPHandler.create_async_transport()
             if inner is None:
                 inner = httpx.AsyncHTTPTransport()
-            transport = BoundedTransport(inner, bounds.max_body, bounds.max_event)
+            bounded = BoundedTransport(inner, bounds.max_body, bounds.max_event)
+            transport = _ending_transport()(bounded)
             self._transports[bounds] = transport
         client = self._clients.get((up.timeout, bounds))
         if client is None:

@@ -9,9 +9,10 @@ meets the very rules the passthrough applies: an error status is the provider's 
 (``upstream_error``, keys scrubbed); a whole answer is bounded
 (the deployment's ``Bounds``: 502 ``upstream_too_large``) and must be a JSON object
 (502 ``upstream_malformed``); a stream is re-cut into complete SSE events, each bounded
-(``max_event``), over at its wire's end marker (``Events``), and a break after it started is
-``StreamBroken``; JSON sent back for a stream is no stream (502 ``upstream_malformed``). An
-error body is read only as far as its message can matter (``ERROR_BODY_BYTES``).
+(``max_event``), over at its wire's end marker (``Events``; Gemini's: its last chunk, then a
+quiet body), and a break after it started is ``StreamBroken``; JSON sent back for a stream
+is no stream (502 ``upstream_malformed``). An error body is read only as far as its message
+can matter (``ERROR_BODY_BYTES``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "ProviderRequest",
     "RawResponse",
     "ReadBroken",
+    "StreamBody",
     "interpret",
     "provider_request",
 ]
@@ -84,6 +86,15 @@ class ReadBroken(Exception):
 
 class BodyTooLarge(Exception):
     """A provider's body ran past its bound."""
+
+
+class StreamBody(Protocol):
+    """What ``Events`` reads: a body as it arrives, and how to be done with it (litellm's
+    bounded client hands its httpx bodies over too: ``proxy.transports.litellm``)."""
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def finish(self, whole: bool) -> None: ...
 
 
 class RawResponse(Protocol):
@@ -163,12 +174,63 @@ _RESPONSES_ENDS = frozenset(
 )
 
 #: Per provider wire, whether an event is the provider's last (its end marker or its own error
-#: event); Gemini has none, its stream ends with its body.
+#: event); Gemini has none (``_GeminiEnd``).
 _LAST: dict[str, Callable[[bytes], bool]] = {
     CHAT: _chat_end,
     MESSAGES: lambda event: _named(event, _MESSAGES_ENDS),
     RESPONSES: lambda event: _named(event, _RESPONSES_ENDS),
 }
+
+
+class _GeminiEnd:
+    """Whether a Gemini stream's event looks like its last: Gemini (``streamGenerateContent
+    ?alt=sse``) writes no end marker, its stream ends with its body.
+
+    Google's ``GenerateContentResponse`` reference (ai.google.dev/api/generate-content) says a
+    candidate's ``finishReason`` is set once the model stopped ("if empty, the model has not
+    stopped generating", Vertex AI's inference reference), and ``usageMetadata`` holds the
+    totals of the answer; its streams put both on the last chunk. Neither alone is proof of
+    the end: the usage comes on every chunk in Gemini 2.x (the prompt's count), the finish
+    reason came on every chunk in Gemini 1.0 (google-gemini/deprecated-generative-ai-python
+    #351) and some proxies before Gemini still write it so, with several candidates one may
+    finish before another, and a client library may meet the usage in a chunk of its own after
+    the finishing one (agentjido/req_llm#638, maximhq/bifrost#422). So the end is inferred
+    only from both: every candidate of a chunk stated its ``finishReason`` (or the prompt was
+    blocked: ``promptFeedback.blockReason``), and ``usageMetadata`` came with that chunk or
+    after it; a Gemini ``error`` chunk is the provider's end too. ``Events`` then still waits
+    ``END_GRACE_SECONDS`` for the body: what comes in that time is relayed and the end looked
+    for again, so only a body that goes quiet after such a chunk is ended by routefit."""
+
+    def __init__(self) -> None:
+        self._finished = False
+
+    def __call__(self, event: bytes) -> bool:
+        if not (self._finished or b"finishReason" in event or b"error" in event):
+            return False  # the common chunk: no JSON parsed
+        try:
+            data = orjson.loads(event_data(event) or b"null")
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(data, dict):
+            return False
+        if "error" in data:
+            return True
+        if _all_finished(data):
+            self._finished = True
+        return self._finished and isinstance(data.get("usageMetadata"), dict)
+
+
+def _all_finished(chunk: dict[str, Any]) -> bool:
+    """Every candidate of ``chunk`` states its finish reason, or its prompt was blocked."""
+    feedback = chunk.get("promptFeedback")
+    if isinstance(feedback, dict) and feedback.get("blockReason"):
+        return True
+    candidates = chunk.get("candidates")
+    return (
+        isinstance(candidates, list)
+        and bool(candidates)
+        and all(isinstance(c, dict) and c.get("finishReason") for c in candidates)
+    )
 
 
 class Events:
@@ -179,14 +241,21 @@ class Events:
     ``[DONE]`` would otherwise hold the client's stream open until the read timeout and then
     end it with an error after a complete answer. What comes after the marker is no answer:
     ``aclose`` reads it away (``END_GRACE_SECONDS`` at most) so that the connection can be
-    pooled, and drops the connection if it does not end."""
+    pooled, and drops the connection if it does not end.
+
+    Gemini has no marker: after an event that looks like its last (``_GeminiEnd``) the next one
+    must come within ``END_GRACE_SECONDS``. The body's end ends the stream as ever; a body
+    still open and quiet by then is over (its connection dropped), and so is one that breaks
+    then (the answer was whole); an event that does come is relayed like any other, so a
+    stream that still has content to come is never cut."""
 
     def __init__(
-        self, raw: RawResponse, max_event: int = MAX_EVENT_BYTES, wire: str | None = None
+        self, raw: StreamBody, max_event: int = MAX_EVENT_BYTES, wire: str | None = None
     ) -> None:
         self._raw = raw
         self._max_event = max_event
         self._last = _LAST.get(wire or "")
+        self._looks_last = _GeminiEnd() if wire == GEMINI else None
         #: The body's chunks after the provider's end marker (None: it was not seen).
         self._after: AsyncIterator[bytes] | None = None
         self._done = False
@@ -195,13 +264,14 @@ class Events:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks = self._raw.chunks()
         events = split_stream(chunks, self._max_event)
+        quiet = False  # the last event looked like the end: the next must come soon
         try:
-            async for event in events:
+            while (event := await self._next(events, quiet)) is not None:
                 yield event
                 if self._last is not None and self._last(event):
                     self._after = chunks
                     return
-            self._done = True
+                quiet = self._looks_last is not None and self._looks_last(event)
         except (ReadBroken, TimeoutError) as exc:
             raise StreamBroken(str(exc) or type(exc).__name__) from None
         finally:
@@ -215,15 +285,33 @@ class Events:
                 self._done = await _ends_soon(self._after)
             await self._raw.finish(self._done)
 
+    async def _next(self, events: AsyncIterator[bytes], quiet: bool) -> bytes | None:
+        """The next event; None once the stream is over (``_done`` when its body ended).
+        ``quiet``: the last event looked like the end, and the next must come within
+        ``END_GRACE_SECONDS`` (a break meanwhile is the end too: the answer was whole)."""
+        if not quiet:
+            try:
+                return await anext(events)
+            except StopAsyncIteration:
+                self._done = True
+                return None
+        with anyio.move_on_after(END_GRACE_SECONDS):
+            try:
+                return await self._next(events, False)
+            except (ReadBroken, TimeoutError):
+                return None
+        return None
+
 
 async def _ends_soon(chunks: AsyncIterator[bytes]) -> bool:
     """Whether the body after the end marker ends within ``END_GRACE_SECONDS`` (read and
-    dropped: it is no answer)."""
+    dropped: it is no answer, and a failure to read it only means the connection is not
+    reused, whatever the client library raised: litellm's reads raise httpx's errors)."""
     with anyio.move_on_after(END_GRACE_SECONDS):
         try:
             async for _ in chunks:
                 pass
-        except (ReadBroken, TimeoutError):
+        except Exception:
             return False
         return True
     return False
