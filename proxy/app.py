@@ -58,7 +58,7 @@ from proxy.metrics import Metrics
 from proxy.middleware import Guard
 from proxy.origin import BrowserFence
 from proxy.providers import Transport
-from proxy.records import page, query
+from proxy.records import guard_access_log, page, query
 from proxy.reload import checked, refused, summary
 from proxy.reload import reload as reload_config
 from proxy.responses_store import Keeper
@@ -525,6 +525,7 @@ def create_app(
     the network (``build_state``), ``settings`` are ``routefit serve``'s limits
     (``proxy.serve_settings``)."""
     state = build_state(config, store, transport, settings)
+    guard_access_log()
     app = Starlette(
         routes=[*ROUTES, *dispatched(state.dashboard.routes())],
         lifespan=lifespan,

@@ -60,7 +60,7 @@ from proxy.exchange.sse import event_data, event_name, is_done
 from proxy.fairness import COUNT_THREAD_ABOVE, Fairness
 from proxy.fetch import ImageSizer
 from proxy.inline import Client, inline_images
-from proxy.intake import Admitted, Intake, Session
+from proxy.intake import Admitted, Intake, Session, query_of
 from proxy.metrics import Metrics
 from proxy.overflow import provider_count
 from proxy.provider_keys import ProviderKeys
@@ -328,7 +328,9 @@ class Gateway:
         if first:
             t.phase("fit", t.started)
         try:
-            p.upstream = self.keys.upstream(p.rc, request.headers)
+            # Google's clients may send their key as ``?key=`` (the Gemini wire's own place)
+            query = query_of(request) if a.wire.keys.query else None
+            p.upstream = self.keys.upstream(p.rc, request.headers, query)
         except ProxyError as err:
             if err.code != "provider_key_missing":
                 raise

@@ -19,10 +19,18 @@ Which header is the provider key (the same rule on every wire; the team key is a
 - open gateway (no teams, so no team key): the key the client presents — ``Authorization:
   Bearer`` (OpenAI SDKs, Codex, Claude Code with ``ANTHROPIC_AUTH_TOKEN``), ``x-api-key``
   (Anthropic SDK, Claude Code with ``ANTHROPIC_API_KEY``) or ``x-goog-api-key`` (the
-  ``google-genai`` SDK, Gemini CLI: their only place for it);
+  ``google-genai`` SDK, Gemini CLI: their only place for it), else Google's ``?key=`` query
+  parameter (curl and REST clients of Gemini's own docs): the same places, in the same order,
+  as a team key is read from on the Gemini wire (``teams.KeyPlaces``), so one key sent once is
+  the provider key however the client sends it;
 - gateway with teams: ``x-api-key`` beside an ``Authorization: Bearer`` team key (the Anthropic
   SDK with ``auth_token=<team key>, api_key=<provider key>``). A lone ``x-api-key`` or bearer is
-  the team's routefit key and is never forwarded.
+  the team's routefit key and is never forwarded; so are ``x-goog-api-key`` and ``?key=``, the
+  Gemini wire's places for the team key.
+
+A provider key read from the query goes to the provider in its deployment's own auth header
+(``x-goog-api-key`` for Gemini), never in a URL: routefit builds the provider's URL itself and
+passes no client query on, and its request log and traces hold no URL.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ log = logging.getLogger("routefit")
 
 #: The header a client sends its own provider key in when routefit has teams.
 CLIENT_KEY_HEADER = "x-provider-key"
+#: Google's query parameter for a key (``?key=``): the Gemini wire's last place for one.
+GOOGLE_KEY_PARAM = "key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,18 +182,25 @@ class ProviderKeys:
         for m in self.missing.values():
             log.warning("%s", m.warning())
 
-    def upstream(self, rc: RouteConfig, headers: Mapping[str, str]) -> Upstream:
-        """``rc.upstream``, or a copy carrying the client's key; raises provider_key_missing."""
+    def upstream(
+        self,
+        rc: RouteConfig,
+        headers: Mapping[str, str],
+        query: Mapping[str, str] | None = None,
+    ) -> Upstream:
+        """``rc.upstream``, or a copy carrying the client's key (``query``: the request's, for
+        Google's ``?key=``); raises provider_key_missing."""
         alias = rc.route.alias
         source = self._own.get(rc.deployment_id)
         if source is not None and source.forward_client_key:
-            key = self.client_key(headers)
+            key = self.client_key(headers, query)
             if key is None:
                 raise ProxyError(
                     401,
                     f"model {alias!r} forwards your own provider key: send it as "
                     + (
-                        "'Authorization: Bearer <key>', 'x-api-key: <key>', 'x-goog-api-key: <key>'"
+                        "'Authorization: Bearer <key>', 'x-api-key: <key>', "
+                        "'x-goog-api-key: <key>', '?key=<key>'"
                         if self.teams_open
                         else "'x-api-key: <key>' beside 'Authorization: Bearer <team key>'"
                     )
@@ -196,7 +213,9 @@ class ProviderKeys:
             raise provider_key_missing(alias, missing.env)
         return rc.upstream
 
-    def client_key(self, headers: Mapping[str, str]) -> str | None:
+    def client_key(
+        self, headers: Mapping[str, str], query: Mapping[str, str] | None = None
+    ) -> str | None:
         """The client's own provider key, by the rule in the module docstring."""
         explicit = headers.get(CLIENT_KEY_HEADER, "").strip()
         if explicit:
@@ -205,5 +224,7 @@ class ProviderKeys:
         bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         api_key = headers.get("x-api-key", "").strip()
         if self.teams_open:
-            return bearer or api_key or headers.get("x-goog-api-key", "").strip() or None
+            google = headers.get("x-goog-api-key", "").strip()
+            in_query = (query.get(GOOGLE_KEY_PARAM) or "").strip() if query is not None else ""
+            return bearer or api_key or google or in_query or None
         return api_key if bearer and api_key else None

@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import unquote_plus
 
 import orjson
 from starlette.background import BackgroundTask
@@ -51,11 +52,48 @@ __all__ = [
     "Sink",
     "Ticket",
     "cost_usd",
+    "guard_access_log",
     "matches",
 ]
 
 ACCESS = logging.getLogger("routefit.access")
 log = logging.getLogger("routefit")
+
+#: uvicorn's access log: one line per request, its path written with its query.
+UVICORN_ACCESS = logging.getLogger("uvicorn.access")
+
+
+class _QueryKeysRedacted(logging.Filter):
+    """Google's clients put their key in the URL (``?key=``, the Gemini wire), and uvicorn's
+    access log (``routefit serve --access-log``) writes each request's path with its query: the
+    value of every ``key`` parameter is written as ``REDACTED`` instead, so a team's key (or a
+    client's own provider key) never sits in the operator's logs. uvicorn logs a request's
+    ``(client, method, path, version, status)`` as its arguments; the path is the third."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            path, sep, query = args[2].partition("?")
+            if sep and "=" in query:
+                record.args = (*args[:2], path + sep + _keys_redacted(query), *args[3:])
+        return True
+
+
+def _keys_redacted(query: str) -> str:
+    pairs = query.split("&")
+    for i, pair in enumerate(pairs):
+        name, eq, _ = pair.partition("=")
+        if eq and unquote_plus(name).strip().lower() == "key":
+            pairs[i] = f"{name}=REDACTED"
+    return "&".join(pairs)
+
+
+def guard_access_log() -> None:
+    """Install the access log's key redaction (``_QueryKeysRedacted``) once: by the app itself,
+    whatever server or log config hosts it."""
+    if not any(isinstance(f, _QueryKeysRedacted) for f in UVICORN_ACCESS.filters):
+        UVICORN_ACCESS.addFilter(_QueryKeysRedacted())
+
 
 #: Whose records have no team: routefit running open, or a key nobody owns (a 401).
 ANONYMOUS = "-"
