@@ -2,7 +2,8 @@
 
 Pricing needs an image's dimensions, never its pixels. Every supported format states them in
 its first bytes (JPEG at the end of its metadata segments, which the parser hops over by their
-length fields, reading only an EXIF block's orientation: a quarter turn swaps the sides), so
+length fields, reading only an EXIF block's orientation: a quarter turn swaps the sides; a PNG's
+``eXIf`` and a WebP's ``EXIF`` chunk are reached the same way, by chunk headers only), so
 a data URL is probed by decoding only the few base64 groups that hold those bytes: a 10 MB
 photo costs a handful of 4-character decodes, and a pixel bomb (a tiny file declaring
 100000x100000) is refused before anything is allocated for it.
@@ -75,9 +76,10 @@ class ImageError(RequestError):
 class Header:
     """What an image's header says: its format and the dimensions it declares.
 
-    ``transposed``: its EXIF orientation (JPEG) may show it turned a quarter, width and height
-    swapped; a provider that applies the tag sees it so, one that does not sees it as stored,
-    so a rule prices it both ways and takes the larger (docs/images.md § EXIF orientation).
+    ``transposed``: its EXIF orientation (JPEG's APP1, PNG's eXIf, WebP's EXIF chunk) may show
+    it turned a quarter, width and height swapped; a provider that applies the tag sees it so,
+    one that does not sees it as stored, so a rule prices it both ways and takes the larger
+    (docs/images.md § EXIF orientation).
     """
 
     format: str
@@ -141,11 +143,52 @@ class _Ended(_NeedMore):
 
 
 def _png(read: Read) -> Header:
-    head = read(12, 12)
-    if head[:4] != b"IHDR":
+    head = read(8, 16)  # IHDR's length field, its type, then the width and height
+    if head[4:8] != b"IHDR":
         raise ImageError("corrupt PNG: the first chunk is not IHDR")
-    width, height = struct.unpack(">II", head[4:12])
-    return Header("png", width, height)
+    length, width, height = struct.unpack(">I4xII", head)
+    turned = _turns(lambda: _png_exif_turns(read, 8 + 12 + length))
+    return Header("png", width, height, turned)
+
+
+#: Chunks walked looking for a PNG's ``eXIf`` or a WebP's ``EXIF`` (real files have a handful
+#: before them; an animated WebP one per frame): a hostile file of millions of empty chunks must
+#: not cost time in proportion. Past the bound the orientation is unknown: priced both ways.
+_MAX_CHUNKS = 1024
+#: A PNG chunk's length is at most 2^31-1 (PNG § 5.3).
+_PNG_MAX_CHUNK = (1 << 31) - 1
+
+
+def _turns(find: Callable[[], bool], unread_turns: bool = True) -> bool:
+    """Whether metadata found by ``find`` turns the picture a quarter, once its size is known.
+
+    Bytes that end (a data URL's whole payload: nothing lies past it) or cannot be walked
+    (corrupt chunks, which a decoder stops at too) before an orientation is found leave it
+    upright; chunks left unread (a stream cut at its byte cap, too many chunks) may hold one,
+    so it counts as turned when ``unread_turns``. A stream that may still bring bytes
+    (``_NeedMore``) asks for them."""
+    try:
+        return find()
+    except _Ended as end:
+        return end.unknown and unread_turns
+    except _Unwalked as stop:
+        return stop.unknown and unread_turns
+
+
+def _png_exif_turns(read: Read, pos: int) -> bool:
+    """Whether an ``eXIf`` chunk before the image data turns the picture. PNG requires eXIf
+    before the first IDAT (PNG 3rd edition § 11.3.6.1; browsers ignore a late one), so the walk
+    stops there: only the chunks' 8-byte headers are read on the way, never their data."""
+    for _ in range(_MAX_CHUNKS):
+        length, kind = struct.unpack(">I4s", read(pos, 8))
+        if length > _PNG_MAX_CHUNK or not kind.isalpha():
+            raise _Unwalked("corrupt PNG chunk", False)
+        if kind in (b"IDAT", b"IEND"):
+            return False
+        if kind == b"eXIf":
+            return _tiff_transposes(read, pos + 8, pos + 8 + length)
+        pos += 12 + length  # length, type, data, CRC
+    raise _Unwalked("too many PNG chunks before the image data", True)
 
 
 def _gif(read: Read) -> Header:
@@ -169,8 +212,30 @@ def _webp(read: Read) -> Header:
     if chunk == b"VP8X":  # extended (alpha, animation, metadata): 24-bit canvas width-1, height-1
         width = int.from_bytes(body[4:7], "little") + 1
         height = int.from_bytes(body[7:10], "little") + 1
-        return Header("webp", width, height)
+        turned = bool(body[0] & _VP8X_EXIF) and _turns(lambda: _webp_exif_turns(read))
+        return Header("webp", width, height, turned)
     raise ImageError(f"unsupported WebP chunk {chunk!r}")
+
+
+#: The VP8X flag saying the file carries an ``EXIF`` chunk (WebP container spec: a writer sets
+#: it when it writes one; only then is the chunk looked for).
+_VP8X_EXIF = 0x08
+
+
+def _webp_exif_turns(read: Read) -> bool:
+    """Whether the ``EXIF`` chunk of an extended WebP turns the picture. The spec puts it after
+    the image data, so the RIFF chunks are walked to it by their size fields (8 bytes read per
+    chunk, none of their data), within the RIFF size the file states."""
+    (riff,) = struct.unpack("<I", read(4, 4))
+    end, pos = 8 + riff, 12
+    for _ in range(_MAX_CHUNKS):
+        if pos + 8 > end:
+            return False  # the file ends without one
+        kind, size = struct.unpack("<4sI", read(pos, 8))
+        if kind == b"EXIF":
+            return _tiff_transposes(read, pos + 8, min(pos + 8 + size, end))
+        pos += 8 + size + (size & 1)  # chunks are padded to an even size
+    raise _Unwalked("too many WebP chunks", True)
 
 
 #: Start-of-frame markers (baseline, extended, progressive, lossless, arithmetic variants);
@@ -258,8 +323,17 @@ def _exif_transposes(read: Read, start: int, end: int) -> bool:
     are read, never past the segment (a decoder reads no further either)."""
     if end - start < 16 or read(start, 6) != b"Exif\0\0":
         return False
-    tiff = start + 6
-    if read(tiff, 6) == b"Exif\0\0":  # written twice: Pillow's reader takes it so
+    return _tiff_transposes(read, start + 6, end)
+
+
+def _tiff_transposes(read: Read, tiff: int, end: int) -> bool:
+    """Whether the EXIF data (a TIFF header and its IFDs) in [tiff, end) holds an Orientation
+    that is not upright. A PNG's eXIf and a WebP's EXIF chunk hold it bare; some writers put
+    the ``Exif\0\0`` header of a JPEG's APP1 before it, which Pillow's reader takes, so it
+    is skipped when there (in a JPEG too, written twice)."""
+    if tiff + 8 > end:
+        return False
+    if read(tiff, 6) == b"Exif\0\0":
         tiff += 6
     if tiff + 8 > end:
         return False
@@ -364,7 +438,8 @@ def read_header(data: bytes, final: bool = False) -> Header | int:
 
     For streams (the proxy's URL fetcher). ``final``: no more bytes will be read (the stream
     ended, or its cap was reached); then a JPEG whose frame header was read but not all of its
-    metadata is sized, its orientation taken as unknown (``Header.transposed``). Raises
+    metadata is sized, its orientation taken as unknown (``Header.transposed``); so is a PNG
+    cut before its image data and an extended WebP flagged EXIF cut before its EXIF chunk. Raises
     ImageError for an unsupported format or a malformed header; never looks at pixel data.
     """
 
