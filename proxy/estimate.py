@@ -17,9 +17,10 @@ request goes on, cheapest first:
   the budget is first tightened by counting the biggest texts in part (``pricing.bounds.Proof``):
   a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
 * **guessed from a sample** (bodies over ``COUNTING`` that no bound proves without counting: new
-  text near the window, where a proof is a count): a sample of the texts' pieces says it fits
+  text near the window, where a proof is a count): a sample of the texts says it fits
   (``pricing.bounds.Proof.sampled``); it is forwarded at once, counted meanwhile, and its answer
-  released only once that count agrees (``Estimator.confirmed``; the gateway's ``_ahead``);
+  released only once that count proves it fits (``Estimator.confirmed``; the gateway's
+  ``_ahead``);
 * **counted** (every other request): the exact fit, anchored on the provider's own count of a
   prefix when one is known — and fitted once more when that anchor says the estimate was low;
 * **refitted** (``Estimator.refit``) after the provider itself refused for context length and
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -146,9 +148,15 @@ class Estimate:
     bound: bool = False
     #: On the bounded path: the exact fit, counted in a thread while the request is forwarded.
     counting: asyncio.Future[Fit] | None = None
-    #: Let go on a sample's guess, not a bound (``Estimator._guessed``): what was forwarded is
-    #: confirmed by the exact count before any answer to it is released (``Estimator.confirmed``).
-    sampled: bool = False
+    #: Let go on a sample's guess, not a bound (``Estimator._guessed``): the bounded fit on the
+    #: texts' exact counts (None: they prove nothing), counted in the thread that then counts
+    #: the exact fit; no answer to the request is released before it (``Estimator.confirmed``).
+    proving: asyncio.Future[Fit | None] | None = None
+
+    @property
+    def sampled(self) -> bool:
+        """Let go on a sample's guess, not yet confirmed by a count."""
+        return self.proving is not None
 
     @property
     def kind(self) -> str:
@@ -367,8 +375,9 @@ class Estimator:
         window: a proof would count nearly all of it, 10-16 ms for 120k tokens, before
         forwarding): let go at once when a sample of its texts says it fits
         (``strategies.output.sampled_output``), counted exactly meanwhile, its answer released
-        only when that count agrees (``Estimate.sampled``, ``proxy.gateway``). Else the proof
-        counts as before; and when it cannot (no tokenizer to count with), so does the fit."""
+        only once that count proves it fits (``Estimate.sampled``, ``proxy.gateway``). Else the
+        proof counts as before; and when it cannot (no tokenizer to count with), so does the
+        fit."""
         args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
         if proof.tok is not None:
             run = self.fairness.run
@@ -399,14 +408,21 @@ class Estimator:
         tokens, keys, hit = await self._anchor(job, fitted, correction, floor=True)
         if tokens > fitted.report.budget:
             return None
+        proving: asyncio.Future[Fit | None] | None = None
+        told: Callable[[Fit | None], None] | None = None
+        if sampled:
+            proving = asyncio.get_running_loop().create_future()
+            told = _teller(proving)
         counting = asyncio.ensure_future(
             anyio.to_thread.run_sync(
-                _exact_fit, job, correction, proof, limiter=self.fairness.limiter(job.who)
+                _exact_fit, job, correction, proof, told, limiter=self.fairness.limiter(job.who)
             )
         )
         # A request that fails before its usage is learnt leaves this unread: read it anyway.
         counting.add_done_callback(lambda f: f.cancelled() or f.exception())
-        return Estimate(job, team, started, fitted, tokens, keys, hit, True, counting, sampled)
+        if proving is not None:  # and the proof, should the count fail before it is told
+            counting.add_done_callback(lambda _: _settle(proving, None))
+        return Estimate(job, team, started, fitted, tokens, keys, hit, True, counting, proving)
 
     async def exact(self, e: Estimate) -> Estimate:
         """A bounded request's exact figures: a new estimate, no longer a bound — or still one,
@@ -433,20 +449,31 @@ class Estimator:
         )
 
     async def confirmed(self, e: Estimate) -> tuple[Estimate, bool]:
-        """A request let go on a sample's guess (``Estimate.sampled``), counted: its exact
-        figures and True when they let it go as it was sent (untouched, with the same output
-        cap, the anchored count within the budget); else the figures of its exact fit, what goes
-        instead, and False. A count that failed leaves the provider to judge what it was sent
+        """A request let go on a sample's guess (``Estimate.sampled``), counted: True when the
+        count lets it go as it was sent, else False and the figures of its exact fit, what goes
+        instead.
+
+        Proved, first: the bounded fit on its texts' exact counts (``_exact_fit``, a few ms
+        after the count, before the exact fit) under the budget is as good a proof as a bound
+        — the request then stands as a bound-proved one (its exact figures still under way).
+        Else the exact fit judges: untouched, with the same output cap, the anchored count
+        within the budget. A count that failed leaves the provider to judge what it was sent
         (True, still a bound: nothing is learnt from it)."""
-        exact = await self.exact(e)
+        assert e.proving is not None
+        proved = await e.proving
+        current = self.calibrator.correction(e.rc.calibration_key)
+        if proved is not None:
+            tokens, keys, hit = await self._anchor(e.job, proved, current, floor=True)
+            if tokens <= proved.report.budget:
+                return replace(e, proving=None, **_named((proved, tokens, keys, hit))), True
+        exact = await self.exact(replace(e, proving=None))
         sent, now = e.fitted.report, exact.fitted.report
         if exact.bound or (
             now.transparent and now.output == sent.output and exact.tokens <= now.budget
         ):
-            return replace(exact, sampled=False), True
-        correction = self.calibrator.correction(e.rc.calibration_key)
-        figures = await self._settled(e.job, correction, floor=False)
-        return replace(exact, sampled=False, **_named(figures)), False
+            return exact, True
+        figures = await self._settled(e.job, current, floor=False)
+        return replace(exact, **_named(figures)), False
 
     async def refit(self, e: Estimate, counted: int) -> Estimate | None:
         """The provider counted ``counted`` tokens for what ``e`` sent (its exact figures,
@@ -615,8 +642,34 @@ def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:
     return job.fit(correction)
 
 
-def _exact_fit(job: Job, correction: Correction, proof: Proof) -> Fit:
+def _exact_fit(
+    job: Job, correction: Correction, proof: Proof, told: Callable[[Fit | None], None] | None
+) -> Fit:
     """The exact fit of a request its proof let go: the texts the proof counted in part are
-    counted to the end first (the fit then finds their whole counts memoised)."""
+    counted to the end first (the fit then finds their whole counts memoised). ``told``: a
+    request let go on a sample's guess is told, as soon as they are counted, whether the
+    bounded fit on those counts proves it (None when not), before the exact fit is made."""
     proof.complete(side_by_side=False)
+    if told is not None:
+        try:
+            args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
+            told(bounded_output(*args))
+        except Exception:
+            told(None)
+            raise
     return job.fit(correction)
+
+
+def _teller(future: asyncio.Future[Fit | None]) -> Callable[[Fit | None], None]:
+    """A function a worker thread tells ``future``'s result with, once (on its loop)."""
+    loop = future.get_loop()
+
+    def told(fitted: Fit | None) -> None:
+        loop.call_soon_threadsafe(_settle, future, fitted)
+
+    return told
+
+
+def _settle(future: asyncio.Future[Fit | None], fitted: Fit | None) -> None:
+    if not future.done():
+        future.set_result(fitted)

@@ -588,18 +588,18 @@ class Gateway:
     async def _ahead(
         self, p: Flight, attempt: Callable[[], Awaitable[Completion | EventStream]]
     ) -> Completion | EventStream | None:
-        """A request let go on a sample's guess (``Estimate.sampled``), forwarded while its
-        exact count runs: the provider's answer (or refusal) once that count agrees that the
-        request goes as it was sent; None when it does not (the attempt is cancelled if still
-        under way, its answer dropped if not: the exact fit goes instead). The answer waits for
-        the count only when the provider answers first, which a provider reading a prompt this
-        big seldom does; a refusal for context length from the provider is judged the same way,
-        so that what it teaches is about what it was sent."""
-        counting = p.estimate.counting
-        assert counting is not None
+        """A request let go on a sample's guess (``Estimate.sampled``), forwarded while it is
+        counted: the provider's answer (or refusal) once the count proves that the request goes
+        as it was sent (``Estimator.confirmed``); None when it does not (the attempt is
+        cancelled if still under way, its answer dropped if not: the exact fit goes instead).
+        The answer waits for the count only when the provider answers first, which a provider
+        reading a prompt this big seldom does; a refusal for context length from the provider
+        is judged the same way, so that what it teaches is about what it was sent."""
+        proving = p.estimate.proving
+        assert proving is not None
         sending = asyncio.ensure_future(attempt())
         try:
-            await asyncio.wait((sending, counting), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((sending, proving), return_when=asyncio.FIRST_COMPLETED)
             if _gone(sending):
                 return await sending  # the client left, the drain cut it: nothing goes again
             if not await self._confirmed(p):
@@ -611,8 +611,8 @@ class Gateway:
         return await sending
 
     async def _confirmed(self, p: Flight) -> bool:
-        """Whether the exact count lets a sampled request go as it was sent; its figures (or
-        those of its exact fit, when not) in place of the guess."""
+        """Whether the count lets a sampled request go as it was sent; its figures (a bound the
+        count proved, or those of its exact fit) in place of the guess."""
         p.estimate, confirmed = await self.estimator.confirmed(p.estimate)
         if not confirmed and self.on_fit is not None:
             self.on_fit(p.fitted.report)

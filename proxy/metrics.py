@@ -99,7 +99,7 @@ class Metrics:
             "routefit_fit_proofs",
             "How a request was shown to fit before forwarding: bound (a cheap upper bound, "
             "counted exactly in parallel), sample (a sample's guess, forwarded while counted "
-            "and answered once the count agrees), sample_missed (the count disagreed: the "
+            "and answered once the count proves it fits), sample_missed (it did not: the "
             "exact fit went instead) or count (counted before forwarding)",
             ["route", "proof"],
             registry=r,

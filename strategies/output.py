@@ -161,8 +161,8 @@ def sampled_output(
     proof: Proof | None = None,
 ) -> Fit | None:
     """``bounded_output`` on a guess: the long texts a proof could not bound under the budget
-    priced from a sample of their pieces (``Proof.sampled``). Not a proof: what it lets go is
-    forwarded while it is counted, and answered only once the count agrees (``proxy.gateway``)."""
+    priced from a sample of them (``Proof.sampled``). Not a proof: what it lets go is forwarded
+    while it is counted, and answered only once the count proves it fits (``proxy.gateway``)."""
     if proof is None:
         return None
     guess = proof.sampled(request_texts(request))
