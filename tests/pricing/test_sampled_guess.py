@@ -16,12 +16,11 @@ from hypothesis import strategies as st
 
 import pricing.bounds
 from pricing.bounds import Proof, Sampled
-from pricing.chunks import content_chunks
 from pricing.framing import default_framing
 from pricing.images import default_image_rule
 from pricing.messages import parse_request
 from pricing.route import Route
-from pricing.tokenizers import CHUNK_ABOVE, count_each, get_tokenizer, memoised, recall_each
+from pricing.tokenizers import count_each, get_tokenizer, memoised
 from strategies.output import bounded_output, sampled_output
 from strategies.policy import FitPolicy
 
@@ -105,22 +104,3 @@ def test_a_guess_lets_go_only_what_it_says_fits_and_proves_nothing():
     assert guessed.estimate <= guessed.report.budget
     assert sampled_output(too_long, r, policy, proof=Proof(r)) is None
     assert sampled_output(fits, r, policy) is None  # no proof, nothing to sample with
-
-
-@pytest.mark.parametrize("spec", SPECS)
-def test_a_long_texts_sample_is_chunks_the_exact_count_then_reuses(spec):
-    # A long text's sample is some of its content chunks, memoised: the exact count that
-    # follows counts the others only, and comes out the same as a count of the whole.
-    text = text_of(7_000_000 + SPECS.index(spec), 60_000)  # a text no other test counts
-    assert len(text) >= CHUNK_ABOVE
-    r = route(spec)
-    proof = Proof(r)
-    chunks = content_chunks(text)
-    assert recall_each(proof.tok, chunks) == [None] * len(chunks)  # nothing known before
-    proof.sampled([text])
-    memo = [n for n in recall_each(proof.tok, chunks) if n is not None]
-    assert 0 < len(memo) < len(chunks)
-    assert memo == count_each(proof.tok, [c for c in chunks if recall_each(proof.tok, [c])[0]])
-    proof.complete()
-    tok = get_tokenizer(spec)
-    assert proof(text) == tok.count(text) == count_each(tok, [text])[0]

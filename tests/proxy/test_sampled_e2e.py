@@ -120,7 +120,7 @@ def test_new_text_near_no_bound_goes_on_a_sample_and_is_answered_on_its_count(gw
 def test_a_guess_the_count_disproves_sends_the_exact_fit_instead(
     gw, sim, stream, provider_first, monkeypatch
 ):
-    # A sample of one chunk a text that reads the rest as nothing (the one way to make a
+    # A sample of one piece a text that reads the rest as nothing (the one way to make a
     # sample of homogeneous text miss) lets go ~30k tokens of new text on a route whose budget
     # is under 11k. The simulator (whose window is 128k) would answer it; the client must get
     # the answer to the fit.
