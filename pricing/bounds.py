@@ -454,11 +454,21 @@ class Sampled:
 
 
 def _spread(c: _Counted) -> list[str]:
-    """The pieces a sample counts of a text: of its uncounted ones, evenly spaced, each in the
-    middle of its share (the same ones for the same text)."""
-    n = len(c.pieces) - c.counted
+    """What a sample counts of a text: of its uncounted pieces, evenly spaced, each in the
+    middle of its share (the same ones for the same text). A piece far longer than a proof's
+    (a text with nowhere to cut where counts add up: CJK has no spaces) is sampled in slices
+    of a proof's size, cut anywhere: a guess needs their ratio of tokens to bound, not counts
+    that add up."""
+    units = [u for piece in c.pieces[c.counted :] for u in _slices(piece)]
+    n = len(units)
     k = min(n, max(_SAMPLES, n // _SAMPLE_EVERY))
-    return [c.pieces[c.counted + (2 * i + 1) * n // (2 * k)] for i in range(k)]
+    return [units[(2 * i + 1) * n // (2 * k)] for i in range(k)]
+
+
+def _slices(piece: str) -> list[str]:
+    if len(piece) <= 2 * _PIECE:
+        return [piece]
+    return [piece[i : i + _PIECE] for i in range(0, len(piece), _PIECE)]
 
 
 def _batch(

@@ -104,3 +104,36 @@ def test_a_guess_lets_go_only_what_it_says_fits_and_proves_nothing():
     assert guessed.estimate <= guessed.report.budget
     assert sampled_output(too_long, r, policy, proof=Proof(r)) is None
     assert sampled_output(fits, r, policy) is None  # no proof, nothing to sample with
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_a_text_with_nowhere_to_cut_is_guessed_from_slices(spec):
+    # CJK has no spaces: no cut where counts add up, so a proof has one piece of it, and a
+    # sample of that piece would be a count of the whole. A guess samples slices cut anywhere.
+    rng = random.Random(11)
+    text = "".join(
+        rng.choice("的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要")
+        for _ in range(60_000)
+    )
+    r = route(spec)
+    bound = Proof(r)(text)
+    proof = Proof(r)
+    tok = proof.tok
+    assert tok is not None
+    counted: list[int] = []
+
+    class Seen:  # the route's tokenizer, telling what it was asked to count
+        name = tok.name
+
+        def count(self, piece: str) -> int:
+            counted.append(len(piece))
+            return tok.count(piece)
+
+    proof.tok = Seen()  # type: ignore[assignment]
+    guess = proof.sampled([text])(text)
+    assert counted and max(counted) < len(text) // 4  # slices, not the whole text
+    proof.tok = tok
+    proof.complete()
+    count = get_tokenizer(spec).count(text)
+    assert guess < bound  # priced from a sample, not at its bound
+    assert proof(text) == count  # and the exact count that follows is whole
