@@ -20,7 +20,7 @@ from pricing.framing import default_framing
 from pricing.images import default_image_rule
 from pricing.messages import parse_request
 from pricing.route import Route
-from pricing.tokenizers import count_each, get_tokenizer, memoised
+from pricing.tokenizers import Tokenizer, count_each, get_tokenizer, memoised
 from strategies.output import bounded_output, sampled_output
 from strategies.policy import FitPolicy
 
@@ -120,14 +120,15 @@ def test_a_text_with_nowhere_to_cut_is_guessed_from_slices(spec):
     proof = Proof(r)
     tok = proof.tok
     assert tok is not None
+    real: Tokenizer = tok
     counted: list[int] = []
 
     class Seen:  # the route's tokenizer, telling what it was asked to count
-        name = tok.name
+        name = real.name
 
         def count(self, piece: str) -> int:
             counted.append(len(piece))
-            return tok.count(piece)
+            return real.count(piece)
 
     proof.tok = Seen()  # type: ignore[assignment]
     guess = proof.sampled([text])(text)
