@@ -10,13 +10,11 @@ import time
 import httpx
 import openai
 import pytest
+from bounded_gateway import ADMIN, TEAM_KEY, metric, route_report, serving
 from harness import gateway_config, sim_route
 from inprocess import run_inprocess
 
 WORDS = "alpha beta gamma delta tokens window provider usage naïve café 東京 🚀 42".split()
-TEAM_KEY = "sk-team-bounded-0123456789abcdef"
-ADMIN_KEY = "sk-admin-bounded-0123456789abcdef"
-ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
 def prose(seed: int, words: int) -> str:
@@ -26,21 +24,7 @@ def prose(seed: int, words: int) -> str:
 
 @pytest.fixture(scope="module")
 def gw(sim, tmp_path_factory):
-    routes = [
-        sim_route("exact", sim.base_url, "gpt-4o"),
-        # 12k window: a 40 KB prompt of ~9k tokens fits exactly, but its bound (bytes) does not
-        sim_route(
-            "tight",
-            sim.base_url,
-            "gpt-4o",
-            model_info={"max_input_tokens": 12_000, "max_output_tokens": 1024},
-        ),
-    ]
-    teams = [{"id": "bounded", "keys": [TEAM_KEY], "quotas": {"tokens_per_day": 10**10}}]
-    config = gateway_config(
-        tmp_path_factory.mktemp("b") / "c.yaml", routes, teams=teams, admin_key=ADMIN_KEY
-    )
-    with run_inprocess(config) as running:
+    with serving(sim, tmp_path_factory) as running:
         yield running
 
 
@@ -96,26 +80,6 @@ def logged_estimate(gw, actual: int) -> int:
             assert found, f"no request record with prompt_tokens {actual} after 10 s"
             return found[0]
         time.sleep(0.05)
-
-
-def route_report(gw, alias: str, samples: int) -> dict:
-    deadline = time.monotonic() + 10
-    while True:
-        report = (
-            httpx.get(gw.base_url + "/routefit/calibration", headers=ADMIN)
-            .json()["routes"]
-            .get(alias, {})
-        )
-        if report.get("samples", 0) >= samples or time.monotonic() > deadline:
-            return report
-        time.sleep(0.05)
-
-
-def metric(gw, name: str, alias: str, label: str = "") -> float:
-    for line in httpx.get(gw.base_url + "/metrics", headers=ADMIN).text.splitlines():
-        if line.startswith(name) and f'route="{alias}"' in line and label in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -10,20 +10,15 @@ would show there (the provider's count over the budget, no actions)."""
 from __future__ import annotations
 
 import random
-import time
 
 import httpx
 import openai
 import pytest
-from harness import gateway_config, sim_route
-from inprocess import run_inprocess
+from bounded_gateway import TEAM_KEY, metric, route_report, serving
 
 import pricing.bounds
 
 WORDS = "window provider usage prompt cache budget token turn agent session tool".split()
-TEAM_KEY = "sk-team-sampled-0123456789abcdef"
-ADMIN_KEY = "sk-admin-sampled-0123456789abcdef"
-ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
 def prose(seed: int, words: int) -> str:
@@ -33,41 +28,12 @@ def prose(seed: int, words: int) -> str:
 
 @pytest.fixture(scope="module")
 def gw(sim, tmp_path_factory):
-    routes = [
-        sim_route("wide", sim.base_url, "gpt-4o"),
-        sim_route(
-            "tight",
-            sim.base_url,
-            "gpt-4o",
-            model_info={"max_input_tokens": 12_000, "max_output_tokens": 1024},
-        ),
-    ]
-    teams = [{"id": "sampled", "keys": [TEAM_KEY], "quotas": {"tokens_per_day": 10**10}}]
-    config = gateway_config(
-        tmp_path_factory.mktemp("s") / "c.yaml", routes, teams=teams, admin_key=ADMIN_KEY
-    )
-    with run_inprocess(config) as running:
+    with serving(sim, tmp_path_factory) as running:
         yield running
 
 
-def metric(gw, alias: str, proof: str) -> float:
-    text = httpx.get(gw.base_url + "/metrics", headers=ADMIN).text
-    labels = (f'route="{alias}"', f'proof="{proof}"')
-    for line in text.splitlines():
-        if line.startswith("routefit_fit_proofs_total") and all(x in line for x in labels):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def calibration(gw, alias: str, samples: int = 0) -> dict:
-    """The route's calibration report once it holds at least ``samples`` samples."""
-    deadline = time.monotonic() + 10
-    while True:
-        routes = httpx.get(gw.base_url + "/routefit/calibration", headers=ADMIN).json()["routes"]
-        report = routes.get(alias, {"samples": 0})
-        if report["samples"] >= samples or time.monotonic() > deadline:
-            assert report["samples"] >= samples, report
-            return report
+def proofs(gw, alias: str, proof: str) -> float:
+    return metric(gw, "routefit_fit_proofs_total", alias, f'proof="{proof}"')
 
 
 def ask(gw, alias: str, messages: list[dict], stream: bool) -> tuple[dict, int]:
@@ -94,11 +60,11 @@ def test_new_text_near_no_bound_goes_on_a_sample_and_is_answered_on_its_count(gw
     # ~200 KB of new text, ~60k tokens: its bytes are over the 126k-token budget, so no cheap
     # bound proves it without counting; a sample of it says it fits
     content = prose(11 + stream, 24_000)
-    samples = calibration(gw, "wide")["samples"]
-    sampled = metric(gw, "wide", "sample")
-    headers, actual = ask(gw, "wide", [{"role": "user", "content": content}], stream)
-    assert metric(gw, "wide", "sample") == sampled + 1
-    assert metric(gw, "wide", "sample_missed") == 0
+    samples = route_report(gw, "exact", 0).get("samples", 0)
+    sampled = proofs(gw, "exact", "sample")
+    headers, actual = ask(gw, "exact", [{"role": "user", "content": content}], stream)
+    assert proofs(gw, "exact", "sample") == sampled + 1
+    assert proofs(gw, "exact", "sample_missed") == 0
     # The answer went out once the texts' counts proved the request fits: on the exact figures
     # when they were in by then, else on the bound those counts proved (never on the guess);
     # what was learnt is exact either way.
@@ -112,7 +78,8 @@ def test_new_text_near_no_bound_goes_on_a_sample_and_is_answered_on_its_count(gw
     else:
         assert int(headers["x-routefit-budget"]) >= tokens >= actual
     assert headers["x-routefit-actions"] == "none"
-    assert calibration(gw, "wide", samples + 1)["relative_error"]["max"] == 0.0
+    report = route_report(gw, "exact", samples + 1)
+    assert report["samples"] == samples + 1 and report["relative_error"]["max"] == 0.0
 
 
 @pytest.mark.parametrize("provider_first", [True, False])
@@ -136,11 +103,11 @@ def test_a_guess_the_count_disproves_sends_the_exact_fit_instead(
         {"role": "assistant", "content": prose(seed + 50, 12_000)},
         {"role": "user", "content": "And now, in one line: what did the two texts say?"},
     ]
-    sampled = metric(gw, "tight", "sample")
-    missed = metric(gw, "tight", "sample_missed")
+    sampled = proofs(gw, "tight", "sample")
+    missed = proofs(gw, "tight", "sample_missed")
     headers, actual = ask(gw, "tight", messages, stream)
-    assert metric(gw, "tight", "sample") == sampled + 1
-    assert metric(gw, "tight", "sample_missed") == missed + 1
+    assert proofs(gw, "tight", "sample") == sampled + 1
+    assert proofs(gw, "tight", "sample_missed") == missed + 1
     budget = int(headers["x-routefit-budget"])
     assert headers["x-routefit-actions"] != "none"
     assert actual <= budget  # the provider's count of what the client was answered
