@@ -71,12 +71,22 @@ class Keeper:
     team: str = OPEN_TEAM
     #: What ``previous_response_id`` stands for (None: the request names none).
     prior: list[Any] | None = None
-    #: A whole answer and its input to store (``keep``) before its body goes out (``answered``).
-    pending: tuple[dict[str, Any], list[Any]] | None = None
+    #: A whole answer's id and record, measured by ``keep`` and stored by ``answered`` before
+    #: its body goes out.
+    pending: tuple[str, bytes] | None = None
     #: Bytes the team's stored responses may hold together
     #: (``routefit_settings.responses_store_bytes_per_team``): its oldest are evicted to make
     #: room, so one team never fills the store every team's budgets share; 0 stores nothing.
     team_bytes: int | None = None
+    #: The answer handed over was not kept after all (larger than ``team_bytes`` by itself, or
+    #: the store was out): its ``store`` flag must say false (``keeping``).
+    missed: bool = False
+
+    @property
+    def keeping(self) -> bool:
+        """Whether the answer handed over is kept (``proxy.wires.base.Stored``): not with a
+        bound of 0, nor once it was missed."""
+        return self.team_bytes != 0 and not self.missed
 
     async def resolve(self, ctx: RequestContext) -> RequestContext:
         """The request's context with its chain resolved from the already-read body, for the
@@ -95,35 +105,57 @@ class Keeper:
         return replace(ctx, stored=self, size=size)
 
     def keep(self, response: dict[str, Any], input: list[Any]) -> None:
-        """A whole answer to store once the gateway has finished it (``answered``)."""
-        self.pending = (response, input)
+        """A whole answer to store once the gateway has finished it (``answered``). Measured
+        now, before its body is written: one the bound cannot hold is missed here, so the body
+        can say ``store: false`` (the store would refuse it by its size alone)."""
+        record = self._record(response, input)
+        if record is not None:
+            self.pending = record
 
     async def answered(self) -> None:
         """Store the answer ``keep`` was given (nothing when none was)."""
         if self.pending is not None:
-            (response, input), self.pending = self.pending, None
-            await self.save(response, input)
+            (rid, record), self.pending = self.pending, None
+            await self._put(rid, record)
 
     async def save(self, response: Mapping[str, Any], input: list[Any]) -> None:
         """Store a finished response (a store outage is logged: the answer already exists)."""
+        record = self._record(response, input)
+        if record is not None:
+            await self._put(*record)
+
+    def _record(self, response: Mapping[str, Any], input: list[Any]) -> tuple[str, bytes] | None:
+        """The response's id and record bytes; None when it is not to be kept (no id, a bound
+        of 0, or a record larger than the bound by itself: missed, logged)."""
         rid = response.get("id")
         if not isinstance(rid, str) or not rid or self.team_bytes == 0:
-            return
+            return None
         record = orjson.dumps({"response": response, "input": input})
+        if self.team_bytes is not None and len(record) > self.team_bytes:
+            self._too_big(rid, len(record))
+            return None
+        return rid, record
+
+    async def _put(self, rid: str, record: bytes) -> None:
         try:
             kept = await self.store.put_response(self.team, rid, record, self.ttl, self.team_bytes)
         except StoreUnavailable as exc:
+            self.missed = True
             log.warning("could not store response %s: %s", rid, exc)
             return
         if not kept:
-            log.warning(
-                "response %s of team %s not stored: its %d bytes exceed "
-                "responses_store_bytes_per_team (%s); previous_response_id cannot name it",
-                rid,
-                self.team,
-                len(record),
-                self.team_bytes,
-            )
+            self._too_big(rid, len(record))
+
+    def _too_big(self, rid: str, size: int) -> None:
+        self.missed = True
+        log.warning(
+            "response %s of team %s not stored: its %d bytes exceed "
+            "responses_store_bytes_per_team (%s); previous_response_id cannot name it",
+            rid,
+            self.team,
+            size,
+            self.team_bytes,
+        )
 
 
 async def load_record(store: Store, team: str, rid: str, param: str | None) -> dict[str, Any]:

@@ -140,6 +140,13 @@ class Stored(Protocol):
         """The items the named earlier response stands for (its whole input and its output),
         in order; None when the request names none."""
 
+    @property
+    def keeping(self) -> bool:
+        """Whether the answer handed over is kept, so that ``previous_response_id`` can name
+        it: False when the operator keeps nothing (a per-team bound of 0), and once the answer
+        handed over (``keep``, ``save``) was not kept after all. An answer says ``store: true``
+        only while this holds."""
+
     def keep(self, response: dict[str, Any], input: list[Any]) -> None:
         """A whole answer (and the input it answered), stored before its body goes out."""
 

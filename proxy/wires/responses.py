@@ -3,7 +3,8 @@
 
 OpenAI routes get the fitted body natively (the client's own body, byte for byte, when nothing
 had to change; else the body with ``input`` rewritten from the fitted items); the provider's
-bytes come back unchanged, and usage is read from ``response.completed``. Other routes are
+bytes come back unchanged (but for a ``store`` that promises what routefit will not keep:
+``_promise``), and usage is read from ``response.completed``. Other routes are
 translated to chat completions and back (``responses_translate``). Items map onto fitting's
 units as ``responses_items`` describes. Stored responses (``store``, ``previous_response_id``)
 are the shell's (``proxy.responses_store``): it resolves the chain a request names before this
@@ -59,6 +60,17 @@ _ENDS = frozenset({b"response.completed", b"response.incomplete", b"response.fai
 _FAILS = frozenset({b"response.failed", b"error"})
 #: The event that announces the provider's id for the answer.
 _CREATED = frozenset({b"response.created"})
+#: The events that carry the response object (and so its ``store`` flag).
+_CARRIERS = frozenset(
+    {
+        b"response.created",
+        b"response.queued",
+        b"response.in_progress",
+        b"response.completed",
+        b"response.incomplete",
+        b"response.failed",
+    }
+)
 
 
 def failed_event(request: ChatRequest, rid: str, seq: int, message: str, code: str) -> bytes:
@@ -120,8 +132,12 @@ class ResponsesRequest(ChatRequest):
     @property
     def keeps(self) -> Stored | None:
         """Where to keep the answer, when the client asked for it to be stored (``store``
-        defaults to true, as at OpenAI)."""
-        return self.stored if self.body.get("store", True) is not False else None
+        defaults to true, as at OpenAI) and routefit keeps it (``Stored.keeping``). None: the
+        answer is not kept, and says ``store: false`` (``_promise``)."""
+        stored = self.stored
+        if stored is None or self.body.get("store", True) is False or not stored.keeping:
+            return None
+        return stored
 
 
 def continued(body: Any, prior: Sequence[Any]) -> Any:
@@ -195,19 +211,36 @@ class ResponsesWire:
         if wire == CHAT:
             response = chat_to_response(request, data, new_response_id())
             _keep(request, response)
+            _promise(request, response)
             return Answer(orjson.dumps(response), normalize_usage(response.get("usage")))
         if isinstance(data, dict):
             _keep(request, data)
-            return Answer(completion.body, normalize_usage(data.get("usage")))
+            # the provider's own bytes, unless its ``store`` promises what routefit will not keep
+            body = orjson.dumps(data) if _promise(request, data) else completion.body
+            return Answer(body, normalize_usage(data.get("usage")))
         return Answer(completion.body, None)
 
     async def relay(
         self, request: ChatRequest, events: EventStream, wire: str, outcome: Outcome
     ) -> AsyncGenerator[bytes, None]:
-        if wire == CHAT:
-            async for out in self._translated(request, events, outcome):
-                yield out
-            return
+        # Either leg's events, each response object's ``store`` held to what routefit keeps
+        # (``_promise``): read anew per event, since a stream's answer can be missed at its end.
+        relayed = (
+            self._translated(request, events, outcome)
+            if wire == CHAT
+            else self._relayed(request, events, outcome)
+        )
+        try:
+            async for event in relayed:
+                if _request(request).keeps is None and _kind(event, _CARRIERS) is not None:
+                    event = _promised(request, event)
+                yield event
+        finally:
+            await relayed.aclose()  # a client gone mid-stream closes the provider's stream too
+
+    async def _relayed(
+        self, request: ChatRequest, events: EventStream, outcome: Outcome
+    ) -> AsyncGenerator[bytes, None]:
         async for event in events:
             if outcome.answer_id is None:
                 # the provider's own id: the error event that may end the stream names it too
@@ -284,6 +317,36 @@ class ResponsesWire:
         stored = _request(request).stored
         prior = stored.prior if stored is not None else None
         return client_field(request, field, len(prior) if prior is not None else 0)
+
+
+def _promise(request: ChatRequest, response: dict[str, Any]) -> bool:
+    """The one place an answer's ``store`` is set: false when routefit does not keep it (a
+    bound of 0, the client's ``store: false``, an answer the bound cannot hold), whatever the
+    provider's answer or the request's default said, since ``previous_response_id`` naming it
+    would be a 404. True when it was changed (a passthrough body is then written anew)."""
+    if _request(request).keeps is not None or response.get("store") is False:
+        return False
+    response["store"] = False
+    return True
+
+
+def _promised(request: ChatRequest, event: bytes) -> bytes:
+    """A response-carrying event with its response's ``store`` held to ``_promise`` (its other
+    lines as they were; the data on one line)."""
+    obj = _data(event)
+    response = obj.get("response") if isinstance(obj, dict) else None
+    if not isinstance(response, dict) or not _promise(request, response):
+        return event
+    data = b"data: " + orjson.dumps(obj)
+    lines: list[bytes] = []
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            if data:  # the first data line carries it all
+                lines.append(data)
+                data = b""
+        elif line:
+            lines.append(line)
+    return b"\n".join(lines) + b"\n\n"
 
 
 def _keep(request: ChatRequest, response: dict[str, Any]) -> None:
