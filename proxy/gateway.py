@@ -367,6 +367,10 @@ class Gateway:
                 raise refused
             assert chosen is not None
             return chosen, attempts
+        if chosen is not None and chosen.sampled:
+            # a guess is no measure of what this window would cut: the count decides (only on
+            # aliases with fallbacks to weigh; the others forward while they are counted)
+            chosen, _ = await self.estimator.confirmed(chosen)
         here = _candidate(attempts.rc, chosen)
         if chosen is not None and here.kept >= 1.0:
             attempts.context = "fits"
@@ -576,7 +580,6 @@ class Gateway:
                 if ahead is not None:
                     return ahead
                 # the count found that the request needed its fit: the fit goes instead
-                self.metrics.fit_proofs.labels(p.rc.route.alias, "sample_missed").inc()
             return await attempt()
         except ProxyError as err:
             counted = provider_count(err)
@@ -612,10 +615,23 @@ class Gateway:
 
     async def _confirmed(self, p: Flight) -> bool:
         """Whether the count lets a sampled request go as it was sent; its figures (a bound the
-        count proved, or those of its exact fit) in place of the guess."""
+        count proved, or those of its exact fit) in place of the guess. The team's quota is
+        then held to those figures when they are over the guess it was reserved on (always
+        when it missed: the fit goes instead): the hold is made anew, the team's 429 when its
+        quota cannot hold it — the answer to a request the quota would have refused is not
+        relayed, as the answer to one its fit would have cut is not."""
+        guessed = p.estimate.tokens
         p.estimate, confirmed = await self.estimator.confirmed(p.estimate)
-        if not confirmed and self.on_fit is not None:
-            self.on_fit(p.fitted.report)
+        if not confirmed:
+            self.metrics.fit_proofs.labels(p.rc.route.alias, "sample_missed").inc()
+            self._count_actions(p)  # the fit's, counted as when it is made before forwarding
+            if self.on_fit is not None:
+                self.on_fit(p.fitted.report)
+        if not confirmed or p.estimate.tokens > guessed:
+            # released first, so that the guess's hold does not count against the new one
+            e = p.estimate
+            await self.budgets.settle(p.held, None, released=True)
+            p.held = await self.budgets.reserve(e.team, p.rc, e.tokens, e.reserved_output)
         return confirmed
 
     async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:
