@@ -179,7 +179,7 @@ class SqliteStore:
             )
             try:
                 if not memory:
-                    conn.execute("PRAGMA journal_mode=WAL")
+                    _wal(conn, self._busy_timeout)
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.executescript(_SCHEMA)
             except BaseException:
@@ -726,3 +726,22 @@ def _sweep_responses(db: sqlite3.Connection, now: float) -> None:
         "DELETE FROM responses WHERE expires_at <= ? RETURNING team, length(data)", (now,)
     ).fetchall()
     _release(db, [(team, size) for team, size in gone])
+
+
+def _wal(conn: sqlite3.Connection, patience: float) -> None:
+    """The file in WAL mode. Switching a file to it needs the file to itself, and SQLite does
+    not wait for that (no busy handler: "database is locked" at once), so replicas opening a new
+    file together (``--workers N``, the first request of each) could fail their first store
+    call; the switch is retried for up to ``patience`` seconds, and a file already in WAL mode
+    (every later open) is only read."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)

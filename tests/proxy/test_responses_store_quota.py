@@ -206,6 +206,29 @@ async def test_sqlite_sweep_of_expired_records_releases_their_teams_bytes() -> N
         await store.close()
 
 
+async def test_sqlite_replica_opening_a_new_file_another_holds_waits_its_turn(
+    tmp_path: Path,
+) -> None:
+    """Switching a new file to WAL needs the file to itself and SQLite does not wait for that:
+    a replica whose first call came while another had the file (``--workers N`` opening a new
+    file together; seen in CI as two stores' first writes) failed at once, "database is
+    locked". It now waits its turn, as every other call waits for the file's lock."""
+    path = tmp_path / "new.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another replica writing the file (not yet WAL)
+    other.execute("CREATE TABLE elsewhere (x)")
+    store = SqliteStore(str(path))
+    try:
+        first = asyncio.ensure_future(store.put_response("t", "r", blob(10), TTL))
+        await asyncio.sleep(0.2)  # its first call is made while the other holds the file
+        other.execute("COMMIT")
+        assert await first
+        assert await store.get_response("t", "r") == blob(10)
+    finally:
+        other.close()
+        await store.close()
+
+
 async def test_sqlite_file_without_totals_is_counted_from_its_rows(tmp_path: Path) -> None:
     """A file written before the bound existed has records and no totals: the first call sums
     the team's rows once, so its old records count against the bound."""

@@ -145,6 +145,10 @@ class _Chain:
     def __init__(self, prior: list[Any] | None) -> None:
         self.prior = prior
 
+    @property
+    def keeping(self) -> bool:
+        return True
+
     def keep(self, response: dict[str, Any], input: list[Any]) -> None:
         raise AssertionError("not answered here")
 
