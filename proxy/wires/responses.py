@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from pricing.messages import ChatRequest, RequestError
+from pricing.messages import ChatRequest
 from proxy.errors import ProxyError, error_body
 from proxy.exchange import CHAT, RESPONSES, Completion, EventStream, Outbound
 from proxy.exchange.sse import event_data
@@ -155,19 +155,6 @@ def _request(request: ChatRequest) -> ResponsesRequest:
     return request
 
 
-def _uncounted_chain(ctx: RequestContext) -> None:
-    """A count naming a stored conversation the shell did not resolve for it: refused (400
-    naming ``previous_response_id``) rather than answered with the body's own input alone,
-    which the request itself would exceed by the whole chain."""
-    body = ctx.body
-    if ctx.stored is None and isinstance(body, Mapping) and body.get("previous_response_id"):
-        raise RequestError(
-            "previous_response_id is not supported on input_tokens by routefit: send the "
-            "conversation's input in full to count it",
-            "previous_response_id",
-        )
-
-
 class ResponsesWire:
     name = RESPONSES
     paths: tuple[str, ...] = ("/v1/responses", "/responses")
@@ -178,8 +165,6 @@ class ResponsesWire:
     generated = delta_fields("delta")
 
     def parse(self, ctx: RequestContext) -> ChatRequest:
-        if ctx.counting:
-            _uncounted_chain(ctx)
         body = ctx.body
         stored = ctx.stored
         if stored is not None and stored.prior is not None:
