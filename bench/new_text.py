@@ -3,6 +3,7 @@
     python bench/new_text.py                      # the matrix below, ~5 minutes on 2 cores
     python bench/new_text.py --quick              # 8k and 32k only, shorter phases
     python bench/new_text.py --targets routefit,portkey --sizes 32000 --kinds prose
+    python bench/new_text.py --wire messages      # the same on the Messages wire, to a Claude route
 
 An agent's every turn carries text the gateway has never counted: a new file, a tool's output.
 Each request here is one user message holding a block of NEW text of ``size`` o200k tokens
@@ -19,7 +20,10 @@ The sizes are measured with o200k on the body as sent (the serials included).
 Per cell (placement × size × kind) the targets run one after another at c1 (the direct
 simulator first; the others in an order that rotates from cell to cell, so no target always
 runs right after another), each after a short warm-up: the figure is the target's p50 minus the
-direct p50 of the same cell ("added"), and routefit's server CPU per request. One worker each,
+direct p50 of the same cell ("added"), and routefit's server CPU per request. ``--wire
+messages`` sends each as an Anthropic Messages request to the simulator's Claude model (routefit's
+``claude`` route: its tokenizer is not Claude's, so it prices through a learnt correction; Portkey
+with its ``anthropic`` provider). One worker each,
 the same simulator, the same load generator (bench/loadgen.py). Results: bench/results/
 new_text.json and a Markdown table on stdout (what REPORT.md's issue-34 section shows).
 """
@@ -38,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from procs import Server, Servers, openai_entry, portkey_headers, write_yaml
+from procs import Server, Servers, anthropic_entry, openai_entry, portkey_headers, write_yaml
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import text
 
@@ -135,8 +139,8 @@ def _tokens(s: str) -> int:
 
 
 def _content_tokens(payload: str) -> int:
-    """o200k tokens of the message's content as sent (a serial as long as a sent one)."""
-    content = json.loads(payload)["messages"][1]["content"]
+    """o200k tokens of the user message's content as sent (a serial as long as a sent one)."""
+    content = json.loads(payload)["messages"][-1]["content"]
     return _tokens(content)
 
 
@@ -151,7 +155,7 @@ def sized_block(kind: str, tokens: int, seed: int) -> str:
     return block(kind, units, seed)
 
 
-def body(kind: str, size: int, placement: str) -> str:
+def body(kind: str, size: int, placement: str, wire: str = "chat") -> str:
     shared = text(int(SHARED_TOKENS / 1.08), 99)
     new = sized_block(kind, size, seed=zlib.crc32(f"{kind}{size}".encode()))
     half = shared.find(" ", len(shared) // 2)
@@ -160,17 +164,17 @@ def body(kind: str, size: int, placement: str) -> str:
         "middle": f"{shared[:half]}\n\n{new}\n\n{shared[half + 1 :]}",
         "end": f"{shared}\n\n{new}",
     }[placement]
-    return json.dumps(
-        {
+    system = "You are a concise assistant."
+    user = {"role": "user", "content": content + "\n\nSummarise the above in one sentence."}
+    if wire == "messages":
+        sent = {"model": "claude", "system": system, "messages": [user], "max_tokens": 64}
+    else:
+        sent = {
             "model": "gpt-4o",
-            "messages": [
-                {"role": "system", "content": "You are a concise assistant."},
-                {"role": "user", "content": content + "\n\nSummarise the above in one sentence."},
-            ],
+            "messages": [{"role": "system", "content": system}, user],
             "max_tokens": 64,
-        },
-        ensure_ascii=False,
-    )
+        }
+    return json.dumps(sent, ensure_ascii=False)
 
 
 def cells(sizes: tuple[int, ...], kinds: tuple[str, ...]) -> list[tuple[str, int, str]]:
@@ -183,6 +187,15 @@ def cells(sizes: tuple[int, ...], kinds: tuple[str, ...]) -> list[tuple[str, int
     return out
 
 
+#: Per wire: the path, routefit's alias and the upstream model the direct and Portkey requests
+#: name, Portkey's provider and the simulator's key for it.
+WIRES = {
+    "chat": ("/v1/chat/completions", "gpt-4o", "gpt-4o", "openai", "sk-sim"),
+    "messages": ("/v1/messages", "claude", "claude-sonnet-4-5", "anthropic", "sk-ant-sim"),
+}
+_ANTHROPIC = {"anthropic-version": "2023-06-01"}
+
+
 def start(servers: Servers, name: str, sim: Server, litellm_venv: Path | None) -> Server:
     if name == "routefit":
         return servers.routefit(routefit_config(servers.dir / "rf.yaml", sim.base_url))
@@ -193,7 +206,10 @@ def start(servers: Servers, name: str, sim: Server, litellm_venv: Path | None) -
     config = write_yaml(
         servers.dir / "ll.yaml",
         {
-            "model_list": [openai_entry("gpt-4o", sim.base_url)],
+            "model_list": [
+                openai_entry("gpt-4o", sim.base_url),
+                anthropic_entry("claude", sim.base_url),
+            ],
             "litellm_settings": {"telemetry": False},
             "general_settings": {"master_key": BENCH_KEY},
         },
@@ -201,10 +217,22 @@ def start(servers: Servers, name: str, sim: Server, litellm_venv: Path | None) -
     return servers.litellm(litellm_venv, config)
 
 
-def headers_for(name: str, sim: Server) -> dict[str, str]:
+def headers_for(name: str, sim: Server, wire: str = "chat") -> dict[str, str]:
+    _, _, _, provider, key = WIRES[wire]
+    extra = _ANTHROPIC if wire == "messages" else {}
     if name == "portkey":
-        return portkey_headers("openai", sim.base_url + "/v1", "sk-sim")
-    return {} if name == "direct" else {"Authorization": f"Bearer {BENCH_KEY}"}
+        return {**portkey_headers(provider, sim.base_url + "/v1", key), **extra}
+    if name == "direct":
+        return {"x-api-key": key, **extra} if wire == "messages" else {}
+    return {"Authorization": f"Bearer {BENCH_KEY}", **extra}
+
+
+def payload_for(name: str, sent: str, wire: str) -> str:
+    """The body a target is sent: the direct simulator and Portkey name the upstream model."""
+    _, alias, upstream, _, _ = WIRES[wire]
+    if name in ("direct", "portkey"):
+        return sent.replace(f'"model": "{alias}"', f'"model": "{upstream}"', 1)
+    return sent
 
 
 def measure(
@@ -220,6 +248,7 @@ def main() -> int:
     parser.add_argument("--targets", default="routefit,portkey,litellm")
     parser.add_argument("--sizes", help="comma-separated token counts (default 8000,32000,120000)")
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--wire", choices=sorted(WIRES), default="chat")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "new_text.json")
     parser.add_argument(
         "--update",
@@ -236,7 +265,7 @@ def main() -> int:
 
         venv = litellm_env.ensure()
     plan = cells(sizes, tuple(args.kinds.split(",")))
-    bodies = {cell: body(*cell) for cell in plan}
+    bodies = {cell: body(*cell, args.wire) for cell in plan}
     sent = {cell: _content_tokens(b) for cell, b in bodies.items()}
     rows: list[dict] = []
     with Servers() as servers:
@@ -257,10 +286,11 @@ def main() -> int:
                 server = running.get(name)
                 base = sim.base_url if server is None else server.base_url
                 tag = f"{n}{name[:2]}{time.monotonic_ns() % 10**6}-"
-                payload = bodies[cell].replace(NONCE, tag + NONCE)
+                payload = payload_for(name, bodies[cell].replace(NONCE, tag + NONCE), args.wire)
                 measured = {"sim": sim} if server is None else {"sim": sim, "server": server}
-                url = base + "/v1/chat/completions"
-                r = measure(url, payload, headers_for(name, sim), measured, args.quick)
+                url = base + WIRES[args.wire][0]
+                headers = headers_for(name, sim, args.wire)
+                r = measure(url, payload, headers, measured, args.quick)
                 ok = r["statuses"].get("200", 0) == r["requests"] and not r["errors"]
                 row[name] = {
                     "p50_ms": r["p50_ms"],
@@ -278,7 +308,7 @@ def main() -> int:
         old = json.loads(args.out.read_text())["rows"]
         kept = [r for r in old if (r["kind"], r["size"], r["placement"]) not in again]
         rows = sorted(kept + rows, key=lambda r: (r["kind"] != "prose", r["kind"], r["size"]))
-    args.out.write_text(json.dumps({"targets": targets, "rows": rows}, indent=1))
+    args.out.write_text(json.dumps({"targets": targets, "wire": args.wire, "rows": rows}, indent=1))
     print()
     print(table(rows, [t for t in targets if any(t in r for r in rows)]))
     return 0

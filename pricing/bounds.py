@@ -52,14 +52,18 @@ pieces of a short text are not: cut by their offsets, no other text shares them.
 
 The bounds bound the *meter*, not the provider: the provider's own count is the calibration's
 business. A learnt correction weighs more than tokens — tool calls, messages, characters of the
-kinds tokenizers disagree on, image tokens priced by a default — so a bound carries each of
-those as the meter would, or above it: the calls and the image tokens as they are, and for every
-per-character feature the characters of the message's texts, which no count of characters in
-them exceeds. A message the meter already measured (``pricing.meter.MessageCache``: an earlier
-turn of the conversation) enters with its exact pressure, the tightest bound there is.
-``strategies.fit`` prices a bound with every text token at the dearest class weight and no
-weight below 0, so a calibrated bound is never below the calibrated estimate
-(tests/pricing/test_bounds.py, under learnt corrections too).
+kinds tokenizers disagree on, image tokens priced by a default — so a bound carries each of those as
+the meter would, or above it: the calls, the image tokens and the per-character counts
+(``pricing.content.profile``: a few byte scans of each text, of a sample of a long one, a hundredth
+of counting it) as they are. Until 2026-12-07 every per-character count was taken at its most (each
+character a digit, a newline, a tab... at once, priced at the dearest kind): on a route whose prior
+had never seen a tab, the interval's doubt about that weight times every character put an 8k-token
+prompt of prose at 227k tokens, and a Claude route's big prompt was never proved or sampled, only
+counted before forwarding (bench/REPORT.md 1t). A message the meter already measured
+(``pricing.meter.MessageCache``: an earlier turn of the conversation) enters with its exact
+pressure, the tightest bound there is. ``strategies.fit`` prices a bound with every text token at
+the dearest class weight and no weight below 0, so a calibrated bound is never below the calibrated
+estimate (tests/pricing/test_bounds.py, under learnt corrections too).
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from pricing.chunks import content_chunks
-from pricing.content import IN_ASCII, MOST_PER_CHARACTER, STATS
+from pricing.content import CLASSES, STRUCTURED, classify
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import Message, TextPart
 from pricing.meter import (
@@ -85,6 +89,7 @@ from pricing.meter import (
     defaulted_tokens,
     price_image,
     recall,
+    text_stats,
 )
 from pricing.probe import ImageError
 from pricing.route import Route
@@ -569,20 +574,18 @@ def _bound_message(
     prev_role: str | None,
     details: list[ImagePrice],
 ) -> MessagePressure:
-    """One message's bound (its images appended to ``details``): text and framing bounded,
-    calls and default-priced image tokens as the meter has them, every per-character feature
-    at the most its texts' characters can count for (``content.MOST_PER_CHARACTER``; none of
-    those outside ASCII for a text all in ASCII, ``content.IN_ASCII``)."""
+    """One message's bound (its images appended to ``details``): text and framing bounded, in
+    the content classes the meter puts them in (``content.classify``, a sample of each text);
+    calls, default-priced image tokens and the per-character counts as the meter has them
+    (``meter.text_stats``)."""
     text = images = defaulted = unsized = 0
-    said = [s for c in message.tool_calls for s in (c.name, c.arguments)]
-    chars = sum(map(len, said))
-    ascii_chars = sum(len(s) for s in said if s.isascii())
-    carried = [0] * len(STATS)  # the features of text a part carries (a PDF's), as counted
+    classes = [0] * len(CLASSES)
+    stats = text_stats(message)
     for j, part in enumerate(message.parts):
         if isinstance(part, TextPart):
-            text += text_of(part.text) if part.text else 0
-            chars += len(part.text)
-            ascii_chars += len(part.text) if part.text.isascii() else 0
+            n = text_of(part.text) if part.text else 0
+            text += n
+            classes[classify(part.text)] += n
             continue
         try:
             price = price_image(part, route, sizes)
@@ -594,8 +597,9 @@ def _bound_message(
         details.append(_with_tokens(price, price.tokens, i, j))
         images += price.tokens
         text += price.text  # a PDF's text, counted when it was read
+        classes[price.text_class] += price.text
         if price.text_stats:
-            carried = [a + b for a, b in zip(carried, price.text_stats, strict=True)]
+            stats = [a + b for a, b in zip(stats, price.text_stats, strict=True)]
         by_default, of_unknown_size = defaulted_tokens(price)
         defaulted += by_default
         unsized += of_unknown_size
@@ -605,21 +609,18 @@ def _bound_message(
         images += reference.tokens
         defaulted, unsized = defaulted + reference.tokens, unsized + reference.tokens
     frame = frame_message(message, route.framing, tok, prev_role)
+    classes[STRUCTURED] += frame.text  # tool-call names and JSON arguments, as the meter has them
     return MessagePressure(
         i,
         message.role,
         text + frame.text,
         frame.framing,
         images,
+        tuple(classes),
         calls=len(message.tool_calls),
         defaulted=defaulted,
-        stats=tuple(
-            (chars if any_text else chars - ascii_chars) * most + c
-            for most, any_text, c in zip(MOST_PER_CHARACTER, IN_ASCII, carried, strict=True)
-        ),
+        stats=tuple(stats),
         unsized=unsized,
-        chars=chars,
-        ascii_chars=ascii_chars,
     )
 
 

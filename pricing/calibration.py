@@ -64,7 +64,7 @@ from itertools import accumulate, compress
 from operator import mul
 from typing import NamedTuple
 
-from pricing.content import CLASSES, EXACT_UP_TO, IN_ASCII, MOST_PER_CHARACTER, STATS
+from pricing.content import CLASSES, STATS
 from pricing.meter import MessagePressure, Pressure
 
 __all__ = [
@@ -77,9 +77,7 @@ __all__ = [
     "anchor_of",
     "anchored",
     "anchored_estimate",
-    "characters_saving",
     "checkpoint_anchors",
-    "dearest_character",
     "fit_correction",
     "implausible_count",
     "message_features",
@@ -109,6 +107,10 @@ FRAMING, MESSAGES, CALLS, IMAGES, DEFAULTED, REQUESTS = range(len(CLASSES), len(
 #: Features counted in characters (their weight is tokens per character, neutral 0).
 _CHARS = range(REQUESTS + 1, REQUESTS + 1 + len(STATS))
 UNSIZED = _N - 1
+#: The features a bound (``pricing.bounds``) may carry above the meter's: its text in each class,
+#: framing and image tokens (a text-only route's placeholders, bounded); it carries every other
+#: (messages, calls, the per-character counts) as the meter has it.
+_LOOSE = (*_TEXT, FRAMING, IMAGES, DEFAULTED, UNSIZED)
 NUMBERS = FEATURES.index("numbers")
 DIGITS = FEATURES.index("digits")
 NONASCII = FEATURES.index("nonascii")
@@ -133,35 +135,6 @@ _PRICED_WEIGHTS = tuple(float(priced) for priced in _PRICED)
 _OLD_N = REQUESTS
 _NO_STATS = (0,) * len(STATS)
 Vector = tuple[float, ...]
-
-
-def dearest_character(weights: Sequence[float], in_ascii: bool = False) -> float:
-    """The most one character can add to a price through the per-character counts
-    (``pricing.content.profile``), negative weights read as 0: a character is one kind at a
-    time — a digit (a digit, at most a number and a group), a newline, a tab, half a pair of
-    spaces, ASCII punctuation, or (unless ``in_ascii``) a character outside ASCII (one, one of the
-    four scripts, and up to two bytes beyond its second). A bound prices its characters at
-    this, not at every count's weight at once (``characters_saving``)."""
-    w = [max(0.0, x) for x in weights]
-    dearest = max(w[DIGITS] + w[NUMBERS] + w[GROUPS], w[NEWLINES], w[TABS], w[INDENT] / 2, w[PUNCT])
-    if in_ascii:
-        return dearest
-    return max(dearest, w[NONASCII] + max(w[j] for j in _SCRIPT_COUNTS) + 2 * w[WIDE])
-
-
-def characters_saving(weights: Sequence[float], chars: int, ascii_chars: int = 0) -> float:
-    """What pricing a bound's ``chars`` characters (``ascii_chars`` of them in texts all in ASCII)
-    at the dearest kind (``dearest_character``) saves over pricing each per-character count at
-    its most (``pricing.bounds``: ``MOST_PER_CHARACTER`` times the characters, those outside
-    ASCII's only for the others), negative weights read as 0; less half a count per count of
-    every text ``profile`` scaled from a sample, as it may round up."""
-    w = [max(0.0, weights[j]) for j in _CHARS]
-    other = chars - ascii_chars
-    each = zip(w, MOST_PER_CHARACTER, IN_ASCII, strict=True)
-    every = sum(x * most * (chars if any_text else other) for x, most, any_text in each)
-    tight = ascii_chars * dearest_character(weights, True) + other * dearest_character(weights)
-    rounding = 0.5 * sum(w) * (chars // (EXACT_UP_TO + 1))
-    return max(0.0, every - tight - rounding)
 
 
 def _legacy(text: float, framing: float, images: float, messages: float = 0.0) -> Vector:
@@ -301,21 +274,28 @@ class Correction:
         return self._times(1.0 + self.margin(features) / max(1.0, price), ())
 
     def interval_bound(self, features: Sequence[float]) -> float:
-        """At least ``margin(x)`` for every request x whose features are at most these, its
-        text (the classes' sum here) split among the classes in any way: a bound's text does not
-        know its classes (``strategies.fit._bound_estimate``). The margin is a norm, convex, so
-        its most over that set is at a corner (all the text in one class); with every row's
-        entries taken at their size it only grows with the other features."""
+        """At least ``margin(x)`` for every request x a bound of these features stands for
+        (``strategies.fit._bound_estimate``): x is the bound but where a bound may be above the
+        meter (``_LOOSE``: its text in each class, framing, image tokens), anywhere from 0 to
+        the bound there. The margin is a norm, convex: its most over that box is at a corner,
+        each loose feature at 0 or at its bound (a Gray code: one column changes per corner).
+        The rows keep their signs: samples of one shape of prompt leave a correction sure
+        along it and unsure across it, rows of large entries that cancel along it, which taken
+        at their sizes doubted a 120k-token prompt by 174k tokens where its margin was 2k."""
         if not self.interval:
             return 0.0
-        text = sum(features[j] for j in _TEXT)
-        rest = [0.0 if j in _TEXT else abs(x) for j, x in enumerate(features)]
-        rows = self.interval
-        fixed = [sum(abs(r) * x for r, x in zip(row, rest, strict=True)) for row in rows]
-        paired = list(zip(rows, fixed, strict=True))
-        return max(
-            math.sqrt(sum((abs(row[c]) * text + f) ** 2 for row, f in paired)) for c in _TEXT
-        )
+        v = [_dot(row, features) for row in self.interval]
+        loose = [j for j in _LOOSE if features[j]]
+        cols = [[row[j] * features[j] for row in self.interval] for j in loose]
+        at_zero = [False] * len(loose)
+        worst = sum(a * a for a in v)
+        for corner in range(1, 1 << len(loose)):
+            k = (corner & -corner).bit_length() - 1  # the one feature this corner moves
+            sign = 1.0 if at_zero[k] else -1.0
+            at_zero[k] = not at_zero[k]
+            v = [a + sign * b for a, b in zip(v, cols[k], strict=True)]
+            worst = max(worst, sum(a * a for a in v))
+        return math.sqrt(worst)
 
     def surer(self) -> Correction | None:
         """What to fit and judge on when this correction leaves nothing that fits, because it

@@ -30,8 +30,6 @@ __all__ = [
     "CLASSES",
     "CODE",
     "EXACT_UP_TO",
-    "IN_ASCII",
-    "MOST_PER_CHARACTER",
     "NUMERIC",
     "PROSE",
     "SCRIPT",
@@ -56,15 +54,6 @@ STATS = (
     *("digits", "newlines", "indent", "tabs", "punct", "nonascii", "numbers"),
     *("hangul", "kana", "han", "cyrillic"),
     *("groups", "wide"),
-)
-#: The most of each of ``STATS`` one character can count for: 1, but for ``wide`` (a character
-#: of four UTF-8 bytes has two beyond its second). ``pricing.bounds`` bounds a text's counts by
-#: its characters times these.
-MOST_PER_CHARACTER = (*(1,) * (len(STATS) - 1), 2)
-#: Which of ``STATS`` a text all in ASCII can count (``str.isascii`` is a flag read: a bound
-#: takes the others as none for such a text).
-IN_ASCII = tuple(
-    name not in ("nonascii", "hangul", "kana", "han", "cyrillic", "wide") for name in STATS
 )
 #: Scripts counted on their own (``STATS``' four before ``groups``): a tokenizer may have a piece
 #: for each kana and none for most Hangul syllables (three tokens each, by byte fallback: Mistral

@@ -106,14 +106,6 @@ class MessagePressure:
     #: (the rest is a stand-in rule's price of images whose size is known). Calibration never
     #: prices these below that worst case: the next unknown image may be the largest.
     unsized: int = 0
-    #: Of a bound (``pricing.bounds``): the characters ``stats`` bounds, each count there at the
-    #: most one character can count for times these (plus what PDFs carried, as counted). A
-    #: character is one kind at a time (a digit, a newline, a letter outside ASCII, ...), so
-    #: ``strategies.fit._bound_estimate`` prices them at the dearest kind's weights rather than
-    #: every count's at once (``pricing.calibration.dearest_character``). 0: not a bound.
-    chars: int = 0
-    #: Of ``chars``, those of texts all in ASCII (no count outside ASCII is theirs).
-    ascii_chars: int = 0
 
     @property
     def total(self) -> int:
@@ -269,6 +261,15 @@ def defaulted_tokens(price: ImagePrice) -> tuple[int, int]:
     return by_default, 0 if price.sized else price.tokens
 
 
+def text_stats(message: Message) -> list[int]:
+    """The per-character counts (``content.profile``) of a message's texts and its calls'
+    names and arguments: the meter's, and a bound's (``pricing.bounds``), which carries them as
+    they are (a few byte scans of each text, of a sample of a long one)."""
+    texts = [p.text for p in message.parts if isinstance(p, TextPart)]
+    texts += [s for c in message.tool_calls for s in (c.name, c.arguments)]
+    return [sum(counts) for counts in zip(*map(profile, texts), strict=True)] or [0] * len(STATS)
+
+
 def measure_message(
     message: Message,
     route: Route,
@@ -281,12 +282,8 @@ def measure_message(
     image_tokens = 0
     defaulted = unsized = 0
     classes = [0] * len(CLASSES)
-    stats = [0] * len(STATS)
+    stats = text_stats(message)
     images: list[ImagePrice] = []
-    texts = [p.text for p in message.parts if isinstance(p, TextPart)]
-    texts += [s for c in message.tool_calls for s in (c.name, c.arguments)]
-    for t in texts:
-        stats = [a + b for a, b in zip(stats, profile(t), strict=True)]
     for j, part in enumerate(message.parts):
         if isinstance(part, TextPart):
             n = tok.count(part.text)

@@ -26,8 +26,7 @@ import math
 from dataclasses import replace
 
 from pricing.bounds import TextBounds, bound_pressure
-from pricing.calibration import Correction, characters_saving, pressure_features
-from pricing.content import CLASSES
+from pricing.calibration import Correction, pressure_features
 from pricing.messages import ChatRequest, TextPart
 from pricing.meter import Pressure, Sizes
 from pricing.route import Route
@@ -142,25 +141,13 @@ def request_texts(request: ChatRequest) -> list[str]:
 
 
 def _bound_estimate(pressure: Pressure, correction: Correction) -> int:
-    """The calibrated price of a bound, itself a bound of the exact estimate: the bound does not
-    know the text's content classes, so all its text is priced at the dearest class weight, and
-    a negative weight (a feature that lowered the fitted count) is read as 0 — the bound's
-    calls, images and per-character features (its characters) are each at or above the
-    meter's (``pricing.bounds``); its characters at the dearest kind of character, one kind
-    at a time (``pricing.calibration.characters_saving``). The interval the exact estimate
-    adds is bounded the same way (``Correction.interval_bound``)."""
+    """The calibrated price of a bound, itself a bound of the exact estimate: the bound's text
+    (in the classes the meter puts it in), calls, images and per-character counts are each at
+    or above the meter's (``pricing.bounds``), and a negative weight (a feature that lowered
+    the fitted count) is read as 0. The interval the exact estimate adds is bounded the same
+    way (``Correction.interval_bound``)."""
     features = pressure_features(pressure)
     if correction.neutral:
         return correction.price(features)
-    weights = correction.vector
-    classes = range(len(CLASSES))
-    text = sum(features[i] for i in classes)
-    dearest = max(weights[i] for i in classes)
-    rest = sum(
-        max(0.0, w) * x
-        for j, (w, x) in enumerate(zip(weights, features, strict=True))
-        if j not in classes
-    )
-    chars = sum(m.chars for m in pressure.messages)
-    rest -= characters_saving(weights, chars, sum(m.ascii_chars for m in pressure.messages))
-    return math.ceil(text * dearest + rest + correction.interval_bound(features) - 1e-9)
+    priced = sum(max(0.0, w) * x for w, x in zip(correction.vector, features, strict=True))
+    return math.ceil(priced + correction.interval_bound(features) - 1e-9)

@@ -25,7 +25,7 @@ from pricing.bounds import (
     utf8_bytes,
 )
 from pricing.calibration import Correction
-from pricing.content import IN_ASCII, MOST_PER_CHARACTER
+from pricing.content import profile
 from pricing.framing import default_framing
 from pricing.images import default_image_rule
 from pricing.images.kinds import DETAILS
@@ -485,17 +485,36 @@ def test_a_bound_under_a_fitted_correction_is_never_below_the_exact_estimate(
 
 def test_a_pdfs_text_features_are_carried_once_whatever_parts_follow() -> None:
     """A PDF's text features go into its message's bound as counted, once: an image after it
-    adds none of them (the bound is the most the message's characters can count for plus what
-    its PDFs carry)."""
+    adds none of them (the bound carries its texts' per-character counts as the meter has them,
+    plus what its PDFs carry)."""
     r = route("o200k_base", vision=True)
-    message = Message("user", (TextPart("ab"), ImagePart(PDFS[0]), ImagePart(png(64, 64))))
+    message = Message("user", (TextPart("ab1\t"), ImagePart(PDFS[0]), ImagePart(png(64, 64))))
     exact = measure_message(message, r)[0]
     bound = bound_pressure([message], [], r)
     assert bound is not None
     (pdf,) = [d for d in bound.image_details if d.rule == "document"]
-    # "ab" is all ASCII: the counts outside ASCII are the PDF's alone
-    chars = [2 * m if a else 0 for m, a in zip(MOST_PER_CHARACTER, IN_ASCII, strict=True)]
     assert bound.messages[0].stats == tuple(
-        c + s for c, s in zip(chars, pdf.text_stats, strict=True)
+        c + s for c, s in zip(profile("ab1\t"), pdf.text_stats, strict=True)
     )
-    assert all(b >= e for b, e in zip(bound.messages[0].stats, exact.stats, strict=True))
+    assert bound.messages[0].stats == exact.stats
+
+
+@pytest.mark.parametrize("spec", ["anthropic-legacy", "o200k_base", "heuristic:3.5"])
+def test_a_bound_prices_no_character_its_texts_do_not_have(spec) -> None:
+    """A learnt route whose samples never had a tab keeps its prior's weight for one, and a wide
+    interval about it; a bound that took every character as the dearest kind (each a tab) put
+    an 8k-token prompt of prose at 227k tokens on a Claude route, so no bound ever proved one
+    there. The bound carries the counts the meter has (none of tabs here), and proves a prose
+    prompt at a third of the window or less, priced at or above its exact estimate."""
+    from pricing.calibration import FEATURES
+
+    weights = [1.0 if name in CLASS_NAMES or name == "framing" else 0.0 for name in FEATURES]
+    weights[FEATURES.index("tabs")] = 4.0  # the dearest kind of character, never seen
+    tab_doubt = tuple(2.0 if name == "tabs" else 0.01 for name in FEATURES)
+    correction = Correction(samples=30, weights=tuple(weights), interval=(tab_doubt,))
+    prose = " ".join(f"a few words of plain prose about item {i}." for i in range(4_000))
+    request = parse_request({"model": "m", "messages": [{"role": "user", "content": prose}]})
+    r = replace(route(spec), context_window=len(prose))  # 3.5 to 4.5 characters a token
+    bounded = fit_bounded(request, r, FitPolicy(), correction, proof=Proof(r))
+    assert bounded is not None
+    assert_stands_for_the_exact_fit(bounded, request, r, correction)
