@@ -198,6 +198,10 @@ class Correction:
     #: (k: ``CalibrationPolicy.interval``; C: the weights' covariance, ``_interval``). Empty:
     #: none (an exact meter, a prior, the meter's own weights).
     interval: tuple[tuple[float, ...], ...] = ()
+    #: Per-character counts no sample of a learnt route had (a script, tabs, digits it never
+    #: saw), priced at the prior's weights: a guess meant to err high (a script at its
+    #: tokenizer's worst case), no grounds for a refusal (``surer``).
+    unseen: tuple[int, ...] = ()
     #: The weight per feature, and whether they are the meter's own: asked for every message
     #: priced, so worked out once (``__post_init__``).
     vector: Vector = field(init=False, repr=False, compare=False)
@@ -299,12 +303,21 @@ class Correction:
 
     def surer(self) -> Correction | None:
         """What to fit and judge on when this correction leaves nothing that fits, because it
-        errs high on purpose: the meter's own count for a prior (``provisional``), the weights
-        without the interval for a learnt route; None when it is all that is known
-        (``proxy.estimate.Job.fit``: a refusal needs knowing the request cannot fit)."""
+        errs high on purpose: the meter's own count for a prior (``provisional``); for a learnt
+        route the weights without the interval, then without the prior's price of what no
+        sample had (``unseen``: those counts at the meter's own, none); None when it is all
+        that is known (``proxy.estimate.Job.fit``: a refusal needs knowing the request cannot
+        fit). A Claude route that had learnt from prose refused a CJK prompt of 122k tokens
+        (its count; the window 200k) as 218,559: the prior prices a character of a script no
+        sample had at its tokenizer's worst case."""
         if self.provisional:
             return Correction()
-        return replace(self, interval=()) if self.interval else None
+        if self.interval:
+            return replace(self, interval=())
+        if self.unseen:
+            w = [0.0 if j in self.unseen else x for j, x in enumerate(self.vector)]
+            return replace(self, weights=tuple(w), unseen=())
+        return None
 
     def scaled(self, s: float) -> Correction:
         """Every weight times ``s`` (a correction found too low by an anchor); the interval
@@ -1138,6 +1151,7 @@ def fit_correction(
         weights=tuple(w),
         provisional=not exact and not any(seen),
         interval=interval,
+        unseen=tuple(j for j in _CHARS if not seen[j] and w[j]) if any(seen) else (),
     )
 
 

@@ -110,21 +110,20 @@ class Job:
         go; when it refuses for context length and states its count, the count is learnt and the
         request fitted again on it (``Estimator.refit``). A learnt route's interval (the weights'
         doubt about a request unlike their samples, ``Correction.for_request``) errs high on
-        purpose too: when it leaves nothing that fits, the request is fitted and judged on the
-        weights alone (``Correction.surer``)."""
-        try:
-            return fit_output(self.request, self.priced, self.policy, correction, self.sizes)
-        except FitError as exc:
-            surer = correction.surer()
-            if surer is None:
-                raise self.wire.overflow(exc) from None
-        try:
-            fitted = fit_output(self.request, self.priced, self.policy, surer, self.sizes)
-        except FitError as exc:
-            raise self.wire.overflow(exc) from None
-        if not correction.provisional:
-            return fitted
-        return replace(fitted, report=replace(fitted.report, on_meter=True))
+        purpose too, and so does the prior's price of what none of its samples had: when they
+        leave nothing that fits, the request is fitted and judged on the weights alone, then
+        without that price (``Correction.surer``)."""
+        surer: Correction | None = correction
+        while surer is not None:
+            try:
+                fitted = fit_output(self.request, self.priced, self.policy, surer, self.sizes)
+            except FitError as exc:
+                refusal, surer = exc, surer.surer()
+                continue
+            if surer is correction or not correction.provisional:
+                return fitted
+            return replace(fitted, report=replace(fitted.report, on_meter=True))
+        raise self.wire.overflow(refusal) from None
 
 
 @dataclass(frozen=True, slots=True)

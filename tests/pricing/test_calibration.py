@@ -867,6 +867,29 @@ def test_what_gives_way_when_nothing_fits():
     assert sure is not None and sure.interval == () and sure.vector == doubting.vector
     assert sure.surer() is None
     assert Correction().surer() is None
+    # a learnt route's price of what no sample had goes last, to the meter's own (none)
+    han = FEATURES.index("han")
+    guessing = Correction(samples=30, weights=(1.1,) * n, interval=((0.5,) * n,), unseen=(han,))
+    sure = guessing.surer()
+    assert sure is not None and sure.unseen == (han,) and sure.interval == ()
+    surest = sure.surer()
+    assert surest is not None and surest.vector[han] == 0.0 and surest.unseen == ()
+    assert [w for j, w in enumerate(surest.vector) if j != han] == [1.1] * (n - 1)
+    assert surest.surer() is None
+
+
+def test_a_learnt_route_knows_which_counts_no_sample_had():
+    """Samples of ASCII prose: the per-character counts outside ASCII keep the prior's price,
+    and the correction says they are a guess (``unseen``); the counts the samples had do not."""
+    rng = random.Random(9)
+    samples = []
+    for i in range(20):
+        f = _features(prose=rng.randint(300, 900), punct=rng.randint(5, 40), requests=1)
+        samples.append(_sample(f, round(1.1 * f[0]), i))
+    c = fit_correction(samples, exact=False, meter="anthropic-legacy")
+    assert not c.provisional
+    assert FEATURES.index("nonascii") in c.unseen and FEATURES.index("punct") not in c.unseen
+    assert all(c.vector[j] for j in c.unseen)
 
 
 def test_a_weight_held_at_its_bound_lets_the_others_refit():

@@ -392,3 +392,34 @@ def test_content_aware_calibration_without_anchors(sim, tmp_path, model):
     p95 = sorted(abs(e) for e in later)[int(0.95 * len(later))]
     assert p95 <= 0.03, (p95, [round(e, 4) for e in later])
     assert min(later) >= -0.01, [round(e, 4) for e in later]
+
+
+PLAIN = "the route learnt from plain english prose about tokens, windows and costs".split()
+HAN = "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学"
+
+
+def test_a_script_no_sample_had_is_not_refused_on_the_priors_price(sim, tmp_path):
+    """A route that learnt from English prose only, then a prompt in a script none of its
+    samples had: the prior prices such characters at a tokenizer's worst case (a Claude route
+    refused a 122k-token CJK prompt under a 200k window as 218,559 tokens). That price is a
+    guess, no grounds for a refusal: the request is judged without it, forwarded, answered,
+    and its count learnt."""
+    alias = "mystery"
+    info = {"max_input_tokens": 8192, "max_output_tokens": 1024}
+    route = sim_route(alias, sim.base_url, "mystery-1", model_info=info)
+    config = gateway_config(tmp_path / "c.yaml", [route])
+    rng = random.Random(3)
+    with run_inprocess(config) as gw:
+        client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
+        for i in range(12):
+            prose = " ".join(rng.choice(PLAIN) for _ in range(rng.randint(200, 500)))
+            ask(client, alias, [{"role": "user", "content": prose}])
+            settle_samples(gw.base_url, alias, i + 1)
+        han = "".join(rng.choice(HAN) for _ in range(3_000))
+        raw = client.chat.completions.with_raw_response.create(
+            model=alias, messages=[{"role": "user", "content": han}], max_tokens=64
+        )
+        assert raw.http_response.status_code == 200
+        counted = raw.parse().usage.prompt_tokens
+        assert counted <= info["max_input_tokens"] - 64
+        assert raw.headers["x-routefit-actions"] == "none"
