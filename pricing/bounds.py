@@ -76,7 +76,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from pricing.chunks import content_chunks
-from pricing.content import CLASSES, STRUCTURED, classify
+from pricing.content import CLASSES, PROSE, STATS, STRUCTURED, classify
 from pricing.framing import frame_message, tools_tokens
 from pricing.messages import Message, TextPart
 from pricing.meter import (
@@ -533,10 +533,14 @@ def bound_pressure(
     route: Route,
     sizes: Sizes | None = None,
     proof: TextBounds | None = None,
+    described: bool = True,
 ) -> Pressure | None:
     """A Pressure whose every part is ≥ the meter's for the same messages (``exact`` False);
     None when the route's tokenizer has no cheap bound. ``proof``: the texts' bounds as a proof
-    has tightened them (else their cheap bounds).
+    has tightened them (else their cheap bounds). ``described``: with the texts' content
+    classes and per-character counts; without (all prose, no counts), for the meter's own
+    weights, which price every class alike and no count (a few byte scans of each text saved,
+    a Python loop over a sample of each text outside ASCII).
 
     Raises ImageError for an image the meter would refuse (the same check, the same message)."""
     bound = text_bound(route.tokenizer)
@@ -551,7 +555,9 @@ def bound_pressure(
     for i, message in enumerate(messages):
         measured = recall(MessageCache.key(message, prev_role, prefix), i)
         if measured is None:
-            measured = _bound_message(message, i, route, sizes, tok, text_of, prev_role, details)
+            measured = _bound_message(
+                message, i, route, sizes, tok, text_of, prev_role, details, described
+            )
         per_message.append(measured)
         prev_role = message.role
     return Pressure(
@@ -573,6 +579,7 @@ def _bound_message(
     text_of: Callable[[str], int],
     prev_role: str | None,
     details: list[ImagePrice],
+    described: bool = True,
 ) -> MessagePressure:
     """One message's bound (its images appended to ``details``): text and framing bounded, in
     the content classes the meter puts them in (``content.classify``, a sample of each text);
@@ -580,12 +587,12 @@ def _bound_message(
     (``meter.text_stats``)."""
     text = images = defaulted = unsized = 0
     classes = [0] * len(CLASSES)
-    stats = text_stats(message)
+    stats = text_stats(message) if described else [0] * len(STATS)
     for j, part in enumerate(message.parts):
         if isinstance(part, TextPart):
             n = text_of(part.text) if part.text else 0
             text += n
-            classes[classify(part.text)] += n
+            classes[classify(part.text) if described else PROSE] += n
             continue
         try:
             price = price_image(part, route, sizes)

@@ -119,16 +119,18 @@ def fit_bounded(
         and images <= route.image_limits.max_images
     ):
         return None  # adapt would offload some: only the exact path knows which
-    pressure = bound_pressure(request.messages, request.tools, route, sizes, proof)
+    correction = correction or Correction()
+    bound = (request.messages, request.tools, route, sizes, proof, not correction.neutral)
+    pressure = bound_pressure(*bound)
     if pressure is None:
         return None
-    estimate = _bound_estimate(pressure, correction or Correction())
+    estimate = _bound_estimate(pressure, correction)
     if estimate > budget and proof is not None:
         texts = request_texts(request)
         while estimate > budget and proof.tighten(texts, estimate - budget):
-            pressure = bound_pressure(request.messages, request.tools, route, sizes, proof)
+            pressure = bound_pressure(*bound)
             assert pressure is not None
-            estimate = _bound_estimate(pressure, correction or Correction())
+            estimate = _bound_estimate(pressure, correction)
     if estimate > budget:
         return None
     report = FitReport(route.alias, budget, estimate, estimate)

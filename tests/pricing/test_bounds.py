@@ -518,3 +518,21 @@ def test_a_bound_prices_no_character_its_texts_do_not_have(spec) -> None:
     bounded = fit_bounded(request, r, FitPolicy(), correction, proof=Proof(r))
     assert bounded is not None
     assert_stands_for_the_exact_fit(bounded, request, r, correction)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=requests(images=True), spec=st.sampled_from(SPECS))
+def test_the_meters_own_weights_price_a_bound_alike_without_its_classes_and_counts(body, spec):
+    """The meter's own weights price every class alike and no per-character count: a bound
+    made without them (``described=False``, a few byte scans of each text saved, and a loop
+    over a sample of each text outside ASCII) is priced as the described one."""
+    from strategies.fit import _bound_estimate
+
+    r = route(spec, vision=True)
+    request = parse_request(body)
+    plain = bound_pressure(request.messages, request.tools, r, described=False)
+    described = bound_pressure(request.messages, request.tools, r)
+    if plain is None or described is None:
+        assert plain is described is None
+        return
+    assert _bound_estimate(plain, Correction()) == _bound_estimate(described, Correction())
