@@ -332,6 +332,7 @@ class Correction:
             self.samples,
             tuple(w * s for w in self.vector) if self.weights else (),
             interval=interval,
+            unseen=self.unseen,  # scaled, still the prior's guess (``surer``)
         )
 
 

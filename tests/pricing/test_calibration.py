@@ -876,6 +876,8 @@ def test_what_gives_way_when_nothing_fits():
     assert surest is not None and surest.vector[han] == 0.0 and surest.unseen == ()
     assert [w for j, w in enumerate(surest.vector) if j != han] == [1.1] * (n - 1)
     assert surest.surer() is None
+    # scaled by an anchor that found it low: still a guess about those counts
+    assert guessing.scaled(1.2).unseen == (han,)
 
 
 def test_a_learnt_route_knows_which_counts_no_sample_had():
