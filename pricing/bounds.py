@@ -53,17 +53,18 @@ pieces of a short text are not: cut by their offsets, no other text shares them.
 The bounds bound the *meter*, not the provider: the provider's own count is the calibration's
 business. A learnt correction weighs more than tokens — tool calls, messages, characters of the
 kinds tokenizers disagree on, image tokens priced by a default — so a bound carries each of those as
-the meter would, or above it: the calls, the image tokens and the per-character counts
-(``pricing.content.profile``: a few byte scans of each text, of a sample of a long one, a hundredth
-of counting it) as they are. Until 2026-12-07 every per-character count was taken at its most (each
+the meter would, or above it: the calls, the image tokens, its texts' content classes and
+per-character counts (``pricing.content.classify`` and ``profile``: a few byte scans of each text,
+of a sample of a long one, a hundredth of counting it) as they are; only its tokens of text and
+framing above the meter's. Until 2026-12-07 every per-character count was taken at its most (each
 character a digit, a newline, a tab... at once, priced at the dearest kind): on a route whose prior
 had never seen a tab, the interval's doubt about that weight times every character put an 8k-token
 prompt of prose at 227k tokens, and a Claude route's big prompt was never proved or sampled, only
 counted before forwarding (bench/REPORT.md 1t). A message the meter already measured
 (``pricing.meter.MessageCache``: an earlier turn of the conversation) enters with its exact
-pressure, the tightest bound there is. ``strategies.fit`` prices a bound with every text token at
-the dearest class weight and no weight below 0, so a calibrated bound is never below the calibrated
-estimate (tests/pricing/test_bounds.py, under learnt corrections too).
+pressure, the tightest bound there is. ``strategies.fit`` prices a bound with no weight below 0 and
+the interval at the worst of what the meter may count less, so a calibrated bound is never below the
+calibrated estimate (tests/pricing/test_bounds.py, under learnt corrections too).
 """
 
 from __future__ import annotations
