@@ -318,15 +318,6 @@ def test_character_counts_never_exceed_the_length(text, tail):
             assert joined[k] == counts[k] + profile(tail)[k]
 
 
-_PIECES = ["the", " ", "  ", "\t", "\n", "\n\n", "12345", "7", "!?", "{", "Ж", "½", "日本"]
-_PIECES += ["한국어", "かな", "🙂", "㍿", "\ud800"]
-
-
-def _only(**weights: float) -> list[float]:
-    """Per-character weights (``STATS``' order): these, and 0 for every other count."""
-    return [weights.get(name, 0.0) for name in STATS]
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
