@@ -20,10 +20,12 @@ Default REV_B: the working tree.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import new_text
@@ -53,11 +55,32 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
-def serve(servers: Servers, source: Path, config: Path, name: str) -> Server:
+@contextlib.contextmanager
+def checkouts(rev_a: str, rev_b: str | None, into: Path) -> Iterator[tuple[Path, Path]]:
+    """``rev_a`` and ``rev_b`` (else the working tree) as temporary worktrees under ``into``,
+    removed on the way out."""
+    a = checkout(rev_a, into / "a")
+    b = checkout(rev_b, into / "b") if rev_b else ROOT
+    try:
+        yield a, b
+    finally:
+        for src in (a, b if rev_b else None):
+            if src is not None:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)],
+                    capture_output=True,
+                )
+
+
+def serve(
+    servers: Servers, source: Path, config: Path, name: str, log_level: str = "warning"
+) -> Server:
+    """``routefit serve`` of the tree at ``source``, one worker (``log_level`` "info": with its
+    request log, which bench/own_time.py reads)."""
     port = free_port()
     code = "import sys; from proxy.cli import main; sys.exit(main())"
     cmd = [sys.executable, "-c", code, "serve", "--config", str(config), "--port", str(port)]
-    cmd += ["--workers", "1", "--log-level", "warning"]
+    cmd += ["--workers", "1", "--log-level", log_level]
     env = {"PYTHONPATH": str(source), "ROUTEFIT_REDIS_URL": ""}
     process, log_path, started = servers.spawn(name, cmd, env, cwd=source)
     base = f"http://127.0.0.1:{port}"
@@ -112,36 +135,30 @@ def main() -> int:
         wanted = {p.strip() for p in args.phases.split(",")}
         extra = [(p, False, 1) for p in NEW_TEXT]
         PHASES[:] = [p for p in PHASES + extra if p[0] in wanted]
-    with tempfile.TemporaryDirectory() as tmp, Servers() as servers:
-        a_src = checkout(args.rev_a, Path(tmp) / "a")
-        b_src = checkout(args.rev_b, Path(tmp) / "b") if args.rev_b else ROOT
-        try:
-            sim = servers.sim()
-            config = routefit_config(Path(tmp) / "c.yaml", sim.base_url)
-            a = serve(servers, a_src, config, "a")
-            b = serve(servers, b_src, config, "b")
-            rows: dict[str, list[list[float]]] = {p: [[], [], []] for p, _, _ in PHASES}
-            cpus: dict[str, list[list[float]]] = {p: [[], []] for p, _, _ in PHASES}
-            for n in range(args.rounds):
-                direct = measure(sim.base_url + "/v1/chat/completions", sim, None, args.seconds, n)
-                for i in (0, 1) if n % 2 == 0 else (1, 0):
-                    server = (a, b)[i]
-                    tag = f"r{n}{'ab'[i]}"
-                    got = measure(
-                        server.base_url + "/v1/chat/completions", sim, server, args.seconds, tag
-                    )
-                    for phase, (value, cpu) in got.items():
-                        rows[phase][i + 1].append(value)
-                        cpus[phase][i].append(cpu)
-                for phase, (value, _) in direct.items():
-                    rows[phase][0].append(value)
-        finally:
-            for src in (a_src, b_src if args.rev_b else None):
-                if src is not None:
-                    subprocess.run(
-                        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)],
-                        capture_output=True,
-                    )
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        checkouts(args.rev_a, args.rev_b, Path(tmp)) as (a_src, b_src),
+        Servers() as servers,
+    ):
+        sim = servers.sim()
+        config = routefit_config(Path(tmp) / "c.yaml", sim.base_url)
+        a = serve(servers, a_src, config, "a")
+        b = serve(servers, b_src, config, "b")
+        rows: dict[str, list[list[float]]] = {p: [[], [], []] for p, _, _ in PHASES}
+        cpus: dict[str, list[list[float]]] = {p: [[], []] for p, _, _ in PHASES}
+        for n in range(args.rounds):
+            direct = measure(sim.base_url + "/v1/chat/completions", sim, None, args.seconds, n)
+            for i in (0, 1) if n % 2 == 0 else (1, 0):
+                server = (a, b)[i]
+                tag = f"r{n}{'ab'[i]}"
+                got = measure(
+                    server.base_url + "/v1/chat/completions", sim, server, args.seconds, tag
+                )
+                for phase, (value, cpu) in got.items():
+                    rows[phase][i + 1].append(value)
+                    cpus[phase][i].append(cpu)
+            for phase, (value, _) in direct.items():
+                rows[phase][0].append(value)
     print(f"A = {args.rev_a}, B = {args.rev_b or 'working tree'}; medians of {args.rounds} rounds")
     print(f"{'phase':<12} {'direct':>9} {'A':>9} {'B':>9}   figure{'':<20} CPU ms/request A, B")
     for phase, (d, a_vals, b_vals) in rows.items():

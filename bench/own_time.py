@@ -27,16 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from compare_commits import checkout
+from compare_commits import checkouts, serve
 from new_text import NONCE, body
-from procs import ROOT, Server, Servers, _ok, anthropic_entry, free_port, openai_entry, write_yaml
+from procs import Server, Servers, anthropic_entry, openai_entry, write_yaml
 from proxy_load import BENCH_KEY
 
 #: Per wire: the path a request goes to and the headers it carries (the bench team's key).
@@ -85,20 +83,6 @@ def payload(wire: str, kind: str, size: int) -> str:
             "generationConfig": {"maxOutputTokens": 64},
         },
         ensure_ascii=False,
-    )
-
-
-def serve(servers: Servers, source: Path, cfg: Path, name: str) -> Server:
-    """``routefit serve`` of ``source`` with its request log on (what this bench reads)."""
-    port = free_port()
-    code = "import sys; from proxy.cli import main; sys.exit(main())"
-    cmd = [sys.executable, "-c", code, "serve", "--config", str(cfg), "--port", str(port)]
-    cmd += ["--workers", "1", "--log-level", "info"]
-    env = {"PYTHONPATH": str(source), "ROUTEFIT_REDIS_URL": ""}
-    process, log_path, started = servers.spawn(name, cmd, env, cwd=source)
-    base = f"http://127.0.0.1:{port}"
-    return servers.wait_ready(
-        name, process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
     )
 
 
@@ -165,26 +149,21 @@ def main() -> int:
     args = parser.parse_args()
     cells = [(k, int(s)) for k, s in (c.split(":") for c in args.cells.split(","))]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, Servers() as servers:
-        a_src = checkout(args.rev_a, Path(tmp) / "a")
-        b_src = checkout(args.rev_b, Path(tmp) / "b") if args.rev_b else ROOT
-        try:
-            sim = servers.sim()
-            cfg = config(servers.dir / "routefit.yaml", sim.base_url)
-            pair = [serve(servers, a_src, cfg, "A"), serve(servers, b_src, cfg, "B")]
-            with httpx.Client(timeout=300) as client:
-                for kind, size in cells:
-                    got = cell(client, pair, args.wire, kind, size, args.warm, args.requests)
-                    rows.append({"wire": args.wire, "kind": kind, "size": size, **got})
-                    print(line(args.wire, kind, size, got), flush=True)
-        finally:
-            servers.stop_all()
-            for src in (a_src, b_src if args.rev_b else None):
-                if src is not None:
-                    subprocess.run(
-                        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)],
-                        capture_output=True,
-                    )
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        checkouts(args.rev_a, args.rev_b, Path(tmp)) as (a_src, b_src),
+        Servers() as servers,
+        httpx.Client(timeout=300) as client,
+    ):
+        sim = servers.sim()
+        cfg = config(servers.dir / "routefit.yaml", sim.base_url)
+        pair = [
+            serve(servers, src, cfg, name, "info") for src, name in ((a_src, "A"), (b_src, "B"))
+        ]
+        for kind, size in cells:
+            got = cell(client, pair, args.wire, kind, size, args.warm, args.requests)
+            rows.append({"wire": args.wire, "kind": kind, "size": size, **got})
+            print(line(args.wire, kind, size, got), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"a": args.rev_a, "b": args.rev_b, "rows": rows}, indent=1))
     return 0
