@@ -123,6 +123,20 @@ def sim_route(alias: str, sim_url: str, model: str | None = None, **routefit: An
     return entry
 
 
+def chat_only_route(alias: str, sim_url: str, model: str = "gpt-4o") -> dict:
+    """A simulator model behind a provider litellm knows to speak chat completions only
+    (``deepseek/``): a Responses or Messages request to it is translated, priced as OpenAI's."""
+    return {
+        "model_name": alias,
+        "litellm_params": {
+            "model": f"deepseek/{model}",
+            "api_base": f"{sim_url}/v1",
+            "api_key": "sk-sim",
+        },
+        "routefit": {"tokenizer": "o200k_base", "framing": "openai"},
+    }
+
+
 def claude_route(alias: str, sim_url: str, model: str = "claude-sim", **info: Any) -> dict:
     """A model_list entry for a simulator model on the Anthropic wire (``info``: its
     ``model_info``, when given)."""

@@ -51,6 +51,16 @@ def prose(seed: int, words: int) -> str:
     return " ".join(rng.choice(WORDS) + str(rng.randrange(1000)) for _ in range(words))
 
 
+def two_texts(seed: int, second: int | None = None) -> list[tuple[str, str]]:
+    """A conversation of two new texts of 12,000 words (a user's, then an assistant's) and a
+    short question about them."""
+    return [
+        ("user", prose(seed, 12_000)),
+        ("assistant", prose(seed + 1 if second is None else second, 12_000)),
+        ("user", "In one line: what did the two texts say?"),
+    ]
+
+
 @contextlib.contextmanager
 def serving(sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     routes = [
@@ -350,12 +360,7 @@ def test_four_sampled_requests_from_two_teams_at_once_are_each_answered_on_their
             turns = [("user", prose(6000 + i, 24_000))]
             jobs.append((team, "exact", turns))
         else:
-            turns = [
-                ("user", prose(6000 + i, 12_000)),
-                ("assistant", prose(6100 + i, 12_000)),
-                ("user", "In one line: what did the two texts say?"),
-            ]
-            jobs.append((team, "tight", turns))
+            jobs.append((team, "tight", two_texts(6000 + i, 6100 + i)))
     before = {t: used(gw, t) for t in TEAMS}
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda job: ask(gw, "chat", job[1], job[2], False, job[0]), jobs))
@@ -418,11 +423,7 @@ def test_a_context_window_fallback_is_decided_on_the_count_not_on_a_guess(
     # cut: with a wider alias to keep it whole (keep_more), the client gets it kept, as it
     # would have with no guess — not the narrow route's cut.
     force_miss(monkeypatch)
-    turns = [
-        ("user", prose(9000, 12_000)),
-        ("assistant", prose(9001, 12_000)),
-        ("user", "In one line: what did the two texts say?"),
-    ]
+    turns = two_texts(9000)
     headers, prompt, _ = ask(gw, "chat", "narrow", turns, False)
     assert headers["x-routefit-context"] == "kept"
     assert headers["x-routefit-route"] == "exact"
@@ -436,11 +437,7 @@ def test_the_cut_a_missed_guess_sends_instead_is_counted_in_the_fit_metrics(
     # The fit's actions are counted when the fit is made before forwarding; the fit that goes
     # instead of a missed guess is counted the same (the guess itself took none).
     force_miss(monkeypatch)
-    turns = [
-        ("user", prose(9500, 12_000)),
-        ("assistant", prose(9501, 12_000)),
-        ("user", "In one line: what did the two texts say?"),
-    ]
+    turns = two_texts(9500)
     name = "routefit_fit_actions_total"
     label = 'action="elided_messages"'
     before = metric(gw, name, "tight", label)

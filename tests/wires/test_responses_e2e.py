@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from harness import gateway_config, sim_route
+from harness import chat_only_route, gateway_config, sim_route
 from inprocess import run_inprocess
 
 
@@ -21,15 +21,7 @@ def gw(sim, tmp_path_factory):
             model_info={"max_input_tokens": 8192, "max_output_tokens": 1024},
         ),
         # not an OpenAI provider: speaks chat only, so the wire translates
-        {
-            "model_name": "chatonly",
-            "litellm_params": {
-                "model": "deepseek/gpt-4o",
-                "api_base": f"{url}/v1",
-                "api_key": "sk-sim",
-            },
-            "routefit": {"tokenizer": "o200k_base", "framing": "openai"},
-        },
+        chat_only_route("chatonly", url),
     ]
     config = gateway_config(tmp_path_factory.mktemp("gw") / "routefit.yaml", routes)
     with run_inprocess(config) as running:

@@ -19,7 +19,7 @@ from typing import Any
 
 import openai
 import pytest
-from harness import gateway_config, sim_route
+from harness import chat_only_route, gateway_config, sim_route
 from inprocess import run_inprocess
 
 #: A team's bound small enough that one long input's record exceeds it by itself, and large
@@ -32,15 +32,7 @@ MODELS = ("gpt-4o", "chatonly")
 def _routes(url: str) -> list[dict[str, Any]]:
     return [
         sim_route("gpt-4o", url),
-        {
-            "model_name": "chatonly",
-            "litellm_params": {
-                "model": "deepseek/gpt-4o",
-                "api_base": f"{url}/v1",
-                "api_key": "sk-sim",
-            },
-            "routefit": {"tokenizer": "o200k_base", "framing": "openai"},
-        },
+        chat_only_route("chatonly", url),
     ]
 
 
