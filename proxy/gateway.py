@@ -239,7 +239,7 @@ class Gateway:
         and told of a 200 answer before it goes out."""
         response = await self._serve(request, wire, session)
         if session is not None and response.status_code == 200:
-            await session.answered()
+            return await session.answered(response)
         return response
 
     async def _serve(self, request: Request, wire: Wire, session: Session | None) -> Response:

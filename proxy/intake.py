@@ -21,6 +21,7 @@ from typing import Protocol
 
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
+from starlette.responses import Response
 
 from pricing.messages import ChatRequest
 from proxy.body import read_json
@@ -45,8 +46,9 @@ class Session(Protocol):
     async def resolve(self, ctx: RequestContext) -> RequestContext:
         """The context with what the session adds (``RequestContext.stored``)."""
 
-    async def answered(self) -> None:
-        """A 200 answer is about to go out: keep what it kept for it."""
+    async def answered(self, response: Response) -> Response:
+        """A 200 answer is about to go out: keep what it kept for it, and answer what goes out
+        (the same, unless it promised what could not be kept)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,12 +37,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
+from starlette.responses import Response
 
 from proxy.errors import ProxyError
 from proxy.store import Store
 from proxy.store.base import StoreUnavailable
 from proxy.teams import Team
 from proxy.wires.base import RequestContext
+from proxy.wires.responses import unkept
 
 __all__ = ["OPEN_TEAM", "Keeper", "delete_record", "load_record", "team_key"]
 
@@ -112,11 +114,20 @@ class Keeper:
         if record is not None:
             self.pending = record
 
-    async def answered(self) -> None:
-        """Store the answer ``keep`` was given (nothing when none was)."""
-        if self.pending is not None:
-            (rid, record), self.pending = self.pending, None
-            await self._put(rid, record)
+    async def answered(self, response: Response) -> Response:
+        """Store the answer ``keep`` was given (nothing when none was): ``response``, its whole
+        body, saying ``store: false`` when the store was out — its body, written before the
+        write could be tried, said true, and ``previous_response_id`` naming it would be a
+        404. Rewritten only then: the write needs the body's record, and an answer that is
+        kept goes out as it was written."""
+        if self.pending is None:
+            return response
+        (rid, record), self.pending = self.pending, None
+        await self._put(rid, record)
+        if self.missed:
+            response.body = unkept(bytes(response.body))
+            response.headers["content-length"] = str(len(response.body))
+        return response
 
     async def save(self, response: Mapping[str, Any], input: list[Any]) -> None:
         """Store a finished response (a store outage is logged: the answer already exists)."""

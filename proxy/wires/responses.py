@@ -51,7 +51,7 @@ from proxy.wires.responses_translate import (
 from strategies.fit import Fit, FitError
 from strategies.output import OutputReserveError
 
-__all__ = ["ResponsesRequest", "ResponsesWire"]
+__all__ = ["ResponsesRequest", "ResponsesWire", "unkept"]
 
 #: Events that end a Responses stream (the provider's own end marker).
 _ENDS = frozenset({b"response.completed", b"response.incomplete", b"response.failed", b"error"})
@@ -313,6 +313,14 @@ def _promise(request: ChatRequest, response: dict[str, Any]) -> bool:
         return False
     response["store"] = False
     return True
+
+
+def unkept(body: bytes) -> bytes:
+    """A whole answer's body saying ``store: false``: one handed over to be kept, which its
+    store write then missed (``proxy.responses_store.Keeper.answered``)."""
+    response = orjson.loads(body)
+    response["store"] = False
+    return orjson.dumps(response)
 
 
 def _promised(request: ChatRequest, event: bytes) -> bytes:

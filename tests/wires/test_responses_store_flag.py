@@ -19,7 +19,7 @@ from typing import Any
 
 import openai
 import pytest
-from harness import chat_only_route, gateway_config, sim_route
+from harness import chat_only_route, gateway_config, private_redis, sim_route
 from inprocess import run_inprocess
 
 #: A team's bound small enough that one long input's record exceeds it by itself, and large
@@ -151,3 +151,29 @@ def test_a_streamed_answer_too_large_for_the_bound_ends_saying_store_false(
     assert flags["response.completed"] is False
     with pytest.raises(openai.NotFoundError):
         bounded.responses.retrieve(flags["id"])
+
+
+@pytest.fixture(scope="module")
+def store_down(sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    """A gateway whose store (a Redis of its own) is gone: what it answers cannot be kept."""
+    path = tmp_path_factory.mktemp("outage") / "routefit.yaml"
+    with private_redis() as redis:
+        config = gateway_config(path, _routes(sim.base_url), redis_url=redis.url)
+        with run_inprocess(config) as gw:
+            redis.kill()
+            yield openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_the_store_could_not_keep_says_store_false(
+    store_down: openai.OpenAI, model: str, stream: bool
+) -> None:
+    """A store outage loses the record, not the answer: it still goes out, and a whole one (its
+    write made after its body was written) says false as a stream's final response does."""
+    if stream:
+        flags = _streamed(store_down, model=model, input="hello")
+        assert flags["response.completed"] is False
+    else:
+        answer = store_down.responses.create(model=model, input="hello")
+        assert answer.output_text and answer.store is False
