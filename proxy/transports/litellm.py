@@ -21,14 +21,16 @@ What a provider sends back is bounded here too (``max_provider_body_bytes`` for 
 ``max_sse_event_bytes`` for one event of a stream), as on the passthrough: litellm reads each
 answer itself, so routefit hands its provider handlers an HTTP client whose transport counts
 (proxy/transports/bounded_http.py), and an answer over the bound is the same 502
-``upstream_too_large`` (or the wire's error event, once the stream started). Only the providers
+``upstream_too_large`` (or the wire's error event, once the stream started). The providers
 whose litellm handler takes that client (``client=`` as an ``AsyncHTTPHandler``) get it: those
-in ``_HONOURS_CLIENT`` (Gemini, Vertex AI, Bedrock, Anthropic with extra params); the others
-(Cohere, whose handler drops it; Azure and what litellm serves through the OpenAI SDK, which
-would take it for an SDK client and break) keep litellm's own, unbounded client. So does every
-provider when routefit's environment names an HTTP proxy (``HTTPS_PROXY`` ...): the wrapped
-transport would not follow it, and reaching the provider comes before bounding its answer
-(start-up logs which one applies).
+in ``_HONOURS_CLIENT`` (Gemini, Vertex AI, Bedrock, Anthropic with extra params). What litellm
+serves through the OpenAI SDK (OpenAI-wire providers, Azure: ``client=`` there is an SDK
+client) gets it as the HTTP client litellm builds its SDK clients around (``_sdk_session``),
+whose cookie jar keeps nothing, since those SDK clients serve every team. Cohere, whose
+handler drops a given client, keeps litellm's own, unbounded one. So does every provider when
+routefit's environment names an HTTP proxy (``HTTPS_PROXY`` ...): the wrapped transport would
+not follow it, and reaching the provider comes before bounding its answer (start-up logs which
+one applies).
 
 A stream through that client also ends where the provider's does, not when its body does
 (``_ending_transport``): litellm reads a stream to its body's end, and holds back the last chunk
@@ -44,11 +46,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import http.cookiejar
 import importlib
 import logging
 import os
 import threading
 import urllib.request
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -179,6 +183,59 @@ def _stream_wire(path: str) -> str | None:
     return None
 
 
+def _bounded_transport(bounds: Bounds) -> Any:
+    """litellm's own transport (its aiohttp one by default), wrapped: the bound changes what is
+    read, never how the provider is reached."""
+    import httpx
+
+    from proxy.transports.bounded_http import BoundedTransport
+
+    handlers = importlib.import_module("litellm.llms.custom_httpx.http_handler")
+    inner = handlers.AsyncHTTPHandler.create_async_transport()
+    if inner is None:
+        inner = httpx.AsyncHTTPTransport()
+    return _ending_transport()(BoundedTransport(inner, bounds.max_body, bounds.max_event))
+
+
+#: The HTTP client litellm builds its OpenAI SDK clients around, per event loop and bounds
+#: (``_sdk_session``).
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Bounds, Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _sdk_session(bounds: Bounds) -> Any:
+    """The HTTP client for litellm to build its OpenAI SDK clients around (its
+    ``aclient_session``: what it serves through the SDK — OpenAI-wire providers, Azure — and
+    does not hand ``client=``): routefit's bounded transport, with a cookie jar that keeps
+    nothing. litellm keeps one SDK client per provider key and address for every team, and the
+    httpx client it would build keeps the cookies a provider's edge sets (api.openai.com's
+    ``__cf_bm``): one team's answer's cookie then went out with the next team's request.
+
+    The process's, not a config generation's: litellm keeps an SDK client an hour, around the
+    HTTP client it was built with, past the generation that built it (a retired generation's
+    closed transport would fail every call until then). Per event loop, as litellm keys its
+    SDK clients, and per bounds (a reload's new bounds reach an SDK client when it is rebuilt)."""
+    import httpx
+
+    mine = _sessions.setdefault(asyncio.get_running_loop(), {})
+    session = mine.get(bounds)
+    if session is None:
+        session = httpx.AsyncClient(transport=_bounded_transport(bounds), cookies=_no_cookies())
+        mine[bounds] = session
+    return session
+
+
+def _no_cookies() -> http.cookiejar.CookieJar:
+    """A cookie jar that keeps none: routefit's provider clients serve every team."""
+    return http.cookiejar.CookieJar(_KeepNoCookie())
+
+
+class _KeepNoCookie(http.cookiejar.DefaultCookiePolicy):
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
+
+
 @functools.cache
 def _ending_transport() -> Any:
     """The transport class that ends a provider's SSE body at its wire's end (the module's
@@ -253,32 +310,26 @@ class LiteLLM:
         """The bounded client for ``up``'s calls, or None where its handler would misuse it."""
         if up.provider not in _HONOURS_CLIENT or _PROXIED:
             return None
-        import httpx
-
-        from proxy.transports.bounded_http import BoundedTransport
-
         handlers = importlib.import_module("litellm.llms.custom_httpx.http_handler")
-        transport = self._transports.get(bounds)
-        if transport is None:
-            # litellm's own transport (its aiohttp one by default), wrapped: the bound changes
-            # what is read, never how the provider is reached
-            inner = handlers.AsyncHTTPHandler.create_async_transport()
-            if inner is None:
-                inner = httpx.AsyncHTTPTransport()
-            bounded = BoundedTransport(inner, bounds.max_body, bounds.max_event)
-            transport = _ending_transport()(bounded)
-            self._transports[bounds] = transport
         client = self._clients.get((up.timeout, bounds))
         if client is None:
+            transport = self._transport(bounds)
             client = handlers.AsyncHTTPHandler(timeout=up.timeout, transport=transport)
             self._clients[(up.timeout, bounds)] = client
         return client
 
+    def _transport(self, bounds: Bounds) -> Any:
+        transport = self._transports.get(bounds)
+        if transport is None:
+            transport = _bounded_transport(bounds)
+            self._transports[bounds] = transport
+        return transport
+
     async def _call(
         self, target: Deployment, kwargs: dict[str, Any], mark: Trip, call: str = "acompletion"
     ) -> Any:
-        """``litellm.acompletion`` (or ``call``: ``aembedding``, on litellm's own client) over
-        the bounded client, its errors mapped."""
+        """``litellm.acompletion`` (or ``call``: ``aembedding``) over a bounded client (a
+        handler's ``client=``, or the SDK clients' ``_sdk_session``), its errors mapped."""
         from proxy.transports.bounded_http import trip
 
         up = target.upstream
@@ -286,6 +337,8 @@ class LiteLLM:
         client = self._client(up, target.bounds) if call == "acompletion" else None
         if client is not None:
             kwargs["client"] = client
+        elif not _PROXIED:
+            litellm.aclient_session = _sdk_session(target.bounds)
         token = trip.set(mark)
         try:
             return await getattr(litellm, call)(**kwargs)

@@ -199,3 +199,22 @@ def test_a_stream_in_flight_finishes_on_the_config_it_started_with(config: Path,
 def _held(running: InProcess) -> int:
     """Generations the app still holds: the current one and the retired ones in use."""
     return len(running.app.state.routefit.live.every())
+
+
+def test_a_route_litellm_serves_through_the_openai_sdk_answers_across_reloads(
+    tmp_path: Path, sim: Any
+) -> None:
+    """litellm keeps an OpenAI SDK client an hour, built around the HTTP client routefit hands
+    it (``proxy.transports.litellm._sdk_session``): a reload retires the generation that first
+    called, and the SDK client it left in litellm's cache must still reach the provider."""
+    routes = [sim_route("first", sim.base_url, "gpt-4o", transport="litellm")]
+    config = gateway_config(
+        tmp_path / "routefit.yaml", routes, teams=[_team("old", OLD_KEY)], admin_key=ADMIN
+    )
+    with run_inprocess(config) as running:
+        base = running.base_url
+        for _ in range(3):
+            r = _chat(base, OLD_KEY)
+            assert r.status_code == 200, r.text
+            answer = _reload(base)
+            assert answer.status_code == 200, answer.text

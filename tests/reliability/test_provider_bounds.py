@@ -191,11 +191,14 @@ def fake() -> Iterator[str]:
         server.server_close()
 
 
-def _route(alias: str, model: str, api_base: str) -> dict:
-    return {
+def _route(alias: str, model: str, api_base: str, **routefit: str) -> dict:
+    entry: dict = {
         "model_name": alias,
         "litellm_params": {"model": model, "api_base": api_base, "api_key": SECRET},
     }
+    if routefit:
+        entry["routefit"] = routefit
+    return entry
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +217,9 @@ def gw(sim, fake, tmp_path_factory) -> Iterator[Running]:
         _route("gemini-huge-event", "gemini/huge-event", fake),
         _route("gemini-fine", "gemini/fine", fake),
         _route("gemini-huge-count", "gemini/huge-count", fake),
+        # litellm serves an OpenAI-wire provider through the OpenAI SDK, over routefit's client
+        _route("sdk-huge-body", "openai/huge-body", fake + "/v1", transport="litellm"),
+        _route("sdk-huge-event", "openai/huge-event", fake + "/v1", transport="litellm"),
     ]
     config = gateway_config(
         tmp_path_factory.mktemp("bounds") / "c.yaml",
@@ -357,6 +363,32 @@ def test_an_unterminated_gemini_event_over_the_bound_ends_the_stream_through_lit
         assert r.status_code == 200
         lines = [line for line in r.iter_lines() if line.startswith("data:")]
     assert json.loads(lines[0][5:])["choices"][0]["delta"]["content"] == "hi"
+    error = json.loads(lines[-1][5:])["error"]
+    assert "bytes" in error["message"] and error["code"] == "upstream_error"
+    assert peak_rss(gw) - before < HUGE // 4
+    healthy(gw)
+
+
+def test_an_answer_over_the_bound_is_a_502_through_litellm_s_openai_sdk(gw):
+    warm_litellm(gw)
+    before = peak_rss(gw)
+    body = {"model": "sdk-huge-body", "messages": CHAT}
+    r = httpx.post(gw.v1 + "/chat/completions", json=body, timeout=60)
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "upstream_too_large"
+    assert "max_provider_body_bytes" in error["message"]
+    assert peak_rss(gw) - before < HUGE // 4
+    healthy(gw)
+
+
+def test_an_unterminated_event_over_the_bound_ends_the_stream_through_litellm_s_openai_sdk(gw):
+    warm_litellm(gw)
+    before = peak_rss(gw)
+    body = {"model": "sdk-huge-event", "messages": CHAT, "stream": True}
+    with httpx.stream("POST", gw.v1 + "/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line.startswith("data:")]
     error = json.loads(lines[-1][5:])["error"]
     assert "bytes" in error["message"] and error["code"] == "upstream_error"
     assert peak_rss(gw) - before < HUGE // 4

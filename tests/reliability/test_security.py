@@ -132,6 +132,10 @@ def gw(sim, hostile, tmp_path_factory):
         # by name, not address: a cookie jar keeps what a named host sets (aiohttp's default
         # one refuses an IP address's cookies)
         _route("by-name", url.replace("127.0.0.1", "localhost"), "gpt-4o"),
+        # the same through litellm, which reaches an OpenAI-wire provider with the OpenAI SDK
+        _route(
+            "litellm-by-name", url.replace("127.0.0.1", "localhost"), "gpt-4o", transport="litellm"
+        ),
         {
             "model_name": "claude-by-name",
             "litellm_params": {
@@ -165,7 +169,7 @@ def gw(sim, hostile, tmp_path_factory):
         teams=[
             {"id": "alpha", "keys": [ALPHA], "quotas": {"tokens_per_minute": 10_000_000}},
             {"id": "beta", "keys": [BETA], "routes": ["gpt-4o"]},
-            {"id": "gamma", "keys": [GAMMA], "routes": ["by-name"]},
+            {"id": "gamma", "keys": [GAMMA], "routes": ["by-name", "litellm-by-name"]},
         ],
     )
     with run_inprocess(config, access_log=True) as running:
@@ -377,6 +381,20 @@ def test_a_cookie_one_team_s_answer_set_never_goes_out_with_another_s(gw, fresh_
     seen = fresh_sim.requests()
     assert [r["path"] for r in seen] == ["/v1/chat/completions"] * 2 + ["/v1/messages"] * 2
     assert [r["headers"].get("cookie") for r in seen] == [None] * 4
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_no_cookie_goes_out_from_the_client_litellm_shares_between_teams(gw, fresh_sim, stream):
+    """The same through litellm to an OpenAI-wire provider: litellm keeps one OpenAI SDK client
+    per provider key and address, for every team, and that client's cookie jar would send the
+    cookie one team's answer set with the next team's request."""
+    for key in (ALPHA, GAMMA, ALPHA):
+        body = {**BODY, "model": "litellm-by-name", "stream": stream}
+        r = httpx.post(gw.v1 + "/chat/completions", json=body, headers=bearer(key))
+        assert r.status_code == 200, r.text
+    seen = fresh_sim.requests()
+    assert [r["path"] for r in seen] == ["/v1/chat/completions"] * 3
+    assert [r["headers"].get("cookie") for r in seen] == [None] * 3
 
 
 def test_client_keys_are_never_logged(gw):
