@@ -616,7 +616,7 @@ def _bound_message(
         details.append(reference)
         images += reference.tokens
         defaulted, unsized = defaulted + reference.tokens, unsized + reference.tokens
-    frame = frame_message(message, route.framing, tok, prev_role)
+    frame = frame_message(message, route.framing, tok, prev_role, translated=route.translated)
     classes[STRUCTURED] += frame.text  # tool-call names and JSON arguments, as the meter has them
     return MessagePressure(
         i,

@@ -159,7 +159,7 @@ def cap_message(message: Message, cap: int, route: Route) -> Capped | None:
     Raises CapTooSmall when the framing plus the smallest marker form exceeds the cap.
     """
     tok = get_tokenizer(route.tokenizer, route.scope)
-    frame = frame_message(message, route.framing, tok)
+    frame = frame_message(message, route.framing, tok, translated=route.translated)
     fixed = frame.text + frame.framing
     texts = [j for j, p in enumerate(message.parts) if isinstance(p, TextPart)]
     costs = [tok.count(_text(message.parts[j])) for j in texts]

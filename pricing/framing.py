@@ -18,6 +18,11 @@ billed and they count against the window, so they are priced here, per family:
 ``generic``
     Constants from config, for families whose templates are not public (Claude, Gemini, ...).
 
+A message's lead (``Message.lead``: the words a translation to chat writes before its text, for a
+field the client's wire has and chat has not) is priced here too, on a translated leg only
+(``frame_message``'s ``translated``): text outside the content, like a call's name, where the
+meter, the bounds and the capper all take the frame, so none of them can leave it out.
+
 Only framing lives here; counting text is the tokenizer's job and images are the image rule's.
 """
 
@@ -28,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pricing.messages import ANSWER, Message, ToolCall
+from pricing.messages import ANSWER, Message, ToolCall, lead_text
 from pricing.tokenizers import Tokenizer
 
 __all__ = ["FAMILIES", "Framing", "MessageFrame", "default_framing", "parse_framing"]
@@ -122,13 +127,32 @@ def parse_framing(spec: Any, base: Framing) -> Framing:
 
 
 def frame_message(
-    message: Message, framing: Framing, tok: Tokenizer, prev_role: str | None = None
+    message: Message,
+    framing: Framing,
+    tok: Tokenizer,
+    prev_role: str | None = None,
+    *,
+    translated: bool = False,
 ) -> MessageFrame:
     """Tokens a message costs beyond its content parts.
 
     ``prev_role`` (the role of the message before it) matters only to templates that join
-    consecutive tool outputs, like DeepSeek's.
+    consecutive tool outputs, like DeepSeek's. ``translated``: the message goes on a leg its
+    client's wire translates to chat (``Route.translated``), where its lead (``Message.lead``,
+    written by ``pricing.messages.lead_text``'s rule) is sent before its text: model-visible
+    text outside the content, priced here so that the meter, the bounds (``pricing.bounds``) and
+    the capper (``pricing.capped``, whose cut leaves room for it) all price it alike.
     """
+    frame = _frame(message, framing, tok, prev_role)
+    lead = lead_text(message) if translated else ""
+    if not lead:
+        return frame
+    return MessageFrame(frame.text + tok.count(lead), frame.framing)
+
+
+def _frame(
+    message: Message, framing: Framing, tok: Tokenizer, prev_role: str | None
+) -> MessageFrame:
     if framing.family == "deepseek":
         return _deepseek_frame(message, tok, prev_role)
     text = sum(tok.count(c.name) + tok.count(c.arguments) for c in message.tool_calls)

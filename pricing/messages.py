@@ -30,6 +30,8 @@ __all__ = [
     "ToolCall",
     "answer_format",
     "answer_schema",
+    "lead_text",
+    "led_text",
     "media_part",
     "parse_request",
 ]
@@ -85,6 +87,15 @@ class Message:
     #: An assistant's ``audio: {"id": ...}``: an earlier audio answer the provider re-reads
     #: (priced by ``pricing.recordings.audio_reference_tokens``).
     audio: str | None = None
+    #: Words a translation to chat completions writes before the message's text, for what the
+    #: client's wire says in a field chat has no twin for (a failed tool result: Anthropic's
+    #: ``is_error``; a Gemini response that answers no call). Set by the wire's parse, which
+    #: runs before the route, and so the leg, is known: not a part, because a native leg carries
+    #: the field itself and must not be sent the words too. Sent (``led_text``), and priced
+    #: (``pricing.framing.frame_message``), only on a leg the request is translated on
+    #: (``Route.translated``). Kept by every rewrite (masked, capped, offloaded: ``replace``),
+    #: so a result the fit rewrote still says it failed.
+    lead: str = ""
     #: The image parts, in order (derived once: fitting asks for them often).
     images: tuple[ImagePart, ...] = field(init=False, repr=False, compare=False)
 
@@ -116,6 +127,23 @@ class ChatRequest:
         (Anthropic's extended thinking, ``proxy.wires.anthropic_parse``); the fit never shrinks
         the reservation below it (``strategies.output``)."""
         return 0
+
+
+def lead_text(message: Message) -> str:
+    """What a translation to chat writes before ``message``'s text: its ``lead`` and a space,
+    the lead alone when the message has no text, nothing without a lead. The one rule the
+    translations write (``led_text``) and the meter prices (``pricing.framing.frame_message``):
+    what is priced is what is sent."""
+    if not message.lead:
+        return ""
+    if any(isinstance(p, TextPart) and p.text for p in message.parts):
+        return f"{message.lead} "
+    return message.lead
+
+
+def led_text(message: Message) -> str:
+    """``message``'s text as a translation to chat sends it: its lead (``lead_text``) first."""
+    return lead_text(message) + message.text
 
 
 def answer_schema(schema: Any) -> tuple[Mapping[str, Any], ...]:

@@ -310,7 +310,7 @@ def measure_message(
         images.append(reference)
         image_tokens += reference.tokens
         defaulted, unsized = defaulted + reference.tokens, unsized + reference.tokens
-    frame = frame_message(message, route.framing, tok, prev_role)
+    frame = frame_message(message, route.framing, tok, prev_role, translated=route.translated)
     classes[STRUCTURED] += frame.text  # tool-call names and JSON arguments
     pressure = MessagePressure(
         index,
@@ -365,8 +365,9 @@ class Memo:
 
 class MessageCache(LRU["MessagePressure"]):
     """A bounded, thread-safe LRU of message pressures by what decides them: the message's
-    content (role, name, tool-call id, each text part, each tool call), the role before it,
-    the route's tokenizer and framing, and the scope (the tenant whose prompt it is).
+    content (role, name, tool-call id, lead, each text part, each tool call), the role before
+    it, the route's tokenizer, framing and leg (``Route.translated``), and the scope (the
+    tenant whose prompt it is).
 
     A conversation comes back every turn as new objects, so ``Memo`` (by object) serves one
     request only; re-measuring its earlier messages cost ~25 µs each — content profile, class,
@@ -382,9 +383,10 @@ class MessageCache(LRU["MessagePressure"]):
 
     @staticmethod
     def prefix(route: Route) -> bytes:
-        """What a route contributes to a key: its tokenizer and framing (a fixed-length digest),
-        then its scope, last, so the key stays unambiguous."""
-        facts = repr((route.tokenizer, route.framing)).encode()
+        """What a route contributes to a key: its tokenizer, its framing and whether its leg is
+        translated (a message's lead is priced there only: ``Route.translated``), as a
+        fixed-length digest, then its scope, last, so the key stays unambiguous."""
+        facts = repr((route.tokenizer, route.framing, route.translated)).encode()
         return xxhash.xxh3_64_digest(facts) + route.scope
 
     @staticmethod
@@ -400,6 +402,7 @@ class MessageCache(LRU["MessagePressure"]):
             message.role,
             message.name,
             message.tool_call_id,
+            message.lead,
             prev_role,
             [p.text for p in message.parts if isinstance(p, TextPart)],
             [(c.id, c.name, c.arguments) for c in message.tool_calls],

@@ -43,6 +43,12 @@ class Route:
     #: probes), so nothing one tenant sent shows, even as a faster count, to another
     #: (docs/security.md, "Isolation of prompt-derived facts").
     scope: bytes = b""
+    #: Whether the request is priced for a leg its client's wire translates to chat completions
+    #: (the provider does not speak that wire): a message's ``lead`` (``Message.lead``: what the
+    #: client's wire said in a field chat has no twin for) is then sent before its text, and
+    #: priced. Like ``scope``, set per request by the proxy (``proxy.estimate``), where the leg
+    #: is known; as configured, False: a native leg carries the field itself.
+    translated: bool = False
 
     @property
     def exact_text(self) -> bool:

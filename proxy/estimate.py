@@ -55,6 +55,7 @@ from proxy.fairness import Fairness, work_size
 from proxy.fetch import ImageSizer
 from proxy.image_sizes import Sizes, fetched_sizes
 from proxy.metrics import Metrics
+from proxy.providers import deployment
 from proxy.teams import Team
 from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Wire
@@ -91,7 +92,8 @@ class Job:
     policy: FitPolicy
     #: Image sizes fetched for this request (URL images, when the route allows fetching).
     sizes: Sizes
-    #: ``rc.route`` as priced for the team (``Route.scope``: its memoised counts are its own).
+    #: ``rc.route`` as priced for the team (``Route.scope``: its memoised counts are its own)
+    #: and the leg (``Route.translated``: ``Estimator.route_priced``).
     priced: Route
     #: The team whose prompt this is (anchors are its own), None without teams.
     scope: str | None = None
@@ -216,8 +218,9 @@ class Estimator:
             limits.pricing_threads_per_team, limits.count_requests_per_minute
         )
         self._policies: dict[tuple[str, str], FitPolicy] = {}
-        #: (team, alias) → (the configured route, that route scoped to the team).
-        self._routes: dict[tuple[str, str], tuple[Route, Route]] = {}
+        #: (team, deployment, client wire) → (the configured route, that route as priced for
+        #: the team's requests in that wire: ``route_priced``).
+        self._routes: dict[tuple[str | None, str, str], tuple[Route, Route]] = {}
 
     def policy_for(self, rc: RouteConfig, team: Team | None) -> FitPolicy:
         """The route's fit policy with the team's overrides and per-request prompt quota."""
@@ -229,16 +232,24 @@ class Estimator:
             policy = self._policies[key] = team.fit_policy(rc.policy)
         return policy
 
-    def route_priced(self, rc: RouteConfig, team: Team | None) -> Route:
-        """The route as priced for ``team``: scoped to it (``Route.scope``), so the memo caches
-        of prompt-derived facts (token counts, image probes) serve it only what it sent itself.
-        Without teams, every caller is one tenant: the route as configured."""
-        if team is None:
-            return rc.route
-        key = (team.id, rc.calibration_key)
+    def route_priced(self, rc: RouteConfig, team: Team | None, wire: str) -> Route:
+        """The route as priced for ``team``'s requests in client wire ``wire``: scoped to the
+        team (``Route.scope``), so the memo caches of prompt-derived facts (token counts, image
+        probes) serve it only what it sent itself (without teams, every caller is one tenant);
+        and for the leg they go on (``Route.translated``), known here from the deployment as
+        the gateway will take it (``proxy.providers.Deployment.translates``). The estimate
+        prices the request as that leg sends it: a translated leg writes a message's lead
+        (``Message.lead``) before its text, a native one carries the field it stands for, and
+        a price that left the lead out let the fit send more than it priced."""
+        key = (team.id if team is not None else None, rc.deployment_id, wire)
         found = self._routes.get(key)
         if found is None or found[0] is not rc.route:
-            found = self._routes[key] = (rc.route, replace(rc.route, scope=team.id.encode()))
+            priced = rc.route
+            if team is not None:
+                priced = replace(priced, scope=team.id.encode())
+            if deployment(rc.deployment_id, rc.upstream).translates(wire):
+                priced = replace(priced, translated=True)
+            found = self._routes[key] = (rc.route, priced)
         return found[1]
 
     # -- the figures a request goes on -----------------------------------------------------
@@ -281,7 +292,7 @@ class Estimator:
         that ignored it answered the prior's price of a session the fit already priced at the
         provider's own count (832 tokens against 559 on a new route), and a client compacting
         on it (Claude Code) cut far too early."""
-        priced = self.route_priced(rc, team)
+        priced = self.route_priced(rc, team, wire.name)
         size = work_size(request, size)
         scope = team.id if team is not None else None
         # its URL images sized as the fit of the same request sizes them (``proxy.image_sizes``)
@@ -334,7 +345,7 @@ class Estimator:
     ) -> Job:
         scope = team.id if team is not None else None
         sizes = await fetched_sizes(self.sizer, rc, wire.name, request, scope)
-        route = self.route_priced(rc, team)
+        route = self.route_priced(rc, team, wire.name)
         return Job(wire, request, rc, self.policy_for(rc, team), sizes, route, scope, who, size)
 
     async def _bounded(

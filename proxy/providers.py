@@ -142,6 +142,14 @@ class Deployment:
         }
         object.__setattr__(self, "paths", paths)
 
+    def translates(self, client_wire: str) -> bool:
+        """Whether a ``client_wire`` request reaches this deployment translated to chat by its
+        wire (it does not speak that wire): what the estimate prices it for
+        (``pricing.route.Route.translated``), before the gateway takes the same path
+        (``ProviderTable.leg``)."""
+        path = self.paths.get(client_wire)
+        return path is not None and path.wire != client_wire
+
     def keyed(self, up: Upstream) -> Deployment:
         """This deployment reached with ``up`` (the same, or carrying the client's own key)."""
         if up is self.upstream:

@@ -13,6 +13,9 @@ text, their images as user image parts right after them.
 Carried in other words: a ``tool_result`` with ``is_error: true`` (chat's tool message has no
 such flag) is sent with ``TOOL_ERROR`` before its text, so the model still learns the tool
 failed; a chat provider's ``refusal`` is the answer's text with ``stop_reason: "refusal"``.
+The marker is the result's lead (``Message.lead``, set by the parse, kept by every rewrite of
+the fit), written by the rule the meter prices it by (``pricing.messages.led_text``), on this
+leg only (``Route.translated``): the estimate prices what this module sends.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pricing.messages import ImagePart, Message, media_part
+from pricing.messages import ImagePart, Message, led_text, media_part
 from proxy.exchange.anthropic_terms import ANTHROPIC_STOP as _STOP
 from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
 from proxy.usage import Usage, cache_writes
-from proxy.wires.anthropic_parse import AnthropicRequest
+from proxy.wires.anthropic_parse import TOOL_ERROR, AnthropicRequest
 from proxy.wires.base import StreamedCalls, chat_content, content_text, refusal_text
 
 __all__ = [
@@ -36,11 +39,6 @@ __all__ = [
     "stop_reason",
     "usage_block",
 ]
-
-#: What a failed tool's result (``is_error: true``) begins with on a chat provider: one stable
-#: marker (the same bytes every turn, so a provider's prompt cache still matches), in words
-#: the model reads as its tool having failed.
-TOOL_ERROR = "[tool error]"
 
 
 def _assistant(message: Message, original: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -61,28 +59,10 @@ def _assistant(message: Message, original: Mapping[str, Any] | None) -> dict[str
     return out
 
 
-def _failed_calls(body: Mapping[str, Any]) -> frozenset[str]:
-    """The ids of the calls whose ``tool_result`` the client flagged ``is_error``. Read from the
-    client's body, not the fitted message: a result the fit masked or capped still failed."""
-    failed: set[str] = set()
-    for message in body.get("messages") or ():
-        content = message.get("content") if isinstance(message, Mapping) else None
-        for block in content if isinstance(content, list) else ():
-            if (
-                isinstance(block, Mapping)
-                and block.get("type") == "tool_result"
-                and block.get("is_error") is True
-            ):
-                failed.add(str(block.get("tool_use_id")))
-    return frozenset(failed)
-
-
-def _tool_message(message: Message, failed: bool) -> dict[str, Any]:
-    """A tool result as chat's tool message; a failed one says so before its text."""
-    text = message.text
-    if failed:
-        text = f"{TOOL_ERROR} {text}" if text else TOOL_ERROR
-    return {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
+def _tool_message(message: Message) -> dict[str, Any]:
+    """A tool result as chat's tool message; a failed one says so before its text (its lead,
+    ``TOOL_ERROR``: the parse's, so a result the fit masked or capped still says it failed)."""
+    return {"role": "tool", "tool_call_id": message.tool_call_id, "content": led_text(message)}
 
 
 def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[dict[str, Any]]:
@@ -91,7 +71,6 @@ def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[
     left out (a chat provider refuses an assistant message with neither text nor calls)."""
     out: list[dict[str, Any]] = []
     pending_images: list[dict[str, Any]] = []
-    failed = _failed_calls(request.body)
     for message in fitted:
         if message.role != "tool" and pending_images:
             out.append({"role": "user", "content": pending_images})
@@ -105,7 +84,7 @@ def chat_messages(request: AnthropicRequest, fitted: Sequence[Message]) -> list[
             if said["content"] is not None or "tool_calls" in said:
                 out.append(said)  # a turn of thinking only: nothing a chat provider takes
         elif message.role == "tool":
-            out.append(_tool_message(message, message.tool_call_id in failed))
+            out.append(_tool_message(message))
             pending_images += [media_part(p) for p in message.parts if isinstance(p, ImagePart)]
         else:
             out.append({"role": message.role, "content": chat_content(message)})

@@ -9,8 +9,8 @@ Anthropic message may become several internal messages (a *fragment* each):
 * an assistant message → one internal message: its ``text`` and ``thinking`` /
   ``redacted_thinking`` blocks priced as text, its ``tool_use`` blocks as ``ToolCall`` values;
 * a user message → one internal ``tool`` message per ``tool_result`` block (``tool_call_id`` =
-  its ``tool_use_id``, so the fit keeps it with its call), then one ``user`` message with the
-  other blocks, if any;
+  its ``tool_use_id``, so the fit keeps it with its call; ``is_error: true`` as its lead,
+  ``TOOL_ERROR``), then one ``user`` message with the other blocks, if any;
 * ``role: "system"`` entries inside ``messages`` (Claude Code sends them) → a ``system`` message.
 
 Images (``base64`` or ``url`` sources) become ``ImagePart`` values priced by the route's image
@@ -52,6 +52,7 @@ from proxy.wires.base import ChatField
 
 __all__ = [
     "THINKING_MIN",
+    "TOOL_ERROR",
     "AnthropicRequest",
     "Fragment",
     "client_field",
@@ -60,6 +61,14 @@ __all__ = [
     "parse_anthropic",
     "thinking_on",
 ]
+
+#: What a failed tool's result (``is_error: true``) begins with on a chat provider, whose tool
+#: message has no such flag: one stable marker (the same bytes every turn, so a provider's
+#: prompt cache still matches), in words the model reads as its tool having failed. The parse
+#: makes it the result's lead (``Message.lead``): the parse cannot know the leg, and only a
+#: translated one sends it (``proxy.wires.anthropic_chat``) and prices it (``Route.translated``);
+#: a native Anthropic leg sends the client's block, its flag in it.
+TOOL_ERROR = "[tool error]"
 
 #: Extended thinking's smallest ``budget_tokens``; Anthropic also refuses a budget that is not
 #: below ``max_tokens``, so a request with thinking on needs a cap of at least one more.
@@ -243,7 +252,10 @@ def _user(
             if not isinstance(use_id, str):
                 raise RequestError(f"{at}.tool_use_id must be a string", f"{at}.tool_use_id")
             frag = {"role": "user", "content": [block]}
-            msg = Message("tool", _result_parts(block, at), tool_call_id=use_id, wire=frag)
+            lead = TOOL_ERROR if block.get("is_error") is True else ""
+            msg = Message(
+                "tool", _result_parts(block, at), tool_call_id=use_id, wire=frag, lead=lead
+            )
             out.append((msg, Fragment(i, "user", TOOL, (block,))))
             continue
         part = _part(block, at)

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
-from pricing.messages import ImagePart, Message, media_part
+from pricing.messages import ImagePart, Message, led_text, media_part
 from proxy.usage import Usage
 from proxy.wires.base import StreamedCalls, chat_content, content_text, refusal_text
-from proxy.wires.gemini_parse import GeminiRequest, json_schema
+from proxy.wires.gemini_parse import FUNCTION_RESPONSE, GeminiRequest, json_schema
 
 __all__ = [
     "ChatToGemini",
@@ -74,6 +75,17 @@ def _assistant(message: Message) -> dict[str, Any]:
     return out
 
 
+def _unannounced(message: Message) -> dict[str, Any]:
+    """A tool result whose call is not in the fitted conversation, as user text with
+    ``FUNCTION_RESPONSE`` before it (``led_text``, the rule the meter prices by). A response that
+    answers no call of the client's conversation has that lead from the parse, and is priced
+    with it on this leg; one whose call the fit elided apart from it (a response to a call of
+    an earlier model turn than the one just before it) gets it here, unpriced: a few tokens,
+    against the ``tool_call_id`` priced and no longer sent."""
+    said = message if message.lead else replace(message, lead=FUNCTION_RESPONSE)
+    return {"role": "user", "content": led_text(said)}
+
+
 def chat_messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
     """The fitted conversation as chat messages: a tool result whose call is not in the
     conversation (Gemini pairs loosely) goes as user text; images in a tool result follow it
@@ -96,7 +108,7 @@ def chat_messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
             )
             images += [media_part(p) for p in message.parts if isinstance(p, ImagePart)]
         elif message.role == "tool":
-            out.append({"role": "user", "content": f"[function response] {message.text}"})
+            out.append(_unannounced(message))
         else:
             out.append({"role": message.role, "content": chat_content(message)})
     if images:

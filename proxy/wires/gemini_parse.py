@@ -17,8 +17,10 @@ Gemini pairs a response with its call by name and order, and ``id`` only when th
 one; fitting pairs by id. A call without an ``id`` gets a derived one, stable for as long as the
 conversation grows at its end (``gc<content>_<part>``); a response takes its call's id when it
 names it, else that of the first unanswered call of the same name, else of the first unanswered
-call. A response that answers no call (``gr<content>_<part>``) is still a tool message; the
-translation sends it as user text (a chat provider refuses an unannounced tool result).
+call. A response that answers no call (``gr<content>_<part>``, or an ``id`` no earlier call
+has) is still a tool message; the translation sends it as user text (a chat provider refuses
+an unannounced tool result), ``FUNCTION_RESPONSE`` before it: its lead (``Message.lead``), so
+the estimate of a translated leg prices the words that leg sends (``Route.translated``).
 
 A field pricing names in chat's terms is named in the client's (``client_field``): a part is the
 content's part it came from (its ``inlineData.data``, ``fileData.fileUri``), inside its
@@ -48,6 +50,7 @@ from pricing.recordings import is_recording
 from proxy.wires.base import ChatField
 
 __all__ = [
+    "FUNCTION_RESPONSE",
     "SYSTEM",
     "GeminiRequest",
     "client_field",
@@ -57,6 +60,11 @@ __all__ = [
     "json_schema",
     "parse_gemini",
 ]
+
+#: What a response that answers no call begins with on a chat provider, where it goes as user
+#: text (``proxy.wires.gemini_chat``): the lead the parse gives it (a native leg sends the
+#: ``functionResponse`` as it came, and neither sends nor prices it).
+FUNCTION_RESPONSE = "[function response]"
 
 #: Key of the wire of the system message made from ``systemInstruction``.
 SYSTEM = "routefit_system_instruction"
@@ -236,6 +244,8 @@ class _Pairing:
 
     def __init__(self) -> None:
         self.open: list[ToolCall] = []
+        #: The id of every call so far: a response with another answers no call.
+        self.announced: set[str] = set()
 
     def call(self, fn: Mapping[str, Any], where: tuple[int, int], at: str) -> ToolCall:
         name = fn.get("name")
@@ -245,6 +255,7 @@ class _Pairing:
         call_id = given if isinstance(given, str) and given else f"gc{where[0]}_{where[1]}"
         call = ToolCall(call_id, name, compact(fn.get("args") or {}))
         self.open.append(call)
+        self.announced.add(call_id)
         return call
 
     def answer(self, fn: Mapping[str, Any], where: tuple[int, int], at: str) -> str:
@@ -299,8 +310,9 @@ def _content(content: Any, i: int, pairing: _Pairing) -> list[Message]:
             calls.append(pairing.call(call, (i, j), pat))
         elif isinstance(response, Mapping):
             call_id = pairing.answer(response, (i, j), pat)
-            tool = Message("tool", _response_parts(response, pat), tool_call_id=call_id, wire=part)
-            answers.append(tool)
+            lead = "" if call_id in pairing.announced else FUNCTION_RESPONSE
+            said = _response_parts(response, pat)
+            answers.append(Message("tool", said, tool_call_id=call_id, wire=part, lead=lead))
         else:
             found = _plain(part, pat)
             if found is not None:

@@ -173,7 +173,8 @@ def test_a_failed_tools_result_tells_a_chat_provider_it_failed(gw: Any, fresh: P
 
 
 def test_a_failed_tools_result_masked_to_fit_still_says_it_failed() -> None:
-    """The flag is the client's block's, not the fitted text's: a result the fit replaced with
+    """The flag is the client's block's, not the fitted text's: the parse makes it the result's
+    lead (``Message.lead``), which the fit's rewrite keeps, so a result the fit replaced with
     its placeholder (mask) still failed, and says so."""
     body = _tool_round([_result("t1", "Traceback ...", is_error=True)])
     request = parse_anthropic(body)
