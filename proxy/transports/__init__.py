@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from proxy.config import Upstream
 from proxy.providers import Adapter, Bounds, ProviderTable, Transport, deployment
 from proxy.transports.anthropic import AnthropicChat
-from proxy.transports.litellm import LiteLLM, loaded, preload
+from proxy.transports.litellm import LiteLLM, close_sessions, loaded, preload
 from proxy.transports.passthrough import Passthrough
 from proxy.transports.retry import Retrying, RetryPolicy
 
-__all__ = ["Bounds", "RetryPolicy", "provider_table", "ready", "start"]
+__all__ = ["Bounds", "RetryPolicy", "provider_table", "ready", "start", "stop"]
 
 
 def provider_table(
@@ -54,6 +54,12 @@ def start(table: ProviderTable) -> None:
     request (a chat→Messages deployment imports it only on its first unmapped request)."""
     if table.needs_litellm:
         preload()
+
+
+async def stop() -> None:
+    """Close what every generation's providers share in this process (litellm's SDK clients'
+    HTTP client): the app's end."""
+    await close_sessions()
 
 
 def ready(table: ProviderTable) -> bool:

@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     # (~4.5 MiB of a worker's memory).
     from proxy.transports.bounded_http import BoundedTransport, Trip
 
-__all__ = ["LiteLLM", "loaded", "preload"]
+__all__ = ["LiteLLM", "close_sessions", "loaded", "preload"]
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -224,6 +224,13 @@ def _sdk_session(bounds: Bounds) -> Any:
         session = httpx.AsyncClient(transport=_bounded_transport(bounds), cookies=_no_cookies())
         mine[bounds] = session
     return session
+
+
+async def close_sessions() -> None:
+    """Close this event loop's ``_sdk_session`` clients: the app's end (never a generation's,
+    whose retirement would leave litellm's cached SDK clients a closed transport)."""
+    for session in _sessions.pop(asyncio.get_running_loop(), {}).values():
+        await session.aclose()
 
 
 def _no_cookies() -> http.cookiejar.CookieJar:
