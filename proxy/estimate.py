@@ -453,7 +453,7 @@ class Estimator:
         finally:
             self.metrics.sync_memo_counters()
         current = self.calibrator.correction(e.rc.calibration_key)
-        tokens, keys, hit = await self._anchor(e.job, fitted, current, floor=False)
+        tokens, keys, hit = await self._anchor(e.job, fitted, current, floor=False, was=e)
         return replace(
             e, fitted=fitted, tokens=tokens, keys=keys, anchored=hit, bound=False, counting=None
         )
@@ -473,7 +473,7 @@ class Estimator:
         proved = await e.proving
         current = self.calibrator.correction(e.rc.calibration_key)
         if proved is not None:
-            tokens, keys, hit = await self._anchor(e.job, proved, current, floor=True)
+            tokens, keys, hit = await self._anchor(e.job, proved, current, floor=True, was=e)
             if tokens <= proved.report.budget:
                 return replace(e, proving=None, **_named((proved, tokens, keys, hit))), True
         exact = await self.exact(replace(e, proving=None))
@@ -537,18 +537,24 @@ class Estimator:
         return fitted, tokens, keys, hit
 
     async def _anchor(
-        self, job: Job, fitted: Fit, used: Correction, *, floor: bool
+        self, job: Job, fitted: Fit, used: Correction, *, floor: bool, was: Estimate | None = None
     ) -> tuple[int, tuple[bytes, ...], bool]:
         """(tokens to act on, prefix keys, anchored?): anchored on the provider's count of a
         prefix the same team sent when one is known, else the calibrated estimate; ``floor``:
         no less than the fit's own estimate. ``used``: the correction ``fitted`` was made on,
         which prices what follows the anchor when the route's own is a provisional prior (the
         meter's count for a fit on it, the provider's count for a refit): a prior that left
-        nothing fitting must not refuse through the anchor what the fit let go."""
+        nothing fitting must not refuse through the anchor what the fit let go. ``was``: the
+        estimate ``fitted`` replaces, whose keys serve when it sends the same messages (the
+        exact fit of a request its bound let go, untouched: a long session's every request
+        digested its 400 messages twice)."""
         # calibration and anchors are the deployment's own (another may count differently)
         where = job.rc.calibration_key
-        # hashing every prefix of a big body: ~20 ms per 9 MB, off the loop
-        keys = await self.fairness.run(job.who, job.size, _prefix_keys, job, fitted)
+        if was is not None and _sends_alike(was.fitted, fitted) and was.keys:
+            keys = was.keys
+        else:
+            # hashing every prefix of a big body: ~20 ms per 9 MB, off the loop
+            keys = await self.fairness.run(job.who, job.size, _prefix_keys, job, fitted)
         hit = await self.calibrator.find_anchor(where, keys)
         if hit is None:
             return fitted.estimate, keys, False
@@ -614,6 +620,12 @@ def _tighter(correction: Correction, actual: int, priced: int, slack: float = 1.
     """``correction`` scaled by how far ``priced`` fell below ``actual`` (never lowered), times
     ``slack``: the one way a correction found low is tightened before fitting again."""
     return correction.scaled(max(1.0, actual / max(1, priced)) * slack)
+
+
+def _sends_alike(a: Fit, b: Fit) -> bool:
+    """Whether two fits send the same messages with the same body: the same objects (a
+    transparent fit passes the request's own through), so the same prefix keys."""
+    return a.messages is b.messages and a.body is b.body
 
 
 def _prefix_keys(job: Job, fitted: Fit) -> tuple[bytes, ...]:
