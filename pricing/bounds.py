@@ -82,6 +82,7 @@ from pricing.framing import frame_message, tools_tokens
 from pricing.messages import Message, TextPart
 from pricing.meter import (
     ImagePrice,
+    Memo,
     MessageCache,
     MessagePressure,
     Pressure,
@@ -535,13 +536,18 @@ def bound_pressure(
     sizes: Sizes | None = None,
     proof: TextBounds | None = None,
     described: bool = True,
+    *,
+    memo: Memo | None = None,
 ) -> Pressure | None:
     """A Pressure whose every part is ≥ the meter's for the same messages (``exact`` False);
     None when the route's tokenizer has no cheap bound. ``proof``: the texts' bounds as a proof
     has tightened them (else their cheap bounds). ``described``: with the texts' content
     classes and per-character counts; without (all prose, no counts), for the meter's own
     weights, which price every class alike and no count (a few byte scans of each text saved,
-    a Python loop over a sample of each text outside ASCII).
+    a Python loop over a sample of each text outside ASCII). ``memo``: the request's, where the
+    messages the message memo had (at their exact price) are left for the exact fit that
+    follows a proof, which then finds them by object (a long session's 400 messages were
+    digested and looked up twice a request).
 
     Raises ImageError for an image the meter would refuse (the same check, the same message)."""
     bound = text_bound(route.tokenizer)
@@ -554,7 +560,15 @@ def bound_pressure(
     prefix = MessageCache.prefix(route)
     prev_role: str | None = None
     for i, message in enumerate(messages):
-        measured = recall(MessageCache.key(message, prev_role, prefix), i)
+        known = memo.get(message, i, prev_role) if memo is not None else None
+        measured = None
+        if known is not None:  # the meter's own price (and its images'), exact
+            measured = known[0]
+            details += known[1]
+        if measured is None:
+            measured = recall(MessageCache.key(message, prev_role, prefix), i)
+            if measured is not None and memo is not None:
+                memo.put(message, prev_role, measured, ())
         if measured is None:
             measured = _bound_message(
                 message, i, route, sizes, tok, text_of, prev_role, details, described

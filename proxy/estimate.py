@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -46,7 +46,7 @@ import anyio.to_thread
 from pricing.bounds import Proof
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, message_wire
-from pricing.meter import measure
+from pricing.meter import Memo, measure
 from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
@@ -101,6 +101,10 @@ class Job:
     who: str = "-"
     #: The body's decoded size: over ``COUNT_THREAD_ABOVE`` every fit of it runs in a thread.
     size: int = 0
+    #: What every fit of it has priced, by object (``pricing.meter.Memo``): a bound's pass
+    #: leaves the messages the message memo had for the exact fit after it. One fit at a time
+    #: (a proof's, then the exact one's: ``Proof`` is not thread-safe either).
+    memo: Memo = field(default_factory=Memo, compare=False)
 
     def fit(self, correction: Correction) -> Fit:
         """The exact fit; the wire's own refusal when nothing the policy allows fits.
@@ -118,7 +122,9 @@ class Job:
         surer: Correction | None = correction
         while surer is not None:
             try:
-                fitted = fit_output(self.request, self.priced, self.policy, surer, self.sizes)
+                fitted = fit_output(
+                    self.request, self.priced, self.policy, surer, self.sizes, self.memo
+                )
             except FitError as exc:
                 refusal, surer = exc, surer.surer()
                 continue
@@ -357,7 +363,7 @@ class Estimator:
 
         A big body no bound proves without counting may be let go on a sample's guess instead
         (``_guessed``)."""
-        args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
+        args = (job.request, job.priced, job.policy, correction, job.sizes, proof, job.memo)
         # (an image that cannot be priced is the client's ``RequestError``: the gateway's 400)
         fitted = None
         if job.size > COUNTING:
@@ -388,7 +394,7 @@ class Estimator:
         only once that count proves it fits (``Estimate.sampled``, ``proxy.gateway``). Else the
         proof counts as before; and when it cannot (no tokenizer to count with), so does the
         fit."""
-        args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
+        args = (job.request, job.priced, job.policy, correction, job.sizes, proof, job.memo)
         if proof.tok is not None:
             run = self.fairness.run
             guess = await run(job.who, job.size, sampled_output, *args, above=COUNTING)
@@ -674,7 +680,7 @@ def _exact_fit(
     proof.complete(side_by_side=False)
     if told is not None:
         try:
-            args = (job.request, job.priced, job.policy, correction, job.sizes, proof)
+            args = (job.request, job.priced, job.policy, correction, job.sizes, proof, job.memo)
             told(bounded_output(*args))
         except Exception:
             told(None)

@@ -28,7 +28,7 @@ from dataclasses import replace
 from pricing.bounds import TextBounds, bound_pressure
 from pricing.calibration import Correction, pressure_features
 from pricing.messages import ChatRequest, TextPart
-from pricing.meter import Pressure, Sizes
+from pricing.meter import Memo, Pressure, Sizes
 from pricing.route import Route
 from strategies.moves import Job, adapt, assemble, fit_moves
 from strategies.policy import FitPolicy, prompt_budget
@@ -58,12 +58,14 @@ def fit(
     policy: FitPolicy,
     correction: Correction | None = None,
     sizes: Sizes | None = None,
+    memo: Memo | None = None,
 ) -> Fit:
-    """Compile ``request`` to fit ``route``; raise FitError when it cannot."""
+    """Compile ``request`` to fit ``route``; raise FitError when it cannot. ``memo``: what was
+    priced of the request already, by object (a bound's pass, an earlier fit of it)."""
     budget = prompt_budget(
         route.context_window, route.max_output_tokens, policy, request.max_output_tokens
     )
-    job = Job(request, route, policy, correction or Correction(), sizes, budget)
+    job = Job(request, route, policy, correction or Correction(), sizes, budget, memo or Memo())
     messages, adapted = adapt(job, request.messages)
     pressure = job.measure(messages)
     # the request's interval, one factor for every part and cut of it (``for_request``)
@@ -100,6 +102,7 @@ def fit_bounded(
     correction: Correction | None = None,
     sizes: Sizes | None = None,
     proof: TextBounds | None = None,
+    memo: Memo | None = None,
 ) -> Fit | None:
     """The transparent fit, proved by a cheap upper bound (``pricing.bounds``) instead of an
     exact count; None when nothing is proved (no bound for the tokenizer, images to adapt, or
@@ -121,14 +124,14 @@ def fit_bounded(
         return None  # adapt would offload some: only the exact path knows which
     correction = correction or Correction()
     bound = (request.messages, request.tools, route, sizes, proof, not correction.neutral)
-    pressure = bound_pressure(*bound)
+    pressure = bound_pressure(*bound, memo=memo)
     if pressure is None:
         return None
     estimate = _bound_estimate(pressure, correction)
     if estimate > budget and proof is not None:
         texts = request_texts(request)
         while estimate > budget and proof.tighten(texts, estimate - budget):
-            pressure = bound_pressure(*bound)
+            pressure = bound_pressure(*bound, memo=memo)
             assert pressure is not None
             estimate = _bound_estimate(pressure, correction)
     if estimate > budget:

@@ -34,7 +34,7 @@ from dataclasses import replace
 from pricing.bounds import Proof, TextBounds
 from pricing.calibration import Correction
 from pricing.messages import ChatRequest
-from pricing.meter import Sizes
+from pricing.meter import Memo, Sizes
 from pricing.route import Route
 from strategies.fit import Fit, FitError, fit, fit_bounded, request_texts
 from strategies.policy import (
@@ -99,9 +99,10 @@ def fit_output(
     policy: FitPolicy,
     correction: Correction | None = None,
     sizes: Sizes | None = None,
+    memo: Memo | None = None,
 ) -> Fit:
     """``fit`` with the reservation settled (``FitReport.output``); FitError (or its
-    ``OutputReserveError``, ``OutputFloorError``) when nothing fits."""
+    ``OutputReserveError``, ``OutputFloorError``) when nothing fits. ``memo``: ``fit``'s."""
     limit = output_limit(route.max_output_tokens, policy, request.max_output_tokens)
     least = request.least_output
     if limit.requested is not None and limit.requested < least:
@@ -110,7 +111,7 @@ def fit_output(
         raise OutputFloorError(route, limit, least)
     try:
         # prompt_budget clamps the client's cap itself: the request goes as it came
-        return _with(fit(request, route, policy, correction, sizes), limit)
+        return _with(fit(request, route, policy, correction, sizes, memo), limit)
     except FitError as exc:
         floor = reserve_floor(limit, policy, least)
         if exc.team_limit is not None:
@@ -119,7 +120,7 @@ def fit_output(
             raise _refusal(exc, limit, floor, policy, least) from None
         low = replace(request, max_output_tokens=floor)  # same messages and body objects
         try:
-            fitted = fit(low, route, policy, correction, sizes)
+            fitted = fit(low, route, policy, correction, sizes, memo)
         except FitError as again:
             raise _refusal(again, limit, floor, policy, least) from None
     shrunk = shrunk_output(limit, route.context_window, policy, fitted.estimate, least)
@@ -142,13 +143,14 @@ def bounded_output(
     correction: Correction | None = None,
     sizes: Sizes | None = None,
     proof: TextBounds | None = None,
+    memo: Memo | None = None,
 ) -> Fit | None:
     """``fit_bounded`` with the (clamped) reservation on its report; a bound proves only a
     transparent fit beside the whole reservation, so nothing is ever shrunk here."""
     limit = output_limit(route.max_output_tokens, policy, request.max_output_tokens)
     if _clamped_below(limit, request.least_output):
         return None  # refused by ``fit_output``
-    fitted = fit_bounded(request, route, policy, correction, sizes, proof)
+    fitted = fit_bounded(request, route, policy, correction, sizes, proof, memo)
     return None if fitted is None else _with(fitted, limit)
 
 
@@ -159,6 +161,7 @@ def sampled_output(
     correction: Correction | None = None,
     sizes: Sizes | None = None,
     proof: Proof | None = None,
+    memo: Memo | None = None,
 ) -> Fit | None:
     """``bounded_output`` on a guess: the long texts a proof could not bound under the budget
     priced from a sample of them (``Proof.sampled``). Not a proof: what it lets go is forwarded
@@ -166,7 +169,7 @@ def sampled_output(
     if proof is None:
         return None
     guess = proof.sampled(request_texts(request))
-    return bounded_output(request, route, policy, correction, sizes, guess)
+    return bounded_output(request, route, policy, correction, sizes, guess, memo)
 
 
 def _with(fitted: Fit, limit: OutputLimit) -> Fit:
