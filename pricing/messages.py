@@ -30,6 +30,7 @@ __all__ = [
     "ToolCall",
     "answer_format",
     "answer_schema",
+    "is_object",
     "lead_text",
     "led_text",
     "media_part",
@@ -252,9 +253,10 @@ def _input_audio(value: Any, where: str) -> ImagePart:
     return ImagePart(url, input_audio=True)
 
 
-def _is_object(value: Any) -> TypeGuard[Mapping[str, Any]]:
+def is_object(value: Any) -> TypeGuard[Mapping[str, Any]]:
     """A JSON object: a decoded body's are dicts, checked first (``isinstance`` against
-    ``Mapping`` is an ABC's check, three of them a message: ~12% of a long session's parse)."""
+    ``Mapping`` is an ABC's check, three of them a message: ~12% of a long session's parse;
+    every wire's parse reads its messages with it)."""
     return type(value) is dict or isinstance(value, Mapping)
 
 
@@ -265,8 +267,8 @@ def _tool_calls(value: Any, param: str) -> tuple[ToolCall, ...]:
         raise RequestError(f"{param} must be a list", param)
     calls = []
     for j, call in enumerate(value):
-        fn = call.get("function") if _is_object(call) else None
-        if not _is_object(fn):
+        fn = call.get("function") if is_object(call) else None
+        if not is_object(fn):
             where = f"{param}[{j}]"
             raise RequestError(f"{where} must be an object with a function", where)
         call_id, name, arguments = call.get("id", ""), fn.get("name"), fn.get("arguments", "")
@@ -282,7 +284,7 @@ def _tool_calls(value: Any, param: str) -> tuple[ToolCall, ...]:
 def parse_message(raw: Any, index: int) -> Message:
     """One chat message. A field's path (``messages[i].content``) is spelt out only for an
     error: built for every message, the paths were a fifth of a 400-message request's parse."""
-    if not _is_object(raw):
+    if not is_object(raw):
         raise RequestError(f"messages[{index}] must be an object", f"messages[{index}]")
     role = raw.get("role")
     if not isinstance(role, str) or role not in ROLES:

@@ -47,6 +47,7 @@ from pricing.messages import (
     TextPart,
     ToolCall,
     answer_format,
+    is_object,
 )
 from proxy.wires.base import ChatField
 
@@ -155,21 +156,30 @@ def _blocks(content: Any, where: str) -> tuple[Mapping[str, Any], ...]:
     if not isinstance(content, list):
         raise RequestError(f"{where} must be a string or a list of content blocks", where)
     for j, block in enumerate(content):
-        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+        if not is_object(block) or not isinstance(block.get("type"), str):
             raise RequestError(f"{where}[{j}] must be an object with a type", f"{where}[{j}]")
     return tuple(content)
 
 
-def _part(block: Mapping[str, Any], where: str) -> Part | None:
-    """The priced part of one non-tool block (None for a tool block, handled apart)."""
+def _at(where: str, j: int | None) -> str:
+    """Block ``j`` of the content at ``where`` (``where`` itself for None). Paths are spelt
+    out for an error (or an image) only: built for every block, they were a fifth of a long
+    session's parse."""
+    return where if j is None else f"{where}[{j}]"
+
+
+def _part(block: Mapping[str, Any], where: str, j: int | None = None) -> Part | None:
+    """The priced part of one non-tool block (None for a tool block, handled apart), block
+    ``j`` of the content at ``where`` (``_at``)."""
     kind = block["type"]
     if kind == "text":
         text = block.get("text")
         if not isinstance(text, str):
-            raise RequestError(f"{where}.text must be a string", f"{where}.text")
+            at = _at(where, j)
+            raise RequestError(f"{at}.text must be a string", f"{at}.text")
         return TextPart(text)
     if kind == "image":
-        return ImagePart(image_url(block, where))
+        return ImagePart(image_url(block, _at(where, j)))
     if kind == "document":
         source = block.get("source")
         if (
@@ -193,10 +203,14 @@ def fallback_text(block: Mapping[str, Any]) -> str:
     return _compact(block)
 
 
-def _result_parts(block: Mapping[str, Any], where: str) -> tuple[Part, ...]:
+def _result_parts(block: Mapping[str, Any], where: str, j: int | None = None) -> tuple[Part, ...]:
+    """The parts of the tool result ``block``, block ``j`` of the content at ``where``."""
     content = block.get("content")
     if content is None or content == "":
         return ()
+    if isinstance(content, str):
+        return (TextPart(content),)
+    where = _at(where, j)
     inner = _blocks(content, f"{where}.content")
     parts = []
     for k, sub in enumerate(inner):
@@ -205,7 +219,7 @@ def _result_parts(block: Mapping[str, Any], where: str) -> tuple[Part, ...]:
                 f"{where}.content[{k}]: a tool_result cannot contain {sub['type']} blocks",
                 f"{where}.content[{k}]",
             )
-        part = _part(sub, f"{where}.content[{k}]")
+        part = _part(sub, f"{where}.content", k)
         assert part is not None
         parts.append(part)
     return tuple(parts)
@@ -231,7 +245,7 @@ def _assistant(
                 )
             calls.append(ToolCall(use_id, name, _compact(block.get("input", {}))))
             continue
-        part = _part(block, f"{where}.content[{j}]")
+        part = _part(block, f"{where}.content", j)
         assert part is not None
         parts.append(part)
     return Message("assistant", tuple(parts), tool_calls=tuple(calls), wire=raw)
@@ -243,22 +257,23 @@ def _user(
     out: list[tuple[Message, Fragment]] = []
     rest: list[Mapping[str, Any]] = []
     parts: list[Part] = []
+    content = f"{where}.content"
     for j, block in enumerate(blocks):
-        at = f"{where}.content[{j}]"
         if block["type"] == "tool_use":
+            at = _at(content, j)
             raise RequestError(f"{at}: tool_use blocks belong in assistant messages", at)
         if block["type"] == "tool_result":
             use_id = block.get("tool_use_id")
             if not isinstance(use_id, str):
+                at = _at(content, j)
                 raise RequestError(f"{at}.tool_use_id must be a string", f"{at}.tool_use_id")
             frag = {"role": "user", "content": [block]}
             lead = TOOL_ERROR if block.get("is_error") is True else ""
-            msg = Message(
-                "tool", _result_parts(block, at), tool_call_id=use_id, wire=frag, lead=lead
-            )
+            parts_of = _result_parts(block, content, j)
+            msg = Message("tool", parts_of, tool_call_id=use_id, wire=frag, lead=lead)
             out.append((msg, Fragment(i, "user", TOOL, (block,))))
             continue
-        part = _part(block, at)
+        part = _part(block, content, j)
         assert part is not None
         parts.append(part)
         rest.append(block)
@@ -274,7 +289,7 @@ def _user(
 
 def _message(raw: Any, i: int) -> list[tuple[Message, Fragment]]:
     where = f"messages[{i}]"
-    if not isinstance(raw, Mapping):
+    if not is_object(raw):
         raise RequestError(f"{where} must be an object", where)
     role = raw.get("role")
     if role not in ("user", "assistant", "system"):
