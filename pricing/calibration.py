@@ -146,7 +146,16 @@ _NEUTRAL = _legacy(1.0, 1.0, 1.0)
 
 
 def message_features(mp: MessagePressure) -> tuple[int, ...]:
-    """One message's features (see ``FEATURES``)."""
+    """One message's features (see ``FEATURES``), kept on it (``MessagePressure.features_memo``)."""
+    kept = mp.features_memo
+    if kept is not None:
+        return kept
+    features = _features(mp)
+    object.__setattr__(mp, "features_memo", features)
+    return features
+
+
+def _features(mp: MessagePressure) -> tuple[int, ...]:
     stats = mp.stats or _NO_STATS
     return (
         *mp.by_class,
@@ -234,14 +243,25 @@ class Correction:
         total: float = sum(map(mul, w, features))
         return math.ceil(total - 1e-9)
 
-    def running_prices(self, head: Sequence[int], rows: Sequence[Sequence[int]]) -> list[int]:
-        """``price`` of ``head`` plus each prefix of ``rows``. The price is linear in the
-        features, so each row is priced once and the prices summed, rather than a vector
-        summed and priced per row: a 400-message prompt's checkpoints cost ~3× less."""
+    def running_prices(self, head: Sequence[int], messages: Sequence[MessagePressure]) -> list[int]:
+        """``price`` of ``head`` plus each prefix of ``messages``' features. The price is linear
+        in the features, so each message is priced once and the prices summed, rather than a
+        vector summed and priced per prefix (a 400-message prompt's checkpoints cost ~3× less);
+        and a message's price is kept on it for these weights (``MessagePressure.price_memo``):
+        a session's earlier messages come back every turn."""
         w = _PRICED_WEIGHTS if self.neutral else self.vector
         if len(w) != len(head):
             raise ValueError(f"{len(head)} features priced by {len(w)} weights")
-        totals = accumulate((sum(map(mul, w, row)) for row in rows), initial=sum(map(mul, w, head)))
+
+        def priced(mp: MessagePressure) -> float:
+            kept = mp.price_memo
+            if kept is not None and kept[0] is w:
+                return kept[1]
+            price: float = sum(map(mul, w, message_features(mp)))
+            object.__setattr__(mp, "price_memo", (w, price))
+            return price
+
+        totals = accumulate(map(priced, messages), initial=sum(map(mul, w, head)))
         next(totals)  # ``head`` alone
         if self.neutral:
             return [int(t) for t in totals]
@@ -462,10 +482,11 @@ def checkpoint_anchors(
     running = [0] * _N
     running[FRAMING] = pressure.tools + pressure.priming
     running[REQUESTS] = 1
-    rows = [message_features(mp) for mp in pressure.messages[:-1]]
+    priced = pressure.messages[:-1]
+    rows = [message_features(mp) for mp in priced]
     mark = correction.price(running) // step
     summed = 0  # rows[:summed] are in ``running``: a prefix's vector only where it anchors
-    for i, price in enumerate(correction.running_prices(running, rows)):
+    for i, price in enumerate(correction.running_prices(running, priced)):
         if price // step > mark:
             mark = price // step
             share = math.floor(actual * price / full)

@@ -106,6 +106,16 @@ class MessagePressure:
     #: (the rest is a stand-in rule's price of images whose size is known). Calibration never
     #: prices these below that worst case: the next unknown image may be the largest.
     unsized: int = 0
+    #: ``pricing.calibration.message_features`` of it, and its price under the last weights
+    #: that priced it (``Correction.running_prices``), kept by their first calls: a memoised
+    #: message (``MessageCache``) comes back every turn of a session, and its anchors priced
+    #: its 400 messages anew (~0.6 ms a request). Memos, not data: never compared or copied.
+    features_memo: tuple[int, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    price_memo: tuple[tuple[float, ...], float] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def total(self) -> int:

@@ -126,6 +126,8 @@ def test_an_exact_meter_is_never_corrected_below_itself():
 
 # -- issue 18: defaulted parts, features, checkpoint anchors -----------------------------------
 
+from dataclasses import replace  # noqa: E402
+
 from feature_samples import INDEX as _I  # noqa: E402
 from feature_samples import features as _features  # noqa: E402
 from feature_samples import sample as _sample  # noqa: E402
@@ -134,8 +136,11 @@ from pricing.calibration import (  # noqa: E402
     FEATURES,
     _project,
     checkpoint_anchors,
+    message_features,
     pressure_features,
 )
+from pricing.content import CLASSES, STATS  # noqa: E402
+from pricing.meter import MessagePressure  # noqa: E402
 
 
 def test_tokens_priced_by_default_never_move_the_other_factors():
@@ -196,28 +201,44 @@ def test_checkpoint_anchors_give_the_head_its_share_of_the_truth():
     assert counts == sorted(set(counts))
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.integers(-16, 64), min_size=len(FEATURES), max_size=len(FEATURES)),
-    st.lists(
-        st.lists(st.integers(0, 5000), min_size=len(FEATURES), max_size=len(FEATURES)),
-        max_size=40,
-    ),
-    st.booleans(),
+_COUNT = st.integers(0, 5000)
+_PRESSURES = st.builds(
+    MessagePressure,
+    index=st.integers(0, 50),
+    role=st.sampled_from(["user", "assistant", "tool"]),
+    text=_COUNT,
+    framing=st.integers(0, 40),
+    images=_COUNT,
+    classes=st.lists(_COUNT, min_size=len(CLASSES), max_size=len(CLASSES)).map(tuple),
+    calls=st.integers(0, 4),
+    stats=st.lists(_COUNT, min_size=len(STATS), max_size=len(STATS)).map(tuple),
 )
+_EIGHTHS = st.lists(st.integers(-16, 64), min_size=len(FEATURES), max_size=len(FEATURES))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_EIGHTHS, _EIGHTHS, st.lists(_PRESSURES, max_size=40), st.booleans())
 def test_running_prices_are_each_prefix_priced_whole(
-    eighths: list[int], rows: list[list[int]], neutral: bool
+    eighths: list[int], others: list[int], messages: list[MessagePressure], neutral: bool
 ) -> None:
-    """The checkpoints' prefix prices (summed row by row) are what pricing each prefix's summed
-    features would give. Weights in eighths: both sums are exact in binary floating point."""
-    correction = Correction() if neutral else Correction(weights=tuple(e / 8 for e in eighths))
+    """The checkpoints' prefix prices (summed message by message) are what pricing each
+    prefix's summed features would give — and again, from each message's kept price, and under
+    other weights after it (a refit's: a price kept for the first weights is not theirs).
+    Weights in eighths: both sums are exact in binary floating point."""
     head = [0] * len(FEATURES)
     head[_I["framing"]], head[_I["requests"]] = 7, 1
-    running, expected = head, []
-    for row in rows:
-        running = [a + b for a, b in zip(running, row, strict=True)]
-        expected.append(correction.price(running))
-    assert correction.running_prices(head, rows) == expected
+    for weights in (eighths, eighths, others):
+        correction = Correction() if neutral else Correction(weights=tuple(e / 8 for e in weights))
+        running, expected = head, []
+        for mp in messages:
+            running = [a + b for a, b in zip(running, _features_of(mp), strict=True)]
+            expected.append(correction.price(running))
+        assert correction.running_prices(head, messages) == expected
+
+
+def _features_of(mp: MessagePressure) -> list[int]:
+    """A message's features as a fresh copy would have them (none of its memos)."""
+    return list(message_features(replace(mp)))
 
 
 def test_a_prompts_kept_features_are_its_own_and_never_a_copys() -> None:
@@ -243,7 +264,7 @@ def test_a_prompts_kept_features_are_its_own_and_never_a_copys() -> None:
 import json  # noqa: E402
 import re  # noqa: E402
 
-from pricing.content import STATS, profile  # noqa: E402
+from pricing.content import profile  # noqa: E402
 from pricing.messages import parse_request  # noqa: E402
 from pricing.meter import measure  # noqa: E402
 from pricing.route import Route  # noqa: E402
