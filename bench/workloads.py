@@ -125,3 +125,32 @@ def anthropic_small(model: str, stream: bool = False) -> str:
     if stream:
         body["stream"] = True
     return json.dumps(body)
+
+
+def anthropic_session(model: str, steps: int = 200) -> str:
+    """``openai_session``'s agent on the Messages wire, as Claude Code sends it: each step an
+    assistant ``tool_use`` and a user ``tool_result``, the tools and the system prompt the same
+    in every request, the new user turn carrying the nonce."""
+    messages: list[dict[str, object]] = [
+        {"role": "user", "content": "Find and fix the failing test."}
+    ]
+    for i in range(steps):
+        use = {"type": "tool_use", "id": f"toolu_{i}", "name": "read_file"}
+        call = {**use, "input": {"path": f"src/m{i}.py"}}
+        messages.append({"role": "assistant", "content": [call]})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": text(150, i)}
+        messages.append({"role": "user", "content": [result]})
+    messages.append({"role": "user", "content": "Step @@NONCE@@: what next?"})
+    tool = {
+        "name": "read_file",
+        "description": "Read a file of the repository.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+    body = {
+        "model": model,
+        "system": "You are a coding agent. Use the tools.",
+        "tools": [tool],
+        "messages": messages,
+        "max_tokens": 64,
+    }
+    return json.dumps(body)
