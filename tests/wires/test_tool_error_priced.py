@@ -109,16 +109,19 @@ def body(outputs: list[str], failed: list[bool], model: str = "chat") -> dict[st
         {"type": "tool_result", "tool_use_id": f"t{i}", "content": text, "is_error": bad}
         for i, (text, bad) in enumerate(zip(outputs, failed, strict=True))
     ]
-    return {
-        "model": model,
-        "max_tokens": 50,
-        "tools": TOOLS,
-        "messages": [
+    return _request(
+        model,
+        [
             {"role": "user", "content": "run them"},
             {"role": "assistant", "content": calls},
             {"role": "user", "content": results},
         ],
-    }
+    )
+
+
+def _request(model: str, messages: list[dict[str, Any]], max_tokens: int = 50) -> dict[str, Any]:
+    """A Messages request of ``messages`` with the one tool they call."""
+    return {"model": model, "max_tokens": max_tokens, "tools": TOOLS, "messages": messages}
 
 
 def two_rounds(old: str, failed: bool, model: str) -> dict[str, Any]:
@@ -133,18 +136,16 @@ def two_rounds(old: str, failed: bool, model: str) -> dict[str, Any]:
 
     first = {"type": "tool_result", "tool_use_id": "t0", "content": old, "is_error": failed}
     second = {"type": "tool_result", "tool_use_id": "t1", "content": "done"}
-    return {
-        "model": model,
-        "max_tokens": 50,
-        "tools": TOOLS,
-        "messages": [
+    return _request(
+        model,
+        [
             {"role": "user", "content": "run them"},
             call(0),
             {"role": "user", "content": [first]},
             call(1),
             {"role": "user", "content": [second, {"type": "text", "text": "what failed?"}]},
         ],
-    }
+    )
 
 
 def dry_run(gw: Any, sent: dict[str, Any], wire: str = "messages") -> dict[str, Any]:
@@ -330,18 +331,17 @@ def session(notes: int, failed: bool) -> dict[str, Any]:
         {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"exit {i}", "is_error": failed}
         for i in range(RESULTS)
     ]
-    return {
-        "model": "tiny",
-        "max_tokens": 64,
-        "tools": TOOLS,
-        "messages": [
+    return _request(
+        "tiny",
+        [
             {"role": "user", "content": "Run the checks."},
             {"role": "assistant", "content": "Noted."},
             {"role": "user", "content": "note " * notes},
             {"role": "assistant", "content": [{"type": "text", "text": "Running."}, *calls]},
             {"role": "user", "content": [*results, {"type": "text", "text": "Which failed?"}]},
         ],
-    }
+        max_tokens=64,
+    )
 
 
 def test_the_markers_never_overflow_a_provider_that_counts_them(
