@@ -45,6 +45,7 @@ from pricing.messages import (
     TextPart,
     ToolCall,
     answer_schema,
+    is_object,
 )
 from pricing.recordings import is_recording
 from proxy.wires.base import ChatField
@@ -177,7 +178,7 @@ def _sampling(part: Mapping[str, Any], at: str) -> str:
 
 def _media(part: Mapping[str, Any], at: str) -> Part | None:
     inline = part.get("inlineData") or part.get("inline_data")
-    if isinstance(inline, Mapping):
+    if is_object(inline):
         data = inline.get("data")
         if not isinstance(data, str):
             raise RequestError(f"{at}.inlineData.data must be a base64 string", f"{at}.inlineData")
@@ -185,7 +186,7 @@ def _media(part: Mapping[str, Any], at: str) -> Part | None:
         url = f"data:{mime}{_sampling(part, at)};base64,{_standard(data)}"
         return _image(mime, url, f"{at}.inlineData", _part_level(part, at))
     file = part.get("fileData") or part.get("file_data")
-    if isinstance(file, Mapping):
+    if is_object(file):
         uri = file.get("fileUri", file.get("file_uri"))
         if not isinstance(uri, str):
             raise RequestError(f"{at}.fileData.fileUri must be a string", f"{at}.fileData")
@@ -219,7 +220,7 @@ def _at_level(messages: list[Message], level: str) -> list[Message]:
 
 
 def _part(part: Any, at: str) -> Mapping[str, Any]:
-    if not isinstance(part, Mapping):
+    if not is_object(part):
         raise RequestError(f"{at} must be an object", at)
     return part
 
@@ -290,7 +291,7 @@ def _response_parts(fn: Mapping[str, Any], at: str) -> tuple[Part, ...]:
 
 def _content(content: Any, i: int, pairing: _Pairing) -> list[Message]:
     at = f"contents[{i}]"
-    if not isinstance(content, Mapping):
+    if not is_object(content):
         raise RequestError(f"{at} must be an object", at)
     role = content.get("role", "user")
     role = "user" if role == "" else role  # Google reads an empty role as the user's
@@ -306,9 +307,9 @@ def _content(content: Any, i: int, pairing: _Pairing) -> list[Message]:
         pat = f"{at}.parts[{j}]"
         part = _part(item, pat)
         call, response = part.get("functionCall"), part.get("functionResponse")
-        if isinstance(call, Mapping) and role == "model":
+        if is_object(call) and role == "model":
             calls.append(pairing.call(call, (i, j), pat))
-        elif isinstance(response, Mapping):
+        elif is_object(response):
             call_id = pairing.answer(response, (i, j), pat)
             lead = "" if call_id in pairing.announced else FUNCTION_RESPONSE
             said = _response_parts(response, pat)

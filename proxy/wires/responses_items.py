@@ -44,6 +44,7 @@ from pricing.messages import (
     TextPart,
     ToolCall,
     answer_format,
+    is_object,
 )
 from proxy.wires.base import ChatField
 
@@ -98,7 +99,7 @@ def _content_parts(content: Any, where: str) -> tuple[Part, ...]:
     parts: list[Part] = []
     for j, part in enumerate(content):
         at = f"{where}[{j}]"
-        if not isinstance(part, Mapping):
+        if not is_object(part):
             raise RequestError(f"{at} must be an object", at)
         kind = part.get("type")
         if not isinstance(kind, str):
@@ -162,7 +163,7 @@ def _model_side_parts(item: Mapping[str, Any], kind: str, at: str) -> tuple[Part
 
 
 def _kind(item: Any, at: str) -> str:
-    if not isinstance(item, Mapping):
+    if not is_object(item):
         raise RequestError(f"{at} must be an object", at)
     kind = item.get("type")
     if kind is None and "role" in item:
