@@ -305,11 +305,16 @@ class ResponsesWire:
 
 
 def _promise(request: ChatRequest, response: dict[str, Any]) -> bool:
-    """The one place an answer's ``store`` is set: false when routefit does not keep it (a
+    """An answer's ``store`` held to what routefit keeps: false when it does not keep it (a
     bound of 0, the client's ``store: false``, an answer the bound cannot hold), whatever the
     provider's answer or the request's default said, since ``previous_response_id`` naming it
     would be a 404. True when it was changed (a passthrough body is then written anew)."""
-    if _request(request).keeps is not None or response.get("store") is False:
+    return _request(request).keeps is None and _not_kept(response)
+
+
+def _not_kept(response: dict[str, Any]) -> bool:
+    """The one place an answer's ``store`` is set (false); True when that changed it."""
+    if response.get("store") is False:
         return False
     response["store"] = False
     return True
@@ -319,8 +324,7 @@ def unkept(body: bytes) -> bytes:
     """A whole answer's body saying ``store: false``: one handed over to be kept, which its
     store write then missed (``proxy.responses_store.Keeper.answered``)."""
     response = orjson.loads(body)
-    response["store"] = False
-    return orjson.dumps(response)
+    return orjson.dumps(response) if _not_kept(response) else body
 
 
 def _promised(request: ChatRequest, event: bytes) -> bytes:
