@@ -561,11 +561,10 @@ def bound_pressure(
     prev_role: str | None = None
     for i, message in enumerate(messages):
         known = memo.get(message, i, prev_role) if memo is not None else None
-        measured = None
         if known is not None:  # the meter's own price (and its images'), exact
-            measured = known[0]
+            measured: MessagePressure | None = known[0]
             details += known[1]
-        if measured is None:
+        else:
             measured = recall(MessageCache.key(message, prev_role, prefix), i)
             if measured is not None and memo is not None:
                 memo.put(message, prev_role, measured, ())

@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from pricing.bounds import Proof
+from pricing.bounds import Proof, TextBounds
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, message_wire
 from pricing.meter import Memo, measure
@@ -132,6 +132,17 @@ class Job:
                 return fitted
             return replace(fitted, report=replace(fitted.report, on_meter=True))
         raise self.wire.overflow(refusal) from None
+
+    def bounded(self, correction: Correction, proof: TextBounds) -> Fit | None:
+        """The fit its bound proves (``strategies.output.bounded_output``), tightened by
+        ``proof``; None when it proves none."""
+        args = (self.priced, self.policy, correction, self.sizes, proof, self.memo)
+        return bounded_output(self.request, *args)
+
+    def sampled(self, correction: Correction, proof: Proof) -> Fit | None:
+        """The fit a sample of its long texts guesses (``strategies.output.sampled_output``)."""
+        args = (self.priced, self.policy, correction, self.sizes, proof, self.memo)
+        return sampled_output(self.request, *args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +374,6 @@ class Estimator:
 
         A big body no bound proves without counting may be let go on a sample's guess instead
         (``_guessed``)."""
-        args = (job.request, job.priced, job.policy, correction, job.sizes, proof, job.memo)
         # (an image that cannot be priced is the client's ``RequestError``: the gateway's 400)
         fitted = None
         if job.size > COUNTING:
@@ -372,13 +382,13 @@ class Estimator:
             # thread hop for them cost 10-17% more CPU). A proof that must count goes off the
             # loop, on from what this pass found.
             proof.may_count = False
-            fitted = await self.fairness.run(job.who, job.size, bounded_output, *args)
+            fitted = await self.fairness.run(job.who, job.size, job.bounded, correction, proof)
             proof.may_count = True
             if fitted is None:
                 return await self._guessed(job, correction, team, started, proof)
         if fitted is None:
             fitted = await self.fairness.run(
-                job.who, job.size, bounded_output, *args, above=COUNTING
+                job.who, job.size, job.bounded, correction, proof, above=COUNTING
             )
         if fitted is None:
             return None
@@ -394,15 +404,15 @@ class Estimator:
         only once that count proves it fits (``Estimate.sampled``, ``proxy.gateway``). Else the
         proof counts as before; and when it cannot (no tokenizer to count with), so does the
         fit."""
-        args = (job.request, job.priced, job.policy, correction, job.sizes, proof, job.memo)
         if proof.tok is not None:
             run = self.fairness.run
-            guess = await run(job.who, job.size, sampled_output, *args, above=COUNTING)
+            guess = await run(job.who, job.size, job.sampled, correction, proof, above=COUNTING)
             if guess is not None:
                 let_go = await self._let_go(job, guess, correction, team, started, proof, True)
                 if let_go is not None:
                     return let_go
-        fitted = await self.fairness.run(job.who, job.size, bounded_output, *args, above=COUNTING)
+        run = self.fairness.run
+        fitted = await run(job.who, job.size, job.bounded, correction, proof, above=COUNTING)
         if fitted is None:
             return None
         return await self._let_go(job, fitted, correction, team, started, proof)
@@ -680,8 +690,7 @@ def _exact_fit(
     proof.complete(side_by_side=False)
     if told is not None:
         try:
-            args = (job.request, job.priced, job.policy, correction, job.sizes, proof, job.memo)
-            told(bounded_output(*args))
+            told(job.bounded(correction, proof))
         except Exception:
             told(None)
             raise
