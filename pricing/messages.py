@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from pricing.documents import MEDIA_TYPE, file_data, is_document
+from pricing.parsed import once
 from pricing.recordings import input_audio_of, input_audio_url, is_recording
 from pricing.recordings import note as recording_note
 
@@ -420,8 +421,10 @@ def _tools(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     return (*tools, *answer_format(body.get("response_format")))
 
 
-def parse_request(body: Any) -> ChatRequest:
-    """Validate an OpenAI chat-completions body; raise RequestError naming the bad field."""
+def parse_request(body: Any, scope: bytes | None = None) -> ChatRequest:
+    """Validate an OpenAI chat-completions body; raise RequestError naming the bad field.
+    ``scope``: the tenant whose body it is, whose messages parsed before are taken from the
+    memo of parsed messages (``pricing.parsed``); None: every message parsed afresh."""
     if not isinstance(body, Mapping):
         raise RequestError("the request body must be a JSON object")
     messages = body.get("messages")
@@ -431,9 +434,10 @@ def parse_request(body: Any) -> ChatRequest:
     if not isinstance(model, str):
         raise RequestError("model must be a string", "model")
     _check_options(body)
+    parse = parse_message if scope is None else once(parse_message, b"c", scope)
     return ChatRequest(
         model=model,
-        messages=tuple(parse_message(m, i) for i, m in enumerate(messages)),
+        messages=tuple(parse(m, i) for i, m in enumerate(messages)),
         tools=_tools(body),
         max_output_tokens=_max_output(body),
         body=body,

@@ -135,7 +135,8 @@ class AnthropicWire:
     generated = delta_fields("text", "partial_json", "thinking")
 
     def parse(self, ctx: RequestContext) -> ChatRequest:
-        return parse_anthropic(ctx.body, count_only=ctx.counting)
+        # a session's earlier messages as parsed the turn before (``pricing.parsed``)
+        return parse_anthropic(ctx.body, count_only=ctx.counting, scope=ctx.scope)
 
     def streams(self, request: ChatRequest) -> bool:
         return bool(request.body.get("stream"))

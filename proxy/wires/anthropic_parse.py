@@ -49,6 +49,7 @@ from pricing.messages import (
     answer_format,
     is_object,
 )
+from pricing.parsed import once
 from proxy.wires.base import ChatField
 
 __all__ = [
@@ -316,6 +317,14 @@ def _message(raw: Any, i: int) -> list[tuple[Message, Fragment]]:
     return _user(raw, blocks, i, where)
 
 
+def _placed(pairs: list[tuple[Message, Fragment]], i: int) -> list[tuple[Message, Fragment]]:
+    """Message ``i``'s pairs; a memoised parse's were made where the message was then (the
+    list is the memo's: read, never changed)."""
+    if pairs[0][1].index == i:
+        return pairs
+    return [(m, Fragment(i, f.role, f.kind, f.blocks)) for m, f in pairs]
+
+
 def _system(body: Mapping[str, Any]) -> list[tuple[Message, Fragment]]:
     system = body.get("system")
     if system is None or system == "" or system == []:
@@ -371,8 +380,12 @@ def _max_tokens(body: Mapping[str, Any], required: bool) -> int | None:
     return value
 
 
-def parse_anthropic(body: Any, *, count_only: bool = False) -> AnthropicRequest:
-    """Validate a Messages body (``count_only``: a count_tokens body, no ``max_tokens``)."""
+def parse_anthropic(
+    body: Any, *, count_only: bool = False, scope: bytes | None = None
+) -> AnthropicRequest:
+    """Validate a Messages body (``count_only``: a count_tokens body, no ``max_tokens``).
+    ``scope``: the tenant whose body it is, whose messages parsed before are taken from the
+    memo of parsed messages (``pricing.parsed``); None: every message parsed afresh."""
     if not isinstance(body, Mapping):
         raise RequestError("the request body must be a JSON object")
     model = body.get("model", "")
@@ -385,8 +398,9 @@ def parse_anthropic(body: Any, *, count_only: bool = False) -> AnthropicRequest:
     if stream is not None and not isinstance(stream, bool):
         raise RequestError("stream must be a boolean", "stream")
     pairs = _system(body)
+    parse = _message if scope is None else once(_message, b"m", scope)
     for i, raw in enumerate(raw_messages):
-        pairs.extend(_message(raw, i))
+        pairs.extend(_placed(parse(raw, i), i))
     messages = tuple(m for m, _ in pairs)
     counts: dict[int, int] = {}
     for _, frag in pairs:

@@ -179,6 +179,12 @@ class RequestContext:
     #: parses (``Stored``); None for a stateless wire.
     stored: Stored | None = None
 
+    @property
+    def scope(self) -> bytes:
+        """Whose prompt this is, as the memos of prompt-derived facts key it (``Route.scope``:
+        the team's id; empty when routefit runs open, one tenant)."""
+        return self.team.id.encode() if self.team is not None else b""
+
 
 class StreamFailed(Exception):
     """The provider's own error inside a stream: the gateway ends the stream with the wire's

@@ -124,7 +124,8 @@ class ChatWire:
     generated = delta_fields("content", "reasoning_content", "reasoning", "refusal", "arguments")
 
     def parse(self, ctx: RequestContext) -> ChatRequest:
-        return parse_request(ctx.body)
+        # a session's earlier messages as parsed the turn before (``pricing.parsed``)
+        return parse_request(ctx.body, ctx.scope)
 
     def streams(self, request: ChatRequest) -> bool:
         return bool(request.body.get("stream"))
