@@ -40,7 +40,9 @@ def group_units(messages: Sequence[Message]) -> tuple[Unit, ...]:
 
     A tool message joins the unit before it when that unit is a tool-calling one (so an orphan
     that arrived orphaned is never separated further from where it stood); otherwise it is a
-    unit of its own, as is every other message.
+    unit of its own, as is every other message. A final assistant message without tool calls (a
+    prefill) joins the unit before it: the newest unit is then what the model answers, and the
+    tool round that answers is kept with it (``protected_units``), as without the prefill.
     """
     units: list[Unit] = []
     start = 0
@@ -55,6 +57,10 @@ def group_units(messages: Sequence[Message]) -> tuple[Unit, ...]:
         start = i
         calling = bool(message.tool_calls)
     if messages:
+        last = messages[-1]
+        prefill = last.role == "assistant" and not last.tool_calls
+        if units and prefill and start == len(messages) - 1:
+            start = units.pop().start
         units.append(Unit(start, len(messages)))
     return tuple(units)
 
