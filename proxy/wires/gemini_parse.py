@@ -219,6 +219,13 @@ def _at_level(messages: list[Message], level: str) -> list[Message]:
     ]
 
 
+def _either(part: Mapping[str, Any], camel: str, snake: str) -> Any:
+    """A part's field in either spelling Google reads (``functionCall`` / ``function_call``):
+    its JSON parser takes the proto's own field names as well as their camel case."""
+    value = part.get(camel)
+    return part.get(snake) if value is None else value
+
+
 def _part(part: Any, at: str) -> Mapping[str, Any]:
     if not is_object(part):
         raise RequestError(f"{at} must be an object", at)
@@ -306,7 +313,8 @@ def _content(content: Any, i: int, pairing: _Pairing) -> list[Message]:
     for j, item in enumerate(raw):
         pat = f"{at}.parts[{j}]"
         part = _part(item, pat)
-        call, response = part.get("functionCall"), part.get("functionResponse")
+        call = _either(part, "functionCall", "function_call")
+        response = _either(part, "functionResponse", "function_response")
         if is_object(call) and role == "model":
             calls.append(pairing.call(call, (i, j), pat))
         elif is_object(response):
@@ -499,15 +507,19 @@ def _places(contents: list[Any], wire: Mapping[str, Any], root: str) -> tuple[st
             return at, [
                 (f"{at}.parts[{j}]", part)
                 for j, part in enumerate(parts)
-                if not (isinstance(part.get("functionCall"), Mapping) and role == "model")
-                and not isinstance(part.get("functionResponse"), Mapping)
+                if not (
+                    isinstance(_either(part, "functionCall", "function_call"), Mapping)
+                    and role == "model"
+                )
+                and not isinstance(_either(part, "functionResponse", "function_response"), Mapping)
                 and _plain(part, at) is not None
             ]
         for j, part in enumerate(parts):
             if part is wire:
                 home = f"{at}.parts[{j}]"
-                fn = part["functionResponse"]
-                inner = f"{home}.functionResponse"
+                key = "functionResponse" if "functionResponse" in part else "function_response"
+                fn = part[key]
+                inner = f"{home}.{key}"
                 return home, [
                     (inner, fn),  # the response itself, priced as its JSON
                     *(

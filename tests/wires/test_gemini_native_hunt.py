@@ -197,3 +197,57 @@ def test_a_key_in_the_query_never_leaves_routefit_nor_comes_back(native: Native)
     assert refused.status_code == 401
     assert refused.json()["error"]["status"] == "UNAUTHENTICATED"
     assert wrong not in refused.text and wrong[-12:] not in refused.text
+
+
+# -- snake_case function calls and responses ---------------------------------------------------
+
+
+def _snake_session(turns: int, size: int) -> list[dict[str, Any]]:
+    """``_long_session``'s rounds with the parts spelled as Google's proto names them
+    (``function_call`` / ``function_response``), which its JSON parser takes as well."""
+    contents: list[dict[str, Any]] = []
+    for i in range(turns):
+        contents += [
+            {"role": "user", "parts": [{"text": f"step {i}: read the next file"}]},
+            {"role": "model", "parts": [{"function_call": {"name": "read_file", "args": {}}}]},
+            {
+                "role": "user",
+                "parts": [
+                    {
+                        "function_response": {
+                            "name": "read_file",
+                            "response": {"output": f"line {i} of a long file\n" * size},
+                        }
+                    }
+                ],
+            },
+        ]
+    return [*contents, {"role": "user", "parts": [{"text": "now summarise what you read"}]}]
+
+
+def _calls(content: dict[str, Any]) -> int:
+    return sum("functionCall" in p or "function_call" in p for p in content["parts"])
+
+
+def _responses(content: dict[str, Any]) -> int:
+    return sum("functionResponse" in p or "function_response" in p for p in content["parts"])
+
+
+def test_snake_case_calls_keep_their_responses_when_the_fit_cuts(native: Native):
+    """``function_call`` / ``function_response`` parts are a call and its response, as their
+    camel-case spelling is: the fit keeps or removes them together. They were read as text, so
+    the fit elided a round's call and kept its response (Google's 400: a function response
+    turn must come right after a function call turn), or rewrote the response as text."""
+    body = {"contents": _snake_session(12, 300)}
+    reply = native.client.post(
+        "/v1beta/models/gem-small:generateContent", headers=HEADERS, json=body
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-routefit-actions"] != "none"
+    contents = json.loads(native.sent().content)["contents"]
+    for i, content in enumerate(contents):
+        if _responses(content):
+            assert i and _calls(contents[i - 1]) == _responses(content), contents[i - 1 : i + 1]
+        if _calls(content):
+            assert i + 1 < len(contents) and _responses(contents[i + 1]) == _calls(content)
+    assert contents[-1]["parts"] == body["contents"][-1]["parts"]

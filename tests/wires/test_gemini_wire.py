@@ -437,3 +437,26 @@ def test_a_chat_stream_ending_cleanly_without_a_finish_reason_ends_with_stop(usa
         assert sent[-1]["usageMetadata"]["candidatesTokenCount"] == 2
     else:
         assert "usageMetadata" not in sent[-1]
+
+
+def test_snake_case_calls_and_responses_reach_chat_as_calls(client: TestClient, sim: SimServer):
+    """Google's JSON parser takes the proto's field names (``function_call``,
+    ``function_response``) as well as camel case; they reach a chat route as a call and the tool
+    message answering it, not as JSON text in an assistant and a user message."""
+    contents = [
+        {"role": "user", "parts": [{"text": "read a.txt"}]},
+        {"role": "model", "parts": [{"function_call": {"name": "read_file", "args": {"p": "a"}}}]},
+        {"role": "user", "parts": [{"function_response": {"name": "read_file",
+                                                           "response": {"output": "A!"}}}]},
+    ]  # fmt: skip
+    reply = client.post(GEN, headers=HEADERS, json={"contents": contents, "tools": TOOLS})
+    assert reply.status_code == 200, reply.text
+    sent = _sent(sim)["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    call = sent[1]["tool_calls"][0]
+    assert call["function"]["name"] == "read_file" and json.loads(
+        call["function"]["arguments"]
+    ) == {"p": "a"}
+    assert sent[2]["tool_call_id"] == call["id"] and json.loads(sent[2]["content"]) == {
+        "output": "A!"
+    }
