@@ -467,10 +467,12 @@ def checkpoint_anchors(
     """(message count, anchor) for checkpoint prefixes of a prompt the provider counted.
 
     Checkpoints are the message boundaries where the prompt's corrected price crosses a
-    multiple of max(``quantum``, total / ``most``). A prefix gets the provider's count in
-    proportion to its corrected share: exact when the bias is uniform, and without the
-    conservative scale-up's direction flipping (subtracting an over-estimated tail would
-    under-estimate the head). After a cut changed the tail, the head is anchored here.
+    multiple of max(``quantum``, total / ``most``), the first at one step (never 0: a head the
+    weights price below nothing is no reason to anchor a first message). A prefix gets the
+    provider's count in proportion to its corrected share (none when that rounds to 0): exact
+    when the bias is uniform, and without the conservative scale-up's direction flipping
+    (subtracting an over-estimated tail would under-estimate the head). After a cut changed
+    the tail, the head is anchored here.
     ``features``: the prompt's ``pressure_features``, when the caller has them already.
     """
     n = len(pressure.messages)
@@ -484,12 +486,16 @@ def checkpoint_anchors(
     running[REQUESTS] = 1
     priced = pressure.messages[:-1]
     rows = [message_features(mp) for mp in priced]
-    mark = correction.price(running) // step
+    # from 0: a head priced under nothing (a fitted weight per request may be negative) made
+    # the first message a checkpoint however little it cost, its share of the count 0 or a few
+    mark = max(0, correction.price(running) // step)
     summed = 0  # rows[:summed] are in ``running``: a prefix's vector only where it anchors
     for i, price in enumerate(correction.running_prices(running, priced)):
         if price // step > mark:
             mark = price // step
             share = math.floor(actual * price / full)
+            if share <= 0:  # a count of a few tokens for all (``full`` ≥ 16×): no count of this
+                continue
             running = list(map(sum, zip(running, *rows[summed : i + 1], strict=True)))
             summed = i + 1
             feats = _vector(running)

@@ -201,6 +201,35 @@ def test_checkpoint_anchors_give_the_head_its_share_of_the_truth():
     assert counts == sorted(set(counts))
 
 
+def test_a_checkpoint_is_never_a_prefix_priced_under_the_step():
+    """A route's fitted weight per request may be negative (the provider adds less than the
+    meter's framing: range down to -64), so the head alone (tools, priming, the request) may be
+    priced under 0. The first checkpoint is still the first multiple of the step above 0: a
+    first message priced at 0 (or a few tokens) is no checkpoint — its share of the count was
+    0, an anchor the lookup refused as absurd (seen on Gemini sessions), or a few tokens, an
+    anchor that priced a new session from nearly nothing, without its interval."""
+    from pricing.meter import Pressure
+
+    counted = ("messages", "calls", "requests", *STATS)  # priced by the neutral weights at 0
+    weights = [0.0 if k in counted else 1.0 for k in FEATURES]
+    weights[_I["requests"]] = -10.0  # the head: 3 tokens of priming - 10 = -7
+    correction = Correction(samples=50, weights=tuple(weights))
+    first = MessagePressure(0, "user", 3, 4, 0, (3, 0, 0, 0, 0))  # priced -7 + 7 = 0
+    rest = tuple(MessagePressure(i, "user", 400, 4, 0, (400, 0, 0, 0, 0)) for i in range(1, 8))
+    p = Pressure("r", (first, *rest), tools=0, priming=3, image_details=(), exact=False)
+    full = correction.price(pressure_features(p))
+    anchors = checkpoint_anchors(p, 3000, correction)
+    assert anchors and all(a.actual > 0 for _, a in anchors)
+    step = max(512, full // 16)
+    assert all(correction.price(pressure_features(p, n)) >= step for n, _ in anchors)
+    for n, a in anchors:
+        assert a.actual == 3000 * correction.price(pressure_features(p, n)) // full
+    # and a prefix whose share of a count (here an absurd 2) rounds to none is not anchored
+    few = checkpoint_anchors(p, 2, correction)
+    assert [a.actual for _, a in few] == [1] * len(few)
+    assert len(few) < len(anchors)
+
+
 _COUNT = st.integers(0, 5000)
 _PRESSURES = st.builds(
     MessagePressure,

@@ -339,6 +339,39 @@ async def test_an_observed_count_is_a_sample_and_anchors_its_prompt_and_checkpoi
     assert calibrator.queue.get_nowait()[1:] == (None, None, ())
 
 
+async def test_a_route_learnt_to_cost_less_per_request_anchors_no_tiny_first_message() -> None:
+    """Honest samples of a provider that adds 6 tokens less framing per request than the meter
+    fit a negative weight per request: the head alone (priming, the request) is priced under 0.
+    A first message of a few tokens was then a checkpoint, its share of the count 0 (the lookup
+    refused it as absurd: Gemini sessions that began alike, ~100 in 300) or a few tokens (a new
+    session anchored on it was priced without its interval)."""
+    from pricing.meter import MessagePressure
+
+    n = len(FEATURES)
+    at = {k: FEATURES.index(k) for k in ("prose", "framing", "messages", "requests")}
+    samples = []
+    for i in range(60):
+        m, t = 1 + i % 6, 3 + (i * 67) % 400
+        v = [0] * n
+        v[at["prose"]], v[at["framing"]], v[at["messages"]], v[at["requests"]] = t, 3 + 4 * m, m, 1
+        samples.append(Sample("r", float(i), t, 3 + 4 * m, 0, 0, m, 0, False, t + 4 * m - 3,
+                              0, tuple(v)))  # fmt: skip
+    calibrator = Calibrator(SqliteStore(":memory:"), Metrics())
+    calibrator.track({"r": False})
+    calibrator.routes["r"].correction = learnt = fit_correction(samples, exact=False)
+    head = [0] * n
+    head[at["framing"]], head[at["requests"]] = 3, 1
+    assert learnt.price(head) < 0
+    first = MessagePressure(0, "user", 3, 4, 0, (3, 0, 0, 0, 0))
+    rest = tuple(MessagePressure(i, "user", 400, 4, 0, (400, 0, 0, 0, 0)) for i in range(1, 8))
+    pressure = Pressure("r", (first, *rest), tools=0, priming=3, image_details=(), exact=False)
+    keys = [bytes([i]) * 16 for i in range(8)]
+    calibrator.observe("r", pressure, keys, 3000, False, 2850)
+    _, _, _, extra = calibrator.queue.get_nowait()
+    assert extra and all(a.actual >= 512 * 2850 // 3300 for _, a in extra)
+    assert await calibrator.find_anchor("r", keys[:1]) is None
+
+
 async def test_a_shared_store_answers_for_anchors_another_replica_wrote(redis_url: str) -> None:
     writer_store, reader_store = RedisStore(redis_url), RedisStore(redis_url)
     writer = Calibrator(writer_store, Metrics(), refresh_seconds=3600)
