@@ -290,15 +290,17 @@ class Anthropic:
     pixels_per_token: int = 750
 
     def price(self, width: int, height: int, detail: str) -> int:
-        per = self.pixels_per_token
-        scale = min(
-            1.0,
-            self.max_edge / max(width, height),
-            math.sqrt(self.token_limit * per / (width * height)),
-        )
-        if scale < 1.0:
-            width, height = max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
-        # Float rounding may leave the product a pixel over the limit: trim the longer side.
+        per, longest = self.pixels_per_token, max(width, height)
+        # s = min(1, edge/longest, √(limit·per/(w·h))), each side floored, in exact integers:
+        # float products land a pixel short of a whole result (1568/2502·2502 = 1567.99…).
+        area = self.token_limit * per  # the token limit binds when (w·h)·edge² > area·longest²
+        if width * height * self.max_edge**2 > area * longest**2 and width * height > area:
+            # ⌊w·√(area/(w·h))⌋ = ⌊√(area·w/h)⌋ = isqrt(⌊area·w/h⌋), likewise for h
+            width, height = math.isqrt(area * width // height), math.isqrt(area * height // width)
+        elif longest > self.max_edge:
+            width, height = width * self.max_edge // longest, height * self.max_edge // longest
+        width, height = max(1, width), max(1, height)
+        # A side raised to 1 pixel may leave the product over the limit: trim the longer side.
         while _ceil_div(width * height, per) > self.token_limit and max(width, height) > 1:
             if width >= height:
                 width -= 1

@@ -110,6 +110,26 @@ def test_anthropic_opus_4_7_published_vectors(size: tuple[int, int], tokens: int
     assert rule.tokens(*size) == tokens
 
 
+@pytest.mark.parametrize(
+    ("variant", "size", "tokens"),
+    [
+        # The long edge scales to exactly max_edge (s = 1568/2502: 2502·s = 1568, not the
+        # float product's 1567.9999…), the short one to ⌊126·1568/2502⌋ = 78: ⌈78·1568/750⌉.
+        ("claude", (126, 2502), 164),
+        ("claude", (2401, 580), 791),  # 1568 x ⌊580·1568/2401⌋ = 378
+        ("claude-opus-4-7", (58, 4832), 104),  # 2576 x 30
+        # The token limit binds: ⌊w·√(limit·750/(w·h))⌋ = ⌊√(limit·750·w/h)⌋, exactly.
+        ("claude", (3750, 2250), 1568),  # 1400 x 840: exactly 1568 tokens, no pixel trimmed
+    ],
+)
+def test_anthropic_scales_to_the_floored_size_exactly(
+    variant: str, size: tuple[int, int], tokens: int
+) -> None:
+    # docs/images.md § Anthropic: s = min(1, edge/max(w,h), √(limit·750/(w·h))), floored, then
+    # ⌈w·h/750⌉. Float products used to land a pixel short (1567 for 1568): a token under.
+    assert parse_image_rule(f"anthropic:{variant}").tokens(*size) == tokens
+
+
 # docs/images.md § Gemini tiles
 @pytest.mark.parametrize(("size", "tokens"), [((384, 384), 258), ((960, 540), 1548)])
 def test_gemini_tile_published_vectors(size: tuple[int, int], tokens: int) -> None:
