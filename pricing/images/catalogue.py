@@ -83,7 +83,8 @@ def _family_rule(full: str, name: str) -> ImageRule | None:
         return _rule("gemini-tile", "gemini-2")
     if "deepseek" in full and "vl" not in name and "janus" not in name:
         return _rule("deepseek-v4", "exp" if "vision-exp" in name else "v4.1")
-    if "qwen" in full and ("vl" in name or "qvq" in name):
+    # QVQ, Qwen's visual reasoning model, is served without "qwen" in its id (``qvq-max``).
+    if ("qwen" in full and "vl" in name) or "qvq" in name:
         return _rule("qwen-vl", "qwen3" if "qwen3" in name else "qwen2.5")
     if "pixtral" in name:
         return _rule("pixtral", "pixtral-12b")

@@ -334,6 +334,10 @@ DEFAULTS: list[tuple[str, str, str | None, dict[str, object]]] = [
     ("hosted_vllm/Qwen/Qwen2.5-VL-7B-Instruct", "qwen-vl", "qwen2.5", {"factor": 28}),
     ("openrouter/qwen/qwen2-vl-72b-instruct", "qwen-vl", "qwen2.5", {"factor": 28}),
     ("together_ai/Qwen/Qwen3-VL-235B-A22B-Instruct", "qwen-vl", "qwen3", {"factor": 32}),
+    # QVQ: Qwen's visual reasoning model; DashScope's id has no "qwen" (it used to fall to flat)
+    ("dashscope/qvq-max", "qwen-vl", "qwen2.5", {"factor": 28}),
+    ("qvq-plus-latest", "qwen-vl", "qwen2.5", {"factor": 28}),
+    ("hosted_vllm/Qwen/QVQ-72B-Preview", "qwen-vl", "qwen2.5", {"factor": 28}),
     ("mistral/pixtral-12b-2409", "pixtral", "pixtral-12b", {"patch": 16}),
     ("mistral/pixtral-large-latest", "pixtral", "pixtral-12b", {"max_image_size": 1024}),
     ("mistral/mistral-small-latest", "pixtral", "mistral-small-3", {"patch": 14, "merge": 2}),
