@@ -191,9 +191,52 @@ def _png_exif_turns(read: Read, pos: int) -> bool:
     raise _Unwalked("too many PNG chunks before the image data", True)
 
 
+#: Blocks and sub-blocks walked to a GIF's first image descriptor. Real files have a few
+#: before it, or a few hundred when they carry XMP (its packet is walked as sub-blocks whose
+#: sizes are its characters: about one per 40 bytes); a hostile file of endless 1-byte
+#: sub-blocks must not cost time in proportion.
+_MAX_GIF_STEPS = 16384
+
+
 def _gif(read: Read) -> Header:
-    width, height = struct.unpack("<HH", read(6, 4))
+    """The logical screen, enlarged to the first frame where that frame overruns it, as
+    Pillow's ``size`` (and Chromium's decoder) does: the picture a provider decodes. A data URL
+    that ends before any frame keeps its screen; a stream cut before one is unsized."""
+    width, height, packed = struct.unpack("<HHB", read(6, 5))
+    table = 3 << ((packed & 7) + 1) if packed & 0x80 else 0  # the global colour table
+    try:
+        frame = _gif_first_frame(read, 13 + table)
+    except _Ended as end:
+        if end.unknown:
+            raise
+        frame = None
+    if frame is not None:
+        width, height = max(width, frame[0]), max(height, frame[1])
     return Header("gif", width, height)
+
+
+def _gif_first_frame(read: Read, pos: int) -> tuple[int, int] | None:
+    """Where the first image descriptor's frame ends, (left + width, top + height), or None
+    when the trailer comes first. Extensions are hopped over by their sub-block sizes; a byte
+    that starts no block is skipped, as Pillow's reader does. Each step (a block or a
+    sub-block) reads a byte or two: past ``_MAX_GIF_STEPS`` of them (a file of endless
+    sub-blocks) the image is refused, as a JPEG without a frame header is."""
+    in_extension = False
+    for _ in range(_MAX_GIF_STEPS):
+        (byte,) = read(pos, 1)
+        if in_extension:  # a sub-block's size: an empty one ends the extension
+            pos += 1 + byte
+            in_extension = byte != 0
+        elif byte == 0x2C:  # image descriptor: left, top, width, height
+            left, top, width, height = struct.unpack("<4H", read(pos + 1, 8))
+            return left + width, top + height
+        elif byte == 0x3B:  # trailer
+            return None
+        elif byte == 0x21:  # extension: its label, then sub-blocks
+            pos, in_extension = pos + 2, True
+        else:
+            pos += 1
+    raise ImageError(f"corrupt GIF: no image in its first {_MAX_GIF_STEPS} blocks")
 
 
 def _webp(read: Read) -> Header:

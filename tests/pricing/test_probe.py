@@ -256,6 +256,53 @@ def test_a_jpeg_made_of_endless_tiny_segments_is_refused_quickly() -> None:
     assert time.perf_counter() - started < 0.05
 
 
+def with_screen(gif: bytes, width: int, height: int) -> bytes:
+    """``gif`` with its logical screen (header bytes 6-9) set to width x height."""
+    return gif[:6] + struct.pack("<HH", width, height) + gif[10:]
+
+
+@pytest.mark.parametrize("screen", [(10, 10), (0, 0), (300, 5)])
+def test_a_gif_frame_larger_than_its_screen_is_sized_as_pillow_shows_it(
+    screen: tuple[int, int],
+) -> None:
+    # docs/images.md § Probing: Pillow (and Chromium) enlarge the screen to a first frame that
+    # overruns it, and that is the picture a provider decodes. It used to be sized 10x10 (a
+    # 300x200 picture priced as an icon) and a 0x0 screen was refused as a zero size.
+    frame = saved(noise(300, 200).convert("P"), "GIF", comment=b"c" * 600)
+    raw = with_screen(frame, *screen)
+    assert Image.open(io.BytesIO(raw)).size == (300, 200)
+    info = probed(raw)
+    assert (info.width, info.height) == (300, 200)
+    assert read_header(raw) == Header("gif", 300, 200)
+    assert isinstance(read_header(raw[:700]), int)  # a stream cut before the frame: unsized
+
+
+def test_a_gif_is_sized_from_its_first_frame_and_screen_together() -> None:
+    # The first frame at (250, 10) of a 200x100 screen ends at 270x60: the picture is 270x100.
+    table = bytes(range(6))  # a 2-colour global table
+    raw = (
+        b"GIF89a"
+        + struct.pack("<HHBBB", 200, 100, 0x80, 0, 0)
+        + table
+        + b"\x21\xf9\x04\x00\x00\x00\x00\x00"  # a graphic control extension
+        + b"\x2c"
+        + struct.pack("<4HB", 250, 10, 20, 50, 0)
+        + b"\x02\x02\x44\x01\x00\x3b"
+    )
+    assert Image.open(io.BytesIO(raw)).size == (270, 100)
+    assert (probed(raw).width, probed(raw).height) == (270, 100)
+    no_frame = b"GIF89a" + struct.pack("<HHBBB", 20, 30, 0, 0, 0) + b"\x3b"
+    assert (probed(no_frame).width, probed(no_frame).height) == (20, 30)  # only its screen
+
+
+def test_a_gif_made_of_endless_sub_blocks_is_refused_quickly() -> None:
+    raw = b"GIF89a" + struct.pack("<HHBBB", 10, 10, 0, 0, 0) + b"\x21\xfe" + b"\x01x" * 500_000
+    started = time.perf_counter()
+    with pytest.raises(ImageError, match="no image in its first 16384 blocks"):
+        probe(encode(raw, "image/gif"), LIMITS)
+    assert time.perf_counter() - started < 0.2
+
+
 def test_fill_bytes_and_restart_markers_are_skipped() -> None:
     sof = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, 20, 30, 1) + b"\x01\x11\x00"
     raw = b"\xff\xd8" + b"\xff" * 5 + b"\xff\xd0" + b"\xff\xe0\x00\x04ab" + sof
