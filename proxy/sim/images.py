@@ -16,6 +16,7 @@ import ipaddress
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from urllib.parse import urlsplit
 
 __all__ = ["ImageProblem", "Picture", "decode_data_url", "image_tokens", "probe_bytes"]
@@ -80,9 +81,18 @@ def _openai_tile(width: int, height: int, detail: str, base: int, tile: int) -> 
 
 
 def _anthropic(width: int, height: int, edge: int, limit: int) -> int:
-    scale = min(1.0, edge / max(width, height), math.sqrt(limit * 750 / (width * height)))
-    w, h = max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
-    return math.ceil(w * h / 750)
+    """Each side times min(1, edge / longest, √(limit·750 / (w·h))), floored — in exact
+    rationals (a float scale lands a pixel short of a whole side: 2502 · 1568/2502)."""
+    box = Fraction(edge, max(width, height))
+    w, h = width, height
+    if Fraction(limit * 750, width * height) < box * box and width * height > limit * 750:
+        # floor(side · √q) = isqrt(floor(side² · q))
+        q = Fraction(limit * 750, width * height)
+        w = math.isqrt(math.floor(width * width * q))
+        h = math.isqrt(math.floor(height * height * q))
+    elif box < 1:
+        w, h = math.floor(width * box), math.floor(height * box)
+    return math.ceil(max(1, w) * max(1, h) / 750)
 
 
 def _gemini_tile(width: int, height: int, tile: int) -> int:
