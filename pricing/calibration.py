@@ -473,11 +473,19 @@ def checkpoint_anchors(
     when the bias is uniform, and without the conservative scale-up's direction flipping
     (subtracting an over-estimated tail would under-estimate the head). After a cut changed
     the tail, the head is anchored here.
+    A prompt with parts priced by a default (``MessagePressure.defaulted``: an image of unknown
+    size at its rule's worst case, a stand-in rule's price, a PDF's page pictures, audio) gets
+    none: how the count splits between them and the rest is unknown (an image priced 1,445 may
+    count 85), and a share of the whole price anchored a 612-token system prompt before such an
+    image at 259 tokens, a new session priced from them; the prompt's own anchor is exact.
     ``features``: the prompt's ``pressure_features``, when the caller has them already.
     """
     n = len(pressure.messages)
-    full = correction.price(pressure_features(pressure) if features is None else features)
-    if n < 2 or full <= 0:
+    feats = pressure_features(pressure) if features is None else features
+    if n < 2 or _dirty(feats):
+        return []
+    full = correction.price(feats)
+    if full <= 0:
         return []
     step = max(quantum, full // most)
     out: list[tuple[int, Anchor]] = []

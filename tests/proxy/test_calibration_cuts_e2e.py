@@ -115,3 +115,28 @@ def test_after_a_cut_the_head_is_anchored_on_the_providers_count(sim, tmp_path):
     assert max(abs(e) for e in errors) <= 0.02, errors
     assert min(errors) >= -0.01, errors
     assert report["anchored_share"] >= 0.9, report
+
+
+def test_a_head_before_an_image_of_unknown_size_is_anchored_at_no_less_than_its_count(
+    sim, tmp_path
+):
+    """A system prompt, then a URL image of unknown size that routefit prices at the rule's
+    worst case (1,445 tokens on gpt-4o) and the provider counts at its real size (255). The
+    system prompt was a checkpoint, its share of the count taken over the whole price, the
+    image's worst case included: a next session that began with the same system prompt was
+    priced from that share, at 271 tokens for the simulator's 624."""
+    alias = "gpt-4o"
+    config = gateway_config(
+        tmp_path / "c.yaml", [sim_route(alias, sim.base_url)], exact_prompt_headers=True
+    )
+    system = {"role": "system", "content": "You review photos. " + text(random.Random(5), 600)}
+    image = {"url": "https://images.example/a.png#512x512", "detail": "high"}
+    photo = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": image}]
+    with run_inprocess(config) as gw:
+        client = openai.OpenAI(base_url=gw.v1, api_key="x", max_retries=0)
+        estimate, actual, _ = ask(client, alias, [system, {"role": "user", "content": photo}])
+        assert estimate >= actual  # the image at its worst case
+        settle(gw.base_url, alias, 1)
+        question = {"role": "user", "content": "Summarise your rules in one line."}
+        estimate, actual, _ = ask(client, alias, [system, question])
+    assert estimate >= actual, (estimate, actual)

@@ -22,10 +22,12 @@ from pricing.calibration import (
     Correction,
     Sample,
     anchor_of,
+    anchored_estimate,
     checkpoint_anchors,
     fit_correction,
 )
 from pricing.framing import Framing
+from pricing.images.catalogue import default_image_rule
 from pricing.messages import parse_request
 from pricing.meter import Pressure
 from pricing.route import Route
@@ -370,6 +372,47 @@ async def test_a_route_learnt_to_cost_less_per_request_anchors_no_tiny_first_mes
     _, _, _, extra = calibrator.queue.get_nowait()
     assert extra and all(a.actual >= 512 * 2850 // 3300 for _, a in extra)
     assert await calibrator.find_anchor("r", keys[:1]) is None
+
+
+async def test_a_head_before_an_image_of_unknown_size_is_never_anchored_under_its_count() -> None:
+    """A system prompt, then a URL image of unknown size: priced at its rule's worst case (1,445
+    tokens on gpt-4o), counted by the provider at its size (255 for 512x512). The system prompt
+    crossed the first step, and its share of the count was taken over the whole price, the
+    image's worst case included: 259 tokens for a head of 612, and a new session that began
+    with it was priced from them, ~350 under its count. The prompt's own anchor is exact."""
+    route = replace(ROUTE, image_rule=default_image_rule("gpt-4o", True), supports_vision=True)
+
+    def measured(messages: list[dict]) -> Pressure:
+        return fit(parse_request({"model": "r", "messages": messages}), route, FitPolicy()).pressure
+
+    calibrator = Calibrator(SqliteStore(":memory:"), Metrics())
+    system = {"role": "system", "content": "You review photos. " + "word " * 600}
+    image = {"url": "https://images.example/a.png", "detail": "high"}
+    photo = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": image}]
+    sent = [system, {"role": "user", "content": photo}]
+    pressure = measured(sent)
+    assert pressure.messages[1].unsized == pressure.messages[1].images == 1445
+    actual = pressure.total - 1445 + 255  # the meter is exact for the text (uniform bias 1)
+    calibrator.observe("r", pressure, prefix_keys("r", "gpt-4o", None, sent), 2065, False, actual)
+    correction = calibrator.correction("r")
+
+    async def priced(messages: list[dict]) -> tuple[int, int]:
+        p = measured(messages)
+        hit = await calibrator.find_anchor("r", prefix_keys("r", "gpt-4o", None, messages))
+        estimate = (
+            correction.price_request(p) if hit is None else anchored_estimate(hit[1], p, correction)
+        )
+        return estimate, p.total  # a text-only prompt's count is the meter's
+
+    question = {"role": "user", "content": "Summarise your rules in one line."}
+    estimate, truth = await priced([system, question])
+    assert estimate >= truth, (estimate, truth)
+    # the session's next turn starts from the provider's count of the prompt as sent
+    reply = {"role": "assistant", "content": "A cat on a mat."}
+    turn = [*sent, reply, question]
+    estimate, _ = await priced(turn)
+    added = measured(turn).total - pressure.total
+    assert estimate == actual + added
 
 
 async def test_a_shared_store_answers_for_anchors_another_replica_wrote(redis_url: str) -> None:
