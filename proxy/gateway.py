@@ -275,9 +275,11 @@ class Gateway:
                     failure = failed
                     if not await attempts.failed(failed, p.own_key):
                         raise
-                # another attempt, on a deployment priced and fitted for it: this one's
-                # reservation is released (the team is charged once, by the one that answers)
-                await self.budgets.settle(p.held, None, released=True)
+                # another attempt, on a deployment priced and fitted for it: this one is
+                # settled as any request without an answer — released when the provider
+                # refused it or never had it, its prompt charged when the provider had it (a
+                # timeout, an answer routefit could not use): the provider bills that prompt
+                await self._unanswered(p, failure)
                 p = None
         except Exception as exc:
             err = _refusal(exc, route, wire, a)

@@ -327,7 +327,8 @@ def test_a_sampled_request_the_provider_fails_goes_to_the_other_deployment_once(
     gw: Any, sim: Any, failure: str
 ) -> None:
     # the first attempt fails while (or after) it is counted; the other deployment, priced for
-    # itself, answers; the team is charged once, what the answer used
+    # itself, answers; the team is charged what the answer used, once, and the prompt of a
+    # first attempt the provider had (docs/security.md, "Charging on every exit")
     content = prose(5000 + FAILURES.index(failure), 24_000)
     sampled = proofs(gw, "pair", "sample")
     before = used(gw, "alpha")
@@ -343,7 +344,13 @@ def test_a_sampled_request_the_provider_fails_goes_to_the_other_deployment_once(
     # the first attempt went on a guess (the second finds the texts the first counted)
     assert proofs(gw, "pair", "sample") == sampled + 1
     total = usage.prompt_tokens + usage.completion_tokens
-    assert settled(gw, "alpha", before + total) == before + total
+    if failure != "malformed":  # refused or never reached: released
+        assert settled(gw, "alpha", before + total) == before + total
+        return
+    # it answered, unusably: its prompt as proved (its count, or a bound over it) is charged too
+    least = int(0.95 * usage.prompt_tokens)
+    first = settled(gw, "alpha", before + total + least) - before - total
+    assert least <= first <= int(raw.headers["x-routefit-budget"])
 
 
 def test_four_sampled_requests_from_two_teams_at_once_are_each_answered_on_their_own_count(
