@@ -155,7 +155,7 @@ def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> Rou
     entry = modelmap.lookup(model, modelmap.prefix(model))
     provider = provider_of(model, entry)
     rf = f"{where}.routefit"
-    window = read_window(own, info, entry, model, where, rd)
+    window = read_window(own, info, entry, model, where, rd, params)
     tokenizer = read_tokenizer(own, model, rf, rd)
     images = read_images(own, model, window.supports_vision, rf, rd)
     route = Route(

@@ -40,18 +40,18 @@ def _limit(block: Mapping[str, Any], key: str, where: str, rd: Reader) -> int | 
     return None if value is None else rd.integer(value, f"{where}.{key}", 1)
 
 
-def _written_cost(info: Mapping[str, Any], key: str, where: str, rd: Reader) -> float | None:
-    """A price ``model_info`` writes: a number >= 0 (or a string of one, as LiteLLM reads it).
-    Anything else is refused: read as none it made the route free to a ``usd_per_month`` quota,
-    and a negative price gave the budget back with every request."""
-    value = info.get(key)
+def _written_cost(block: Mapping[str, Any], key: str, where: str, rd: Reader) -> float | None:
+    """A price a block (``where``: its path) writes: a number >= 0 (or a string of one, as
+    LiteLLM reads it). Anything else is refused: read as none it made the route free to a
+    ``usd_per_month`` quota, and a negative price gave the budget back with every request."""
+    value = block.get(key)
     if value is None:
         return None
     if isinstance(value, str):  # YAML reads ``2e-06`` (no dot) as a string; LiteLLM takes it
         with contextlib.suppress(ValueError):
             value = float(value)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise rd.error(f"{where}.model_info.{key}", "must be a number >= 0 (USD per token)")
+        raise rd.error(f"{where}.{key}", "must be a number >= 0 (USD per token)")
     return float(value)
 
 
@@ -103,9 +103,11 @@ def read_window(
     model: str,
     where: str,
     rd: Reader,
+    params: Mapping[str, Any] | None = None,
 ) -> Window:
-    """``own`` is the route's routefit block, ``info`` its model_info, ``entry`` the map's.
-    Each value the file writes is checked at its own path; the map fills only what it omits."""
+    """``own`` is the route's routefit block, ``info`` its model_info, ``entry`` the map's,
+    ``params`` its litellm_params (read for prices only). Each value the file writes is checked
+    at its own path; the map fills only what it omits."""
     window = (
         _limit(own, "context_window", f"{where}.routefit", rd)
         or _limit(info, "max_input_tokens", f"{where}.model_info", rd)
@@ -124,14 +126,28 @@ def read_window(
         context_window=window,
         max_output_tokens=max_out or DEFAULT_MAX_OUTPUT,
         supports_vision=_vision(info, entry, where, rd),
-        input_cost_per_token=_price(info, entry, "input_cost_per_token", where, rd),
-        output_cost_per_token=_price(info, entry, "output_cost_per_token", where, rd),
+        input_cost_per_token=_price(info, params or {}, entry, "input_cost_per_token", where, rd),
+        output_cost_per_token=_price(info, params or {}, entry, "output_cost_per_token", where, rd),
     )
 
 
 def _price(
-    info: Mapping[str, Any], entry: Mapping[str, Any], key: str, where: str, rd: Reader
+    info: Mapping[str, Any],
+    params: Mapping[str, Any],
+    entry: Mapping[str, Any],
+    key: str,
+    where: str,
+    rd: Reader,
 ) -> float | None:
-    """The file's price, else the map's."""
-    written = _written_cost(info, key, where, rd)
+    """The file's price, else the map's. LiteLLM reads a deployment's own price in
+    ``model_info`` or in ``litellm_params`` (its custom pricing): one written in
+    ``litellm_params`` alone was not read, so a team's ``usd_per_month`` was charged the map's
+    price, or nothing for a model the map does not know. Two different prices are refused."""
+    info_price = _written_cost(info, key, f"{where}.model_info", rd)
+    params_price = _written_cost(params, key, f"{where}.litellm_params", rd)
+    if info_price is not None and params_price is not None and info_price != params_price:
+        raise rd.error(
+            f"{where}.model_info.{key}", f"also set as litellm_params.{key}, to another price"
+        )
+    written = info_price if info_price is not None else params_price
     return written if written is not None else _cost(entry.get(key))
