@@ -462,17 +462,16 @@ def wait(
     deadline: float | None = None,
     backoff: Backoff = Backoff(),
 ) -> float | None:
-    """Seconds to wait before ``p.current``, given the last failure's ``retry-after`` and a
-    uniform ``u`` in [0, 1); None: do not make the attempt (the wait passes ``max_wait`` or the
-    client's ``deadline``, seconds left), the last failure is the answer. An attempt on another
-    deployment goes at once: the wait is for the deployment that failed, not the request."""
-    if len(p.attempts) < 2 or p.attempts[-2].deployment.id != p.current.deployment.id:
+    """Seconds to wait before ``p.current``, given the ``retry-after`` its deployment's last
+    failure still asks for (seconds left of it) and a uniform ``u`` in [0, 1); None: do not
+    make the attempt (the wait passes ``max_wait`` or the client's ``deadline``, seconds left),
+    the last failure is the answer. An attempt on a deployment not yet tried goes at once: the
+    wait is for the deployment that failed, not the request — also when another deployment was
+    tried in between (A, B, then A again: A's own backoff and ``retry-after``)."""
+    ident = p.current.deployment.id
+    same = sum(1 for attempt in p.attempts[:-1] if attempt.deployment.id == ident)
+    if same == 0:
         return 0.0
-    same = 0
-    for attempt in reversed(p.attempts[:-1]):
-        if attempt.deployment.id != p.current.deployment.id:
-            break
-        same += 1
     delay = min(backoff.cap, backoff.base * 2.0 ** (same - 1)) * (1.0 - backoff.jitter * u)
     delay = max(delay, p.policy.retry_after, retry_after or 0.0)
     if delay > backoff.max_wait or (deadline is not None and delay >= deadline):

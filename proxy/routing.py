@@ -46,7 +46,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from proxy import router
@@ -327,6 +327,9 @@ class Attempts:
     #: The pick is another team's business too (``Routing.hides_deployment``): the answer does
     #: not name the deployment.
     private: bool = False
+    #: Deployment id → until when (``time.perf_counter()``) its provider's ``retry-after``
+    #: asked not to be sent again: honoured when it is retried after another was tried.
+    _held: dict[str, float] = field(default_factory=dict)
 
     @property
     def deployment(self) -> str:
@@ -400,8 +403,13 @@ class Attempts:
             return False
         self._answered_by = self.plan
         retry_after = err.retry_after if isinstance(err, Transient) else None
-        left = None if self.deadline is None else self.deadline - time.perf_counter()
-        delay = router.wait(nxt, retry_after, r.rng.random(), left, r.backoff)
+        clock = time.perf_counter()
+        if retry_after is not None and retry_after > 0:
+            self._held[ident] = max(self._held.get(ident, 0.0), clock + retry_after)
+        left = None if self.deadline is None else self.deadline - clock
+        held = self._held.get(nxt.current.deployment.id)
+        asked = None if held is None else max(0.0, held - clock)
+        delay = router.wait(nxt, asked, r.rng.random(), left, r.backoff)
         if delay is None:
             log.info(
                 "routing %s: not retrying %s after %s (HTTP %s): the wait (retry-after %.1fs) "
@@ -410,7 +418,7 @@ class Attempts:
                 ident,
                 kind,
                 err.status,
-                retry_after or 0.0,
+                asked or 0.0,
                 "none" if left is None else f"{left:.2f}s left",
             )
             return False

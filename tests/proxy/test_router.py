@@ -401,6 +401,25 @@ def test_another_deployment_is_tried_at_once_the_same_one_after_a_growing_wait()
     assert wait(_one(policy, 1), None, 0.999, backoff=backoff) == pytest.approx(0.5005)
 
 
+def test_a_deployment_tried_again_after_another_waits_as_a_retry_of_it() -> None:
+    """A, then B, then A again: the third attempt is a retry of A, spaced as one (its backoff,
+    its provider's ``retry-after``), not an attempt on another deployment that goes at once."""
+    backoff = Backoff(base=1.0, cap=8.0, jitter=0.5, max_wait=60.0)
+    p = plan("a", {"a": (A1, A2)}, {}, Policy(num_retries=2), 0, 0.0, random.Random(0))
+    for _ in range(2):
+        assert p is not None
+        p = advance(p, Outcome("rate_limit"))
+    assert p is not None
+    assert [a.deployment.id for a in p.attempts] == [
+        p.attempts[0].deployment.id,
+        p.attempts[1].deployment.id,
+        p.attempts[0].deployment.id,
+    ]
+    assert wait(p, None, 0.0, backoff=backoff) == 1.0
+    assert wait(p, 20.0, 0.0, backoff=backoff) == 20.0
+    assert wait(p, 90.0, 0.0, backoff=backoff) is None
+
+
 @given(st.integers(1, 5), st.floats(0, 0.999), st.none() | st.floats(0, 100))
 def test_a_wait_is_within_its_bounds_and_honours_retry_after(
     failures: int, u: float, retry_after: float | None

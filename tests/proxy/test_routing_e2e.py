@@ -251,6 +251,28 @@ def test_a_retry_the_client_would_not_wait_for_is_not_made(
     assert re.search(r"not retrying only.test after rate_limit .* \(0\.\d+s left\)", log), log
 
 
+def test_a_deployment_retried_after_another_waits_for_its_own_retry_after(
+    tmp_path: Path, providers: Providers
+) -> None:
+    """Two deployments, each answering 429 with ``retry-after: 1``, and two retries: the
+    third attempt goes back to the first deployment, which asked for a second. It was sent
+    again at once (a few milliseconds after its 429, while it was cooling down for that
+    second), a provider call sure to be refused; it waits for its own retry-after now."""
+    providers.fail["one.test"] = providers.fail["two.test"] = "429-1s"
+    models = [deployment("one.test", **PRIMARY), deployment("two.test")]
+    with serve(write_config(tmp_path, models, {"num_retries": 2}), providers) as gw:
+        started = time.monotonic()
+        answer = post(gw, {"model": "chat", **CHAT})
+        took = time.monotonic() - started
+        log = gw.log()
+    assert answer.status_code == 429 and answer.headers["x-routefit-attempts"] == "3"
+    assert answer.headers["x-routefit-deployment"] == "one.test"
+    assert providers.hits == Counter({"one.test": 2, "two.test": 1})
+    assert took >= 0.9, (took, log)
+    waited = r"attempt 3 on one.test \(retry\) after rate_limit on two.test.*waiting (0\.9|1\.0)"
+    assert re.search(waited, log), log
+
+
 def test_a_stream_fails_over_before_its_first_byte_but_never_after(
     tmp_path: Path, providers: Providers
 ) -> None:
