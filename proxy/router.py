@@ -393,8 +393,10 @@ def _within(p: Plan, reason: Reason, refused: frozenset[str]) -> Deployment | No
     return min(open_, key=lambda d: tried.count(d.id))  # min keeps rank order among equals
 
 
-def advance(p: Plan, outcome: Outcome) -> Plan | None:
-    """The plan with its next attempt, or None when the last outcome is the answer."""
+def advance(p: Plan, outcome: Outcome, retry: bool = True) -> Plan | None:
+    """The plan with its next attempt, or None when the last outcome is the answer.
+    ``retry`` False: no retry within the alias (one that could not be waited for: ``wait``);
+    on to the next deployment or fallback as when the retries are spent."""
     kind = outcome.kind
     if kind is None or outcome.relayed:
         return None
@@ -405,7 +407,7 @@ def advance(p: Plan, outcome: Outcome) -> Plan | None:
     if kind not in RETRYABLE and not moving:
         # The request's own fault: its answer, unless retry_policy names the kind (LiteLLM's
         # BadRequestErrorRetries); never a fallback, which would fail the same way.
-        if p.retries >= p.policy.retries_for(kind):
+        if not retry or p.retries >= p.policy.retries_for(kind):
             return None
         found = _within(p, "retry", p.refused)
         if found is None:
@@ -423,7 +425,7 @@ def advance(p: Plan, outcome: Outcome) -> Plan | None:
                 refused=refused,
                 skipped=skipped,
             )
-    elif p.retries < p.policy.retries_for(kind):
+    elif retry and p.retries < p.policy.retries_for(kind):
         found = _within(p, "retry", refused)
         if found is not None:
             attempt = Attempt(number, found, "retry")

@@ -410,6 +410,16 @@ class Attempts:
         held = self._held.get(nxt.current.deployment.id)
         asked = None if held is None else max(0.0, held - clock)
         delay = router.wait(nxt, asked, r.rng.random(), left, r.backoff)
+        if delay is None and nxt.current.reason == "retry":
+            # a retry that cannot be waited for is not made: the fallbacks still may answer
+            onward = router.advance(self.plan, router.Outcome(kind), retry=False)
+            if onward is not None:
+                held = self._held.get(onward.current.deployment.id)
+                later = None if held is None else max(0.0, held - clock)
+                if (
+                    wait := router.wait(onward, later, r.rng.random(), left, r.backoff)
+                ) is not None:
+                    nxt, delay = onward, wait
         if delay is None:
             log.info(
                 "routing %s: not retrying %s after %s (HTTP %s): the wait (retry-after %.1fs) "

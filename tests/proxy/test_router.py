@@ -16,6 +16,7 @@ from proxy.router import (
     ATTEMPTS_HEADER,
     DEPLOYMENT_HEADER,
     SKIPPED,
+    Attempt,
     Backoff,
     Candidate,
     Deployment,
@@ -418,6 +419,19 @@ def test_a_deployment_tried_again_after_another_waits_as_a_retry_of_it() -> None
     assert wait(p, None, 0.0, backoff=backoff) == 1.0
     assert wait(p, 20.0, 0.0, backoff=backoff) == 20.0
     assert wait(p, 90.0, 0.0, backoff=backoff) is None
+
+
+def test_a_retry_that_cannot_be_waited_for_moves_on_to_the_fallbacks() -> None:
+    """``advance(..., retry=False)``: no retry within the alias (its wait is past the cap or
+    the client's deadline), the fallback next, as when the retries are spent."""
+    policy = Policy(num_retries=2, fallbacks={"a": ("b",)})
+    p = plan("a", {"a": (A1,), "b": (B1,)}, {}, policy, 0, 0.0, random.Random(0))
+    assert p is not None
+    retried = advance(p, Outcome("rate_limit"))
+    assert retried is not None and retried.current == Attempt(2, A1, "retry")
+    onward = advance(p, Outcome("rate_limit"), retry=False)
+    assert onward is not None and onward.current == Attempt(2, B1, "fallback")
+    assert advance(p, Outcome("bad_request"), retry=False) is None
 
 
 @given(st.integers(1, 5), st.floats(0, 0.999), st.none() | st.floats(0, 100))

@@ -273,6 +273,26 @@ def test_a_deployment_retried_after_another_waits_for_its_own_retry_after(
     assert re.search(waited, log), log
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_retry_the_client_would_not_wait_for_leaves_the_fallbacks_to_answer(
+    tmp_path: Path, providers: Providers, stream: bool
+) -> None:
+    """One deployment answering 429 with ``retry-after: 1``, a fallback alias that answers,
+    and a client that gives up in half a second: the retry on the same deployment is not
+    waited for — and the fallback answers, at once. The request used to end there, the
+    provider's 429 the answer while a fallback that could answer was never tried."""
+    providers.fail["only.test"] = "429-1s"
+    models = [deployment("only.test"), deployment("backup.test", alias="backup")]
+    router = {"num_retries": 1, "fallbacks": [{"chat": ["backup"]}]}
+    body = {"model": "chat", "stream": stream, **CHAT}
+    with serve(write_config(tmp_path, models, router), providers) as gw:
+        answer = post(gw, body, headers={"x-stainless-timeout": "0.5"})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-routefit-deployment"] == "backup.test"
+    assert answer.headers["x-routefit-attempts"] == "2"
+    assert providers.hits == Counter({"only.test": 1, "backup.test": 1})
+
+
 def test_a_stream_fails_over_before_its_first_byte_but_never_after(
     tmp_path: Path, providers: Providers
 ) -> None:
