@@ -566,7 +566,7 @@ class Gateway:
 
         async def attempt() -> Completion | EventStream:
             out = await self._outbound(p, leg, request)
-            if p.attempts is not None and p.attempts.shared:
+            if p.attempts is not None and p.attempts.retrying:
                 out = replace(out, retry=False)  # the router retries, deployment by deployment
             p.forwarded = True
             sent = leg.transport.send(target, out)

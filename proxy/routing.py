@@ -359,6 +359,14 @@ class Attempts:
         return replace(rc, upstream=replace(rc.upstream, timeout=self.timeout))
 
     @property
+    def retrying(self) -> bool:
+        """Whether the router makes the retries of this request: a routed alias, or one whose
+        ``num_retries`` (or ``retry_policy``) retries a provider's transient failure. Then the
+        transport's own (``upstream_retries``) are not made: one layer of retries at a time."""
+        policy = self.plan.policy
+        return self.shared or any(policy.retries_for(kind) > 0 for kind in router.RETRYABLE)
+
+    @property
     def tracked(self) -> bool:
         """Whether the alias's strategy reads in-flight counts, latency or usage: only then are
         they written (failures and cooldowns are written for every routed alias)."""

@@ -8,7 +8,8 @@ client gets the 429 and decides). A response whose body broke off, a read timeou
 may be working on it) and anything after the first relayed byte are never retried: a stream is
 retried only until it is returned.
 
-On a routed alias (several deployments or fallbacks) the router's ``num_retries`` are the
+On a routed alias (several deployments or fallbacks), or one whose router retries it (its
+``num_retries`` set in the file), the router's ``num_retries`` are the
 retries: it tries the next deployment at once, where these would first have worn out the failing
 one (with ``upstream_retries: 2``, two deployments failing with 503 took 9 provider calls for
 the router's 3 attempts, and only one failure in three counted towards a cooldown). The gateway

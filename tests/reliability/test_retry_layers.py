@@ -78,3 +78,24 @@ async def test_an_alias_of_one_deployment_keeps_the_transports_retries() -> None
         reply = await _ask(client, "solo")
     assert reply.status_code == 503, reply.text
     assert provider.calls == {"solo": 3}  # the call and upstream_retries' two
+
+
+async def test_an_alias_of_one_deployment_retried_by_its_router_is_not_retried_twice() -> None:
+    """``num_retries`` set in the file retries an alias of one deployment too: its router's
+    attempts are then its retries, not each worn out first by ``upstream_retries`` (with
+    both at 2, one deployment failing with 503 took 9 provider calls for 3 attempts)."""
+    provider = Overloaded()
+    config = parse_config(
+        {
+            "model_list": [_deployment("solo", "solo", "openai/gpt-4o")],
+            "router_settings": {"num_retries": 2, "retry_after": 0},
+            "routefit_settings": {"store_path": ":memory:", "upstream_retries": 2},
+        },
+        "r.yaml",
+        environ={},
+    )
+    async with asgi_client(config, provider) as client:
+        reply = await _ask(client, "solo")
+    assert reply.status_code == 503, reply.text
+    assert reply.headers["x-routefit-attempts"] == "3"
+    assert provider.calls == {"solo": 3}, provider.calls
