@@ -273,7 +273,14 @@ class Gateway:
                     if failed.origin != "upstream":
                         raise
                     failure = failed
-                    if not await attempts.failed(failed, p.own_key):
+                    try:
+                        again = await attempts.failed(failed, p.own_key, request.receive)
+                    except ProxyError:
+                        # the client left (or the drain cut) during the backoff: no attempt
+                        # more, and the failed one's reservation released as any failed one's
+                        await self.budgets.settle(p.held, None, released=True)
+                        raise
+                    if not again:
                         raise
                 # another attempt, on a deployment priced and fitted for it: this one is
                 # settled as any request without an answer — released when the provider

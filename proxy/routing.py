@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 from proxy import router
 from proxy.config import Config, RouteConfig
 from proxy.config.router_settings import RouterSettings
+from proxy.disconnect import until_disconnect
 from proxy.errors import ProxyError
 from proxy.exchange import Transient
 from proxy.metrics import Metrics
@@ -59,6 +60,7 @@ from proxy.store import Store
 from proxy.store.base import HEALTH_TTL, DeploymentHealth
 from proxy.teams import Team
 from proxy.transports.provider_errors import client_status
+from proxy.types import Receive
 
 __all__ = [
     "CONTEXT_HEADER",
@@ -392,10 +394,14 @@ class Attempts:
             average = router.ended(self.health.get(ident, router.Health()), latency).latency
             r.later("ended", lambda: r.store.deployment_ended(ident, average))
 
-    async def failed(self, err: ProxyError, own_key: bool = False) -> bool:
+    async def failed(
+        self, err: ProxyError, own_key: bool = False, receive: Receive | None = None
+    ) -> bool:
         """The current attempt failed before a byte reached the client: recorded, and True
         when another attempt is to be made (after its backoff, waited here). ``own_key``: the
-        request carried the client's own provider key (its 401 is the client's)."""
+        request carried the client's own provider key (its 401 is the client's). ``receive``:
+        the client's, watched during the backoff: a client that leaves (or the drain's cut)
+        ends the wait with ``client_closed()`` (``shutting_down()``), no attempt made."""
         kind = failure_kind(err)
         if own_key and kind == "auth":
             kind = "bad_request"
@@ -454,7 +460,10 @@ class Attempts:
             delay,
         )
         if delay > 0:
-            await asyncio.sleep(delay)
+            if receive is None:
+                await asyncio.sleep(delay)
+            else:
+                await until_disconnect(receive, asyncio.sleep(delay))
         return True
 
     def unfit(self, err: ProxyError) -> bool:

@@ -133,7 +133,7 @@ def sample(metrics: str, name: str, **labels: str) -> float | None:
 
 
 def post(gw: InProcess, body: dict[str, Any], **kw: Any) -> httpx.Response:
-    return httpx.post(f"{gw.v1}/chat/completions", json=body, timeout=30, **kw)
+    return httpx.post(f"{gw.v1}/chat/completions", json=body, **{"timeout": 30, **kw})
 
 
 #: The first deployment is (all but surely) ranked first by simple-shuffle.
@@ -291,6 +291,27 @@ def test_a_retry_the_client_would_not_wait_for_leaves_the_fallbacks_to_answer(
     assert answer.headers["x-routefit-deployment"] == "backup.test"
     assert answer.headers["x-routefit-attempts"] == "2"
     assert providers.hits == Counter({"only.test": 1, "backup.test": 1})
+
+
+def test_a_client_that_leaves_during_a_retry_s_backoff_gets_no_further_attempt(
+    tmp_path: Path, providers: Providers
+) -> None:
+    """One deployment, a 429 asking for a second before its retry, and a client that hangs up
+    after a third of it: the wait ended with the client (nothing more is sent for nobody), and
+    nothing is charged. The backoff used to sleep on, then send the retry to the provider for a
+    client long gone."""
+    providers.fail["only.test"] = "429-1s"
+    team = {"id": "t", "keys": ["sk-team-t"], "quotas": {"tokens_per_day": 1_000_000}}
+    key = {"authorization": "Bearer sk-team-t"}
+    config = write_config(tmp_path, [deployment("only.test")], {"num_retries": 1}, teams=[team])
+    with serve(config, providers) as gw:
+        with pytest.raises(httpx.TimeoutException):
+            post(gw, {"model": "chat", **CHAT}, headers=key, timeout=0.3)
+        time.sleep(1.5)  # past the backoff: a retry would have been sent by now
+        used = httpx.get(f"{gw.base_url}/routefit/teams/t/usage", headers=key).json()
+        log = gw.log()
+    assert providers.hits["only.test"] == 1, log
+    assert {w["name"]: w["used"] for w in used["windows"]}["tokens_per_day"] == 0
 
 
 def test_a_stream_fails_over_before_its_first_byte_but_never_after(
