@@ -277,8 +277,9 @@ class Gateway:
                         again = await attempts.failed(failed, p.own_key, request.receive)
                     except ProxyError:
                         # the client left (or the drain cut) during the backoff: no attempt
-                        # more, and the failed one's reservation released as any failed one's
-                        await self.budgets.settle(p.held, None, released=True)
+                        # more, and the failed one settled as any failed attempt is (below),
+                        # by its own failure, not as one the client left
+                        await self._unanswered(p, failed)
                         raise
                     if not again:
                         raise
