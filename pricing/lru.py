@@ -36,7 +36,7 @@ class LRU(Generic[V]):
         # meanwhile is simply not moved.
         found = self._data.get(key)
         if found is not None:
-            try:
+            try:  # noqa: SIM105 - every hit's path: a try costs nothing, a context manager does
                 self._data.move_to_end(key)
             except KeyError:
                 pass
