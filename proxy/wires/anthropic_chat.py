@@ -203,10 +203,13 @@ class ChatToAnthropic:
         self.index = -1
         self.open: str | None = None  # "text" or the chat index of the open tool call
         self.reason: Any = None  # the provider's finish reason
-        self.called = False  # a tool_use block was sent
+        self.called = False  # a call began (its tool_use block sent, or held for the finish)
         self.refused = False  # the provider's answer was a refusal (``delta.refusal``)
         self.chat_usage: Any = None  # the provider's usage as it stated it (cache writes)
-        self.calls = StreamedCalls()  # numbers the calls only: each is streamed as it comes
+        #: Numbers the calls; gathers those held (``add``): every call but the one streamed.
+        self.calls = StreamedCalls()
+        self.live: tuple[int, int] | None = None  # the call streamed as it comes
+        self.late: list[str] = []  # text that came while the live call was open, held
 
     def start(self, chunk_id: str) -> list[bytes]:
         self.started = True
@@ -243,11 +246,56 @@ class ChatToAnthropic:
         return encode(event, "content_block_delta")
 
     def _text(self, text: str) -> list[bytes]:
-        """A piece of the answer's text, in the text block (opened when it is not)."""
+        """A piece of the answer's text, in the text block (opened when it is not); held once a
+        call is streamed (its block stays open: its next fragment may come after this)."""
         if not text:
+            return []
+        if self.live is not None:
+            self.late.append(text)
             return []
         out = [] if self.open == "text" else self._open("text", {"type": "text", "text": ""})
         return [*out, self._delta({"type": "text_delta", "text": text})]
+
+    def _call(self, call: Mapping[str, Any]) -> list[bytes]:
+        """A ``tool_calls`` fragment. The first call is streamed as it comes, its block open
+        until the answer ends: chat numbers each fragment with its call, and a provider may
+        interleave parallel calls' fragments (or text between them), so no call is known to be
+        over before the finish, and a closed block cannot take more. Every other call is
+        gathered and sent whole at the finish (``_held``)."""
+        slot = self.calls.slot(call)
+        self.called = True
+        if self.live is None:
+            self.live = slot
+            fn = call.get("function") or {}
+            block = {
+                "type": "tool_use",
+                "id": str(call.get("id") or ""),
+                "name": str(fn.get("name") or ""),
+                "input": {},
+            }
+            out = self._open(f"tool{slot}", block)
+        elif slot == self.live:
+            out = []
+        else:
+            self.calls.add(call)
+            return []
+        arguments = (call.get("function") or {}).get("arguments")
+        if arguments:
+            out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+        return out
+
+    def _held(self) -> list[bytes]:
+        """What came while the live call was streamed: its text, then the other calls whole."""
+        out: list[bytes] = []
+        if self.late:
+            out += self._open("text", {"type": "text", "text": ""})
+            out.append(self._delta({"type": "text_delta", "text": "".join(self.late)}))
+        for n, (given, name, arguments) in enumerate(self.calls.whole()):
+            block = {"type": "tool_use", "id": str(given or ""), "name": str(name or "")}
+            out += self._open(f"held{n}", {**block, "input": {}})
+            if arguments:
+                out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+        return out
 
     def chunk(self, data: Mapping[str, Any]) -> list[bytes]:
         out = [] if self.started else self.start(str(data.get("id") or "routefit"))
@@ -261,21 +309,7 @@ class ChatToAnthropic:
             for said in (text, refusal):
                 out += self._text(said)
             for call in delta.get("tool_calls") or []:
-                key = f"tool{self.calls.slot(call)}"
-                fn = call.get("function") or {}
-                if self.open != key:
-                    block = {
-                        "type": "tool_use",
-                        "id": str(call.get("id") or ""),
-                        "name": str(fn.get("name") or ""),
-                        "input": {},
-                    }
-                    out += self._open(key, block)
-                    self.called = True
-                if fn.get("arguments"):
-                    out.append(
-                        self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})
-                    )
+                out += self._call(call)
             if choice.get("finish_reason"):
                 self.reason = choice["finish_reason"]
         return out
@@ -285,6 +319,7 @@ class ChatToAnthropic:
 
     def finish(self, usage: Usage | None) -> list[bytes]:
         out = [] if self.started else self.start("routefit")
+        out += self._held()
         out += self._close()
         final = {
             "type": "message_delta",

@@ -1184,3 +1184,49 @@ def test_calls_a_provider_sent_without_ids_reach_clients_with_ids_of_their_own(
     called = [p["functionCall"] for p in parts if "functionCall" in p]
     assert [c["name"] for c in called] == ["now", "later"]
     assert all(c.get("id") != "None" for c in called), called
+
+
+# --- calls a chat provider streams interleaved --------------------------------------------------
+
+
+def _interleaved(answer: Answer) -> bytes:
+    """``answer``'s chat stream with its calls' fragments interleaved by ``index`` (the first
+    fragment of each, then the second of each, ...) and a piece of text between a call's
+    fragments: chat's stream numbers each fragment with its call, so nothing says a call is
+    over before the finish."""
+    chunks = chat_chunks(answer)
+    head = [c for c in chunks if not c["choices"] or "tool_calls" not in c["choices"][0]["delta"]]
+    calls = [c for c in chunks if c not in head]
+    by_call: dict[int, list[dict[str, Any]]] = {}
+    for c in calls:
+        by_call.setdefault(c["choices"][0]["delta"]["tool_calls"][0]["index"], []).append(c)
+    rounds = itertools.zip_longest(*by_call.values())
+    mixed = [c for r in rounds for c in r if c is not None]
+    late = {**mixed[0], "choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": None}]}
+    mixed.insert(1, late)
+    *start, finish, usage = head
+    return sse([*start, *mixed, finish, usage], named=False) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("direction", ["messages-on-chat", "responses-on-chat", "gemini-on-chat"])
+def test_calls_streamed_interleaved_reach_each_client_whole(
+    gw: Any, fresh: Provider, direction: str
+) -> None:
+    """A chat provider may stream parallel calls' fragments interleaved, each numbered by its
+    ``index``, and text between a call's fragments. A Messages client got a new ``tool_use``
+    block each time the stream went back to a call already left (its id and name empty, the
+    arguments cut apart into invalid JSON): the translation streamed each call as a block,
+    closed when another call or text began. Responses and Gemini clients, whose translations
+    gather calls whole, read them right."""
+    calls = [
+        Call("call_a", "get_weather", ['{"city"', ': "Par', 'is", "n": 1}']),
+        Call("call_b", "now", ['{"ci', 'ty": "Oslo"', "}"]),
+        Call("call_c", "get_weather", ["{}"]),
+    ]
+    answer = Answer(text=["Let me ", "check."], calls=calls, finish="tool_calls")
+    fresh.answer, fresh.raw = answer, {"chat": _interleaved(answer)}
+    read, _ = CLIENTS[direction]
+    got = read(gw, answer, True)
+    assert got.calls == [(c.id, c.name, c.args) for c in calls]
+    assert got.text == "Let me check.!"
+    assert (got.finish, got.prompt, got.completion) == ("tool_calls", 40, 7)
