@@ -20,6 +20,7 @@ leg only (``Route.translated``): the estimate prices what this module sends.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from proxy.wires.base import StreamedCalls, chat_content, content_text, refusal_
 __all__ = [
     "TOOL_ERROR",
     "ChatToAnthropic",
+    "call_id",
     "chat_body",
     "chat_to_message",
     "stop_reason",
@@ -160,6 +162,14 @@ def usage_block(usage: Usage | None, chat: Any = None) -> dict[str, int]:
     }
 
 
+def call_id(given: Any) -> str:
+    """A call's ``tool_use`` id: the provider's, else one of its own. Some OpenAI-compatible
+    providers send a call's id as null; Anthropic requires one, unique in the conversation (a
+    client pairs each ``tool_result`` with its call by it, as the fit does), so every call of
+    every turn was ``""``."""
+    return given if isinstance(given, str) and given else "toolu_rf" + secrets.token_hex(12)
+
+
 def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any]:
     """A chat completion as an Anthropic message."""
     choices = data.get("choices") if isinstance(data, Mapping) else None
@@ -176,7 +186,7 @@ def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any
         content.append(
             {
                 "type": "tool_use",
-                "id": str(call.get("id") or ""),
+                "id": call_id(call.get("id")),
                 "name": str(fn.get("name") or ""),
                 "input": tool_input(str(fn.get("arguments") or "")),
             }
@@ -269,7 +279,7 @@ class ChatToAnthropic:
             fn = call.get("function") or {}
             block = {
                 "type": "tool_use",
-                "id": str(call.get("id") or ""),
+                "id": call_id(call.get("id")),
                 "name": str(fn.get("name") or ""),
                 "input": {},
             }
@@ -291,7 +301,7 @@ class ChatToAnthropic:
             out += self._open("text", {"type": "text", "text": ""})
             out.append(self._delta({"type": "text_delta", "text": "".join(self.late)}))
         for n, (given, name, arguments) in enumerate(self.calls.whole()):
-            block = {"type": "tool_use", "id": str(given or ""), "name": str(name or "")}
+            block = {"type": "tool_use", "id": call_id(given), "name": str(name or "")}
             out += self._open(f"held{n}", {**block, "input": {}})
             if arguments:
                 out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -1184,6 +1185,49 @@ def test_calls_a_provider_sent_without_ids_reach_clients_with_ids_of_their_own(
     called = [p["functionCall"] for p in parts if "functionCall" in p]
     assert [c["name"] for c in called] == ["now", "later"]
     assert all(c.get("id") != "None" for c in called), called
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_calls_a_provider_sent_without_ids_reach_a_messages_client_with_ids_of_their_own(
+    gw: Any, fresh: Provider, stream: bool
+) -> None:
+    """A Messages client of a chat provider that sends a call's ``id`` as null got each such
+    call as a ``tool_use`` with id ``""`` (every call of every turn the same): Anthropic
+    requires an id, and a client pairs each ``tool_result`` with its call by it. Each now has
+    an id of its own (as a Responses client's does), which the next turn's results name and
+    the provider is sent."""
+    calls = [Call(None, "now", ["{}"]), Call(None, "later", ['{"a": 1}'])]  # type: ignore[arg-type]
+    fresh.answer = Answer(calls=calls, finish="tool_calls")
+    client = anthropic.Anthropic(base_url=gw.base_url, api_key="unused", max_retries=0)
+    ask: dict[str, Any] = {
+        "model": "chat",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+
+    def called() -> list[Any]:
+        if not stream:
+            return client.messages.create(**ask).content
+        with client.messages.stream(**ask) as events:
+            for _ in events:
+                pass
+            return events.get_final_message().content
+
+    first, second = called(), called()
+    ids = [b.id for b in first if b.type == "tool_use"]
+    assert [b.name for b in first if b.type == "tool_use"] == ["now", "later"]
+    again = [b.id for b in second if b.type == "tool_use"]
+    assert len(set(ids + again)) == 4, (ids, again)
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", i) for i in ids), ids
+
+    fresh.answer = Answer(text=["done"])
+    blocks = [b.model_dump(include={"type", "id", "name", "input"}) for b in first]
+    results = [{"type": "tool_result", "tool_use_id": i, "content": f"r{i}"} for i in ids]
+    turns = [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}]
+    client.messages.create(**{**ask, "messages": [*ask["messages"], *turns]})
+    sent = fresh.requests[-1][1]["messages"]
+    assert [c["id"] for c in sent[1]["tool_calls"]] == ids
+    assert [(m["tool_call_id"], m["content"]) for m in sent[2:]] == [(i, f"r{i}") for i in ids]
 
 
 # --- calls a chat provider streams interleaved --------------------------------------------------
