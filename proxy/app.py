@@ -297,11 +297,18 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 def _refused(called: str, err: ProxyError) -> Response:
     """``err`` in the shape the clients of the path read: under a wire's own paths, that wire's
-    (Anthropic's on /v1/messages...), elsewhere OpenAI's."""
+    (Anthropic's on /v1/messages...), anywhere under ``/v1beta`` Google's (no other API lives
+    there: the SDK's ``models.list()``, ``models.get()``, files...), elsewhere OpenAI's."""
     for wire in WIRES:
         if any(_under(called, path) for path in _paths(wire)):
             return reply_error(wire, err)
+    if called == _GOOGLE_ROOT or called.startswith(_GOOGLE_ROOT + "/"):
+        return reply_error(GEMINI_WIRE, err)
     return error_response(err)
+
+
+#: The root of Google's API: every path under it is a Gemini client's.
+_GOOGLE_ROOT = "/v1beta"
 
 
 def _paths(wire: Wire) -> tuple[str, ...]:

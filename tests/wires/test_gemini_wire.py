@@ -304,6 +304,28 @@ def test_an_inline_image_is_priced_by_the_routes_rule_and_sent(client, sim):
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1beta/models"),  # the SDK's models.list()
+        ("GET", "/v1beta/models/small"),  # its models.get()
+        ("POST", "/v1beta/models/small"),
+        ("GET", "/v1beta/cachedContents"),
+        ("POST", "/v1beta/files"),
+        ("GET", "/v1beta"),
+    ],
+)
+def test_an_unknown_path_under_v1beta_is_googles_404(client: TestClient, method: str, path: str):
+    """Everything under ``/v1beta`` is Google's API: a path routefit does not serve there is a
+    404 in Google's shape, as ``:embedContent`` already was (it was OpenAI's, which the
+    ``google-genai`` SDK reads as status ``None``)."""
+    reply = client.request(method, path, headers=HEADERS)
+    assert reply.status_code == 404, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == 404 and error["status"] == "NOT_FOUND", error
+    assert path in error["message"]
+
+
 def test_refusals_are_googles_errors(client: TestClient):
     missing = client.post("/v1beta/models/nope:generateContent", headers=HEADERS, json=HELLO)
     assert missing.status_code == 404
