@@ -7,7 +7,6 @@ import base64
 import io
 import random
 import struct
-import time
 import tracemalloc
 import zlib
 
@@ -248,12 +247,11 @@ def test_line_wrapped_base64_before_a_deep_jpeg_header_is_not_misread() -> None:
     assert info is not None and (info.width, info.height) == (1200, 900)
 
 
-def test_a_jpeg_made_of_endless_tiny_segments_is_refused_quickly() -> None:
+def test_a_jpeg_made_of_endless_tiny_segments_is_refused_after_a_bounded_walk() -> None:
+    # bounded in segments, not in the file's length (its time is bench material, not a test's)
     raw = b"\xff\xd8" + b"\xff\xfe\x00\x02" * 500_000  # 2 MB of empty comment segments
-    started = time.perf_counter()
     with pytest.raises(ImageError, match="no frame header in its first 1024 segments"):
         probe(encode(raw, "image/jpeg"), LIMITS)
-    assert time.perf_counter() - started < 0.05
 
 
 def with_screen(gif: bytes, width: int, height: int) -> bytes:
@@ -295,12 +293,16 @@ def test_a_gif_is_sized_from_its_first_frame_and_screen_together() -> None:
     assert (probed(no_frame).width, probed(no_frame).height) == (20, 30)  # only its screen
 
 
-def test_a_gif_made_of_endless_sub_blocks_is_refused_quickly() -> None:
-    raw = b"GIF89a" + struct.pack("<HHBBB", 10, 10, 0, 0, 0) + b"\x21\xfe" + b"\x01x" * 500_000
-    started = time.perf_counter()
+def test_a_gif_made_of_endless_sub_blocks_is_refused_after_a_bounded_walk() -> None:
+    # the walk to the first frame is bounded in steps, not in the file's length (its time is
+    # bench material, not a test's): endless 1-byte sub-blocks are refused at the bound, and a
+    # frame within it is still found
+    head = b"GIF89a" + struct.pack("<HHBBB", 10, 10, 0, 0, 0) + b"\x21\xfe"
     with pytest.raises(ImageError, match="no image in its first 16384 blocks"):
-        probe(encode(raw, "image/gif"), LIMITS)
-    assert time.perf_counter() - started < 0.2
+        probe(encode(head + b"\x01x" * 500_000, "image/gif"), LIMITS)
+    frame = b"\x00\x2c" + struct.pack("<4H", 0, 0, 300, 200) + b"\x00"
+    info = probe(encode(head + b"\x01x" * 16_000 + frame, "image/gif"), LIMITS)
+    assert info is not None and (info.width, info.height) == (300, 200)
 
 
 def test_fill_bytes_and_restart_markers_are_skipped() -> None:
