@@ -46,7 +46,7 @@ import anyio.to_thread
 from pricing.bounds import Proof, TextBounds
 from pricing.calibration import Correction, anchored_estimate
 from pricing.messages import ChatRequest, message_wire
-from pricing.meter import Memo, measure
+from pricing.meter import Memo
 from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
 from proxy.config import Config, RouteConfig
@@ -59,7 +59,7 @@ from proxy.providers import deployment
 from proxy.teams import Team
 from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Wire
-from strategies.fit import Fit, FitError
+from strategies.fit import Fit, FitError, sent_pressure
 from strategies.output import bounded_output, fit_output, sampled_output
 from strategies.policy import FitPolicy, output_reserve
 
@@ -314,8 +314,11 @@ class Estimator:
         scope = team.id if team is not None else None
         # its URL images sized as the fit of the same request sizes them (``proxy.image_sizes``)
         sizes = await fetched_sizes(self.sizer, rc, wire.name, request, scope)
+        # priced as the fit prices it before any cut: images the route cannot take as the
+        # placeholders it sends (``strategies.fit.sent_pressure``)
+        policy = self.policy_for(rc, team)
         pressure = await self.fairness.run(
-            who, size, measure, request, priced, sizes, above=COUNTING
+            who, size, sent_pressure, request, priced, policy, sizes, above=COUNTING
         )
         correction = self.calibrator.correction(rc.calibration_key)
         keys = await self.fairness.run(who, size, _message_keys, rc, request, scope)

@@ -36,7 +36,7 @@ from strategies.registry import by_name
 from strategies.result import Fit, FitError, FitReport, actions_of
 from strategies.strategy import FitContext, FitState
 
-__all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded", "request_texts"]
+__all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded", "request_texts", "sent_pressure"]
 
 
 def _team_limit(route: Route, policy: FitPolicy, request: ChatRequest, budget: int) -> int | None:
@@ -93,6 +93,21 @@ def fit(
             return replace(fitted, report=report)
     limit = _team_limit(route, policy, request, budget)
     raise FitError(route.alias, best, budget, route.context_window, limit)
+
+
+def sent_pressure(
+    request: ChatRequest, route: Route, policy: FitPolicy, sizes: Sizes | None = None
+) -> Pressure:
+    """The pressure ``fit`` prices before any cut: the request with the images the route
+    cannot take as the placeholders it sends whatever the budget (``adapt``). A count endpoint
+    prices this, not the client's images: on a text-only route a count of the images undercut
+    the fitted estimate of the same request (50 tokens against 63 for one PNG)."""
+    budget = prompt_budget(
+        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
+    )
+    job = Job(request, route, policy, Correction(), sizes, budget, Memo())
+    messages, _ = adapt(job, request.messages)
+    return job.measure(messages)
 
 
 def fit_bounded(

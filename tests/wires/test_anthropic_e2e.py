@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import re
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 from anthropic_bodies import SEARCHED
 from harness import claude_route, gateway_config, sim_route
 from inprocess import run_inprocess
+from PIL import Image
 
 from strategies.mask import MASK_PREFIX
 
@@ -282,6 +285,27 @@ def test_count_tokens_is_the_estimate_the_fit_acts_on(client, fresh_sim):
     )
     assert counted.input_tokens == int(raw.headers["x-routefit-prompt-tokens"]) > 0
     assert fresh_sim.requests(path="/v1/messages/count_tokens") == []
+
+
+def test_count_tokens_prices_the_placeholders_a_text_only_route_is_sent(client):
+    # claude-sim sees no pictures: its images go as placeholders whatever the budget, and the
+    # fit prices those. The count priced the client's images instead, below the fit's estimate
+    # of the same request (50 tokens against 63 for one PNG): an agent compacting on the count
+    # would send more than it was told.
+    buf = io.BytesIO()
+    Image.new("RGB", (300, 200), (200, 10, 10)).save(buf, "PNG")
+    png = base64.b64encode(buf.getvalue()).decode()
+    for image in (
+        {"type": "base64", "media_type": "image/png", "data": png},
+        {"type": "url", "url": "https://example.invalid/x.png"},
+    ):
+        content = [{"type": "image", "source": image}, {"type": "text", "text": "What is it?"}]
+        messages = [{"role": "user", "content": content}]
+        counted = client.messages.count_tokens(model="claude", messages=messages)
+        raw = client.messages.with_raw_response.create(
+            model="claude", max_tokens=16, messages=messages
+        )
+        assert counted.input_tokens == int(raw.headers["x-routefit-prompt-tokens"]), image
 
 
 def test_errors_are_in_anthropics_shape(client, gw):
