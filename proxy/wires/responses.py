@@ -167,9 +167,10 @@ class ResponsesWire:
     def parse(self, ctx: RequestContext) -> ChatRequest:
         body = ctx.body
         stored = ctx.stored
-        if stored is not None and stored.prior is not None:
-            body = continued(body, stored.prior)
-        p = parse_responses(body)
+        prior = stored.prior if stored is not None else None
+        if prior is not None:
+            body = continued(body, prior)
+        p = parse_responses(body, len(prior) if prior is not None else 0)
         return ResponsesRequest(
             p.model, p.messages, p.tools, p.max_output_tokens, p.body, stored, choices=p.choices
         )

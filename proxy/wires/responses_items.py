@@ -283,8 +283,11 @@ def _max_output(body: Mapping[str, Any]) -> int | None:
     return value
 
 
-def parse_responses(body: Any) -> ChatRequest:
-    """Validate a Responses body; raise RequestError naming the bad parameter."""
+def parse_responses(body: Any, prior: int = 0) -> ChatRequest:
+    """Validate a Responses body; raise RequestError naming the bad parameter as the client
+    wrote it: the first ``prior`` items of ``input`` are the stored chain its
+    ``previous_response_id`` names (``proxy.wires.responses.continued``), so an item of the
+    client's own input is numbered in that input, and one of the chain is the id."""
     if not isinstance(body, Mapping):
         raise RequestError("the request body must be a JSON object")
     model = body.get("model", "")
@@ -298,7 +301,15 @@ def parse_responses(body: Any) -> ChatRequest:
     items = input_items(body)
     if not items:
         raise RequestError("input must not be empty", "input")
-    messages += parse_items(items)
+    try:
+        messages += parse_items(items, -prior)
+    except RequestError as err:
+        if prior and err.param is not None and err.param.startswith("input[-"):
+            raise RequestError(
+                f"the stored conversation previous_response_id names is malformed: {err}",
+                "previous_response_id",
+            ) from None
+        raise
     for key in ("stream", "store", "background"):
         if body.get(key) is not None and not isinstance(body.get(key), bool):
             raise RequestError(f"{key} must be a boolean", key)

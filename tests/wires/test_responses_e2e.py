@@ -224,6 +224,27 @@ def test_bad_input_is_a_400_naming_the_parameter(gw, body, param):
     assert resp.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize(
+    ("own", "param"),
+    [
+        ([{"type": "function_call", "name": "x"}], "input[0].call_id"),
+        ([{"role": "user", "content": "ok"}, {"role": "robot", "content": "x"}], "input[1].role"),
+    ],
+)
+def test_a_continuations_bad_item_is_named_in_its_own_input(client, gw, own, param):
+    """The stored chain before a continuation's input is not the client's to count: its bad
+    item is named by its place in the input it sent (it was counted after the chain's)."""
+    first = client.responses.create(
+        model="gpt-4o", input=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    )
+    body = {"model": "gpt-4o", "previous_response_id": first.id, "input": own}
+    for path in ("/responses", "/responses/input_tokens"):
+        resp = httpx.post(gw.v1 + path, json=body)
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["param"] == param, resp.text
+        assert param in resp.json()["error"]["message"]
+
+
 def test_unknown_item_types_are_priced_and_kept(client, fresh_sim):
     odd = {"type": "item_reference", "id": "msg_123"}
     reply = client.responses.create(
