@@ -4,11 +4,12 @@
 OpenAI routes get the fitted body natively (the client's own body, byte for byte, when nothing
 had to change; else the body with ``input`` rewritten from the fitted items); the provider's
 bytes come back unchanged (but for a ``store`` that promises what routefit will not keep:
-``_promise``), and usage is read from ``response.completed``. Other routes are
-translated to chat completions and back (``responses_translate``). Items map onto fitting's
-units as ``responses_items`` describes. Stored responses (``store``, ``previous_response_id``)
-are the shell's (``proxy.responses_store``): it resolves the chain a request names before this
-wire parses it (``RequestContext.stored``), and this wire hands it the finished answers to keep.
+``_promise``, and a continuation's ``previous_response_id``: ``_named``), and usage is read
+from ``response.completed``. Other routes are translated to chat completions and back
+(``responses_translate``). Items map onto fitting's units as ``responses_items`` describes.
+Stored responses (``store``, ``previous_response_id``) are the shell's
+(``proxy.responses_store``): it resolves the chain a request names before this wire parses it
+(``RequestContext.stored``), and this wire hands it the finished answers to keep.
 
 Unknown item types: kept verbatim, priced as their JSON, grouped with the model-side items around
 them (so removed only with their whole turn); an unknown ``*_call_output`` pairs with its
@@ -120,6 +121,10 @@ class ResponsesRequest(ChatRequest):
     """A Responses request, with where its answer is kept (None: a dry run, nothing kept)."""
 
     stored: Stored | None = None
+    #: The ``previous_response_id`` the client named: the provider never sees it (it is sent
+    #: the whole chain), so every response object routefit returns or keeps echoes it
+    #: (``_promise``), as OpenAI's does.
+    previous: str | None = None
 
     @property
     def least_output(self) -> int:
@@ -171,8 +176,16 @@ class ResponsesWire:
         if prior is not None:
             body = continued(body, prior)
         p = parse_responses(body, len(prior) if prior is not None else 0)
+        previous = ctx.body.get("previous_response_id") if prior is not None else None
         return ResponsesRequest(
-            p.model, p.messages, p.tools, p.max_output_tokens, p.body, stored, choices=p.choices
+            p.model,
+            p.messages,
+            p.tools,
+            p.max_output_tokens,
+            p.body,
+            stored,
+            previous,
+            choices=p.choices,
         )
 
     def streams(self, request: ChatRequest) -> bool:
@@ -196,13 +209,16 @@ class ResponsesWire:
         data = completion.data
         if wire == CHAT:
             response = chat_to_response(request, data, new_response_id())
+            _named(request, response)
             _keep(request, response)
             _promise(request, response)
             return Answer(orjson.dumps(response), normalize_usage(response.get("usage")))
         if isinstance(data, dict):
-            _keep(request, data)
             # the provider's own bytes, unless its ``store`` promises what routefit will not keep
-            body = orjson.dumps(data) if _promise(request, data) else completion.body
+            # or it does not name the response the client continued (it was never sent one)
+            named = _named(request, data)
+            _keep(request, data)
+            body = orjson.dumps(data) if _promise(request, data) or named else completion.body
             return Answer(body, normalize_usage(data.get("usage")))
         return Answer(completion.body, None)
 
@@ -218,7 +234,10 @@ class ResponsesWire:
         )
         try:
             async for event in relayed:
-                if _request(request).keeps is None and _kind(event, _CARRIERS) is not None:
+                r = _request(request)
+                if (r.keeps is None or r.previous is not None) and _kind(
+                    event, _CARRIERS
+                ) is not None:
                     event = _promised(request, event)
                 yield event
         finally:
@@ -313,6 +332,17 @@ def _promise(request: ChatRequest, response: dict[str, Any]) -> bool:
     return _request(request).keeps is None and _not_kept(response)
 
 
+def _named(request: ChatRequest, response: dict[str, Any]) -> bool:
+    """An answer's ``previous_response_id`` the one the client named (the provider, sent the
+    whole chain instead, answers null), as the client is told and as it is kept; True when
+    that changed it."""
+    previous = _request(request).previous
+    if previous is None or response.get("previous_response_id") == previous:
+        return False
+    response["previous_response_id"] = previous
+    return True
+
+
 def _not_kept(response: dict[str, Any]) -> bool:
     """The one place an answer's ``store`` is set (false); True when that changed it."""
     if response.get("store") is False:
@@ -329,11 +359,15 @@ def unkept(body: bytes) -> bytes:
 
 
 def _promised(request: ChatRequest, event: bytes) -> bytes:
-    """A response-carrying event with its response's ``store`` held to ``_promise`` (its other
-    lines as they were; the data on one line)."""
+    """A response-carrying event with its response's ``store`` held to ``_promise`` and its
+    ``previous_response_id`` to ``_named`` (its other lines as they were; the data on one
+    line)."""
     obj = _data(event)
     response = obj.get("response") if isinstance(obj, dict) else None
-    if not isinstance(response, dict) or not _promise(request, response):
+    if not isinstance(response, dict):
+        return event
+    named = _named(request, response)
+    if not _promise(request, response) and not named:
         return event
     data = b"data: " + orjson.dumps(obj)
     lines: list[bytes] = []
@@ -359,6 +393,7 @@ async def _final(request: ChatRequest, response: Any, outcome: Outcome) -> None:
     if not isinstance(response, dict):
         return
     outcome.usage = normalize_usage(response.get("usage")) or outcome.usage
+    _named(request, response)  # kept as the client is told
     stored = _request(request).keeps
     if stored is not None and response.get("status") != "failed":
         await stored.save(response, input_items(request.body))

@@ -137,6 +137,26 @@ def test_previous_response_id_chains_and_stored_endpoints(client, gw, fresh_sim)
     assert err.value.body["code"] == "previous_response_not_found"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("model", ["gpt-4o", "chatonly"])
+def test_a_continuation_names_the_response_it_continues(client, model, stream):
+    """The provider is sent the whole chain, never ``previous_response_id`` (so it answers
+    null): the response the client is given, every event's and the one it can retrieve, names
+    the response it continued, as OpenAI's does."""
+    first = client.responses.create(model=model, input="Remember the word kestrel.")
+    follow = {"model": model, "input": "Which word?", "previous_response_id": first.id}
+    if stream:
+        with client.responses.stream(**follow) as events:
+            carried = [e.response for e in events if hasattr(e, "response")]
+            second = events.get_final_response()
+        assert carried and all(r.previous_response_id == first.id for r in carried)
+    else:
+        second = client.responses.create(**follow)
+    assert second.previous_response_id == first.id
+    assert client.responses.retrieve(second.id).previous_response_id == first.id
+    assert first.previous_response_id is None
+
+
 def test_input_items_are_paged_as_openai_pages_them(client, gw):
     """Newest first by default, ``limit`` at a time with ``has_more``, ``after`` continuing from
     an item id (the SDK's auto-paging walks it to the end); a query OpenAI refuses is a 400."""
