@@ -123,7 +123,7 @@ class ResponsesRequest(ChatRequest):
     stored: Stored | None = None
     #: The ``previous_response_id`` the client named: the provider never sees it (it is sent
     #: the whole chain), so every response object routefit returns or keeps echoes it
-    #: (``_promise``), as OpenAI's does.
+    #: (``_named``), as OpenAI's does.
     previous: str | None = None
 
     @property
