@@ -20,7 +20,12 @@ from proxy import modelmap
 from proxy.config.access import read_access
 from proxy.config.deployments import derived_id
 from proxy.config.reader import ConfigError, Reader
-from proxy.config.router_settings import RouterSettings, read_router_settings
+from proxy.config.router_settings import (
+    LITELLM_ROUTER_KEYS,
+    RouterSettings,
+    read_litellm_router,
+    read_router_settings,
+)
 from proxy.config.routes import RouteConfig, read_route
 from proxy.config.settings import SETTINGS_KEYS, Settings, read_settings
 from proxy.config.teams import read_teams
@@ -32,8 +37,8 @@ _TOP_KEYS = frozenset(
     {"model_list", "routefit_settings", "general_settings", "router_settings", "litellm_settings"}
 )
 #: ``litellm_settings`` keys routefit reads (the others are litellm's module settings: one
-#: warning each).
-LITELLM_SETTINGS_USED = frozenset({"drop_params"})
+#: warning each): ``drop_params`` and those LiteLLM's router falls back to.
+LITELLM_SETTINGS_USED = frozenset({"drop_params", *LITELLM_ROUTER_KEYS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,18 +95,22 @@ class Config:
         return not self.settings.access.auth_required
 
 
-def _drop_params(block: Any, rd: Reader) -> bool:
-    """``litellm_settings.drop_params`` (LiteLLM's switch, common in its configs); the block's
-    other keys set litellm's module, which routefit does not: one warning each."""
+def _litellm_settings(block: Any, aliases: list[str], rd: Reader) -> tuple[bool, RouterSettings]:
+    """``litellm_settings.drop_params`` (LiteLLM's switch, common in its configs) and the router
+    settings LiteLLM's router takes from the block where ``router_settings`` has none
+    (``fallbacks``, ``num_retries``, ...: read as a warning, a copied config never fell back);
+    the block's other keys set litellm's module, which routefit does not: one warning each."""
     if block is None:
-        return False
+        return False, RouterSettings()
     block = rd.mapping(block, "litellm_settings")
     for key in block:
         if key not in LITELLM_SETTINGS_USED:
             rd.warn(f"litellm_settings.{key}", "not used by routefit; ignored")
-    at = "litellm_settings.drop_params"
-    drop = rd.resolve(block.get("drop_params", False), at)
-    return False if drop is None else rd.boolean(drop, at)
+    used = {key: value for key, value in block.items() if key in LITELLM_SETTINGS_USED}
+    block = rd.resolve(used, "litellm_settings")
+    drop = block.get("drop_params")
+    drop = False if drop is None else rd.boolean(drop, "litellm_settings.drop_params")
+    return drop, read_litellm_router(block, aliases, rd)
 
 
 def _dropping(rc: RouteConfig) -> RouteConfig:
@@ -224,9 +233,10 @@ def parse_config(
     access = read_access(raw, written, data.get("general_settings"), rd)
     settings = replace(settings, access=access)
     table = _deployments(data.get("model_list"), rd, settings.upstream_timeout)
-    if _drop_params(data.get("litellm_settings"), rd):
+    drop, litellm_router = _litellm_settings(data.get("litellm_settings"), list(table), rd)
+    if drop:
         table = {alias: tuple(map(_dropping, found)) for alias, found in table.items()}
-    router = read_router_settings(data.get("router_settings"), list(table), rd)
+    router = read_router_settings(data.get("router_settings"), list(table), rd, base=litellm_router)
     routes = {alias: deployments[0] for alias, deployments in table.items()}
     teams = read_teams(raw.get("teams"), list(routes), rd)
     team_router = _team_routers(raw.get("teams"), teams, router, list(routes), rd)

@@ -24,10 +24,12 @@ __all__ = [
     "ALLOWED_FAILS_POLICY_KEYS",
     "CONTEXT_CHOICES",
     "FAILURE_KINDS",
+    "LITELLM_ROUTER_KEYS",
     "RETRY_POLICY_KEYS",
     "ROUTER_KEYS",
     "ROUTING_STRATEGIES",
     "RouterSettings",
+    "read_litellm_router",
     "read_router_settings",
 ]
 
@@ -164,6 +166,29 @@ _READERS: Mapping[str, _Read] = {
     ),
 }
 ROUTER_KEYS = frozenset(_READERS)
+#: ``litellm_settings`` keys LiteLLM's router falls back to where ``router_settings`` leaves
+#: its own out (its Router: ``fallbacks or litellm.fallbacks``, ``timeout or
+#: litellm.request_timeout``, ...): the ``litellm_settings`` name → the router key it sets.
+LITELLM_ROUTER_KEYS: Mapping[str, str] = {
+    "num_retries": "num_retries",
+    "request_timeout": "timeout",
+    "allowed_fails": "allowed_fails",
+    "fallbacks": "fallbacks",
+    "context_window_fallbacks": "context_window_fallbacks",
+}
+
+
+def read_litellm_router(
+    block: Mapping[str, Any], aliases: Sequence[str], rd: Reader
+) -> RouterSettings:
+    """The router settings ``litellm_settings`` gives (its block resolved), each checked at its
+    own path: LiteLLM's proxy docs put retries, timeouts and fallbacks there as often as in
+    ``router_settings``, which overrides them key by key."""
+    values: dict[str, Any] = {}
+    for key, name in LITELLM_ROUTER_KEYS.items():
+        if block.get(key) is not None:
+            values[name] = _READERS[name](block[key], f"litellm_settings.{key}", aliases, rd)
+    return RouterSettings(**values, written=frozenset(values))
 
 
 def read_router_settings(
@@ -175,7 +200,7 @@ def read_router_settings(
 ) -> RouterSettings:
     """Validate a router block against the model names of ``model_list``. ``base``: what a key
     left out keeps (a team's block overrides the global one key by key, as LiteLLM's team-level
-    router settings do); ``written`` names this block's keys only."""
+    router settings do); ``written`` names this block's keys and ``base``'s."""
     block = rd.resolve(rd.mapping(value, where), where)
     values: dict[str, Any] = {}
     for key, given in block.items():
@@ -186,4 +211,5 @@ def read_router_settings(
             )
         if given is not None:  # null: the default, as LiteLLM reads it
             values[key] = _READERS[key](given, f"{where}.{key}", aliases, rd)
-    return replace(base or RouterSettings(), **values, written=frozenset(map(str, block)))
+    base = base or RouterSettings()
+    return replace(base, **values, written=base.written | frozenset(map(str, block)))

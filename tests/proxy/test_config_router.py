@@ -243,3 +243,32 @@ def test_a_route_s_context_fallback_choice_is_read_and_checked() -> None:
     wrong = {**_B, "routefit": {"context_fallback": "cheapest"}}
     with pytest.raises(ConfigError, match=r"routefit\.context_fallback: must be one of keep_more"):
         _parse(models=[_A, wrong])
+
+
+def test_litellm_settings_router_keys_are_read_and_router_settings_wins() -> None:
+    """LiteLLM's proxy docs put ``fallbacks``, ``num_retries`` and ``request_timeout`` under
+    ``litellm_settings`` (its router falls back to them); routefit warned "not used" and a
+    copied config loaded, then never fell back or retried."""
+    data = {
+        "model_list": [_A, _B],
+        "litellm_settings": {
+            "num_retries": 3,
+            "request_timeout": 10,
+            "fallbacks": [{"a": ["b"]}],
+            "context_window_fallbacks": [{"b": ["a"]}],
+            "allowed_fails": 1,
+            "set_verbose": True,
+        },
+        "router_settings": {"num_retries": 1},
+    }
+    config = parse_config(data, "r.yaml", environ={})
+    router = config.router
+    assert router.fallbacks == {"a": ("b",)} and router.context_window_fallbacks == {"b": ("a",)}
+    assert (router.num_retries, router.timeout, router.allowed_fails) == (1, 10.0, 1)
+    assert {"num_retries", "timeout", "fallbacks"} <= router.written
+    assert [w for w in config.warnings if "litellm_settings" in w] == [
+        "r.yaml: litellm_settings.set_verbose: not used by routefit; ignored"
+    ]
+    data["litellm_settings"] = {"fallbacks": [{"a": ["nope"]}]}
+    with pytest.raises(ConfigError, match=r"litellm_settings\.fallbacks\[0\]\.a\[0\]: 'nope'"):
+        parse_config(data, "r.yaml", environ={})
