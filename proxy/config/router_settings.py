@@ -7,8 +7,10 @@ fall back). The values mean what they mean in LiteLLM's router (docs.litellm.ai,
 and defaults"); the defaults are its defaults.
 
 ``proxy.router`` implements the selection these settings describe and ``proxy.routing`` drives it
-for each request; ``proxy.config.loader`` refuses only ``context_window_fallbacks``, which the
-gateway does not decide yet.
+for each request. The keys LiteLLM's router also reads from ``litellm_settings`` (its module
+globals: ``fallbacks``, ``context_window_fallbacks``, ``num_retries``, ``request_timeout``,
+``allowed_fails``) are read there too (``read_litellm_router``), as the base ``router_settings``
+overrides key by key.
 """
 
 from __future__ import annotations
