@@ -2,8 +2,7 @@
 
 A provider rejects a tool result whose call is gone and an assistant tool call whose results are
 gone, so an assistant message with ``tool_calls`` and the tool messages that follow it form one
-unit: fitting removes units, never single messages. Every other message is a unit of its own,
-but for the conversation's tail (``_tail``): what ends it is one unit with what it answers.
+unit: fitting removes units, never single messages. Every other message is a unit of its own.
 
 Protected, never removed: system and developer messages, the first user message (the task), the
 last user message, and the newest unit (what the model must answer now) with, when it is a user
@@ -23,8 +22,6 @@ from pricing.messages import Message
 __all__ = ["Unit", "answers_tool_round", "group_units", "protected_units"]
 
 _TOOL_ROLES = ("tool", "function")
-#: Roles of the messages a tail may answer a tool round with (``_tail``).
-_ANSWER_ROLES = ("user", "system", "developer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +40,9 @@ def group_units(messages: Sequence[Message]) -> tuple[Unit, ...]:
 
     A tool message joins the unit before it when that unit is a tool-calling one (so an orphan
     that arrived orphaned is never separated further from where it stood); otherwise it is a
-    unit of its own, as is every other message — but for the conversation's tail, which makes
-    the newest unit what the model answers now (``_tail``).
+    unit of its own, as is every other message. A final assistant message without tool calls (a
+    prefill) joins the unit before it: the newest unit is then what the model answers, and the
+    tool round that answers is kept with it (``protected_units``), as without the prefill.
     """
     units: list[Unit] = []
     start = 0
@@ -59,34 +57,12 @@ def group_units(messages: Sequence[Message]) -> tuple[Unit, ...]:
         start = i
         calling = bool(message.tool_calls)
     if messages:
+        last = messages[-1]
+        prefill = last.role == "assistant" and not last.tool_calls
+        if units and prefill and start == len(messages) - 1:
+            start = units.pop().start
         units.append(Unit(start, len(messages)))
-    return _tail(messages, units)
-
-
-def _tail(messages: Sequence[Message], units: list[Unit]) -> tuple[Unit, ...]:
-    """The conversation's tail as its newest unit.
-
-    The tail is the run of user, system and developer messages that ends it, and a final
-    assistant message without tool calls (a prefill, which the model continues). Without a user
-    message (a prefill, a system or developer note after the latest user message or tool round)
-    it joins the unit before it: the newest unit is then what the model answers, and the tool
-    round that answers is kept with it (``protected_units``), as without the tail. After a tool
-    round the tail is one unit (the user's answer to that round, with a note before or after it,
-    or several user messages in a row), so the round is the one it answers."""
-    t = len(messages)
-    if t and messages[-1].role == "assistant" and not messages[-1].tool_calls:
-        t -= 1
-    while t > 0 and messages[t - 1].role in _ANSWER_ROLES:
-        t -= 1
-    users = [i for i in range(t, len(messages)) if messages[i].role == "user"]
-    if users and t and (messages[t - 1].role in _TOOL_ROLES or messages[t - 1].tool_calls):
-        start = t
-    else:
-        after = users[-1] + 1 if users else max(t, 1)
-        if after == len(messages):
-            return tuple(units)
-        start = next(u.start for u in units if u.start < after <= u.end)
-    return (*(u for u in units if u.end <= start), Unit(start, len(messages)))
+    return tuple(units)
 
 
 def protected_units(messages: Sequence[Message], units: Sequence[Unit]) -> frozenset[int]:
