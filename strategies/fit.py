@@ -27,9 +27,10 @@ from dataclasses import replace
 
 from pricing.bounds import TextBounds, bound_pressure
 from pricing.calibration import Correction, pressure_features
-from pricing.messages import ChatRequest, TextPart
+from pricing.messages import ChatRequest, Message, TextPart
 from pricing.meter import Memo, Pressure, Sizes
 from pricing.route import Route
+from strategies.actions import Action
 from strategies.moves import Job, adapt, assemble, fit_moves
 from strategies.policy import FitPolicy, prompt_budget
 from strategies.registry import by_name
@@ -62,12 +63,8 @@ def fit(
 ) -> Fit:
     """Compile ``request`` to fit ``route``; raise FitError when it cannot. ``memo``: what was
     priced of the request already, by object (a bound's pass, an earlier fit of it)."""
-    budget = prompt_budget(
-        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
-    )
-    job = Job(request, route, policy, correction or Correction(), sizes, budget, memo or Memo())
-    messages, adapted = adapt(job, request.messages)
-    pressure = job.measure(messages)
+    job, messages, adapted, pressure = _adapted(request, route, policy, correction, sizes, memo)
+    budget = job.budget
     # the request's interval, one factor for every part and cut of it (``for_request``)
     features = pressure_features(pressure)
     job.correction = job.correction.for_request(features)
@@ -102,12 +99,25 @@ def sent_pressure(
     cannot take as the placeholders it sends whatever the budget (``adapt``). A count endpoint
     prices this, not the client's images: on a text-only route a count of the images undercut
     the fitted estimate of the same request (50 tokens against 63 for one PNG)."""
+    return _adapted(request, route, policy, None, sizes, None)[3]
+
+
+def _adapted(
+    request: ChatRequest,
+    route: Route,
+    policy: FitPolicy,
+    correction: Correction | None,
+    sizes: Sizes | None,
+    memo: Memo | None,
+) -> tuple[Job, tuple[Message, ...], Action, Pressure]:
+    """A fit's job and where every fit begins: the messages with the images the route cannot
+    take as placeholders (``adapt``), what that did, and their pressure."""
     budget = prompt_budget(
         route.context_window, route.max_output_tokens, policy, request.max_output_tokens
     )
-    job = Job(request, route, policy, Correction(), sizes, budget, Memo())
-    messages, _ = adapt(job, request.messages)
-    return job.measure(messages)
+    job = Job(request, route, policy, correction or Correction(), sizes, budget, memo or Memo())
+    messages, adapted = adapt(job, request.messages)
+    return job, messages, adapted, job.measure(messages)
 
 
 def fit_bounded(
