@@ -274,25 +274,27 @@ class ChatToAnthropic:
         gathered and sent whole at the finish (``_held``)."""
         slot = self.calls.slot(call)
         self.called = True
+        fn = call.get("function") or {}
         if self.live is None:
             self.live = slot
-            fn = call.get("function") or {}
-            block = {
-                "type": "tool_use",
-                "id": call_id(call.get("id")),
-                "name": str(fn.get("name") or ""),
-                "input": {},
-            }
-            out = self._open(f"tool{slot}", block)
-        elif slot == self.live:
-            out = []
-        else:
-            self.calls.add(call)
+            return self._tool_use(
+                f"tool{slot}", call.get("id"), fn.get("name"), fn.get("arguments")
+            )
+        if slot == self.live:
+            return self._arguments(fn.get("arguments"))
+        self.calls.add(call)
+        return []
+
+    def _tool_use(self, key: str, given: Any, name: Any, arguments: Any) -> list[bytes]:
+        """A ``tool_use`` block opened (the provider's id, or one of its own: ``call_id``) with
+        the arguments it has so far."""
+        block = {"type": "tool_use", "id": call_id(given), "name": str(name or ""), "input": {}}
+        return [*self._open(key, block), *self._arguments(arguments)]
+
+    def _arguments(self, arguments: Any) -> list[bytes]:
+        if not arguments:
             return []
-        arguments = (call.get("function") or {}).get("arguments")
-        if arguments:
-            out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
-        return out
+        return [self._delta({"type": "input_json_delta", "partial_json": arguments})]
 
     def _held(self) -> list[bytes]:
         """What came while the live call was streamed: its text, then the other calls whole."""
@@ -301,10 +303,7 @@ class ChatToAnthropic:
             out += self._open("text", {"type": "text", "text": ""})
             out.append(self._delta({"type": "text_delta", "text": "".join(self.late)}))
         for n, (given, name, arguments) in enumerate(self.calls.whole()):
-            block = {"type": "tool_use", "id": call_id(given), "name": str(name or "")}
-            out += self._open(f"held{n}", {**block, "input": {}})
-            if arguments:
-                out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+            out += self._tool_use(f"held{n}", given, name, arguments)
         return out
 
     def chunk(self, data: Mapping[str, Any]) -> list[bytes]:
