@@ -155,6 +155,14 @@ class Budgets:
             )
         return Held(team, rc, result.token, amounts, result.windows)
 
+    async def charge(self, team: Team | None, rc: RouteConfig, usage: Usage) -> None:
+        """Charge ``usage`` spent without a hold that covers it: the provider read a prompt the
+        team's quota then could not hold (a sampled request the count proved dearer than its
+        guess). A hold of nothing is admitted in every window whatever its use (the stores
+        refuse only a positive amount over the limit), then settled at ``usage``: a charge is
+        a record of what was spent, not a request for room."""
+        await self.settle(await self.reserve(team, rc, 0, 0), usage, False)
+
     async def settle(self, held: Held | None, usage: Usage | None, released: bool) -> None:
         """Settle to the actual usage, or release (amounts 0) when nothing was served."""
         if held is None or held.settled:

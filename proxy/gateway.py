@@ -629,19 +629,35 @@ class Gateway:
         then held to those figures when they are over the guess it was reserved on (always
         when it missed: the fit goes instead): the hold is made anew, the team's 429 when its
         quota cannot hold it — the answer to a request the quota would have refused is not
-        relayed, as the answer to one its fit would have cut is not."""
+        relayed, as the answer to one its fit would have cut is not.
+
+        The provider has the prompt that went on the guess by then, and bills it: an attempt
+        the count disproved is abandoned and charged that prompt (its estimate before the fit
+        that goes instead), as any attempt the provider had is (docs/security.md, "Charging on
+        every exit"); a request whose proved figures the quota cannot hold is refused and
+        charged the prompt all the same. Released instead, a guess made cheap by a crafted text
+        bought a provider call for nothing."""
         guessed = p.estimate.tokens
         p.estimate, confirmed = await self.estimator.confirmed(p.estimate)
+        e = p.estimate
         if not confirmed:
             self.metrics.fit_proofs.labels(p.rc.route.alias, "sample_missed").inc()
             self._count_actions(p)  # the fit's, counted as when it is made before forwarding
             if self.on_fit is not None:
                 self.on_fit(p.fitted.report)
-        if not confirmed or p.estimate.tokens > guessed:
-            # released first, so that the guess's hold does not count against the new one
-            e = p.estimate
-            await self.budgets.settle(p.held, None, released=True)
+        if confirmed and e.tokens <= guessed:
+            return True
+        # the guess's hold goes first, so that it does not count against the new one: released
+        # when the same prompt is held anew, settled at the abandoned attempt's prompt if not
+        sent = e.tokens if confirmed else e.fitted.report.estimate_before
+        abandoned = None if confirmed else Usage(sent, 0)
+        await self.budgets.settle(p.held, abandoned, released=confirmed)
+        try:
             p.held = await self.budgets.reserve(e.team, p.rc, e.tokens, e.reserved_output)
+        except ProxyError:
+            if confirmed:
+                await self.budgets.charge(e.team, p.rc, Usage(sent, 0))
+            raise
         return confirmed
 
     async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:

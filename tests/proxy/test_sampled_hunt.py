@@ -2,7 +2,8 @@
 Messages (anthropic SDK, native leg), Responses (openai SDK), Gemini (raw httpx), streamed and
 not — through routefit in process and the provider simulator: the client is answered the
 request the count proved (a forced miss sends the exact fit), what is learnt is exact, and the
-team's budget is settled to what the provider answered.
+team's budget is settled to what the provider answered and the prompts it had of attempts the
+count abandoned.
 
 The ``*-tight`` routes tell routefit 12k tokens where the simulator's model takes far more, so
 the simulator answers a request routefit must cut: an answer to the guess relayed after the
@@ -30,10 +31,16 @@ import pricing.bounds
 
 WORDS = "window provider usage prompt cache budget token turn agent session tool".split()
 TEAMS = {"alpha": "sk-team-alpha-0123456789abcdef", "beta": "sk-team-beta-0123456789abcdef"}
-#: A team whose day holds far less than a ``tight`` route's budget (its own id in a shared
-#: store): what it may use is over as soon as one request is sent whole.
+#: Teams whose day holds far less than a ``tight`` route's budget (each its own id in a shared
+#: store): what one may use is over as soon as one request is sent whole, so each test that
+#: spends a day has its own.
 QUOTA = "quota-" + uuid.uuid4().hex[:8]
 QUOTA_KEY = "sk-team-quota-0123456789abcdef"
+#: The team that measures what a prompt sent whole counts (``whole``): its own, so that what it
+#: counts is in no other team's memo (a prompt counted before is priced from it, not sampled).
+MEASURER_KEY = "sk-team-measurer-0123456789abcdef"
+OVER = "over-" + uuid.uuid4().hex[:8]
+OVER_KEY = "sk-team-over-0123456789abcdef"
 QUOTA_TOKENS = 5_000
 ADMIN_KEY = "sk-admin-hunt-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -73,7 +80,9 @@ def serving(sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
         {"id": name, "keys": [key], "quotas": {"tokens_per_day": 10**10}}
         for name, key in TEAMS.items()
     ]
-    teams.append({"id": QUOTA, "keys": [QUOTA_KEY], "quotas": {"tokens_per_day": QUOTA_TOKENS}})
+    teams.append({"id": "measurer", "keys": [MEASURER_KEY]})
+    for name, key in ((QUOTA, QUOTA_KEY), (OVER, OVER_KEY)):
+        teams.append({"id": name, "keys": [key], "quotas": {"tokens_per_day": QUOTA_TOKENS}})
     # ``wide``: routefit is told 200k where the simulator's gpt-4o takes 128k
     wide = {"max_input_tokens": 200_000, "max_output_tokens": 1024}
     routes.append(sim_route("wide", sim.base_url, "gpt-4o", model_info=wide))
@@ -141,11 +150,17 @@ def route_report(gw: Any, alias: str, samples: int) -> dict[str, Any]:
 
 
 def ask(
-    gw: Any, wire: str, alias: str, turns: list[tuple[str, str]], stream: bool, team: str = "alpha"
+    gw: Any,
+    wire: str,
+    alias: str,
+    turns: list[tuple[str, str]],
+    stream: bool,
+    team: str = "alpha",
+    key: str | None = None,
 ) -> tuple[dict[str, str], int, int]:
     """(the answer's headers, the provider's prompt and output counts in the answer the client
-    got), ``turns`` as (role, text) sent on ``wire``."""
-    key = TEAMS[team]
+    got), ``turns`` as (role, text) sent on ``wire`` by ``team`` (or the team of ``key``)."""
+    key = key or TEAMS[team]
     if wire == "messages":
         client = anthropic.Anthropic(base_url=gw.base_url, api_key=key, max_retries=0, timeout=60)
         msgs: Any = [{"role": r, "content": t} for r, t in turns]
@@ -222,6 +237,15 @@ def fault(sim: Any, rule: dict[str, Any]) -> None:
     httpx.post(sim.url("/sim/faults"), json={"faults": [rule]}).raise_for_status()
 
 
+def whole(gw: Any, sim: Any, wire: str, turns: list[tuple[str, str]], stream: bool) -> int:
+    """The prompt ``turns`` make on ``wire`` as the provider counts it when it is sent whole
+    (to the ``exact`` route, the same model and tokenizer as ``tight``, by a team of its own):
+    the simulator's own count, cached tokens included (a Messages client's ``input_tokens``
+    leaves out what the provider read from its cache)."""
+    ask(gw, wire, "exact", turns, stream, key=MEASURER_KEY)
+    return int(sim.last_request()["prompt_tokens"])
+
+
 WIRES = [(w, s) for w in ROUTES for s in (False, True)]
 
 
@@ -267,12 +291,15 @@ def test_every_wire_sends_the_exact_fit_when_the_count_disproves_the_guess(
     assert prompt <= int(headers["x-routefit-budget"])
     assert int(headers["x-routefit-prompt-tokens"]) >= prompt
     assert sim.last_request()["prompt_tokens"] == prompt
-    assert settled(gw, "alpha", before + prompt + output) == before + prompt + output
+    # the answer, and the abandoned attempt's prompt the provider had (docs/security.md,
+    # "Charging on every exit"), as routefit counted it: the whole conversation
+    spent = prompt + output + whole(gw, sim, wire, turns, stream)
+    assert settled(gw, "alpha", before + spent) == before + spent
     assert httpx.get(gw.base_url + "/readyz").status_code == 200
 
 
 def test_a_guess_the_count_disproves_is_held_to_the_quota_on_the_fit_that_goes_instead(
-    gw: Any, monkeypatch: Any
+    gw: Any, sim: Any, monkeypatch: Any
 ) -> None:
     # The guess (a few tokens) is reserved within the team's day; the exact fit that goes
     # instead (near the tight route's budget) is not: the team is refused as any request over
@@ -288,11 +315,15 @@ def test_a_guess_the_count_disproves_is_held_to_the_quota_on_the_fit_that_goes_i
         client.chat.completions.create(model="tight", messages=messages, max_tokens=16)
     assert refused.value.code == "rate_limit_exceeded"
     assert proofs(gw, "tight", "sample_missed") == missed + 1
-    assert used(gw, QUOTA) == 0  # the provider never answered the team
-    # a request the day holds is served
+    # the provider had the prompt that went on the guess: the team is charged it (it was
+    # released before, a free provider call for a text whose sample reads cheap)
+    sent = whole(gw, sim, "chat", [(m["role"], m["content"]) for m in messages], False)
+    assert settled(gw, QUOTA, sent) == sent > QUOTA_TOKENS
+    # and the day is spent: a request it held before is refused now
     small: Any = [{"role": "user", "content": "Say hello."}]
-    client.chat.completions.create(model="tight", messages=small, max_tokens=16)
-    assert 0 < settled(gw, QUOTA, 1) <= QUOTA_TOKENS
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="tight", messages=small, max_tokens=16)
+    assert used(gw, QUOTA) == sent
 
 
 def test_a_client_that_leaves_while_a_sampled_request_is_answered_is_charged_its_prompt(
@@ -354,10 +385,11 @@ def test_a_sampled_request_the_provider_fails_goes_to_the_other_deployment_once(
 
 
 def test_four_sampled_requests_from_two_teams_at_once_are_each_answered_on_their_own_count(
-    gw: Any, monkeypatch: Any
+    gw: Any, sim: Any, monkeypatch: Any
 ) -> None:
     # two that fit as sent, two whose guess misses (a cut): each client gets the answer to its
-    # own request, each team is charged what its answers used
+    # own request, each team is charged what its answers used and the prompts of its attempts
+    # the count abandoned (the provider had them)
     import concurrent.futures
 
     force_miss(monkeypatch)
@@ -368,10 +400,13 @@ def test_four_sampled_requests_from_two_teams_at_once_are_each_answered_on_their
             jobs.append((team, "exact", turns))
         else:
             jobs.append((team, "tight", two_texts(6000 + i, 6100 + i)))
+    spent = {t: 0 for t in TEAMS}
+    for team, alias, turns in jobs:
+        if alias == "tight":
+            spent[team] += whole(gw, sim, "chat", turns, False)
     before = {t: used(gw, t) for t in TEAMS}
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda job: ask(gw, "chat", job[1], job[2], False, job[0]), jobs))
-    spent = {t: 0 for t in TEAMS}
     for (team, alias, _), (headers, prompt, output) in zip(jobs, answers, strict=True):
         assert prompt <= int(headers["x-routefit-budget"])
         assert (headers["x-routefit-actions"] == "none") == (alias == "exact")
@@ -404,14 +439,14 @@ def test_a_sampled_request_the_provider_refuses_for_its_window_is_refused_as_the
 
 
 def test_a_guess_below_the_count_is_held_to_the_quota_on_what_the_count_proved(
-    gw: Any, monkeypatch: Any
+    gw: Any, sim: Any, monkeypatch: Any
 ) -> None:
     # A guess far below the count that still fits the route: the team's day holds the guess,
     # not the prompt. The count proves the request fits the window; the quota is then held to
     # what it proved, and the answer to a request the day cannot hold is not relayed.
     force_miss(monkeypatch)
-    client = openai.OpenAI(base_url=gw.v1, api_key=QUOTA_KEY, max_retries=0, timeout=60)
-    before = used(gw, QUOTA)
+    client = openai.OpenAI(base_url=gw.v1, api_key=OVER_KEY, max_retries=0, timeout=60)
+    before = used(gw, OVER)
     sampled = proofs(gw, "exact", "sample")
     content = prose(8000, 24_000)
     with pytest.raises(openai.RateLimitError) as refused:
@@ -420,7 +455,11 @@ def test_a_guess_below_the_count_is_held_to_the_quota_on_what_the_count_proved(
         )
     assert refused.value.code == "rate_limit_exceeded"
     assert proofs(gw, "exact", "sample") == sampled + 1
-    assert used(gw, QUOTA) == before
+    # refused, but charged the prompt the provider read: as the count proved it (its count, or
+    # a bound those counts proved under the route's budget), never the guess nor nothing
+    sent = whole(gw, sim, "chat", [("user", content)], False)
+    charged = settled(gw, OVER, before + sent) - before
+    assert sent <= charged <= sent + sent // 100
 
 
 def test_a_context_window_fallback_is_decided_on_the_count_not_on_a_guess(
