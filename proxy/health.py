@@ -67,9 +67,12 @@ async def readiness(state: AppState) -> tuple[bool, dict[str, Any]]:
         "store": state.store.name,
         # "open": no auth configured, every request admitted (local use); "keys": a key needed.
         "auth": "open" if state.teams.open else "keys",
-        # asyncio tasks alive in this worker: a leak check for operators and tests.
-        "tasks": len(asyncio.all_tasks()),
     }
+    if state.config.settings.metrics_key_hash is None:
+        # asyncio tasks alive in this worker: a leak check for operators and tests. Every
+        # request in flight holds some, so it is traffic: with ``metrics_key`` set it is the
+        # scraper's (as ``/metrics`` is), not every probe's (docs/security.md).
+        body["tasks"] = len(asyncio.all_tasks())
     if state.readiness.error:
         body["error"] = f"tokenizer: {state.readiness.error}"
     return ready, body
