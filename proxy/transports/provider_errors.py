@@ -54,10 +54,19 @@ _KEYLIKE = re.compile(
 #: (``account_figures_hidden``): another error's figures are the request's own (Anthropic's
 #: "context limit: 12345 + 4096 > 200000", which ``proxy.overflow.provider_count`` refits on).
 _ACCOUNT_FIGURE = re.compile(
-    r"\b(limit|used|usage|remaining)(\s*[:=]?\s*)\d(?:[\d_]|[,.](?=\d))*", re.IGNORECASE
+    r"\b(limit|used|usage|remaining)(\s*[:=]?\s*)\d(?:[\d_]|[,.](?=\d))*"
+    # Anthropic's: "the rate limit for your organization ([redacted]) of 30,000 input tokens
+    # per minute", "your organization's rate limit of 30,000 ..." (its id already redacted)
+    r"|\b(limit\b[^\d.]{0,60}?\bof)(\s+)\d(?:[\d_]|[,.](?=\d))*",
+    re.IGNORECASE,
 )
-#: The account's organization and project ids, in any provider message.
+#: The account's organization and project ids, in any provider message: OpenAI's (``org-…``,
+#: ``proj_…``), and Anthropic's, a UUID after "organization (" or "org: " (``_ORG_UUID``).
 _ACCOUNT_ID = re.compile(r"\b(?:org|proj)[-_][A-Za-z0-9]{6,}")
+_ORG_UUID = re.compile(
+    r"(\b(?:org|organization)(?::\s*|\s*\(\s*))[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}",
+    re.IGNORECASE,
+)
 
 
 def redact(text: str, secret: str | None = None) -> str:
@@ -65,13 +74,20 @@ def redact(text: str, secret: str | None = None) -> str:
     shared account's ids."""
     if secret:
         text = text.replace(secret, "[redacted]")
-    return _KEYLIKE.sub("[redacted]", _ACCOUNT_ID.sub("[redacted]", text))
+    text = _ORG_UUID.sub(r"\1[redacted]", _ACCOUNT_ID.sub("[redacted]", text))
+    return _KEYLIKE.sub("[redacted]", text)
 
 
 def account_figures_hidden(text: str) -> str:
     """A rate-limit message without the shared account's limit and usage figures (another
     team's volume is not this team's business: docs/security.md)."""
-    return _ACCOUNT_FIGURE.sub(r"\1\2[redacted]", text)
+    return _ACCOUNT_FIGURE.sub(_figure_hidden, text)
+
+
+def _figure_hidden(found: re.Match[str]) -> str:
+    """An account figure's words kept, its number replaced (either form of ``_ACCOUNT_FIGURE``)."""
+    words, space = (found[1], found[2]) if found[1] is not None else (found[3], found[4])
+    return f"{words}{space}[redacted]"
 
 
 def redact_value(value: object, secret: str | None = None) -> object:

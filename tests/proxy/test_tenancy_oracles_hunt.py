@@ -7,12 +7,17 @@ held back by a case that needs requests in flight), teams A and B on the same ro
 * ``/readyz`` (and ``/health/readiness``'s answer when not ready), which every probe reads
   without a key, counted the worker's asyncio tasks: every request in flight holds some, so
   polling it showed team A's concurrent requests to anyone. With ``metrics_key`` set (the
-  operator keeping traffic figures to the scraper) the count is left out.
+  operator keeping traffic figures to the scraper) the count is left out;
+* Anthropic's rate limit names the shared organization and its limit in words the OpenAI
+  scrub did not read ("the rate limit for your organization (<uuid>) of 30,000 input tokens
+  per minute", "your organization's rate limit of 30,000 ... (org: <uuid>, ...)"): every team
+  of the route was told the account's id and limit. Both are scrubbed, as OpenAI's are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -49,7 +54,16 @@ MODELS = [
             "api_base": "http://sim.local/v1",
             "api_key": "sk-sim-0123456789abcdef",
         },
-    }
+    },
+    {
+        "model_name": "claude",
+        "litellm_params": {
+            "model": "anthropic/claude-sonnet-4-5",
+            "api_base": "http://sim.local",
+            "api_key": "sk-sim-0123456789abcdef",
+        },
+        "model_info": {"max_input_tokens": 200_000, "max_output_tokens": 16_384},
+    },
 ]
 
 
@@ -134,3 +148,48 @@ async def test_readyz_still_counts_tasks_where_metrics_are_open() -> None:
         async with in_flight(client, provider, KEY_A, 4):
             busy = (await client.get("/readyz")).json()["tasks"]
         assert busy >= quiet + 4
+
+
+# -- a provider's rate limit, in Anthropic's words ------------------------------------------
+
+ORG = "0dccdde6-f924-4f1b-bb3b-92ef846e0a5b"
+#: Anthropic's two wordings of an input-tokens-per-minute limit (as its API answered in 2025
+#: and in 2026): the organization's id and its limit, shared by every team of the route.
+ANTHROPIC_429 = [
+    f"This request would exceed the rate limit for your organization ({ORG}) of 30,000 input "
+    "tokens per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits. You "
+    "can see the response headers for current usage. Please reduce the prompt length or the "
+    "maximum tokens requested, or try again later.",
+    "This request would exceed your organization's rate limit of 30,000 input tokens per minute "
+    f"(org: {ORG}, model: claude-sonnet-4-5). For details, refer to: "
+    "https://docs.claude.com/en/api/rate-limits. You can see the response headers for current "
+    "usage. Please reduce the prompt length or the maximum tokens requested, or try again later.",
+]
+
+
+@pytest.mark.parametrize("said", ANTHROPIC_429, ids=["2025", "2026"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/chat/completions"])
+async def test_anthropics_429_does_not_name_the_shared_organization_or_its_limit(
+    said: str, stream: bool, path: str
+) -> None:
+    error = {"type": "error", "error": {"type": "rate_limit_error", "message": said}}
+
+    async def limited(request: httpx.Request, sim: Any) -> httpx.Response:
+        if stream:  # the limit as a stream's first event
+            event = f"event: error\ndata: {json.dumps(error)}\n\n".encode()
+            return httpx.Response(200, content=event, headers={"content-type": "text/event-stream"})
+        return httpx.Response(429, json=error, headers={"retry-after": "7"})
+
+    async with served() as (client, provider):
+        provider.script = limited
+        body = {**chat(), "model": "claude", "stream": stream}
+        headers = {**auth(KEY_B), "anthropic-version": "2023-06-01"}
+        r = await client.post(path, json=body, headers=headers)
+    assert r.status_code == 429, r.text
+    for secret in (ORG, "30,000", "30000"):
+        assert secret not in r.text, r.text
+    # what the team acts on stays: which limit, and when to come back
+    assert "rate limit" in r.text and "input tokens per minute" in r.text
+    if not stream:
+        assert r.headers["retry-after"] == "7"
