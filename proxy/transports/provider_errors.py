@@ -61,8 +61,9 @@ _ACCOUNT_FIGURE = re.compile(
     re.IGNORECASE,
 )
 #: The account's organization and project ids, in any provider message: OpenAI's (``org-…``,
-#: ``proj_…``), and Anthropic's, a UUID after "organization (" or "org: " (``_ORG_UUID``).
-_ACCOUNT_ID = re.compile(r"\b(?:org|proj)[-_][A-Za-z0-9]{6,}")
+#: ``proj_…``), Google's Cloud project (``project_number:696498078762``, the consumer its quota
+#: message names), and Anthropic's, a UUID after "organization (" or "org: " (``_ORG_UUID``).
+_ACCOUNT_ID = re.compile(r"\b(?:org|proj)[-_][A-Za-z0-9]{6,}|\bproject_number:\d+")
 _ORG_UUID = re.compile(
     r"(\b(?:org|organization)(?::\s*|\s*\(\s*))[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}",
     re.IGNORECASE,

@@ -11,7 +11,9 @@ held back by a case that needs requests in flight), teams A and B on the same ro
 * Anthropic's rate limit names the shared organization and its limit in words the OpenAI
   scrub did not read ("the rate limit for your organization (<uuid>) of 30,000 input tokens
   per minute", "your organization's rate limit of 30,000 ... (org: <uuid>, ...)"): every team
-  of the route was told the account's id and limit. Both are scrubbed, as OpenAI's are;
+  of the route was told the account's id and limit. Both are scrubbed, as OpenAI's are, and
+  so is the Cloud project number Google's quota message names ("for consumer
+  'project_number:…'");
 * the route's calibration, shared on purpose, as team B's own prices show it: the request that
   makes a new route's ``min_samples`` and the content classes other teams send move B's price
   of its own prompt (documented, not closed; pinned here so the doc's claim has its test).
@@ -67,6 +69,15 @@ MODELS = [
             "api_key": "sk-sim-0123456789abcdef",
         },
         "model_info": {"max_input_tokens": 200_000, "max_output_tokens": 16_384},
+    },
+    {
+        "model_name": "gem",
+        "litellm_params": {
+            "model": "gemini/gemini-sim",
+            "api_base": "http://sim.local/v1beta",
+            "api_key": "sk-sim-0123456789abcdef",
+        },
+        "model_info": {"max_input_tokens": 128_000, "max_output_tokens": 16_384},
     },
 ]
 
@@ -197,6 +208,32 @@ async def test_anthropics_429_does_not_name_the_shared_organization_or_its_limit
     assert "rate limit" in r.text and "input tokens per minute" in r.text
     if not stream:
         assert r.headers["retry-after"] == "7"
+
+
+#: Google's quota message names the Cloud project the key belongs to.
+PROJECT = "696498078762"
+GOOGLE_429 = {
+    "error": {
+        "code": 429,
+        "message": "Quota exceeded for quota metric 'Generate Content API requests per minute' "
+        "and limit 'GenerateContent request limit per minute for a region' of service "
+        f"'generativelanguage.googleapis.com' for consumer 'project_number:{PROJECT}'.",
+        "status": "RESOURCE_EXHAUSTED",
+    }
+}
+
+
+async def test_googles_429_does_not_name_the_shared_project() -> None:
+    async def limited(request: httpx.Request, sim: Any) -> httpx.Response:
+        return httpx.Response(429, json=GOOGLE_429)
+
+    async with served() as (client, provider):
+        provider.script = limited
+        body = {"contents": [{"role": "user", "parts": [{"text": "Hi."}]}]}
+        r = await client.post("/v1beta/models/gem:generateContent", json=body, headers=auth(KEY_B))
+    assert r.status_code == 429, r.text
+    assert PROJECT not in r.text, r.text
+    assert "Generate Content API requests per minute" in r.text  # which limit stays
 
 
 # -- the shared calibration, as another team sees it ----------------------------------------
