@@ -48,13 +48,14 @@ _KEYLIKE = re.compile(
 
 
 #: What a provider's rate-limit error says of the account routefit's key belongs to, which
-#: every team of the route shares: its figures (OpenAI's "Limit 30000, Used 29000"; Google's
-#: "limit: 10"), i.e. the other teams' volume. The request's own figure ("Requested 1500"), the
-#: kind of limit and the wait are the team's and stay. Only a rate limit's message is read so
+#: every team of the route shares: its figures (OpenAI's "Limit 30000, Used 29000", earlier
+#: "Limit: 150000 / min. Current: 149040 / min"; Google's "limit: 10"), i.e. the other teams'
+#: volume. The request's own figure ("Requested 1500"), the kind of limit and the wait are the
+#: team's and stay. Only a rate limit's message is read so
 #: (``account_figures_hidden``): another error's figures are the request's own (Anthropic's
 #: "context limit: 12345 + 4096 > 200000", which ``proxy.overflow.provider_count`` refits on).
 _ACCOUNT_FIGURE = re.compile(
-    r"\b(limit|used|usage|remaining)(\s*[:=]?\s*)\d(?:[\d_]|[,.](?=\d))*"
+    r"\b(limit|used|usage|remaining|current)(\s*[:=]?\s*)\d(?:[\d_]|[,.](?=\d))*"
     # Anthropic's: "the rate limit for your organization ([redacted]) of 30,000 input tokens
     # per minute", "your organization's rate limit of 30,000 ..." (its id already redacted)
     r"|\b(limit\b[^\d.]{0,60}?\bof)(\s+)\d(?:[\d_]|[,.](?=\d))*",

@@ -13,7 +13,7 @@ held back by a case that needs requests in flight), teams A and B on the same ro
   per minute", "your organization's rate limit of 30,000 ... (org: <uuid>, ...)"): every team
   of the route was told the account's id and limit. Both are scrubbed, as OpenAI's are, and
   so is the Cloud project number Google's quota message names ("for consumer
-  'project_number:…'");
+  'project_number:…'") and the usage OpenAI's earlier wording gives as "Current: …";
 * the route's calibration, shared on purpose, as team B's own prices show it: the request that
   makes a new route's ``min_samples`` and the content classes other teams send move B's price
   of its own prompt (documented, not closed; pinned here so the doc's claim has its test).
@@ -208,6 +208,30 @@ async def test_anthropics_429_does_not_name_the_shared_organization_or_its_limit
     assert "rate limit" in r.text and "input tokens per minute" in r.text
     if not stream:
         assert r.headers["retry-after"] == "7"
+
+
+#: OpenAI's earlier wording (and OpenAI-compatible servers that kept it): the account's usage
+#: this minute after "Current:".
+OPENAI_CURRENT = (
+    "Rate limit reached for default-gpt-4 in organization org-Sh4r3dAcc0unt on tokens per min. "
+    "Limit: 150000.000000 / min. Current: 149040.000000 / min. Contact us through our help "
+    "center at help.openai.com if you continue to have issues."
+)
+
+
+async def test_an_openai_429_in_its_earlier_words_does_not_tell_the_accounts_usage() -> None:
+    error = {"error": {"message": OPENAI_CURRENT, "type": "tokens", "code": "rate_limit_exceeded"}}
+
+    async def limited(request: httpx.Request, sim: Any) -> httpx.Response:
+        return httpx.Response(429, json=error)
+
+    async with served() as (client, provider):
+        provider.script = limited
+        r = await client.post("/v1/chat/completions", json=chat(), headers=auth(KEY_B))
+    assert r.status_code == 429, r.text
+    for figure in ("149040", "150000", "Sh4r3dAcc0unt"):
+        assert figure not in r.text, r.text
+    assert "tokens per min" in r.text and "Current: [redacted]" in r.text
 
 
 #: Google's quota message names the Cloud project the key belongs to.
