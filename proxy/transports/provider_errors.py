@@ -27,6 +27,7 @@ __all__ = [
     "account_figures_hidden",
     "client_status",
     "keepalive",
+    "rate_limited",
     "redact",
     "redact_value",
     "retry_after",
@@ -92,15 +93,23 @@ def _figure_hidden(found: re.Match[str]) -> str:
     return f"{words}{space}[redacted]"
 
 
-def redact_value(value: object, secret: str | None = None) -> object:
-    """A JSON value with every string in it (keys included) redacted, at any depth."""
+def redact_value(value: object, secret: str | None = None, limited: bool = False) -> object:
+    """A JSON value with every string in it (keys included) redacted, at any depth; and of a
+    rate limit's (``limited``), without the shared account's figures too."""
     if isinstance(value, str):
-        return redact(value, secret)
+        text = redact(value, secret)
+        return account_figures_hidden(text) if limited else text
     if isinstance(value, dict):
-        return {redact(str(k), secret): redact_value(v, secret) for k, v in value.items()}
+        return {redact(str(k), secret): redact_value(v, secret, limited) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_value(v, secret) for v in value]
+        return [redact_value(v, secret, limited) for v in value]
     return value
+
+
+def rate_limited(err: object) -> bool:
+    """Whether a provider's error object (``{"message": ..., "code": ...}``) is a rate limit:
+    its status, stated or by its kind, is 429."""
+    return isinstance(err, dict) and _status_of(err) == 429
 
 
 def _field(value: object, secret: str | None) -> str | None:
@@ -349,12 +358,13 @@ def stream_error(wire: str, event: bytes, secret: str | None = None) -> ProxyErr
 def scrub_event(wire: str, event: bytes, secret: str | None = None) -> bytes:
     """``event`` as the client may see it: when it is the provider's own error event (in its
     ``wire``), every string in it redacted (``redact_value``); any other event as it came."""
-    if b"error" not in event or _error_object(wire, event) is None:
+    err = _error_object(wire, event) if b"error" in event else None
+    if err is None:
         return event
     data = event_data(event)
     assert data is not None  # an error object was read from it
     obj = orjson.loads(data)
-    clean = redact_value(obj, secret)
+    clean = redact_value(obj, secret, rate_limited(err))
     if clean == obj:
         return event
     name = event_name(event)

@@ -37,7 +37,12 @@ from proxy.exchange import (
 )
 from proxy.exchange.sse import MAX_EVENT_BYTES, event_data, is_done, split_stream
 from proxy.providers import Deployment, gemini_url
-from proxy.transports.provider_errors import redact, upstream_error
+from proxy.transports.provider_errors import (
+    account_figures_hidden,
+    rate_limited,
+    redact,
+    upstream_error,
+)
 
 __all__ = [
     "END_GRACE_SECONDS",
@@ -354,7 +359,10 @@ def _not_an_answer(
     err = data.get("error")
     said = err.get("message") if isinstance(err, dict) else err
     if isinstance(said, str) and said:
-        message = f"{message}: an error with status 200: {redact(said[:300], secret)}"
+        said = redact(said[:300], secret)
+        if rate_limited(err):  # the shared account's figures, as a 429's (docs/security.md)
+            said = account_figures_hidden(said)
+        message = f"{message}: an error with status 200: {said}"
     return ProxyError(502, message, code="upstream_malformed")
 
 

@@ -13,7 +13,8 @@ held back by a case that needs requests in flight), teams A and B on the same ro
   per minute", "your organization's rate limit of 30,000 ... (org: <uuid>, ...)"): every team
   of the route was told the account's id and limit. Both are scrubbed, as OpenAI's are, and
   so is the Cloud project number Google's quota message names ("for consumer
-  'project_number:…'") and the usage OpenAI's earlier wording gives as "Current: …";
+  'project_number:…'") and the usage OpenAI's earlier wording gives as "Current: …"; and a
+  rate limit said in a JSON 200 or after a stream's first chunk is scrubbed as a 429 is;
 * the route's calibration, shared on purpose, as team B's own prices show it: the request that
   makes a new route's ``min_samples`` and the content classes other teams send move B's price
   of its own prompt (documented, not closed; pinned here so the doc's claim has its test).
@@ -232,6 +233,53 @@ async def test_an_openai_429_in_its_earlier_words_does_not_tell_the_accounts_usa
     for figure in ("149040", "150000", "Sh4r3dAcc0unt"):
         assert figure not in r.text, r.text
     assert "tokens per min" in r.text and "Current: [redacted]" in r.text
+
+
+#: OpenAI's 429 message today: the account's limit and usage this minute.
+OPENAI_USED = (
+    "Rate limit reached for gpt-4o in organization org-Sh4r3dAcc0unt on tokens per min (TPM): "
+    "Limit 30000, Used 29000, Requested 1500. Please try again in 1.2s."
+)
+OPENAI_LIMITED = {
+    "error": {"message": OPENAI_USED, "type": "tokens", "code": "rate_limit_exceeded"}
+}
+
+
+async def _limited_in_a_200(request: httpx.Request, sim: Any) -> httpx.Response:
+    """The rate limit as a JSON 200 (a provider, or a proxy before it, that answers its
+    failure so)."""
+    return httpx.Response(200, json=OPENAI_LIMITED)
+
+
+async def _limited_mid_stream(request: httpx.Request, sim: Any) -> httpx.Response:
+    """The rate limit as an error event after the stream's first chunk (bytes went out)."""
+    first = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}}],
+    }
+    events = f"data: {json.dumps(first)}\n\ndata: {json.dumps(OPENAI_LIMITED)}\n\n"
+    return httpx.Response(
+        200, content=events.encode(), headers={"content-type": "text/event-stream"}
+    )
+
+
+@pytest.mark.parametrize(
+    "answer", [_limited_in_a_200, _limited_mid_stream], ids=["json-200", "mid-stream"]
+)
+async def test_a_rate_limit_said_in_a_200_does_not_tell_the_accounts_usage(answer: Any) -> None:
+    """Only a 429 status and a stream's first event were read for account figures: the same
+    message in a JSON 200 (routefit's 502 quotes it) or in an error event after the first
+    chunk (relayed, scrubbed of keys) told team B the shared account's usage."""
+    async with served() as (client, provider):
+        provider.script = answer
+        body = {**chat(), "stream": answer is _limited_mid_stream}
+        r = await client.post("/v1/chat/completions", json=body, headers=auth(KEY_B))
+    assert "Rate limit reached" in r.text, r.text
+    for figure in ("29000", "30000", "Sh4r3dAcc0unt"):
+        assert figure not in r.text, r.text
+    assert "Requested 1500" in r.text
 
 
 #: Google's quota message names the Cloud project the key belongs to.
