@@ -18,9 +18,11 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, TypeAlias
 
 #: What an image costs on a vision route routefit has no rule for: the ``flat`` rule's default.
-#: Above every published per-image maximum of the common default-detail rules (Claude 1568,
-#: gpt-4o high 1445, Gemini 3 high 1120, DeepSeek V4.1 1024) so unknown routes err on the safe
-#: side; calibration against provider usage then corrects the level.
+#: A stand-in, not a worst case (none exists: Gemini 2's tiles and gpt-5.6 at auto have no
+#: bound, gpt-4o-mini's is 48,169): above the default-detail maxima of the 1,5xx-token families
+#: (Claude 1568, gpt-4o 1445, Gemini 3 1120, DeepSeek V4.1 1024), below the others'; calibration
+#: fits its weight within [0.05, 50], which reaches every bounded maximum. Each family's maximum
+#: and why no higher figure: docs/images.md § Defaults by model name.
 UNKNOWN_VISION_TOKENS = 1600
 
 #: The kinds of Google's models: their provider counts a PDF's pages as pictures (no text

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from pricing.calibration import CalibrationPolicy
 from pricing.images import (
     DETAILS,
     KINDS,
@@ -364,13 +367,64 @@ def test_default_rule_without_vision_is_text_only(model: str) -> None:
     assert default_image_rule(model, supports_vision=False) == text_only()
 
 
-def test_unknown_vision_default_is_conservative() -> None:
-    # Above the default-detail maxima of the known families, so an unknown route errs high.
+def _documented_maxima() -> dict[str, int | None]:
+    """docs/images.md § Defaults by model name: each model (or config-only preset, a ``kind:``
+    spec) of the maxima table, its figure."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "images.md").read_text()
+    section = text.split("Each family's maximum for one image at default detail", 1)[1]
+    out: dict[str, int | None] = {}
+    rows = section.split("\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]  # past the head
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        figure = None if cells[-1] == "none" else int(cells[-1].replace(",", ""))
+        for model in re.findall(r"`([^`]+)`", cells[0]):
+            out[model] = figure
+    return out
+
+
+def test_the_unknown_price_against_every_family_maximum() -> None:
+    """docs/images.md § Defaults by model name: the unknown price (a stand-in) is above the
+    1,5xx-token families' default-detail maxima and below the others'; the table of maxima is
+    derived here from the rules, and every rule the catalogue or a preset gives must be in it
+    (a dearer family added later fails until the doc names it)."""
+    documented = {
+        parse_image_rule(name) if ":" in name else default_image_rule(name, True): (name, figure)
+        for name, figure in _documented_maxima().items()
+    }
+    assert len(documented) >= 30
+    for rule, (name, figure) in documented.items():
+        assert rule.worst_case("auto") == figure, name
+    covered = set(documented)
+    catalogued = {default_image_rule(model, True) for model, *_ in DEFAULTS}
+    presets = {
+        ImageRule(cls.kind, (("variant", variant),))
+        for cls in KIND_CLASSES
+        for variant in cls.VARIANTS
+        if "@" not in variant  # the selectable cheaper readings, never a default
+    }
+    missing = {str(rule) for rule in (catalogued | presets) - covered if rule.kind != "flat"}
+    assert not missing, f"add to docs/images.md's maxima table: {sorted(missing)}"
+    maxima = {str(r): r.worst_case("auto") for r in covered}
+    below = {name for name, most in maxima.items() if most is not None and most <= 1600}
+    # the families the doc names as under the unknown price, and no other
+    assert below == {
+        "openai-tile:gpt-4o",
+        "openai-tile:o1",
+        "openai-tile:gpt-5",
+        "openai-tile:computer-use-preview",
+        "anthropic:claude",
+        "gemini-fixed:gemini-3",
+        "deepseek-v4:v4.1",
+        "deepseek-v4:exp",
+        "gemini-fixed:gemini-2.5",  # config only
+        "qwen-vl:qwen2.5-hosted",  # config only
+    }
     assert UNKNOWN_VISION_TOKENS == 1600
-    for model in ("gpt-4o", "claude-sonnet-4-5", "gemini-3-pro", "deepseek-chat"):
-        worst = default_image_rule(model, True).worst_case("auto")
-        assert worst is not None
-        assert worst < UNKNOWN_VISION_TOKENS
+    assert default_image_rule("brand-new-vision-model", True).worst_case("auto") == 1600
+    # calibration's weight on a stand-in's tokens reaches every bounded maximum
+    reach = UNKNOWN_VISION_TOKENS * CalibrationPolicy().defaulted_high
+    assert all(most <= reach for most in maxima.values() if most is not None)
+    assert None in maxima.values()  # hence no finite figure is a worst case
 
 
 def test_where_the_docs_disagree_both_figures_are_selectable() -> None:
