@@ -33,6 +33,11 @@ def _rule(kind: str, variant: str | None = None, **overrides: Scalar) -> ImageRu
 _MINI_NANO_MULTIPLIER = {"mini": 1.62, "nano": 2.46}
 
 _GPT5 = re.compile(r"^gpt-5(?:\.(\d+))?(?![\d.])(.*)$")
+#: A generation after 5 (gpt-6, gpt-6.1-mini, gpt-10): newer than the catalogue.
+_GPT_LATER = re.compile(r"^gpt-(?:[6-9]|[1-9]\d+)(?:\.\d+)?(?![\d.])(.*)$")
+#: A Gemini generation after 3 (gemini-4-pro, gemini-5.0-flash), or one of Google's moving
+#: aliases to the newest one (gemini-flash-latest, gemini-pro-latest, gemini-flash-lite-latest).
+_GEMINI_LATER = re.compile(r"gemini-(?:(?:[4-9]|[1-9]\d+)(?![\d])|(?:[a-z]+-)*latest$)")
 _CLAUDE = re.compile(r"claude-(opus|sonnet|haiku)-(\d+)(?:[-.](\d{1,2}))?(?!\d)")
 
 
@@ -48,11 +53,14 @@ def _openai_rule(name: str) -> ImageRule | None:
         return _rule("openai-tile", "gpt-4o")
     if re.match(r"^o[13](-|$)", name):
         return _rule("openai-tile", "o1")
-    match = _GPT5.match(name)
-    if match is None:
+    match, later = _GPT5.match(name), _GPT_LATER.match(name)
+    if later is not None:  # after 5.6: 5.6's table (the newest, unbounded at auto)
+        minor, rest = 6, later.group(1)
+    elif match is not None:
+        minor, rest = int(match.group(1) or 0), match.group(2)
+    else:
         return None
-    minor = int(match.group(1) or 0)
-    size = next((s for s in ("mini", "nano") if re.search(rf"-{s}(-|$)", match.group(2))), None)
+    size = next((s for s in ("mini", "nano") if re.search(rf"-{s}(-|$)", rest)), None)
     if minor <= 1:
         return _rule("openai-patch", f"gpt-5-{size}") if size else _rule("openai-tile", "gpt-5")
     if minor == 4:
@@ -81,6 +89,11 @@ def _family_rule(full: str, name: str) -> ImageRule | None:
         return _rule("gemini-fixed", "gemini-3")
     if re.search(r"gemini-(2|1\.5)", name):
         return _rule("gemini-tile", "gemini-2")
+    if _GEMINI_LATER.search(name):
+        # Gemini 3's levels (a Google kind: HEIC, PDF pages, audio and video as Google counts
+        # them); the level a newer model defaults to is unknown, so the dearest published one,
+        # as for a media_resolution name this version does not know (above flat's price).
+        return _rule("gemini-fixed", "gemini-3", default_level="ultra_high")
     if "deepseek" in full and "vl" not in name and "janus" not in name:
         return _rule("deepseek-v4", "exp" if "vision-exp" in name else "v4.1")
     # QVQ, Qwen's visual reasoning model, is served without "qwen" in its id (``qvq-max``).

@@ -28,7 +28,7 @@ from pricing.images import (
 )
 from pricing.images import constants as rule_constants
 from pricing.images.constants import SCHEMA
-from pricing.images.kinds import KIND_CLASSES
+from pricing.images.kinds import GOOGLE_KINDS, GOOGLE_LEVELS, KIND_CLASSES
 from pricing.messages import RequestError, parse_request
 from pricing.meter import measure
 from pricing.probe import placeholder, probe
@@ -316,6 +316,11 @@ DEFAULTS: list[tuple[str, str, str | None, dict[str, object]]] = [
     ("gpt-5.5-mini", "openai-patch", "gpt-5.5", {"multiplier": 1.62}),
     ("gpt-5.6", "openai-patch", "gpt-5.6", {"original_max_dim": None, "auto_patch_budget": None}),
     ("gpt-5.6-nano", "openai-patch", "gpt-5.6", {"multiplier": 2.46}),
+    # after 5.6: 5.6's table, and the 5.x mini/nano multipliers (they used to fall to flat)
+    ("gpt-6", "openai-patch", "gpt-5.6", {"multiplier": 1.2, "auto_patch_budget": None}),
+    ("openai/gpt-6-mini", "openai-patch", "gpt-5.6", {"multiplier": 1.62}),
+    ("gpt-6.1-nano-2027-01-01", "openai-patch", "gpt-5.6", {"multiplier": 2.46}),
+    ("gpt-7-chat-latest", "openai-patch", "gpt-5.6", {"multiplier": 1.2}),
     ("claude-sonnet-4-5", "anthropic", "claude", {"max_edge": 1568, "token_limit": 1568}),
     ("anthropic/claude-3-5-sonnet-20240620", "anthropic", "claude", {"token_limit": 1568}),
     ("claude-opus-4-20250514", "anthropic", "claude", {"token_limit": 1568}),
@@ -332,6 +337,12 @@ DEFAULTS: list[tuple[str, str, str | None, dict[str, object]]] = [
     ("vertex_ai/gemini-2.0-flash", "gemini-tile", "gemini-2", {}),
     ("gemini/gemini-3-pro", "gemini-fixed", "gemini-3", {"high": 1120, "default_level": "high"}),
     ("gemini-3-flash-preview", "gemini-fixed", "gemini-3", {"low": 280}),
+    # later generations and Google's moving aliases: Gemini 3's levels, the dearest by default
+    ("gemini/gemini-flash-latest", "gemini-fixed", "gemini-3", {"default_level": "ultra_high"}),
+    ("gemini-pro-latest", "gemini-fixed", "gemini-3", {"default_level": "ultra_high"}),
+    ("vertex_ai/gemini-flash-lite-latest", "gemini-fixed", "gemini-3", {"high": 1120}),
+    ("gemini-4-pro", "gemini-fixed", "gemini-3", {"default_level": "ultra_high"}),
+    ("gemini/gemini-5.0-flash-preview", "gemini-fixed", "gemini-3", {"low": 280}),
     ("deepseek/deepseek-chat", "deepseek-v4", "v4.1", {"max_tokens": 1024}),
     ("deepseek/deepseek-v4-flash-vision-exp", "deepseek-v4", "exp", {"max_tokens": 384}),
     ("hosted_vllm/Qwen/Qwen2.5-VL-7B-Instruct", "qwen-vl", "qwen2.5", {"factor": 28}),
@@ -404,8 +415,8 @@ def test_the_unknown_price_against_every_family_maximum() -> None:
     }
     missing = {str(rule) for rule in (catalogued | presets) - covered if rule.kind != "flat"}
     assert not missing, f"add to docs/images.md's maxima table: {sorted(missing)}"
-    maxima = {str(r): r.worst_case("auto") for r in covered}
-    below = {name for name, most in maxima.items() if most is not None and most <= 1600}
+    maxima = {rule: rule.worst_case("auto") for rule in covered}
+    below = {str(rule) for rule, most in maxima.items() if most is not None and most <= 1600}
     # the families the doc names as under the unknown price, and no other
     assert below == {
         "openai-tile:gpt-4o",
@@ -425,6 +436,45 @@ def test_the_unknown_price_against_every_family_maximum() -> None:
     reach = UNKNOWN_VISION_TOKENS * CalibrationPolicy().defaulted_high
     assert all(most <= reach for most in maxima.values() if most is not None)
     assert None in maxima.values()  # hence no finite figure is a worst case
+
+
+@pytest.mark.parametrize(
+    ("model", "newest"),
+    [
+        ("gpt-6", "gpt-5.6"),
+        ("gpt-6-mini", "gpt-5.6-mini"),
+        ("gpt-6-nano", "gpt-5.6-nano"),
+        ("gpt-10.2", "gpt-5.6"),
+        ("gemini-flash-latest", "gemini-3-flash"),
+        ("gemini-pro-latest", "gemini-3-pro"),
+        ("gemini-flash-lite-latest", "gemini-3-flash-lite"),
+        ("gemini-4-flash", "gemini-3-flash"),
+        ("gemini-5-pro-preview", "gemini-3-pro"),
+    ],
+)
+def test_a_later_generation_takes_the_newest_generations_rule(model: str, newest: str) -> None:
+    """docs/images.md § Defaults by model name: a generation newer than the catalogue (or a
+    moving ``-latest`` alias) gets the newest known generation's rule of its family, at least
+    as dear as ``flat`` at the default detail (it used to be ``flat``: no Google kind, so a
+    Gemini route refused HEIC and priced a video as its placeholder text)."""
+    rule, known = default_image_rule(model, True), default_image_rule(newest, True)
+    flat = default_image_rule("brand-new-vision-model", True)
+    assert rule.kind == known.kind != "flat"
+    for detail in DETAILS:
+        most, flat_most = rule.worst_case(detail), flat.worst_case(detail)
+        assert flat_most is not None
+        if detail == "auto":  # the default detail: never under flat's price
+            assert most is None or most >= flat_most, detail
+    if known.kind == "openai-patch":
+        assert rule == known  # 5.6's table, and its mini/nano multipliers
+        return
+    # Gemini: Gemini 3's levels; the level a later model defaults to is unknown, so the
+    # dearest published one (as for a media_resolution name this version does not know)
+    dearest = max(known.tokens(9, 9, level) for level in (*DETAILS, *GOOGLE_LEVELS))
+    assert rule.tokens(9, 9) == dearest >= flat.tokens(9, 9)
+    for level in ("low", "high", "medium", "ultra_high"):  # a level the client sets is Gemini 3's
+        assert rule.tokens(4000, 3000, level) == known.tokens(4000, 3000, level)
+    assert rule.kind in GOOGLE_KINDS
 
 
 def test_where_the_docs_disagree_both_figures_are_selectable() -> None:
