@@ -235,6 +235,13 @@ class Outcome:
         if self.unread_bytes > UNREAD_BYTES:
             self._read()
 
+    def note(self, text: str) -> None:
+        """``text`` is generated output the wire's relay read from an event it is about to
+        yield, where no string pattern can find it (a Gemini ``functionCall``'s ``args``, an
+        object): it counts as relayed with that event's text, after what went before it."""
+        self._read()
+        self.relayed += orjson.dumps(text)[1:-1]
+
     def _read(self) -> None:
         if self.generated is not None:
             for event in self.unread:

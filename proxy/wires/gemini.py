@@ -215,7 +215,10 @@ def _capped(body: Mapping[str, Any], fitted: Fit) -> Mapping[str, Any]:
 async def _relay_native(events: EventStream, outcome: Outcome) -> AsyncGenerator[bytes, None]:
     """Google's events as they came; the usage of the latest ``usageMetadata`` (complete on the
     last chunk), finished once a chunk states its ``finishReason`` and the stream then ends, an
-    ``error`` object the provider's own end."""
+    ``error`` object the provider's own end. Each ``functionCall``'s ``args`` is noted as
+    generated output (``_call_args``) before its event goes out: the ``text`` pattern of
+    ``GeminiWire.generated`` cannot find an object, and a stream that breaks after a call is
+    charged the call, as chat's ``arguments`` and Messages' ``partial_json`` are."""
     finished = False
     async for event in events:
         data = event_data(event)
@@ -229,12 +232,31 @@ async def _relay_native(events: EventStream, outcome: Outcome) -> AsyncGenerator
             usage = normalize_usage(parsed.get("usageMetadata"))
             outcome.usage = usage or outcome.usage
             candidates = parsed.get("candidates")
-            if isinstance(candidates, list) and any(
-                isinstance(c, Mapping) and c.get("finishReason") for c in candidates
-            ):
-                finished = True
+            if isinstance(candidates, list):
+                for args in _call_args(candidates):
+                    outcome.note(args)
+                if any(isinstance(c, Mapping) and c.get("finishReason") for c in candidates):
+                    finished = True
         yield event
     outcome.completed = finished and not outcome.failed
+
+
+def _call_args(candidates: list[Any]) -> list[str]:
+    """The ``args`` of each ``functionCall`` part of ``candidates``, as compact JSON: the
+    arguments the model generated, counted as chat counts a call's ``arguments`` string (the
+    name is not counted on any wire)."""
+    found: list[str] = []
+    for candidate in candidates:
+        content = candidate.get("content") if isinstance(candidate, Mapping) else None
+        parts = content.get("parts") if isinstance(content, Mapping) else None
+        for part in parts if isinstance(parts, list) else ():
+            if not isinstance(part, Mapping):
+                continue
+            call = part.get("functionCall", part.get("function_call"))
+            args = call.get("args") if isinstance(call, Mapping) else None
+            if args is not None:
+                found.append(orjson.dumps(args).decode())
+    return found
 
 
 async def _relay_chat(

@@ -1,0 +1,165 @@
+"""Bugs where one wire answered or charged a client differently from the others, each shown
+through the gateway in process (``inprocess.asgi_client``: the real app over the mock
+transport, the provider the simulator or a scripted provider where the simulator cannot fail
+that way) and checked against the rule the other wires follow."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from inprocess import asgi_client
+
+from pricing.tokenizers import get_tokenizer
+from proxy.config import Config, parse_config
+
+pytestmark = pytest.mark.anyio
+
+ADMIN = "sk-admin-" + "w" * 32
+KEY = "sk-team-" + "k" * 32
+GOOGLE_KEY = "sk-google-" + "g" * 24
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _gemini_route(alias: str = "gem") -> dict[str, Any]:
+    return {
+        "model_name": alias,
+        "litellm_params": {
+            "model": "gemini/gemini-sim",
+            "api_base": "http://gemini.local/v1beta",
+            "api_key": GOOGLE_KEY,
+        },
+        "model_info": {"max_input_tokens": 1_048_576, "max_output_tokens": 8192},
+    }
+
+
+def _config(routes: list[dict[str, Any]], team: str, quotas: dict[str, int]) -> Config:
+    return parse_config(
+        {
+            "model_list": routes,
+            "routefit_settings": {
+                "store_path": ":memory:",
+                "admin_key": ADMIN,
+                "teams": [{"id": team, "keys": [KEY], "quotas": quotas}],
+            },
+        },
+        "r.yaml",
+        environ={},
+    )
+
+
+async def _used(client: httpx.AsyncClient, team: str, window: str = "tokens_per_day") -> int:
+    r = await client.get(
+        f"/routefit/teams/{team}/usage", headers={"authorization": f"Bearer {ADMIN}"}
+    )
+    assert r.status_code == 200, r.text
+    return int({w["name"]: w for w in r.json()["windows"]}[window]["used"])
+
+
+async def _settled(client: httpx.AsyncClient, team: str, before: int) -> int:
+    """The team's charge since ``before`` once the request's settlement (after its response)
+    has run: read until it stops changing."""
+    last = -1
+    for _ in range(50):
+        now = await _used(client, team) - before
+        if now == last and now != 0:
+            return now
+        last = now
+        await client.get("/healthz")
+    return last
+
+
+# -- 1. a Gemini stream broken after a functionCall chunk -------------------------------------
+
+#: The call a scripted Gemini provider streams before its connection drops: arguments long
+#: enough that charging them or not is plainly visible.
+CALL_ARGS = {
+    "query": " ".join(f"term{i} near the river bank" for i in range(60)),
+    "limit": 25,
+    "filters": {"kind": ["report", "memo"], "since": "2024-01-01"},
+}
+LEAD_TEXT = "Let me look that up for you."
+
+
+class BrokenAfterCall:
+    """A Gemini provider that streams one text chunk and one ``functionCall`` chunk (neither
+    finished: no ``finishReason``), then drops the connection, as a provider's reset does."""
+
+    def __init__(self) -> None:
+        self.sent: list[httpx.Request] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request)
+        chunks = [
+            {"candidates": [{"content": {"role": "model", "parts": [{"text": LEAD_TEXT}]}}]},
+            {
+                "candidates": [
+                    {
+                        "content": {
+                            "role": "model",
+                            "parts": [{"functionCall": {"name": "search", "args": CALL_ARGS}}],
+                        }
+                    }
+                ]
+            },
+        ]
+        stream = _Broken([b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks])
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+
+
+class _Broken(httpx.AsyncByteStream):
+    def __init__(self, events: list[bytes]) -> None:
+        self.events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for event in self.events:
+            yield event
+        raise httpx.ReadError("connection reset by peer")
+
+
+@asynccontextmanager
+async def _gemini_gateway(provider: Any) -> AsyncIterator[tuple[httpx.AsyncClient, str, Config]]:
+    team = "gem-" + uuid.uuid4().hex[:8]
+    config = _config([_gemini_route()], team, {"tokens_per_day": 10**9})
+    async with asgi_client(config, provider) as client:
+        yield client, team, config
+
+
+async def test_a_gemini_stream_broken_after_a_function_call_is_charged_the_call() -> None:
+    """docs/security.md, "Charging on every exit": a stream that did not finish is charged its
+    prompt and the generated output relayed — chat's tool ``arguments``, Messages'
+    ``partial_json`` and Responses' argument deltas included. A Gemini ``functionCall``'s
+    ``args`` (an object, not a string) is output the model generated, relayed as it came: it
+    is charged as its JSON, after the text relayed before it. Before, only the text was."""
+    provider = BrokenAfterCall()
+    async with _gemini_gateway(provider) as (client, team, config):
+        before = await _used(client, team)
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": "find the river reports"}]}],
+            "tools": [{"functionDeclarations": [{"name": "search"}]}],
+        }
+        reply = await client.post(
+            "/v1beta/models/gem:streamGenerateContent",
+            params={"alt": "sse"},
+            headers={"x-goog-api-key": KEY},
+            json=body,
+        )
+        assert reply.status_code == 200, reply.text
+        assert b'"functionCall"' in reply.content  # the client got the call
+        assert b'"error"' in reply.content  # and then Google's error event
+        prompt = int(reply.headers["x-routefit-prompt-tokens"])
+        charged = await _settled(client, team, before)
+    route = config.route("gem")
+    assert route is not None
+    count = get_tokenizer(route.route.tokenizer).count
+    relayed = LEAD_TEXT + orjson.dumps(CALL_ARGS).decode()
+    assert charged == prompt + count(relayed), (charged, prompt, count(LEAD_TEXT))
