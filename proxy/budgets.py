@@ -73,15 +73,35 @@ def _amount(window: BudgetWindow, rc: RouteConfig, prompt: int, completion: int)
     return prompt + completion
 
 
-def _asked(window: BudgetWindow, amount: int) -> int:
-    """What the store is asked to hold of ``amount``: a request needing more than the window's
-    whole limit can never be admitted, so it asks for just past the limit (refused as over
-    quota, the same 429) — never for an amount no store counter takes. A client's ``n`` or
-    ``candidateCount`` of 10¹³ multiplies the output reservation past the stores' bound, and
-    raised their ``ValueError`` as a 500. Capped at the stores' bound too, for a limit at it."""
-    if amount <= window.limit:
-        return amount
-    return min(window.limit + 1, MAX_AMOUNT)
+def _beyond(team: Team, needed: list[tuple[BudgetWindow, int]], prompt: int, output: int) -> None:
+    """Refuse, as the client's error, a request that needs more than a window's whole limit:
+    no wait could ever admit it, so a 429 with a retry-after (the window's end) would promise
+    an admission that never comes, and a client that honours it retries forever. It is a 400 in
+    the client's wire (``invalid_request_error``, Google's ``INVALID_ARGUMENT``) naming the
+    window, its limit and what the request asked, so that the client can lower its output cap
+    or its number of answers (chat's ``n``, Gemini's ``candidateCount``: each multiplies the
+    output reservation). What passes is within every limit, so within the stores' bound
+    (``MAX_AMOUNT``, the cap kept for a limit above it): an ``n`` of 10¹³ had raised their
+    ``ValueError`` as a 500."""
+    over = [(w, amount) for w, amount in needed if amount > w.limit]
+    if not over:
+        return
+    asked = ", ".join(
+        f"{_units(w, amount)} against its whole {w.name} limit of {_units(w, w.limit)}"
+        for w, amount in over
+    )
+    raise ProxyError(
+        400,
+        f"team {team.id!r} could never admit this request: it needs {asked} ({prompt:,} "
+        f"prompt tokens and {output:,} reserved for the output); lower the output cap or the "
+        "number of answers",
+        code="request_over_quota",
+    )
+
+
+def _units(window: BudgetWindow, amount: int) -> str:
+    """``amount`` of ``window`` as a client reads it: tokens, or dollars (micro-USD)."""
+    return f"${amount / 1e6:,.2f}" if window.kind == "month" else f"{amount:,} tokens"
 
 
 def _duration(seconds: float) -> str:
@@ -123,7 +143,8 @@ class Budgets:
         """Reserve ``prompt + output`` tokens (and their cost) in every window of the team.
 
         Returns None when there is nothing to enforce (no team, no quotas, or the store is down
-        in open mode); raises ProxyError 429 when over quota, 503 when down in closed mode.
+        in open mode); raises ProxyError 429 when over quota, 400 when over a window's whole
+        limit (``_beyond``), 503 when down in closed mode.
         """
         if team is None:
             return None
@@ -131,7 +152,8 @@ class Budgets:
         if not windows:
             return None
         needed = [(w, _amount(w, rc, prompt, output)) for w in windows]
-        amounts = [(w, _asked(w, amount)) for w, amount in needed]
+        _beyond(team, needed, prompt, output)
+        amounts = [(w, min(amount, MAX_AMOUNT)) for w, amount in needed]
         try:
             result = await self._reserved(team.id, amounts)
         except StoreUnavailable:

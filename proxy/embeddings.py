@@ -319,7 +319,7 @@ async def _send(leg: Leg, target: Deployment, out: Outbound) -> Completion | Eve
 def _kind(err: ProxyError) -> str:
     if err.origin == "upstream":
         return "upstream"
-    if err.code in ("rate_limit_exceeded", "store_unavailable"):
+    if err.code in ("rate_limit_exceeded", "request_over_quota", "store_unavailable"):
         return "budget"
     return "internal" if err.status >= 500 else "client"
 

@@ -877,7 +877,7 @@ def _kind(err: ProxyError) -> str:
         return "upstream"
     if err.code == "context_length_exceeded":
         return "fit"
-    if err.code in ("rate_limit_exceeded", "store_unavailable"):
+    if err.code in ("rate_limit_exceeded", "request_over_quota", "store_unavailable"):
         return "budget"
     return "internal" if err.status >= 500 else "client"
 

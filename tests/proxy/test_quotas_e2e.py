@@ -57,22 +57,23 @@ def post(gw, path: str, body: dict, key: str) -> httpx.Response:
 def test_n_completions_are_reserved_and_refused_in_openais_shape(gw):
     client = openai.OpenAI(base_url=gw.v1, api_key=TIGHT, max_retries=0)
     messages = [{"role": "user", "content": "Name a colour."}]
-    # One completion of 400 fits a 500-token minute; 128 of them cannot.
+    # One completion of 400 fits a 500-token minute; 128 of them never can: the client's 400
+    # (docs/security.md, "A reservation no window can hold"), not a wait.
     assert client.chat.completions.create(
         model="gpt-4o-mini", messages=messages, max_tokens=40
     ).choices
-    with pytest.raises(openai.RateLimitError) as caught:
+    with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="gpt-4o-mini", messages=messages, max_tokens=400, n=128
         )
     err = caught.value
-    assert err.status_code == 429
+    assert err.status_code == 400
     body = err.response.json()["error"]
-    assert body["code"] == "rate_limit_exceeded" and body["type"]
-    assert "tokens_per_minute" in body["message"]
-    needs = int(body["message"].split("needs about ")[1].split(" tokens")[0].replace(",", ""))
+    assert body["code"] == "request_over_quota" and body["type"] == "invalid_request_error"
+    assert "tokens_per_minute limit of 500" in body["message"]
+    needs = int(body["message"].split("needs ")[1].split(" tokens")[0].replace(",", ""))
     assert needs >= 128 * 400
-    assert err.response.headers["retry-after"]
+    assert "retry-after" not in err.response.headers
 
 
 def test_max_completion_tokens_counts_per_choice(gw):
@@ -87,8 +88,8 @@ def test_max_completion_tokens_counts_per_choice(gw):
         },
         TIGHT,
     )
-    assert r.status_code == 429, r.text
-    assert r.json()["error"]["code"] == "rate_limit_exceeded"
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "request_over_quota"
 
 
 @pytest.mark.parametrize("n", [0, -3, "2", 1.5, True])
@@ -105,13 +106,13 @@ def test_a_bad_n_is_a_400_naming_n(gw, n):
 
 def test_responses_max_output_tokens_is_reserved(gw):
     client = openai.OpenAI(base_url=gw.v1, api_key=TIGHT, max_retries=0)
-    with pytest.raises(openai.RateLimitError):
+    with pytest.raises(openai.BadRequestError, match="tokens_per_minute limit of 500"):
         client.responses.create(model="gpt-4o-mini", input="hello", max_output_tokens=900)
 
 
 def test_anthropic_max_tokens_is_reserved(gw):
     client = anthropic.Anthropic(base_url=gw.base_url, api_key=TIGHT, max_retries=0)
-    with pytest.raises(anthropic.RateLimitError):
+    with pytest.raises(anthropic.BadRequestError, match="tokens_per_minute limit of 500"):
         client.messages.create(
             model="claude", max_tokens=900, messages=[{"role": "user", "content": "hello"}]
         )

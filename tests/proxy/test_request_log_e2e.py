@@ -170,9 +170,10 @@ def test_a_wrong_key_is_logged_without_a_team(gw: Running) -> None:
 
 def test_a_quota_refusal_is_logged_on_its_route(gw: Running) -> None:
     seen = len(lines(gw))
-    assert chat(gw, KEYS[TIGHT], model="priced", max_tokens=1000).status_code == 429
-    line = newest_line(gw, seen, team=TIGHT, status=429)
-    assert line["route"] == "priced" and line["error_code"] == "rate_limit_exceeded"
+    # over the minute's whole limit (500): the client's 400, logged as a quota refusal
+    assert chat(gw, KEYS[TIGHT], model="priced", max_tokens=1000).status_code == 400
+    line = newest_line(gw, seen, team=TIGHT, status=400)
+    assert line["route"] == "priced" and line["error_code"] == "request_over_quota"
     assert line["prompt_tokens"] is None and line["cost_usd"] is None
     assert stored(gw, line["id"], TIGHT) == line
 

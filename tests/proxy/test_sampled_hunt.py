@@ -311,9 +311,10 @@ def test_a_guess_the_count_disproves_is_held_to_the_quota_on_the_fit_that_goes_i
         {"role": ("user", "assistant")[i % 2], "content": prose(3000 + i, 600)} for i in range(40)
     ]
     missed = proofs(gw, "tight", "sample_missed")
-    with pytest.raises(openai.RateLimitError) as refused:
+    with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="tight", messages=messages, max_tokens=16)
-    assert refused.value.code == "rate_limit_exceeded"
+    # over the day's whole limit: the client's 400, as before forwarding (no wait admits it)
+    assert refused.value.code == "request_over_quota"
     assert proofs(gw, "tight", "sample_missed") == missed + 1
     # the provider had the prompt that went on the guess: the team is charged it (it was
     # released before, a free provider call for a text whose sample reads cheap)
@@ -449,11 +450,12 @@ def test_a_guess_below_the_count_is_held_to_the_quota_on_what_the_count_proved(
     before = used(gw, OVER)
     sampled = proofs(gw, "exact", "sample")
     content = prose(8000, 24_000)
-    with pytest.raises(openai.RateLimitError) as refused:
+    with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
             model="exact", messages=[{"role": "user", "content": content}], max_tokens=16
         )
-    assert refused.value.code == "rate_limit_exceeded"
+    # over the day's whole limit: the client's 400, as before forwarding (no wait admits it)
+    assert refused.value.code == "request_over_quota"
     assert proofs(gw, "exact", "sample") == sampled + 1
     # refused, but charged the prompt the provider read: as the count proved it (its count, or
     # a bound those counts proved under the route's budget), never the guess nor nothing

@@ -163,3 +163,115 @@ async def test_a_gemini_stream_broken_after_a_function_call_is_charged_the_call(
     count = get_tokenizer(route.route.tokenizer).count
     relayed = LEAD_TEXT + orjson.dumps(CALL_ARGS).decode()
     assert charged == prompt + count(relayed), (charged, prompt, count(LEAD_TEXT))
+
+
+# -- 2. a reservation no quota window could ever hold ------------------------------------------
+
+#: A day's quota small enough that an output cap within the route's limit is over it.
+DAY = 5_000
+
+
+def _sim_routes() -> list[dict[str, Any]]:
+    def route(alias: str, model: str) -> dict[str, Any]:
+        return {
+            "model_name": alias,
+            "litellm_params": {
+                "model": model,
+                "api_base": "http://sim.local/v1beta"
+                if model.startswith("gemini/")
+                else "http://sim.local/v1",
+                "api_key": "sk-sim-0123456789",
+            },
+            "model_info": {"max_input_tokens": 100_000, "max_output_tokens": 16_000},
+        }
+
+    return [
+        route("gpt", "openai/gpt-4o"),
+        route("claude", "anthropic/claude-sim"),
+        route("gem", "gemini/gemini-sim"),
+    ]
+
+
+HI = "say hello"
+#: Each wire's request whose output reservation is over ``DAY``: the number of answers (chat's
+#: ``n``, Gemini's ``candidateCount``) or the output cap (Messages' ``max_tokens``, Responses'
+#: ``max_output_tokens``), with the field the refusal names.
+OVER_QUOTA: dict[str, tuple[str, dict[str, Any], str]] = {
+    "chat n": (
+        "/v1/chat/completions",
+        {"model": "gpt", "n": 2**31, "max_tokens": 16,
+         "messages": [{"role": "user", "content": HI}]},
+        "error",
+    ),
+    "chat max_tokens": (
+        "/v1/chat/completions",
+        {"model": "gpt", "max_tokens": 2 * DAY, "messages": [{"role": "user", "content": HI}]},
+        "error",
+    ),
+    "messages max_tokens": (
+        "/v1/messages",
+        {"model": "claude", "max_tokens": 2 * DAY,
+         "messages": [{"role": "user", "content": HI}]},
+        "error",
+    ),
+    "responses max_output_tokens": (
+        "/v1/responses",
+        {"model": "gpt", "max_output_tokens": 2 * DAY, "input": HI},
+        "error",
+    ),
+    "gemini candidateCount": (
+        "/v1beta/models/gem:generateContent",
+        {"contents": [{"role": "user", "parts": [{"text": HI}]}],
+         "generationConfig": {"candidateCount": 2**31, "maxOutputTokens": 16}},
+        "error",
+    ),
+    "gemini maxOutputTokens": (
+        "/v1beta/models/gem:streamGenerateContent?alt=sse",
+        {"contents": [{"role": "user", "parts": [{"text": HI}]}],
+         "generationConfig": {"maxOutputTokens": 2 * DAY}},
+        "error",
+    ),
+}  # fmt: skip
+
+
+@asynccontextmanager
+async def _quota_gateway(quotas: dict[str, int]) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    from proxy.sim.app import create_app as create_sim
+    from proxy.sim.state import SimState
+    from proxy.transports.mock import asgi_handler
+
+    team = "quota-" + uuid.uuid4().hex[:8]
+    config = _config(_sim_routes(), team, quotas)
+    async with asgi_client(config, asgi_handler(create_sim(SimState()))) as client:
+        yield client, team
+
+
+def _headers(path: str) -> dict[str, str]:
+    if path.startswith("/v1beta/"):
+        return {"x-goog-api-key": KEY}
+    return {"authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"}
+
+
+@pytest.mark.parametrize("case", list(OVER_QUOTA))
+async def test_a_request_no_quota_window_could_hold_is_a_400_not_a_wait(case: str) -> None:
+    """A request whose reservation is over the whole limit of one of its team's windows can
+    never be admitted, whenever it is sent: the client's own error (400, in its wire's shape,
+    naming the window, its limit and what the request asked), not a 429 whose retry-after
+    (until the window's end) promises an admission that never comes. Before, every wire
+    answered 429 "retry in …s"."""
+    path, body, key = OVER_QUOTA[case]
+    async with _quota_gateway({"tokens_per_day": DAY}) as (client, team):
+        reply = await client.post(path, headers=_headers(path), json=body)
+        assert reply.status_code == 400, reply.text
+        assert "retry-after" not in reply.headers
+        error = reply.json()[key]
+        message = error["message"]
+        assert "tokens_per_day" in message and f"{DAY:,}" in message, message
+        if path.startswith("/v1beta/"):
+            assert error["status"] == "INVALID_ARGUMENT" and error["code"] == 400
+        elif path == "/v1/messages":
+            assert reply.json()["type"] == "error"
+            assert error["type"] == "invalid_request_error"
+        else:
+            assert error["type"] == "invalid_request_error"
+        assert await _used(client, team) == 0  # nothing held, nothing forwarded
