@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pricing.documents import MEDIA_TYPE, file_data
+from pricing.probe import media_type_of
 from pricing.recordings import input_audio_url
 from pricing.recordings import note as recording_note
 from proxy.exchange.anthropic_terms import ANTHROPIC_TOOL_CHOICE, tool_input
@@ -81,6 +82,9 @@ def _image(part: Mapping[str, Any]) -> dict[str, Any]:
         media = head[5:].split(";", 1)[0]
         if not head.endswith(";base64") or not media:
             raise Unmapped("a data URL that is not base64")
+        # labelled as its bytes say, as the native Messages leg does (proxy.wires.
+        # anthropic_render, "Image labels"): Anthropic refuses a label the bytes contradict
+        media = media_type_of(data) or media
         return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
     return {"type": "image", "source": {"type": "url", "url": url}}
 

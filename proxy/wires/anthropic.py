@@ -49,7 +49,7 @@ from proxy.wires.anthropic_parse import (
     parse_anthropic,
     thinking_on,
 )
-from proxy.wires.anthropic_render import mark_head, render_messages
+from proxy.wires.anthropic_render import mark_head, render_messages, true_labels
 from proxy.wires.base import (
     Answer,
     Outcome,
@@ -107,15 +107,16 @@ def _request(request: ChatRequest) -> AnthropicRequest:
 
 
 def native_body(request: AnthropicRequest, fitted: Fit) -> Mapping[str, Any]:
-    """The fitted request as Anthropic JSON: the client's own object when nothing changed."""
+    """The fitted request as Anthropic JSON: the client's own object when nothing changed
+    (each base64 image labelled as its bytes say: ``true_labels``)."""
     if fitted.messages is request.messages:
-        return request.body
+        return true_labels(request.body)
     messages, head = render_messages(request, fitted.messages, fitted.settled_mask)
     body = dict(request.body)
     if head is not None:
         mark_head(body, messages, head)
     body["messages"] = messages
-    return body
+    return true_labels(body)
 
 
 def _usage_of(data: Any, key: str) -> Mapping[str, Any] | None:

@@ -41,6 +41,15 @@ never changed: a client that misorders them itself gets the provider's 400, rela
 routefit adds no misordered pair of its own (an hour's mark reads the same prefix a 5-minute
 one would, so the lifetime costs only the dearer write of what the client already keeps an
 hour).
+
+**Image labels.** A base64 image goes out labelled as its bytes say
+(``pricing.probe.media_type_of``: the format the probe priced it as), not as the client
+labelled it (``true_labels``): Anthropic refuses a label the bytes contradict (400 "Image does
+not match the provided media type"), and routefit has already read the real format. Decided
+where the docs were silent: the rule is the same on every leg that renders an image for
+Anthropic (this one and ``proxy.transports.chat_to_messages``); a body whose labels are right
+is the very same object (byte-stable), and a corrected one is corrected the same way every turn
+(a cached prefix stays byte-identical).
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pricing.messages import ImagePart, Message, Part, TextPart
+from pricing.probe import media_type_of
 from proxy.wires.anthropic_parse import (
     SYSTEM,
     TOOL,
@@ -59,7 +69,7 @@ from proxy.wires.anthropic_parse import (
 )
 from strategies.mask import MASK_PREFIX
 
-__all__ = ["MAX_BREAKPOINTS", "breakpoints", "mark_head", "render_messages"]
+__all__ = ["MAX_BREAKPOINTS", "breakpoints", "mark_head", "render_messages", "true_labels"]
 
 MAX_BREAKPOINTS = 4
 _EPHEMERAL = {"type": "ephemeral"}
@@ -366,3 +376,51 @@ def _user_block(messages: Sequence[Any], at: tuple[int, int]) -> tuple[int, int]
     if not count:
         return None
     return i, (j if j >= 0 else count - 1)
+
+
+def true_labels(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``body`` with each base64 image block (a ``tool_result``'s too) labelled as its bytes
+    say (module docstring, "Image labels"); the very same object when every label is right."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    fixed: list[Any] | None = None
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(content, list):
+            continue
+        blocks = _labelled(content)
+        if blocks is not content:
+            fixed = fixed if fixed is not None else list(messages)
+            fixed[i] = {**message, "content": blocks}
+    return body if fixed is None else {**body, "messages": fixed}
+
+
+def _labelled(blocks: list[Any]) -> list[Any]:
+    out: list[Any] | None = None
+    for j, block in enumerate(blocks):
+        new = _labelled_block(block)
+        if new is not block:
+            out = out if out is not None else list(blocks)
+            out[j] = new
+    return blocks if out is None else out
+
+
+def _labelled_block(block: Any) -> Any:
+    if not isinstance(block, Mapping):
+        return block
+    kind = block.get("type")
+    if kind == "tool_result":
+        content = block.get("content")
+        if not isinstance(content, list):
+            return block
+        inner = _labelled(content)
+        return block if inner is content else {**block, "content": inner}
+    source = block.get("source") if kind == "image" else None
+    if not isinstance(source, Mapping) or source.get("type") != "base64":
+        return block
+    data = source.get("data")
+    found = media_type_of(data) if isinstance(data, str) else None
+    if found is None or found == source.get("media_type"):
+        return block
+    return {**block, "source": {**source, "media_type": found}}

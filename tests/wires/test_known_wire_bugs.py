@@ -275,3 +275,155 @@ async def test_a_request_no_quota_window_could_hold_is_a_400_not_a_wait(case: st
         else:
             assert error["type"] == "invalid_request_error"
         assert await _used(client, team) == 0  # nothing held, nothing forwarded
+
+
+# -- 3. an image labelled with another format than its bytes, to an Anthropic route -----------
+
+
+def _png(width: int = 64, height: int = 48) -> str:
+    from io import BytesIO
+
+    from PIL import Image
+
+    out = BytesIO()
+    Image.new("RGB", (width, height), (200, 40, 40)).save(out, format="PNG")
+    import base64
+
+    return base64.b64encode(out.getvalue()).decode()
+
+
+#: Each client wire's message with a PNG labelled ``image/jpeg``, to the Anthropic route.
+def _mislabelled(data: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    url = f"data:image/jpeg;base64,{data}"
+    return {
+        "messages": (
+            "/v1/messages",
+            {
+                "model": "claude",
+                "max_tokens": 32,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": "image/jpeg",
+                                           "data": data},
+                            },
+                            {"type": "text", "text": "what colour is this?"},
+                        ],
+                    }
+                ],
+            },
+        ),
+        "chat": (
+            "/v1/chat/completions",
+            {
+                "model": "claude",
+                "max_tokens": 32,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": url}},
+                            {"type": "text", "text": "what colour is this?"},
+                        ],
+                    }
+                ],
+            },
+        ),
+        "responses": (
+            "/v1/responses",
+            {
+                "model": "claude",
+                "max_output_tokens": 32,
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_image", "image_url": url},
+                            {"type": "input_text", "text": "what colour is this?"},
+                        ],
+                    }
+                ],
+            },
+        ),
+        "gemini": (
+            "/v1beta/models/claude:generateContent",
+            {
+                "contents": [
+                    {
+                        "role": "user",
+                        "parts": [
+                            {"inlineData": {"mimeType": "image/jpeg", "data": data}},
+                            {"text": "what colour is this?"},
+                        ],
+                    }
+                ],
+                "generationConfig": {"maxOutputTokens": 32},
+            },
+        ),
+    }  # fmt: skip
+
+
+async def test_the_simulator_refuses_a_mislabelled_image_as_anthropic_does() -> None:
+    """The oracle is honest: Anthropic answers 400 ``invalid_request_error`` ("Image does not
+    match the provided media type") to a base64 image whose bytes are not the format its
+    ``media_type`` names, and so does the simulator."""
+    from proxy.sim.app import create_app as create_sim
+    from proxy.sim.state import SimState
+    from proxy.transports.mock import asgi_handler
+
+    sim = asgi_handler(create_sim(SimState()))
+    _, body = _mislabelled(_png())["messages"]
+    reply = await sim(
+        httpx.Request(
+            "POST",
+            "http://sim.local/v1/messages",
+            headers={"x-api-key": "sk-sim-0123456789", "anthropic-version": "2023-06-01"},
+            json={**body, "model": "claude-sim"},
+        )
+    )
+    await reply.aread()
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "does not match the provided media type" in error["message"]
+
+
+@pytest.mark.parametrize("wire", ["messages", "chat", "responses", "gemini"])
+async def test_an_image_is_sent_to_anthropic_labelled_as_its_bytes_say(wire: str) -> None:
+    """routefit reads a base64 image's format from its bytes to price it; on every wire whose
+    image it renders for an Anthropic provider (natively or from chat), the ``media_type`` it
+    sends is that format, not the client's wrong label, so the provider does not refuse a
+    request routefit priced as an image. Before, each wire relayed Anthropic's 400 "Image does
+    not match the provided media type image/jpeg"."""
+    from proxy.sim.app import create_app as create_sim
+    from proxy.sim.state import SimState
+    from proxy.transports.mock import asgi_handler
+
+    sim = asgi_handler(create_sim(SimState()))
+    sent: list[httpx.Request] = []
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return await sim(request)
+
+    data = _png()
+    path, body = _mislabelled(data)[wire]
+    team = "img-" + uuid.uuid4().hex[:8]
+    route = {**_sim_routes()[1], "model_info": {"max_input_tokens": 100_000,
+             "max_output_tokens": 16_000, "supports_vision": True}}  # fmt: skip
+    config = _config([route], team, {"tokens_per_day": 10**9})
+    async with asgi_client(config, provider) as client:
+        reply = await client.post(path, headers=_headers(path), json=body)
+    assert reply.status_code == 200, reply.text
+    images = [
+        block
+        for message in orjson.loads(sent[-1].content)["messages"]
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "image"
+    ]
+    assert [b["source"] for b in images] == [
+        {"type": "base64", "media_type": "image/png", "data": data}
+    ]
