@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,7 +45,7 @@ import anyio.to_thread
 
 from pricing.bounds import Proof, TextBounds
 from pricing.calibration import Correction, anchored_estimate
-from pricing.messages import ChatRequest, message_wire
+from pricing.messages import ChatRequest, Message, message_wire
 from pricing.meter import Memo
 from pricing.route import Route
 from proxy.calibrator import Calibrator, prefix_keys
@@ -59,7 +59,7 @@ from proxy.providers import deployment
 from proxy.teams import Team
 from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Wire
-from strategies.fit import Fit, FitError, sent_pressure
+from strategies.fit import Fit, FitError, as_sent
 from strategies.output import bounded_output, fit_output, sampled_output
 from strategies.policy import FitPolicy, output_reserve
 
@@ -314,14 +314,14 @@ class Estimator:
         scope = team.id if team is not None else None
         # its URL images sized as the fit of the same request sizes them (``proxy.image_sizes``)
         sizes = await fetched_sizes(self.sizer, rc, wire.name, request, scope)
-        # priced as the fit prices it before any cut: images the route cannot take as the
-        # placeholders it sends (``strategies.fit.sent_pressure``)
+        # priced and keyed as the fit prices and keys it before any cut: images the route
+        # cannot take as the placeholders it sends (``strategies.fit.as_sent``)
         policy = self.policy_for(rc, team)
-        pressure = await self.fairness.run(
-            who, size, sent_pressure, request, priced, policy, sizes, above=COUNTING
+        messages, pressure = await self.fairness.run(
+            who, size, as_sent, request, priced, policy, sizes, above=COUNTING
         )
         correction = self.calibrator.correction(rc.calibration_key)
-        keys = await self.fairness.run(who, size, _message_keys, rc, request, scope)
+        keys = await self.fairness.run(who, size, _message_keys, rc, messages, request.body, scope)
         hit = await self.calibrator.find_anchor(rc.calibration_key, keys)
         if hit is None:
             return correction.price_request(pressure)
@@ -651,18 +651,21 @@ def _prefix_keys(job: Job, fitted: Fit) -> tuple[bytes, ...]:
     """Chained digests of the fitted prefixes, in the team's own scope (anchors are its own).
     A message with images is keyed with their details too: a Gemini request's media_resolution
     is outside its messages, and the same message at another level is another count."""
-    return _message_keys(job.rc, fitted, job.scope)
+    return _message_keys(job.rc, fitted.messages, fitted.body, job.scope)
 
 
-def _message_keys(rc: RouteConfig, sent: Fit | ChatRequest, scope: str | None) -> tuple[bytes, ...]:
-    """``_prefix_keys`` of a fit's messages or of a request as sent (a count endpoint's: a
-    request that fits unchanged is its own fit, so both find the same anchor)."""
+def _message_keys(
+    rc: RouteConfig, messages: Sequence[Message], body: Mapping[str, Any], scope: str | None
+) -> tuple[bytes, ...]:
+    """``_prefix_keys`` of a fit's messages or of a request as the fit begins from it (a count
+    endpoint's, ``as_sent``: a request that fits unchanged is its own fit, so both find the
+    same anchor)."""
     wire = [
         [message_wire(m), [p.detail for p in m.images]] if m.images else message_wire(m)
-        for m in sent.messages
+        for m in messages
     ]
-    tools: Any = sent.body.get("tools")
-    context = [sent.body[k] for k in PROVIDER_CONTEXT if sent.body.get(k) is not None]
+    tools: Any = body.get("tools")
+    context = [body[k] for k in PROVIDER_CONTEXT if body.get(k) is not None]
     if context:  # the provider's count includes what these name: another prompt's anchors
         tools = [tools, *context]
     return tuple(prefix_keys(rc.calibration_key, rc.upstream.model, tools, wire, scope))

@@ -37,7 +37,7 @@ from strategies.registry import by_name
 from strategies.result import Fit, FitError, FitReport, actions_of
 from strategies.strategy import FitContext, FitState
 
-__all__ = ["Fit", "FitError", "FitReport", "fit", "fit_bounded", "request_texts", "sent_pressure"]
+__all__ = ["Fit", "FitError", "FitReport", "as_sent", "fit", "fit_bounded", "request_texts"]
 
 
 def _team_limit(route: Route, policy: FitPolicy, request: ChatRequest, budget: int) -> int | None:
@@ -92,14 +92,18 @@ def fit(
     raise FitError(route.alias, best, budget, route.context_window, limit)
 
 
-def sent_pressure(
+def as_sent(
     request: ChatRequest, route: Route, policy: FitPolicy, sizes: Sizes | None = None
-) -> Pressure:
-    """The pressure ``fit`` prices before any cut: the request with the images the route
-    cannot take as the placeholders it sends whatever the budget (``adapt``). A count endpoint
-    prices this, not the client's images: on a text-only route a count of the images undercut
-    the fitted estimate of the same request (50 tokens against 63 for one PNG)."""
-    return _adapted(request, route, policy, None, sizes, None)[3]
+) -> tuple[tuple[Message, ...], Pressure]:
+    """The messages ``fit`` begins from and their pressure, before any cut: the request with
+    the images the route cannot take as the placeholders it sends whatever the budget
+    (``adapt``). A count endpoint prices these, not the client's images: on a text-only route
+    a count of the images undercut the fitted estimate of the same request (50 tokens against
+    63 for one PNG). And it looks the provider's count of a prefix up under these messages'
+    keys, as the fit's anchor is: under the images' keys a continuation's count missed the
+    anchor its fit found (123 tokens against 83)."""
+    _, messages, _, pressure = _adapted(request, route, policy, None, sizes, None)
+    return messages, pressure
 
 
 def _adapted(

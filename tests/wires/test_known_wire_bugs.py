@@ -427,3 +427,54 @@ async def test_an_image_is_sent_to_anthropic_labelled_as_its_bytes_say(wire: str
     assert [b["source"] for b in images] == [
         {"type": "base64", "media_type": "image/png", "data": data}
     ]
+
+
+# -- 4. the count of a Responses continuation with images, on a text-only route ---------------
+
+
+async def test_a_continuations_count_is_the_estimate_its_fit_acts_on_on_a_text_only_route() -> None:
+    """A count prices what the fit would send (``strategies.fit.as_sent``), anchored on
+    the provider's count of a prefix the team sent as the fit is. On a text-only route the fit
+    sends an image as its placeholder, and the first turn's count is anchored under the keys
+    of those placeholder messages; a continuation's count looked its prefix up under the keys
+    of the images and missed, pricing the whole stored chain afresh (123 tokens against the
+    fit's 83). The count of a continuation is the estimate its request is then fitted at."""
+    from proxy.sim.app import create_app as create_sim
+    from proxy.sim.state import SimState
+    from proxy.transports.mock import asgi_handler
+
+    route = {**_sim_routes()[1], "model_info": {"max_input_tokens": 100_000,
+             "max_output_tokens": 16_000, "supports_vision": False}}  # fmt: skip
+    team = "count-" + uuid.uuid4().hex[:8]
+    config = _config([route], team, {"tokens_per_day": 10**9})
+    url = f"data:image/png;base64,{_png()}"
+    first = {
+        "model": "claude",
+        "max_output_tokens": 32,
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": url},
+                    {"type": "input_text", "text": "what colour is this?"},
+                ],
+            }
+        ],
+    }
+    headers = _headers("/v1/responses")
+    async with asgi_client(config, asgi_handler(create_sim(SimState()))) as client:
+        reply = await client.post("/v1/responses", headers=headers, json=first)
+        assert reply.status_code == 200, reply.text
+        follow = {
+            "model": "claude",
+            "max_output_tokens": 32,
+            "previous_response_id": reply.json()["id"],
+            "input": "and which shape?",
+        }
+        counted = await client.post("/v1/responses/input_tokens", headers=headers, json=follow)
+        assert counted.status_code == 200, counted.text
+        sent = await client.post("/v1/responses", headers=headers, json=follow)
+        assert sent.status_code == 200, sent.text
+    # the image went as its placeholder (adapted, as every image to this route), nothing cut
+    assert sent.headers["x-routefit-actions"] == "offloaded_images=1"
+    assert counted.json()["input_tokens"] == int(sent.headers["x-routefit-prompt-tokens"])
