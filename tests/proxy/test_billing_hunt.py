@@ -7,7 +7,7 @@ own. What is checked is what the team is charged (``/routefit/teams/{id}/usage``
 
 * an answer with text whose usage states 0 output tokens is charged its output (the
   reservation, at least the text handed over), not the prompt alone — on chat, Messages,
-  Responses and Gemini, streamed and not;
+  Responses and Gemini, streamed and not; so is one that only calls a function;
 * an uncapped answer without usage that is longer than the output reservation is charged the
   text relayed, not the reservation;
 * embeddings whose usage states 0 tokens are charged routefit's own count, not nothing;
@@ -236,6 +236,57 @@ async def test_an_answer_with_text_and_no_output_count_is_charged_its_output(
         charged = await _charged(gw, before)
         # before: the prompt alone (the answer's output given away)
         assert charged >= provider.prompt + words, (charged, provider.prompt, words)
+
+
+_CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+#: A function offered on each wire (the simulator calls it after the user's own words).
+TOOLS: dict[str, dict[str, Any]] = {
+    "chat": {"tools": [{"type": "function",
+                        "function": {"name": "get_weather", "parameters": _CITY}}],
+             "tool_choice": "required"},
+    "messages": {"tools": [{"name": "get_weather", "input_schema": _CITY}],
+                 "tool_choice": {"type": "any"}},
+    "responses": {"tools": [{"type": "function", "name": "get_weather", "parameters": _CITY}],
+                  "tool_choice": "required"},
+    "gemini": {"tools": [{"functionDeclarations": [{"name": "get_weather",
+                                                    "parameters": _CITY}]}],
+               "toolConfig": {"functionCallingConfig": {"mode": "ANY"}}},
+}  # fmt: skip
+
+
+def _calling(body: dict[str, Any]) -> None:
+    """``body``'s user words end with the simulator's ``call:`` marker for ``get_weather``."""
+    marker = " call:get_weather"
+    if "input" in body:
+        body["input"] += marker
+    elif "contents" in body:
+        body["contents"][-1]["parts"][-1]["text"] += marker
+    else:
+        body["messages"][-1]["content"] += marker
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("wire", WIRES)
+async def test_an_answer_with_a_call_and_no_output_count_is_charged_its_output(
+    wire: str, stream: bool
+) -> None:
+    """A function call is output as text is (chat's ``arguments``, Messages' ``input``,
+    Gemini's ``args``): an answer that calls one and whose usage states 0 output tokens is
+    charged the output reservation (or the call, when longer), as one with text is — not its
+    prompt alone. Before, a whole Messages or Gemini answer's call (an object, not a string)
+    was read as no output, and the 0 believed."""
+    async with billed() as gw:
+        gw.provider.script = provider = ZeroOutput()
+        path, body = call(wire, stream)
+        _calling(body)
+        before = await gw.used()
+        r = await gw.post(path, {**body, **TOOLS[wire]})
+        assert r.status_code == 200, r.text
+        assert "get_weather" in r.text, r.text  # it answered with the call
+        assert provider.prompt > 0
+        charged = await _charged(gw, before)
+        estimate = int(r.headers["x-routefit-prompt-tokens"])
+        assert charged >= estimate + MAX_TOKENS, (charged, estimate, provider.prompt)
 
 
 LONG = "the quick brown fox jumps over the lazy dog " * 1500  # ~13,500 tokens: over the reserve
