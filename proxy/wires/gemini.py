@@ -265,7 +265,13 @@ async def _relay_chat(
     out = ChatToGemini(model)
     async for obj in chat_chunks(events, outcome):
         if obj is None:
-            yield out.finish_chunk(outcome.usage)
+            last = out.finish_chunk(outcome.usage)
+            # each call goes out whole here, its args an object: noted as the native relay's
+            data = event_data(last)
+            parsed = orjson.loads(data) if data else {}
+            for args in _call_args(parsed.get("candidates") or []):
+                outcome.note(args)
+            yield last
             outcome.completed = True
             return
         for chunk in out.chunk(obj):

@@ -289,6 +289,27 @@ async def test_an_answer_with_a_call_and_no_output_count_is_charged_its_output(
         assert charged >= estimate + MAX_TOKENS, (charged, estimate, provider.prompt)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_gemini_client_of_a_chat_route_is_charged_the_call_it_was_given(
+    stream: bool,
+) -> None:
+    """The same rule through the translation: a Gemini client of a chat route gets each call
+    whole in the stream's last chunk (``ChatToGemini.finish_chunk``), its ``args`` an object;
+    with 0 output tokens stated it was charged its prompt alone when streamed."""
+    async with billed() as gw:
+        gw.provider.script = provider = ZeroOutput()
+        path, body = call("gemini", stream)
+        _calling(body)
+        before = await gw.used()
+        r = await gw.post(path.replace("/gem:", "/gpt:"), {**body, **TOOLS["gemini"]})
+        assert r.status_code == 200, r.text
+        assert "functionCall" in r.text, r.text
+        assert provider.prompt > 0
+        charged = await _charged(gw, before)
+        estimate = int(r.headers["x-routefit-prompt-tokens"])
+        assert charged >= estimate + MAX_TOKENS, (charged, estimate, provider.prompt)
+
+
 LONG = "the quick brown fox jumps over the lazy dog " * 1500  # ~13,500 tokens: over the reserve
 
 
