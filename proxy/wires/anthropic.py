@@ -275,11 +275,16 @@ async def _relay_chat(
     model: str, events: EventStream, outcome: Outcome
 ) -> AsyncGenerator[bytes, None]:
     out = ChatToAnthropic(model)
-    async for obj in chat_chunks(events, outcome):
-        if obj is None:
-            for chunk in out.finish(outcome.usage):
+    try:
+        async for obj in chat_chunks(events, outcome):
+            if obj is None:
+                for chunk in out.finish(outcome.usage):
+                    yield chunk
+                outcome.completed = True
+                return
+            for chunk in out.chunk(obj):
                 yield chunk
-            outcome.completed = True
-            return
-        for chunk in out.chunk(obj):
-            yield chunk
+    finally:
+        if not outcome.completed:  # broken off, or the client left: what was held is charged
+            for text in out.held():
+                outcome.note(text)

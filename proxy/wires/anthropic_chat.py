@@ -306,6 +306,14 @@ class ChatToAnthropic:
             out += self._tool_use(f"held{n}", given, name, arguments)
         return out
 
+    def held(self) -> list[str]:
+        """What the translation holds for the finish (``_held``) and the client has not had:
+        the text that came while the live call was open, each other call's arguments. A stream
+        that stops before its finish is charged them (``_relay_chat``): the provider generated
+        them, as the chat client's stream would have carried them."""
+        text = "".join(self.late)
+        return ([text] if text else []) + [arguments for _, _, arguments in self.calls.whole()]
+
     def chunk(self, data: Mapping[str, Any]) -> list[bytes]:
         out = [] if self.started else self.start(str(data.get("id") or "routefit"))
         if data.get("usage"):

@@ -263,16 +263,21 @@ async def _relay_chat(
     model: str, events: EventStream, outcome: Outcome
 ) -> AsyncGenerator[bytes, None]:
     out = ChatToGemini(model)
-    async for obj in chat_chunks(events, outcome):
-        if obj is None:
-            last = out.finish_chunk(outcome.usage)
-            # each call goes out whole here, its args an object: noted as the native relay's
-            data = event_data(last)
-            parsed = orjson.loads(data) if data else {}
-            for args in _call_args(parsed.get("candidates") or []):
-                outcome.note(args)
-            yield last
-            outcome.completed = True
-            return
-        for chunk in out.chunk(obj):
-            yield chunk
+    try:
+        async for obj in chat_chunks(events, outcome):
+            if obj is None:
+                last = out.finish_chunk(outcome.usage)
+                # each call goes out whole here, its args an object: noted as the native relay's
+                data = event_data(last)
+                parsed = orjson.loads(data) if data else {}
+                for args in _call_args(parsed.get("candidates") or []):
+                    outcome.note(args)
+                yield last
+                outcome.completed = True
+                return
+            for chunk in out.chunk(obj):
+                yield chunk
+    finally:
+        if not outcome.completed:  # broken off, or the client left: the held calls are charged
+            for arguments in out.held():
+                outcome.note(arguments)

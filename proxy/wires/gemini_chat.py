@@ -315,6 +315,16 @@ class ChatToGemini:
                 candidate.finish = choice["finish_reason"]
         return out
 
+    def held(self) -> list[str]:
+        """Each call's arguments so far, held for the last chunk: a stream that stops before it
+        is charged them (``proxy.wires.gemini._relay_chat``), as the chat client's stream would
+        have carried them."""
+        return [
+            arguments
+            for _, candidate in sorted(self.candidates.items())
+            for _, _, arguments in candidate.calls.whole()
+        ]
+
     def finish_chunk(self, usage: Usage | None) -> bytes:
         """The last chunk: each candidate's calls and finish reason, the usage."""
         candidates = self.candidates or {0: _Candidate()}

@@ -478,3 +478,71 @@ async def test_a_continuations_count_is_the_estimate_its_fit_acts_on_on_a_text_o
     # the image went as its placeholder (adapted, as every image to this route), nothing cut
     assert sent.headers["x-routefit-actions"] == "offloaded_images=1"
     assert counted.json()["input_tokens"] == int(sent.headers["x-routefit-prompt-tokens"])
+
+
+# -- 5. a translated stream broken with calls routefit held -----------------------------------
+
+ARGS = [
+    orjson.dumps({"query": " ".join(f"alpha{i} beta" for i in range(40))}).decode(),
+    orjson.dumps({"query": " ".join(f"gamma{i} delta" for i in range(40))}).decode(),
+]
+
+
+class ParallelCallsThenReset:
+    """An OpenAI-compatible provider that streams two parallel calls (each whole in one chunk,
+    the second while the first may still grow), then drops the connection before the finish."""
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        def chunk(index: int) -> bytes:
+            call = {
+                "index": index,
+                "id": f"call_{index}",
+                "type": "function",
+                "function": {"name": "search", "arguments": ARGS[index]},
+            }
+            data = {
+                "id": "chatcmpl-x",
+                "object": "chat.completion.chunk",
+                "model": "gpt-4o",
+                "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}],
+            }
+            return b"data: " + orjson.dumps(data) + b"\n\n"
+
+        stream = _Broken([chunk(0), chunk(1)])
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+
+
+CALLING: dict[str, tuple[str, dict[str, Any]]] = {
+    "chat": ("/v1/chat/completions", {"model": "gpt", "stream": True, "max_tokens": 64,
+             "messages": [{"role": "user", "content": "search twice"}],
+             "tools": [{"type": "function", "function": {"name": "search"}}]}),
+    "messages": ("/v1/messages", {"model": "gpt", "stream": True, "max_tokens": 64,
+                 "messages": [{"role": "user", "content": "search twice"}],
+                 "tools": [{"name": "search", "input_schema": {"type": "object"}}]}),
+    "gemini": ("/v1beta/models/gpt:streamGenerateContent?alt=sse",
+               {"contents": [{"role": "user", "parts": [{"text": "search twice"}]}],
+                "tools": [{"functionDeclarations": [{"name": "search"}]}],
+                "generationConfig": {"maxOutputTokens": 64}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("wire", list(CALLING))
+async def test_a_translated_stream_broken_after_calls_is_charged_every_call(wire: str) -> None:
+    """A chat route's stream that breaks after two calls: the chat client got both calls'
+    arguments and is charged them. A Messages client's translation streams the first call and
+    holds the second for the finish, a Gemini client's holds both (Google sends a call whole):
+    the provider produced them all the same, and each wire is charged the same output. Before,
+    what the translation held was charged as nothing."""
+    team = "held-" + uuid.uuid4().hex[:8]
+    config = _config([_sim_routes()[0]], team, {"tokens_per_day": 10**9})
+    path, body = CALLING[wire]
+    async with asgi_client(config, ParallelCallsThenReset()) as client:
+        before = await _used(client, team)
+        reply = await client.post(path, headers=_headers(path), json=body)
+        assert reply.status_code == 200, reply.text
+        prompt = int(reply.headers["x-routefit-prompt-tokens"])
+        charged = await _settled(client, team, before)
+    route = config.route("gpt")
+    assert route is not None
+    count = get_tokenizer(route.route.tokenizer).count
+    assert charged == prompt + count("".join(ARGS)), (charged, prompt, count(ARGS[0]))
