@@ -268,13 +268,20 @@ class ResponsesWire:
         t = ChatStreamToResponses(request, rid)
         for out in t.start():
             yield out
-        async for chunk in chat_chunks(events, outcome):
-            if chunk is None:
-                break
-            for out in t.chunk(chunk):
-                yield out
-        else:
-            return  # no [DONE]: the gateway ends the stream (``stream_error``)
+        done = False
+        try:
+            async for chunk in chat_chunks(events, outcome):
+                if chunk is None:
+                    done = True
+                    break
+                for out in t.chunk(chunk):
+                    yield out
+            else:
+                return  # no [DONE]: the gateway ends the stream (``stream_error``)
+        finally:
+            if not done:  # stopped before the closing events: the calls they hold are charged
+                for arguments in t.held():
+                    outcome.note(arguments)
         closing, final = t.finish_events()
         for out in closing:
             yield out

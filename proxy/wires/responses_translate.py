@@ -430,6 +430,12 @@ class ChatStreamToResponses:
                 self.finish = choice["finish_reason"]
         return out
 
+    def held(self) -> list[str]:
+        """Each call's arguments so far, held for the closing events: a stream that stops
+        before them is charged them (``ResponsesWire._translated``), as the chat client's
+        stream would have carried them."""
+        return [arguments for _, _, arguments in self.calls.whole()]
+
     def finish_events(self) -> tuple[list[bytes], dict[str, Any]]:
         """The closing events and the final Response object."""
         out: list[bytes] = []

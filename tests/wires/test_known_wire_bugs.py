@@ -519,6 +519,9 @@ CALLING: dict[str, tuple[str, dict[str, Any]]] = {
     "messages": ("/v1/messages", {"model": "gpt", "stream": True, "max_tokens": 64,
                  "messages": [{"role": "user", "content": "search twice"}],
                  "tools": [{"name": "search", "input_schema": {"type": "object"}}]}),
+    "responses": ("/v1/responses", {"model": "gpt", "stream": True, "max_output_tokens": 64,
+                  "input": "search twice",
+                  "tools": [{"type": "function", "name": "search", "parameters": {}}]}),
     "gemini": ("/v1beta/models/gpt:streamGenerateContent?alt=sse",
                {"contents": [{"role": "user", "parts": [{"text": "search twice"}]}],
                 "tools": [{"functionDeclarations": [{"name": "search"}]}],
@@ -530,11 +533,22 @@ CALLING: dict[str, tuple[str, dict[str, Any]]] = {
 async def test_a_translated_stream_broken_after_calls_is_charged_every_call(wire: str) -> None:
     """A chat route's stream that breaks after two calls: the chat client got both calls'
     arguments and is charged them. A Messages client's translation streams the first call and
-    holds the second for the finish, a Gemini client's holds both (Google sends a call whole):
+    holds the second for the finish, a Gemini client's holds both (Google sends a call whole),
+    a Responses client's holds both for its closing events:
     the provider produced them all the same, and each wire is charged the same output. Before,
     what the translation held was charged as nothing."""
     team = "held-" + uuid.uuid4().hex[:8]
-    config = _config([_sim_routes()[0]], team, {"tokens_per_day": 10**9})
+    # a provider that speaks chat completions only: every client wire but chat is translated
+    route = {
+        "model_name": "gpt",
+        "litellm_params": {
+            "model": "deepseek/deepseek-chat",
+            "api_base": "http://chat.local/v1",
+            "api_key": "sk-chat-0123456789",
+        },
+        "model_info": {"max_input_tokens": 100_000, "max_output_tokens": 8192},
+    }
+    config = _config([route], team, {"tokens_per_day": 10**9})
     path, body = CALLING[wire]
     async with asgi_client(config, ParallelCallsThenReset()) as client:
         before = await _used(client, team)
