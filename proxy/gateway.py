@@ -891,12 +891,15 @@ async def _generated_tokens(p: Flight, text: Callable[[], str] | None) -> int:
 
 #: Where a whole answer carries generated text, in any client wire: chat's message
 #: ``content`` / ``reasoning_content`` (``reasoning`` where vLLM, Groq or OpenRouter answer) /
-#: ``refusal`` and tool-call ``arguments``, Messages', Gemini's and Responses' ``text`` parts,
-#: Messages' ``thinking``. Only string values match: a ``content`` list or Responses' ``text``
-#: settings object does not; no answer echoes its prompt.
+#: ``refusal`` and tool-call ``arguments``, a custom tool call's ``input`` (chat's and
+#: Responses'), Messages', Gemini's and Responses' ``text`` parts, Messages' ``thinking``. Only
+#: string values match: a ``content`` list, Responses' ``text`` settings object or a Messages
+#: ``tool_use`` ``input`` object does not (``_call_objects`` reads the latter); no answer echoes
+#: its prompt.
 _ANSWER_TEXT = delta_fields(
-    "content", "reasoning_content", "reasoning", "refusal", "arguments", "text", "thinking"
-)
+    "content", "reasoning_content", "reasoning", "refusal", "arguments", "input", "text",
+    "thinking",
+)  # fmt: skip
 
 
 def _answer_text(answer: Answer) -> str:

@@ -121,7 +121,10 @@ class ChatWire:
     stored = False
     keys = BEARER_OR_API_KEY
     #: ``reasoning``: vLLM's, Groq's, OpenRouter's and Ollama's name for ``reasoning_content``
-    generated = delta_fields("content", "reasoning_content", "reasoning", "refusal", "arguments")
+    #: A custom tool call's ``custom.input`` is generated as a function call's ``arguments`` is.
+    generated = delta_fields(
+        "content", "reasoning_content", "reasoning", "refusal", "arguments", "input"
+    )
 
     def parse(self, ctx: RequestContext) -> ChatRequest:
         # a session's earlier messages as parsed the turn before (``pricing.parsed``)

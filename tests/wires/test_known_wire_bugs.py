@@ -560,3 +560,93 @@ async def test_a_translated_stream_broken_after_calls_is_charged_every_call(wire
     assert route is not None
     count = get_tokenizer(route.route.tokenizer).count
     assert charged == prompt + count("".join(ARGS)), (charged, prompt, count(ARGS[0]))
+
+
+# -- 6. custom tool calls' input ----------------------------------------------------------------
+
+#: The free-form input of a custom tool call (GPT-5's ``custom`` tools): a string, not JSON.
+CUSTOM_INPUT = "\n".join(f"print('line {i} of a generated script')" for i in range(30))
+
+
+class CustomCallThenReset:
+    """An OpenAI provider that streams one custom tool call, then drops the connection."""
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        call = {"index": 0, "id": "call_0", "type": "custom",
+                "custom": {"name": "run", "input": CUSTOM_INPUT}}  # fmt: skip
+        data = {
+            "id": "chatcmpl-x",
+            "object": "chat.completion.chunk",
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}],
+        }
+        stream = _Broken([b"data: " + orjson.dumps(data) + b"\n\n"])
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+
+
+async def test_a_chat_stream_broken_after_a_custom_call_is_charged_its_input() -> None:
+    """A chat custom tool call carries what the model generated in ``custom.input`` (a string,
+    as a function call's ``arguments`` is): a stream broken after one is charged it, as a
+    Responses client is charged ``response.custom_tool_call_input.delta``. Before, chat's
+    generated fields did not name ``input``, and the call was charged as nothing."""
+    team = "custom-" + uuid.uuid4().hex[:8]
+    config = _config([_sim_routes()[0]], team, {"tokens_per_day": 10**9})
+    body = {
+        "model": "gpt",
+        "stream": True,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "write a script"}],
+        "tools": [{"type": "custom", "custom": {"name": "run"}}],
+    }
+    async with asgi_client(config, CustomCallThenReset()) as client:
+        before = await _used(client, team)
+        path = "/v1/chat/completions"
+        reply = await client.post(path, headers=_headers(path), json=body)
+        assert reply.status_code == 200, reply.text
+        assert b'"custom"' in reply.content
+        prompt = int(reply.headers["x-routefit-prompt-tokens"])
+        charged = await _settled(client, team, before)
+    route = config.route("gpt")
+    assert route is not None
+    count = get_tokenizer(route.route.tokenizer).count
+    assert charged == prompt + count(CUSTOM_INPUT), (charged, prompt)
+
+
+async def test_a_whole_answer_with_a_custom_call_and_no_output_count_is_charged_its_input() -> None:
+    """The same field in a whole answer: a provider that states 0 output tokens for an answer
+    that is a custom call is not believed (an answer with generated output), and the team is
+    charged the reservation or, when longer, the input (docs/security.md, "Charging on every
+    exit"). Before, the 0 was believed: the prompt alone."""
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        call = {"id": "call_0", "type": "custom", "custom": {"name": "run", "input": CUSTOM_INPUT}}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        data = {
+            "id": "chatcmpl-x",
+            "object": "chat.completion",
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 0, "total_tokens": 30},
+        }
+        return httpx.Response(200, json=data)
+
+    team = "custom-" + uuid.uuid4().hex[:8]
+    config = _config([_sim_routes()[0]], team, {"tokens_per_day": 10**9})
+    body = {
+        "model": "gpt",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "write a script"}],
+        "tools": [{"type": "custom", "custom": {"name": "run"}}],
+    }
+    async with asgi_client(config, provider) as client:
+        before = await _used(client, team)
+        path = "/v1/chat/completions"
+        reply = await client.post(path, headers=_headers(path), json=body)
+        assert reply.status_code == 200, reply.text
+        prompt = int(reply.headers["x-routefit-prompt-tokens"])
+        charged = await _settled(client, team, before)
+    route = config.route("gpt")
+    assert route is not None
+    generated = get_tokenizer(route.route.tokenizer).count(CUSTOM_INPUT)
+    assert generated > 64  # longer than the reservation: the input is what is charged
+    assert charged == prompt + generated, (charged, prompt, generated)
