@@ -275,9 +275,11 @@ async def _relay_chat(
     model: str, events: EventStream, outcome: Outcome
 ) -> AsyncGenerator[bytes, None]:
     out = ChatToAnthropic(model)
+    finishing = False  # the closing events, holding what was held, are on their way
     try:
         async for obj in chat_chunks(events, outcome):
             if obj is None:
+                finishing = True
                 for chunk in out.finish(outcome.usage):
                     yield chunk
                 outcome.completed = True
@@ -285,6 +287,6 @@ async def _relay_chat(
             for chunk in out.chunk(obj):
                 yield chunk
     finally:
-        if not outcome.completed:  # broken off, or the client left: what was held is charged
+        if not finishing:  # broken off, or the client left: what was held is charged
             for text in out.held():
                 outcome.note(text)

@@ -263,9 +263,11 @@ async def _relay_chat(
     model: str, events: EventStream, outcome: Outcome
 ) -> AsyncGenerator[bytes, None]:
     out = ChatToGemini(model)
+    finishing = False  # the last chunk, holding the calls, is on its way: they count there
     try:
         async for obj in chat_chunks(events, outcome):
             if obj is None:
+                finishing = True
                 last = out.finish_chunk(outcome.usage)
                 # each call goes out whole here, its args an object: noted as the native relay's
                 data = event_data(last)
@@ -278,6 +280,6 @@ async def _relay_chat(
             for chunk in out.chunk(obj):
                 yield chunk
     finally:
-        if not outcome.completed:  # broken off, or the client left: the held calls are charged
+        if not finishing:  # broken off, or the client left: the held calls are charged
             for arguments in out.held():
                 outcome.note(arguments)

@@ -650,3 +650,60 @@ async def test_a_whole_answer_with_a_custom_call_and_no_output_count_is_charged_
     generated = get_tokenizer(route.route.tokenizer).count(CUSTOM_INPUT)
     assert generated > 64  # longer than the reservation: the input is what is charged
     assert charged == prompt + generated, (charged, prompt, generated)
+
+
+class _Events:
+    """A provider's chat stream as the relay reads it (``proxy.exchange.EventStream``)."""
+
+    def __init__(self, events: list[bytes]) -> None:
+        self.events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for event in self.events:
+            yield event
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _chat_calls_stream() -> list[bytes]:
+    def data(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b"data: " + orjson.dumps({"id": "c", "choices": [choice]}) + b"\n\n"
+
+    calls = [
+        {"index": i, "id": f"call_{i}", "type": "function",
+         "function": {"name": "search", "arguments": ARGS[i]}}
+        for i in range(2)
+    ]  # fmt: skip
+    return [data({"tool_calls": [c]}) for c in calls] + [
+        data({}, "tool_calls"),
+        b"data: [DONE]\n\n",
+    ]
+
+
+@pytest.mark.parametrize("wire", ["messages", "gemini"])
+async def test_a_client_that_leaves_during_the_closing_events_is_charged_each_call_once(
+    wire: str,
+) -> None:
+    """What a translation held goes out in its closing events; a client that leaves while they
+    go (the relay closed before it marks the stream complete) is charged what they carried
+    once, not again as held (the relay driven as the gateway's ``_ended`` drives it)."""
+    from proxy.wires import ANTHROPIC_WIRE
+    from proxy.wires.anthropic import _relay_chat as messages_relay
+    from proxy.wires.base import Outcome
+    from proxy.wires.gemini import GeminiWire
+    from proxy.wires.gemini import _relay_chat as gemini_relay
+
+    generated = ANTHROPIC_WIRE.generated if wire == "messages" else GeminiWire.generated
+    relay = messages_relay if wire == "messages" else gemini_relay
+    outcome = Outcome(generated=generated)
+    chunks = relay("m", _Events(_chat_calls_stream()), outcome)
+    async for chunk in chunks:
+        outcome.relay(chunk)
+        if b"message_stop" in chunk or b"finishReason" in chunk:
+            break  # the last event went out; the client leaves before the stream is marked done
+    await chunks.aclose()
+    assert not outcome.completed
+    assert outcome.relayed_text().count("alpha0") == 1
+    assert outcome.relayed_text().count("gamma0") == 1
