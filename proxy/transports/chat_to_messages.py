@@ -161,6 +161,21 @@ def _assistant(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
+def _spoken(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An assistant turn's (or the system's) blocks without their text when that text is
+    whitespace only. Anthropic refuses a message whose text blocks hold nothing but whitespace
+    (400 "text content blocks must contain non-whitespace text"), beside a ``tool_use`` too,
+    and Claude writes such a block before a call ("\\n\\n"): a chat client sends it back as
+    the turn's ``content``, and every later request of its session was refused. Whitespace
+    beside words is kept (Anthropic takes it, and it is part of the text the blocks make
+    together). A user's whitespace is the user's to send (left out, the turn before it would
+    end the conversation: Claude would continue it), and Anthropic's to refuse."""
+    texts = [b["text"] for b in blocks if b["type"] == "text"]
+    if not texts or any(t.strip() for t in texts):
+        return blocks
+    return [b for b in blocks if b["type"] != "text"]
+
+
 def _tool_result(msg: Mapping[str, Any]) -> dict[str, Any]:
     content = msg.get("content")
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": str(msg.get("tool_call_id"))}
@@ -174,7 +189,8 @@ def _tool_result(msg: Mapping[str, Any]) -> dict[str, Any]:
 def _conversation(messages: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(system blocks, messages): system and developer messages lifted out, wherever they were;
     consecutive messages of one role merged, so every tool result sits in the one user message
-    that follows its tool calls (Anthropic's pairing rule)."""
+    that follows its tool calls (Anthropic's pairing rule); an assistant's or the system's
+    whitespace said alone left out (``_spoken``), and a message left with nothing not sent."""
     if not isinstance(messages, list):
         raise Unmapped("messages is not a list")
     system: list[dict[str, Any]] = []
@@ -182,7 +198,7 @@ def _conversation(messages: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
     for msg in messages:
         role = msg.get("role") if isinstance(msg, Mapping) else None
         if role in ("system", "developer"):
-            system += _blocks(msg.get("content"))
+            system += _spoken(_blocks(msg.get("content")))
             continue
         if role == "tool":
             role, blocks = "user", [_tool_result(msg)]
@@ -192,6 +208,8 @@ def _conversation(messages: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
             blocks = _blocks(msg.get("content"))
         else:
             raise Unmapped(f"role {role!r}")
+        if role == "assistant":
+            blocks = _spoken(blocks)
         if not blocks:
             continue
         if out and out[-1]["role"] == role:

@@ -1,0 +1,161 @@
+"""Translations between a client's wire and a provider's, on shapes the first hunt
+(tests/wires/test_translation_hunt.py) does not draw: what a provider refuses or a client
+misreads once a conversation goes round a second time, and the fields a client steers with.
+
+routefit in process (``run_inprocess``) before the first hunt's scripted provider, which answers
+each request in the wire it was asked in and keeps what it was sent; the clients are their own
+SDKs (``openai``, ``anthropic``) or Gemini's REST shape read as ``google.genai`` types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+from inprocess import run_inprocess
+from test_translation_hunt import ROUTES, Answer, Call, Provider
+
+from proxy.transports.mock import MockTransport
+
+
+@pytest.fixture(scope="module")
+def provider() -> Provider:
+    return Provider()
+
+
+@pytest.fixture
+def fresh(provider: Provider) -> Provider:
+    """The module's provider, answering the default answer again."""
+    provider.answer, provider.cut, provider.raw = Answer(), 0, {}
+    provider.requests.clear()
+    return provider
+
+
+@pytest.fixture(scope="module")
+def gw(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    path = tmp_path_factory.mktemp("hunt2") / "routefit.yaml"
+    path.write_text(
+        yaml.safe_dump({"model_list": ROUTES, "routefit_settings": {"store_path": ":memory:"}})
+    )
+    with run_inprocess(path, provider=lambda cfg: {"transport": MockTransport(provider)}) as gw:
+        yield gw
+
+
+# --- whitespace-only text to Anthropic ----------------------------------------------------------
+
+TOOLS_CHAT = [
+    {
+        "type": "function",
+        "function": {"name": "now", "parameters": {"type": "object", "properties": {}}},
+    }
+]
+
+
+def _spoken(messages: list[dict[str, Any]]) -> list[str]:
+    """The messages (``where``) whose text blocks are all whitespace: Anthropic refuses each
+    with 400 "messages: text content blocks must contain non-whitespace text" (its answer to
+    such a block, alone or beside a tool_use, as clients that replayed one measured it:
+    LibreChat-AI/agents#124, NousResearch/hermes-agent#69517, anomalyco/opencode#31259)."""
+    bad = []
+    for i, message in enumerate(messages):
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        texts = [b["text"] for b in blocks if b.get("type") == "text"]
+        if texts and not any(t.strip() for t in texts):
+            bad.append(f"messages[{i}]")
+    return bad
+
+
+def test_claudes_whitespace_before_a_call_goes_back_to_claude_as_it_takes_it(
+    gw: Any, fresh: Provider
+) -> None:
+    """Claude may write a text block of whitespace only before a ``tool_use`` ("\\n\\n"); a chat
+    client on a Claude route reads it as the message's ``content`` and sends the turn back
+    with the call's result, and routefit's mapping made it a text block again: Anthropic
+    refuses a message whose text is whitespace only (400 "text content blocks must contain
+    non-whitespace text"), so every later turn of the session failed. Whitespace the message
+    says nothing else beside is not sent (https://docs.anthropic.com/en/api/messages: a
+    ``text`` block's text; the refusal is Anthropic's, quoted in ``_spoken``)."""
+    fresh.answer = Answer(
+        text=["\n\n"], calls=[Call("toolu_01", "now", ["{}"])], finish="tool_calls"
+    )
+    client = openai.OpenAI(base_url=gw.v1, api_key="unused", max_retries=0)
+    ask: dict[str, Any] = {
+        "model": "claude",
+        "messages": [{"role": "user", "content": "what time is it?"}],
+        "tools": TOOLS_CHAT,
+        "max_tokens": 100,
+    }
+    first = client.chat.completions.create(**ask).choices[0].message
+    assert first.content == "\n\n" and first.tool_calls
+    fresh.answer = Answer(text=["Noon."])
+    turn = [
+        first.model_dump(include={"role", "content", "tool_calls"}),
+        {"role": "tool", "tool_call_id": "toolu_01", "content": "12:00"},
+        {"role": "user", "content": "and now?"},
+    ]
+    client.chat.completions.create(**{**ask, "messages": [*ask["messages"], *turn]})
+    path, sent = fresh.requests[-1]
+    assert path.endswith("/messages")
+    assert _spoken(sent["messages"]) == []
+    assert [[b["type"] for b in m["content"]] for m in sent["messages"]] == [
+        ["text"],
+        ["tool_use"],
+        ["tool_result", "text"],
+    ]
+    assert sent["messages"][2]["content"][1]["text"] == "and now?"
+
+
+@pytest.mark.parametrize("wire", ["responses", "gemini"])
+def test_whitespace_beside_a_call_from_any_client_reaches_claude_as_it_takes_it(
+    gw: Any, fresh: Provider, wire: str
+) -> None:
+    """The same turn from a Responses client (an assistant ``output_text`` of "\\n" before its
+    ``function_call``) and a Gemini client (a model content's ``{"text": "\\n"}`` part before
+    its ``functionCall``) on a Claude route: both go through chat to Anthropic, and reached it
+    as a whitespace-only text block Anthropic refuses."""
+    if wire == "responses":
+        path = "/v1/responses"
+        body: dict[str, Any] = {
+            "model": "claude",
+            "store": False,
+            "tools": [{"type": "function", **TOOLS_CHAT[0]["function"]}],
+            "input": [
+                {"role": "user", "content": "what time is it?"},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "\n"}],
+                },
+                {"type": "function_call", "call_id": "c1", "name": "now", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "12:00"},
+            ],
+        }
+    else:
+        path = "/v1beta/models/claude:generateContent"
+        body = {
+            "contents": [
+                {"role": "user", "parts": [{"text": "what time is it?"}]},
+                {"role": "model", "parts": [{"text": "\n"}, {"functionCall": {"name": "now"}}]},
+                {
+                    "role": "user",
+                    "parts": [{"functionResponse": {"name": "now", "response": {"t": "12"}}}],
+                },
+            ],
+            "tools": [{"functionDeclarations": [{"name": "now"}]}],
+        }
+    r = httpx.post(gw.base_url + path, json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    sent = fresh.requests[-1][1]
+    assert _spoken(sent["messages"]) == []
+    assert [[b["type"] for b in m["content"]] for m in sent["messages"]] == [
+        ["text"],
+        ["tool_use"],
+        ["tool_result"],
+    ]
+    assert json.dumps(sent).count('"tool_use"') == 1
