@@ -6,7 +6,8 @@ side is a walk over them, and the answer side is one small state machine over ch
 
 Lost in translation (documented for users): ``thinking`` / ``redacted_thinking`` blocks (a chat
 provider cannot take them; they are dropped from the request), ``cache_control`` (chat providers
-cache prefixes on their own), ``metadata``, ``context_management``, ``output_config``, server
+cache prefixes on their own), ``metadata``, ``context_management``, ``output_config`` but its
+``format`` (a JSON schema: chat's ``response_format``), server
 tools and unknown block types (sent as their JSON text), ``top_k``. Tool results are sent as
 text, their images as user image parts right after them.
 
@@ -128,10 +129,30 @@ def chat_body(request: AnthropicRequest, fitted: Sequence[Message], stream: bool
             body["tool_choice"] = steer
         if isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True:
             body["parallel_tool_calls"] = False  # one call at most, in chat's words
+    response_format = _response_format(src)
+    if response_format is not None:
+        body["response_format"] = response_format
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _response_format(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Claude's structured outputs (``output_config.format``, the beta's ``output_format``: a
+    JSON schema the answer's text must match) as chat's ``response_format``, as the Gemini and
+    Responses wires send theirs. Dropped, the provider was free to answer in prose, which the
+    anthropic SDK's ``messages.parse`` refuses, and the schema was priced (``answer_format``)
+    but never sent. The schema goes as Claude was given it; chat names it, Claude does not."""
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, Mapping) else None
+    fmt = body.get("output_format") if fmt is None else fmt
+    if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+        return None
+    schema = fmt.get("schema")
+    if not isinstance(schema, Mapping):
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
 
 
 def stop_reason(finish: Any, called: bool) -> str:

@@ -13,13 +13,16 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import openai
+import pydantic
 import pytest
 import yaml
 from inprocess import run_inprocess
 from test_translation_hunt import ROUTES, Answer, Call, Provider
 
+from proxy.sim.wire_openai import validate_chat
 from proxy.transports.mock import MockTransport
 
 
@@ -159,3 +162,46 @@ def test_whitespace_beside_a_call_from_any_client_reaches_claude_as_it_takes_it(
         ["tool_result"],
     ]
     assert json.dumps(sent).count('"tool_use"') == 1
+
+
+# --- a JSON answer a Messages client asks for -------------------------------------------------
+
+
+class Weather(pydantic.BaseModel):
+    city: str
+    celsius: int
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_messages_clients_json_schema_is_the_chat_providers_response_format(
+    gw: Any, fresh: Provider, stream: bool
+) -> None:
+    """Claude's structured outputs (``output_config.format``, ``{"type": "json_schema",
+    "schema": ...}``: https://platform.claude.com/docs/en/build-with-claude/structured-outputs;
+    the anthropic SDK's ``messages.parse(output_format=...)`` sends it) is chat's
+    ``response_format`` ``{"type": "json_schema", "json_schema": {"name", "schema"}}``
+    (https://platform.openai.com/docs/api-reference/chat/create#chat-create-response_format).
+    On a chat route it was dropped (priced, as one more tool, and never sent): the provider was
+    free to answer in prose, which the SDK's parse refuses. The same as the Gemini wire's
+    ``responseSchema`` and the Responses wire's ``text.format`` already are."""
+    fresh.answer = Answer(text=['{"city": "Oslo", ', '"celsius": -3}'])
+    client = anthropic.Anthropic(base_url=gw.base_url, api_key="unused", max_retries=0)
+    ask: dict[str, Any] = {
+        "model": "chat",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+    }
+    if stream:
+        with client.messages.stream(**ask, output_format=Weather) as events:
+            done = events.get_final_message()
+        text = "".join(b.text for b in done.content if b.type == "text")
+        got = Weather.model_validate_json(text)
+    else:
+        got = client.messages.parse(**ask, output_format=Weather).parsed_output
+    assert got == Weather(city="Oslo", celsius=-3)
+    sent = fresh.requests[-1][1]
+    fmt = sent["response_format"]
+    assert fmt["type"] == "json_schema"
+    assert fmt["json_schema"]["schema"]["properties"].keys() == {"city", "celsius"}
+    assert isinstance(fmt["json_schema"]["name"], str)
+    validate_chat(sent)
