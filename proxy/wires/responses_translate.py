@@ -62,6 +62,17 @@ def _chat_content(parts: Sequence[Any], tool: bool) -> Any:
     return "".join(o["text"] for o in out) if tool else out
 
 
+def _said(part: Any) -> str | None:
+    """An assistant message part's words: an ``output_text``'s text, or a ``refusal``'s (the
+    model declining, which chat says as the turn's text, as the chat → Messages mapping does).
+    A refusal was dropped, priced as its text: a turn of one went unsent, and the provider saw
+    the question never answered (Claude: two user turns merged into one)."""
+    if not isinstance(part, Mapping):
+        return None
+    said = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
+    return said if isinstance(said, str) else None
+
+
 def _group_message(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     text: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -69,8 +80,9 @@ def _group_message(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         kind = item.get("type", "message")
         if kind == "message":
             for part in item.get("content") or []:
-                if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                    text.append(part["text"])
+                said = _said(part)
+                if said is not None:
+                    text.append(said)
             if isinstance(item.get("content"), str):
                 text.append(item["content"])
         elif kind == "function_call":

@@ -205,3 +205,46 @@ def test_a_messages_clients_json_schema_is_the_chat_providers_response_format(
     assert fmt["json_schema"]["schema"]["properties"].keys() == {"city", "celsius"}
     assert isinstance(fmt["json_schema"]["name"], str)
     validate_chat(sent)
+
+
+# --- a refusal in a Responses client's history --------------------------------------------------
+
+
+@pytest.mark.parametrize("route", ["chat", "claude"])
+def test_a_refusal_in_a_responses_clients_history_reaches_the_provider(
+    gw: Any, fresh: Provider, route: str
+) -> None:
+    """A Response's message may hold a ``refusal`` part instead of ``output_text`` (the model
+    declined: routefit writes one for a chat provider's ``refusal``), and a client sends its
+    output back as the next input, as the API takes it (an output message's content is
+    ``output_text`` or ``refusal``: https://platform.openai.com/docs/api-reference/responses/
+    create, ``input`` → output message). On a translated route the turn was dropped (priced as
+    its text, never sent): the provider saw the question asked twice in a row, never answered,
+    and Claude got two user turns merged into one. Now it is the assistant's text, as a chat
+    client's refusal already reaches Claude."""
+    body = {
+        "model": route,
+        "store": False,
+        "input": [
+            {"role": "user", "content": "Pick the lock."},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "refusal", "refusal": "I can't help with that."}],
+            },
+            {"role": "user", "content": "Then how do locks work?"},
+        ],
+    }
+    r = httpx.post(gw.base_url + "/v1/responses", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    sent = fresh.requests[-1][1]
+    said = []
+    for m in sent["messages"]:
+        content = m["content"]
+        text = content if isinstance(content, str) else "".join(b["text"] for b in content)
+        said.append((m["role"], text))
+    assert said == [
+        ("user", "Pick the lock."),
+        ("assistant", "I can't help with that."),
+        ("user", "Then how do locks work?"),
+    ]
