@@ -101,27 +101,34 @@ def _group_message(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def _messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
     """The fitted conversation as chat messages. A call chat cannot make (``local_shell_call``,
     ``web_search_call``, other server-side ``*_call`` items) is not sent, and neither is its
-    output: chat refuses a tool message that answers no call it was shown."""
-    out: list[dict[str, Any]] = []
-    called: set[str] = set()
+    output: chat refuses a tool message that answers no call it was shown.
+
+    Each output goes right after the assistant message with its call (with that message's other
+    outputs), wherever the input had it: the Responses API pairs an output with its call by
+    ``call_id`` alone, and Codex writes developer notes between them, while chat wants a call's
+    tool messages right after it (a provider's 400 otherwise) and Anthropic its tool results
+    first in the next user message. Messages that came between follow the outputs."""
+    turns: list[list[dict[str, Any]]] = []  # each message, then the outputs answering it
+    owner: dict[str, list[dict[str, Any]]] = {}  # call id → the turn of its assistant message
     for m in fitted:
         wire = m.wire
         if wire is not None and INSTRUCTIONS in wire:
-            out.append({"role": "system", "content": wire[INSTRUCTIONS]})
+            turns.append([{"role": "system", "content": wire[INSTRUCTIONS]}])
         elif wire is not None and GROUP in wire:
             message = _group_message(wire[GROUP])
-            called.update(str(call["id"]) for call in message.get("tool_calls", ()))
             if message["content"] is not None or message.get("tool_calls"):
-                out.append(message)  # a turn of reasoning / server-side items only: nothing
+                turns.append([message])  # a turn of reasoning / server-side items only: nothing
+                owner.update((str(call["id"]), turns[-1]) for call in message.get("tool_calls", ()))
         elif m.role == "tool":
-            if str(m.tool_call_id) not in called:
+            turn = owner.get(str(m.tool_call_id))
+            if turn is None:
                 continue
             content = _chat_content(m.parts, tool=True)
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": content})
+            turn.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": content})
         else:
             role = "system" if m.role == "developer" else m.role
-            out.append({"role": role, "content": _chat_content(m.parts, tool=False)})
-    return out
+            turns.append([{"role": role, "content": _chat_content(m.parts, tool=False)}])
+    return [message for turn in turns for message in turn]
 
 
 def _flat(tools: Any) -> Iterator[Mapping[str, Any]]:

@@ -22,6 +22,7 @@ import yaml
 from inprocess import run_inprocess
 from test_translation_hunt import ROUTES, Answer, Call, Provider
 
+from proxy.sim.wire_anthropic import validate as validate_messages
 from proxy.sim.wire_openai import validate_chat
 from proxy.transports.mock import MockTransport
 
@@ -248,3 +249,54 @@ def test_a_refusal_in_a_responses_clients_history_reaches_the_provider(
         ("assistant", "I can't help with that."),
         ("user", "Then how do locks work?"),
     ]
+
+
+# --- a Responses client's items between a call and its output -----------------------------------
+
+
+@pytest.mark.parametrize("between", ["developer", "user"])
+@pytest.mark.parametrize("route", ["chat", "claude"])
+def test_a_message_between_a_call_and_its_output_leaves_them_paired(
+    gw: Any, fresh: Provider, route: str, between: str
+) -> None:
+    """The Responses API pairs a ``function_call`` with its ``function_call_output`` by
+    ``call_id`` wherever the output sits in ``input`` (https://platform.openai.com/docs/guides/
+    function-calling: the outputs are appended as items; Codex writes its developer notes
+    between a call and its output, as deepseek-ai/awesome-deepseek-integration#740 measured).
+    Chat wants each tool message right after the assistant message with its call
+    (https://platform.openai.com/docs/api-reference/chat/create: a ``tool`` message answers the
+    ``tool_calls`` before it), Anthropic each ``tool_result`` first in the user message right
+    after its ``tool_use`` (https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/
+    implement-tool-use). The translation kept the input's order: a chat provider got a tool
+    message after a user or system message (OpenAI's 400), Claude a user message whose text came
+    before its tool_result. Each output now follows its call; what came between, after."""
+    tools = [{"type": "function", **TOOLS_CHAT[0]["function"]}]
+    body = {
+        "model": route,
+        "store": False,
+        "tools": tools,
+        "input": [
+            {"role": "user", "content": "what time is it?"},
+            {"type": "function_call", "call_id": "c1", "name": "now", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "now", "arguments": "{}"},
+            {"role": between, "content": "approved by the user"},
+            {"type": "function_call_output", "call_id": "c2", "output": "12:01"},
+            {"type": "function_call_output", "call_id": "c1", "output": "12:00"},
+            {"role": "user", "content": "thanks"},
+        ],
+    }
+    r = httpx.post(gw.base_url + "/v1/responses", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    path, sent = fresh.requests[-1]
+    if route == "chat":
+        validate_chat(sent)
+        roles = [m["role"] for m in sent["messages"]]
+        said = "system" if between == "developer" else between
+        assert roles == ["user", "assistant", "tool", "tool", said, "user"]
+        return
+    assert path.endswith("/messages")
+    validate_messages(sent)
+    after = sent["messages"][2]["content"]
+    kinds = [b["type"] for b in after]
+    assert kinds[:2] == ["tool_result", "tool_result"], kinds
+    assert {b["tool_use_id"] for b in after[:2]} == {"c1", "c2"}
