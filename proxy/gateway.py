@@ -45,6 +45,7 @@ from proxy.disconnect import CLIENT_CLOSED, until_disconnect
 from proxy.errors import ProxyError
 from proxy.estimate import Estimate, Estimator, Job
 from proxy.exchange import (
+    CHAT,
     RESPONSES,
     UNREADABLE,
     Completion,
@@ -80,6 +81,7 @@ from proxy.wires.base import (
     StreamFailed,
     client_terms,
     delta_fields,
+    renamed_cap,
     room_capped,
 )
 from strategies.fit import Fit, FitReport
@@ -667,6 +669,9 @@ class Gateway:
         t.provider_traceparent = told
         if told is not None:
             out = replace(out, headers={**out.headers, "traceparent": told})
+        if leg.wire == CHAT and p.wire.name != CHAT:
+            # a wire's translation to chat: its cap in the field this provider takes it in
+            out = replace(out, body=renamed_cap(out.body, leg.deployment.chat_cap))
         if leg.adapter is not Adapter.PASSTHROUGH:
             # A translated request's URL images are fetched by routefit's fetcher, under the
             # route's policy (or refused), never by litellm inside this process; and it carries

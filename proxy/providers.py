@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from proxy.config import Upstream
 from proxy.exchange import (
@@ -102,6 +103,10 @@ class Auth:
         return out
 
 
+#: OpenAI's API, where a route to ``openai/`` models goes when it names no ``api_base``.
+OPENAI_API = "https://api.openai.com/v1"
+
+
 @dataclass(frozen=True, slots=True)
 class Bounds:
     """What a deployment may send back (``routefit_settings.max_provider_body_bytes`` for a
@@ -149,6 +154,19 @@ class Deployment:
         (``ProviderTable.leg``)."""
         path = self.paths.get(client_wire)
         return path is not None and path.wire != client_wire
+
+    @property
+    def chat_cap(self) -> str:
+        """The field a chat request routefit translated carries its output cap in here:
+        ``max_completion_tokens`` at OpenAI's own API, which documents ``max_tokens`` as
+        deprecated and refuses it from its reasoning models (o-series, gpt-5: 400 "Unsupported
+        parameter"), so a Messages or Gemini client of such a route was refused every request;
+        ``max_tokens`` everywhere else, the name every OpenAI-compatible server knows (not all
+        know the new one). A chat client's own body names its cap as its client wrote it."""
+        if self.upstream.provider != "openai":
+            return "max_tokens"
+        host = urlsplit(self.upstream.api_base or OPENAI_API).hostname
+        return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     def keyed(self, up: Upstream) -> Deployment:
         """This deployment reached with ``up`` (the same, or carrying the client's own key)."""

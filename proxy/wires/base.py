@@ -65,6 +65,7 @@ __all__ = [
     "client_terms",
     "content_text",
     "delta_fields",
+    "renamed_cap",
     "room_capped",
 ]
 
@@ -285,6 +286,17 @@ def capped_output(body: Mapping[str, Any], fitted: Fit, keys: tuple[str, ...]) -
 
 #: Where a chat body carries its output cap, the current name first.
 CHAT_CAPS = ("max_completion_tokens", "max_tokens")
+
+
+def renamed_cap(body: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """A translated chat ``body`` with its output cap under ``name`` (``Deployment.chat_cap``:
+    the field the provider takes it in); the very same object when it is there already, or the
+    body has no cap."""
+    if name in body or not any(k in body for k in CHAT_CAPS):
+        return body
+    out = {k: v for k, v in body.items() if k not in CHAT_CAPS}
+    out[name] = next(body[k] for k in CHAT_CAPS if k in body)
+    return out
 
 
 def room_capped(body: Mapping[str, Any], fitted: Fit, keys: tuple[str, ...]) -> Mapping[str, Any]:

@@ -26,6 +26,13 @@ from proxy.sim.wire_anthropic import validate as validate_messages
 from proxy.sim.wire_openai import validate_chat
 from proxy.transports.mock import MockTransport
 
+#: A route to OpenAI's own API, whose reasoning models refuse ``max_tokens``.
+GPT5 = {
+    "model_name": "gpt5",
+    "litellm_params": {"model": "openai/gpt-5", "api_key": "sk-prov-0123456789abcdef"},
+    "model_info": {"max_input_tokens": 128_000, "max_output_tokens": 16_384},
+}
+
 
 @pytest.fixture(scope="module")
 def provider() -> Provider:
@@ -44,7 +51,9 @@ def fresh(provider: Provider) -> Provider:
 def gw(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     path = tmp_path_factory.mktemp("hunt2") / "routefit.yaml"
     path.write_text(
-        yaml.safe_dump({"model_list": ROUTES, "routefit_settings": {"store_path": ":memory:"}})
+        yaml.safe_dump(
+            {"model_list": [*ROUTES, GPT5], "routefit_settings": {"store_path": ":memory:"}}
+        )
     )
     with run_inprocess(path, provider=lambda cfg: {"transport": MockTransport(provider)}) as gw:
         yield gw
@@ -300,3 +309,44 @@ def test_a_message_between_a_call_and_its_output_leaves_them_paired(
     kinds = [b["type"] for b in after]
     assert kinds[:2] == ["tool_result", "tool_result"], kinds
     assert {b["tool_use_id"] for b in after[:2]} == {"c1", "c2"}
+
+
+# --- the output cap a translation names -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", ["messages", "gemini"])
+def test_a_translated_request_to_openai_names_its_cap_as_openai_takes_it(
+    gw: Any, fresh: Provider, client: str
+) -> None:
+    """OpenAI's chat API documents ``max_tokens`` as deprecated in favour of
+    ``max_completion_tokens`` and "not compatible with o-series models"
+    (https://platform.openai.com/docs/api-reference/chat/create#chat-create-max_tokens); its
+    reasoning models (o-series, gpt-5) refuse it with 400 "Unsupported parameter: 'max_tokens'
+    is not supported with this model. Use 'max_completion_tokens' instead.". A Messages client
+    (Claude Code, whose ``max_tokens`` is required) or a Gemini client on an ``openai/gpt-5``
+    route was translated to a chat body capped by ``max_tokens``: every request refused. The
+    cap goes as ``max_completion_tokens`` to OpenAI's API, as ``max_tokens`` to every other
+    chat provider (not all OpenAI-compatible servers know the new name), and a chat client's
+    own body is sent as it wrote it."""
+    if client == "messages":
+        path = "/v1/messages"
+        body: dict[str, Any] = {
+            "max_tokens": 300,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    else:
+        path = "/v1beta/models/{route}:generateContent"
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"maxOutputTokens": 300},
+        }
+    for route, cap in (("gpt5", "max_completion_tokens"), ("chat", "max_tokens")):
+        ask = {**body, "model": route} if client == "messages" else body
+        r = httpx.post(gw.base_url + path.format(route=route), json=ask, timeout=30)
+        assert r.status_code == 200, r.text
+        sent = fresh.requests[-1][1]
+        caps = {k: sent[k] for k in ("max_tokens", "max_completion_tokens") if k in sent}
+        assert caps == {cap: 300}, route
+    chat = {"model": "gpt5", "max_tokens": 300, "messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(gw.v1 + "/chat/completions", json=chat, timeout=30).status_code == 200
+    assert fresh.requests[-1][1] == {**chat, "model": "gpt-5"}
