@@ -168,6 +168,27 @@ def stop_reason(finish: Any, called: bool) -> str:
     return "tool_use" if called and stop == "end_turn" else stop
 
 
+def matched_stop(choice: Mapping[str, Any]) -> str | None:
+    """The stop sequence a chat provider says it cut the answer at: vLLM's choice
+    ``stop_reason`` ("the stop string or token id that caused the completion to stop"; a token
+    id is no sequence) or SGLang's ``matched_stop``. OpenAI says ``stop`` alone."""
+    for key in ("stop_reason", "matched_stop"):
+        said = choice.get(key)
+        if isinstance(said, str) and said:
+            return said
+    return None
+
+
+def _ended(reason: str, matched: str | None) -> tuple[str, str | None]:
+    """(``stop_reason``, ``stop_sequence``): an answer that ended on its own at a sequence the
+    provider names ended at that stop sequence, as Anthropic says it (``stop_sequence``, the
+    sequence beside it); chat's ``stop`` says the same of both, and a Messages client read
+    every answer its ``stop_sequences`` cut as finished (``end_turn``)."""
+    if reason == "end_turn" and matched is not None:
+        return "stop_sequence", matched
+    return reason, None
+
+
 def usage_block(usage: Usage | None, chat: Any = None) -> dict[str, int]:
     """Anthropic's usage object for a normalised usage: cached tokens read from the cache, and
     those the provider's chat usage (``chat``) says it wrote to it (they were input tokens)."""
@@ -213,14 +234,18 @@ def chat_to_message(data: Any, model: str, usage: Usage | None) -> dict[str, Any
             }
         )
     called = any(b["type"] == "tool_use" for b in content)
+    reason, sequence = _ended(
+        "refusal" if refusal else stop_reason(choice.get("finish_reason"), called),
+        matched_stop(choice),
+    )
     return {
         "id": "msg_" + str(data.get("id") or "routefit"),
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": "refusal" if refusal else stop_reason(choice.get("finish_reason"), called),
-        "stop_sequence": None,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
         "usage": usage_block(usage, data.get("usage")),
     }
 
@@ -234,6 +259,7 @@ class ChatToAnthropic:
         self.index = -1
         self.open: str | None = None  # "text" or the chat index of the open tool call
         self.reason: Any = None  # the provider's finish reason
+        self.matched: str | None = None  # the stop sequence it names (``matched_stop``)
         self.called = False  # a call began (its tool_use block sent, or held for the finish)
         self.refused = False  # the provider's answer was a refusal (``delta.refusal``)
         self.chat_usage: Any = None  # the provider's usage as it stated it (cache writes)
@@ -350,18 +376,21 @@ class ChatToAnthropic:
                 out += self._call(call)
             if choice.get("finish_reason"):
                 self.reason = choice["finish_reason"]
+                self.matched = matched_stop(choice)
         return out
 
-    def _stop_reason(self) -> str:
-        return "refusal" if self.refused else stop_reason(self.reason, self.called)
+    def _stop_reason(self) -> tuple[str, str | None]:
+        reason = "refusal" if self.refused else stop_reason(self.reason, self.called)
+        return _ended(reason, self.matched)
 
     def finish(self, usage: Usage | None) -> list[bytes]:
         out = [] if self.started else self.start("routefit")
         out += self._held()
         out += self._close()
+        reason, sequence = self._stop_reason()
         final = {
             "type": "message_delta",
-            "delta": {"stop_reason": self._stop_reason(), "stop_sequence": None},
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
             "usage": usage_block(usage, self.chat_usage),
         }
         out.append(encode(final, "message_delta"))

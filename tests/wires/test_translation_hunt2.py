@@ -20,7 +20,8 @@ import pydantic
 import pytest
 import yaml
 from inprocess import run_inprocess
-from test_translation_hunt import ROUTES, Answer, Call, Provider
+from test_translation_hunt import ROUTES, Answer, Call, chat_chunks, chat_whole, sse
+from test_translation_hunt import Provider as Scripted
 
 from proxy.sim.wire_anthropic import validate as validate_messages
 from proxy.sim.wire_openai import validate_chat
@@ -34,6 +35,20 @@ GPT5 = {
 }
 
 
+class Provider(Scripted):
+    """The first hunt's provider; ``whole``, when set, is its whole chat answer instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.whole: dict[str, Any] | None = None
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        answered = await super().__call__(request)
+        if self.whole is None or json.loads(request.content).get("stream"):
+            return answered
+        return httpx.Response(200, json=self.whole)
+
+
 @pytest.fixture(scope="module")
 def provider() -> Provider:
     return Provider()
@@ -42,7 +57,7 @@ def provider() -> Provider:
 @pytest.fixture
 def fresh(provider: Provider) -> Provider:
     """The module's provider, answering the default answer again."""
-    provider.answer, provider.cut, provider.raw = Answer(), 0, {}
+    provider.answer, provider.cut, provider.raw, provider.whole = Answer(), 0, {}, None
     provider.requests.clear()
     return provider
 
@@ -350,3 +365,63 @@ def test_a_translated_request_to_openai_names_its_cap_as_openai_takes_it(
     chat = {"model": "gpt5", "max_tokens": 300, "messages": [{"role": "user", "content": "hi"}]}
     assert httpx.post(gw.v1 + "/chat/completions", json=chat, timeout=30).status_code == 200
     assert fresh.requests[-1][1] == {**chat, "model": "gpt-5"}
+
+
+# --- the stop sequence a chat provider matched --------------------------------------------------
+
+
+def _matched(answer: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """A chat answer (whole, or the chunk that finishes a stream) whose choice says more."""
+    return {**answer, "choices": [{**c, **extra} for c in answer["choices"]]}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(
+    ("said", "reason", "sequence"),
+    [
+        ({"stop_reason": "###"}, "stop_sequence", "###"),  # vLLM's name for it
+        ({"matched_stop": "###"}, "stop_sequence", "###"),  # SGLang's
+        ({"stop_reason": 128001}, "end_turn", None),  # a stop token (vLLM: its id)
+        ({}, "end_turn", None),
+    ],
+    ids=["vllm", "sglang", "token", "unsaid"],
+)
+def test_a_stop_sequence_the_provider_names_is_the_messages_clients_stop_sequence(
+    gw: Any,
+    fresh: Provider,
+    stream: bool,
+    said: dict[str, Any],
+    reason: str,
+    sequence: str | None,
+) -> None:
+    """Anthropic ends an answer cut at one of ``stop_sequences`` with ``stop_reason:
+    "stop_sequence"`` and that sequence in ``stop_sequence``
+    (https://docs.anthropic.com/en/api/messages: "stop_sequence: one of your provided custom
+    stop_sequences was generated"). Chat says ``stop`` for it as for a natural end, but the
+    OpenAI-compatible servers that serve open models name the sequence they matched beside it
+    (vLLM's choice ``stop_reason``: "the stop string or token id that caused the completion to
+    stop"; SGLang's ``matched_stop``). A Messages client on such a route always read
+    ``end_turn``, ``stop_sequence`` null: a client that parses up to its stop sequence took
+    every cut answer for a finished one."""
+    answer = Answer(text=["Q: 1+1", "\nA: 2\n"])
+    whole = chat_whole(answer)
+    if stream:
+        chunks = chat_chunks(answer)
+        chunks[-2] = _matched(chunks[-2], said)  # the finish; the usage comes after it
+        fresh.raw = {"chat": sse(chunks, named=False) + b"data: [DONE]\n\n"}
+    client = anthropic.Anthropic(base_url=gw.base_url, api_key="unused", max_retries=0)
+    ask: dict[str, Any] = {
+        "model": "chat",
+        "max_tokens": 100,
+        "stop_sequences": ["###"],
+        "messages": [{"role": "user", "content": "Q: 1+1"}],
+    }
+    if stream:
+        with client.messages.stream(**ask) as events:
+            done = events.get_final_message()
+    else:
+        fresh.whole = _matched(whole, said)
+        done = client.messages.create(**ask)
+    assert fresh.requests[-1][1]["stop"] == ["###"]
+    assert (done.stop_reason, done.stop_sequence) == (reason, sequence)
+    assert "".join(b.text for b in done.content if b.type == "text") == answer.content
