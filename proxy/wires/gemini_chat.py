@@ -3,7 +3,8 @@
 
 Carried across: the fitted contents (text, images as data URLs, function calls and responses
 paired by id, ``gemini_parse``), ``systemInstruction``, function declarations (their schemas as
-JSON Schema), ``toolConfig``'s calling mode, and ``generationConfig``: ``maxOutputTokens``,
+JSON Schema), ``toolConfig``'s calling mode (and its allowed functions, as the only ones
+offered), and ``generationConfig``: ``maxOutputTokens``,
 ``temperature``, ``topP``, ``stopSequences``, ``candidateCount``, ``seed``, the penalties, and a
 JSON answer (``responseMimeType: application/json`` with ``responseSchema`` or
 ``responseJsonSchema``) as the chat route's ``response_format``.
@@ -116,10 +117,30 @@ def chat_messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_choice(body: Mapping[str, Any]) -> Any:
+def _calling(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     config = body.get("toolConfig")
     calling = config.get("functionCallingConfig") if isinstance(config, Mapping) else None
-    if not isinstance(calling, Mapping):
+    return calling if isinstance(calling, Mapping) else None
+
+
+def _allowed(body: Mapping[str, Any]) -> set[str] | None:
+    """The functions ``allowedFunctionNames`` lets the model call (Google: "model will predict
+    a function call from only allowed function names", in ``ANY`` and ``VALIDATED`` modes), or
+    None when it sets no limit. Chat has no such field (but OpenAI's own ``allowed_tools``), so
+    the limit is said by offering only those functions: every declared one was offered, and
+    the model could call a function the client had ruled out."""
+    calling = _calling(body)
+    if calling is None or calling.get("mode") not in ("ANY", "VALIDATED"):
+        return None
+    names = calling.get("allowedFunctionNames")
+    if not isinstance(names, list) or not names:
+        return None
+    return {n for n in names if isinstance(n, str)}
+
+
+def _tool_choice(body: Mapping[str, Any]) -> Any:
+    calling = _calling(body)
+    if calling is None:
         return None
     allowed = calling.get("allowedFunctionNames")
     if calling.get("mode") == "ANY" and isinstance(allowed, list) and len(allowed) == 1:
@@ -140,7 +161,12 @@ def chat_body(request: GeminiRequest, fitted: Sequence[Message], stream: bool) -
     """The chat-completions request for a fitted Gemini conversation."""
     config = request.config or {}
     body: dict[str, Any] = {"model": request.model, "messages": chat_messages(fitted)}
-    tools = [{"type": "function", "function": dict(fn)} for fn in request.tools if "name" in fn]
+    allowed = _allowed(request.body)
+    tools = [
+        {"type": "function", "function": dict(fn)}
+        for fn in request.tools
+        if "name" in fn and (allowed is None or fn["name"] in allowed)
+    ]
     if tools:
         body["tools"] = tools
         choice = _tool_choice(request.body)

@@ -425,3 +425,39 @@ def test_a_stop_sequence_the_provider_names_is_the_messages_clients_stop_sequenc
     assert fresh.requests[-1][1]["stop"] == ["###"]
     assert (done.stop_reason, done.stop_sequence) == (reason, sequence)
     assert "".join(b.text for b in done.content if b.type == "text") == answer.content
+
+
+# --- the functions a Gemini client allows -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mode", "asked"), [("ANY", "required"), ("VALIDATED", "auto")])
+@pytest.mark.parametrize("route", ["chat", "claude"])
+def test_the_functions_a_gemini_client_allows_are_the_only_ones_offered(
+    gw: Any, fresh: Provider, route: str, mode: str, asked: str
+) -> None:
+    """``toolConfig.functionCallingConfig.allowedFunctionNames`` "limits the functions the model
+    will call ... When set, model will predict a function call from only allowed function
+    names" (https://ai.google.dev/api/caching#FunctionCallingConfig; for ``ANY`` and
+    ``VALIDATED``). One allowed name already became chat's named ``tool_choice``; several
+    became ``required`` (``auto``) over every declared function, so the model could call one
+    the client had ruled out, which the client then had to run or refuse. The functions
+    offered are the allowed ones: the limit in the words every chat provider (and Claude,
+    through chat) takes."""
+    names = ["now", "get_weather", "delete_everything"]
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "what time is it in Oslo?"}]}],
+        "tools": [{"functionDeclarations": [{"name": n} for n in names]}],
+        "toolConfig": {"functionCallingConfig": {"mode": mode, "allowedFunctionNames": names[:2]}},
+    }
+    r = httpx.post(f"{gw.base_url}/v1beta/models/{route}:generateContent", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    path, sent = fresh.requests[-1]
+    if route == "chat":
+        validate_chat(sent)
+        assert [t["function"]["name"] for t in sent["tools"]] == names[:2]
+        assert sent["tool_choice"] == asked
+    else:
+        assert path.endswith("/messages")
+        validate_messages(sent)
+        assert [t["name"] for t in sent["tools"]] == names[:2]
+        assert sent["tool_choice"] == {"type": {"required": "any"}.get(asked, asked)}
