@@ -53,7 +53,7 @@ def _texts(chat: list[dict[str, Any]]) -> list[str]:
     out = []
     for m in chat:
         content = m.get("content")
-        if m["role"] != "user" and isinstance(content, str) and not content.strip():
+        if m["role"] not in ("user", "tool") and isinstance(content, str) and not content.strip():
             continue  # an assistant's or the system's whitespace alone: Anthropic refuses it
         if isinstance(content, str) and content:
             out.append(content)
