@@ -15,6 +15,8 @@ transport then hands to litellm, the one that knows it.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -138,6 +140,26 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return out
 
 
+#: What Anthropic takes as a ``tool_use`` id (and so as a ``tool_result``'s ``tool_use_id``).
+_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
+_NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _tool_id(given: Any) -> str:
+    """A chat call id as an id Anthropic takes (``^[a-zA-Z0-9_-]+$``, else 400 "String should
+    match pattern"). Other providers' ids need not be: Kimi's servers write
+    ``functions.now:0``, and a conversation carries them to a Claude route (a model switch, a
+    fallback), which refused it whole. Any other id is its characters outside that alphabet
+    made ``_`` and a digest of the whole id after them: the same for a call and the result
+    naming it (they still pair), the same every turn (a cached prefix stays the same bytes),
+    never two ids made one."""
+    text = str(given or "")
+    if _TOOL_ID.fullmatch(text):
+        return text
+    digest = hashlib.blake2s(text.encode(), digest_size=6).hexdigest()
+    return f"{_NOT_ID.sub('_', text)}_{digest}"
+
+
 def _assistant(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """An assistant turn's blocks; a turn the model refused (chat's ``refusal``, content null)
     is its refusal's text, as Anthropic writes a refusal: dropped, the next user turn was
@@ -153,7 +175,7 @@ def _assistant(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
         blocks.append(
             {
                 "type": "tool_use",
-                "id": str(call.get("id") or ""),
+                "id": _tool_id(call.get("id")),
                 "name": str(fn.get("name") or ""),
                 "input": tool_input(str(fn.get("arguments") or "")),
             }
@@ -178,7 +200,8 @@ def _spoken(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _tool_result(msg: Mapping[str, Any]) -> dict[str, Any]:
     content = msg.get("content")
-    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": str(msg.get("tool_call_id"))}
+    use_id = _tool_id(msg.get("tool_call_id"))
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": use_id}
     if isinstance(content, list):
         result["content"] = _blocks(content)
     elif content:

@@ -10,6 +10,7 @@ SDKs (``openai``, ``anthropic``) or Gemini's REST shape read as ``google.genai``
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -461,3 +462,62 @@ def test_the_functions_a_gemini_client_allows_are_the_only_ones_offered(
         validate_messages(sent)
         assert [t["name"] for t in sent["tools"]] == names[:2]
         assert sent["tool_choice"] == {"type": {"required": "any"}.get(asked, asked)}
+
+
+# --- call ids Anthropic takes -------------------------------------------------------------------
+
+ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+@pytest.mark.parametrize("client", ["chat", "responses"])
+def test_call_ids_of_another_provider_reach_claude_as_ids_it_takes(
+    gw: Any, fresh: Provider, client: str
+) -> None:
+    """Anthropic takes a ``tool_use`` id (and so a ``tool_result``'s ``tool_use_id``) only if
+    it matches ``^[a-zA-Z0-9_-]+$`` (400 "messages.1.content.0.tool_use.id: String should match
+    pattern"; the API reference's ``ToolUseBlockParam.id``:
+    https://docs.anthropic.com/en/api/messages). Kimi's and other open models' servers write
+    call ids such as ``functions.now:0`` (Moonshot's tool-calling guide), which a client's
+    history carries into a Claude route (a model switch, a fallback): the mapping sent them as
+    they were, and Claude refused the whole conversation. Each id is now written in
+    Anthropic's alphabet, the same way for a call and its result (so they still pair), and
+    two ids never become one."""
+    ids = ["functions.now:0", "functions.now:1", "call/now 2"]
+    if client == "chat":
+        calls = [
+            {"id": i, "type": "function", "function": {"name": "now", "arguments": "{}"}}
+            for i in ids
+        ]
+        body: dict[str, Any] = {
+            "model": "claude",
+            "max_tokens": 50,
+            "tools": TOOLS_CHAT,
+            "messages": [
+                {"role": "user", "content": "what time is it?"},
+                {"role": "assistant", "content": None, "tool_calls": calls},
+                *({"role": "tool", "tool_call_id": i, "content": f"r{i}"} for i in ids),
+            ],
+        }
+        path = "/v1/chat/completions"
+    else:
+        items: list[dict[str, Any]] = [{"role": "user", "content": "what time is it?"}]
+        items += [
+            {"type": "function_call", "call_id": i, "name": "now", "arguments": "{}"} for i in ids
+        ]
+        items += [{"type": "function_call_output", "call_id": i, "output": f"r{i}"} for i in ids]
+        body = {
+            "model": "claude",
+            "store": False,
+            "tools": [{"type": "function", **TOOLS_CHAT[0]["function"]}],
+            "input": items,
+        }
+        path = "/v1/responses"
+    r = httpx.post(gw.base_url + path, json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    sent = fresh.requests[-1][1]
+    validate_messages(sent)
+    uses = [b["id"] for b in sent["messages"][1]["content"]]
+    results = {b["tool_use_id"]: b["content"] for b in sent["messages"][2]["content"]}
+    assert all(ANTHROPIC_ID.match(u) for u in uses), uses
+    assert len(set(uses)) == len(ids)
+    assert [results[u] for u in uses] == [f"r{i}" for i in ids]
