@@ -173,8 +173,9 @@ def _tool_choice(choice: Any) -> Any:
 def _allowed(choice: Mapping[str, Any]) -> Any:
     """``allowed_tools`` as chat says it to any provider: ``required`` stays required (one
     allowed tool: that function), ``auto`` is ``auto``. It was ``auto`` whatever its mode, and
-    the model could answer without the call the client required. (The subset itself is chat's
-    ``allowed_tools`` at OpenAI only; translated routes are never OpenAI's.)"""
+    the model could answer without the call the client required. (The set itself is chat's
+    ``allowed_tools`` at OpenAI only, and translated routes are never OpenAI's: it is said by
+    the tools offered, ``_allowed_names``.)"""
     if choice.get("mode") != "required":
         return "auto"
     tools = choice.get("tools")
@@ -186,11 +187,29 @@ def _allowed(choice: Mapping[str, Any]) -> Any:
     return "required"
 
 
+def _allowed_names(choice: Any) -> set[str] | None:
+    """The tools an ``allowed_tools`` choice lets the model use ("constrains the tools
+    available to the model to a pre-defined set"), by name; None when it sets none. Chat says
+    such a set only at OpenAI, so a translation says it by offering only those tools: every
+    tool was offered, and the model could call one the client had ruled out. None too for a
+    set that names no tool (OpenAI takes none)."""
+    if not isinstance(choice, Mapping) or choice.get("type") != "allowed_tools":
+        return None
+    tools = choice.get("tools")
+    if not isinstance(tools, list):
+        return None
+    names = {str(t["name"]) for t in tools if isinstance(t, Mapping) and "name" in t}
+    return names or None
+
+
 def chat_body(request: ChatRequest, fitted: Sequence[Message], stream: bool) -> dict[str, Any]:
     """The fitted Responses request as a chat-completions body."""
     body = request.body
     out: dict[str, Any] = {"model": request.model, "messages": _messages(fitted)}
     tools = _tools(body)
+    allowed = _allowed_names(body.get("tool_choice"))
+    if allowed is not None:
+        tools = [t for t in tools if t["function"].get("name") in allowed]
     if tools:
         out["tools"] = tools
         if body.get("tool_choice") is not None:

@@ -521,3 +521,37 @@ def test_call_ids_of_another_provider_reach_claude_as_ids_it_takes(
     assert all(ANTHROPIC_ID.match(u) for u in uses), uses
     assert len(set(uses)) == len(ids)
     assert [results[u] for u in uses] == [f"r{i}" for i in ids]
+
+
+@pytest.mark.parametrize(("mode", "asked"), [("required", "required"), ("auto", "auto")])
+@pytest.mark.parametrize("route", ["chat", "claude"])
+def test_the_tools_a_responses_client_allows_are_the_only_ones_offered(
+    gw: Any, fresh: Provider, route: str, mode: str, asked: str
+) -> None:
+    """``tool_choice: {"type": "allowed_tools", "tools": [...], "mode": ...}`` "constrains the
+    tools available to the model to a pre-defined set"
+    (https://platform.openai.com/docs/api-reference/responses/create#responses-create-tool_choice).
+    On a translated route its mode was carried and its set was not: every tool was offered, and
+    the model could call one the client had ruled out. The tools offered are the allowed ones."""
+    names = ["now", "get_weather", "delete_everything"]
+    tools = [{"type": "function", "name": n, "parameters": {"type": "object"}} for n in names]
+    allowed = [{"type": "function", "name": n} for n in names[:2]]
+    body = {
+        "model": route,
+        "store": False,
+        "input": "what time is it in Oslo?",
+        "tools": tools,
+        "tool_choice": {"type": "allowed_tools", "mode": mode, "tools": allowed},
+    }
+    r = httpx.post(gw.base_url + "/v1/responses", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    path, sent = fresh.requests[-1]
+    if route == "chat":
+        validate_chat(sent)
+        assert [t["function"]["name"] for t in sent["tools"]] == names[:2]
+        assert sent["tool_choice"] == asked
+    else:
+        assert path.endswith("/messages")
+        validate_messages(sent)
+        assert [t["name"] for t in sent["tools"]] == names[:2]
+        assert sent["tool_choice"] == {"type": {"required": "any"}.get(asked, asked)}
