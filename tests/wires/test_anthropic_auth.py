@@ -12,6 +12,7 @@ from inprocess import run_inprocess
 
 TEAM_KEY = "sk-team-anthropic-auth"
 TINY_KEY = "sk-team-tiny-anthropic-auth"
+TINY_DAY = 4_150
 PROVIDER_KEY = "sk-ant-client-own-key"
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -34,7 +35,9 @@ def _config(path, sim_url: str, teams: bool):
     if teams:
         settings["teams"] = [
             {"id": "alpha", "keys": [TEAM_KEY]},
-            {"id": "tiny", "keys": [TINY_KEY], "quotas": {"tokens_per_minute": 50}},
+            # a day that holds a short prompt's reservation with 4,096 for the output, but not
+            # once a longer prompt was charged (a window no request fits at all is a 400)
+            {"id": "tiny", "keys": [TINY_KEY], "quotas": {"tokens_per_day": TINY_DAY}},
         ]
     return gateway_config(path, routes, **settings)
 
@@ -91,11 +94,14 @@ def test_team_key_as_x_api_key_or_bearer_is_served(teams_gw, fresh_sim):
 
 def test_team_over_its_budget_is_429_rate_limit_error(teams_gw, fresh_sim):
     client = _client(teams_gw, api_key=TINY_KEY)
+    longer = [{"role": "user", "content": "Say hello to every one of these: " + "friend " * 100}]
+    client.messages.create(model="claude", max_tokens=16, messages=longer)  # held, then charged
+    served = len(fresh_sim.requests(path="/v1/messages"))
     with pytest.raises(anthropic.RateLimitError) as info:
         client.messages.create(model="claude", max_tokens=4096, messages=HELLO)
     _anthropic_error(info.value.body, "rate_limit_error")
     assert int(info.value.response.headers["retry-after"]) >= 1
-    assert fresh_sim.requests(path="/v1/messages") == []
+    assert len(fresh_sim.requests(path="/v1/messages")) == served
     with (
         pytest.raises(anthropic.RateLimitError),
         client.messages.stream(model="claude", max_tokens=4096, messages=HELLO) as stream,
