@@ -43,11 +43,15 @@ def derived_id(alias: str, model: str, api_base: object, occurrence: int) -> str
 def _limit(
     item: Mapping[str, Any], params: Mapping[str, Any], key: str, where: str, rd: Reader
 ) -> int | None:
-    if key in params and key in item:
+    """A limit written in one of its two places. A null is not written (LiteLLM's
+    ``rpm: Optional[int] = None``: no limit), as an unset ``os.environ/NAME`` is: ``rpm: null``
+    was refused as "must be an integer", and counted as the second of two places."""
+    in_params, in_item = params.get(key) is not None, item.get(key) is not None
+    if in_params and in_item:
         raise rd.error(f"{where}.{key}", f"also set as litellm_params.{key}; keep one")
-    if key in params:
+    if in_params:
         return rd.integer(params[key], f"{where}.litellm_params.{key}", minimum=1)
-    if key in item:
+    if in_item:
         return rd.integer(item[key], f"{where}.{key}", minimum=1)
     return None
 
@@ -63,8 +67,10 @@ def read_deployment(
     the other entries of the alias)."""
     written = info.get("id")
     ident = "" if written is None else rd.string(str(written), f"{where}.model_info.id")
-    # rd.number: an ``.inf`` weight took every pick (and two of them none by weight at all)
-    weight = rd.number(params.get("weight", 1), f"{where}.litellm_params.weight")
+    # rd.number: an ``.inf`` weight took every pick (and two of them none by weight at all);
+    # a null weight is unwritten, as a null limit is (``_limit``)
+    given = params.get("weight")
+    weight = 1.0 if given is None else rd.number(given, f"{where}.litellm_params.weight")
     return DeploymentFacts(
         id=ident,
         weight=weight,
