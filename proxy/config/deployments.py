@@ -46,13 +46,16 @@ def _limit(
     """A limit written in one of its two places. A null is not written (LiteLLM's
     ``rpm: Optional[int] = None``: no limit), as an unset ``os.environ/NAME`` is: ``rpm: null``
     was refused as "must be an integer", and counted as the second of two places."""
-    in_params, in_item = params.get(key) is not None, item.get(key) is not None
+    # the entry's own is resolved here (litellm_params are, by the route's reader): an
+    # ``rpm: os.environ/RPM`` there was read as that text and refused as no integer
+    own = rd.resolve(item.get(key), f"{where}.{key}")
+    in_params, in_item = params.get(key) is not None, own is not None
     if in_params and in_item:
         raise rd.error(f"{where}.{key}", f"also set as litellm_params.{key}; keep one")
     if in_params:
         return rd.integer(params[key], f"{where}.litellm_params.{key}", minimum=1)
     if in_item:
-        return rd.integer(item[key], f"{where}.{key}", minimum=1)
+        return rd.integer(own, f"{where}.{key}", minimum=1)
     return None
 
 

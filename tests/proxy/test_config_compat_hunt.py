@@ -53,3 +53,21 @@ def test_a_null_rpm_tpm_or_weight_is_unset_as_in_litellm(tmp_path, written):
     both = "model_list:\n  - model_name: a\n    rpm: 7\n"
     both += "    litellm_params: {model: openai/gpt-4o, rpm: null}\n"
     assert loaded(tmp_path, both).routes["a"].rpm == 7
+
+
+# -- the entry's own rpm/tpm from the environment ---------------------------------------------
+
+
+def test_an_entry_level_rpm_and_tpm_may_come_from_the_environment(tmp_path):
+    """``rpm: os.environ/RPM`` beside ``litellm_params`` (LiteLLM's older place for it) was not
+    resolved: read as the text ``os.environ/RPM``, refused as no integer. An unset name is no
+    limit, noted as every unset reference is."""
+    text = (
+        "model_list:\n  - model_name: a\n    rpm: os.environ/RPM\n    tpm: os.environ/TPM\n"
+        "    litellm_params: {model: openai/gpt-4o}\n"
+    )
+    config = loaded(tmp_path, text, environ={"RPM": "60", "TPM": "90000"})
+    assert (config.routes["a"].rpm, config.routes["a"].tpm) == (60, 90000)
+    unset = loaded(tmp_path, text, environ={"RPM": "60"})
+    assert unset.routes["a"].tpm is None
+    assert any("model_list[0].tpm (TPM)" in m for m in unset.missing_env)
