@@ -118,10 +118,17 @@ def _dropping(rc: RouteConfig) -> RouteConfig:
 
 
 def _models(items: list[Any]) -> list[str]:
-    """The model strings the entries name, for one read of the model map (what is not a
-    string is left for ``read_route`` to refuse)."""
-    found = (item.get("litellm_params") for item in items if isinstance(item, Mapping))
-    return [p["model"] for p in found if isinstance(p, Mapping) and isinstance(p.get("model"), str)]
+    """The model strings the entries name (``litellm_params.model``, ``model_info.base_model``),
+    for one read of the model map (what is not a string is left for ``read_route`` to refuse)."""
+    places = (("litellm_params", "model"), ("model_info", "base_model"))
+    blocks = [
+        (item.get(block), key)
+        for item in items
+        if isinstance(item, Mapping)
+        for block, key in places
+    ]
+    found = [block.get(key) for block, key in blocks if isinstance(block, Mapping)]
+    return [name for name in found if isinstance(name, str)]
 
 
 def _deployments(

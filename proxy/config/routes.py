@@ -32,6 +32,7 @@ MODEL_INFO_KEYS = frozenset(
         "input_cost_per_token",
         "output_cost_per_token",
         "id",  # the deployment's id (proxy.config.deployments)
+        "base_model",  # the model the map knows the deployment by (``_known_as``)
     }
 )
 ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info", "routefit", *ENTRY_LIMITS})
@@ -146,18 +147,37 @@ def _context_fallback(value: Any, where: str, rd: Reader) -> str:
     return str(value)
 
 
+def _known_as(model: str, info: Mapping[str, Any], where: str, rd: Reader) -> str:
+    """The model name the route's defaults are read for: ``model_info.base_model`` when
+    written, else the model sent. LiteLLM reads a deployment's map facts by its
+    ``base_model`` (an Azure deployment's name, ``azure/my-gpt4o-prod``, is the operator's, in
+    no map): ignored, such a route took the assumed 128k window, a 4,096-token output limit,
+    no vision (images refused from a gpt-4o) and no price (free to ``usd_per_month``). The
+    upstream still gets ``litellm_params.model``. A ``base_model`` the map does not know names
+    nothing routefit can read, so it is refused rather than left to the assumed window."""
+    base = info.get("base_model")
+    if base is None:
+        return model
+    at = f"{where}.model_info.base_model"
+    name = rd.string(base, at)
+    if not modelmap.lookup(name, modelmap.prefix(name)):
+        raise rd.error(at, f"{name!r} is not in litellm's model map (write a model it lists)")
+    return name
+
+
 def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> RouteConfig:
     """``where`` is the entry's path (``model_list[i]``)."""
     item = rd.mapping(item, where)
     alias = rd.string(item.get("model_name"), f"{where}.model_name")
     params, info, own = _blocks(item, where, rd)
     model = str(params["model"])
-    entry = modelmap.lookup(model, modelmap.prefix(model))
+    known = _known_as(model, info, where, rd)
+    entry = modelmap.lookup(known, modelmap.prefix(known))
     provider = provider_of(model, entry)
     rf = f"{where}.routefit"
-    window = read_window(own, info, entry, model, where, rd, params)
-    tokenizer = read_tokenizer(own, model, rf, rd)
-    images = read_images(own, model, window.supports_vision, rf, rd)
+    window = read_window(own, info, entry, known, where, rd, params)
+    tokenizer = read_tokenizer(own, known, rf, rd)
+    images = read_images(own, known, window.supports_vision, rf, rd)
     route = Route(
         alias=alias,
         model=model,
@@ -165,7 +185,7 @@ def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> Rou
         context_window=window.context_window,
         max_output_tokens=window.max_output_tokens,
         tokenizer=tokenizer,
-        framing=read_framing(own, model, tokenizer, provider, rf, rd),
+        framing=read_framing(own, known, tokenizer, provider, rf, rd),
         image_rule=images.rule,
         supports_vision=window.supports_vision,
         image_limits=images.limits,

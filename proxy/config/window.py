@@ -1,7 +1,16 @@
 """A route's window and limits: what the model accepts, from ``model_info`` or litellm's map.
 
-``routefit.context_window`` wins, then ``model_info``, then the model map litellm ships; a model
-in none of them gets a conservative 128k window and a warning rather than a refusal to start.
+``routefit.context_window`` wins, then ``model_info``, then the model map litellm ships (under
+``model_info.base_model`` when written: ``proxy.config.routes``); a model in none of them gets a
+128k window and a 4,096-token output limit, and a warning that says both and where to write the
+real ones, rather than a refusal to start.
+
+Decided where the docs were silent (a ``cohere/command-r-plus``, say, is in no map): the assumed
+window stays, flagged, rather than a smaller "safe" one. A route is never forwarded unfitted:
+the request is fitted to the assumed window like any other, and a provider whose window is
+smaller refuses with its own count, which routefit reads and refits by once (proxy/overflow.py);
+a smaller assumption would cut every conversation on the many models whose window is larger.
+``routefit check`` and the start-up log carry the warning.
 """
 
 from __future__ import annotations
@@ -113,15 +122,18 @@ def read_window(
         or _limit(info, "max_input_tokens", f"{where}.model_info", rd)
         or _map_limit(entry, "max_input_tokens")
     )
+    info_where = f"{where}.model_info"
+    max_out = _output_limit(info, entry, info_where, rd)
     if window is None:
         window = DEFAULT_WINDOW
+        output = "" if max_out else f" and a {DEFAULT_MAX_OUTPUT}-token output limit"
         rd.warn(
             f"{where}.model_info.max_input_tokens",
             f"model {model!r} is not in litellm's model map; assuming a "
-            f"{DEFAULT_WINDOW}-token window",
+            f"{DEFAULT_WINDOW}-token window{output} (write model_info.max_input_tokens"
+            f"{'' if max_out else ' and max_output_tokens'}, or the model_info.base_model "
+            "the map lists)",
         )
-    info_where = f"{where}.model_info"
-    max_out = _output_limit(info, entry, info_where, rd)
     return Window(
         context_window=window,
         max_output_tokens=max_out or DEFAULT_MAX_OUTPUT,

@@ -375,7 +375,6 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
     text = "\n".join(config.warnings)
     for path in (
         "model_list[1].model_info.mode",
-        "model_list[1].model_info.base_model",
         "model_list[1].region",
         "litellm_settings.set_verbose",
         "general_settings.store_model_in_db",
@@ -383,6 +382,7 @@ def test_litellm_owned_blocks_still_only_warn(tmp_path):
     ):
         assert path in text
     assert "litellm_settings.drop_params" not in text
+    assert "base_model" not in text  # read: the map's facts of the model it names
     assert set(config.routes) == {"m", "n"}
     assert not any(rc.upstream.drop_params for rc in config.routes.values())
 

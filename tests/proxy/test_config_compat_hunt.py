@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from test_operator_hunt import write
 
+from proxy.cli import main
 from proxy.config import Config, ConfigError, load_config
+from proxy.config.window import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW
 
 _ENTRY = """
 model_list:
@@ -71,3 +73,55 @@ def test_an_entry_level_rpm_and_tpm_may_come_from_the_environment(tmp_path):
     unset = loaded(tmp_path, text, environ={"RPM": "60"})
     assert unset.routes["a"].tpm is None
     assert any("model_list[0].tpm (TPM)" in m for m in unset.missing_env)
+
+
+# -- model_info.base_model: what the map knows the deployment as --------------------------------
+
+_AZURE = """
+model_list:
+  - model_name: az
+    litellm_params: {model: azure/my-gpt4o-prod, api_base: "https://x.openai.azure.com"}
+    model_info: {base_model: azure/gpt-4o}
+  - model_name: public
+    litellm_params: {model: azure/gpt-4o, api_base: "https://x.openai.azure.com"}
+"""
+
+
+def test_base_model_gives_an_azure_deployment_its_models_facts(tmp_path):
+    """LiteLLM reads an Azure deployment's window, limits and prices by ``base_model`` (the
+    deployment's own name is in no map). Ignored with a warning, the deployment of a gpt-4o got
+    the assumed 128k window, a 4,096 output limit, no vision (images refused) and no price
+    (free to ``usd_per_month``). It now counts, limits and prices as the model it names, and
+    its provider is still sent the deployment's name."""
+    config = loaded(tmp_path, _AZURE)
+    named, public = config.routes["az"], config.routes["public"]
+    assert named.route.model == "azure/my-gpt4o-prod"
+    assert named.upstream.model_name == "my-gpt4o-prod"
+    same = ("context_window", "max_output_tokens", "tokenizer", "framing", "image_rule")
+    for fact in (*same, "supports_vision"):
+        assert getattr(named.route, fact) == getattr(public.route, fact), fact
+    assert named.route.supports_vision
+    assert named.input_cost_per_token == public.input_cost_per_token is not None
+    assert named.output_cost_per_token == public.output_cost_per_token is not None
+    assert not any("base_model" in w or "my-gpt4o-prod" in w for w in config.warnings)
+
+
+def test_a_base_model_the_map_does_not_list_is_refused_by_name(tmp_path):
+    text = _AZURE.replace("base_model: azure/gpt-4o", "base_model: azure/gpt-4oo")
+    message = refused(tmp_path, text)
+    assert "model_list[0].model_info.base_model: 'azure/gpt-4oo' is not in litellm's" in message
+
+
+def test_check_says_what_a_route_in_no_map_is_assumed_to_take(tmp_path, capsys):
+    """A ``cohere/command-r-plus`` is in no map: it is fitted to an assumed window and its
+    clients' output caps are clamped to an assumed limit. ``check`` said only the window;
+    it now names both and where the real ones are written."""
+    text = "model_list:\n  - model_name: co\n    litellm_params: {model: cohere/command-r-plus}\n"
+    main(["check", "--config", str(write(tmp_path, text))])
+    out = capsys.readouterr().out
+    assert f"window {DEFAULT_WINDOW:,}  max output {DEFAULT_MAX_OUTPUT:,}" in out
+    (warning,) = [line for line in out.splitlines() if line.startswith("warning: ")]
+    assert "'cohere/command-r-plus' is not in litellm's model map" in warning
+    for said in (f"{DEFAULT_WINDOW}-token window", f"{DEFAULT_MAX_OUTPUT}-token output limit"):
+        assert said in warning
+    assert "model_info.base_model" in warning

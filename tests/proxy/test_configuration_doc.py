@@ -97,7 +97,10 @@ def test_each_documented_key_is_accepted_without_complaint() -> None:
             {
                 "model_name": "m",
                 "litellm_params": {"model": "openai/gpt-4o", "api_key": "sk-x"},
-                "model_info": {k: 1 for k in doc["model_list[].model_info"]},
+                "model_info": {
+                    k: "openai/gpt-4o" if k == "base_model" else 1
+                    for k in doc["model_list[].model_info"]
+                },
                 "routefit": {"fit": fit, "context_window": 128000},
             }
         ],
