@@ -545,6 +545,7 @@ def check_text(info: dict[str, Any]) -> str:
                 f"  tokenizer {d['tokenizer']}  weight {d['weight']:g}"
                 + (f"  rpm {d['rpm']}" if d["rpm"] else "")
                 + (f"  tpm {d['tpm']}" if d["tpm"] else "")
+                + (f"  order {d['order']}" if d["order"] is not None else "")
             )
     if not info["teams"]:
         lines.append(f"teams: none, {info['mode']}")

@@ -118,12 +118,14 @@ class Deployment:
     tpm: int | None = None
     #: USD per token, prompt and output together (cost-based-routing); None: unknown, last.
     cost_per_token: float | None = None
+    #: LiteLLM's ``order`` (None: none written, after every ordered deployment).
+    order: int | None = None
 
     @classmethod
     def of(cls, rc: RouteConfig) -> Deployment:
         prices = (rc.input_cost_per_token, rc.output_cost_per_token)
         cost = None if None in prices else sum(p for p in prices if p is not None)
-        return cls(rc.deployment_id, rc.route.alias, rc.weight, rc.rpm, rc.tpm, cost)
+        return cls(rc.deployment_id, rc.route.alias, rc.weight, rc.rpm, rc.tpm, cost, rc.order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,14 +281,17 @@ def rank(
     rng: random.Random,
 ) -> tuple[Deployment, ...]:
     """The alias's deployments in the order the strategy would try them: those cooling down
-    last, the soonest to recover first."""
+    last, the soonest to recover first. ``order`` comes before the strategy, as in LiteLLM
+    (which picks among the lowest order's healthy deployments only): the ready ones are
+    ranked by the strategy, then stably by order, so a higher order is reached once the
+    lower's are tried or cooling down, and the strategy decides within one order."""
     h = {d.id: health.get(d.id, Health()) for d in deployments}
     ready = [d for d in deployments if not cooling(h[d.id], now)]
     cold = sorted(
         (d for d in deployments if cooling(h[d.id], now)), key=lambda d: h[d.id].cooldown_until
     )
     if policy.strategy == "simple-shuffle":
-        return (*_shuffle(ready, rng), *cold)
+        return (*_by_order(_shuffle(ready, rng)), *cold)
     tie = {d.id: rng.random() for d in ready}
     keys = {
         "least-busy": lambda d: (h[d.id].in_flight, tie[d.id]),
@@ -301,7 +306,13 @@ def rank(
             tie[d.id],
         ),
     }
-    return (*sorted(ready, key=keys[policy.strategy]), *cold)
+    return (*_by_order(sorted(ready, key=keys[policy.strategy])), *cold)
+
+
+def _by_order(ranked: Sequence[Deployment]) -> list[Deployment]:
+    """``ranked`` stably sorted by ``order``, the unordered last: within one order the
+    strategy's ranking stands (a weighted shuffle's subsequence is itself weighted)."""
+    return sorted(ranked, key=lambda d: (d.order is None, d.order or 0))
 
 
 # --- one request's attempts --------------------------------------------------------------------

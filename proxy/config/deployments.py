@@ -3,7 +3,8 @@
 LiteLLM load-balances the entries sharing a ``model_name``; each is a deployment with its own
 route facts (``proxy.config.routes``) and these routing facts. They are LiteLLM's keys where
 LiteLLM puts them: ``model_info.id``; ``litellm_params.weight``, ``rpm`` and ``tpm`` (also
-accepted on the entry itself, where LiteLLM's older examples put ``rpm``/``tpm``). They are read
+accepted on the entry itself, where LiteLLM's older examples put ``rpm``/``tpm``);
+``litellm_params.order`` (or ``model_info.order``, where LiteLLM also reads it). They are read
 here and never forwarded to a provider.
 """
 
@@ -19,7 +20,7 @@ from proxy.config.reader import Reader
 __all__ = ["DEPLOYMENT_PARAMS", "ENTRY_LIMITS", "DeploymentFacts", "derived_id", "read_deployment"]
 
 #: litellm_params keys that are the router's, not the provider's.
-DEPLOYMENT_PARAMS = frozenset({"weight", "rpm", "tpm"})
+DEPLOYMENT_PARAMS = frozenset({"weight", "rpm", "tpm", "order"})
 #: Per-entry keys LiteLLM also reads as the deployment's limits.
 ENTRY_LIMITS = frozenset({"rpm", "tpm"})
 
@@ -30,6 +31,9 @@ class DeploymentFacts:
     weight: float = 1.0
     rpm: int | None = None
     tpm: int | None = None
+    #: LiteLLM's priority: the lowest order's deployments take the requests, a higher order's
+    #: only once those failed or cool down; None: none written (after every ordered one).
+    order: int | None = None
 
 
 def derived_id(alias: str, model: str, api_base: object, occurrence: int) -> str:
@@ -59,6 +63,22 @@ def _limit(
     return None
 
 
+def _order(
+    params: Mapping[str, Any], info: Mapping[str, Any], where: str, rd: Reader
+) -> int | None:
+    """``litellm_params.order``, else ``model_info.order`` (LiteLLM's ``get_deployment_order``:
+    a string of digits counts as its integer). Not read, it was forwarded as a provider
+    parameter and the backup deployment (``order: 2``) took half the traffic."""
+    for block, at in ((params, "litellm_params"), (info, "model_info")):
+        given = block.get("order")
+        if given is None:
+            continue
+        if isinstance(given, str) and given.strip().isdigit():
+            given = int(given)
+        return rd.integer(given, f"{where}.{at}.order")
+    return None
+
+
 def read_deployment(
     item: Mapping[str, Any],
     params: Mapping[str, Any],
@@ -79,4 +99,5 @@ def read_deployment(
         weight=weight,
         rpm=_limit(item, params, "rpm", where, rd),
         tpm=_limit(item, params, "tpm", where, rd),
+        order=_order(params, info, where, rd),
     )

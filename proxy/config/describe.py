@@ -57,6 +57,7 @@ def _route(rc: RouteConfig) -> dict[str, Any]:
         "weight": rc.weight,
         "rpm": rc.rpm,
         "tpm": rc.tpm,
+        "order": rc.order,
         "model": r.model,
         "provider": r.provider,
         "transport": up.transport,

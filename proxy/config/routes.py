@@ -33,6 +33,7 @@ MODEL_INFO_KEYS = frozenset(
         "output_cost_per_token",
         "id",  # the deployment's id (proxy.config.deployments)
         "base_model",  # the model the map knows the deployment by (``_known_as``)
+        "order",  # the deployment's priority (proxy.config.deployments)
     }
 )
 ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info", "routefit", *ENTRY_LIMITS})
@@ -86,6 +87,8 @@ class RouteConfig:
     #: usage-based-routing-v2's limits per minute (``litellm_params.rpm``/``tpm``); None: none.
     rpm: int | None = None
     tpm: int | None = None
+    #: LiteLLM's ``order``: the lowest order's deployments are tried first (None: after them).
+    order: int | None = None
     #: Whether this is its alias's first deployment (the one ``Config.route`` answers).
     first: bool = True
     #: Whether it counts as its alias's first deployment does (``proxy.config.loader``): then
@@ -206,4 +209,5 @@ def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> Rou
         weight=facts.weight,
         rpm=facts.rpm,
         tpm=facts.tpm,
+        order=facts.order,
     )

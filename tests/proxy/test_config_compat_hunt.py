@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_operator_hunt import write
+from test_routing_e2e import CHAT, Providers, deployment, post, serve, write_config
 
 from proxy.cli import main
 from proxy.config import Config, ConfigError, load_config
@@ -125,3 +126,32 @@ def test_check_says_what_a_route_in_no_map_is_assumed_to_take(tmp_path, capsys):
     for said in (f"{DEFAULT_WINDOW}-token window", f"{DEFAULT_MAX_OUTPUT}-token output limit"):
         assert said in warning
     assert "model_info.base_model" in warning
+
+
+# -- litellm_params.order: the backup deployment waits its turn ---------------------------------
+
+
+def _ordered(host: str, order: int | str, weight: int = 1) -> dict[str, object]:
+    entry = deployment(host, weight=weight)
+    entry["litellm_params"]["order"] = order
+    return entry
+
+
+def test_order_keeps_a_backup_deployment_idle_until_the_primary_fails(tmp_path):
+    """LiteLLM's ``order``: the alias's lowest order takes the requests, a higher one only
+    when those fail. Not read, it was forwarded as a provider parameter and ignored by the
+    router: the backup (``order: 2``, here also weighted far above the primary, which alone
+    would send it nearly every request) took traffic from a healthy primary."""
+    providers = Providers()
+    models = [_ordered("backup.test", 2, weight=1_000_000), _ordered("primary.test", "1")]
+    with serve(write_config(tmp_path, models), providers) as gw:
+        healthy = [post(gw, {"model": "chat", **CHAT}) for _ in range(4)]
+        providers.fail["primary.test"] = "500"
+        failing = post(gw, {"model": "chat", **CHAT})
+    assert [r.status_code for r in healthy] == [200] * 4, healthy[-1].text
+    assert {r.headers["x-routefit-deployment"] for r in healthy} == {"primary.test"}
+    assert providers.hits["backup.test"] == 1  # the failing primary's retry, and only it
+    assert failing.status_code == 200, failing.text
+    assert failing.headers["x-routefit-deployment"] == "backup.test"
+    config = load_config(write_config(tmp_path, models), environ={})
+    assert all("order" not in rc.upstream.extra for rc in config.deployments("chat"))
