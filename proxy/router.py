@@ -260,10 +260,16 @@ def _has_room(d: Deployment, h: Health, tokens: int, now: float) -> bool:
 
 
 def _shuffle(ready: Sequence[Deployment], rng: random.Random) -> list[Deployment]:
-    """Weighted sampling without replacement: the first pick is ``weight / total``."""
+    """Weighted sampling without replacement: the first pick is ``weight / total``. A weight
+    of 0 (a deployment without the ``rpm`` its siblings are weighed by) is picked after every
+    weighted one, and those left all at 0 evenly, as LiteLLM's ``random.choice`` does."""
     left, out = list(ready), []
     while left:
-        point = rng.random() * sum(d.weight for d in left)
+        total = sum(d.weight for d in left)
+        if total <= 0:
+            out.append(left.pop(rng.randrange(len(left))))
+            continue
+        point = rng.random() * total
         for i, d in enumerate(left):
             point -= d.weight
             if point < 0 or i == len(left) - 1:

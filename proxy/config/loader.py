@@ -160,7 +160,29 @@ def _deployments(
         found.append(replace(rc, first=not found, counts_as_first=same))
         entries.setdefault(alias, i)
     _calibration_keys_apart(table, entries, rd)
-    return {alias: tuple(rcs) for alias, rcs in table.items()}
+    weighted = {
+        str(item.get("model_name"))
+        for item in items
+        if isinstance(item, Mapping)
+        and isinstance(item.get("litellm_params"), Mapping)
+        and item["litellm_params"].get("weight") is not None
+    }
+    return {
+        alias: rcs if alias in weighted else _weighed_by_limits(rcs)
+        for alias, rcs in ((alias, tuple(rcs)) for alias, rcs in table.items())
+    }
+
+
+def _weighed_by_limits(deployments: tuple[RouteConfig, ...]) -> tuple[RouteConfig, ...]:
+    """An alias none of whose entries writes a ``weight``: LiteLLM's simple-shuffle then
+    weighs its deployments by ``rpm``, else by ``tpm`` (its ``simple_shuffle``: the first of
+    weight, rpm, tpm that any deployment sets; one without it weighs 0), so rpm 900 and rpm
+    100 split the traffic 9 to 1. Each deployment's weight is that figure (``check`` shows
+    it). Left at 1 each, the split was even, and the small deployment was rate-limited."""
+    for limit in ("rpm", "tpm"):
+        if any(getattr(rc, limit) is not None for rc in deployments):
+            return tuple(replace(rc, weight=float(getattr(rc, limit) or 0)) for rc in deployments)
+    return deployments
 
 
 def _calibration_keys_apart(

@@ -155,3 +155,31 @@ def test_order_keeps_a_backup_deployment_idle_until_the_primary_fails(tmp_path):
     assert failing.headers["x-routefit-deployment"] == "backup.test"
     config = load_config(write_config(tmp_path, models), environ={})
     assert all("order" not in rc.upstream.extra for rc in config.deployments("chat"))
+
+
+# -- simple-shuffle weighs by rpm (else tpm) where no weight is written -----------------------
+
+
+def _limited(host: str, **limits: int) -> dict[str, object]:
+    entry = deployment(host)
+    entry["litellm_params"].update(limits)
+    return entry
+
+
+def test_simple_shuffle_weighs_deployments_by_rpm_when_none_writes_a_weight(tmp_path):
+    """LiteLLM's simple-shuffle weighs by ``weight``, else ``rpm``, else ``tpm`` (the first any
+    deployment of the alias sets; one without it weighs 0). routefit weighed every deployment
+    1 unless ``weight`` was written, so a 1,000,000-rpm and a 1-rpm deployment split the
+    traffic evenly and the small one was rate-limited."""
+    providers = Providers()
+    models = [_limited("small.test", rpm=1), _limited("large.test", rpm=1_000_000)]
+    with serve(write_config(tmp_path, models), providers) as gw:
+        answers = [post(gw, {"model": "chat", **CHAT}) for _ in range(6)]
+    assert [r.status_code for r in answers] == [200] * 6, answers[-1].text
+    assert {r.headers["x-routefit-deployment"] for r in answers} == {"large.test"}
+    by_tpm = [_limited("a.test", tpm=300), _limited("b.test", tpm=100), _limited("c.test")]
+    config = load_config(write_config(tmp_path, by_tpm), environ={})
+    assert [rc.weight for rc in config.deployments("chat")] == [300.0, 100.0, 0.0]
+    written = [*by_tpm[:2], deployment("c.test", weight=2)]
+    config = load_config(write_config(tmp_path, written), environ={})
+    assert [rc.weight for rc in config.deployments("chat")] == [1.0, 1.0, 2.0]
