@@ -109,11 +109,17 @@ def _aliases(value: Any, where: str, aliases: Sequence[str], rd: Reader) -> tupl
     return tuple(out)
 
 
+#: LiteLLM's generic fallback group: ``fallbacks: [{"*": [...]}]`` serves every alias without
+#: its own chain, which is ``default_fallbacks`` (``_generic``).
+GENERIC = "*"
+
+
 def _fallback_map(
-    value: Any, where: str, aliases: Sequence[str], rd: Reader
+    value: Any, where: str, aliases: Sequence[str], rd: Reader, generic: bool = False
 ) -> dict[str, tuple[str, ...]]:
     """LiteLLM's format: ``[{"alias": ["fallback1", ...]}, ...]`` (one mapping with several
-    aliases is read the same way)."""
+    aliases is read the same way). ``generic``: ``"*"`` may key the chain of every other alias
+    (LiteLLM's generic fallback; ``_generic`` moves it to ``default_fallbacks``)."""
     if not isinstance(value, list):
         raise rd.error(where, 'must be a list like [{"alias": ["fallback", ...]}]')
     out: dict[str, tuple[str, ...]] = {}
@@ -121,7 +127,13 @@ def _fallback_map(
         block = rd.mapping(item, f"{where}[{i}]")
         for alias, targets in block.items():
             at = f"{where}[{i}].{alias}"
-            if alias not in aliases:
+            if alias == GENERIC and not generic:
+                raise rd.error(
+                    at,
+                    "LiteLLM's generic '*' chain is read in fallbacks only (routefit's "
+                    "context_window_fallbacks name each alias)",
+                )
+            if alias not in aliases and alias != GENERIC:
                 raise rd.error(at, f"{alias!r} is not a model_name of model_list")
             if alias in out:
                 raise rd.error(at, f"{alias!r} has fallbacks twice")
@@ -159,7 +171,7 @@ _READERS: Mapping[str, _Read] = {
     "allowed_fails": lambda v, at, _, rd: rd.integer(v, at),
     "cooldown_time": lambda v, at, _, rd: _seconds(v, at, rd),
     "timeout": lambda v, at, _, rd: rd.number(v, at),
-    "fallbacks": _fallback_map,
+    "fallbacks": lambda v, at, names, rd: _fallback_map(v, at, names, rd, generic=True),
     "context_window_fallbacks": _fallback_map,
     "default_fallbacks": lambda v, at, names, rd: _aliases(v, at, names, rd) if v else (),
     "retry_policy": lambda v, at, _, rd: _per_kind(v, at, "Retries", RETRY_POLICY_KEYS, rd),
@@ -190,7 +202,26 @@ def read_litellm_router(
     for key, name in LITELLM_ROUTER_KEYS.items():
         if block.get(key) is not None:
             values[name] = _READERS[name](block[key], f"litellm_settings.{key}", aliases, rd)
+    values = _generic(values, "litellm_settings", rd)
     return RouterSettings(**values, written=frozenset(values))
+
+
+def _generic(values: dict[str, Any], where: str, rd: Reader) -> dict[str, Any]:
+    """A ``"*"`` chain in ``fallbacks`` is LiteLLM's generic fallback: tried for any alias
+    without a chain of its own, which routefit calls ``default_fallbacks``. It was refused as
+    "'*' is not a model_name"; a block writing both says one thing twice (an error)."""
+    chains = values.get("fallbacks", {})
+    if GENERIC not in chains:
+        return values
+    if values.get("default_fallbacks"):
+        raise rd.error(
+            f"{where}.fallbacks", "'*' and default_fallbacks both name the generic chain; keep one"
+        )
+    return {
+        **values,
+        "fallbacks": {alias: chain for alias, chain in chains.items() if alias != GENERIC},
+        "default_fallbacks": chains[GENERIC],
+    }
 
 
 def read_router_settings(
@@ -213,5 +244,6 @@ def read_router_settings(
             )
         if given is not None:  # null: the default, as LiteLLM reads it
             values[key] = _READERS[key](given, f"{where}.{key}", aliases, rd)
+    values = _generic(values, where, rd)
     base = base or RouterSettings()
     return replace(base, **values, written=base.written | frozenset(map(str, block)))

@@ -183,3 +183,48 @@ def test_simple_shuffle_weighs_deployments_by_rpm_when_none_writes_a_weight(tmp_
     written = [*by_tpm[:2], deployment("c.test", weight=2)]
     config = load_config(write_config(tmp_path, written), environ={})
     assert [rc.weight for rc in config.deployments("chat")] == [1.0, 1.0, 2.0]
+
+
+# -- fallbacks: LiteLLM's generic "*" chain --------------------------------------------------
+
+
+def test_a_generic_fallback_serves_an_alias_without_its_own_chain(tmp_path):
+    """``fallbacks: [{"*": [spare]}]`` is LiteLLM's generic fallback, tried for any model
+    group without its own chain. It was refused ("'*' is not a model_name of model_list"),
+    so a LiteLLM config with a catch-all did not load. It is now the default fallbacks: a
+    failing alias without a chain is answered by the generic one's alias, and one with its own
+    chain keeps it."""
+    providers = Providers()
+    providers.fail["primary.test"] = "500"
+    models = [
+        deployment("primary.test"),
+        deployment("spare.test", alias="spare"),
+        deployment("other.test", alias="other"),
+    ]
+    router = {"num_retries": 0, "fallbacks": [{"*": ["spare"]}]}
+    with serve(write_config(tmp_path, models, router), providers) as gw:
+        answer = post(gw, {"model": "chat", **CHAT})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-routefit-deployment"] == "spare.test"
+    own = {"fallbacks": [{"*": ["spare"]}, {"chat": ["other"]}]}
+    settings = load_config(write_config(tmp_path, models, own), environ={}).router
+    assert (settings.default_fallbacks, dict(settings.fallbacks)) == (
+        ("spare",),
+        {"chat": ("other",)},
+    )
+
+
+def test_the_generic_fallback_and_default_fallbacks_together_are_refused(tmp_path):
+    models = [deployment("primary.test"), deployment("spare.test", alias="spare")]
+    both = {"fallbacks": [{"*": ["spare"]}], "default_fallbacks": ["spare"]}
+    message = refused_path(write_config(tmp_path, models, both))
+    assert "router_settings.fallbacks: '*' and default_fallbacks both name" in message
+    context = {"context_window_fallbacks": [{"*": ["spare"]}]}
+    message = refused_path(write_config(tmp_path, models, context))
+    assert "router_settings.context_window_fallbacks[0].*: LiteLLM's generic '*'" in message
+
+
+def refused_path(path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    return str(caught.value)
