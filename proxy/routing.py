@@ -317,7 +317,7 @@ class Attempts:
     health: Mapping[str, router.Health]
     #: The alias is routed: health is read and written (``Routing.routed``).
     shared: bool
-    #: ``router_settings.timeout``: each attempt's upstream timeout, over the route's own.
+    #: ``router_settings.timeout``: each attempt's upstream timeout where the route wrote none.
     timeout: float | None = None
     #: When the client gives up (``time.perf_counter()``; ``client_deadline``), if it said.
     deadline: float | None = None
@@ -355,8 +355,11 @@ class Attempts:
         return out
 
     def upstream_timeout(self, rc: RouteConfig) -> RouteConfig:
-        """``rc`` with the router's timeout, when ``router_settings`` sets one."""
-        if self.timeout is None:
+        """``rc`` with the router's timeout, when ``router_settings`` sets one and the route
+        wrote none of its own. LiteLLM resolves a call's timeout as the deployment's
+        ``litellm_params.timeout``, then the router's: replacing every route's, a 600 s
+        reasoning deployment under a router-wide 30 s timed its long answers out."""
+        if self.timeout is None or rc.upstream.own_timeout:
             return rc
         return replace(rc, upstream=replace(rc.upstream, timeout=self.timeout))
 

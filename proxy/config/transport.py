@@ -85,6 +85,10 @@ class Upstream:
     #: ``litellm_params.drop_params`` says otherwise). Not an ``extra``: a route with extras is
     #: translated by litellm always, and this must not take routes off routefit's own mapping.
     drop_params: bool = False
+    #: Whether the route wrote its timeout (``litellm_params.timeout`` or
+    #: ``routefit.upstream_timeout``): then ``router_settings.timeout`` does not replace it, as
+    #: LiteLLM's router takes a deployment's own timeout before its router-wide one.
+    own_timeout: bool = False
 
     @property
     def model_name(self) -> str:
@@ -179,4 +183,5 @@ def read_upstream(
         api_key=_api_key(params, where, rd),
         timeout=_timeout(own, params, default_timeout, where, rd),
         extra={k: v for k, v in params.items() if k not in LITELLM_PARAMS},
+        own_timeout=own.get("upstream_timeout") is not None or params.get("timeout") is not None,
     )

@@ -16,6 +16,7 @@ from test_routing_e2e import CHAT, Providers, deployment, post, serve, write_con
 from proxy.cli import main
 from proxy.config import Config, ConfigError, load_config
 from proxy.config.window import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW
+from tests.inprocess import run_inprocess
 
 _ENTRY = """
 model_list:
@@ -228,3 +229,31 @@ def refused_path(path: Path) -> str:
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={})
     return str(caught.value)
+
+
+# -- a deployment's own timeout wins over router_settings.timeout ---------------------------
+
+
+def test_a_deployments_own_timeout_wins_over_the_routers(tmp_path, fresh_sim):
+    """LiteLLM times a call by the deployment's ``litellm_params.timeout`` before the router's
+    ``timeout``. routefit's router timeout replaced every route's: a deployment written to wait
+    30 s for a slow model was cut at the router's 1 s (504 ``upstream_timeout``). It now waits
+    its own; a route that writes none still takes the router's."""
+    base = fresh_sim.url("/v1")
+    text = f"""
+    model_list:
+      - model_name: patient
+        litellm_params: {{model: openai/gpt-4o, api_base: "{base}", api_key: k, timeout: 30}}
+      - model_name: plain
+        litellm_params: {{model: openai/gpt-4o, api_base: "{base}", api_key: k}}
+    router_settings: {{timeout: 1, num_retries: 0}}
+    """
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 20}
+    with run_inprocess(write(tmp_path, text)) as gw:
+        fresh_sim.inject("delay:2")
+        patient = post(gw, {"model": "patient", **body})
+        fresh_sim.inject("delay:2")
+        plain = post(gw, {"model": "plain", **body})
+    assert patient.status_code == 200, patient.text
+    assert plain.status_code == 504, plain.text
+    assert plain.json()["error"]["code"] == "upstream_timeout"
