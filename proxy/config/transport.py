@@ -155,6 +155,27 @@ def _api_key(params: Mapping[str, Any], where: str, rd: Reader) -> str | None:
     return value
 
 
+#: litellm_params routefit reads itself though they stay among the extras litellm is handed
+#: (its custom pricing: ``proxy.config.window``).
+_READ_ELSEWHERE = frozenset({"input_cost_per_token", "output_cost_per_token"})
+
+
+def _unsent(extra: Mapping[str, Any], where: str, rd: Reader) -> None:
+    """On the openai transport routefit sends the client's request itself: a litellm_params
+    key only litellm applies (``temperature`` as the deployment's default, ``organization``,
+    ``extra_headers``, ``max_retries``, ...) never reaches the provider. LiteLLM applies each,
+    and routefit dropped them without a word; each is now one warning (``check`` and the
+    start-up log), naming the way to have litellm apply it."""
+    for key in extra:
+        if key not in _READ_ELSEWHERE:
+            rd.warn(
+                f"{where}.litellm_params.{key}",
+                "not sent on the openai transport (routefit forwards the client's request "
+                "itself; only litellm applies litellm_params): ignored. Set "
+                "routefit.transport: litellm to have litellm apply it",
+            )
+
+
 def read_upstream(
     params: Mapping[str, Any],
     own: Mapping[str, Any],
@@ -175,6 +196,9 @@ def read_upstream(
                 f"required for provider {provider!r} on the openai transport",
             )
     model = str(params["model"])
+    extra = {k: v for k, v in params.items() if k not in LITELLM_PARAMS}
+    if transport == "openai":
+        _unsent(extra, where, rd)
     return Upstream(
         model=model,
         provider=provider,
@@ -182,6 +206,6 @@ def read_upstream(
         api_base=str(api_base).rstrip("/") if api_base else None,
         api_key=_api_key(params, where, rd),
         timeout=_timeout(own, params, default_timeout, where, rd),
-        extra={k: v for k, v in params.items() if k not in LITELLM_PARAMS},
+        extra=extra,
         own_timeout=own.get("upstream_timeout") is not None or params.get("timeout") is not None,
     )

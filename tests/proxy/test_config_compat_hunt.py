@@ -257,3 +257,29 @@ def test_a_deployments_own_timeout_wins_over_the_routers(tmp_path, fresh_sim):
     assert patient.status_code == 200, patient.text
     assert plain.status_code == 504, plain.text
     assert plain.json()["error"]["code"] == "upstream_timeout"
+
+
+# -- litellm_params only litellm applies, on a route litellm does not serve ---------------------
+
+
+def test_litellm_params_the_openai_transport_never_sends_are_each_a_warning(tmp_path, capsys):
+    """LiteLLM applies every litellm_params key (``temperature`` as the deployment's default,
+    ``organization``, ``extra_headers``, ``max_retries``). On the openai transport routefit
+    forwards the request itself and dropped them without a word: ``check`` said nothing. Each
+    is now a warning there; through litellm they are forwarded, as before, without one."""
+    unsent = ("temperature", "organization", "max_retries")
+    params = "temperature: 0.2, organization: org-1, max_retries: 3, input_cost_per_token: 1e-6"
+    text = f"""
+    model_list:
+      - model_name: direct
+        litellm_params: {{model: openai/gpt-4o, {params}}}
+      - model_name: translated
+        litellm_params: {{model: openai/gpt-4o, {params}}}
+        routefit: {{transport: litellm}}
+    """
+    main(["check", "--config", str(write(tmp_path, text))])
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    for key in unsent:
+        (line,) = [w for w in warnings if f".litellm_params.{key}:" in w]
+        assert "model_list[0]" in line and "not sent on the openai transport" in line
+    assert not any("model_list[1]" in w or "input_cost_per_token" in w for w in warnings)
