@@ -433,10 +433,15 @@ def _steering(litellm: Any) -> frozenset[str]:
 
 
 def _kwargs(up: Upstream, body: Mapping[str, Any], steering: frozenset[str]) -> dict[str, Any]:
-    kwargs = {k: v for k, v in body.items() if k not in steering}
-    if up.drop_params:
-        kwargs["drop_params"] = True
+    """litellm's call: the route's litellm_params, then the client's body over them, then where
+    the route goes. As in LiteLLM's router (``{**deployment params, **request}``), a
+    deployment's ``temperature`` or ``max_tokens`` is a default the request overrides: laid
+    over the body, it replaced the client's own, and a ``max_tokens`` there replaced the
+    output cap the fit reserved for. Settings the body may not carry (``steering``) stay the
+    route's alone."""
+    kwargs: dict[str, Any] = {"drop_params": True} if up.drop_params else {}
     kwargs.update(up.extra)
+    kwargs.update((k, v) for k, v in body.items() if k not in steering)
     kwargs["model"] = up.model
     if up.api_base:
         kwargs["api_base"] = up.api_base

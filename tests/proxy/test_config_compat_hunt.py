@@ -283,3 +283,33 @@ def test_litellm_params_the_openai_transport_never_sends_are_each_a_warning(tmp_
         (line,) = [w for w in warnings if f".litellm_params.{key}:" in w]
         assert "model_list[0]" in line and "not sent on the openai transport" in line
     assert not any("model_list[1]" in w or "input_cost_per_token" in w for w in warnings)
+
+
+# -- a deployment's litellm_params are defaults the request overrides -------------------------
+
+
+def test_the_clients_parameters_win_over_a_deployments_litellm_params(tmp_path, fresh_sim):
+    """LiteLLM's router calls litellm with ``{**deployment params, **request}``: a
+    deployment's ``temperature`` or ``max_tokens`` is a default. routefit laid them over the
+    client's body, so a client's ``temperature: 0`` reached the provider as the deployment's
+    0.7, and its ``max_tokens: 20`` as 50, past the output cap the fit reserved for."""
+    text = f"""
+    model_list:
+      - model_name: via
+        litellm_params:
+          model: openai/gpt-4o
+          api_base: "{fresh_sim.url("/v1")}"
+          api_key: k
+          temperature: 0.7
+          max_tokens: 50
+        routefit: {{transport: litellm}}
+    """
+    said = [{"role": "user", "content": "Say hello."}]
+    with run_inprocess(write(tmp_path, text)) as gw:
+        own = post(gw, {"model": "via", "messages": said, "temperature": 0, "max_tokens": 20})
+        assert own.status_code == 200, own.text
+        sent = fresh_sim.last_request("/v1/chat/completions")["body"]
+        assert (sent["temperature"], sent["max_tokens"]) == (0, 20)
+        default = post(gw, {"model": "via", "messages": said})
+        assert default.status_code == 200, default.text
+        assert fresh_sim.last_request("/v1/chat/completions")["body"]["temperature"] == 0.7
