@@ -155,8 +155,10 @@ def _api_key(params: Mapping[str, Any], where: str, rd: Reader) -> str | None:
     return value
 
 
-#: litellm_params routefit reads itself though they stay among the extras litellm is handed
-#: (its custom pricing: ``proxy.config.window``).
+#: litellm_params routefit reads elsewhere (LiteLLM's custom pricing: ``proxy.config.window``),
+#: never handed to litellm: among the extras they took an ``anthropic/`` route's chat off
+#: routefit's own mapping (``proxy.providers``: extras are litellm's to apply), where an OpenAI
+#: hint the mapping drops was litellm's 400. routefit prices its spend itself.
 _READ_ELSEWHERE = frozenset({"input_cost_per_token", "output_cost_per_token"})
 
 
@@ -167,13 +169,12 @@ def _unsent(extra: Mapping[str, Any], where: str, rd: Reader) -> None:
     and routefit dropped them without a word; each is now one warning (``check`` and the
     start-up log), naming the way to have litellm apply it."""
     for key in extra:
-        if key not in _READ_ELSEWHERE:
-            rd.warn(
-                f"{where}.litellm_params.{key}",
-                "not sent on the openai transport (routefit forwards the client's request "
-                "itself; only litellm applies litellm_params): ignored. Set "
-                "routefit.transport: litellm to have litellm apply it",
-            )
+        rd.warn(
+            f"{where}.litellm_params.{key}",
+            "not sent on the openai transport (routefit forwards the client's request "
+            "itself; only litellm applies litellm_params): ignored. Set "
+            "routefit.transport: litellm to have litellm apply it",
+        )
 
 
 def read_upstream(
@@ -196,7 +197,7 @@ def read_upstream(
                 f"required for provider {provider!r} on the openai transport",
             )
     model = str(params["model"])
-    extra = {k: v for k, v in params.items() if k not in LITELLM_PARAMS}
+    extra = {k: v for k, v in params.items() if k not in LITELLM_PARAMS | _READ_ELSEWHERE}
     if transport == "openai":
         _unsent(extra, where, rd)
     return Upstream(

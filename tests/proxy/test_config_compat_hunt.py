@@ -313,3 +313,36 @@ def test_the_clients_parameters_win_over_a_deployments_litellm_params(tmp_path, 
         default = post(gw, {"model": "via", "messages": said})
         assert default.status_code == 200, default.text
         assert fresh_sim.last_request("/v1/chat/completions")["body"]["temperature"] == 0.7
+
+
+# -- custom pricing in litellm_params keeps an Anthropic route on routefit's own mapping ------
+
+
+def test_a_price_in_litellm_params_keeps_an_anthropic_route_on_routefits_mapping(
+    tmp_path, fresh_sim
+):
+    """LiteLLM's custom pricing may sit in ``litellm_params`` (routefit reads it there). Left
+    among the parameters litellm is handed, it took every chat request of an ``anthropic/``
+    route off routefit's own chat → Messages mapping onto litellm's, where an OpenAI hint
+    routefit drops (``prompt_cache_key``) was litellm's 400. The price is read, not handed on."""
+    text = f"""
+    model_list:
+      - model_name: claude
+        litellm_params:
+          model: anthropic/claude-sonnet-4-5
+          api_base: "{fresh_sim.base_url}"
+          api_key: k
+          input_cost_per_token: 3.0e-6
+          output_cost_per_token: 1.5e-5
+    """
+    config = load_config(write(tmp_path, text), environ={})
+    assert config.routes["claude"].input_cost_per_token == 3.0e-6
+    body = {
+        "model": "claude",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 20,
+        "prompt_cache_key": "session-1",
+    }
+    with run_inprocess(write(tmp_path, text)) as gw:
+        answer = post(gw, body)
+    assert answer.status_code == 200, answer.text
