@@ -113,6 +113,19 @@ def _model(value: Any, where: str, rd: Reader) -> None:
     provider, slash, name = model.partition("/")
     if slash and not (provider and name):
         raise rd.error(where, f"{model!r}: write provider/name (e.g. openai/gpt-4o)")
+    if "*" in model:
+        raise rd.error(where, _WILDCARD.format(model=model))
+
+
+#: LiteLLM's wildcard routing (``model_name: openai/*``, ``model: openai/*``: any requested
+#: model of the provider, sent as requested) is not implemented: routefit prices and fits each
+#: request by its route's model (window, tokenizer, image rule), known at load. Loaded as
+#: written, the alias was the literal text (every ``openai/gpt-4o`` request a 404) and the
+#: provider would have been sent the model ``*``.
+_WILDCARD = (
+    "{model!r}: LiteLLM's wildcard routing is not implemented by routefit (each route is "
+    "priced and fitted for its own model): write one entry per model"
+)
 
 
 def _read_info(info: Mapping[str, Any], where: str, rd: Reader) -> Mapping[str, Any]:
@@ -172,6 +185,8 @@ def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> Rou
     """``where`` is the entry's path (``model_list[i]``)."""
     item = rd.mapping(item, where)
     alias = rd.string(item.get("model_name"), f"{where}.model_name")
+    if "*" in alias:
+        raise rd.error(f"{where}.model_name", _WILDCARD.format(model=alias))
     params, info, own = _blocks(item, where, rd)
     model = str(params["model"])
     known = _known_as(model, info, where, rd)

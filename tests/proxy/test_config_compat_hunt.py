@@ -346,3 +346,25 @@ def test_a_price_in_litellm_params_keeps_an_anthropic_route_on_routefits_mapping
     with run_inprocess(write(tmp_path, text)) as gw:
         answer = post(gw, body)
     assert answer.status_code == 200, answer.text
+
+
+# -- LiteLLM's wildcard model routing -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "path"),
+    [
+        ("openai/*", "openai/*", "model_list[0].model_name"),
+        ("gpt", "openai/*", "model_list[0].litellm_params.model"),
+        ("*", "*", "model_list[0].model_name"),
+    ],
+)
+def test_a_wildcard_route_is_refused_by_name(tmp_path, name, model, path):
+    """LiteLLM's wildcard routing (``model_name: openai/*``) serves any model of the provider,
+    sent as requested. routefit loaded it as the literal alias ``openai/*`` (every request for
+    ``openai/gpt-4o`` unknown) whose provider model was ``*``, with an assumed window; it
+    prices each route by its model at load, so the file is refused at the key instead."""
+    text = f'model_list:\n  - model_name: "{name}"\n    litellm_params: {{model: "{model}"}}\n'
+    message = refused(tmp_path, text)
+    assert f"{path}: '{name if path.endswith('model_name') else model}'" in message
+    assert "wildcard routing is not implemented" in message
