@@ -3,11 +3,13 @@ local simulator's fetching.
 
 **No silent open door.** routefit runs open (every request admitted, no budgets) only when the
 config asks for no auth at all: no ``routefit_settings.teams``, no ``routefit_settings.admin_key``,
-no ``general_settings.master_key``. Any of them *written* in the file — even as an
-``os.environ/NAME`` whose variable is unset — asks for auth, and then a request needs a key; a key
-that resolves to nothing simply does not exist (nobody gets in with it) and the start-up log says
-so. LiteLLM's other auth settings (custom auth, JWT, IP and route allow-lists) are refused with an
-error: loading them with a warning would run the gateway more open than the file says.
+no ``general_settings.master_key`` (nor, where the file names none, ``LITELLM_MASTER_KEY`` in
+the environment, which LiteLLM's proxy takes instead). Any of them *written* in the file — even
+as an ``os.environ/NAME`` whose variable is unset — asks for auth, and then a request needs a
+key; a key that resolves to nothing simply does not exist (nobody gets in with it) and the
+start-up log says so. LiteLLM's other auth settings (custom auth, JWT, IP and route
+allow-lists) are refused with an error: loading them with a warning would run the gateway more
+open than the file says.
 
 **``general_settings.master_key``** means what it means in LiteLLM: an admin key that every route
 also accepts. routefit serves it as one more team (``MASTER_TEAM``: every route, no quotas) and
@@ -44,6 +46,8 @@ _TLS_KEYS = frozenset({"certfile", "keyfile", "keyfile_password"})
 _SIM_KEYS = frozenset({"fetch_loopback_images"})
 #: general_settings keys routefit reads.
 _GENERAL_USED = frozenset({"master_key"})
+#: Where LiteLLM's proxy takes its master key from when ``general_settings`` names none.
+MASTER_KEY_ENV = "LITELLM_MASTER_KEY"
 #: LiteLLM auth settings routefit does not implement: each would admit or restrict callers in a
 #: way routefit would silently skip, so a config holding one is refused.
 _GENERAL_REFUSED = {
@@ -96,6 +100,10 @@ def _master_key(raw: Any, rd: Reader) -> str | None:
                 "(routefit_settings.teams gives each team its keys and routes)",
             )
     rd.loose(block, _GENERAL_USED | _GENERAL_REFUSED.keys(), where)
+    if block.get("master_key") is None:
+        # LiteLLM's proxy: ``general_settings.get("master_key", LITELLM_MASTER_KEY)``. A
+        # LiteLLM deployment keyed by its environment alone ran open here, admitting anyone.
+        return rd.environ.get(MASTER_KEY_ENV) or None
     master = rd.resolve(block.get("master_key"), f"{where}.master_key")
     return None if master is None else rd.string(str(master), f"{where}.master_key")
 
@@ -190,6 +198,7 @@ def read_access(settings: Mapping[str, Any], unresolved: Any, general: Any, rd: 
             _given(unresolved, "teams"),
             _given(unresolved, "admin_key"),
             _given(general, "master_key"),
+            master is not None,  # LITELLM_MASTER_KEY, when the file names no master key
         )
     )
     return Access(

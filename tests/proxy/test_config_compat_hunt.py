@@ -15,8 +15,9 @@ from test_routing_e2e import CHAT, Providers, deployment, post, serve, write_con
 
 from proxy.cli import main
 from proxy.config import Config, ConfigError, load_config
+from proxy.config.describe import describe
 from proxy.config.window import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW
-from tests.inprocess import run_inprocess
+from tests.inprocess import asgi_client, run_inprocess
 
 _ENTRY = """
 model_list:
@@ -368,3 +369,34 @@ def test_a_wildcard_route_is_refused_by_name(tmp_path, name, model, path):
     message = refused(tmp_path, text)
     assert f"{path}: '{name if path.endswith('model_name') else model}'" in message
     assert "wildcard routing is not implemented" in message
+
+
+# -- LITELLM_MASTER_KEY: LiteLLM's master key when general_settings names none -----------------
+
+
+@pytest.mark.anyio
+async def test_litellm_master_key_from_the_environment_asks_for_auth(tmp_path):
+    """LiteLLM's proxy takes ``general_settings.master_key``, else ``LITELLM_MASTER_KEY`` from
+    its environment. A LiteLLM deployment keyed that way alone ran open under routefit:
+    every request admitted, keyless or not. It is now the master key, and ``check`` says so."""
+    path = write(tmp_path, f"model_list:\n{deployment_yaml()}")
+    environ = {"LITELLM_MASTER_KEY": "sk-master-0123456789"}
+    config = load_config(path, environ=environ)
+    assert not config.open
+    assert describe(config)["master_key_set"]
+    body = {"model": "chat", **CHAT}
+    async with asgi_client(config, Providers()) as client:
+        keyless = await client.post("/v1/chat/completions", json=body)
+        keyed = await client.post(
+            "/v1/chat/completions",
+            json=body,
+            headers={"authorization": f"Bearer {environ['LITELLM_MASTER_KEY']}"},
+        )
+    assert keyless.status_code == 401, keyless.text
+    assert keyed.status_code == 200, keyed.text
+    assert load_config(path, environ={}).open  # no key anywhere: open, as before
+
+
+def deployment_yaml() -> str:
+    params = '{model: openai/gpt-4o, api_base: "http://p.test/v1", api_key: k}'
+    return f"  - model_name: chat\n    litellm_params: {params}\n"
