@@ -45,22 +45,31 @@ def derived_id(alias: str, model: str, api_base: object, occurrence: int) -> str
 
 
 def _limit(
-    item: Mapping[str, Any], params: Mapping[str, Any], key: str, where: str, rd: Reader
+    item: Mapping[str, Any],
+    params: Mapping[str, Any],
+    info: Mapping[str, Any],
+    key: str,
+    where: str,
+    rd: Reader,
 ) -> int | None:
-    """A limit written in one of its two places. A null is not written (LiteLLM's
-    ``rpm: Optional[int] = None``: no limit), as an unset ``os.environ/NAME`` is: ``rpm: null``
-    was refused as "must be an integer", and counted as the second of two places."""
-    # the entry's own is resolved here (litellm_params are, by the route's reader): an
-    # ``rpm: os.environ/RPM`` there was read as that text and refused as no integer
-    own = rd.resolve(item.get(key), f"{where}.{key}")
-    in_params, in_item = params.get(key) is not None, own is not None
-    if in_params and in_item:
-        raise rd.error(f"{where}.{key}", f"also set as litellm_params.{key}; keep one")
-    if in_params:
-        return rd.integer(params[key], f"{where}.litellm_params.{key}", minimum=1)
-    if in_item:
-        return rd.integer(own, f"{where}.{key}", minimum=1)
-    return None
+    """A limit written in one of its three places: the entry, ``litellm_params``,
+    ``model_info`` (LiteLLM's usage-based routing reads them in that order; ``model_info.rpm``
+    was warned about as unused, and the deployment had no limit). Written in two, the file
+    says two things: an error. A null is not written (LiteLLM's ``rpm: Optional[int] = None``:
+    no limit), as an unset ``os.environ/NAME`` is: ``rpm: null`` was refused as "must be an
+    integer", and counted as the second of two places."""
+    # the entry's own is resolved here (litellm_params and model_info are, by the route's
+    # reader): an ``rpm: os.environ/RPM`` there was read as that text and refused as no integer
+    places = {
+        f"{where}.{key}": rd.resolve(item.get(key), f"{where}.{key}"),
+        f"{where}.litellm_params.{key}": params.get(key),
+        f"{where}.model_info.{key}": info.get(key),
+    }
+    written = [(at, value) for at, value in places.items() if value is not None]
+    if len(written) > 1:
+        (first, _), (second, _) = written[:2]
+        raise rd.error(first, f"also set as {second.removeprefix(where + '.')}; keep one")
+    return rd.integer(written[0][1], written[0][0], minimum=1) if written else None
 
 
 def _order(
@@ -97,7 +106,7 @@ def read_deployment(
     return DeploymentFacts(
         id=ident,
         weight=weight,
-        rpm=_limit(item, params, "rpm", where, rd),
-        tpm=_limit(item, params, "tpm", where, rd),
+        rpm=_limit(item, params, info, "rpm", where, rd),
+        tpm=_limit(item, params, info, "tpm", where, rd),
         order=_order(params, info, where, rd),
     )

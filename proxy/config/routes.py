@@ -34,6 +34,8 @@ MODEL_INFO_KEYS = frozenset(
         "id",  # the deployment's id (proxy.config.deployments)
         "base_model",  # the model the map knows the deployment by (``_known_as``)
         "order",  # the deployment's priority (proxy.config.deployments)
+        "rpm",  # the deployment's limits' third place (proxy.config.deployments)
+        "tpm",
     }
 )
 ENTRY_KEYS = frozenset({"model_name", "litellm_params", "model_info", "routefit", *ENTRY_LIMITS})

@@ -400,3 +400,19 @@ async def test_litellm_master_key_from_the_environment_asks_for_auth(tmp_path):
 def deployment_yaml() -> str:
     params = '{model: openai/gpt-4o, api_base: "http://p.test/v1", api_key: k}'
     return f"  - model_name: chat\n    litellm_params: {params}\n"
+
+
+# -- model_info.rpm/tpm: LiteLLM's third place for a deployment's limits -----------------------
+
+
+def test_model_info_rpm_and_tpm_are_the_deployments_limits(tmp_path):
+    """LiteLLM's usage-based routing reads a deployment's ``rpm``/``tpm`` on the entry, in
+    ``litellm_params``, then in ``model_info``. routefit warned ``model_info.rpm`` away as
+    unused, and the deployment had no limit to be ranked by; written twice, it is an error."""
+    text = "model_list:\n  - model_name: a\n    litellm_params: {model: openai/gpt-4o}\n"
+    config = loaded(tmp_path, text + "    model_info: {rpm: 60, tpm: 9000}\n")
+    assert (config.routes["a"].rpm, config.routes["a"].tpm) == (60, 9000)
+    assert not [w for w in config.warnings if "model_info.rpm" in w or "model_info.tpm" in w]
+    twice = text.replace("gpt-4o}", "gpt-4o, rpm: 60}") + "    model_info: {rpm: 60}\n"
+    message = refused(tmp_path, twice)
+    assert "model_list[0].litellm_params.rpm: also set as model_info.rpm; keep one" in message
