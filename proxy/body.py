@@ -30,7 +30,7 @@ from starlette.requests import Request
 
 from proxy.disconnect import client_closed
 from proxy.errors import ProxyError
-from proxy.fairness import BodyShare
+from proxy.fairness import BodyShare, json_work
 from proxy.middleware import BodyTimeout
 from proxy.types import Receive
 
@@ -156,16 +156,17 @@ async def read_body(
 
 async def read_json(
     request: Request, limit: int, share: BodyShare | None = None
-) -> tuple[Any, int]:
-    """(the parsed body, its size in bytes once decoded); ``share``: as ``read_body``."""
+) -> tuple[Any, int, int]:
+    """(the parsed body, its size in bytes once decoded, the size its work is judged by:
+    ``proxy.fairness.json_work``); ``share``: as ``read_body``."""
     raw, _ = await read_body(request, limit, share)
     if not raw:
         raise ProxyError(
             400, "the request body is empty; expected a JSON object", code="invalid_json"
         )
     if len(raw) > _DECODE_IN_THREAD:
-        return await anyio.to_thread.run_sync(_decode, raw), len(raw)
-    return _decode(raw), len(raw)
+        return await anyio.to_thread.run_sync(_decode, raw), len(raw), len(raw)
+    return _decode(raw), len(raw), json_work(raw)
 
 
 def _decode(raw: bytes) -> Any:

@@ -222,16 +222,16 @@ async def embeddings(request: Request, state: AppState, g: Generation) -> Respon
 async def _serve(request: Request, state: AppState, g: Generation, trip: _Trip) -> Response:
     trip.team = g.teams.authenticate(request.headers)
     share = body_share(g.gateway.fairness, g.config, caller(trip.team, request), request)
-    body, size = await read_json(request, g.config.settings.max_body_bytes, share)
+    body, _, work = await read_json(request, g.config.settings.max_body_bytes, share)
     who = caller(trip.team, request)
     fair = g.gateway.fairness
-    parsed = await fair.run(who, size, parse, body)  # a big body's parse off the loop, as chat's
+    parsed = await fair.run(who, work, parse, body)  # a big body's parse off the loop, as chat's
     rc = trip.rc = _route(g, parsed.model)
     permit(trip.team, rc)
     leg = _target(g, rc)
     upstream = g.keys.upstream(rc, request.headers)
     trip.tokens = await fair.run(
-        who, size, count, rc, parsed.inputs, trip.team, above=COUNT_THREAD_ABOVE
+        who, work, count, rc, parsed.inputs, trip.team, above=COUNT_THREAD_ABOVE
     )
     _within_team_limit(trip.team, trip.tokens)
     trip.held = await state.budgets.reserve(trip.team, rc, trip.tokens, 0)

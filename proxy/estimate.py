@@ -99,8 +99,11 @@ class Job:
     scope: str | None = None
     #: Whose pricing threads this request uses (``proxy.fairness.caller``).
     who: str = "-"
-    #: The body's decoded size: over ``COUNT_THREAD_ABOVE`` every fit of it runs in a thread.
+    #: The body's decoded size: over ``COUNT_THREAD_ABOVE`` it may be let go on a sample's guess.
     size: int = 0
+    #: The size its work is judged by (``size``, or ``proxy.fairness.json_work``'s when more: a
+    #: body of many small objects): over ``COUNT_THREAD_ABOVE`` every fit of it runs in a thread.
+    work: int = 0
     #: What every fit of it has priced, by object (``pricing.meter.Memo``): a bound's pass
     #: leaves the messages the message memo had for the exact fit after it. One fit at a time
     #: (a proof's, then the exact one's: ``Proof`` is not thread-safe either).
@@ -282,15 +285,19 @@ class Estimator:
         started: float,
         *,
         bound: bool = True,
+        work: int = 0,
     ) -> Estimate:
         """``request`` (parsed from ``wire``, routed to ``rc``, its team's to use) priced and
         fitted; ``wire.overflow`` when nothing fits. ``who``: whose pricing threads it uses;
         ``size``: its decoded body's; ``started``: its arrival. ``bound``: a big request may be
         proved to fit by an upper bound and counted exactly while it is forwarded (the dry run
-        wants the exact figures)."""
+        wants the exact figures). ``work``: the size its work is judged by when more than
+        ``size`` (``proxy.fairness.json_work``: a body of many small objects), which decides
+        what runs in a thread; whether a bound is tried goes by ``size``."""
         size = work_size(request, size)
+        work = work_size(request, max(size, work))
         try:
-            return await self._estimate(wire, request, rc, team, who, size, started, bound)
+            return await self._estimate(wire, request, rc, team, who, size, work, started, bound)
         finally:
             self.metrics.sync_memo_counters()
 
@@ -302,15 +309,17 @@ class Estimator:
         team: Team | None,
         who: str,
         size: int,
+        work: int = 0,
     ) -> int:
         """The calibrated estimate of the request as the client sent it, unfitted: what a count
-        endpoint answers (in one of the caller's pricing threads when the body is big). Anchored
+        endpoint answers (in one of the caller's pricing threads when the body is big: its
+        ``work``, ``proxy.fairness.json_work``, when more than its ``size``). Anchored
         like the fit's (``_anchor``) on the provider's count of a prefix the team sent: a count
         that ignored it answered the prior's price of a session the fit already priced at the
         provider's own count (832 tokens against 559 on a new route), and a client compacting
         on it (Claude Code) cut far too early."""
         priced = self.route_priced(rc, team, wire.name)
-        size = work_size(request, size)
+        size = work_size(request, max(size, work))
         scope = team.id if team is not None else None
         # its URL images sized as the fit of the same request sizes them (``proxy.image_sizes``)
         sizes = await fetched_sizes(self.sizer, rc, wire.name, request, scope)
@@ -335,10 +344,11 @@ class Estimator:
         team: Team | None,
         who: str,
         size: int,
+        work: int,
         started: float,
         bound: bool,
     ) -> Estimate:
-        job = await self._job(wire, request, rc, team, who, size)
+        job = await self._job(wire, request, rc, team, who, size, work)
         alias = rc.route.alias
         correction = self.calibrator.correction(rc.calibration_key)
         proof: Proof | None = None
@@ -362,11 +372,13 @@ class Estimator:
         team: Team | None,
         who: str,
         size: int,
+        work: int,
     ) -> Job:
         scope = team.id if team is not None else None
         sizes = await fetched_sizes(self.sizer, rc, wire.name, request, scope)
         route = self.route_priced(rc, team, wire.name)
-        return Job(wire, request, rc, self.policy_for(rc, team), sizes, route, scope, who, size)
+        policy = self.policy_for(rc, team)
+        return Job(wire, request, rc, policy, sizes, route, scope, who, size, max(size, work))
 
     async def _bounded(
         self, job: Job, correction: Correction, team: Team | None, started: float, proof: Proof
@@ -385,13 +397,13 @@ class Estimator:
             # thread hop for them cost 10-17% more CPU). A proof that must count goes off the
             # loop, on from what this pass found.
             proof.may_count = False
-            fitted = await self.fairness.run(job.who, job.size, job.bounded, correction, proof)
+            fitted = await self.fairness.run(job.who, job.work, job.bounded, correction, proof)
             proof.may_count = True
             if fitted is None:
                 return await self._guessed(job, correction, team, started, proof)
         if fitted is None:
             fitted = await self.fairness.run(
-                job.who, job.size, job.bounded, correction, proof, above=COUNTING
+                job.who, job.work, job.bounded, correction, proof, above=COUNTING
             )
         if fitted is None:
             return None
@@ -409,13 +421,13 @@ class Estimator:
         fit."""
         if proof.tok is not None:
             run = self.fairness.run
-            guess = await run(job.who, job.size, job.sampled, correction, proof, above=COUNTING)
+            guess = await run(job.who, job.work, job.sampled, correction, proof, above=COUNTING)
             if guess is not None:
                 let_go = await self._let_go(job, guess, correction, team, started, proof, True)
                 if let_go is not None:
                     return let_go
         run = self.fairness.run
-        fitted = await run(job.who, job.size, job.bounded, correction, proof, above=COUNTING)
+        fitted = await run(job.who, job.work, job.bounded, correction, proof, above=COUNTING)
         if fitted is None:
             return None
         return await self._let_go(job, fitted, correction, team, started, proof)
@@ -573,7 +585,7 @@ class Estimator:
             keys = was.keys
         else:
             # hashing every prefix of a big body: ~20 ms per 9 MB, off the loop
-            keys = await self.fairness.run(job.who, job.size, _prefix_keys, job, fitted)
+            keys = await self.fairness.run(job.who, job.work, _prefix_keys, job, fitted)
         hit = await self.calibrator.find_anchor(where, keys)
         if hit is None:
             return fitted.estimate, keys, False
@@ -585,7 +597,7 @@ class Estimator:
 
     async def _fit(self, job: Job, correction: Correction, proof: Proof | None = None) -> Fit:
         return await self.fairness.run(
-            job.who, job.size, _counted_fit, job, correction, proof, above=COUNTING
+            job.who, job.work, _counted_fit, job, correction, proof, above=COUNTING
         )
 
     # -- learning from the provider's figures ----------------------------------------------

@@ -6,9 +6,10 @@ run on the loop, it holds ``/healthz`` and every team's requests for that long. 
 * **off the loop, bounded per team**: what counts a body's text (pricing, proving, fitting) runs
   in a worker thread when the body is over ``COUNT_THREAD_ABOVE`` bytes, and what only reads it
   (parsing, hashing, writing it back) when it is over ``THREAD_ABOVE`` (a body carrying a PDF,
-  audio or video is over both: ``work_size``); the tokenizers release the GIL, and one team holds
-  at most ``pricing_threads_per_team`` such threads at once — its next big body waits for one of
-  its own, never for another team's;
+  audio or video is over both: ``work_size``; a body's size counts each JSON object in it as
+  ``OBJECT_BYTES`` when that is more than its bytes: ``json_work``); the tokenizers release the
+  GIL, and one team holds at most ``pricing_threads_per_team`` such threads at once — its next
+  big body waits for one of its own, never for another team's;
 * **count and dry-run endpoints are rate-limited per team** (``count_requests_per_minute``, a
   token bucket with a burst of as many): they cost routefit CPU and nothing at the provider, so
   no budget charges them, and an unbounded loop of them is the cheapest way to burn a replica.
@@ -46,7 +47,16 @@ from pricing.recordings import is_recording
 from proxy.errors import ProxyError
 from proxy.teams import Team
 
-__all__ = ["COUNT_THREAD_ABOVE", "THREAD_ABOVE", "BodyShare", "Fairness", "caller", "work_size"]
+__all__ = [
+    "COUNT_THREAD_ABOVE",
+    "OBJECT_BYTES",
+    "THREAD_ABOVE",
+    "BodyShare",
+    "Fairness",
+    "caller",
+    "json_work",
+    "work_size",
+]
 
 T = TypeVar("T")
 
@@ -59,9 +69,29 @@ THREAD_ABOVE = 512 * 1024
 #: requests from 2 to 55-72 ms p50: bench/REPORT.md, 1o); 64 KB is at most a few ms on the loop,
 #: where the hop would cost more than it saves.
 COUNT_THREAD_ABOVE = 64 * 1024
+#: What one JSON object of a body weighs, in bytes, when its work is judged (``json_work``): what
+#: the wires read and price object by object (a message, a part, an item, a tool, a tool call)
+#: costs per object, not per byte — 4-23 µs each to parse (a Responses item the most), ~25 µs
+#: each to price — and a body of tiny ones packs ~17,000 into the 512 KiB read on the loop: a
+#: 498 KB Responses body of 15,000 one-letter items held the loop 220-350 ms in its parse alone,
+#: a 220 KB Gemini content of 15,000 parts ~100 ms. 512 bytes of text cost about what an object
+#: does (~50 ns a byte to read, 30-80 ms a MB to count), so a body is judged by whichever is more.
+OBJECT_BYTES = 512
 #: Callers whose buckets are kept; past this the least recently seen are forgotten (a forgotten
 #: caller starts again with a full bucket: the bound only ever errs toward admitting).
 _MAX_CALLERS = 10_000
+
+
+def json_work(raw: bytes) -> int:
+    """The size a JSON body's work is judged by (``Fairness.run``): its bytes, or
+    ``OBJECT_BYTES`` per object in it when that is more — a body of many tiny messages, parts or
+    items costs by its objects (``OBJECT_BYTES``), and judged by its bytes alone it was parsed and
+    priced on the loop. Objects are counted as the ``{`` in it (C speed: ~0.1 ms for 512 KiB);
+    one inside a string counts too, which errs toward a thread hop (~0.1 ms), never toward the
+    loop. A body over ``THREAD_ABOVE`` is over every threshold already and is not scanned."""
+    if len(raw) > THREAD_ABOVE:
+        return len(raw)
+    return max(len(raw), raw.count(b"{") * OBJECT_BYTES)
 
 
 def work_size(request: ChatRequest, size: int) -> int:

@@ -324,7 +324,7 @@ class Gateway:
         first = attempts.plan.current.number == 1
         try:
             estimate = await self.estimator.estimate(
-                a.wire, a.request, rc, a.team, a.who, a.size, a.started
+                a.wire, a.request, rc, a.team, a.who, a.size, a.started, work=a.work
             )
         except ProxyError as err:
             if not first:
@@ -395,7 +395,7 @@ class Gateway:
             rc = other.upstream_timeout(other.rc)
             try:
                 e = await self.estimator.estimate(
-                    a.wire, a.request, rc, a.team, a.who, a.size, a.started
+                    a.wire, a.request, rc, a.team, a.who, a.size, a.started, work=a.work
                 )
             except ProxyError:
                 continue  # it cannot hold it either
@@ -756,7 +756,7 @@ class Gateway:
         try:
             a = await self.intake.admit(request, wire, session, rated=True)
             p = await self.estimator.estimate(
-                wire, a.request, a.rc, a.team, a.who, a.size, a.started, bound=False
+                wire, a.request, a.rc, a.team, a.who, a.size, a.started, bound=False, work=a.work
             )
         except Exception as exc:
             return self._refused(wire, t, _refusal(exc, "a dry run", wire, a))
@@ -787,7 +787,9 @@ class Gateway:
         a: Admitted | None = None
         try:
             a = await self.intake.admit(request, wire, session, rated=True, counting=True)
-            tokens = await self.estimator.count(wire, a.request, a.rc, a.team, a.who, a.size)
+            tokens = await self.estimator.count(
+                wire, a.request, a.rc, a.team, a.who, a.size, a.work
+            )
         except Exception as exc:
             return self._refused(wire, t, _refusal(exc, "a count", wire, a))
         t.phase("fit", t.started)

@@ -72,6 +72,11 @@ class Admitted:
     def size(self) -> int:
         return self.ctx.size
 
+    @property
+    def work(self) -> int:
+        """The size its work is judged by (``proxy.fairness.json_work``), stored chain included."""
+        return max(self.ctx.work, self.ctx.size)
+
 
 class Intake:
     def __init__(self, config: Config, teams: TeamDirectory, fairness: Fairness) -> None:
@@ -98,7 +103,7 @@ class Intake:
             self.fairness.admit_count(who)
         limit = self.config.settings.max_body_bytes
         share = body_share(self.fairness, self.config, who, request)
-        body, size = await read_json(request, limit, share)
+        body, size, work = await read_json(request, limit, share)
         ctx = RequestContext(
             body,
             request.path_params,
@@ -108,13 +113,14 @@ class Intake:
             request.scope["path"],
             size,
             counting,
+            work=work,
         )
         if session is not None:
             ctx = await session.resolve(ctx)
             if share is not None:  # the stored conversation is held as a body would be
                 share.grow_to(ctx.size)
-        # threaded at the conversation's size: a stored chain is parsed with the body
-        parsed = await self.fairness.run(who, ctx.size, wire.parse, ctx)
+        # threaded at the conversation's work: a stored chain is parsed with the body
+        parsed = await self.fairness.run(who, max(ctx.work, ctx.size), wire.parse, ctx)
         rc = self.route_for(parsed)
         permit(team, rc)
         return Admitted(wire, ctx, parsed, rc, who, started)

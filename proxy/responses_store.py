@@ -40,6 +40,7 @@ import orjson
 from starlette.responses import Response
 
 from proxy.errors import ProxyError
+from proxy.fairness import json_work
 from proxy.store import Store
 from proxy.store.base import StoreUnavailable
 from proxy.teams import Team
@@ -104,7 +105,8 @@ class Keeper:
         if self.limit is not None and size > self.limit:
             raise _too_large(rid, len(raw), ctx.size, self.limit)
         self.prior = _items(orjson.loads(raw))
-        return replace(ctx, stored=self, size=size)
+        work = max(ctx.work, ctx.size) + json_work(raw)  # its items are parsed with the body's
+        return replace(ctx, stored=self, size=size, work=work)
 
     def keep(self, response: dict[str, Any], input: list[Any]) -> None:
         """A whole answer to store once the gateway has finished it (``answered``). Measured

@@ -179,6 +179,9 @@ class RequestContext:
     #: The stored conversation the request continues, resolved by the shell before the wire
     #: parses (``Stored``); None for a stateless wire.
     stored: Stored | None = None
+    #: The size its work is judged by (``proxy.fairness.json_work``): ``size``, or more for a
+    #: body of many small objects; 0: ``size``.
+    work: int = 0
 
     @property
     def scope(self) -> bytes:

@@ -1,0 +1,222 @@
+"""Stalling the event loop with one request under the documented limits: routefit in process
+(ASGI) before a canned provider, each finding checked by where the work ran or how much of it
+there was, never by a time.
+
+- A body is parsed, priced and fitted on the event loop when it is small: the rule was by its
+  bytes (``proxy.fairness``: 512 KiB to parse, 64 KiB to count). What the wires read and price
+  costs per object, though: a 498 KB Responses body of 15,000 one-letter items held the loop
+  220-350 ms in its parse alone, a 220 KB Gemini content of 15,000 parts ~100 ms (CPU time of
+  the loop's thread, one loaded machine). A body's work is now judged by its objects too
+  (``proxy.fairness.json_work``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import yaml
+from inprocess import asgi_client
+
+import proxy.estimate
+import proxy.wires.anthropic
+import proxy.wires.chat
+import proxy.wires.gemini
+import proxy.wires.responses
+from proxy.config import parse_config
+from proxy.fairness import COUNT_THREAD_ABOVE, OBJECT_BYTES, THREAD_ABOVE, json_work
+
+pytestmark = pytest.mark.anyio
+
+ADMIN = "sk-admin-" + "a" * 32
+KEY = "sk-team-" + "b" * 32
+HEADERS = {
+    "authorization": f"Bearer {KEY}",
+    "x-api-key": KEY,
+    "x-goog-api-key": KEY,
+    "anthropic-version": "2023-06-01",
+}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _deployment(alias: str, model: str, base: str) -> dict[str, Any]:
+    return {
+        "model_name": alias,
+        "litellm_params": {"model": model, "api_base": base, "api_key": "sk-x-0123456789abcdef"},
+    }
+
+
+def _config() -> Any:
+    gem = _deployment("gem", "gemini/gemini-sim", "http://gem/v1beta")
+    gem["model_info"] = {"max_input_tokens": 1_048_576, "max_output_tokens": 4096}
+    data = {
+        "model_list": [
+            _deployment("gpt", "openai/gpt-4o", "http://oa/v1"),
+            _deployment("claude", "anthropic/claude-sonnet-4-5", "http://an"),
+            gem,
+        ],
+        "routefit_settings": {
+            "store_path": ":memory:",
+            "admin_key": ADMIN,
+            "teams": [{"id": "t", "keys": [KEY]}],
+        },
+    }
+    return parse_config(yaml.safe_load(yaml.safe_dump(data)), "r.yaml", environ={})
+
+
+_USAGE = {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
+ANSWERS: dict[str, Any] = {
+    "chat": {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": _USAGE,
+    },
+    "messages": {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    },
+    "gemini": {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": [{"text": "ok"}]},
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 1},
+    },
+    "responses": {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "status": "completed",
+        "model": "gpt-4o",
+        "output": [
+            {
+                "type": "message",
+                "id": "m1",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
+    },
+}
+
+
+async def _canned(request: httpx.Request) -> httpx.Response:
+    """The provider: a fixed answer of the request's wire, its body not read."""
+    path = request.url.path
+    if "generateContent" in path:
+        return httpx.Response(200, json=ANSWERS["gemini"])
+    if path.endswith("/messages"):
+        return httpx.Response(200, json=ANSWERS["messages"])
+    if path.endswith("/responses"):
+        return httpx.Response(200, json=ANSWERS["responses"])
+    return httpx.Response(200, json=ANSWERS["chat"])
+
+
+@asynccontextmanager
+async def _gateway() -> AsyncIterator[httpx.AsyncClient]:
+    async with asgi_client(_config(), _canned) as client:
+        yield client
+
+
+def _threads_of(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, seen: list[int]) -> None:
+    """``module.name`` wrapped to note the thread each call runs on."""
+    inner: Callable[..., Any] = getattr(module, name)
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.get_ident())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, noted)
+
+
+# -- many tiny objects ---------------------------------------------------------------------
+
+#: Objects in each body: ~100 KB of them, a fifth of what is parsed on the loop by bytes.
+TINY = 3000
+
+
+def _tiny_objects(wire: str) -> tuple[str, dict[str, Any]]:
+    """(path, body) of a request of ``TINY`` one-letter messages, parts or items."""
+    if wire == "chat":
+        roles = ("user", "assistant")
+        messages = [{"role": roles[i % 2], "content": "a"} for i in range(TINY)]
+        return "/v1/chat/completions", {"model": "gpt", "max_tokens": 5, "messages": messages}
+    if wire == "messages":
+        parts = [{"type": "text", "text": "a"} for _ in range(TINY)]
+        messages = [{"role": "user", "content": parts}]
+        return "/v1/messages", {"model": "claude", "max_tokens": 5, "messages": messages}
+    if wire == "responses":
+        items = [{"role": "user", "content": "a"} for _ in range(TINY)]
+        return "/v1/responses", {"model": "gpt", "max_output_tokens": 16, "input": items}
+    contents = [{"role": "user", "parts": [{"text": "a"} for _ in range(TINY)]}]
+    return "/v1beta/models/gem:generateContent", {"contents": contents}
+
+
+#: Each wire's parse, as its ``Wire.parse`` calls it.
+PARSES = {
+    "chat": (proxy.wires.chat, "parse_request"),
+    "messages": (proxy.wires.anthropic, "parse_anthropic"),
+    "responses": (proxy.wires.responses, "parse_responses"),
+    "gemini": (proxy.wires.gemini, "parse_gemini"),
+}
+
+
+@pytest.mark.parametrize("wire", list(PARSES))
+async def test_a_body_of_many_tiny_objects_is_parsed_and_fitted_off_the_loop(
+    wire: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, body = _tiny_objects(wire)
+    raw = orjson.dumps(body)
+    assert len(raw) < THREAD_ABOVE // 4  # small by its bytes
+    parsed: list[int] = []
+    fitted: list[int] = []
+    _threads_of(monkeypatch, *PARSES[wire], parsed)
+    _threads_of(monkeypatch, proxy.estimate, "_counted_fit", fitted)  # priced exactly
+    _threads_of(monkeypatch, proxy.estimate.Job, "bounded", fitted)  # or proved by a bound
+    loop = threading.get_ident()
+    async with _gateway() as client:
+        r = await client.post(path, content=raw, headers=HEADERS)
+    assert r.status_code == 200, r.text[:300]
+    assert parsed and loop not in parsed, f"{wire}: {TINY} objects parsed on the event loop"
+    assert fitted and loop not in fitted, f"{wire}: {TINY} objects priced on the event loop"
+
+
+def test_a_body_is_judged_by_its_objects_or_its_bytes_whichever_is_more() -> None:
+    tiny = orjson.dumps({"messages": [{"role": "user", "content": "a"}] * 100})
+    assert json_work(tiny) == 101 * OBJECT_BYTES > len(tiny)
+    prose = orjson.dumps({"messages": [{"role": "user", "content": "word " * 20_000}]})
+    assert json_work(prose) == len(prose)
+    # a body already over every threshold is its bytes (not scanned)
+    big = orjson.dumps({"messages": [{"role": "user", "content": "a"}] * 30_000})
+    assert len(big) > THREAD_ABOVE and json_work(big) == len(big)
+    # pricing goes off the loop from an agent session's size in objects, not in megabytes
+    assert COUNT_THREAD_ABOVE // OBJECT_BYTES == 128
