@@ -8,6 +8,10 @@ there was, never by a time.
   220-350 ms in its parse alone, a 220 KB Gemini content of 15,000 parts ~100 ms (CPU time of
   the loop's thread, one loaded machine). A body's work is now judged by its objects too
   (``proxy.fairness.json_work``).
+- The Gemini parse paired each ``functionResponse`` with its call by scanning the open calls
+  (and removing it from a list): a turn of N calls answered by N responses cost N². 16,000
+  calls answered in reverse order by id (~2 MB, under the 32 MiB body limit) took 21.9 s of CPU
+  to parse, without ids 5.6 s; 4,000 (~450 KB) took 1.4 s, then on the event loop. Now 0.2 s.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import proxy.wires.gemini
 import proxy.wires.responses
 from proxy.config import parse_config
 from proxy.fairness import COUNT_THREAD_ABOVE, OBJECT_BYTES, THREAD_ABOVE, json_work
+from proxy.wires.gemini_parse import parse_gemini
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +225,68 @@ def test_a_body_is_judged_by_its_objects_or_its_bytes_whichever_is_more() -> Non
     assert len(big) > THREAD_ABOVE and json_work(big) == len(big)
     # pricing goes off the loop from an agent session's size in objects, not in megabytes
     assert COUNT_THREAD_ABOVE // OBJECT_BYTES == 128
+
+
+# -- Gemini's pairing of responses with calls ----------------------------------------------
+
+
+def test_gemini_responses_find_their_calls_in_linear_time() -> None:
+    """N calls answered in reverse order by id: ids compared O(N) times, not N²/2."""
+    compared = 0
+
+    class Id(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other: object) -> bool:
+            nonlocal compared
+            compared += 1
+            return str.__eq__(self, other)
+
+    n = 2000
+    calls = [{"functionCall": {"id": Id(f"c{i}"), "name": "f", "args": {}}} for i in range(n)]
+    answers = [
+        {"functionResponse": {"id": Id(f"c{i}"), "name": "f", "response": {}}}
+        for i in reversed(range(n))
+    ]
+    body = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "go"}]},
+            {"role": "model", "parts": calls},
+            {"role": "user", "parts": answers},
+        ]
+    }
+    parsed = parse_gemini(body, "gem", sse=False, array=False, counting=False)
+    tools = [m.tool_call_id for m in parsed.messages if m.role == "tool"]
+    assert tools == [f"c{i}" for i in reversed(range(n))]
+    assert compared <= 4 * n, f"{compared} id comparisons for {n} calls"
+
+
+def test_gemini_pairing_by_id_then_name_then_order() -> None:
+    """What the pairing answers is unchanged: a response's own id, else the first open call of
+    its name, else (no id) the first open call; a call answered once is answered."""
+    calls = [
+        {"functionCall": {"name": "a", "args": {}}},
+        {"functionCall": {"id": "x", "name": "b", "args": {}}},
+        {"functionCall": {"name": "a", "args": {}}},
+        {"functionCall": {"name": "c", "args": {}}},
+    ]
+    answers = [
+        {"functionResponse": {"id": "x", "name": "zzz", "response": {}}},
+        {"functionResponse": {"name": "a", "response": {}}},
+        {"functionResponse": {"name": "q", "response": {}}},
+        {"functionResponse": {"name": "a", "response": {}}},
+        {"functionResponse": {"name": "q", "response": {}}},
+        {"functionResponse": {"id": "nope", "name": "q", "response": {}}},
+    ]
+    body = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "go"}]},
+            {"role": "model", "parts": calls},
+            {"role": "user", "parts": answers},
+        ]
+    }
+    parsed = parse_gemini(body, "gem", sse=False, array=False, counting=False)
+    tools = [m.tool_call_id for m in parsed.messages if m.role == "tool"]
+    # x by id; the first "a" by name; "q" takes the first open (the second "a"), the next "a"
+    # finds none of its name and takes the first open ("c"); then none is open
+    assert tools == ["x", "gc1_0", "gc1_2", "gc1_3", "gr2_4", "nope"]
