@@ -22,7 +22,7 @@ from pricing.messages import Message, TextPart
 from strategies.actions import Label
 from strategies.strategy import Move
 
-__all__ = ["MASK", "MASK_PREFIX", "mask_output", "mask_placeholder", "tool_name"]
+__all__ = ["MASK", "MASK_PREFIX", "mask_output", "mask_placeholder", "tool_name", "tool_names"]
 
 MASK_PREFIX = "[routefit: output of "
 
@@ -32,13 +32,20 @@ def mask_placeholder(name: str, tokens: int) -> str:
     return f"{MASK_PREFIX}{name} ({tokens:,} tokens) masked to fit the context budget]"
 
 
-def tool_name(unit: Sequence[Message], call_id: str | None) -> str:
-    """The name of the call ``call_id`` answers, from the unit's calling message."""
+def tool_names(unit: Sequence[Message]) -> dict[str, str]:
+    """The name of each call of the unit by its id (the first call of an id; ``"tool"`` for a
+    call without a name): built once per unit, as a unit of N calls has N outputs to name and a
+    scan per output cost N² (``strategies.moves.Job.tool_names``)."""
+    names: dict[str, str] = {}
     for message in unit:
         for call in message.tool_calls:
-            if call.id == call_id:
-                return call.name or "tool"
-    return "tool"
+            names.setdefault(call.id, call.name or "tool")
+    return names
+
+
+def tool_name(unit: Sequence[Message], call_id: str | None) -> str:
+    """The name of the call ``call_id`` answers, from the unit's calling message."""
+    return tool_names(unit).get(call_id, "tool") if call_id is not None else "tool"
 
 
 def mask_output(message: Message, name: str, tokens: int) -> Message:

@@ -12,6 +12,9 @@ there was, never by a time.
   (and removing it from a list): a turn of N calls answered by N responses cost N². 16,000
   calls answered in reverse order by id (~2 MB, under the 32 MiB body limit) took 21.9 s of CPU
   to parse, without ids 5.6 s; 4,000 (~450 KB) took 1.4 s, then on the event loop. Now 0.2 s.
+- The fit named each tool output it prices masked by scanning its unit's calls for the output's
+  call id: a turn of N calls and N outputs cost N² (``strategies.moves.Job.tool_names`` now
+  reads a unit's names once).
 """
 
 from __future__ import annotations
@@ -32,9 +35,15 @@ import proxy.wires.anthropic
 import proxy.wires.chat
 import proxy.wires.gemini
 import proxy.wires.responses
+from pricing.framing import default_framing
+from pricing.images import default_image_rule
+from pricing.messages import parse_request
+from pricing.route import Route
 from proxy.config import parse_config
 from proxy.fairness import COUNT_THREAD_ABOVE, OBJECT_BYTES, THREAD_ABOVE, json_work
 from proxy.wires.gemini_parse import parse_gemini
+from strategies.fit import fit
+from strategies.policy import FitPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -225,6 +234,61 @@ def test_a_body_is_judged_by_its_objects_or_its_bytes_whichever_is_more() -> Non
     assert len(big) > THREAD_ABOVE and json_work(big) == len(big)
     # pricing goes off the loop from an agent session's size in objects, not in megabytes
     assert COUNT_THREAD_ABOVE // OBJECT_BYTES == 128
+
+
+# -- naming masked outputs -----------------------------------------------------------------
+
+
+class _Counted(str):
+    """A call id that counts how often it is compared."""
+
+    compared = 0
+    __hash__ = str.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        _Counted.compared += 1
+        return str.__eq__(self, other)
+
+
+def test_a_wide_turns_outputs_are_named_in_linear_time() -> None:
+    """One turn of N calls and N outputs on a route too small for it: every output is priced
+    masked, named by its call; ids compared O(N) times, not N²/2."""
+    n = 1500
+    calls = [
+        {
+            "id": _Counted(f"c{i}"),
+            "type": "function",
+            "function": {"name": "run", "arguments": "{}"},
+        }
+        for i in range(n)
+    ]
+    messages = [
+        {"role": "user", "content": "Task: run them all"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *(
+            {"role": "tool", "tool_call_id": _Counted(f"c{i}"), "content": "ok " * 30}
+            for i in range(n)
+        ),
+    ]
+    request = parse_request({"model": "t", "messages": messages, "max_tokens": 256})
+    assert type(request.messages[-1].tool_call_id) is _Counted  # the ids as sent
+    _Counted.compared = 0
+    result = fit(request, _route(16_000), FitPolicy())
+    assert result.report.estimate_after <= result.report.budget
+    assert _Counted.compared <= 10 * n, f"{_Counted.compared} id comparisons for {n} outputs"
+
+
+def _route(window: int) -> Route:
+    return Route(
+        alias="test",
+        model="gpt-4o",
+        context_window=window,
+        max_output_tokens=1024,
+        tokenizer="o200k_base",
+        framing=default_framing("gpt-4o", "o200k_base"),
+        image_rule=default_image_rule("gpt-4o", True),
+        supports_vision=True,
+    )
 
 
 # -- Gemini's pairing of responses with calls ----------------------------------------------
