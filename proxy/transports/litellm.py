@@ -72,7 +72,7 @@ from proxy.exchange import (
     Transient,
     unreadable,
 )
-from proxy.exchange.sse import DONE, EventTooLarge
+from proxy.exchange.sse import DONE, EventTooLarge, LoopTurns
 from proxy.providers import Bounds, Deployment
 from proxy.transports.provider_errors import (
     RETRY_STATUSES,
@@ -156,9 +156,12 @@ class _Chunks:
         self._mark = mark
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        turns = LoopTurns()  # litellm's chunks, as the native paths' events (``split_stream``)
         try:
             async for chunk in self._resp:
-                yield b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
+                event = b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
+                yield event
+                await turns.after(len(event))
         except Exception as exc:  # litellm raises its own tree mid-stream
             if self._mark.reason is not None:
                 raise EventTooLarge(self._mark.reason) from None

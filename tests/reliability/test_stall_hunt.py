@@ -15,10 +15,15 @@ there was, never by a time.
 - The fit named each tool output it prices masked by scanning its unit's calls for the output's
   call id: a turn of N calls and N outputs cost N² (``strategies.moves.Job.tool_names`` now
   reads a unit's names once).
+- A provider stream whose events arrive faster than they are relayed was relayed without a turn
+  of the event loop (reading what has arrived does not suspend): 50,000 one-letter chat chunks
+  sent at once (8 MB) held it 370-660 ms on every wire. The stream now gives the loop a turn
+  every ``TURN_EVERY`` events (``proxy.exchange.sse.LoopTurns``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -40,6 +45,7 @@ from pricing.images import default_image_rule
 from pricing.messages import parse_request
 from pricing.route import Route
 from proxy.config import parse_config
+from proxy.exchange.sse import TURN_EVERY, split_stream
 from proxy.fairness import COUNT_THREAD_ABOVE, OBJECT_BYTES, THREAD_ABOVE, json_work
 from proxy.wires.gemini_parse import parse_gemini
 from strategies.fit import fit
@@ -354,3 +360,37 @@ def test_gemini_pairing_by_id_then_name_then_order() -> None:
     # x by id; the first "a" by name; "q" takes the first open (the second "a"), the next "a"
     # finds none of its name and takes the first open ("c"); then none is open
     assert tools == ["x", "gc1_0", "gc1_2", "gc1_3", "gr2_4", "nope"]
+
+
+# -- a provider's flood of tiny events -------------------------------------------------------
+
+
+async def test_a_flood_of_events_that_came_at_once_gives_the_loop_turns() -> None:
+    """10,000 events in one network chunk: another task runs while they are relayed, at least
+    once every ``TURN_EVERY`` events (it ran not once before: the relay never suspended)."""
+    n = 10_000
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+
+    async def one_chunk() -> AsyncIterator[bytes]:
+        yield event * n
+
+    relayed = 0
+    seen: list[int] = []  # how many events were relayed each time the other task ran
+    done = False
+
+    async def other() -> None:
+        while not done:
+            seen.append(relayed)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other())
+    await asyncio.sleep(0)
+    async for _ in split_stream(one_chunk()):
+        relayed += 1
+    done = True
+    await task
+    assert relayed == n
+    during = [k for k in seen if 0 < k < n]
+    assert len(during) >= n // TURN_EVERY - 1, f"the loop turned {len(during)} times in {n}"
+    gaps = [b - a for a, b in zip([0, *during], [*during, n], strict=True)]
+    assert max(gaps) <= TURN_EVERY
