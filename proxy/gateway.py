@@ -467,7 +467,9 @@ class Gateway:
             _failed_attempt(p, sent, err)
             raise
         self._answered(p, sent)
-        answer = _read_answer(p, completion, leg)
+        # a big answer is read (translated, its usage found) off the loop, as a big body is
+        size = len(completion.body)
+        answer = await self.fairness.run(p.job.who, size, _read_answer, p, completion, leg)
         self.metrics.requests.labels(route, "200").inc()
         # Learnt and settled after the response is sent: the client waits for neither the
         # calibration nor the store (nothing awaits before ``Estimator.learn`` runs unless a
@@ -980,7 +982,10 @@ def _read_answer(p: Flight, completion: Completion, leg: Leg) -> Answer:
     """The provider's whole answer as the client's wire's. Nothing a provider says is taken on
     faith: an answer the wire cannot read (translate, or find its usage in) is the provider's
     malformed answer -- a 502 in the client's shape, billed like one -- not routefit's internal
-    error. Logged with its traceback: a translation's own mistake would show the same way."""
+    error. Logged with its traceback: a translation's own mistake would show the same way.
+    Read in a pricing thread over ``THREAD_ABOVE`` bytes (``Gateway._forward``): a provider's
+    16 MB answer of 200,000 tool calls, translated for a Messages client, held the event loop
+    ~650 ms here; ``max_provider_body_bytes`` lets one be 64 MiB."""
     try:
         return p.wire.answer(p.request, completion, leg.wire)
     except UNREADABLE:

@@ -390,6 +390,18 @@ async def refuse_whole_answer(raw: RawResponse, target: Deployment) -> None:
     raise _not_an_answer(found, up.model, up.api_key, "answered a stream request with JSON")
 
 
+#: Answers above this many bytes are decoded in a worker thread: orjson reads ~200-500 MB/s, so
+#: a 64 MiB answer (``max_provider_body_bytes``' default) held the event loop a few hundred ms.
+_DECODE_IN_THREAD = 512 * 1024
+
+
+async def _decoded(content: bytes) -> Any:
+    """``content`` as JSON: off the loop when it is big (``_DECODE_IN_THREAD``)."""
+    if len(content) > _DECODE_IN_THREAD:
+        return await anyio.to_thread.run_sync(orjson.loads, content)
+    return orjson.loads(content)
+
+
 async def completion(
     raw: RawResponse, target: Deployment, max_body: int, wire: str | None = None
 ) -> Completion:
@@ -416,7 +428,7 @@ async def completion(
         ) from None
     await raw.finish(True)
     try:
-        data = orjson.loads(content)
+        data = await _decoded(content)
     except orjson.JSONDecodeError:
         data = None
     if not isinstance(data, dict):
