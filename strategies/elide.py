@@ -68,12 +68,17 @@ class UnitCosts:
     images: int  # number of images in the unit
     fixed: bool  # protected whatever the prefix: system/developer, the first user message
     user: bool  # a user message (the last one of a prefix is protected)
-    #: A user message right after a tool round: as a prefix's newest unit it protects that round.
+    #: The end of a tail right after a tool round (a user message, or a note or several user
+    #: messages: ``strategies.units.answered_rounds``): as a prefix's newest unit it keeps that
+    #: round whole, ``tail`` units before it.
     answers: bool = False
     #: Price with its tool outputs masked, and with both images offloaded and outputs masked
     #: (None: the unit has no tool output, masking leaves it as it is).
     masked: int | None = None
     masked_offloaded: int | None = None
+    #: Units of the tail before this one, between it and the round (``answers``): 0 when it is
+    #: the tail alone.
+    tail: int = 0
 
 
 #: Where images are offloaded: before a point, or before it but for an image head's units
@@ -148,11 +153,19 @@ class _Sums:
         self.fixed_count = [0, *accumulate(int(u.fixed) for u in units)]
         last_user: list[int | None] = []
         current: int | None = None
+        # the first user message of the tail a unit ends, when that tail answers a round
+        tail_user: list[int | None] = []
         for i, u in enumerate(units):
             if u.user:
                 current = i
             last_user.append(current)
+            same = i > 0 and u.answers and units[i - 1].answers and units[i - 1].tail == u.tail - 1
+            earlier = tail_user[i - 1] if same else None
+            tail_user.append(
+                earlier if earlier is not None else (i if u.answers and u.user else None)
+            )
         self.last_user = last_user
+        self.tail_user = tail_user
 
     def free(self, x: int, offload: Offload, mask: int, verbatim: int = 0, vstart: int = 0) -> int:
         """Σ over unprotected units below x of their price, images before ``offload`` offloaded
@@ -185,9 +198,12 @@ class _Sums:
         return _variants(self.units[u])[int(off) + 2 * int(masked)]
 
     def newest_turn(self, e: int) -> int:
-        """The first unit of prefix ``[0, e)``'s newest turn: its latest user message."""
+        """The first unit of prefix ``[0, e)``'s newest turn: its latest user message, or the
+        first user message of the tail that answers a round (``UnitCosts.answers``: several
+        user messages after it are all the user's answer, elided only into the turn)."""
         lu = self.last_user[e - 1]
-        return e - 1 if lu is None else lu
+        first = self.tail_user[e - 1]
+        return e - 1 if lu is None else lu if first is None else min(lu, first)
 
     def estimate(
         self,
@@ -230,11 +246,12 @@ class _Sums:
         return min(unelided, unelided + self.marker * (1 + fewest) - most)
 
     def _dynamic(self, e: int) -> set[int]:
-        """The newest unit, the round it answers and the latest user message: they go as they
-        are whatever the plan."""
+        """The newest unit, the round its tail answers and the latest user message: they go as
+        they are whatever the plan."""
         newest = {e - 1}
-        if self.units[e - 1].answers:
-            newest.add(e - 2)
+        last = self.units[e - 1]
+        if last.answers:
+            newest.add(e - 2 - last.tail)
         lu = self.last_user[e - 1]
         return {d for d in (*newest, lu) if d is not None and not self.units[d].fixed}
 

@@ -52,7 +52,7 @@ from strategies.offload import OFFLOAD, offload_images, placeholder_for
 from strategies.policy import FitPolicy
 from strategies.result import NOTHING, Fit, FitReport, actions_of
 from strategies.strategy import FitState
-from strategies.units import Unit, answers_tool_round, group_units, protected_units
+from strategies.units import Unit, answered_round, answered_rounds, group_units, protected_units
 
 __all__ = ["Job", "adapt", "assemble", "fit_moves"]
 
@@ -449,15 +449,16 @@ def _turn_without_task(
 def _turn_units(
     messages: Sequence[Message], units: Sequence[Unit]
 ) -> tuple[set[int], list[int], int, set[int]]:
-    """The system units, the user units (oldest first), the tool round the newest unit answers
-    (else the newest unit) and the newest turn's units: from the latest user message (or that
-    round, when earlier) on."""
+    """The system units, the user units (oldest first), the tool round the conversation's tail
+    answers (``answered_round``; else the newest unit) and the newest turn's units: from the
+    latest user message (or that round, when earlier) on."""
     n = len(units)
     roles = [{m.role for m in messages[u.start : u.end]} for u in units]
     system = {u for u in range(n) if roles[u] & {"system", "developer"}}
     users = [u for u in range(n) if "user" in roles[u]]
     last = users[-1] if users else n - 1
-    answered = n - 2 if answers_tool_round(messages, units, n - 1) else n - 1
+    answered = answered_round(messages, units)
+    answered = n - 1 if answered is None else answered
     return system, users, answered, set(range(min(last, answered), n))
 
 
@@ -511,10 +512,13 @@ def _squeezed(
 
 
 def _newest(messages: Sequence[Message], units: Sequence[Unit]) -> list[int]:
-    """The newest unit, and the tool round before it when it answers that round: what a plan
-    never masks (the newest turn's outputs go only in ``_mask_newest``, oldest first)."""
+    """The newest unit, and the tool round the conversation's tail answers (``answered_round``:
+    the latest user message, with a note, a prefill or other user messages after the round):
+    what a plan never masks (the newest turn's outputs go only in ``_mask_newest``, oldest
+    first)."""
     n = len(units)
-    return [n - 1, n - 2] if answers_tool_round(messages, units, n - 1) else [n - 1]
+    answered = answered_round(messages, units)
+    return [n - 1] if answered is None else [n - 1, answered]
 
 
 def _protected_head(costs: Sequence[UnitCosts]) -> int:
@@ -531,6 +535,7 @@ def _unit_costs(
     costs = []
     price = job.correction.price
     masking = MASK.name in job.policy.strategies
+    rounds = answered_rounds(messages, units)
     for u, unit in enumerate(units):
         features = [0] * len(FEATURES)
         masked: list[int] | None = None
@@ -570,9 +575,10 @@ def _unit_costs(
                 images=count,
                 fixed=fixed,
                 user=user,
-                answers=answers_tool_round(messages, units, u),
+                answers=rounds[u] is not None,
                 masked=None if masked is None else masked_price,
                 masked_offloaded=both,
+                tail=0 if (r := rounds[u]) is None else u - r - 1,
             )
         )
     return costs
@@ -629,18 +635,25 @@ def _last_resort(
     """Refusal is the last resort: what no cut may touch is the system prompt and the latest
     user message (as the cap rule left them). When the cache-stable plans overflow, try, in
     order, keeping the task and the newest turn; the same without the task; the latest user
-    message with the newest unit; each with its outputs masked oldest first until it fits (the
-    last one masked capped to the room left instead, ``_squeezed``); then the core alone, with
-    a marker, then without one. The first that fits is sent; None when even the bare core does
-    not."""
+    message with the newest unit and the tool round the conversation's tail answers, with that
+    tail (``answered_round``: preferred, never part of the core); each with its outputs masked
+    oldest first until it fits (the last one masked capped to the room left instead,
+    ``_squeezed``); then the round masked beside the core without the tail's other user
+    messages, then those without the round; then the core alone, with a marker, then without
+    one. The first that fits is sent; None when even the bare core does not."""
     n = len(units)
     system, users, answered, turn = _turn_units(messages, units)
     last = users[-1] if users else n - 1
     first = users[0] if users else last
-    newest = {n - 1, answered, last}
+    newest = {last, *range(answered, n)}  # with the round the tail answers, and the tail
     masking = MASK.name in job.policy.strategies
     offload = [False] * n
-    attempts = [(turn | {first}, turn), (turn, turn), (newest, newest), ({last}, set())]
+    attempts = [(turn | {first}, turn), (turn, turn), (newest, newest)]
+    if answered < n - 1:  # what of the tail is not the core yields: its user messages, the round
+        if newest - system - {last, answered}:
+            attempts.append(({last, answered}, {answered}))
+        attempts.append((newest - {answered}, set()))
+    attempts.append(({last}, set()))
     for kept, masked in attempts:
         states = [KEPT if u in system or u in kept else ELIDED for u in range(n)]
         extra = _outputs(messages, units, masked) if masking else []

@@ -5,11 +5,15 @@ gone, so an assistant message with ``tool_calls`` and the tool messages that fol
 unit: fitting removes units, never single messages. Every other message is a unit of its own.
 
 Protected, never removed: system and developer messages, the first user message (the task), the
-last user message, and the newest unit (what the model must answer now) with, when it is a user
-message, the tool round just before it. Agent loops run many tool calls after one user message;
-the units between that message and the newest unit (the rest of the newest turn) are not
-protected here, but the planner keeps them whole whenever the turn fits once its outputs are
-masked (``strategies.elide``: elision stops at the turn, the head gives way to it).
+last user message, and the newest unit (what the model must answer now) with, when the
+conversation's tail answers a tool round (``answered_round``), that round. That protection is a
+preference, not the irreducible core: a round that does not fit is masked, capped and elided
+before the request is refused (``strategies.moves._last_resort``); what no cut may touch is the
+system prompt and the latest user message. Agent loops run many tool
+calls after one user message; the units between that message and the newest unit (the rest of
+the newest turn) are not protected here, but the planner keeps them whole whenever the turn
+fits once its outputs are masked (``strategies.elide``: elision stops at the turn, the head
+gives way to it).
 """
 
 from __future__ import annotations
@@ -19,9 +23,18 @@ from dataclasses import dataclass
 
 from pricing.messages import Message
 
-__all__ = ["Unit", "answers_tool_round", "group_units", "protected_units"]
+__all__ = [
+    "Unit",
+    "answered_round",
+    "answered_rounds",
+    "answers_tool_round",
+    "group_units",
+    "protected_units",
+]
 
 _TOOL_ROLES = ("tool", "function")
+#: Roles of the messages a conversation's tail is made of (``answered_rounds``).
+_TAIL_ROLES = ("user", "system", "developer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +93,55 @@ def protected_units(messages: Sequence[Message], units: Sequence[Unit]) -> froze
                     first_user = u
                 last_user = u
     keep.update(u for u in (first_user, last_user) if u is not None)
-    if answers_tool_round(messages, units, len(units) - 1):
-        keep.add(len(units) - 2)
+    answered = answered_round(messages, units)
+    if answered is not None:
+        keep.add(answered)
     return frozenset(keep)
+
+
+def answered_round(messages: Sequence[Message], units: Sequence[Unit]) -> int | None:
+    """The unit of the tool round the conversation's tail answers, None when it answers none
+    (``answered_rounds``)."""
+    return answered_rounds(messages, units)[-1] if units else None
+
+
+def answered_rounds(messages: Sequence[Message], units: Sequence[Unit]) -> list[int | None]:
+    """For each unit ``u``, the tool round the tail of the conversation cut after ``u`` answers.
+
+    The tail is the run of units that ends the conversation made only of user, system and
+    developer messages (with a final prefill, which ``group_units`` put in the last unit): the
+    latest user message, a ``system`` / ``developer`` note after it or before it (chat and
+    Responses take them anywhere; Claude Code sends ``role: system`` entries inside Messages'
+    ``messages``), several user messages in a row. When the unit before it is a tool round,
+    the tail answers that round: its results are what the user (or an Anthropic client, whose
+    one user turn carries tool results and text) reacts to, part of what the model must answer
+    now, so they are kept as the newest turn is — whatever the tail, as they are when it is
+    the user message alone. The tail's notes are protected as every note is, its latest user
+    message as the latest is; its other user messages are not (they are people's words, but
+    not what must go: one may be a recording the budget cannot hold), and go after the round
+    only when the plans must cut into the newest turn. One pass: linear in the units."""
+    last = len(messages) - 1
+    out: list[int | None] = []
+    start = 0  # the first unit of the tail ending at ``u``
+    for u, unit in enumerate(units):
+        tail = all(
+            m.role in _TAIL_ROLES or (i == last and m.role == "assistant" and not m.tool_calls)
+            for i, m in enumerate(messages[unit.start : unit.end], unit.start)
+        )
+        if not tail:
+            out.append(None)
+            start = u + 1
+            continue
+        before = start - 1
+        out.append(before if before >= 0 and messages[units[before].start].tool_calls else None)
+    return out
 
 
 def answers_tool_round(messages: Sequence[Message], units: Sequence[Unit], u: int) -> bool:
     """Whether unit ``u`` is a user message right after a tool round: the results the user (or
     an Anthropic client, whose one user turn carries tool results and text) is answering are
-    part of what the model must answer now, so they are as protected as the newest unit."""
+    part of what the model must answer now, so they are as protected as the newest unit. The
+    rule for any tail is ``answered_rounds``; this is its case of a tail of one user message."""
     if u < 1 or not any(m.role == "user" for m in messages[units[u].start : units[u].end]):
         return False
     return bool(messages[units[u - 1].start].tool_calls)

@@ -80,9 +80,18 @@ def result_text(block: dict[str, Any]) -> str:
     return content if isinstance(content, str) else content[0]["text"]
 
 
-@pytest.mark.parametrize("prefill", [None, "The last file"])
-def test_the_round_a_prefilled_answer_answers_is_kept(gw, fresh_sim, prefill):
+NOTE = {"role": "system", "content": "Answer in one paragraph."}
+
+
+@pytest.mark.parametrize(
+    ("note", "prefill"), [(False, None), (False, "The last file"), (True, None), (True, "The")]
+)
+def test_the_round_a_prefilled_answer_answers_is_kept(gw, fresh_sim, note, prefill):
+    """With a ``role: system`` note after the latest user message too (Claude Code sends such
+    entries inside ``messages``): the note was the newest unit alone, as the prefill was."""
     messages = session(rounds=30, size=100, newest=2000)
+    if note:
+        messages.append(NOTE)
     if prefill is not None:
         messages.append({"role": "assistant", "content": prefill})
     body = {"model": "claude-small", "max_tokens": 4096, "tools": TOOLS, "messages": messages}
@@ -92,6 +101,9 @@ def test_the_round_a_prefilled_answer_answers_is_kept(gw, fresh_sim, prefill):
     sent = fresh_sim.last_request("/v1/messages")["body"]["messages"]
     if prefill is not None:
         assert sent[-1] == messages[-1]
+        sent = sent[:-1]
+    if note:
+        assert sent[-1] == NOTE
         sent = sent[:-1]
     newest = newest_result(sent, "toolu_29")
     assert not result_text(newest).startswith(MASK_PREFIX)
