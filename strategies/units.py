@@ -27,7 +27,6 @@ __all__ = [
     "Unit",
     "answered_round",
     "answered_rounds",
-    "answers_tool_round",
     "group_units",
     "protected_units",
 ]
@@ -135,13 +134,3 @@ def answered_rounds(messages: Sequence[Message], units: Sequence[Unit]) -> list[
         before = start - 1
         out.append(before if before >= 0 and messages[units[before].start].tool_calls else None)
     return out
-
-
-def answers_tool_round(messages: Sequence[Message], units: Sequence[Unit], u: int) -> bool:
-    """Whether unit ``u`` is a user message right after a tool round: the results the user (or
-    an Anthropic client, whose one user turn carries tool results and text) is answering are
-    part of what the model must answer now, so they are as protected as the newest unit. The
-    rule for any tail is ``answered_rounds``; this is its case of a tail of one user message."""
-    if u < 1 or not any(m.role == "user" for m in messages[units[u].start : units[u].end]):
-        return False
-    return bool(messages[units[u - 1].start].tool_calls)

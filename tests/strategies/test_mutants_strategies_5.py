@@ -19,7 +19,8 @@ from strategies.elide import UnitCosts, _Sums, masked_by, plan_max
 from strategies.moves import Job, fit_moves
 from strategies.policy import FitPolicy
 from strategies.strategy import FitState
-from strategies.units import answers_tool_round, group_units, protected_units
+from strategies.units import answered_round, group_units, protected_units
+from strategies.units import answered_rounds as rounds_answered
 
 
 def request(messages: list[dict[str, Any]]) -> ChatRequest:
@@ -55,7 +56,7 @@ def answered_rounds(words: int, last: str) -> list[dict[str, Any]]:
     ]
 
 
-# -- units.answers_tool_round (mutmut_10): the round the newest user message answers ------------
+# -- units.answered_rounds (answers_tool_round's mutmut_10): the round a user message answers ------
 
 
 def test_a_user_message_after_a_tool_round_protects_that_round() -> None:
@@ -65,14 +66,13 @@ def test_a_user_message_after_a_tool_round_protects_that_round() -> None:
     messages = request(answered_rounds(20, "Now the other one.")).messages
     units = group_units(messages)
     assert [(u.start, u.end) for u in units] == [(0, 1), (1, 2), (2, 4), (4, 5), (5, 7), (7, 8)]
-    assert answers_tool_round(messages, units, 5)
-    assert [answers_tool_round(messages, units, u) for u in range(5)] == [False] * 5
+    assert rounds_answered(messages, units) == [None] * 5 + [4]
     # the system prompt, the task, the newest unit and the round it answers; not the older round
     assert protected_units(messages, units) == {0, 1, 4, 5}
     # after plain text the newest user message protects nothing more
     plain = request([*(m.wire for m in messages[:5]), {"role": "user", "content": "Thanks."}])
     plain_units = group_units(plain.messages)
-    assert not answers_tool_round(plain.messages, plain_units, len(plain_units) - 1)
+    assert answered_round(plain.messages, plain_units) is None
     assert protected_units(plain.messages, plain_units) == {0, 1, 4}
 
 

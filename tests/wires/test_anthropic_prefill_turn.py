@@ -3,7 +3,7 @@
 Anthropic lets a request end with an assistant message: the model continues it. What the model
 answers then is the latest user message, and the tool results that message carries, exactly as
 without the prefill. The fit's units made the prefill the newest unit, so the protection the
-newest unit gives the round it answers (``strategies.units.answers_tool_round``) went to the
+newest unit gives the round it answers (``strategies.units.answered_rounds``) went to the
 prefill instead: the latest tool results were masked (or elided with their call) like any old
 round, and the model was asked to summarise a file it was shown only as "output masked". Now a
 trailing assistant message without tool calls is one unit with the unit before it
