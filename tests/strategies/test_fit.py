@@ -180,25 +180,42 @@ def test_fit_invariants(messages, window, vision, pin, factor):
         assert result.report.actions.header() == "none"
     # 3. Valid for the provider: no orphaned tool result, no unanswered call.
     check_no_orphans(out)
-    # 4. Protected messages are all there, in order; system and user ones byte for byte
-    #    (a protected tool output may have been capped: its call id must still be there).
+    # 4. Protected messages are there, in order; system and user ones byte for byte (a
+    #    protected tool output may have been capped: its call id must still be there). What no
+    #    cut may touch is the core, the system prompt and the latest user message (issue 31:
+    #    refusal is the last resort); the other protected messages (the task, the newest unit,
+    #    the round it answers) may yield only when all of them together, as sent, do not fit.
     out_json = [json.dumps(m, sort_keys=True) for m in out]
     positions = []
+    protected, dropped = [], []
     for i in protected_indices(messages):
         m = messages[i]
         if not vision:  # on a text-only route every image is sent as its placeholder
             (parsed,) = parse_request({"messages": [m]}).messages
             if any(not sent_as_audio(p, r) for p in parsed.images):  # audio goes as audio
                 m = dict(message_wire(offload_images(parsed, r)))
+        protected.append(m)
         if m["role"] == "tool":
             found = [j for j, o in enumerate(out) if o.get("tool_call_id") == m["tool_call_id"]]
-            assert len(found) == 1
-            positions.append(found[0])
-        else:
-            # In order: an identical earlier message (same text) is not this one.
-            start = positions[-1] + 1 if positions else 0
+            assert len(found) <= 1
+            if found:
+                positions.append(found[0])
+            else:
+                dropped.append(i)
+            continue
+        # In order: an identical earlier message (same text) is not this one.
+        start = positions[-1] + 1 if positions else 0
+        try:
             positions.append(out_json.index(json.dumps(m, sort_keys=True), start))
+        except ValueError:
+            dropped.append(i)
     assert positions == sorted(positions)
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    core = {i for i, m in enumerate(messages) if m["role"] in ("system", "developer")}
+    assert not core.intersection(dropped) and (not users or users[-1] not in dropped)
+    if dropped:
+        alone = measure(parse_request({"messages": protected}), r)
+        assert correction.apply(alone.text, alone.framing, alone.images) > budget
     assert out[-1]["role"] == messages[-1]["role"]
     # 5. Deterministic, and a fixed point.
     again = fit(parse_request(copy.deepcopy(body)), r, policy, correction)
