@@ -19,6 +19,7 @@ from PIL import Image
 
 from pricing.bounds import Proof
 from pricing.capped import cap_message
+from pricing.chunks import content_chunks
 from pricing.images import parse_image_rule
 from pricing.messages import ChatRequest, ImagePart, parse_request
 from pricing.meter import MEASURED, TOOLS_PRICED, measure
@@ -110,7 +111,9 @@ def test_a_text_mostly_seen_before_finds_its_chunks_for_its_team_only():
     assert count_cache_lookups()[0] == hits  # team B found nothing of team A's
     assert a.count("Request 2:\n" + body) == counted
     found = count_cache_lookups()[0] - hits
-    assert found >= 8  # team A found its own chunks, all but the head's
+    # team A found its own chunks, all but the head's (how many a random text has varies: it
+    # was read as "at least 8", and a text of 8 chunks failed a clean-clone run)
+    assert found == len(content_chunks("Request 2:\n" + body)) - 1 > 0
     hits = count_cache_lookups()[0]
     b.count("Request 3:\n" + body)
     assert count_cache_lookups()[0] - hits == found  # and so does team B, of its own
