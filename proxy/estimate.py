@@ -378,7 +378,7 @@ class Estimator:
         sizes = await fetched_sizes(self.sizer, rc, wire.name, request, scope)
         route = self.route_priced(rc, team, wire.name)
         policy = self.policy_for(rc, team)
-        return Job(wire, request, rc, policy, sizes, route, scope, who, size, max(size, work))
+        return Job(wire, request, rc, policy, sizes, route, scope, who, size, work)
 
     async def _bounded(
         self, job: Job, correction: Correction, team: Team | None, started: float, proof: Proof

@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import orjson
@@ -79,6 +79,7 @@ from proxy.wires.base import (
     Answer,
     Counting,
     StreamFailed,
+    call_objects,
     client_terms,
     delta_fields,
     renamed_cap,
@@ -923,34 +924,12 @@ def _answer_text(answer: Answer) -> str:
 
 
 def _call_objects(body: bytes) -> list[str]:
-    """The arguments of each call in a whole answer that carries them as an object, as compact
-    JSON: a Messages ``tool_use`` block's ``input``, a Gemini ``functionCall``'s ``args``. Chat's
-    and Responses' ``arguments`` are strings ``_ANSWER_TEXT`` reads; these are output the model
-    generated all the same, and an answer that only called a function read as no output, so a
-    usage stating 0 output tokens was believed (docs/security.md, "Charging on every exit").
-    Read only when the provider's output count is not used; walked without recursion (a
-    provider's nesting is not ours to bound)."""
+    """``call_objects`` of a whole answer; read only when the provider's output count is not
+    used."""
     try:
-        stack: list[Any] = [orjson.loads(body)]
+        return call_objects(orjson.loads(body))
     except orjson.JSONDecodeError:
         return []
-    found: list[str] = []
-    while stack:
-        value = stack.pop()
-        if isinstance(value, list):
-            stack.extend(reversed(value))
-            continue
-        if not isinstance(value, dict):
-            continue
-        if value.get("type") == "tool_use" and isinstance(value.get("input"), dict):
-            found.append(orjson.dumps(value["input"]).decode())
-            continue
-        call = value.get("functionCall", value.get("function_call"))
-        if isinstance(call, dict) and isinstance(call.get("args"), dict):
-            found.append(orjson.dumps(call["args"]).decode())
-            continue
-        stack.extend(reversed(list(value.values())))
-    return found
 
 
 async def _count_relayed(route: Route, text: str) -> int:

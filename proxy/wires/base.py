@@ -60,6 +60,7 @@ __all__ = [
     "StreamFailed",
     "StreamedCalls",
     "Wire",
+    "call_objects",
     "capped_output",
     "chat_field",
     "client_terms",
@@ -289,6 +290,34 @@ def capped_output(body: Mapping[str, Any], fitted: Fit, keys: tuple[str, ...]) -
 
 #: Where a chat body carries its output cap, the current name first.
 CHAT_CAPS = ("max_completion_tokens", "max_tokens")
+
+
+def call_objects(value: Any) -> list[str]:
+    """The arguments of each call in a provider's JSON (a whole answer, a stream event's
+    candidates) that carries them as an object, as compact JSON: a Messages ``tool_use``
+    block's ``input``, a Gemini ``functionCall``'s ``args``. Chat's and Responses'
+    ``arguments`` are strings a wire's ``generated`` pattern reads; these are output the model
+    generated all the same, and an answer that only called a function read as no output
+    (docs/security.md, "Charging on every exit"). Walked without recursion (a provider's
+    nesting is not ours to bound)."""
+    stack: list[Any] = [value]
+    found: list[str] = []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+            continue
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "tool_use" and isinstance(item.get("input"), dict):
+            found.append(orjson.dumps(item["input"]).decode())
+            continue
+        call = item.get("functionCall", item.get("function_call"))
+        if isinstance(call, dict) and isinstance(call.get("args"), dict):
+            found.append(orjson.dumps(call["args"]).decode())
+            continue
+        stack.extend(reversed(list(item.values())))
+    return found
 
 
 def renamed_cap(body: Mapping[str, Any], name: str) -> Mapping[str, Any]:

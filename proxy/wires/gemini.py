@@ -36,6 +36,7 @@ from proxy.wires.base import (
     Answer,
     Outcome,
     RequestContext,
+    call_objects,
     capped_output,
     chat_chunks,
     chat_field,
@@ -216,7 +217,7 @@ async def _relay_native(events: EventStream, outcome: Outcome) -> AsyncGenerator
     """Google's events as they came; the usage of the latest ``usageMetadata`` (complete on the
     last chunk), finished once a chunk states its ``finishReason`` and the stream then ends, an
     ``error`` object the provider's own end. Each ``functionCall``'s ``args`` is noted as
-    generated output (``_call_args``) before its event goes out: the ``text`` pattern of
+    generated output (``call_objects``) before its event goes out: the ``text`` pattern of
     ``GeminiWire.generated`` cannot find an object, and a stream that breaks after a call is
     charged the call, as chat's ``arguments`` and Messages' ``partial_json`` are."""
     finished = False
@@ -233,30 +234,12 @@ async def _relay_native(events: EventStream, outcome: Outcome) -> AsyncGenerator
             outcome.usage = usage or outcome.usage
             candidates = parsed.get("candidates")
             if isinstance(candidates, list):
-                for args in _call_args(candidates):
+                for args in call_objects(candidates):
                     outcome.note(args)
                 if any(isinstance(c, Mapping) and c.get("finishReason") for c in candidates):
                     finished = True
         yield event
     outcome.completed = finished and not outcome.failed
-
-
-def _call_args(candidates: list[Any]) -> list[str]:
-    """The ``args`` of each ``functionCall`` part of ``candidates``, as compact JSON: the
-    arguments the model generated, counted as chat counts a call's ``arguments`` string (the
-    name is not counted on any wire)."""
-    found: list[str] = []
-    for candidate in candidates:
-        content = candidate.get("content") if isinstance(candidate, Mapping) else None
-        parts = content.get("parts") if isinstance(content, Mapping) else None
-        for part in parts if isinstance(parts, list) else ():
-            if not isinstance(part, Mapping):
-                continue
-            call = part.get("functionCall", part.get("function_call"))
-            args = call.get("args") if isinstance(call, Mapping) else None
-            if args is not None:
-                found.append(orjson.dumps(args).decode())
-    return found
 
 
 async def _relay_chat(
@@ -268,13 +251,11 @@ async def _relay_chat(
         async for obj in chat_chunks(events, outcome):
             if obj is None:
                 finishing = True
-                last = out.finish_chunk(outcome.usage)
-                # each call goes out whole here, its args an object: noted as the native relay's
-                data = event_data(last)
-                parsed = orjson.loads(data) if data else {}
-                for args in _call_args(parsed.get("candidates") or []):
-                    outcome.note(args)
-                yield last
+                # each call goes out whole in the last chunk, its args an object no ``text``
+                # pattern finds: noted as held, not read back from the chunk just written
+                for arguments in out.held():
+                    outcome.note(arguments)
+                yield out.finish_chunk(outcome.usage)
                 outcome.completed = True
                 return
             for chunk in out.chunk(obj):
