@@ -452,16 +452,7 @@ def test_the_functions_a_gemini_client_allows_are_the_only_ones_offered(
     }
     r = httpx.post(f"{gw.base_url}/v1beta/models/{route}:generateContent", json=body, timeout=30)
     assert r.status_code == 200, r.text
-    path, sent = fresh.requests[-1]
-    if route == "chat":
-        validate_chat(sent)
-        assert [t["function"]["name"] for t in sent["tools"]] == names[:2]
-        assert sent["tool_choice"] == asked
-    else:
-        assert path.endswith("/messages")
-        validate_messages(sent)
-        assert [t["name"] for t in sent["tools"]] == names[:2]
-        assert sent["tool_choice"] == {"type": {"required": "any"}.get(asked, asked)}
+    _offered_only(fresh, route, names[:2], asked)
 
 
 # --- call ids Anthropic takes -------------------------------------------------------------------
@@ -545,13 +536,19 @@ def test_the_tools_a_responses_client_allows_are_the_only_ones_offered(
     }
     r = httpx.post(gw.base_url + "/v1/responses", json=body, timeout=30)
     assert r.status_code == 200, r.text
+    _offered_only(fresh, route, names[:2], asked)
+
+
+def _offered_only(fresh: Any, route: str, allowed: list[str], asked: str) -> None:
+    """The provider's last request offered only the ``allowed`` tools, with the calling mode
+    ``asked`` in its own words (chat's, or Messages' ``any`` for ``required``), and is valid."""
     path, sent = fresh.requests[-1]
     if route == "chat":
         validate_chat(sent)
-        assert [t["function"]["name"] for t in sent["tools"]] == names[:2]
+        assert [t["function"]["name"] for t in sent["tools"]] == allowed
         assert sent["tool_choice"] == asked
     else:
         assert path.endswith("/messages")
         validate_messages(sent)
-        assert [t["name"] for t in sent["tools"]] == names[:2]
+        assert [t["name"] for t in sent["tools"]] == allowed
         assert sent["tool_choice"] == {"type": {"required": "any"}.get(asked, asked)}
