@@ -194,7 +194,7 @@ class Budgets:
             actual = [(w, 0) for w, _ in held.amounts]
         else:
             actual = [
-                (w, _amount(w, held.rc, usage.prompt_tokens, usage.completion_tokens))
+                (w, _amount(w, held.rc, usage.billed_prompt, usage.completion_tokens))
                 for w, _ in held.amounts
             ]
         # Shielded: a caller cancelled now (the drain's deadline) must not leave it half done.

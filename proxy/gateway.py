@@ -745,7 +745,8 @@ class Gateway:
         if text:
             output = max(output, await _count_relayed(p.job.priced, text))
         cached = seen.cached_tokens if seen is not None else 0
-        return Usage(prompt, output, min(cached, prompt))
+        tools = seen.tool_prompt_tokens if seen is not None else 0
+        return Usage(prompt, output, min(cached, prompt), tool_prompt_tokens=tools)
 
     # -- the dry run -----------------------------------------------------------------------
 

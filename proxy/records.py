@@ -347,10 +347,11 @@ def _figure(value: int | None) -> int | str | None:
 
 def cost_usd(rc: RouteConfig, usage: Usage | None) -> float | None:
     """The provider's usage at the route's prices, as the usd quotas charge it (prompt and
-    output per token); None without usage or without prices."""
+    output per token, what the provider's tools read as input); None without usage or without
+    prices."""
     if usage is None or (rc.input_cost_per_token is None and rc.output_cost_per_token is None):
         return None
-    cost = usage.prompt_tokens * (rc.input_cost_per_token or 0.0)
+    cost = usage.billed_prompt * (rc.input_cost_per_token or 0.0)
     cost += usage.completion_tokens * (rc.output_cost_per_token or 0.0)
     return round(cost, 9)
 

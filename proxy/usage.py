@@ -10,7 +10,9 @@ one would learn that prompts are tiny and overflow:
 * litellm's OpenAI-shaped usage for Anthropic already adds the cache fields into
   ``prompt_tokens`` in current versions; older ones did not. We check rather than trust: a
   ``prompt_tokens`` smaller than the cache fields it should contain gets them added.
-* Gemini (native): ``promptTokenCount`` includes ``cachedContentTokenCount``.
+* Gemini (native): ``promptTokenCount`` includes ``cachedContentTokenCount``; what a built-in
+  tool read (URL context's pages, a search's results, code execution's intermediate input) is
+  ``toolUsePromptTokenCount``, apart from it and billed as input too (``Usage.tool_prompt_tokens``).
 * OpenAI Responses: ``input_tokens`` includes ``input_tokens_details.cached_tokens``.
 
 Usage is a provider's claim, not a fact (docs/security.md, "Untrusted provider usage"): a count
@@ -38,10 +40,22 @@ class Usage:
     cached_tokens: int = 0
     #: Why the provider's usage object could not be read as counts ("" when it could).
     invalid: str = ""
+    #: Input the provider read beyond the prompt it was sent, billed as input: Gemini's
+    #: ``toolUsePromptTokenCount``, what a built-in tool put before the model (a fetched page
+    #: can be tens of thousands of tokens). Charged (``billed_prompt``), never learnt from: no
+    #: estimate of the prompt contains it. Charged whatever the tool, Search included, which
+    #: Google bills per grounded prompt rather than by these tokens: a token quota counts what
+    #: the model read (docs/security.md, "Untrusted provider usage").
+    tool_prompt_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def billed_prompt(self) -> int:
+        """The input the team is charged: the prompt and what the provider's tools read."""
+        return self.prompt_tokens + self.tool_prompt_tokens
 
 
 class _NotACount(ValueError):
@@ -77,6 +91,7 @@ def usage_fault(usage: Usage, limit: int) -> str | None:
         ("prompt", usage.prompt_tokens),
         ("completion", usage.completion_tokens),
         ("cached", usage.cached_tokens),
+        ("tool prompt", usage.tool_prompt_tokens),
     ):
         if not 0 <= value <= limit:
             return f"{name} tokens {value} outside [0, {limit}]"
@@ -119,6 +134,7 @@ def _normalize(usage: Mapping[str, Any]) -> Usage | None:
             _int(usage.get("promptTokenCount")),
             _int(usage.get("candidatesTokenCount")) + _int(usage.get("thoughtsTokenCount")),
             _int(usage.get("cachedContentTokenCount")),
+            tool_prompt_tokens=_int(usage.get("toolUsePromptTokenCount")),
         )
     responses = usage.get("input_tokens_details")
     if isinstance(responses, Mapping) and "prompt_tokens" not in usage:  # OpenAI Responses

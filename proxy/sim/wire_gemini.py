@@ -13,6 +13,12 @@ Google does not add ``maxOutputTokens`` to it; function calling out of order is 
 ``{"error": {"code", "message", "status"}}``. ``usageMetadata`` (``promptTokenCount`` including
 ``cachedContentTokenCount``, ``candidatesTokenCount``, ``totalTokenCount``) rides on every
 streamed chunk, complete on the last.
+
+Google's built-in tools read more than the prompt: what URL context fetched and what a search
+returned is put before the model and stated apart, as ``toolUsePromptTokenCount`` (in
+``totalTokenCount``, not in ``promptTokenCount``). The simulator reads nothing: a request
+offering ``urlContext`` is said to have read ``PAGE_TOKENS`` per URL of its last user turn, one
+offering ``googleSearch`` ``SEARCH_TOKENS`` (stand-ins, not Google's figures).
 """
 
 from __future__ import annotations
@@ -416,15 +422,37 @@ def _parts(ans: Answer) -> list[dict[str, Any]]:
     return [{"text": ans.text}]
 
 
-def _usage(prompt: int, cached: int, output: int) -> dict[str, Any]:
+def _usage(prompt: int, cached: int, output: int, tool_use: int = 0) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "promptTokenCount": prompt,
         "candidatesTokenCount": output,
-        "totalTokenCount": prompt + output,
+        "totalTokenCount": prompt + output + tool_use,
     }
     if cached:
         usage["cachedContentTokenCount"] = cached
+    if tool_use:
+        usage["toolUsePromptTokenCount"] = tool_use
     return usage
+
+
+#: What the simulator says a built-in tool read: tokens per fetched URL, per search.
+PAGE_TOKENS = 1_500
+SEARCH_TOKENS = 600
+_URL = re.compile(r"https?://[^\s\"'<>]+")
+
+
+def _tool_use(body: Mapping[str, Any]) -> int:
+    """The tokens the request's built-in tools are said to have read (``PAGE_TOKENS`` per URL
+    of the last user turn for URL context, ``SEARCH_TOKENS`` for a search)."""
+    kinds = {k for t in body.get("tools") or [] if isinstance(t, Mapping) for k in t}
+    read = 0
+    if kinds & {"urlContext", "url_context"}:
+        users = [c for c in body["contents"] if c.get("role", "user") == "user"]
+        words = [p.get("text") for p in (users[-1]["parts"] if users else [])]
+        read += PAGE_TOKENS * sum(len(_URL.findall(w)) for w in words if isinstance(w, str))
+    if kinds & {"googleSearch", "google_search", "googleSearchRetrieval"}:
+        read += SEARCH_TOKENS
+    return read
 
 
 def _dump(value: Any) -> bytes:
@@ -505,7 +533,7 @@ async def _generate(ctx: Ctx, mode: str) -> Response:
     ctx.entry["prompt_tokens"] = prompt.total
     ctx.entry["cached_tokens"] = cached
     ans = _answer(body, m, prompt.total)
-    usage = _usage(prompt.total, cached, ans.completion_tokens)
+    usage = _usage(prompt.total, cached, ans.completion_tokens, _tool_use(body))
     if ctx.plan.lie is not None:
         usage["promptTokenCount"] = ctx.plan.lie
     candidate = {

@@ -310,6 +310,34 @@ async def test_a_gemini_client_of_a_chat_route_is_charged_the_call_it_was_given(
         assert charged >= estimate + MAX_TOKENS, (charged, estimate, provider.prompt)
 
 
+def _stated_usage(r: httpx.Response) -> dict[str, Any]:
+    """The last ``usageMetadata`` of a Gemini answer, whole or streamed (SSE)."""
+    if r.headers["content-type"].startswith("application/json"):
+        return dict(r.json()["usageMetadata"])
+    events = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
+    return dict([e["usageMetadata"] for e in events if "usageMetadata" in e][-1])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_what_a_built_in_tool_read_is_charged_as_input(stream: bool) -> None:
+    """Gemini states what URL context fetched (or a search returned) apart from the prompt,
+    as ``toolUsePromptTokenCount``, and bills it as input: a page can be tens of thousands
+    of tokens. It was charged nothing (the prompt and the output alone)."""
+    async with billed() as gw:
+        path, body = call("gemini", stream)
+        urls = " Compare https://example.com/a and https://example.org/b."
+        body["contents"][0]["parts"][0]["text"] += urls
+        before = await gw.used()
+        r = await gw.post(path, {**body, "tools": [{"urlContext": {}}, {"googleSearch": {}}]})
+        assert r.status_code == 200, r.text
+        stated = _stated_usage(r)
+        read = stated.get("toolUsePromptTokenCount", 0)
+        assert read > 0, stated  # the simulator's tools read the two pages and searched
+        charged = await _charged(gw, before)
+        assert charged == stated["totalTokenCount"], (charged, stated)
+        assert charged == stated["promptTokenCount"] + read + stated["candidatesTokenCount"]
+
+
 LONG = "the quick brown fox jumps over the lazy dog " * 1500  # ~13,500 tokens: over the reserve
 
 

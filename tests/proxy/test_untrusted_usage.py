@@ -45,6 +45,7 @@ fields = st.sampled_from(
         "prompt_cache_miss_tokens",
         "promptTokenCount",
         "candidatesTokenCount",
+        "toolUsePromptTokenCount",
     ]
 )
 
@@ -56,7 +57,8 @@ def test_reading_usage_never_raises_and_a_credible_one_is_in_range(raw: dict[str
     if usage is None:
         return
     if usage_fault(usage, LIMIT) is None:
-        for value in (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens):
+        counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        for value in (*counts, usage.tool_prompt_tokens):
             assert isinstance(value, int) and 0 <= value <= LIMIT
         assert usage.cached_tokens <= usage.prompt_tokens
 
@@ -73,6 +75,8 @@ def test_reading_usage_never_raises_and_a_credible_one_is_in_range(raw: dict[str
         ({"input_tokens": True, "output_tokens": 3}, "bool"),
         ({"input_tokens": 10, "output_tokens": 10**19}, "completion tokens"),
         ({"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 11}}, "cached"),
+        ({"promptTokenCount": 10, "toolUsePromptTokenCount": 10**12}, "tool prompt tokens"),
+        ({"promptTokenCount": 10, "toolUsePromptTokenCount": -3}, "tool prompt tokens -3"),
     ],
 )
 def test_a_lie_is_named(raw: dict[str, Any], why: str) -> None:
