@@ -38,8 +38,9 @@ class ConfigError(ValueError):
 class EnvText(str):
     """A value read from the environment (``os.environ/NAME``): always text, where the file
     could have written a number or a switch. It is a ``str`` to every reader of text (keys,
-    URLs); the readers of numbers and switches read it as YAML would have read it in the file,
-    so ``max_body_bytes: os.environ/MAX_BODY`` is not refused for being ``"1048576"``."""
+    URLs); the readers of numbers and switches read it (as any text: ``scalar``) as YAML would
+    have read it in the file, so ``max_body_bytes: os.environ/MAX_BODY`` is not refused for
+    being ``"1048576"``."""
 
 
 #: What YAML (and LiteLLM's pydantic) read as a switch.
@@ -48,12 +49,17 @@ _FALSE = frozenset({"false", "no", "off"})
 
 
 def scalar(value: Any) -> Any:
-    """``value`` as the file would have given it: an environment value's text becomes the
-    integer, number or boolean it spells (anything else stays text, for the caller to refuse)."""
-    if not isinstance(value, EnvText):
+    """``value`` as a reader of numbers and switches takes it. An environment value's text
+    becomes the integer, number or boolean it spells; a quoted number in the file becomes the
+    number (LiteLLM's pydantic reads ``rpm: "60"`` as 60, and a templating tool, a Helm chart's
+    ``"{{ .Values.rpm }}"``, writes numbers quoted: such a config did not load). A quoted
+    switch in the file stays text, refused by the reader of switches: ``'yes'`` is a string to
+    YAML 1.2 and a switch to 1.1, and a file that quotes it may mean either. Anything else
+    stays text, for the caller to refuse."""
+    if not isinstance(value, str):
         return value
     text = value.strip().lower()
-    if text in _TRUE or text in _FALSE:
+    if isinstance(value, EnvText) and (text in _TRUE or text in _FALSE):
         return text in _TRUE
     for kind in (int, float):
         try:

@@ -60,6 +60,30 @@ def test_a_null_rpm_tpm_or_weight_is_unset_as_in_litellm(tmp_path, written):
     assert loaded(tmp_path, both).routes["a"].rpm == 7
 
 
+# -- quoted numbers, as LiteLLM (and a Helm template) writes them ------------------------------
+
+
+def test_quoted_numbers_are_read_as_litellm_reads_them(tmp_path):
+    """``rpm: "60"`` is 60 to LiteLLM's pydantic, and a Helm chart's ``"{{ .Values.x }}"``
+    writes every number quoted: routefit refused such a file ("must be an integer >= 1")."""
+    text = (
+        'model_list:\n  - model_name: a\n    rpm: "60"\n'
+        '    litellm_params: {model: openai/gpt-4o, tpm: "90000"}\n'
+        '    model_info: {max_input_tokens: "32768", max_output_tokens: "4096"}\n'
+        'routefit_settings:\n  max_body_bytes: "1048576"\n'
+        '  calibration: {refresh_seconds: "2.5"}\n'
+    )
+    config = loaded(tmp_path, text)
+    rc = config.routes["a"]
+    assert (rc.rpm, rc.tpm) == (60, 90000)
+    assert (rc.route.context_window, rc.route.max_output_tokens) == (32768, 4096)
+    settings = config.settings
+    assert (settings.max_body_bytes, settings.calibration_refresh) == (1048576, 2.5)
+    # text that spells no number is still refused by name
+    wrong = text.replace('"32768"', '"32k"')
+    assert "model_info.max_input_tokens: must be an integer" in refused(tmp_path, wrong)
+
+
 # -- the entry's own rpm/tpm from the environment ---------------------------------------------
 
 
