@@ -89,6 +89,14 @@ class Upstream:
     #: ``routefit.upstream_timeout``): then ``router_settings.timeout`` does not replace it, as
     #: LiteLLM's router takes a deployment's own timeout before its router-wide one.
     own_timeout: bool = False
+    #: ``litellm_params.stream_timeout``: a streamed request's timeout in place of ``timeout``,
+    #: as LiteLLM reads it (a stream that must start fast, beside a long whole answer). None:
+    #: ``timeout`` for both. Accepted and never applied before (2026-12-07).
+    stream_timeout: float | None = None
+
+    def timeout_for(self, stream: bool) -> float:
+        """Seconds a request waits for the provider: connecting and each wait for bytes."""
+        return self.stream_timeout if stream and self.stream_timeout is not None else self.timeout
 
     @property
     def model_name(self) -> str:
@@ -209,4 +217,10 @@ def read_upstream(
         timeout=_timeout(own, params, default_timeout, where, rd),
         extra=extra,
         own_timeout=own.get("upstream_timeout") is not None or params.get("timeout") is not None,
+        stream_timeout=_stream_timeout(params, where, rd),
     )
+
+
+def _stream_timeout(params: Mapping[str, Any], where: str, rd: Reader) -> float | None:
+    value = params.get("stream_timeout")
+    return None if value is None else rd.number(value, f"{where}.litellm_params.stream_timeout")

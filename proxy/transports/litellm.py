@@ -383,6 +383,7 @@ class LiteLLM:
         if out.stream:
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}
+            kwargs["timeout"] = up.timeout_for(True)
             return _Chunks(await self._call(target, kwargs, mark), up, mark)
         return _completion(await self._call(target, kwargs, mark), up)
 

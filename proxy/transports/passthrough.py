@@ -109,9 +109,8 @@ class Passthrough:
         (not the whole response: a long stream is fine as long as it keeps streaming)."""
         up = target.upstream
         request = provider_request(target, out)
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=min(10.0, up.timeout), sock_read=up.timeout
-        )
+        seconds = up.timeout_for(out.stream)
+        timeout = aiohttp.ClientTimeout(total=None, connect=min(10.0, seconds), sock_read=seconds)
         try:
             resp = await self.session.post(
                 request.url,

@@ -284,6 +284,29 @@ def test_a_deployments_own_timeout_wins_over_the_routers(tmp_path, fresh_sim):
     assert plain.json()["error"]["code"] == "upstream_timeout"
 
 
+def test_a_streams_own_timeout_times_streams_alone(tmp_path, fresh_sim):
+    """LiteLLM times a streamed call by ``litellm_params.stream_timeout`` in place of
+    ``timeout``. routefit accepted it and waited ``timeout`` (600 s by default) for a stream
+    that was to fail over after 1 s; a whole answer still waits ``timeout``."""
+    base = fresh_sim.url("/v1")
+    params = f'model: openai/gpt-4o, api_base: "{base}", api_key: k'
+    text = f"""
+    model_list:
+      - model_name: quick
+        litellm_params: {{{params}, timeout: 30, stream_timeout: 1}}
+    router_settings: {{num_retries: 0}}
+    """
+    body = {"model": "quick", "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 20}
+    with run_inprocess(write(tmp_path, text)) as gw:
+        fresh_sim.inject("delay:2")
+        whole = post(gw, body)
+        fresh_sim.inject("delay:2")
+        streamed = post(gw, {**body, "stream": True})
+    assert whole.status_code == 200, whole.text
+    assert streamed.status_code == 504, streamed.text
+    assert streamed.json()["error"]["code"] == "upstream_timeout"
+
+
 # -- litellm_params only litellm applies, on a route litellm does not serve ---------------------
 
 
