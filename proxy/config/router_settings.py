@@ -179,7 +179,12 @@ _READERS: Mapping[str, _Read] = {
         v, at, "AllowedFails", ALLOWED_FAILS_POLICY_KEYS, rd
     ),
 }
-ROUTER_KEYS = frozenset(_READERS)
+#: LiteLLM's switch for checking, before a call, that a deployment's window holds the prompt
+#: (and skipping the ones that do not): routefit always does (a deployment that cannot take the
+#: request is skipped, ``router.SKIPPED``; a request known to overflow is never sent). Read so
+#: that a LiteLLM config loads; ``false`` is a warning, since routefit checks all the same.
+PRE_CALL_CHECKS = "enable_pre_call_checks"
+ROUTER_KEYS = frozenset({*_READERS, PRE_CALL_CHECKS})
 #: ``litellm_settings`` keys LiteLLM's router falls back to where ``router_settings`` leaves
 #: its own out (its Router: ``fallbacks or litellm.fallbacks``, ``timeout or
 #: litellm.request_timeout``, ...): the ``litellm_settings`` name → the router key it sets.
@@ -237,6 +242,10 @@ def read_router_settings(
     block = rd.resolve(rd.mapping(value, where), where)
     values: dict[str, Any] = {}
     for key, given in block.items():
+        if key == PRE_CALL_CHECKS:
+            if given is not None and not rd.boolean(given, f"{where}.{key}"):
+                rd.warn(f"{where}.{key}", "routefit checks every deployment's window all the same")
+            continue
         if key not in _READERS:
             raise rd.error(
                 f"{where}.{key}",

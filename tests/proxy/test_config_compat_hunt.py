@@ -250,6 +250,21 @@ def test_the_generic_fallback_and_default_fallbacks_together_are_refused(tmp_pat
     assert "router_settings.context_window_fallbacks[0].*: LiteLLM's generic '*'" in message
 
 
+def test_enable_pre_call_checks_loads_what_routefit_does_anyway(tmp_path):
+    """LiteLLM's ``enable_pre_call_checks`` (skip a deployment whose window cannot hold the
+    prompt) is what routefit always does; a config with it was refused ("LiteLLM router key
+    not implemented"). ``true`` loads silently, ``false`` with a warning, a non-switch not."""
+    models = [deployment("primary.test")]
+    on = load_config(write_config(tmp_path, models, {"enable_pre_call_checks": True}), environ={})
+    assert not [w for w in on.warnings if "pre_call" in w]
+    off = write_config(tmp_path, models, {"enable_pre_call_checks": False, "num_retries": 1})
+    config = load_config(off, environ={})
+    assert config.router.num_retries == 1  # the rest of the block is read as before
+    assert [w for w in config.warnings if "router_settings.enable_pre_call_checks" in w]
+    wrong = write_config(tmp_path, models, {"enable_pre_call_checks": "sometimes"})
+    assert "enable_pre_call_checks: must be true or false" in refused_path(wrong)
+
+
 def refused_path(path: Path) -> str:
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={})
