@@ -118,9 +118,13 @@ def _dropping(rc: RouteConfig) -> RouteConfig:
 
 
 def _models(items: list[Any]) -> list[str]:
-    """The model strings the entries name (``litellm_params.model``, ``model_info.base_model``),
+    """The model strings the entries name (``litellm_params.model``, ``base_model``),
     for one read of the model map (what is not a string is left for ``read_route`` to refuse)."""
-    places = (("litellm_params", "model"), ("model_info", "base_model"))
+    places = (
+        ("litellm_params", "model"),
+        ("model_info", "base_model"),
+        ("litellm_params", "base_model"),
+    )
     blocks = [
         (item.get(block), key)
         for item in items

@@ -165,18 +165,23 @@ def _context_fallback(value: Any, where: str, rd: Reader) -> str:
     return str(value)
 
 
-def _known_as(model: str, info: Mapping[str, Any], where: str, rd: Reader) -> str:
-    """The model name the route's defaults are read for: ``model_info.base_model`` when
-    written, else the model sent. LiteLLM reads a deployment's map facts by its
-    ``base_model`` (an Azure deployment's name, ``azure/my-gpt4o-prod``, is the operator's, in
-    no map): ignored, such a route took the assumed 128k window, a 4,096-token output limit,
-    no vision (images refused from a gpt-4o) and no price (free to ``usd_per_month``). The
-    upstream still gets ``litellm_params.model``. A ``base_model`` the map does not know names
-    nothing routefit can read, so it is refused rather than left to the assumed window."""
-    base = info.get("base_model")
+def _known_as(
+    model: str, info: Mapping[str, Any], params: Mapping[str, Any], where: str, rd: Reader
+) -> str:
+    """The model name the route's defaults are read for: ``model_info.base_model`` (else
+    ``litellm_params.base_model``, LiteLLM's older place for it) when written, else the model
+    sent. LiteLLM reads a deployment's map facts by its ``base_model`` (an Azure deployment's
+    name, ``azure/my-gpt4o-prod``, is the operator's, in no map): ignored, such a route took
+    the assumed 128k window, a 4,096-token output limit, no vision (images refused from a
+    gpt-4o) and no price (free to ``usd_per_month``). The upstream still gets
+    ``litellm_params.model``. A ``base_model`` the map does not know names nothing routefit
+    can read, so it is refused rather than left to the assumed window."""
+    block, base = "model_info", info.get("base_model")
+    if base is None:
+        block, base = "litellm_params", params.get("base_model")
     if base is None:
         return model
-    at = f"{where}.model_info.base_model"
+    at = f"{where}.{block}.base_model"
     name = rd.string(base, at)
     if not modelmap.lookup(name, modelmap.prefix(name)):
         raise rd.error(at, f"{name!r} is not in litellm's model map (write a model it lists)")
@@ -191,7 +196,7 @@ def read_route(item: Any, where: str, rd: Reader, default_timeout: float) -> Rou
         raise rd.error(f"{where}.model_name", _WILDCARD.format(model=alias))
     params, info, own = _blocks(item, where, rd)
     model = str(params["model"])
-    known = _known_as(model, info, where, rd)
+    known = _known_as(model, info, params, where, rd)
     entry = modelmap.lookup(known, modelmap.prefix(known))
     provider = provider_of(model, entry)
     rf = f"{where}.routefit"

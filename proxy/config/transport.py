@@ -31,7 +31,7 @@ __all__ = [
 TRANSPORTS = ("openai", "anthropic", "litellm")
 #: litellm_params keys routefit reads itself; the others are forwarded to litellm as is.
 LITELLM_PARAMS = frozenset(
-    {"model", "api_base", "api_key", "base_url", "timeout", "stream_timeout"}
+    {"model", "api_base", "api_key", "base_url", "timeout", "stream_timeout", "base_model"}
 )
 # litellm providers whose wire format is OpenAI's: routefit forwards to them directly.
 OPENAI_COMPATIBLE = frozenset(

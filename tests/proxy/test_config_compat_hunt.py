@@ -114,13 +114,22 @@ model_list:
 """
 
 
-def test_base_model_gives_an_azure_deployment_its_models_facts(tmp_path):
+_OLDER = _AZURE.replace(
+    'api_base: "https://x.openai.azure.com"}\n    model_info: {base_model: azure/gpt-4o}',
+    'api_base: "https://x.openai.azure.com", base_model: azure/gpt-4o}',
+)
+
+
+@pytest.mark.parametrize("text", [_AZURE, _OLDER], ids=["model_info", "litellm_params"])
+def test_base_model_gives_an_azure_deployment_its_models_facts(tmp_path, text):
     """LiteLLM reads an Azure deployment's window, limits and prices by ``base_model`` (the
     deployment's own name is in no map). Ignored with a warning, the deployment of a gpt-4o got
     the assumed 128k window, a 4,096 output limit, no vision (images refused) and no price
     (free to ``usd_per_month``). It now counts, limits and prices as the model it names, and
-    its provider is still sent the deployment's name."""
-    config = loaded(tmp_path, _AZURE)
+    its provider is still sent the deployment's name. ``litellm_params.base_model`` (LiteLLM's
+    older place for it, still read by its router) was not read at all."""
+    assert text.count("base_model") == 1
+    config = loaded(tmp_path, text)
     named, public = config.routes["az"], config.routes["public"]
     assert named.route.model == "azure/my-gpt4o-prod"
     assert named.upstream.model_name == "my-gpt4o-prod"
