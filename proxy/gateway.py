@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
@@ -666,22 +666,17 @@ class Gateway:
         return confirmed
 
     async def _outbound(self, p: Flight, leg: Leg, request: Request) -> Outbound:
-        out = p.wire.outbound(p.request, p.fitted, leg.wire, request.headers)
+        out = shaped(p.wire, p.request, p.fitted, leg, request.headers)
         t = p.ticket
         told = provider_traceparent(t.traceparent, self.records.traced, t.provider_traceparent)
         t.provider_traceparent = told
         if told is not None:
             out = replace(out, headers={**out.headers, "traceparent": told})
-        if leg.wire == CHAT and p.wire.name != CHAT:
-            # a wire's translation to chat: its cap in the field this provider takes it in
-            out = replace(out, body=renamed_cap(out.body, leg.deployment.chat_cap))
         if leg.adapter is not Adapter.PASSTHROUGH:
             # A translated request's URL images are fetched by routefit's fetcher, under the
-            # route's policy (or refused), never by litellm inside this process; and it carries
-            # the output cap the fit left room for, not the translation's default.
+            # route's policy (or refused), never by litellm inside this process.
             client = Client(p.wire, p.request)  # a refusal names the part as it wrote it
-            body = room_capped(out.body, p.fitted, CHAT_CAPS)
-            inlined = await inline_images(body, p.rc, self.sizer, client, p.job.scope or "")
+            inlined = await inline_images(out.body, p.rc, self.sizer, client, p.job.scope or "")
             out = replace(out, body=inlined)
         return out
 
@@ -768,7 +763,7 @@ class Gateway:
         leg = self.leg(p.rc, wire)
 
         def written() -> bytes:
-            out = wire.outbound(p.request, p.fitted, leg.wire, {})
+            out = shaped(wire, p.request, p.fitted, leg, {})
             return orjson.dumps({"request": out.body, "report": p.fitted.report.as_dict()})
 
         # a big body is written back in one of the caller's pricing threads, as it was priced
@@ -822,6 +817,24 @@ class Gateway:
         self.metrics.requests.labels(route, str(err.status)).inc()
         self.metrics.errors.labels(_kind(err)).inc()
         return reply_error(wire, err)
+
+
+def shaped(
+    wire: Wire, request: ChatRequest, fitted: Fit, leg: Leg, headers: Mapping[str, str]
+) -> Outbound:
+    """The fitted request as the provider of ``leg`` gets it, but for what only sending does
+    (a traceparent; a translated request's URL images fetched and inlined): the dry run shows
+    this body, which showed the wire's own before (a Messages client's ``max_tokens`` where a
+    gpt-5 route is sent ``max_completion_tokens``, a cap above the room the fit left)."""
+    out = wire.outbound(request, fitted, leg.wire, headers)
+    if leg.wire == CHAT and wire.name != CHAT:
+        # a wire's translation to chat: its cap in the field this provider takes it in
+        out = replace(out, body=renamed_cap(out.body, leg.deployment.chat_cap))
+    if leg.adapter is not Adapter.PASSTHROUGH:
+        # a translated request carries the output cap the fit left room for, not the
+        # translation's default
+        out = replace(out, body=room_capped(out.body, fitted, CHAT_CAPS))
+    return out
 
 
 def reply_error(wire: Wire, err: ProxyError) -> Response:

@@ -368,6 +368,21 @@ def test_a_translated_request_to_openai_names_its_cap_as_openai_takes_it(
     assert fresh.requests[-1][1] == {**chat, "model": "gpt-5"}
 
 
+def test_the_dry_run_shows_the_cap_as_the_provider_is_sent_it(gw: Any, fresh: Provider) -> None:
+    """``POST /routefit/fit`` showed the client wire's own body: a Messages client's
+    ``max_tokens`` for a gpt-5 route, which is sent ``max_completion_tokens`` (the field
+    OpenAI's reasoning models take). It now shows what goes, as the send above found it."""
+    body = {"model": "gpt5", "max_tokens": 300, "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(gw.base_url + "/routefit/fit?wire=messages", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    shown = r.json()["request"]
+    assert httpx.post(gw.base_url + "/v1/messages", json=body, timeout=30).status_code == 200
+    sent = fresh.requests[-1][1]
+    caps = ("max_tokens", "max_completion_tokens")
+    assert {k: shown[k] for k in caps if k in shown} == {k: sent[k] for k in caps if k in sent}
+    assert shown["messages"] == sent["messages"]
+
+
 # --- the stop sequence a chat provider matched --------------------------------------------------
 
 
