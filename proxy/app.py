@@ -226,7 +226,15 @@ async def embeddings(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    return Response(pinned(request).openapi, media_type="application/json")
+    """GET /openapi.json: ``model`` names the aliases the caller's key may use (every alias
+    in open mode; none without a team's key: ``proxy.openapi``)."""
+    g = pinned(request)
+    aliases = list(g.config.routes)
+    if not g.config.open:
+        key = presented_key(request.headers)
+        team = g.teams.team_for(key) if key else None
+        aliases = [a for a in aliases if team is not None and team.may_use(a)]
+    return Response(g.openapi.for_aliases(aliases), media_type="application/json")
 
 
 async def calibration(request: Request) -> Response:

@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import anyio
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -30,7 +29,7 @@ from proxy.exchange import Completion, EventStream, Outbound
 from proxy.fetch import ImageSizer
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
-from proxy.openapi import build_openapi
+from proxy.openapi import OpenAPIDocs
 from proxy.provider_keys import ProviderKeys
 from proxy.providers import Deployment, ProviderTable, Transport
 from proxy.teams import TeamDirectory
@@ -66,7 +65,7 @@ class Generation:
     keys: ProviderKeys
     gateway: Gateway
     dashboard: Dashboard
-    openapi: bytes
+    openapi: OpenAPIDocs
 
     @property
     def teams(self) -> TeamDirectory:
@@ -122,7 +121,7 @@ def build_generation(
         dashboard.data.fits = previous.dashboard.data.fits
         dashboard.data.history = previous.dashboard.data.history
     gateway.on_fit = dashboard.record
-    openapi = orjson.dumps(build_openapi(config))
+    openapi = OpenAPIDocs(config)
     return Generation(number, config, providers, keys, gateway, dashboard, openapi)
 
 

@@ -21,13 +21,20 @@ described per concern, each wire's in its own module:
 - LiteLLM's ``/health`` family, ``GET /routefit/requests``, ``POST /routefit/reload`` and
   ``POST /v1/embeddings`` (``proxy.openapi_ops``).
 
-The description holds no secret: aliases and team ids only, never a provider key, an API key or
-an upstream URL.
+The description holds no secret: never a provider key, an API key or an upstream URL. The
+shapes are public; which models exist is the operator's, and a route may be one team's: a
+gateway with teams names in ``model`` only the aliases the caller's key may use (none without
+a key: the admin key is not read here, where a guess would go unthrottled), and teams that may
+use the same aliases share one document (``OpenAPIDocs``). Every alias was listed to anyone
+before (2026-12-07).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from proxy.config import Config
 from proxy.openapi_gemini import (
@@ -51,7 +58,7 @@ from proxy.openapi_parts import (
 )
 from proxy.openapi_responses import responses_paths, responses_schemas
 
-__all__ = ["build_openapi"]
+__all__ = ["OpenAPIDocs", "build_openapi"]
 
 
 def _model(aliases: list[str]) -> dict[str, Any]:
@@ -669,8 +676,25 @@ def _wire_schemas(aliases: list[str]) -> dict[str, Any]:
     }
 
 
-def build_openapi(config: Config) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of a routefit deployment with this config."""
+class OpenAPIDocs:
+    """One config's documents, one per set of aliases its callers may use, each built at its
+    first request (at most one per team, and one for callers without a key)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._built: dict[tuple[str, ...], bytes] = {}
+
+    def for_aliases(self, aliases: Sequence[str]) -> bytes:
+        key = tuple(sorted(aliases))
+        found = self._built.get(key)
+        if found is None:
+            found = self._built[key] = orjson.dumps(build_openapi(self.config, key))
+        return found
+
+
+def build_openapi(config: Config, aliases: Sequence[str] | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of a routefit deployment with this config; ``model`` names
+    ``aliases`` (every route's by default; none: any string)."""
     secured = not config.open
     # Anthropic clients send their key as x-api-key (or a bearer): both name the team.
     security: Security = [{"bearer": []}, {"apiKey": []}] if secured else []
@@ -687,7 +711,7 @@ def build_openapi(config: Config) -> dict[str, Any]:
         **_root_paths(),
         **ops_paths(security),
     }
-    aliases = sorted(config.routes)
+    aliases = sorted(config.routes) if aliases is None else list(aliases)
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {

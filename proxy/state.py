@@ -84,9 +84,5 @@ class AppState:
         return self.live.current.dashboard
 
     @property
-    def openapi(self) -> bytes:
-        return self.live.current.openapi
-
-    @property
     def teams(self) -> TeamDirectory:
         return self.live.current.teams

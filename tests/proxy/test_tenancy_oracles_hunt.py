@@ -365,3 +365,34 @@ async def test_what_the_shared_calibration_shows_another_team() -> None:
         await sent_by_a([words(300 + 20 * i, 30 + i, KANJI, "") for i in range(7)])
         await _learnt(client, 15)
         assert await priced(theirs) < kanji_unseen * 0.8  # someone sends kanji here
+
+
+# -- the routes a team may not use, in the public description ----------------------------------
+
+
+async def test_the_openapi_document_names_only_the_callers_models() -> None:
+    """``/openapi.json`` is read without a key (clients and schema-driven tools fetch it), and
+    its ``model`` enum listed every alias: a route only team A may use was named to team B and
+    to anyone. It now names the aliases the caller's team key may use, none without one."""
+    teams = [
+        {"id": "team-a", "keys": [KEY_A]},
+        {"id": "team-b", "keys": [KEY_B], "routes": ["gpt"]},
+    ]
+    async with served(teams=teams) as (client, _):
+
+        async def enum(headers: dict[str, str]) -> list[str] | None:
+            r = await client.get("/openapi.json", headers=headers)
+            assert r.status_code == 200, r.text
+            schemas = r.json()["components"]["schemas"]
+            models = {name: schemas[name]["properties"]["model"].get("enum") for name in (
+                "ChatCompletionRequest", "MessagesRequest", "ResponsesRequest")}  # fmt: skip
+            assert len(set(map(str, models.values()))) == 1, models  # every wire alike
+            return models["ChatCompletionRequest"]
+
+        assert await enum(auth(KEY_A)) == ["claude", "gem", "gpt"]
+        assert await enum(auth(KEY_B)) == ["gpt"]
+        assert await enum({"x-api-key": KEY_B}) == ["gpt"]
+        assert await enum({}) is None
+        assert await enum(auth("sk-not-a-key-" + "z" * 32)) is None
+        # the admin key is not read here (a guess would go unthrottled)
+        assert await enum(auth(ADMIN)) is None

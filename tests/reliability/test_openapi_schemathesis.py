@@ -77,8 +77,12 @@ def gw(sim, tmp_path_factory):
         yield running
 
 
+#: The team's key: the document names the models the caller may use (none without a key).
+AS_TEAM = {"authorization": f"Bearer {TEAM}"}
+
+
 def test_openapi_document_describes_every_endpoint_and_holds_no_secret(gw):
-    r = httpx.get(gw.base_url + "/openapi.json")
+    r = httpx.get(gw.base_url + "/openapi.json", headers=AS_TEAM)
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
     doc = r.json()
     assert doc["openapi"].startswith("3.1")
@@ -119,6 +123,8 @@ def test_openapi_document_describes_every_endpoint_and_holds_no_secret(gw):
     schemas = doc["components"]["schemas"]
     for name in ("ChatCompletionRequest", "MessagesRequest", "ResponsesRequest"):
         assert schemas[name]["properties"]["model"]["enum"] == ["gpt-4o", "small"]
+    anonymous = httpx.get(gw.base_url + "/openapi.json").json()["components"]["schemas"]
+    assert "enum" not in anonymous["ChatCompletionRequest"]["properties"]["model"]
     assert {"messages", "tools", "max_tokens", "stream"} <= set(
         schemas["ChatCompletionRequest"]["properties"]
     )
@@ -130,7 +136,7 @@ def test_openapi_document_describes_every_endpoint_and_holds_no_secret(gw):
     assert messages_400["content"]["application/json"]["schema"]["$ref"].endswith("/AnthropicError")
     for secret in ("sk-sim", ADMIN, TEAM, "127.0.0.1"):
         assert secret not in r.text
-    schema = schemathesis.openapi.from_url(gw.base_url + "/openapi.json")
+    schema = schemathesis.openapi.from_url(gw.base_url + "/openapi.json", headers=AS_TEAM)
     labels = {op.ok().label for op in schema.get_all_operations()}
     assert "POST /v1/chat/completions" in labels and "HEAD /" in labels
     assert len(labels) == 37, sorted(labels)
@@ -144,7 +150,7 @@ def _headers(path: str) -> dict[str, str]:
 
 
 def test_schemathesis_finds_no_server_error_or_nonconformance(gw):
-    schema = schemathesis.openapi.from_url(gw.base_url + "/openapi.json")
+    schema = schemathesis.openapi.from_url(gw.base_url + "/openapi.json", headers=AS_TEAM)
     proc = Proc(gw.process.pid)
     rss_before = proc.rss()
     statuses: Counter[int] = Counter()
