@@ -46,7 +46,7 @@ from proxy.config import RouteConfig
 from proxy.errors import ProxyError, error_response
 from proxy.exchange import CHAT, EMBEDDINGS, Completion, EventStream, Outbound, as_completion
 from proxy.fairness import COUNT_THREAD_ABOVE, caller
-from proxy.intake import body_share, permit
+from proxy.intake import body_share, permit, unknown_model
 from proxy.providers import Deployment, Leg
 from proxy.records import RequestRecord, cost_usd
 from proxy.teams import Team, fingerprint, hash_key, presented_key
@@ -118,12 +118,7 @@ def count(
 def _route(g: Generation, model: str) -> RouteConfig:
     rc = g.config.route(model)
     if rc is None:
-        raise ProxyError(
-            404,
-            f"The model '{model}' does not exist or you do not have access to it.",
-            param="model",
-            code="model_not_found",
-        )
+        raise unknown_model(model)
     return rc
 
 

@@ -130,12 +130,7 @@ class Intake:
         if rc is None:
             if not request.model:
                 raise ProxyError(400, "model is required", param="model", code="missing_model")
-            raise ProxyError(
-                404,
-                f"The model '{request.model}' does not exist or you do not have access to it.",
-                param="model",
-                code="model_not_found",
-            )
+            raise unknown_model(request.model)
         return rc
 
 
@@ -158,11 +153,17 @@ def body_share(fairness: Fairness, config: Config, who: str, request: Request) -
 
 
 def permit(team: Team | None, rc: RouteConfig) -> None:
-    """A 403 when ``team`` may not use the route (every endpoint refuses it alike)."""
+    """The unknown model's 404 when ``team`` may not use the route (every endpoint refuses it
+    alike): a 403 naming the route told another team that it exists (docs/security.md)."""
     if team is not None and not team.may_use(rc.route.alias):
-        raise ProxyError(
-            403,
-            f"team {team.id!r} may not use model {rc.route.alias!r}",
-            param="model",
-            code="model_not_allowed",
-        )
+        raise unknown_model(rc.route.alias)
+
+
+def unknown_model(model: str) -> ProxyError:
+    """A model that is not there, or not the caller's to use: one answer for both."""
+    return ProxyError(
+        404,
+        f"The model '{model}' does not exist or you do not have access to it.",
+        param="model",
+        code="model_not_found",
+    )

@@ -165,7 +165,7 @@ def test_the_team_pays_the_providers_count_when_credible_else_routefits(
         (KEY, {"input": "x"}, 400, "missing_model"),
         (KEY, {"model": "nope", "input": "x"}, 404, "model_not_found"),
         (KEY, {"model": "claude", "input": "x"}, 400, "unsupported_model"),
-        (OTHER, {"model": "embed", "input": "x"}, 403, "model_not_allowed"),
+        (OTHER, {"model": "embed", "input": "x"}, 404, "model_not_found"),
         ("sk-wrong", {"model": "embed", "input": "x"}, 401, None),
     ],
     ids=["no-input", "bad-input", "no-model", "unknown", "unsupported", "other-team", "bad-key"],

@@ -226,9 +226,13 @@ def test_the_right_keys_work_by_either_header(gw):
 
 def test_a_team_cannot_reach_another_teams_routes_or_usage(gw):
     small = {**BODY, "model": "small"}
+    nowhere = {**BODY, "model": "no-such-model"}
     for path in ("/v1/chat/completions", "/routefit/fit"):
         r = httpx.post(gw.base_url + path, json=small, headers=bearer(BETA))
-        assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+        # the answer to a model that is not there: nothing says the route exists
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+        absent = httpx.post(gw.base_url + path, json=nowhere, headers=bearer(BETA))
+        assert r.text == absent.text.replace("no-such-model", "small")
         assert httpx.post(gw.base_url + path, json=small, headers=bearer(ALPHA)).status_code == 200
     models = httpx.get(gw.v1 + "/models", headers=bearer(BETA)).json()
     assert [m["id"] for m in models["data"]] == ["gpt-4o"]

@@ -108,9 +108,9 @@ def test_a_key_is_required(gw):
 def test_a_route_outside_the_teams_scope_is_refused(gw):
     c = client(gw, NARROW)
     assert c.responses.input_tokens.count(model="other", input="hi").input_tokens > 0
-    with pytest.raises(openai.PermissionDeniedError) as info:
+    with pytest.raises(openai.NotFoundError) as info:  # as a model that is not there
         c.responses.input_tokens.count(model="gpt-4o", input="hi")
-    assert info.value.code == "model_not_allowed" and info.value.param == "model"
+    assert info.value.code == "model_not_found" and info.value.param == "model"
     assert openai_shaped(info.value)
 
 
