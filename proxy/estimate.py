@@ -619,6 +619,8 @@ class Estimator:
         waits for the store). Nothing is learnt without usage, nor against a bound."""
         if e.bound or usage is None or usage.prompt_tokens <= 0 or usage.invalid:
             return
+        if usage.tools_read:  # the count holds what the provider's tools read: not the prompt's
+            return
         route = e.rc.route.alias
         self.metrics.estimated_tokens.labels(route).inc(e.tokens)
         self.metrics.actual_tokens.labels(route).inc(usage.prompt_tokens)

@@ -13,6 +13,9 @@ one would learn that prompts are tiny and overflow:
 * Gemini (native): ``promptTokenCount`` includes ``cachedContentTokenCount``; what a built-in
   tool read (URL context's pages, a search's results, code execution's intermediate input) is
   ``toolUsePromptTokenCount``, apart from it and billed as input too (``Usage.tool_prompt_tokens``).
+* Anthropic's server tools (web search, web fetch, code execution) put what they read before
+  the model inside ``input_tokens``, with no count of their own: ``server_tool_use`` only says
+  how many times each ran (``Usage.tools_read``).
 * OpenAI Responses: ``input_tokens`` includes ``input_tokens_details.cached_tokens``.
 
 Usage is a provider's claim, not a fact (docs/security.md, "Untrusted provider usage"): a count
@@ -47,6 +50,13 @@ class Usage:
     #: Google bills per grounded prompt rather than by these tokens: a token quota counts what
     #: the model read (docs/security.md, "Untrusted provider usage").
     tool_prompt_tokens: int = 0
+    #: The provider's own tools ran and what they read is inside ``prompt_tokens``, not stated
+    #: apart: Anthropic's server tools (``usage.server_tool_use``: a search's results, a fetched
+    #: page, counted as input tokens). Charged as stated, never learnt from: the count is of the
+    #: prompt and pages routefit never saw, and learnt as the prompt's it made that prompt's
+    #: anchor several times its size, so the next turn was priced (and cut, or refused) as if
+    #: the results were in it.
+    tools_read: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -72,6 +82,21 @@ def _int(value: Any) -> int:
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         raise _NotACount(f"a count of {value!r}")
     return int(value)
+
+
+def _server_tools_ran(stated: Any) -> bool:
+    """Whether Anthropic's ``server_tool_use`` says a server tool ran (``web_search_requests``,
+    ``web_fetch_requests``, ... above 0): what it read is then in ``input_tokens``. A figure
+    that is not a count says nothing either way (it is no count of the prompt: 0)."""
+    if not isinstance(stated, Mapping):
+        return False
+    ran = 0
+    for value in stated.values():
+        try:
+            ran += _int(value)
+        except _NotACount:
+            continue
+    return ran > 0
 
 
 def usage_limit(route: Route, choices: int, reserved_output: int) -> int:
@@ -150,6 +175,7 @@ def _normalize(usage: Mapping[str, Any]) -> Usage | None:
             _int(usage.get("input_tokens")) + cache_read + cache_write,
             _int(usage.get("output_tokens")),
             cache_read,
+            tools_read=_server_tools_ran(usage.get("server_tool_use")),
         )
     if "prompt_tokens" not in usage:
         return None

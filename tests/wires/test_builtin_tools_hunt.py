@@ -1,0 +1,202 @@
+"""What routefit does with the tools the agent CLIs use that are not plain function tools:
+Anthropic's server tools (web search, web fetch, code execution), Responses' hosted and custom
+tools, Gemini's built-in tools — natively (passed through, charged and learnt from as the
+provider states them) and translated (carried, or refused in the client's words).
+
+routefit in process before the provider simulator (``proxy.transports.mock``), its answer
+changed by a test where the provider does what the simulator does not (a server tool that ran);
+what is checked is what the client gets, what the team is charged
+(``/routefit/teams/{id}/usage``) and what routefit learnt (the count endpoint, anchored on the
+provider's count of a prompt the team sent).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from inprocess import asgi_client
+
+from proxy.config import parse_config
+from proxy.sim.app import create_app as create_sim
+from proxy.sim.state import SimState
+from proxy.transports.mock import asgi_handler
+
+pytestmark = pytest.mark.anyio
+
+ADMIN = "sk-admin-" + "t" * 32
+KEY = "sk-team-" + "u" * 32
+HEADERS = {"authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _deployment(alias: str, model: str, base: str) -> dict[str, Any]:
+    return {
+        "model_name": alias,
+        "litellm_params": {"model": model, "api_base": base, "api_key": "sk-sim-0123456789abcdef"},
+        "model_info": {"max_input_tokens": 128_000, "max_output_tokens": 16_384},
+    }
+
+
+MODELS = [
+    _deployment("gpt", "openai/gpt-4o", "http://sim.local/v1"),
+    _deployment("chat", "deepseek/gpt-4o", "http://sim.local/v1"),
+    _deployment("claude", "anthropic/claude-sonnet-4-5", "http://sim.local"),
+    _deployment("gem", "gemini/gemini-sim", "http://sim.local/v1beta"),
+]
+
+#: What the provider answers instead of the simulator: ``(request, simulator) -> response``.
+Script = Callable[[httpx.Request, Callable[[httpx.Request], Awaitable[httpx.Response]]], Any]
+
+
+class Provider:
+    """The simulator, unless ``script`` answers; keeps every request body it was sent."""
+
+    def __init__(self) -> None:
+        self.sim = asgi_handler(create_sim(SimState()))
+        self.script: Script | None = None
+        self.sent: list[dict[str, Any]] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(json.loads(request.content) if request.content else {})
+        if self.script is not None:
+            answer: httpx.Response = await self.script(request, self.sim)
+            return answer
+        return await self.sim(request)
+
+
+class Gateway:
+    """routefit before a ``Provider``, one team with a day's quota to read charges from."""
+
+    def __init__(self, client: httpx.AsyncClient, provider: Provider, team: str) -> None:
+        self.client = client
+        self.provider = provider
+        self.team = team
+
+    async def used(self) -> int:
+        r = await self.client.get(
+            f"/routefit/teams/{self.team}/usage", headers={"authorization": f"Bearer {ADMIN}"}
+        )
+        assert r.status_code == 200, r.text
+        return int({w["name"]: w for w in r.json()["windows"]}["tokens_per_day"]["used"])
+
+    async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return await self.client.post(path, json=body, headers=HEADERS)
+
+
+@asynccontextmanager
+async def gateway() -> AsyncIterator[Gateway]:
+    team = "tools-" + uuid.uuid4().hex[:8]  # its own counters in a shared Redis
+    config = parse_config(
+        {
+            "model_list": MODELS,
+            "routefit_settings": {
+                "store_path": ":memory:",
+                "admin_key": ADMIN,
+                "teams": [{"id": team, "keys": [KEY], "quotas": {"tokens_per_day": 10**12}}],
+            },
+        },
+        environ={},
+    )
+    provider = Provider()
+    async with asgi_client(config, provider) as client:
+        yield Gateway(client, provider, team)
+
+
+# --- Anthropic's server tools: what they read is in input_tokens --------------------------------
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+#: Tokens of search results the provider says it read (inside ``input_tokens``).
+RESULTS = 1_500
+
+
+class Searched:
+    """The simulator's Messages answer, whole or streamed, as Anthropic states a turn in which
+    Claude ran its web search: ``input_tokens`` holding the results' ``RESULTS`` tokens and
+    ``usage.server_tool_use.web_search_requests`` 1 (Anthropic's web search tool, "Usage and
+    pricing": https://platform.claude.com/docs/en/agents-and-tools/tool-use/web-search-tool).
+    A stream states them in ``message_delta``, whose counts are cumulative."""
+
+    async def __call__(self, request: httpx.Request, sim: Any) -> httpx.Response:
+        response = await sim(request)
+        raw = await response.aread()
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            data = json.loads(raw)
+            data["usage"]["input_tokens"] += RESULTS
+            data["usage"]["server_tool_use"] = {"web_search_requests": 1}
+            return httpx.Response(response.status_code, json=data)
+        out, prompt = [], 0
+        for line in raw.decode().split("\n"):
+            if line.startswith("data:"):
+                event = json.loads(line[5:])
+                if event.get("type") == "message_start":
+                    prompt = event["message"]["usage"]["input_tokens"]
+                if event.get("type") == "message_delta":
+                    event["usage"]["input_tokens"] = prompt + RESULTS
+                    event["usage"]["server_tool_use"] = {"web_search_requests": 1}
+                line = "data: " + json.dumps(event)
+            out.append(line)
+        headers = {"content-type": "text/event-stream"}
+        return httpx.Response(response.status_code, content="\n".join(out), headers=headers)
+
+
+def _input_tokens(response: httpx.Response) -> int:
+    """The last ``input_tokens`` a Messages answer states, whole or streamed."""
+    if not response.headers["content-type"].startswith("text/event-stream"):
+        return int(response.json()["usage"]["input_tokens"])
+    stated = 0
+    for line in response.text.splitlines():
+        if line.startswith("data:"):
+            event = json.loads(line[5:])
+            usage = event.get("usage") or (event.get("message") or {}).get("usage") or {}
+            stated = usage.get("input_tokens", stated)
+    return int(stated)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_turn_claudes_web_search_read_is_charged_but_never_taken_for_the_prompts_count(
+    stream: bool,
+) -> None:
+    """Anthropic counts what its server tools read (a search's results, a fetched page) in
+    ``input_tokens``, saying only that a tool ran (``usage.server_tool_use``). routefit learnt
+    that count as the prompt's: the prompt's anchor (and a calibration sample) became the prompt
+    and the results, 2,001 tokens for a prompt of 501, and the next turn of the conversation was
+    priced from it (``x-routefit-prompt-tokens`` 2,001; near the window, cut or refused as too
+    long). The team is charged the count as stated; the prompt keeps its own."""
+    async with gateway() as gw:
+        body = {
+            "model": "claude",
+            "max_tokens": 200,
+            "stream": stream,
+            "tools": [WEB_SEARCH],
+            "messages": [{"role": "user", "content": "What is the weather in Paris today? " * 20}],
+        }
+        counted = {k: v for k, v in body.items() if k not in ("max_tokens", "stream")}
+        plain = await gw.post("/v1/messages", body)  # the provider's count of the prompt, learnt
+        assert plain.status_code == 200, plain.text
+        prompt = (await gw.post("/v1/messages/count_tokens", counted)).json()["input_tokens"]
+        assert prompt == _input_tokens(plain)  # the anchor: the provider's count of it
+
+        gw.provider.script = Searched()
+        before = await gw.used()
+        searched = await gw.post("/v1/messages", body)
+        assert searched.status_code == 200, searched.text
+        assert searched.text.count('"web_search_requests"') == 1  # the provider's, passed on
+        gw.provider.script = None
+
+        charged = await gw.used() - before
+        assert charged >= prompt + RESULTS  # every token the provider states it read
+        assert (await gw.post("/v1/messages/count_tokens", counted)).json() == {
+            "input_tokens": prompt
+        }
+        again = await gw.post("/v1/messages", body)
+        assert int(again.headers["x-routefit-prompt-tokens"]) == prompt
