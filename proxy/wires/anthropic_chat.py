@@ -11,6 +11,10 @@ cache prefixes on their own), ``metadata``, ``context_management``, ``output_con
 tools and unknown block types (sent as their JSON text), ``top_k``. Tool results are sent as
 text, their images as user image parts right after them.
 
+Refused rather than lost (``_choosable``): a ``tool_choice`` that requires a call of a tool the
+translation does not send (a server or typed tool) or, as ``any``, of some tool when none is
+sent — the client ruled out the answer the provider would give without it.
+
 Carried in other words: a ``tool_result`` with ``is_error: true`` (chat's tool message has no
 such flag) is sent with ``TOOL_ERROR`` before its text, so the model still learns the tool
 failed; a chat provider's ``refusal`` is the answer's text with ``stop_reason: "refusal"``.
@@ -25,7 +29,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pricing.messages import ImagePart, Message, led_text, media_part
+from pricing.messages import ImagePart, Message, RequestError, led_text, media_part
 from proxy.exchange.anthropic_terms import ANTHROPIC_STOP as _STOP
 from proxy.exchange.anthropic_terms import CHAT_TOOL_CHOICE, tool_input
 from proxy.exchange.sse import encode
@@ -105,6 +109,47 @@ def _tool_choice(choice: Any) -> Any:
     return CHAT_TOOL_CHOICE.get(str(kind))
 
 
+def _choosable(body: Mapping[str, Any], sent: set[str]) -> None:
+    """Refuses (400, naming it) a ``tool_choice`` that requires a call this leg cannot offer:
+    ``tool`` naming a server tool (``web_search_20250305``, ``code_execution_...``) or a typed
+    one (``bash_20250124``, ``text_editor_...``), which a chat provider is not sent, or ``any``
+    when no tool of the request is sent. The choice went out naming a function the provider
+    was not offered (its 400, in chat's words: "function 'web_search' is not one of the
+    'tools'"), or, with no function left, was dropped with the tools, and the model answered
+    unforced, in prose the client had ruled out (a search it never ran, reported as done)."""
+    choice = body.get("tool_choice")
+    if not isinstance(choice, Mapping) or choice.get("type") not in ("tool", "any"):
+        return
+    raw = body.get("tools")
+    kinds = {
+        str(t.get("name")): str(t.get("type"))
+        for t in (raw if isinstance(raw, list) else [])
+        if isinstance(t, Mapping) and t.get("type") not in (None, "custom")
+    }
+    if choice["type"] == "any":
+        if sent or not kinds:
+            return
+        held = ", ".join(f"{name} ({kind})" for name, kind in sorted(kinds.items()))
+        raise RequestError(
+            "tool_choice 'any' requires a tool call, and none of this request's tools can be "
+            f"sent to this route's provider, which runs function tools only: {held}",
+            "tool_choice",
+        )
+    name = choice.get("name")
+    if not isinstance(name, str):
+        raise RequestError("tool_choice.name: Field required", "tool_choice.name")
+    if name in sent:
+        return
+    if name in kinds:
+        raise RequestError(
+            f"tool_choice names {name!r}, a {kinds[name]} tool, which this route's provider "
+            "cannot be sent: it runs function tools only (an Anthropic route runs Anthropic's "
+            "own tools)",
+            "tool_choice.name",
+        )
+    raise RequestError(f"tool_choice names {name!r}, which is not one of the tools", "tool_choice")
+
+
 def chat_body(request: AnthropicRequest, fitted: Sequence[Message], stream: bool) -> dict[str, Any]:
     """The chat-completions request for a fitted Anthropic conversation."""
     src = request.body
@@ -116,11 +161,11 @@ def chat_body(request: AnthropicRequest, fitted: Sequence[Message], stream: bool
             body[key] = src[key]
     if src.get("stop_sequences"):
         body["stop"] = src["stop_sequences"]
-    tools = [
-        {"type": "function", "function": dict(fn)}
-        for fn in request.tools
-        if isinstance(fn.get("name"), str) and "parameters" in fn
+    functions = [
+        dict(fn) for fn in request.tools if isinstance(fn.get("name"), str) and "parameters" in fn
     ]
+    _choosable(src, {str(fn["name"]) for fn in functions})
+    tools = [{"type": "function", "function": fn} for fn in functions]
     if tools:
         body["tools"] = tools
         choice = src.get("tool_choice")

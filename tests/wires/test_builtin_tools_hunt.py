@@ -200,3 +200,75 @@ async def test_a_turn_claudes_web_search_read_is_charged_but_never_taken_for_the
         }
         again = await gw.post("/v1/messages", body)
         assert int(again.headers["x-routefit-prompt-tokens"]) == prompt
+
+
+# --- Anthropic's own tools forced on a route that cannot run them -------------------------------
+
+GET = {
+    "name": "get",
+    "description": "Fetch a record by its id.",
+    "input_schema": {"type": "object", "properties": {"id": {"type": "string"}}},
+}
+BASH = {"type": "bash_20250124", "name": "bash"}
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "named"),
+    [
+        ([GET, WEB_SEARCH], {"type": "tool", "name": "web_search"}, "web_search_20250305"),
+        ([WEB_SEARCH], {"type": "tool", "name": "web_search"}, "web_search_20250305"),
+        ([GET, BASH], {"type": "tool", "name": "bash"}, "bash_20250124"),
+        ([WEB_SEARCH], {"type": "any"}, "web_search_20250305"),
+    ],
+)
+async def test_a_tool_choice_a_chat_route_cannot_honour_is_refused_naming_the_tool(
+    tools: list[dict[str, Any]], choice: dict[str, Any], named: str
+) -> None:
+    """A Messages request that requires a call of one of Anthropic's own tools (a server tool,
+    ``web_search_20250305``; a typed client tool, ``bash_20250124``), or requires a call
+    (``any``) when it has no other, cannot be honoured on a chat route: those tools are not
+    sent (docs/wires.md, "Lost in translation"). The choice went out naming a function the
+    provider was not offered (its 400 in chat's words, "Invalid value for 'tool_choice':
+    function 'web_search' is not one of the 'tools'"), or, with no function left, was dropped
+    with the tools and the model answered unforced: a search the client required, never run.
+    Now routefit's 400 in Anthropic's shape names the tool, and nothing reaches the provider
+    or is charged; an Anthropic route is sent the choice as it came."""
+    async with gateway() as gw:
+        body = {
+            "model": "chat",
+            "max_tokens": 200,
+            "tools": tools,
+            "tool_choice": choice,
+            "messages": [{"role": "user", "content": "What is the weather in Paris today?"}],
+        }
+        before = await gw.used()
+        refused = await gw.post("/v1/messages", body)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()
+        assert error["type"] == "error"
+        assert error["error"]["type"] == "invalid_request_error"
+        assert named in error["error"]["message"]
+        assert gw.provider.sent == []
+        assert await gw.used() == before
+
+        native = await gw.post("/v1/messages", {**body, "model": "claude"})
+        assert native.status_code == 200, native.text
+        assert gw.provider.sent[-1]["tool_choice"] == choice
+
+
+async def test_a_tool_choice_naming_a_function_still_reaches_a_chat_route() -> None:
+    """The function tools beside Anthropic's own are still sent, and a choice of one of them
+    still steers the chat provider (``tool_choice`` as chat names a function)."""
+    async with gateway() as gw:
+        body = {
+            "model": "chat",
+            "max_tokens": 200,
+            "tools": [GET, WEB_SEARCH],
+            "tool_choice": {"type": "tool", "name": "get"},
+            "messages": [{"role": "user", "content": "Fetch record 7."}],
+        }
+        answered = await gw.post("/v1/messages", body)
+        assert answered.status_code == 200, answered.text
+        sent = gw.provider.sent[-1]
+        assert [t["function"]["name"] for t in sent["tools"]] == ["get"]
+        assert sent["tool_choice"] == {"type": "function", "function": {"name": "get"}}
