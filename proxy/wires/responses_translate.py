@@ -8,7 +8,8 @@ would have to go through litellm only for it. The mapping is a few dict rewrites
 What chat cannot carry, and is therefore lost on a translated route (docs/wires.md):
 ``reasoning`` items (their encrypted content is meaningful only to OpenAI), ``web_search_call``
 and other server-side tool items, non-function tools (``web_search``, file search, ...; a
-``custom`` tool becomes a function with one string parameter ``input``), ``include``,
+``custom`` tool becomes a function with one string parameter ``input``; a namespace's tools
+are plain functions whose calls come back with their ``namespace``: ``_namespaces``), ``include``,
 ``reasoning`` / ``text.verbosity`` settings, ``store`` at the provider (routefit's own store
 still answers ``previous_response_id``), images inside tool outputs (replaced by a note).
 """
@@ -258,6 +259,27 @@ def _custom_names(body: Mapping[str, Any]) -> set[str]:
     return {str(t.get("name")) for t in _flat(body.get("tools")) if t.get("type") == "custom"}
 
 
+def _namespaces(body: Mapping[str, Any]) -> dict[str, str]:
+    """The namespace of each tool ``_tools`` sends from inside one, by its name: a call of it
+    comes back with that ``namespace``, as OpenAI says it ("The namespace of the function to
+    run"). A client dispatches a namespaced call by both (Codex's MCP tools): without it the
+    call named a tool the client did not have. A name also offered outside any namespace, or
+    in two, names no one namespace and is left without."""
+    seen: dict[str, set[str]] = {}
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, Mapping):
+            continue
+        space = tool.get("name") if tool.get("type") == "namespace" else None
+        for inner in _flat([tool]):
+            # "" stands for no namespace (a tool offered on its own, or a nameless namespace)
+            seen.setdefault(str(inner.get("name")), set()).add(
+                space if isinstance(space, str) else ""
+            )
+    return {
+        name: min(spaces) for name, spaces in seen.items() if len(spaces) == 1 and "" not in spaces
+    }
+
+
 #: Why a chat answer stopped short → the Response's ``incomplete_details.reason`` (OpenAI's
 #: two); any other finish reason completes it.
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -279,7 +301,16 @@ def _call_id(given: Any, rid: str, n: int) -> str:
     return given if isinstance(given, str) and given else f"call_{rid[5:]}_{n}"
 
 
-def _call_item(call_id: str, name: str, arguments: str, custom: set[str]) -> dict[str, Any]:
+def _call_item(
+    call_id: str, name: str, arguments: str, custom: set[str], namespaces: Mapping[str, str]
+) -> dict[str, Any]:
+    item = _tool_call(call_id, name, arguments, custom)
+    if name in namespaces:
+        item["namespace"] = namespaces[name]
+    return item
+
+
+def _tool_call(call_id: str, name: str, arguments: str, custom: set[str]) -> dict[str, Any]:
     if name in custom:
         try:
             value = orjson.loads(arguments or "{}")
@@ -363,6 +394,7 @@ def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any
     choice = (data.get("choices") or [{}])[0] if isinstance(data, dict) else {}
     message = choice.get("message") or {}
     custom = _custom_names(request.body)
+    namespaces = _namespaces(request.body)
     output: list[dict[str, Any]] = []
     text, _ = content_text(message.get("content"))
     if text:
@@ -372,7 +404,8 @@ def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any
     for n, call in enumerate(message.get("tool_calls") or []):
         fn = call.get("function") or {}
         call_id = _call_id(call.get("id"), rid, n)
-        output.append(_call_item(call_id, str(fn.get("name")), fn.get("arguments") or "", custom))
+        arguments = fn.get("arguments") or ""
+        output.append(_call_item(call_id, str(fn.get("name")), arguments, custom, namespaces))
     usage = response_usage(data.get("usage")) if isinstance(data, dict) else None
     return _ended(response_object(request, rid, output, usage), choice.get("finish_reason"))
 
@@ -397,6 +430,7 @@ class ChatStreamToResponses:
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
         self.custom = _custom_names(request.body)
+        self.namespaces = _namespaces(request.body)
         self.item_id = _message_id(rid)
 
     def event(self, kind: str, **data: Any) -> bytes:
@@ -480,7 +514,8 @@ class ChatStreamToResponses:
         if self.part is not None:
             out += self._close(self.part)
         for n, (given, name, arguments) in enumerate(self.calls.whole()):
-            item = _call_item(_call_id(given, self.rid, n), str(name), arguments, self.custom)
+            call_id = _call_id(given, self.rid, n)
+            item = _call_item(call_id, str(name), arguments, self.custom, self.namespaces)
             index = len(self.output)
             pending = {**item, "status": "in_progress"}
             if item["type"] == "function_call":

@@ -272,3 +272,65 @@ async def test_a_tool_choice_naming_a_function_still_reaches_a_chat_route() -> N
         sent = gw.provider.sent[-1]
         assert [t["function"]["name"] for t in sent["tools"]] == ["get"]
         assert sent["tool_choice"] == {"type": "function", "function": {"name": "get"}}
+
+
+# --- Responses: a namespace's tools on a translated route ---------------------------------------
+
+CRM = {
+    "type": "namespace",
+    "name": "crm",
+    "description": "The customer records.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "A customer by id.",
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+        },
+        {"type": "custom", "name": "note", "description": "A free-form note on the customer."},
+    ],
+}
+
+
+@pytest.mark.parametrize("model", ["chat", "claude"])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("choice", "kind"), [("lookup", "function_call"), ("note", "custom_tool_call")]
+)
+async def test_a_call_of_a_namespaced_tool_comes_back_with_its_namespace(
+    model: str, stream: bool, choice: str, kind: str
+) -> None:
+    """A Responses ``namespace`` groups tools under a name the call carries back: OpenAI's
+    ``function_call`` and ``custom_tool_call`` have a ``namespace`` ("The namespace of the
+    function to run"; the ``openai`` SDK's ``ResponseFunctionToolCall.namespace``), and Codex
+    dispatches its MCP tools by both. A translated route sends the namespace's tools as plain
+    functions (chat has no namespaces), and the call came back without it: a call of a tool
+    the client does not have by that name alone. Now it carries the namespace it was offered
+    in, whole and streamed, read by the ``openai`` SDK."""
+    import openai
+
+    async with gateway() as gw:
+        client = openai.AsyncOpenAI(
+            base_url="http://routefit/v1", api_key=KEY, http_client=gw.client, max_retries=0
+        )
+        tool_choice: Any = {
+            "type": "allowed_tools",
+            "mode": "required",
+            "tools": [{"name": choice}],
+        }
+        ask: dict[str, Any] = {
+            "model": model,
+            "input": "Look up customer 7 and note the call.",
+            "tools": [CRM],
+            "tool_choice": tool_choice,
+            "store": False,
+        }
+        if stream:
+            async with client.responses.stream(**ask) as events:
+                async for _ in events:
+                    pass
+                answer = await events.get_final_response()
+        else:
+            answer = await client.responses.create(**ask)
+        calls = [item for item in answer.output if item.type == kind]
+        assert [(c.name, c.namespace) for c in calls] == [(choice, "crm")]
