@@ -257,6 +257,9 @@ def validate(body: Any, *, strict: bool = True) -> None:
                 )
             if not isinstance(tool.get("input_schema"), Mapping):
                 raise _bad(f"tools.{i}.custom.input_schema: Field required")
+        names = [t.get("name") for t in tools]
+        if len(names) != len(set(map(str, names))):
+            raise _bad("tools: Tool names must be unique.")
     choice = body.get("tool_choice")
     if choice is not None:
         if not isinstance(choice, Mapping) or choice.get("type") not in (

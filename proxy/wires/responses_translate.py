@@ -9,16 +9,19 @@ What chat cannot carry, and is therefore lost on a translated route (docs/wires.
 ``reasoning`` items (their encrypted content is meaningful only to OpenAI), ``web_search_call``
 and other server-side tool items, non-function tools (``web_search``, file search, ...; a
 ``custom`` tool becomes a function with one string parameter ``input``; a namespace's tools
-are plain functions whose calls come back with their ``namespace``: ``_namespaces``), ``include``,
+are plain functions whose calls come back with their ``namespace``: ``ToolNames``), ``include``,
 ``reasoning`` / ``text.verbosity`` settings, ``store`` at the provider (routefit's own store
 still answers ``previous_response_id``), images inside tool outputs (replaced by a note).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -74,7 +77,7 @@ def _said(part: Any) -> str | None:
     return said if isinstance(said, str) else None
 
 
-def _group_message(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _group_message(items: Sequence[Mapping[str, Any]], names: ToolNames) -> dict[str, Any]:
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     for item in items:
@@ -87,11 +90,12 @@ def _group_message(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             if isinstance(item.get("content"), str):
                 text.append(item["content"])
         elif kind == "function_call":
-            fn = {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}
+            name = names.sent(item.get("namespace"), item.get("name"))
+            fn = {"name": name, "arguments": item.get("arguments") or "{}"}
             calls.append({"id": item.get("call_id"), "type": "function", "function": fn})
         elif kind == "custom_tool_call":
             args = orjson.dumps({"input": item.get("input", "")}).decode()
-            fn = {"name": item.get("name"), "arguments": args}
+            fn = {"name": names.sent(item.get("namespace"), item.get("name")), "arguments": args}
             calls.append({"id": item.get("call_id"), "type": "function", "function": fn})
     out: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
@@ -99,7 +103,7 @@ def _group_message(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
+def _messages(fitted: Sequence[Message], names: ToolNames) -> list[dict[str, Any]]:
     """The fitted conversation as chat messages. A call chat cannot make (``local_shell_call``,
     ``web_search_call``, other server-side ``*_call`` items) is not sent, and neither is its
     output: chat refuses a tool message that answers no call it was shown.
@@ -116,7 +120,7 @@ def _messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
         if wire is not None and INSTRUCTIONS in wire:
             turns.append([{"role": "system", "content": wire[INSTRUCTIONS]}])
         elif wire is not None and GROUP in wire:
-            message = _group_message(wire[GROUP])
+            message = _group_message(wire[GROUP], names)
             if message["content"] is not None or message.get("tool_calls"):
                 turns.append([message])  # a turn of reasoning / server-side items only: nothing
                 owner.update((str(call["id"]), turns[-1]) for call in message.get("tool_calls", ()))
@@ -132,6 +136,10 @@ def _messages(fitted: Sequence[Message]) -> list[dict[str, Any]]:
     return [message for turn in turns for message in turn]
 
 
+#: The tools chat is sent, as functions: function tools and custom ones (``input`` as a string).
+_KINDS = ("function", "custom")
+
+
 def _flat(tools: Any) -> Iterator[Mapping[str, Any]]:
     """The client's tools in order, a namespace's own tools in its place."""
     for tool in tools or []:
@@ -143,35 +151,37 @@ def _flat(tools: Any) -> Iterator[Mapping[str, Any]]:
             yield tool
 
 
-def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _tools(body: Mapping[str, Any], names: ToolNames) -> list[dict[str, Any]]:
+    """The function and custom tools as chat functions, each under its name in ``names``, in
+    the client's order (``tool_names`` walks them so)."""
     out: list[dict[str, Any]] = []
-    for tool in _flat(body.get("tools")):
-        kind = tool.get("type")
-        if kind == "function":
+    found = [inner for inner in _flat(body.get("tools")) if inner.get("type") in _KINDS]
+    for tool, named in zip(found, names.tools, strict=True):
+        if tool.get("type") == "function":
             fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-            out.append({"type": "function", "function": fn})
-        elif kind == "custom":
+        else:
             params = {"type": "object", "properties": {"input": {"type": "string"}}}
             fn = {"name": tool.get("name"), "parameters": params}
             if "description" in tool:
                 fn["description"] = tool["description"]
-            out.append({"type": "function", "function": fn})
+        out.append({"type": "function", "function": {**fn, "name": named.sent}})
     return out
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: Any, names: ToolNames) -> Any:
     """The client's ``tool_choice`` in chat's words: a named function or custom tool as that
     function, ``allowed_tools`` by its mode (``_allowed``), a hosted tool (not sent) ``auto``."""
     if isinstance(choice, Mapping):
         if choice.get("type") in ("function", "custom") and isinstance(choice.get("name"), str):
-            return {"type": "function", "function": {"name": choice["name"]}}
+            sent = names.sent(choice.get("namespace"), choice["name"])
+            return {"type": "function", "function": {"name": sent}}
         if choice.get("type") == "allowed_tools":
-            return _allowed(choice)
+            return _allowed(choice, names)
         return "auto"
     return choice
 
 
-def _allowed(choice: Mapping[str, Any]) -> Any:
+def _allowed(choice: Mapping[str, Any], names: ToolNames) -> Any:
     """``allowed_tools`` as chat says it to any provider: ``required`` stays required (one
     allowed tool: that function), ``auto`` is ``auto``. It was ``auto`` whatever its mode, and
     the model could answer without the call the client required. (The set itself is chat's
@@ -180,11 +190,10 @@ def _allowed(choice: Mapping[str, Any]) -> Any:
     if choice.get("mode") != "required":
         return "auto"
     tools = choice.get("tools")
-    names = (
-        [t.get("name") for t in tools if isinstance(t, Mapping)] if isinstance(tools, list) else []
-    )
-    if len(names) == 1 and isinstance(names[0], str):
-        return {"type": "function", "function": {"name": names[0]}}
+    chosen = [t for t in tools if isinstance(t, Mapping)] if isinstance(tools, list) else []
+    if len(chosen) == 1 and isinstance(chosen[0].get("name"), str):
+        sent = names.sent(chosen[0].get("namespace"), chosen[0]["name"])
+        return {"type": "function", "function": {"name": sent}}
     return "required"
 
 
@@ -206,15 +215,16 @@ def _allowed_names(choice: Any) -> set[str] | None:
 def chat_body(request: ChatRequest, fitted: Sequence[Message], stream: bool) -> dict[str, Any]:
     """The fitted Responses request as a chat-completions body."""
     body = request.body
-    out: dict[str, Any] = {"model": request.model, "messages": _messages(fitted)}
-    tools = _tools(body)
+    names = tool_names(body)
+    out: dict[str, Any] = {"model": request.model, "messages": _messages(fitted, names)}
+    tools = _tools(body, names)
     allowed = _allowed_names(body.get("tool_choice"))
     if allowed is not None:
-        tools = [t for t in tools if t["function"].get("name") in allowed]
+        tools = [t for t, named in zip(tools, names.tools, strict=True) if named.name in allowed]
     if tools:
         out["tools"] = tools
         if body.get("tool_choice") is not None:
-            out["tool_choice"] = _tool_choice(body["tool_choice"])
+            out["tool_choice"] = _tool_choice(body["tool_choice"], names)
     for key in _SAMPLING:
         if body.get(key) is not None:
             out[key] = body[key]
@@ -253,31 +263,83 @@ def response_usage(chat_usage: Any) -> dict[str, Any] | None:
     }
 
 
-def _custom_names(body: Mapping[str, Any]) -> set[str]:
-    """The names of the custom tools ``_tools`` sends as functions, a namespace's included:
-    their calls come back as ``custom_tool_call``."""
-    return {str(t.get("name")) for t in _flat(body.get("tools")) if t.get("type") == "custom"}
+#: What a chat function name may hold, and how long it may be (OpenAI's
+#: ``^[a-zA-Z0-9_-]{1,64}$``; Anthropic's allows 128).
+_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+_NOT_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+_NAME_MOST = 64
 
 
-def _namespaces(body: Mapping[str, Any]) -> dict[str, str]:
-    """The namespace of each tool ``_tools`` sends from inside one, by its name: a call of it
-    comes back with that ``namespace``, as OpenAI says it ("The namespace of the function to
-    run"). A client dispatches a namespaced call by both (Codex's MCP tools): without it the
-    call named a tool the client did not have. A name also offered outside any namespace, or
-    in two, names no one namespace and is left without."""
-    seen: dict[str, set[str]] = {}
+@dataclass(frozen=True, slots=True)
+class _Tool:
+    """A tool ``_tools`` sends as a function: its namespace ("" for none), its own name, its
+    kind (``function`` or ``custom``) and the name chat knows it by."""
+
+    space: str
+    name: str
+    kind: str
+    sent: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolNames:
+    """The client's function and custom tools, a namespace's in its place, under the names
+    chat is sent: a tool's own name, unless another tool has it too (two namespaces' ``search``,
+    or one beside a tool of that name of its own), when a namespace's tool goes as
+    ``<namespace>__<name>`` (``_joined``) — chat has no namespaces, and the same name twice was
+    refused (Anthropic: "Tool names must be unique") or one of them never reachable. A call
+    comes back as the client named the tool: its own name, its ``namespace`` (OpenAI's
+    ``function_call.namespace``, by which Codex dispatches its MCP tools), and as a
+    ``custom_tool_call`` for a custom tool."""
+
+    tools: tuple[_Tool, ...]
+
+    def sent(self, space: Any, name: Any) -> str:
+        """The chat name of the client's tool ``name`` (of namespace ``space``): a call in the
+        history or a tool choice naming it. Without a namespace that tells it apart, the first
+        tool of that name."""
+        space = space if isinstance(space, str) else ""
+        named = [t for t in self.tools if t.name == str(name)]
+        for tool in named:
+            if tool.space == space:
+                return tool.sent
+        return named[0].sent if named else str(name)
+
+    def called(self, sent: str) -> _Tool | None:
+        """The client's tool a chat call names (None: none the client offered)."""
+        return next((t for t in self.tools if t.sent == sent), None)
+
+
+def _joined(space: str, name: str) -> str:
+    """A namespace's tool under a name of its own, ``<namespace>__<name>`` (Codex's own
+    spelling of an MCP tool on chat), in chat's alphabet and length: another character is
+    ``_``, and a name too long is cut with a digest of the whole after it."""
+    joined = f"{space}__{name}"
+    if _NAME.fullmatch(joined) and len(joined) <= _NAME_MOST:
+        return joined
+    digest = hashlib.blake2s(joined.encode(), digest_size=4).hexdigest()
+    return f"{_NOT_NAME.sub('_', joined)[: _NAME_MOST - 9]}_{digest}"
+
+
+def tool_names(body: Mapping[str, Any]) -> ToolNames:
+    """The function and custom tools of a Responses body as chat is sent them."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
     for tool in body.get("tools") or []:
         if not isinstance(tool, Mapping):
             continue
-        space = tool.get("name") if tool.get("type") == "namespace" else None
+        space = tool.get("name") if tool.get("type") == "namespace" else ""
         for inner in _flat([tool]):
-            # "" stands for no namespace (a tool offered on its own, or a nameless namespace)
-            seen.setdefault(str(inner.get("name")), set()).add(
-                space if isinstance(space, str) else ""
-            )
-    return {
-        name: min(spaces) for name, spaces in seen.items() if len(spaces) == 1 and "" not in spaces
-    }
+            if inner.get("type") in _KINDS:
+                found.append((space if isinstance(space, str) else "", inner))
+    count: dict[str, int] = {}
+    for _, inner in found:
+        count[str(inner.get("name"))] = count.get(str(inner.get("name")), 0) + 1
+    out = []
+    for space, inner in found:
+        name = str(inner.get("name"))
+        sent = _joined(space, name) if space and count[name] > 1 else name
+        out.append(_Tool(space, name, str(inner.get("type")), sent))
+    return ToolNames(tuple(out))
 
 
 #: Why a chat answer stopped short → the Response's ``incomplete_details.reason`` (OpenAI's
@@ -301,17 +363,19 @@ def _call_id(given: Any, rid: str, n: int) -> str:
     return given if isinstance(given, str) and given else f"call_{rid[5:]}_{n}"
 
 
-def _call_item(
-    call_id: str, name: str, arguments: str, custom: set[str], namespaces: Mapping[str, str]
-) -> dict[str, Any]:
-    item = _tool_call(call_id, name, arguments, custom)
-    if name in namespaces:
-        item["namespace"] = namespaces[name]
+def _call_item(call_id: str, sent: str, arguments: str, names: ToolNames) -> dict[str, Any]:
+    """A chat call as the Responses item of the client's tool it names (``ToolNames``)."""
+    tool = names.called(sent)
+    if tool is None:
+        return _tool_call(call_id, sent, arguments, False)
+    item = _tool_call(call_id, tool.name, arguments, tool.kind == "custom")
+    if tool.space:
+        item["namespace"] = tool.space
     return item
 
 
-def _tool_call(call_id: str, name: str, arguments: str, custom: set[str]) -> dict[str, Any]:
-    if name in custom:
+def _tool_call(call_id: str, name: str, arguments: str, custom: bool) -> dict[str, Any]:
+    if custom:
         try:
             value = orjson.loads(arguments or "{}")
             text = value.get("input", "") if isinstance(value, dict) else arguments
@@ -393,8 +457,7 @@ def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any
     """A whole chat completion as a Response object."""
     choice = (data.get("choices") or [{}])[0] if isinstance(data, dict) else {}
     message = choice.get("message") or {}
-    custom = _custom_names(request.body)
-    namespaces = _namespaces(request.body)
+    names = tool_names(request.body)
     output: list[dict[str, Any]] = []
     text, _ = content_text(message.get("content"))
     if text:
@@ -405,7 +468,7 @@ def chat_to_response(request: ChatRequest, data: Any, rid: str) -> dict[str, Any
         fn = call.get("function") or {}
         call_id = _call_id(call.get("id"), rid, n)
         arguments = fn.get("arguments") or ""
-        output.append(_call_item(call_id, str(fn.get("name")), arguments, custom, namespaces))
+        output.append(_call_item(call_id, str(fn.get("name")), arguments, names))
     usage = response_usage(data.get("usage")) if isinstance(data, dict) else None
     return _ended(response_object(request, rid, output, usage), choice.get("finish_reason"))
 
@@ -429,8 +492,7 @@ class ChatStreamToResponses:
         self.output: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
-        self.custom = _custom_names(request.body)
-        self.namespaces = _namespaces(request.body)
+        self.names = tool_names(request.body)
         self.item_id = _message_id(rid)
 
     def event(self, kind: str, **data: Any) -> bytes:
@@ -515,7 +577,7 @@ class ChatStreamToResponses:
             out += self._close(self.part)
         for n, (given, name, arguments) in enumerate(self.calls.whole()):
             call_id = _call_id(given, self.rid, n)
-            item = _call_item(call_id, str(name), arguments, self.custom, self.namespaces)
+            item = _call_item(call_id, str(name), arguments, self.names)
             index = len(self.output)
             pending = {**item, "status": "in_progress"}
             if item["type"] == "function_call":

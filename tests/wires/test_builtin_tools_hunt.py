@@ -334,3 +334,78 @@ async def test_a_call_of_a_namespaced_tool_comes_back_with_its_namespace(
             answer = await client.responses.create(**ask)
         calls = [item for item in answer.output if item.type == kind]
         assert [(c.name, c.namespace) for c in calls] == [(choice, "crm")]
+
+
+def _search(description: str) -> dict[str, Any]:
+    params = {"type": "object", "properties": {"q": {"type": "string"}}}
+    return {"type": "function", "name": "search", "description": description, "parameters": params}
+
+
+#: Codex's MCP tools: a namespace per server, ``mcp__<server>`` (openai/codex), whose tools may
+#: share a name with another server's or with a tool of Codex's own.
+SEARCHES = [
+    {
+        "type": "namespace",
+        "name": "mcp__web",
+        "description": "The web.",
+        "tools": [_search("Web.")],
+    },
+    {"type": "namespace", "name": "mcp__docs", "description": "Docs.", "tools": [_search("Docs.")]},
+    _search("The workspace."),
+]
+
+
+def _history_call(sent: dict[str, Any]) -> str:
+    """The name of the call in the history the provider was sent (chat's or Anthropic's)."""
+    for message in sent["messages"]:
+        for call in message.get("tool_calls") or []:
+            return str(call["function"]["name"])
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "tool_use":
+                return str(block["name"])
+    raise AssertionError("no call in the history sent")
+
+
+@pytest.mark.parametrize("model", ["chat", "claude"])
+async def test_tools_of_one_name_in_several_namespaces_reach_a_translated_route_apart(
+    model: str,
+) -> None:
+    """Chat has no namespaces: a translated route sends a namespace's tools as plain
+    functions, and two MCP servers' ``search`` (or one beside a ``search`` of the client's own)
+    went as functions of one name — Anthropic refuses every such request ("tools: Tool names
+    must be unique.", anthropics/claude-code#10687), and a chat provider could reach only one
+    of them. Now a namespace's tool whose name another tool has goes as
+    ``<namespace>__<name>`` (Codex's own spelling of an MCP tool on chat), its call comes back
+    as the client's tool (name and namespace), and the call sent back next turn goes under the
+    same name."""
+    import openai
+
+    async with gateway() as gw:
+        client = openai.AsyncOpenAI(
+            base_url="http://routefit/v1", api_key=KEY, http_client=gw.client, max_retries=0
+        )
+        ask: dict[str, Any] = {"model": model, "tools": SEARCHES, "store": False}
+        answer = await client.responses.create(
+            **ask, input="Search the web for the weather.", tool_choice="required"
+        )
+        sent = gw.provider.sent[-1]
+        offered = [t["function"]["name"] for t in sent["tools"]] if model == "chat" else None
+        if offered is not None:
+            assert offered == ["mcp__web__search", "mcp__docs__search", "search"]
+        call = next(item for item in answer.output if item.type == "function_call")
+        assert (call.name, call.namespace) == ("search", "mcp__web")
+
+        history: list[Any] = [
+            {"role": "user", "content": "Search the web for the weather."},
+            {
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": "search",
+                "namespace": "mcp__web",
+                "arguments": call.arguments,
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny."},
+        ]
+        await client.responses.create(**ask, input=history)
+        assert _history_call(gw.provider.sent[-1]) == "mcp__web__search"

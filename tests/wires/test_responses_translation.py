@@ -631,7 +631,9 @@ def test_a_calls_only_turn_is_an_assistant_message_with_null_content() -> None:
 def test_tools_become_chat_functions_and_others_are_dropped() -> None:
     """Function tools keep name, description, parameters and strict (nothing else); a custom tool
     is a function with one string parameter ``input`` (its description kept, its grammar lost);
-    a namespace's tools are flattened; web_search and other kinds are dropped."""
+    a namespace's tools are flattened, one whose name another tool has too under
+    ``<namespace>__<name>`` (tests/wires/test_builtin_tools_hunt.py); web_search and other
+    kinds are dropped."""
     described = {**CUSTOM_TOOL, "description": "Patch."}
     tools = [
         {**FN_TOOL, "extra": 1},
@@ -650,7 +652,7 @@ def test_tools_become_chat_functions_and_others_are_dropped() -> None:
         {"type": "function", "function": {"name": "g"}},
         {
             "type": "function",
-            "function": {"name": "apply_patch", "parameters": params, "description": "Patch."},
+            "function": {"name": "ns__apply_patch", "parameters": params, "description": "Patch."},
         },
         {"type": "function", "function": {"name": "apply_patch", "parameters": params}},
     ]
