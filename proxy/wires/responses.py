@@ -19,7 +19,7 @@ them (so removed only with their whole turn); an unknown ``*_call_output`` pairs
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -29,7 +29,7 @@ from proxy.errors import ProxyError, error_body
 from proxy.exchange import CHAT, RESPONSES, Completion, EventStream, Outbound
 from proxy.exchange.sse import event_data
 from proxy.teams import BEARER_OR_API_KEY
-from proxy.usage import normalize_usage
+from proxy.usage import Usage, normalize_usage
 from proxy.wires.base import (
     Answer,
     Outcome,
@@ -219,7 +219,7 @@ class ResponsesWire:
             named = _named(request, data)
             _keep(request, data)
             body = orjson.dumps(data) if _promise(request, data) or named else completion.body
-            return Answer(body, normalize_usage(data.get("usage")))
+            return Answer(body, provider_usage(data))
         return Answer(completion.body, None)
 
     async def relay(
@@ -395,11 +395,33 @@ def _keep(request: ChatRequest, response: dict[str, Any]) -> None:
         stored.keep(response, input_items(request.body))
 
 
+#: Output items of tools OpenAI runs itself within the response, whose results the model read
+#: before answering: web search's "search content tokens", a file search's chunks, the code
+#: interpreter's output, a remote MCP server's answer — billed as input tokens, inside
+#: ``usage.input_tokens`` with no count of their own.
+_SERVER_RUN = frozenset(
+    {"web_search_call", "file_search_call", "code_interpreter_call", "mcp_call"}
+)
+
+
+def provider_usage(response: Mapping[str, Any]) -> Usage | None:
+    """A native Response's usage, marked ``tools_read`` when OpenAI's own tools ran in it
+    (``_SERVER_RUN``): its input count then holds what they read, charged as stated and never
+    learnt as the prompt's (a prompt of a few hundred tokens anchored at thousands, as an
+    Anthropic web search did: ``proxy.usage.Usage.tools_read``)."""
+    usage = normalize_usage(response.get("usage"))
+    output = response.get("output")
+    ran = isinstance(output, list) and any(
+        isinstance(item, Mapping) and item.get("type") in _SERVER_RUN for item in output
+    )
+    return replace(usage, tools_read=True) if usage is not None and ran else usage
+
+
 async def _final(request: ChatRequest, response: Any, outcome: Outcome) -> None:
     """A stream's final response: its usage noted, and stored before its last event goes out."""
     if not isinstance(response, dict):
         return
-    outcome.usage = normalize_usage(response.get("usage")) or outcome.usage
+    outcome.usage = provider_usage(response) or outcome.usage
     _named(request, response)  # kept as the client is told
     stored = _request(request).keeps
     if stored is not None and response.get("status") != "failed":

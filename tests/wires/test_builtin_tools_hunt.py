@@ -409,3 +409,93 @@ async def test_tools_of_one_name_in_several_namespaces_reach_a_translated_route_
         ]
         await client.responses.create(**ask, input=history)
         assert _history_call(gw.provider.sent[-1]) == "mcp__web__search"
+
+
+# --- OpenAI's hosted tools: what they read is in input_tokens -----------------------------------
+
+WEB_SEARCH_CALL = {
+    "type": "web_search_call",
+    "id": "ws_0123",
+    "status": "completed",
+    "action": {"type": "search", "query": "weather in Paris"},
+}
+
+
+class SearchedResponse:
+    """The simulator's Response, whole or streamed, as OpenAI states one in which its web
+    search ran: a ``web_search_call`` item in the output and ``input_tokens`` holding the
+    "search content tokens, billed at model rates" (OpenAI's pricing for the ``web_search``
+    tool, https://platform.openai.com/docs/pricing), ``RESULTS`` of them. A stream states them
+    in ``response.completed``."""
+
+    async def __call__(self, request: httpx.Request, sim: Any) -> httpx.Response:
+        response = await sim(request)
+        raw = await response.aread()
+
+        def searched(answer: dict[str, Any]) -> dict[str, Any]:
+            answer["output"] = [WEB_SEARCH_CALL, *answer["output"]]
+            answer["usage"]["input_tokens"] += RESULTS
+            answer["usage"]["total_tokens"] += RESULTS
+            return answer
+
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            return httpx.Response(response.status_code, json=searched(json.loads(raw)))
+        out = []
+        for line in raw.decode().split("\n"):
+            if line.startswith("data:"):
+                event = json.loads(line[5:])
+                if event.get("type") == "response.completed":
+                    event["response"] = searched(event["response"])
+                line = "data: " + json.dumps(event)
+            out.append(line)
+        headers = {"content-type": "text/event-stream"}
+        return httpx.Response(response.status_code, content="\n".join(out), headers=headers)
+
+
+def _response_input_tokens(response: httpx.Response) -> int:
+    """The ``input_tokens`` a Response states, whole or in its ``response.completed``."""
+    if not response.headers["content-type"].startswith("text/event-stream"):
+        return int(response.json()["usage"]["input_tokens"])
+    for line in response.text.splitlines():
+        if line.startswith("data:") and '"response.completed"' in line:
+            return int(json.loads(line[5:])["response"]["usage"]["input_tokens"])
+    raise AssertionError("no response.completed")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_response_openais_web_search_read_is_charged_but_never_taken_for_the_prompts(
+    stream: bool,
+) -> None:
+    """OpenAI bills what its hosted tools read (web search's search content tokens, a file
+    search's chunks) as input tokens, in ``usage.input_tokens``; the output says only which
+    tools ran (``web_search_call`` ...). routefit learnt that count as the prompt's, so after
+    one searched turn the prompt's anchor held the results too and the next turn was priced
+    from it (``x-routefit-prompt-tokens`` and ``input_tokens`` counts above the prompt by the
+    results). The team is charged the count as stated; the prompt keeps its own."""
+    async with gateway() as gw:
+        body: dict[str, Any] = {
+            "model": "gpt",
+            "input": "What is the weather in Paris today? " * 60,
+            "tools": [{"type": "web_search"}],
+            "max_output_tokens": 200,
+            "store": False,
+            "stream": stream,
+        }
+        counted = {k: v for k, v in body.items() if k not in ("max_output_tokens", "stream")}
+        plain = await gw.post("/v1/responses", body)
+        assert plain.status_code == 200, plain.text
+        prompt = (await gw.post("/v1/responses/input_tokens", counted)).json()["input_tokens"]
+        assert prompt == _response_input_tokens(plain)
+
+        gw.provider.script = SearchedResponse()
+        before = await gw.used()
+        searched = await gw.post("/v1/responses", body)
+        assert searched.status_code == 200, searched.text
+        assert _response_input_tokens(searched) == prompt + RESULTS
+        gw.provider.script = None
+
+        assert await gw.used() - before >= prompt + RESULTS
+        counts = await gw.post("/v1/responses/input_tokens", counted)
+        assert counts.json()["input_tokens"] == prompt
+        again = await gw.post("/v1/responses", body)
+        assert int(again.headers["x-routefit-prompt-tokens"]) == prompt
