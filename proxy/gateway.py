@@ -766,8 +766,12 @@ class Gateway:
             out = shaped(wire, p.request, p.fitted, leg, {})
             return orjson.dumps({"request": out.body, "report": p.fitted.report.as_dict()})
 
-        # a big body is written back in one of the caller's pricing threads, as it was priced
-        body = await self.fairness.run(p.job.who, p.job.size, written)
+        try:
+            # a big body is written back in one of the caller's pricing threads, as it was
+            # priced; what the provider's wire cannot say is the client's 400, as when sent
+            body = await self.fairness.run(p.job.who, p.job.size, written)
+        except Exception as exc:
+            return self._refused(wire, t, _refusal(exc, "a dry run", wire, a))
         done = self.records.later(self.records.served(t, p, 200))
         return Response(
             body, headers=self.headers(p), media_type="application/json", background=done

@@ -250,6 +250,9 @@ async def test_a_tool_choice_a_chat_route_cannot_honour_is_refused_naming_the_to
         assert named in error["error"]["message"]
         assert gw.provider.sent == []
         assert await gw.used() == before
+        # the dry run says the same (it showed a 500: the refusal raised while writing)
+        dry = await gw.post("/routefit/fit?wire=messages", body)
+        assert (dry.status_code, dry.json()) == (400, error), dry.text
 
         native = await gw.post("/v1/messages", {**body, "model": "claude"})
         assert native.status_code == 200, native.text
