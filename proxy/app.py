@@ -67,7 +67,6 @@ from proxy.state import AppState
 from proxy.store import ObservedStore, Store, StoreUnavailable, connect_store
 from proxy.teams import hash_key, presented_key
 from proxy.transports import start as start_providers
-from proxy.transports import stop as stop_providers
 from proxy.wires import ANTHROPIC_WIRE, CHAT_WIRE, GEMINI_WIRE, RESPONSES_WIRE, Wire
 from proxy.wires.base import Counting
 
@@ -522,7 +521,6 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.calibrator.stop()
         for g in state.live.every():  # traces batched: exported; provider clients closed
             await retire(g)
-        await stop_providers()
         if state.transport is not None:
             await state.transport.aclose()
         await state.sizer.aclose()

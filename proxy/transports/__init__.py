@@ -5,7 +5,8 @@ returns the whole answer or the event stream, ``aclose`` releases its client. Th
 ``passthrough`` (aiohttp, the socket) and ``mock`` (an httpx handler, in process) share
 ``provider_http`` (the request a deployment asks for, what its response means); ``anthropic``
 is routefit's own chat→Messages adapter over either; ``litellm`` is the only litellm importer
-(and owns that import: ``preload`` / ``loaded``); ``retry`` wraps any transport.
+(and owns that import and the event loop its calls run on: ``preload`` / ``loaded``); ``retry``
+wraps any transport.
 
 ``provider_table`` builds the app's ``ProviderTable``: one record per deployment and each
 adapter's transport, every one wrapped in bounded retries. ``http`` replaces the passthrough's
@@ -21,11 +22,11 @@ from collections.abc import Callable, Mapping
 from proxy.config import Upstream
 from proxy.providers import Adapter, Bounds, ProviderTable, Transport, deployment
 from proxy.transports.anthropic import AnthropicChat
-from proxy.transports.litellm import LiteLLM, close_sessions, loaded, preload
+from proxy.transports.litellm import LiteLLM, loaded, preload
 from proxy.transports.passthrough import Passthrough
 from proxy.transports.retry import Retrying, RetryPolicy
 
-__all__ = ["Bounds", "RetryPolicy", "provider_table", "ready", "start", "stop"]
+__all__ = ["Bounds", "RetryPolicy", "provider_table", "ready", "start"]
 
 
 def provider_table(
@@ -54,12 +55,6 @@ def start(table: ProviderTable) -> None:
     request (a chat→Messages deployment imports it only on its first unmapped request)."""
     if table.needs_litellm:
         preload()
-
-
-async def stop() -> None:
-    """Close what every generation's providers share in this process (litellm's SDK clients'
-    HTTP client): the app's end."""
-    await close_sessions()
 
 
 def ready(table: ProviderTable) -> bool:

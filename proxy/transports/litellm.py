@@ -39,12 +39,43 @@ body open after its last event held the client's stream open until the read time
 ended it with an error after a whole answer. The provider's SSE body is cut at its wire's end
 (``proxy.transports.provider_http.Events``: Anthropic's ``message_stop``, Gemini's last chunk
 and a quiet body), which litellm then reads as the body's end.
+
+litellm's calls run on an event loop of their own (``_loop``, run by the thread that imported
+litellm: ``_run``), never on routefit's. litellm does CPU work inside its coroutines without
+yielding (the request's translation into the provider's wire, the answer's parsing into its
+pydantic models), and some of it grows with the square of the request: its Gemini conversion
+scans the assistant's tool calls once per tool result, so 2,000 calls with their results
+(291 KB) held routefit's loop 1.3-3 s, 8,000 (1.1 MB) 28-51 s, and every other team's request on
+the worker waited as long. On a loop of its own that work competes with routefit's loop only for
+the GIL, which the interpreter hands over every switch interval (5 ms): with the same 2,000
+calls being translated, another team's small requests were answered in milliseconds instead of
+waiting out the translation (docs/security.md). litellm's loop is one thread: requests to routes
+only litellm serves still wait behind such a translation, every other route does not. routefit's
+loop awaits each call (``_on_litellm``), each chunk of a stream (read, parsed and dumped there:
+``_Chunks``) and a whole answer's dump. The task there runs in a copy of the caller's context
+(the call's ``Trip`` is set in it; the app's logging context goes along), cancelling the caller
+cancels it, and a stream opened for a client that has left is closed there. What litellm holds
+that is bound to a loop (the bounded transports and clients: ``LiteLLM``, closed there with
+their generation; the SDK clients' session: ``_sdk_session``; litellm's own cached SDK clients
+and background tasks) is made and used on that loop, which lives as long as the process (a
+daemon thread, stopped only at the process's exit, ``_stop``: every app in the process shares
+it, as they share litellm's import and caches).
+
+Tests: litellm never reaches its providers through routefit's injected transport
+(``create_app(config, transport=...)``, ``proxy.transports.mock``): it sends through its own
+HTTP client, or routefit's bounded one over litellm's socket transport, so a test serves a
+litellm route from a real server on loopback (a thread, bound to no loop), and nothing a test's
+loop made is awaited on litellm's. A test that wanted a litellm route answered in process would
+hand litellm a transport whose handler runs on the loop that made it
+(``asyncio.run_coroutine_threadsafe`` back there), not call an ASGI app from litellm's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
 import functools
 import http.cookiejar
 import importlib
@@ -52,9 +83,8 @@ import logging
 import os
 import threading
 import urllib.request
-import weakref
-from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -87,7 +117,9 @@ if TYPE_CHECKING:
     # (~4.5 MiB of a worker's memory).
     from proxy.transports.bounded_http import BoundedTransport, Trip
 
-__all__ = ["LiteLLM", "close_sessions", "loaded", "preload"]
+__all__ = ["LiteLLM", "loaded", "preload"]
+
+T = TypeVar("T")
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -110,17 +142,59 @@ def _import_litellm() -> Any:
 #: The process's one import of litellm, once begun (a thread's result: any event loop awaits it).
 _loading: concurrent.futures.Future[Any] | None = None
 _lock = threading.Lock()
+#: litellm's own event loop, run by the thread that imported it (``_run``), for the process.
+_loop: asyncio.AbstractEventLoop | None = None
+#: How long the process's exit waits for litellm's loop to end its tasks, and then to stop.
+_STOP_S = 2.0
+#: Tasks started on litellm's loop that nobody awaits (closing an abandoned stream): held here,
+#: since the loop keeps only a weak reference to a task.
+_unawaited: set[asyncio.Task[Any]] = set()
 
 
 def _run(future: concurrent.futures.Future[Any]) -> None:
+    """Import litellm, then run its event loop in this thread for the rest of the process."""
+    global _loop
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     try:
-        future.set_result(_import_litellm())
+        litellm = _import_litellm()
     except BaseException as exc:  # kept for whoever awaits it
+        loop.close()
         future.set_exception(exc)
+        return
+    _loop = loop
+    atexit.register(_stop, loop, threading.current_thread())
+    future.set_result(litellm)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """At the process's exit: end litellm's loop and the tasks still on it (its logging worker
+    waits for records forever), so that none is destroyed pending (asyncio logs each one that
+    is as an error, on every worker's exit)."""
+
+    async def end() -> None:
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=_STOP_S)
+
+    if loop.is_closed() or not thread.is_alive():
+        return
+    with contextlib.suppress(Exception):  # a task that will not end, a loop closing meanwhile
+        asyncio.run_coroutine_threadsafe(end(), loop).result(timeout=_STOP_S)
+    with contextlib.suppress(RuntimeError):  # closed already
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=_STOP_S)
 
 
 def preload() -> None:
-    """Begin importing litellm in a thread, once per process (start-up stays fast)."""
+    """Begin importing litellm in a thread, once per process (start-up stays fast); the thread
+    then runs litellm's event loop."""
     global _loading
     with _lock:
         if _loading is not None:
@@ -147,33 +221,140 @@ async def _module() -> Any:
     return await asyncio.wrap_future(_loading)
 
 
+async def _on_litellm(
+    work: Callable[[], Coroutine[Any, Any, T]], lost: Callable[[T], object] | None = None
+) -> T:
+    """``work()`` as a task on litellm's loop (``_module`` started it), awaited on the caller's.
+
+    The task runs in a copy of the caller's context (as ``run_coroutine_threadsafe``'s would:
+    the app's logging context goes along). Cancelling the caller cancels the task there. A
+    result that arrives once the caller has gone (its cancellation crossed the task's end) is
+    handed to ``lost`` on litellm's loop: a stream opened for a client that left is closed there,
+    not left reading the provider into nothing."""
+    loop = _loop
+    assert loop is not None, "litellm's loop runs once it is imported: await _module() first"
+    if asyncio.get_running_loop() is loop:
+        return await work()
+    return await asyncio.wrap_future(_submit(loop, work, lost))
+
+
+def _submit(
+    loop: asyncio.AbstractEventLoop,
+    work: Callable[[], Coroutine[Any, Any, T]],
+    lost: Callable[[T], object] | None,
+) -> concurrent.futures.Future[T]:
+    """``run_coroutine_threadsafe`` with ``lost`` (``_on_litellm``): its chaining drops the
+    result of a task whose future was cancelled as it ended."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def begin() -> None:  # on litellm's loop
+        if future.cancelled():  # the caller left before the task began: never start it
+            return
+        task = loop.create_task(work())
+
+        def cancel(done: concurrent.futures.Future[T]) -> None:  # any thread
+            if done.cancelled():
+                loop.call_soon_threadsafe(task.cancel)
+
+        def finished(done: asyncio.Task[T]) -> None:  # on litellm's loop
+            if done.cancelled():
+                future.cancel()
+                return
+            exc = done.exception()
+            try:
+                if exc is not None:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(done.result())
+                return
+            except concurrent.futures.InvalidStateError:  # cancelled by its caller meanwhile
+                pass
+            if exc is None and lost is not None:
+                lost(done.result())
+
+        future.add_done_callback(cancel)
+        task.add_done_callback(finished)
+
+    loop.call_soon_threadsafe(begin)
+    return future
+
+
+def _in_background(work: Coroutine[Any, Any, None]) -> None:
+    """``work`` as a task of litellm's loop that nobody awaits (called on that loop)."""
+    task = asyncio.get_running_loop().create_task(work)
+    _unawaited.add(task)
+    task.add_done_callback(_unawaited.discard)
+
+
 class _Chunks:
-    """litellm's stream as chat-completions SSE events (usage chunk and ``[DONE]`` included)."""
+    """litellm's stream as chat-completions SSE events (usage chunk and ``[DONE]`` included).
+
+    The stream is litellm's, on litellm's loop: each chunk is read, parsed and dumped there
+    (``_next``), and only its bytes come back to the caller's loop."""
 
     def __init__(self, resp: Any, up: Upstream, mark: Trip) -> None:
         self._resp = resp
         self._up = up
         self._mark = mark
+        #: litellm's iterator and the task reading its next chunk: litellm's loop's alone
+        self._chunks: Any = None
+        self._reading: asyncio.Task[Any] | None = None
+        self._closing = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         turns = LoopTurns()  # litellm's chunks, as the native paths' events (``split_stream``)
+        while (event := await _on_litellm(self._next)) is not None:
+            yield event
+            await turns.after(len(event))
+        yield DONE
+
+    async def _next(self) -> bytes | None:
+        """On litellm's loop: the next chunk as an SSE event, None after the last."""
+        self._reading = asyncio.current_task()
         try:
-            async for chunk in self._resp:
-                event = b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
-                yield event
-                await turns.after(len(event))
+            if self._chunks is None:
+                self._chunks = self._resp.__aiter__()
+            chunk = await self._chunks.__anext__()
+            return b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
+        except StopAsyncIteration:
+            return None
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # closed under a reader that did not leave (another task closed the stream): a
+            # broken stream to it, as a read of a closed response was, not a cancellation
+            raise StreamBroken("the provider's stream was closed") from None
         except Exception as exc:  # litellm raises its own tree mid-stream
             if self._mark.reason is not None:
                 raise EventTooLarge(self._mark.reason) from None
             raise StreamBroken(_litellm_error(exc, self._up).message) from None
-        yield DONE
 
     async def aclose(self) -> None:
         # Closing litellm's stream wrapper closes its HTTP response: without it, a client that
-        # goes away would leave the provider's connection streaming into nothing.
-        closer = getattr(self._resp, "aclose", None)
-        if closer is not None:
-            await closer()
+        # goes away would leave the provider's connection streaming into nothing. Shielded: the
+        # close goes on on litellm's loop even if whoever closes is cancelled meanwhile.
+        await asyncio.shield(_on_litellm(self._close))
+
+    async def _close(self) -> None:
+        """On litellm's loop: stop the read under way (its caller left), then close."""
+        self._closing = True
+        reading = self._reading
+        if reading is not None and not reading.done():
+            reading.cancel()
+            await asyncio.wait([reading])
+        await _close_stream(self._resp)
+
+
+async def _close_stream(resp: Any) -> None:
+    closer = getattr(resp, "aclose", None)
+    if closer is not None:
+        await closer()
+
+
+def _close_left(resp: Any) -> None:
+    """A stream opened for a client that left before it could have it: closed (on litellm's
+    loop, where this is called)."""
+    _in_background(_close_stream(resp))
 
 
 def _stream_wire(path: str) -> str | None:
@@ -200,11 +381,9 @@ def _bounded_transport(bounds: Bounds) -> Any:
     return _ending_transport()(BoundedTransport(inner, bounds.max_body, bounds.max_event))
 
 
-#: The HTTP client litellm builds its OpenAI SDK clients around, per event loop and bounds
-#: (``_sdk_session``).
-_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Bounds, Any]] = (
-    weakref.WeakKeyDictionary()
-)
+#: The HTTP client litellm builds its OpenAI SDK clients around, per bounds (``_sdk_session``):
+#: litellm's loop's, touched only there.
+_sessions: dict[Bounds, Any] = {}
 
 
 def _sdk_session(bounds: Bounds) -> Any:
@@ -215,25 +394,18 @@ def _sdk_session(bounds: Bounds) -> Any:
     httpx client it would build keeps the cookies a provider's edge sets (api.openai.com's
     ``__cf_bm``): one team's answer's cookie then went out with the next team's request.
 
-    The process's, not a config generation's: litellm keeps an SDK client an hour, around the
-    HTTP client it was built with, past the generation that built it (a retired generation's
-    closed transport would fail every call until then). Per event loop, as litellm keys its
-    SDK clients, and per bounds (a reload's new bounds reach an SDK client when it is rebuilt)."""
+    The process's, as litellm's loop is, and never closed: litellm keeps an SDK client an hour
+    (per event loop: the process's one), around the HTTP client it was built with, past the
+    generation that built it and past the app too (a retired generation's or a stopped app's
+    closed transport would fail the calls of the process's other generations and apps until
+    then). Per bounds: a reload's new bounds reach an SDK client when it is rebuilt."""
     import httpx
 
-    mine = _sessions.setdefault(asyncio.get_running_loop(), {})
-    session = mine.get(bounds)
+    session = _sessions.get(bounds)
     if session is None:
         session = httpx.AsyncClient(transport=_bounded_transport(bounds), cookies=_no_cookies())
-        mine[bounds] = session
+        _sessions[bounds] = session
     return session
-
-
-async def close_sessions() -> None:
-    """Close this event loop's ``_sdk_session`` clients: the app's end (never a generation's,
-    whose retirement would leave litellm's cached SDK clients a closed transport)."""
-    for session in _sessions.pop(asyncio.get_running_loop(), {}).values():
-        await session.aclose()
 
 
 def _no_cookies() -> http.cookiejar.CookieJar:
@@ -301,7 +473,10 @@ def _ending_transport() -> Any:
 
 
 class LiteLLM:
-    """litellm behind the transport seam (its import: ``preload``, this module's)."""
+    """litellm behind the transport seam (its import and loop: ``preload``, this module's).
+
+    What holds connections here (the bounded transports and litellm's clients over them) is
+    made, used and closed on litellm's loop: ``_call`` and ``_close`` run there."""
 
     def __init__(self) -> None:
         #: one bounded transport per deployment bounds (in practice one: the settings'), and
@@ -311,6 +486,11 @@ class LiteLLM:
         self._clients: dict[tuple[float, Bounds], Any] = {}
 
     async def aclose(self) -> None:
+        if _loop is None:  # litellm never loaded: nothing was made (and nothing is imported)
+            return
+        await asyncio.shield(_on_litellm(self._close))
+
+    async def _close(self) -> None:
         self._clients.clear()
         transports, self._transports = self._transports, {}
         for transport in transports.values():
@@ -336,20 +516,22 @@ class LiteLLM:
         return transport
 
     async def _call(
-        self, target: Deployment, kwargs: dict[str, Any], mark: Trip, call: str = "acompletion"
+        self, litellm: Any, target: Deployment, kwargs: dict[str, Any], mark: Trip, call: str
     ) -> Any:
-        """``litellm.acompletion`` (or ``call``: ``aembedding``) over a bounded client (a
-        handler's ``client=``, or the SDK clients' ``_sdk_session``), its errors mapped."""
+        """On litellm's loop: ``litellm.acompletion`` (or ``call``: ``aembedding``) over a
+        bounded client (a handler's ``client=``, or the SDK clients' ``_sdk_session``), its
+        errors mapped."""
         from proxy.transports.bounded_http import trip
 
         up = target.upstream
-        litellm = await _module()
         client = self._client(up, target.bounds) if call == "acompletion" else None
         if client is not None:
             kwargs["client"] = client
         elif not _PROXIED:
             litellm.aclient_session = _sdk_session(target.bounds)
-        token = trip.set(mark)
+        # This task's own context (a copy of the caller's): the bounded transport reads it as
+        # the request leaves, and the setting ends with the task.
+        trip.set(mark)
         try:
             return await getattr(litellm, call)(**kwargs)
         except Exception as exc:  # litellm raises its own exception tree; map it
@@ -363,29 +545,40 @@ class LiteLLM:
             if client is not None and not mark.sent:
                 raise _untranslatable(exc, up) from None
             raise _litellm_error(exc, up) from None
-        finally:
-            trip.reset(token)
+
+    async def _whole(
+        self, litellm: Any, target: Deployment, kwargs: dict[str, Any], call: str, **dump: Any
+    ) -> Completion:
+        """On litellm's loop: the call's whole answer, dumped to JSON there (pydantic's work)."""
+        from proxy.transports.bounded_http import Trip
+
+        resp = await self._call(litellm, target, kwargs, Trip(), call)
+        return _completion(resp, target.upstream, **dump)
 
     async def send(self, target: Deployment, out: Outbound) -> Completion | EventStream:
         """``out`` (chat) through ``litellm.acompletion``; an embeddings request
-        (``proxy.embeddings``) through ``litellm.aembedding``."""
+        (``proxy.embeddings``) through ``litellm.aembedding``. Each on litellm's loop, the
+        caller's waiting for it, free to serve other requests meanwhile (the module's
+        docstring)."""
         up = target.upstream
-        kwargs = _kwargs(up, out.body, _steering(await _module()))
+        litellm = await _module()
+        kwargs = _kwargs(up, out.body, _steering(litellm))
         if out.headers:  # the headers the gateway adds for the provider (a traceparent)
             kwargs["extra_headers"] = {**kwargs.get("extra_headers", {}), **out.headers}
+        whole = functools.partial(self._whole, litellm, target, kwargs)
+        if out.wire == EMBEDDINGS:
+            # base64 vectors (what the openai SDK asks for) sit in a field typed list[float]
+            return await _on_litellm(functools.partial(whole, "aembedding", warnings=False))
+        if not out.stream:
+            return await _on_litellm(functools.partial(whole, "acompletion"))
         from proxy.transports.bounded_http import Trip
 
         mark = Trip()
-        if out.wire == EMBEDDINGS:
-            resp = await self._call(target, kwargs, mark, "aembedding")
-            # base64 vectors (what the openai SDK asks for) sit in a field typed list[float]
-            return _completion(resp, up, warnings=False)
-        if out.stream:
-            kwargs["stream"] = True
-            kwargs["stream_options"] = {"include_usage": True}
-            kwargs["timeout"] = up.timeout_for(True)
-            return _Chunks(await self._call(target, kwargs, mark), up, mark)
-        return _completion(await self._call(target, kwargs, mark), up)
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+        kwargs["timeout"] = up.timeout_for(True)
+        opened = functools.partial(self._call, litellm, target, kwargs, mark, "acompletion")
+        return _Chunks(await _on_litellm(opened, _close_left), up, mark)
 
 
 def _completion(resp: Any, up: Upstream, **dump: Any) -> Completion:
