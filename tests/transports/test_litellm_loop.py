@@ -5,7 +5,8 @@ translated inside ``litellm.acompletion``, and litellm's Gemini conversion scans
 tool calls once per tool result: 2,000 calls with their results held routefit's loop 1.3-3 s,
 and every other team's request on the worker waited that long. These tests check order and
 where the work ran, never a time: another team's small request is answered while the big one
-is still being translated, and a client that leaves cancels litellm's call on its loop.
+is still being translated, a stream's chunks are read and parsed on litellm's loop, and a client
+that leaves cancels litellm's call on its loop.
 
 The Gemini provider is a real HTTP server on loopback (litellm reaches its providers itself, not
 through routefit's transport), routefit is in process (``inprocess.asgi_client``); the OpenAI
@@ -51,6 +52,13 @@ GEMINI_ANSWER = {
     ],
     "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 1, "totalTokenCount": 11},
 }
+#: Google's stream of the same answer in three words, the finish reason and usage on the last.
+STREAM = [
+    {"candidates": [{"content": {"role": "model", "parts": [{"text": word}]}, "index": 0}]}
+    for word in ("one ", "two ", "three")
+]
+STREAM[-1]["candidates"][0]["finishReason"] = "STOP"
+STREAM[-1]["usageMetadata"] = GEMINI_ANSWER["usageMetadata"]
 CHAT_ANSWER = {
     "id": "c1",
     "object": "chat.completion",
@@ -87,9 +95,15 @@ class Gemini:
                     gemini.received.set()
                     gemini.wait_for_close(self.connection)
                     return
-                body = json.dumps(GEMINI_ANSWER).encode()
+                if ":streamGenerateContent" in self.path:
+                    body = b"".join(
+                        b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in STREAM
+                    )
+                    sse = "text/event-stream"
+                else:
+                    body, sse = json.dumps(GEMINI_ANSWER).encode(), ""
                 self.send_response(200)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", sse or "application/json")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -271,3 +285,36 @@ async def test_a_client_that_leaves_cancels_litellms_call_on_its_loop(
             await request
         assert await anyio.to_thread.run_sync(cancelled.wait, HANG_GUARD_S)
         assert await anyio.to_thread.run_sync(gemini.closed_by_client.wait, HANG_GUARD_S)
+
+
+async def test_a_litellm_stream_is_read_on_litellms_loop(
+    gemini: Gemini, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """litellm parses each chunk of a stream as it reads it (pydantic models): on its loop too,
+    the client's events on routefit's."""
+    async with asgi_client(_config(gemini), _chat_provider) as client:
+        warm = await client.post("/v1/chat/completions", json=_small("gem"), headers=_auth(BIG_KEY))
+        assert warm.status_code == 200, warm.text
+
+        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
+
+        loop_thread = threading.get_ident()
+        threads: list[int] = []
+        inner = CustomStreamWrapper.__anext__
+
+        async def observed(self: Any) -> Any:
+            threads.append(threading.get_ident())
+            return await inner(self)
+
+        monkeypatch.setattr(CustomStreamWrapper, "__anext__", observed)
+        body = {**_small("gem"), "stream": True}
+        async with client.stream(
+            "POST", "/v1/chat/completions", json=body, headers=_auth(BIG_KEY)
+        ) as r:
+            assert r.status_code == 200
+            lines = [line async for line in r.aiter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "one two three"
+    assert len(threads) >= len(STREAM) and loop_thread not in threads
