@@ -21,7 +21,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -293,21 +293,23 @@ class ToolNames:
     ``custom_tool_call`` for a custom tool."""
 
     tools: tuple[_Tool, ...]
+    #: The tools by (namespace, name), the first of each name by name alone, and by the name
+    #: chat knows them by: a history of thousands of calls looks each up once, not by a walk.
+    by_space: Mapping[tuple[str, str], _Tool] = field(default_factory=dict)
+    by_name: Mapping[str, _Tool] = field(default_factory=dict)
+    by_sent: Mapping[str, _Tool] = field(default_factory=dict)
 
     def sent(self, space: Any, name: Any) -> str:
         """The chat name of the client's tool ``name`` (of namespace ``space``): a call in the
         history or a tool choice naming it. Without a namespace that tells it apart, the first
         tool of that name."""
         space = space if isinstance(space, str) else ""
-        named = [t for t in self.tools if t.name == str(name)]
-        for tool in named:
-            if tool.space == space:
-                return tool.sent
-        return named[0].sent if named else str(name)
+        tool = self.by_space.get((space, str(name))) or self.by_name.get(str(name))
+        return tool.sent if tool is not None else str(name)
 
     def called(self, sent: str) -> _Tool | None:
         """The client's tool a chat call names (None: none the client offered)."""
-        return next((t for t in self.tools if t.sent == sent), None)
+        return self.by_sent.get(sent)
 
 
 def _joined(space: str, name: str) -> str:
@@ -339,7 +341,14 @@ def tool_names(body: Mapping[str, Any]) -> ToolNames:
         name = str(inner.get("name"))
         sent = _joined(space, name) if space and count[name] > 1 else name
         out.append(_Tool(space, name, str(inner.get("type")), sent))
-    return ToolNames(tuple(out))
+    by_space: dict[tuple[str, str], _Tool] = {}
+    by_name: dict[str, _Tool] = {}
+    by_sent: dict[str, _Tool] = {}
+    for tool in out:
+        by_space.setdefault((tool.space, tool.name), tool)
+        by_name.setdefault(tool.name, tool)
+        by_sent.setdefault(tool.sent, tool)
+    return ToolNames(tuple(out), by_space, by_name, by_sent)
 
 
 #: Why a chat answer stopped short → the Response's ``incomplete_details.reason`` (OpenAI's
