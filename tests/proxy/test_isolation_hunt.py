@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 import pytest
+from billed import Provider, Script
 from inprocess import asgi_client
-from test_billing_hunt import Provider, Script
 
 from proxy.config import parse_config
 

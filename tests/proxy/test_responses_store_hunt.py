@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 import pytest
+from billed import Provider
 from inprocess import asgi_client
-from test_billing_hunt import Provider
 
 from proxy.config import ConfigError, parse_config
 

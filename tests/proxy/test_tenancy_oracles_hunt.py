@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 import pytest
+from billed import Provider
 from inprocess import asgi_client
-from test_billing_hunt import Provider
 
 from proxy.config import parse_config
 

@@ -13,25 +13,14 @@ provider's count of a prompt the team sent).
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
 import pytest
-from inprocess import asgi_client
-
-from proxy.config import parse_config
-from proxy.sim.app import create_app as create_sim
-from proxy.sim.state import SimState
-from proxy.transports.mock import asgi_handler
+from billed import KEY, Billed, billed, deployment
 
 pytestmark = pytest.mark.anyio
-
-ADMIN = "sk-admin-" + "t" * 32
-KEY = "sk-team-" + "u" * 32
-HEADERS = {"authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"}
 
 
 @pytest.fixture
@@ -39,77 +28,17 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _deployment(alias: str, model: str, base: str) -> dict[str, Any]:
-    return {
-        "model_name": alias,
-        "litellm_params": {"model": model, "api_base": base, "api_key": "sk-sim-0123456789abcdef"},
-        "model_info": {"max_input_tokens": 128_000, "max_output_tokens": 16_384},
-    }
-
-
+#: A route on each of the simulator's provider wires, and a chat route that is not OpenAI's.
 MODELS = [
-    _deployment("gpt", "openai/gpt-4o", "http://sim.local/v1"),
-    _deployment("chat", "deepseek/gpt-4o", "http://sim.local/v1"),
-    _deployment("claude", "anthropic/claude-sonnet-4-5", "http://sim.local"),
-    _deployment("gem", "gemini/gemini-sim", "http://sim.local/v1beta"),
+    deployment("gpt", "openai/gpt-4o", "http://sim.local/v1"),
+    deployment("chat", "deepseek/gpt-4o", "http://sim.local/v1"),
+    deployment("claude", "anthropic/claude-sonnet-4-5", "http://sim.local"),
+    deployment("gem", "gemini/gemini-sim", "http://sim.local/v1beta"),
 ]
 
-#: What the provider answers instead of the simulator: ``(request, simulator) -> response``.
-Script = Callable[[httpx.Request, Callable[[httpx.Request], Awaitable[httpx.Response]]], Any]
 
-
-class Provider:
-    """The simulator, unless ``script`` answers; keeps every request body it was sent."""
-
-    def __init__(self) -> None:
-        self.sim = asgi_handler(create_sim(SimState()))
-        self.script: Script | None = None
-        self.sent: list[dict[str, Any]] = []
-
-    async def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(json.loads(request.content) if request.content else {})
-        if self.script is not None:
-            answer: httpx.Response = await self.script(request, self.sim)
-            return answer
-        return await self.sim(request)
-
-
-class Gateway:
-    """routefit before a ``Provider``, one team with a day's quota to read charges from."""
-
-    def __init__(self, client: httpx.AsyncClient, provider: Provider, team: str) -> None:
-        self.client = client
-        self.provider = provider
-        self.team = team
-
-    async def used(self) -> int:
-        r = await self.client.get(
-            f"/routefit/teams/{self.team}/usage", headers={"authorization": f"Bearer {ADMIN}"}
-        )
-        assert r.status_code == 200, r.text
-        return int({w["name"]: w for w in r.json()["windows"]}["tokens_per_day"]["used"])
-
-    async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return await self.client.post(path, json=body, headers=HEADERS)
-
-
-@asynccontextmanager
-async def gateway() -> AsyncIterator[Gateway]:
-    team = "tools-" + uuid.uuid4().hex[:8]  # its own counters in a shared Redis
-    config = parse_config(
-        {
-            "model_list": MODELS,
-            "routefit_settings": {
-                "store_path": ":memory:",
-                "admin_key": ADMIN,
-                "teams": [{"id": team, "keys": [KEY], "quotas": {"tokens_per_day": 10**12}}],
-            },
-        },
-        environ={},
-    )
-    provider = Provider()
-    async with asgi_client(config, provider) as client:
-        yield Gateway(client, provider, team)
+def gateway() -> AbstractAsyncContextManager[Billed]:
+    return billed(MODELS)
 
 
 # --- Anthropic's server tools: what they read is in input_tokens --------------------------------
