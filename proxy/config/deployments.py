@@ -76,15 +76,13 @@ def _order(
     params: Mapping[str, Any], info: Mapping[str, Any], where: str, rd: Reader
 ) -> int | None:
     """``litellm_params.order``, else ``model_info.order`` (LiteLLM's ``get_deployment_order``:
-    a string of digits counts as its integer). Not read, it was forwarded as a provider
-    parameter and the backup deployment (``order: 2``) took half the traffic."""
+    a string of digits counts as its integer, as every quoted number does: ``Reader.integer``).
+    Not read, it was forwarded as a provider parameter and the backup deployment (``order: 2``)
+    took half the traffic."""
     for block, at in ((params, "litellm_params"), (info, "model_info")):
         given = block.get("order")
-        if given is None:
-            continue
-        if isinstance(given, str) and given.strip().isdigit():
-            given = int(given)
-        return rd.integer(given, f"{where}.{at}.order")
+        if given is not None:
+            return rd.integer(given, f"{where}.{at}.order")
     return None
 
 

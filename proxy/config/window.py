@@ -15,13 +15,12 @@ a smaller assumption would cut every conversation on the many models whose windo
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.config.reader import Reader
+from proxy.config.reader import Reader, scalar
 
 __all__ = ["DEFAULT_WINDOW", "Window", "read_window"]
 
@@ -56,9 +55,7 @@ def _written_cost(block: Mapping[str, Any], key: str, where: str, rd: Reader) ->
     value = block.get(key)
     if value is None:
         return None
-    if isinstance(value, str):  # YAML reads ``2e-06`` (no dot) as a string; LiteLLM takes it
-        with contextlib.suppress(ValueError):
-            value = float(value)
+    value = scalar(value)  # YAML reads ``2e-06`` (no dot) as a string; LiteLLM takes it
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
         raise rd.error(f"{where}.{key}", "must be a number >= 0 (USD per token)")
     return float(value)
