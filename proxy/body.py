@@ -30,7 +30,7 @@ from starlette.requests import Request
 
 from proxy.disconnect import client_closed
 from proxy.errors import ProxyError
-from proxy.fairness import BodyShare, json_work
+from proxy.fairness import THREAD_ABOVE, BodyShare, json_work
 from proxy.middleware import BodyTimeout
 from proxy.types import Receive
 
@@ -38,9 +38,6 @@ __all__ = ["read_body", "read_json"]
 
 #: Nesting orjson can write back (it reads deeper JSON than it writes).
 _MAX_DEPTH = 254
-#: Bodies above this are decoded in a worker thread (orjson reads ~500 MB/s: a 9 MB body would
-#: hold the event loop ~20 ms).
-_DECODE_IN_THREAD = 512 * 1024
 _ENCODINGS = ("gzip", "deflate", "identity")
 
 
@@ -164,7 +161,7 @@ async def read_json(
         raise ProxyError(
             400, "the request body is empty; expected a JSON object", code="invalid_json"
         )
-    if len(raw) > _DECODE_IN_THREAD:
+    if len(raw) > THREAD_ABOVE:  # orjson reads ~500 MB/s: a 9 MB body held the loop ~20 ms
         return await anyio.to_thread.run_sync(_decode, raw), len(raw), len(raw)
     return _decode(raw), len(raw), json_work(raw)
 

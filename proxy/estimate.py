@@ -294,8 +294,8 @@ class Estimator:
         wants the exact figures). ``work``: the size its work is judged by when more than
         ``size`` (``proxy.fairness.json_work``: a body of many small objects), which decides
         what runs in a thread; whether a bound is tried goes by ``size``."""
-        size = work_size(request, size)
-        work = work_size(request, max(size, work))
+        size = work_size(request, size)  # a PDF or a recording: over the read threshold
+        work = max(size, work)
         try:
             return await self._estimate(wire, request, rc, team, who, size, work, started, bound)
         finally:

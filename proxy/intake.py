@@ -75,7 +75,7 @@ class Admitted:
     @property
     def work(self) -> int:
         """The size its work is judged by (``proxy.fairness.json_work``), stored chain included."""
-        return max(self.ctx.work, self.ctx.size)
+        return self.ctx.judged
 
 
 class Intake:
@@ -120,7 +120,7 @@ class Intake:
             if share is not None:  # the stored conversation is held as a body would be
                 share.grow_to(ctx.size)
         # threaded at the conversation's work: a stored chain is parsed with the body
-        parsed = await self.fairness.run(who, max(ctx.work, ctx.size), wire.parse, ctx)
+        parsed = await self.fairness.run(who, ctx.judged, wire.parse, ctx)
         rc = self.route_for(parsed)
         permit(team, rc)
         return Admitted(wire, ctx, parsed, rc, who, started)

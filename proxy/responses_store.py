@@ -105,7 +105,7 @@ class Keeper:
         if self.limit is not None and size > self.limit:
             raise _too_large(rid, len(raw), ctx.size, self.limit)
         self.prior = _items(orjson.loads(raw))
-        work = max(ctx.work, ctx.size) + json_work(raw)  # its items are parsed with the body's
+        work = ctx.judged + json_work(raw)  # its items are parsed with the body's
         return replace(ctx, stored=self, size=size, work=work)
 
     def keep(self, response: dict[str, Any], input: list[Any]) -> None:

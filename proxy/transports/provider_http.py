@@ -36,6 +36,7 @@ from proxy.exchange import (
     StreamBroken,
 )
 from proxy.exchange.sse import MAX_EVENT_BYTES, event_data, is_done, split_stream
+from proxy.fairness import THREAD_ABOVE
 from proxy.providers import Deployment, gemini_url
 from proxy.transports.provider_errors import (
     account_figures_hidden,
@@ -390,14 +391,11 @@ async def refuse_whole_answer(raw: RawResponse, target: Deployment) -> None:
     raise _not_an_answer(found, up.model, up.api_key, "answered a stream request with JSON")
 
 
-#: Answers above this many bytes are decoded in a worker thread: orjson reads ~200-500 MB/s, so
-#: a 64 MiB answer (``max_provider_body_bytes``' default) held the event loop a few hundred ms.
-_DECODE_IN_THREAD = 512 * 1024
-
-
 async def _decoded(content: bytes) -> Any:
-    """``content`` as JSON: off the loop when it is big (``_DECODE_IN_THREAD``)."""
-    if len(content) > _DECODE_IN_THREAD:
+    """``content`` as JSON: off the loop when it is big (``proxy.fairness.THREAD_ABOVE``, as a
+    client's body): orjson reads ~200-500 MB/s, and a 64 MiB answer
+    (``max_provider_body_bytes``' default) held the event loop a few hundred ms."""
+    if len(content) > THREAD_ABOVE:
         return await anyio.to_thread.run_sync(orjson.loads, content)
     return orjson.loads(content)
 

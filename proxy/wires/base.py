@@ -181,8 +181,14 @@ class RequestContext:
     #: parses (``Stored``); None for a stateless wire.
     stored: Stored | None = None
     #: The size its work is judged by (``proxy.fairness.json_work``): ``size``, or more for a
-    #: body of many small objects; 0: ``size``.
+    #: body of many small objects; 0: ``size`` (``judged``).
     work: int = 0
+
+    @property
+    def judged(self) -> int:
+        """The size its work is judged by, never less than its size (a stored chain grows
+        ``size`` after ``work`` was read off the body)."""
+        return max(self.work, self.size)
 
     @property
     def scope(self) -> bytes:
