@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_config_edges_hunt import loaded, refused
 from test_operator_hunt import write
 from test_routing_e2e import CHAT, Providers, deployment, post, serve, write_config
 
 from proxy.cli import main
-from proxy.config import Config, ConfigError, load_config
+from proxy.config import ConfigError, load_config
 from proxy.config.describe import describe
 from proxy.config.window import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW
 from tests.inprocess import asgi_client, run_inprocess
@@ -24,19 +25,6 @@ model_list:
   - model_name: a
     litellm_params: {model: openai/gpt-4o, api_base: "http://127.0.0.1:9"}
 """
-
-
-def loaded(tmp_path: Path, *parts: str, environ: dict[str, str] | None = None) -> Config:
-    return load_config(write(tmp_path, *parts), environ=environ or {})
-
-
-def refused(tmp_path: Path, *parts: str, environ: dict[str, str] | None = None) -> str:
-    path = write(tmp_path, *parts)
-    with pytest.raises(ConfigError) as caught:
-        load_config(path, environ=environ or {})
-    message = str(caught.value)
-    assert message.startswith(f"{path}: "), message
-    return message
 
 
 # -- a null deployment fact is an unwritten one -------------------------------------------------

@@ -324,6 +324,14 @@ def test_gemini_responses_find_their_calls_in_linear_time() -> None:
         {"functionResponse": {"id": Id(f"c{i}"), "name": "f", "response": {}}}
         for i in reversed(range(n))
     ]
+    tools = _paired(calls, answers)
+    assert tools == [f"c{i}" for i in reversed(range(n))]
+    assert compared <= 4 * n, f"{compared} id comparisons for {n} calls"
+
+
+def _paired(calls: list[dict[str, Any]], answers: list[dict[str, Any]]) -> list[str | None]:
+    """The call id each tool result of a Gemini turn of ``calls`` answered by ``answers`` was
+    paired with."""
     body = {
         "contents": [
             {"role": "user", "parts": [{"text": "go"}]},
@@ -332,9 +340,7 @@ def test_gemini_responses_find_their_calls_in_linear_time() -> None:
         ]
     }
     parsed = parse_gemini(body, "gem", sse=False, array=False, counting=False)
-    tools = [m.tool_call_id for m in parsed.messages if m.role == "tool"]
-    assert tools == [f"c{i}" for i in reversed(range(n))]
-    assert compared <= 4 * n, f"{compared} id comparisons for {n} calls"
+    return [m.tool_call_id for m in parsed.messages if m.role == "tool"]
 
 
 def test_gemini_pairing_by_id_then_name_then_order() -> None:
@@ -354,15 +360,7 @@ def test_gemini_pairing_by_id_then_name_then_order() -> None:
         {"functionResponse": {"name": "q", "response": {}}},
         {"functionResponse": {"id": "nope", "name": "q", "response": {}}},
     ]
-    body = {
-        "contents": [
-            {"role": "user", "parts": [{"text": "go"}]},
-            {"role": "model", "parts": calls},
-            {"role": "user", "parts": answers},
-        ]
-    }
-    parsed = parse_gemini(body, "gem", sse=False, array=False, counting=False)
-    tools = [m.tool_call_id for m in parsed.messages if m.role == "tool"]
+    tools = _paired(calls, answers)
     # x by id; the first "a" by name; "q" takes the first open (the second "a"), the next "a"
     # finds none of its name and takes the first open ("c"); then none is open
     assert tools == ["x", "gc1_0", "gc1_2", "gc1_3", "gr2_4", "nope"]
