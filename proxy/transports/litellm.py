@@ -174,9 +174,17 @@ def _run(future: concurrent.futures.Future[Any]) -> None:
 def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
     """At the process's exit: end litellm's loop and the tasks still on it (its logging worker
     waits for records forever), so that none is destroyed pending (asyncio logs each one that
-    is as an error, on every worker's exit)."""
+    is as an error, on every worker's exit); and close the SDK clients' sessions
+    (``_sdk_session``) there, on the loop their connections belong to: left open, each printed
+    "Exception ignored in LiteLLMAiohttpTransport.__del__" and a traceback as the interpreter
+    tore down."""
 
     async def end() -> None:
+        sessions = list(_sessions.values())
+        _sessions.clear()
+        for session in sessions:
+            with contextlib.suppress(Exception):  # the process is ending: close what closes
+                await session.aclose()
         tasks = asyncio.all_tasks() - {asyncio.current_task()}
         for task in tasks:
             task.cancel()
@@ -394,11 +402,12 @@ def _sdk_session(bounds: Bounds) -> Any:
     httpx client it would build keeps the cookies a provider's edge sets (api.openai.com's
     ``__cf_bm``): one team's answer's cookie then went out with the next team's request.
 
-    The process's, as litellm's loop is, and never closed: litellm keeps an SDK client an hour
-    (per event loop: the process's one), around the HTTP client it was built with, past the
-    generation that built it and past the app too (a retired generation's or a stopped app's
-    closed transport would fail the calls of the process's other generations and apps until
-    then). Per bounds: a reload's new bounds reach an SDK client when it is rebuilt."""
+    The process's, as litellm's loop is, and closed only at its exit (``_stop``): litellm
+    keeps an SDK client an hour (per event loop: the process's one), around the HTTP client it
+    was built with, past the generation that built it and past the app too (a retired
+    generation's or a stopped app's closed transport would fail the calls of the process's
+    other generations and apps until then). Per bounds: a reload's new bounds reach an SDK
+    client when it is rebuilt."""
     import httpx
 
     session = _sessions.get(bounds)
