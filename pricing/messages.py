@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from pricing.digest import DIGEST_ABOVE
 from pricing.documents import MEDIA_TYPE, file_data, is_document
 from pricing.parsed import once
 from pricing.recordings import input_audio_of, input_audio_url, is_recording
@@ -100,15 +101,23 @@ class Message:
     lead: str = ""
     #: The image parts, in order (derived once: fitting asks for them often).
     images: tuple[ImagePart, ...] = field(init=False, repr=False, compare=False)
+    #: Whether a text or a call's arguments is over ``pricing.digest.DIGEST_ABOVE``: keyed with
+    #: those digested apart (``MessageCache.key``, the anchors' prefix keys).
+    long: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parts = self.parts
         if len(parts) < 2:  # most messages: one text, or nothing (a generator costs ~0.5 µs)
             first = parts[0] if parts else None
             images: tuple[ImagePart, ...] = (first,) if isinstance(first, ImagePart) else ()
+            long = isinstance(first, TextPart) and len(first.text) > DIGEST_ABOVE
         else:
             images = tuple(p for p in parts if isinstance(p, ImagePart))
+            long = any(isinstance(p, TextPart) and len(p.text) > DIGEST_ABOVE for p in parts)
+        if self.tool_calls and not long:
+            long = any(len(c.arguments) > DIGEST_ABOVE for c in self.tool_calls)
         object.__setattr__(self, "images", images)
+        object.__setattr__(self, "long", long)
 
     @property
     def text(self) -> str:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import orjson
 import xxhash
 
 from pricing.content import CLASSES, PROSE, STATS, STRUCTURED, classify, profile
+from pricing.digest import text_key
 from pricing.documents import document_facts, is_document, page_tokens
 from pricing.framing import frame_message, tools_tokens
 from pricing.images.kinds import GOOGLE_KINDS
@@ -403,19 +405,25 @@ class MessageCache(LRU["MessagePressure"]):
     def key(message: Message, prev_role: str | None, prefix: bytes) -> bytes | None:
         """The message's key under ``prefix`` (None: it has images or an audio reference, and is
         not kept): a digest
-        of its fields serialised as JSON, which no two different messages share but by a
+        of its fields serialised as JSON (a long text or call's arguments as its own digest,
+        ``pricing.digest.text_key``), which no two different messages share but by a
         collision of the 128-bit digest (a text with a lone surrogate, which JSON cannot hold,
         as its ``repr``: a tuple's, never a JSON array's)."""
         if message.images or message.audio is not None:
             return None
+        texts: list[Any] = [p.text for p in message.parts if isinstance(p, TextPart)]
+        calls: list[Any] = [(c.id, c.name, c.arguments) for c in message.tool_calls]
+        if message.long:  # a long text is not written out again (``pricing.digest``)
+            texts = [text_key(t) for t in texts]
+            calls = [(c.id, c.name, text_key(c.arguments)) for c in message.tool_calls]
         fields = (
             message.role,
             message.name,
             message.tool_call_id,
             message.lead,
             prev_role,
-            [p.text for p in message.parts if isinstance(p, TextPart)],
-            [(c.id, c.name, c.arguments) for c in message.tool_calls],
+            texts,
+            calls,
         )
         try:
             data = orjson.dumps(fields)

@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import xxhash
 
 from pricing.calibration import (
@@ -38,6 +37,7 @@ from pricing.calibration import (
     pressure_features,
     sample_of,
 )
+from pricing.digest import long_digest, value_digest
 from pricing.meter import Pressure
 from proxy.metrics import Metrics
 from proxy.store import Store, StoreUnavailable
@@ -73,18 +73,16 @@ REFIT_SHARE = 0.02
 AGREE = 200
 
 
-def _digest(value: Any) -> bytes:
-    return xxhash.xxh3_128_digest(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
-
-
 def prefix_keys(
     route: str,
     model: str,
     tools: Any,
     messages: Sequence[Any],
     scope: str | None = None,
+    long: Sequence[bool] = (),
 ) -> list[bytes]:
-    """Chained digests of every message prefix, index i = the first i+1 messages.
+    """Chained digests of every message prefix, index i = the first i+1 messages (a message
+    ``long`` names, by index, with its long strings digested apart: ``pricing.digest``).
 
     The chain starts from the route, the upstream model and the tool definitions, so an anchor
     only matches a prompt with the same tools sent to the same model — and from ``scope``, the
@@ -92,10 +90,12 @@ def prefix_keys(
     nothing derived from one team's prompt may show in another team's estimates
     (docs/security.md, "Isolation of prompt-derived facts"). None: no teams, one tenant.
     """
-    h = _digest([route, model, tools] if scope is None else [route, model, tools, scope])
+    head = [route, model, tools] if scope is None else [route, model, tools, scope]
+    h = value_digest(head, sort_keys=True)
     keys = []
-    for message in messages:
-        h = xxhash.xxh3_128_digest(h + _digest(message))
+    for i, message in enumerate(messages):
+        digest = long_digest if i < len(long) and long[i] else value_digest
+        h = xxhash.xxh3_128_digest(h + digest(message, sort_keys=True))
         keys.append(h)
     return keys
 

@@ -682,7 +682,8 @@ def _message_keys(
     context = [body[k] for k in PROVIDER_CONTEXT if body.get(k) is not None]
     if context:  # the provider's count includes what these name: another prompt's anchors
         tools = [tools, *context]
-    return tuple(prefix_keys(rc.calibration_key, rc.upstream.model, tools, wire, scope))
+    long = [m.long for m in messages]
+    return tuple(prefix_keys(rc.calibration_key, rc.upstream.model, tools, wire, scope, long))
 
 
 #: Body fields naming a prefix the provider keeps and counts in the prompt it reports: Gemini's
