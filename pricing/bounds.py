@@ -473,9 +473,14 @@ def _spread(c: _Counted) -> list[str]:
 
 
 def _slices(piece: str) -> list[str]:
-    if len(piece) <= 2 * _PIECE:
+    """``piece``, or slices of it of about a proof's piece in UTF-8 (``_PIECE`` bytes): what a
+    sample counts grows with the bytes, not the characters — a slice of 4,096 CJK characters
+    is 12 KB and ~4,000 tokens, and six of them were a fifth of a 120k-token text, counted
+    before it was forwarded (4.9 ms against prose's 2.3)."""
+    size = _PIECE if piece.isascii() else max(1, _PIECE * len(piece) // utf8_bytes(piece))
+    if len(piece) <= 2 * size:
         return [piece]
-    return [piece[i : i + _PIECE] for i in range(0, len(piece), _PIECE)]
+    return [piece[i : i + size] for i in range(0, len(piece), size)]
 
 
 def _batch(

@@ -133,6 +133,9 @@ def test_a_text_with_nowhere_to_cut_is_guessed_from_slices(spec):
     proof.tok = Seen()  # type: ignore[assignment]
     guess = proof.sampled([text])(text)
     assert counted and max(counted) < len(text) // 4  # slices, not the whole text
+    # each about a proof's piece of UTF-8 (3 bytes a character here), not of characters: a
+    # sample counts what a sample of prose of as many bytes would
+    assert max(counted) * 3 <= 2 * pricing.bounds._PIECE
     proof.tok = tok
     proof.complete()
     count = get_tokenizer(spec).count(text)
