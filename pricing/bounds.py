@@ -374,13 +374,21 @@ class Proof:
         it. A guess, not a bound: a prompt near the window that no cheap bound proves is let go
         on it while it is counted exactly (``proxy.estimate``), and its answer is released only
         once that count proves it fits. The pieces counted are not kept (the exact count counts
-        them again, a few per cent of it); nothing is counted when the proof cannot count."""
+        them again, a few per cent of it); nothing is counted when the proof cannot count.
+
+        A text a sample would read all of (``_SAMPLES`` pieces or fewer: up to ~24 KB) is
+        counted as the proof counts, and kept: its exact count is what the proof and the exact
+        fit that may follow read. Sampled, an agent's newest 20 KB tool output was counted whole
+        by the sample, then again by the proof, then by the fit."""
         guesses: dict[int, tuple[str, int]] = {}
         if self.tok is None or self.bound is None:
             return Sampled(self, guesses)
         long = {id(t): t for t in texts if len(t) >= _SHORTEST}
         todo = [c for c in map(self._counted, long.values()) if c.counted < len(c.pieces)]
-        picks = [(c, _spread(c)) for c in todo]
+        spread = [(c, _spread(c)) for c in todo]
+        whole = [c for c, sample in spread if sample is None]
+        self._count_whole(whole, sum(len(c.pieces) - c.counted for c in whole) >= _SIDE_BY_SIDE)
+        picks = [(c, sample) for c, sample in spread if sample is not None]
         pieces = [p for _, sample in picks for p in sample]
         counts = iter(count_each(self.tok, pieces, len(pieces) >= _SIDE_BY_SIDE))
         for c, sample in picks:
@@ -397,7 +405,12 @@ class Proof:
         count has time, and the other cores are the provider's and the other requests')."""
         if self.tok is None:
             return
-        left = [(c, len(c.pieces) - c.counted) for c in self._texts.values()]
+        self._count_whole(list(self._texts.values()), side_by_side)
+
+    def _count_whole(self, texts: Sequence[_Counted], side_by_side: bool) -> None:
+        """Count what is left of ``texts`` and memoise each one's whole count."""
+        assert self.tok is not None
+        left = [(c, len(c.pieces) - c.counted) for c in texts]
         self._count([(c, n) for c, n in left if n], side_by_side)
         for c, _ in left:
             c.spent = c.total
@@ -460,15 +473,18 @@ class Sampled:
         return False
 
 
-def _spread(c: _Counted) -> list[str]:
+def _spread(c: _Counted) -> list[str] | None:
     """What a sample counts of a text: of its uncounted pieces, evenly spaced, each in the
-    middle of its share (the same ones for the same text). A piece far longer than a proof's
-    (a text with nowhere to cut where counts add up: CJK has no spaces) is sampled in slices
-    of a proof's size, cut anywhere: a guess needs their ratio of tokens to bound, not counts
-    that add up."""
+    middle of its share (the same ones for the same text); None when that would be every one
+    of them (the text is then counted whole, and kept). A piece far longer than a proof's (a text
+    with nowhere to cut where counts add up: CJK has no spaces) is sampled in slices of a
+    proof's size, cut anywhere: a guess needs their ratio of tokens to bound, not counts that
+    add up."""
     units = [u for piece in c.pieces[c.counted :] for u in _slices(piece)]
     n = len(units)
     k = min(n, max(_SAMPLES, n // _SAMPLE_EVERY))
+    if k == n:
+        return None
     return [units[(2 * i + 1) * n // (2 * k)] for i in range(k)]
 
 

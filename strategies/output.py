@@ -168,7 +168,7 @@ def sampled_output(
     while it is counted, and answered only once the count proves it fits (``proxy.gateway``)."""
     if proof is None:
         return None
-    guess = proof.sampled(request_texts(request))
+    guess = proof.sampled(request_texts(request, memo))
     return bounded_output(request, route, policy, correction, sizes, guess, memo)
 
 

@@ -30,7 +30,7 @@ from pricing.framing import default_framing
 from pricing.images import default_image_rule
 from pricing.images.kinds import DETAILS
 from pricing.messages import ImagePart, Message, TextPart, parse_request
-from pricing.meter import measure, measure_message
+from pricing.meter import Memo, measure, measure_message
 from pricing.route import Route
 from pricing.tokenizers import count_each, get_tokenizer
 from strategies.fit import fit, fit_bounded
@@ -536,3 +536,42 @@ def test_the_meters_own_weights_price_a_bound_alike_without_its_classes_and_coun
         assert plain is described is None
         return
     assert _bound_estimate(plain, Correction()) == _bound_estimate(described, Correction())
+
+
+def test_a_proof_counts_none_of_what_the_message_memo_priced():
+    # An agent's session over its window, its earlier turns priced the turn before: the proof
+    # that fails for it counts (in part) the newest tool output alone, never the old ones,
+    # whose messages the memo prices exactly — counting them changed no price, and a session
+    # counted its old outputs every turn until the proof gave up.
+    def output(i: int) -> str:
+        return " ".join(f'{{"row": {i}, "word{j % 89}": "{j * 7 % 1000}"}}' for j in range(2_500))
+
+    def session(n: int) -> list[dict]:
+        msgs: list[dict] = [{"role": "user", "content": "go"}]
+        for i in range(n):
+            call = {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            msgs += [
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": output(i)},
+            ]
+        return msgs
+
+    r = replace(windowed("o200k_base", 40_000), scope=b"team-memo-proof")
+    fit(parse_request({"model": "m", "messages": session(5)}), r, FitPolicy())
+    request = parse_request({"model": "m", "messages": session(6)})
+    new = output(5)
+    proof, memo = Proof(r), Memo()
+    real = proof.tok
+    assert real is not None
+    counted: list[str] = []
+
+    class Seen:  # the route's tokenizer, telling what it was asked to count
+        name = real.name
+
+        def count(self, piece: str) -> int:
+            counted.append(piece)
+            return real.count(piece)
+
+    proof.tok = Seen()  # type: ignore[assignment]
+    assert fit_bounded(request, r, FitPolicy(), proof=proof, memo=memo) is None
+    assert counted and all(piece in new for piece in counted)

@@ -141,3 +141,32 @@ def test_a_text_with_nowhere_to_cut_is_guessed_from_slices(spec):
     count = get_tokenizer(spec).count(text)
     assert guess < bound  # priced from a sample, not at its bound
     assert proof(text) == count  # and the exact count that follows is whole
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_a_text_a_sample_would_read_whole_is_counted_once_and_kept(spec):
+    # Six pieces or fewer (an agent's newest 20 KB tool output): a sample would read every one,
+    # so it is counted as a proof counts, exactly, and kept — the proof and the exact fit after
+    # it count nothing more (sampled, it was counted three times).
+    text = text_of(5, 4_000)
+    r = route(spec)
+    proof = Proof(r)
+    real = proof.tok
+    assert real is not None
+    counted: list[int] = []
+
+    class Seen:  # the route's tokenizer, telling what it was asked to count
+        name = real.name
+
+        def count(self, piece: str) -> int:
+            counted.append(len(piece))
+            return real.count(piece)
+
+    proof.tok = Seen()  # type: ignore[assignment]
+    guess = proof.sampled([text])(text)
+    read = sum(counted)
+    count = count_each(real, [text])[0]
+    assert guess == count == proof(text)  # the guess is the count
+    assert not proof.tighten([text], 1)  # nothing left to count
+    proof.complete()
+    assert sum(counted) == read <= len(text) + 1  # read once, and no more
