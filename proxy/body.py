@@ -174,12 +174,49 @@ def _decode(raw: bytes) -> Any:
         raise ProxyError(
             400, f"the request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
-    try:
-        orjson.dumps(body)  # microseconds (~0.1 ms for a 1 MB body)
-    except TypeError:
+    shallow = _shallow(body, len(raw) // _BYTES_A_CONTAINER)
+    if shallow is None:
+        try:
+            orjson.dumps(body)
+            shallow = True
+        except TypeError:
+            shallow = False
+    if not shallow:
         raise ProxyError(
             400,
             f"the request body is nested more than {_MAX_DEPTH} levels deep",
             code="invalid_json",
-        ) from None
+        )
     return body
+
+
+#: A body with at most one object or array per this many bytes (mostly long strings: a
+#: session's tool outputs) has its nesting checked by walking them; any other by writing it.
+_BYTES_A_CONTAINER = 1024
+
+
+def _shallow(body: Any, most: int) -> bool | None:
+    """Whether ``body`` is nested at most ``_MAX_DEPTH`` deep — what orjson reads and cannot
+    write back (it reads lone surrogates and numbers past a double's range not at all); None
+    when it holds more than ``most`` objects and arrays, for the caller to write it instead.
+
+    Writing a body to find out escapes every quote and newline of its strings: 0.75 ms for a
+    600 KB session whose tool outputs are JSON, where walking its few hundred objects takes
+    0.03 ms; a body of many small objects writes faster than it walks (20,000: 0.6 against
+    5.6 ms), hence ``most``."""
+    if type(body) is not dict and type(body) is not list:
+        return True  # a string, a number: nothing nested (and the wire refuses it)
+    stack = [(body, 1)]
+    pop, push = stack.pop, stack.append
+    seen = 0
+    while stack:
+        value, depth = pop()
+        seen += 1
+        if depth > _MAX_DEPTH:
+            return False
+        if seen > most:
+            return None
+        for item in value.values() if type(value) is dict else value:
+            if type(item) is dict or type(item) is list:
+                push((item, depth + 1))
+    return True
