@@ -20,12 +20,13 @@ digested every string whole: an anchor kept from then misses once, as after any 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import xxhash
 
-__all__ = ["DIGEST_ABOVE", "long_digest", "text_key", "value_digest"]
+__all__ = ["DIGEST_ABOVE", "Path", "digest_apart", "long_digest", "text_key", "value_digest"]
 
 #: Strings longer than this many characters are digested apart in a key (4 KB: a string this
 #: short writes in a microsecond however it is escaped; the digest costs about that).
@@ -34,6 +35,11 @@ DIGEST_ABOVE = 4096
 #: Marks a value keyed by ``long_digest``: no value of a message's wire form (a dict, or a
 #: message's dict beside its images' details) is a list that starts with it.
 _LONG = "\x00long"
+#: Marks one keyed by ``digest_apart``.
+_APART = "\x00apart"
+
+#: Where a string is in a value: the keys and indexes that lead to it.
+Path = tuple[str | int, ...]
 
 
 def _text_digest(text: str) -> str:
@@ -77,3 +83,21 @@ def long_digest(value: Any, sort_keys: bool = False) -> bytes:
 
     emptied = walk(value)
     return value_digest([_LONG, emptied, taken], sort_keys)
+
+
+def digest_apart(value: dict[str, Any], strings: Sequence[tuple[Path, str]]) -> bytes:
+    """``value_digest`` of a dict with the long ``strings`` found at their paths digested apart:
+    the value written with those strings emptied (copied along their paths only: the rest is
+    written by orjson as it is, however a client nested it), and beside it where they were and
+    what they digest to."""
+    emptied: Any = dict(value)
+    for path, _ in strings:
+        node = emptied
+        for step in path[:-1]:
+            child = node[step]
+            child = dict(child) if type(child) is dict else list(child)
+            node[step] = child
+            node = child
+        node[path[-1]] = ""
+    taken = [[list(path), _text_digest(text)] for path, text in strings]
+    return value_digest([_APART, emptied, taken])

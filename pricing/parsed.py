@@ -23,7 +23,10 @@ wire dict. Kept apart:
 Bounded by what it holds: ``PARSED`` weighs each entry by its JSON's length and a fixed
 overhead, 32 MiB in all (none at idle); a message over ``LARGEST`` bytes is parsed every time
 (its digest would cost more than its parse, which is one part, however long), and so is one
-JSON cannot write again (a lone surrogate).
+JSON cannot write again (a lone surrogate). A message whose long texts are where the wires put
+them (a tool output, a text block: ``_long_texts``) is keyed with those digested apart
+(``pricing.digest.digest_apart``) and weighed by them: written out, a 20 KB JSON tool output's
+quotes and newlines were escaped one by one every turn.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any, TypeVar
 import orjson
 import xxhash
 
+from pricing.digest import DIGEST_ABOVE, Path, digest_apart
 from pricing.lru import LRU
 
 __all__ = ["LARGEST", "PARSED", "once"]
@@ -59,21 +63,56 @@ def once(parse: Callable[[Any, int], T], kind: bytes, scope: bytes) -> Callable[
     def parsed(raw: Any, index: int) -> T:
         if type(raw) is not dict:
             return parse(raw, index)
-        content = raw.get("content")
-        if type(content) is str and len(content) > LARGEST:
+        long = _long_texts(raw)
+        size = sum(len(text) for _, text in long)
+        if size > LARGEST:
             return parse(raw, index)
-        try:
-            data = orjson.dumps(raw)
-        except TypeError:  # not JSON again (a lone surrogate): parsed, not kept
-            return parse(raw, index)
-        if len(data) > LARGEST:
-            return parse(raw, index)
-        key = xxhash.xxh3_128_digest(data) + suffix
+        if long:  # its long texts digested apart, not written out again (``pricing.digest``)
+            key = digest_apart(raw, long)
+        else:
+            try:
+                data = orjson.dumps(raw)
+            except TypeError:  # not JSON again (a lone surrogate): parsed, not kept
+                return parse(raw, index)
+            if len(data) > LARGEST:
+                return parse(raw, index)
+            key, size = xxhash.xxh3_128_digest(data), len(data)
+        key += suffix
         found = PARSED.get(key)
         if found is None or id(found) in handed:
             found = parse(raw, index)
-            PARSED.put(key, found, len(data) + _OVERHEAD)
+            PARSED.put(key, found, size + _OVERHEAD)
         handed.add(id(found))
         return found
 
     return parsed
+
+
+def _long_texts(raw: dict[str, Any]) -> list[tuple[Path, str]]:
+    """Where a message holds texts over ``DIGEST_ABOVE``, and what they are, in the places the
+    chat and Messages wires put them — its content, a content block's text, a tool result's
+    content or its blocks' texts: a few lookups a message (never a walk of what a client may
+    nest), where writing out a 20 KB JSON tool output cost 25 µs every turn."""
+    content = raw.get("content")
+    if type(content) is str:
+        return [(("content",), content)] if len(content) > DIGEST_ABOVE else []
+    if type(content) is not list or len(content) > _BLOCKS:
+        return []
+    found: list[tuple[Path, str]] = []
+    for i, block in enumerate(content):
+        if type(block) is not dict:
+            continue
+        for field in ("text", "content"):
+            value = block.get(field)
+            if type(value) is str and len(value) > DIGEST_ABOVE:
+                found.append((("content", i, field), value))
+            elif type(value) is list and len(value) <= _BLOCKS:
+                for j, inner in enumerate(value):
+                    text = inner.get("text") if type(inner) is dict else None
+                    if type(text) is str and len(text) > DIGEST_ABOVE:
+                        found.append((("content", i, field, j, "text"), text))
+    return found
+
+
+#: Content of more blocks than this is not looked into for long texts (written out instead).
+_BLOCKS = 8

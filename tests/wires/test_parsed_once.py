@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 from chat_conversations import conversations
 from hypothesis import given, settings
@@ -163,3 +164,77 @@ def test_each_wire_parses_a_team_s_session_through_the_team_s_memo(wire, body):
     assert parsed(_team("b")) is not first
     assert parsed(None) is not first  # routefit open: one tenant, its own
     assert parsed(None) is parsed(None)
+
+
+#: A tool's JSON output, as a session carries it: every quote and newline an escape when written.
+OUTPUT = "".join(f'{{\n  "id": {i},\n  "name": "item \\"{i}\\""\n}}\n' for i in range(400))
+
+
+def long_sessions() -> list[tuple[str, dict[str, Any]]]:
+    """A chat and a Messages session whose tool outputs are long, in each place a wire puts
+    them (a string; a Messages tool result's string, or its text blocks)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    chat_body = chat(
+        [
+            {"role": "user", "content": "read it"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": OUTPUT},
+            {"role": "user", "content": [{"type": "text", "text": OUTPUT + "?"}]},
+        ]
+    )
+    use = [{"type": "tool_use", "id": f"t{i}", "name": "read", "input": {}} for i in (1, 2)]
+    results = [
+        {"type": "tool_result", "tool_use_id": "t1", "content": OUTPUT},
+        {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": OUTPUT}]},
+    ]
+    messages_body = {
+        "model": "m",
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": "read them"},
+            {"role": "assistant", "content": use},
+            {"role": "user", "content": [*results, {"type": "text", "text": OUTPUT + "!"}]},
+        ],
+    }
+    return [("chat", chat_body), ("messages", messages_body)]
+
+
+def parse_on(wire: str, body: dict[str, Any], scope: bytes | None) -> Any:
+    if wire == "chat":
+        return parse_request(body, scope).messages
+    return parse_anthropic(body, scope=scope).messages
+
+
+class Writes:
+    """orjson as a module sees it, noting the longest JSON it was asked to write."""
+
+    def __init__(self) -> None:
+        self.longest = 0
+
+    def dumps(self, value: Any, option: int = 0) -> bytes:
+        data = orjson.dumps(value, option=option)
+        self.longest = max(self.longest, len(data))
+        return data
+
+
+@pytest.mark.parametrize(("wire", "body"), long_sessions())
+def test_long_tool_outputs_are_kept_by_their_digest_never_written_out(wire, body, monkeypatch):
+    import pricing.digest
+    import pricing.parsed
+
+    PARSED.clear()
+    afresh = parse_on(wire, again(body), None)
+    writes = Writes()
+    monkeypatch.setattr(pricing.parsed, "orjson", writes)
+    monkeypatch.setattr(pricing.digest, "orjson", writes)
+    first = parse_on(wire, again(body), b"team-a")
+    hit = parse_on(wire, again(body), b"team-a")
+    assert first == hit == afresh
+    assert all(a is b for a, b in zip(first, hit, strict=True))  # each one kept, each one a hit
+    assert 0 < writes.longest < 1_000  # the keys' JSON, never an output's 17 KB
+    # the same session with one character of one output changed is another parse
+    changed = json.loads(
+        json.dumps(body).replace('item \\\\\\"7\\\\\\"', 'item \\\\\\"X\\\\\\"', 1)
+    )
+    assert changed != body
+    assert parse_on(wire, again(changed), b"team-a") == parse_on(wire, again(changed), None)
