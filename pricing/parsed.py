@@ -31,7 +31,7 @@ quotes and newlines were escaped one by one every turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -63,11 +63,16 @@ def once(parse: Callable[[Any, int], T], kind: bytes, scope: bytes) -> Callable[
     def parsed(raw: Any, index: int) -> T:
         if type(raw) is not dict:
             return parse(raw, index)
-        long = _long_texts(raw)
-        size = sum(len(text) for _, text in long)
-        if size > LARGEST:
-            return parse(raw, index)
+        content = raw.get("content")
+        long: Sequence[tuple[Path, str]]
+        if type(content) is str:
+            long = ((_CONTENT, content),) if len(content) > DIGEST_ABOVE else ()
+        else:
+            long = _long_texts(content) if content else ()
         if long:  # its long texts digested apart, not written out again (``pricing.digest``)
+            size = sum(len(text) for _, text in long)
+            if size > LARGEST:
+                return parse(raw, index)
             key = digest_apart(raw, long)
         else:
             try:
@@ -88,16 +93,14 @@ def once(parse: Callable[[Any, int], T], kind: bytes, scope: bytes) -> Callable[
     return parsed
 
 
-def _long_texts(raw: dict[str, Any]) -> list[tuple[Path, str]]:
-    """Where a message holds texts over ``DIGEST_ABOVE``, and what they are, in the places the
-    chat and Messages wires put them — its content, a content block's text, a tool result's
-    content or its blocks' texts: a few lookups a message (never a walk of what a client may
-    nest), where writing out a 20 KB JSON tool output cost 25 µs every turn."""
-    content = raw.get("content")
-    if type(content) is str:
-        return [(("content",), content)] if len(content) > DIGEST_ABOVE else []
+def _long_texts(content: Any) -> Sequence[tuple[Path, str]]:
+    """Where a message's list of content blocks holds texts over ``DIGEST_ABOVE``, and what they
+    are, in the places the chat and Messages wires put them — a block's text, a tool result's
+    content or its blocks' texts (a content that is a string is looked at by the caller): a few
+    lookups a message (never a walk of what a client may nest), where writing out a 20 KB JSON
+    tool output cost 25 µs every turn."""
     if type(content) is not list or len(content) > _BLOCKS:
-        return []
+        return ()
     found: list[tuple[Path, str]] = []
     for i, block in enumerate(content):
         if type(block) is not dict:
@@ -116,3 +119,4 @@ def _long_texts(raw: dict[str, Any]) -> list[tuple[Path, str]]:
 
 #: Content of more blocks than this is not looked into for long texts (written out instead).
 _BLOCKS = 8
+_CONTENT: Path = ("content",)

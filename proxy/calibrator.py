@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import xxhash
 
 from pricing.calibration import (
@@ -93,9 +94,12 @@ def prefix_keys(
     head = [route, model, tools] if scope is None else [route, model, tools, scope]
     h = value_digest(head, sort_keys=True)
     keys = []
+    digest, dumps, sort = xxhash.xxh3_128_digest, orjson.dumps, orjson.OPT_SORT_KEYS
     for i, message in enumerate(messages):
-        digest = long_digest if i < len(long) and long[i] else value_digest
-        h = xxhash.xxh3_128_digest(h + digest(message, sort_keys=True))
+        if i < len(long) and long[i]:
+            h = digest(h + long_digest(message, sort_keys=True))
+        else:  # ``value_digest``, inline: a session's every message, every turn
+            h = digest(h + digest(dumps(message, option=sort)))
         keys.append(h)
     return keys
 

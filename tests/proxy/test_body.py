@@ -87,8 +87,9 @@ def test_a_body_of_long_strings_is_walked_not_written(monkeypatch):
 
 def test_a_body_of_many_small_objects_is_written_not_walked(monkeypatch):
     writes = writes_orjson(monkeypatch)
-    parts = [{"type": "text", "text": "x"} for _ in range(20_000)]
-    _decode(orjson.dumps({"model": "m", "messages": [{"role": "user", "content": parts}]}))
-    assert writes.wrote == 1
+    for text in ("x", 'a "quoted" word'):  # few escapes, or many in many small objects
+        parts = [{"type": "text", "text": text} for _ in range(20_000)]
+        _decode(orjson.dumps({"model": "m", "messages": [{"role": "user", "content": parts}]}))
+    assert writes.wrote == 2
     for scalar in (b'"just a string"', b"12"):  # nothing to walk or write: the wire refuses it
         assert _decode(scalar) == orjson.loads(scalar)
