@@ -6,7 +6,8 @@ Each revision is checked out into a temporary git worktree and served by this ve
 that worktree first on ``sys.path`` (the packages' dependencies are the same), one worker each,
 against one simulator. The phases (small c1 added p50, small c16 req/s, stream c1 added p50,
 stream c16 req/s, a ~28k-token prompt of new text c1 added p50, a 400-message agent session's
-next turn c1 added p50; named only: ``new 32k c1``, ``new 120k c1``, bench/new_text.py's prose
+next turn c1 added p50, the same of a 16-step session whose tool outputs are 20 KB of JSON
+(``tools session c1``); named only: ``new 32k c1``, ``new 120k c1``, bench/new_text.py's prose
 with new text everywhere) run A then B in even rounds and
 B then A in odd ones: whichever runs second in a round was measured slower by 5-14% on the same
 code (HEAD against itself), so a fixed order would credit or blame a change with the position.
@@ -31,7 +32,7 @@ from pathlib import Path
 import new_text
 from procs import ROOT, Server, Servers, _ok, free_port
 from proxy_load import BENCH_KEY, routefit_config, run_phase
-from workloads import openai_long, openai_session, openai_small
+from workloads import openai_long, openai_session, openai_small, openai_tool_session
 
 PHASES = [
     ("small c1", False, 1),
@@ -40,6 +41,7 @@ PHASES = [
     ("stream c16", True, 16),
     ("long c1", False, 1),
     ("session c1", False, 1),
+    ("tools session c1", False, 1),
 ]
 #: Run only when named in ``--phases``: a prompt of prose no one has sent, new text first, of
 #: this many tokens (bench/new_text.py's cells).
@@ -101,6 +103,8 @@ def measure(
             body = openai_long("gpt-4o")
         elif phase.startswith("session"):
             body = openai_session("gpt-4o")
+        elif phase.startswith("tools session"):
+            body = openai_tool_session("gpt-4o")
         else:
             body = openai_small("gpt-4o", stream=stream)
         # The load generator numbers its requests from 0 on every run: without a tag per run,

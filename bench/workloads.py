@@ -100,6 +100,39 @@ def openai_session(model: str, steps: int = 200) -> str:
     return json.dumps(body)
 
 
+def json_output(size: int, seed: int) -> str:
+    """A tool's JSON output of about ``size`` characters: indented records, every quote and
+    newline an escape in the request's JSON (what a gateway writes out again at a cost)."""
+    rng = random.Random(seed)
+    records = []
+    n = 0
+    while n < size:
+        note = " ".join(rng.choices(WORDS, k=6))
+        record = json.dumps({"id": len(records), "path": f"src/m{seed}.py", "note": note}, indent=2)
+        records.append(record)
+        n += len(record) + 2
+    return "[" + ",\n".join(records) + "]"
+
+
+def openai_tool_session(model: str, steps: int = 16, size: int = 20_000) -> str:
+    """An agent session's next request whose tool outputs are big JSON (``steps`` of ``size``
+    characters, ~104k tokens at 16 steps of 20 KB: under gpt-4o's window), the same in every
+    request, then the new user turn carrying the nonce."""
+    messages: list[dict[str, object]] = [{"role": "user", "content": "List what changed."}]
+    for i in range(steps):
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "list_changes", "arguments": json.dumps({"page": i})},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append(
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": json_output(size, i)}
+        )
+    messages.append({"role": "user", "content": "Step @@NONCE@@: what next?"})
+    return json.dumps({"model": model, "messages": messages, "max_tokens": 64})
+
+
 def responses_small(model: str, stream: bool = False, store: bool | None = None) -> str:
     """``store`` absent means the API's default (true: the response is kept)."""
     body: dict[str, object] = {
