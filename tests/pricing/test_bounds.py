@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from media_files import b64, text_pdf, wav
 from PIL import Image
+from watched import watch
 
 import pricing.bounds
 from pricing.bounds import (
@@ -561,17 +562,6 @@ def test_a_proof_counts_none_of_what_the_message_memo_priced():
     request = parse_request({"model": "m", "messages": session(6)})
     new = output(5)
     proof, memo = Proof(r), Memo()
-    real = proof.tok
-    assert real is not None
-    counted: list[str] = []
-
-    class Seen:  # the route's tokenizer, telling what it was asked to count
-        name = real.name
-
-        def count(self, piece: str) -> int:
-            counted.append(piece)
-            return real.count(piece)
-
-    proof.tok = Seen()  # type: ignore[assignment]
+    watched = watch(proof)
     assert fit_bounded(request, r, FitPolicy(), proof=proof, memo=memo) is None
-    assert counted and all(piece in new for piece in counted)
+    assert watched.pieces and all(piece in new for piece in watched.pieces)

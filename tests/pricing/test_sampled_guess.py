@@ -13,6 +13,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from watched import watch
 
 import pricing.bounds
 from pricing.bounds import Proof, Sampled
@@ -20,7 +21,7 @@ from pricing.framing import default_framing
 from pricing.images import default_image_rule
 from pricing.messages import parse_request
 from pricing.route import Route
-from pricing.tokenizers import Tokenizer, count_each, get_tokenizer, memoised
+from pricing.tokenizers import count_each, get_tokenizer, memoised
 from strategies.output import bounded_output, sampled_output
 from strategies.policy import FitPolicy
 
@@ -118,25 +119,14 @@ def test_a_text_with_nowhere_to_cut_is_guessed_from_slices(spec):
     r = route(spec)
     bound = Proof(r)(text)
     proof = Proof(r)
-    tok = proof.tok
-    assert tok is not None
-    real: Tokenizer = tok
-    counted: list[int] = []
-
-    class Seen:  # the route's tokenizer, telling what it was asked to count
-        name = real.name
-
-        def count(self, piece: str) -> int:
-            counted.append(len(piece))
-            return real.count(piece)
-
-    proof.tok = Seen()  # type: ignore[assignment]
+    watched = watch(proof)
     guess = proof.sampled([text])(text)
+    counted = [len(piece) for piece in watched.pieces]
     assert counted and max(counted) < len(text) // 4  # slices, not the whole text
     # each about a proof's piece of UTF-8 (3 bytes a character here), not of characters: a
     # sample counts what a sample of prose of as many bytes would
     assert max(counted) * 3 <= 2 * pricing.bounds._PIECE
-    proof.tok = tok
+    proof.tok = watched.real
     proof.complete()
     count = get_tokenizer(spec).count(text)
     assert guess < bound  # priced from a sample, not at its bound
@@ -151,22 +141,11 @@ def test_a_text_a_sample_would_read_whole_is_counted_once_and_kept(spec):
     text = text_of(5, 4_000)
     r = route(spec)
     proof = Proof(r)
-    real = proof.tok
-    assert real is not None
-    counted: list[int] = []
-
-    class Seen:  # the route's tokenizer, telling what it was asked to count
-        name = real.name
-
-        def count(self, piece: str) -> int:
-            counted.append(len(piece))
-            return real.count(piece)
-
-    proof.tok = Seen()  # type: ignore[assignment]
+    watched = watch(proof)
     guess = proof.sampled([text])(text)
-    read = sum(counted)
-    count = count_each(real, [text])[0]
+    read = sum(map(len, watched.pieces))
+    count = count_each(watched.real, [text])[0]
     assert guess == count == proof(text)  # the guess is the count
     assert not proof.tighten([text], 1)  # nothing left to count
     proof.complete()
-    assert sum(counted) == read <= len(text) + 1  # read once, and no more
+    assert sum(map(len, watched.pieces)) == read <= len(text) + 1  # read once, and no more
