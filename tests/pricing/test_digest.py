@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import pricing.digest
 import pricing.meter
+import proxy.calibrator
 from pricing.digest import DIGEST_ABOVE, long_digest, text_key, value_digest
 from pricing.messages import parse_request
 from pricing.meter import MessageCache
@@ -70,8 +71,8 @@ class Writes:
 def test_a_long_text_is_keyed_by_its_digest_and_never_written_out(monkeypatch):
     assert len(LONG) > DIGEST_ABOVE
     writes = Writes()
-    monkeypatch.setattr(pricing.meter, "orjson", writes)
-    monkeypatch.setattr(pricing.digest, "orjson", writes)
+    for module in (pricing.meter, pricing.digest, proxy.calibrator):
+        monkeypatch.setattr(module, "orjson", writes)
     for keys in (memo_keys(messages(LONG)), anchor_keys(messages(LONG, arguments=LONG))):
         assert all(keys)
     assert 0 < writes.longest < 1_000  # the keys' JSON, never the 20 KB text's
