@@ -22,13 +22,14 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 from inprocess import asgi_client
+from loopback import Loopback
 
 from proxy.config import parse_config
 
@@ -111,10 +112,7 @@ class Gemini:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.served = Loopback(Handler)
 
     def wait_for_close(self, conn: socket.socket) -> None:
         for _ in range(HANG_GUARD_S * 10):
@@ -125,11 +123,10 @@ class Gemini:
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1beta"
+        return self.served.url("/v1beta")
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.served.close()
 
 
 @pytest.fixture

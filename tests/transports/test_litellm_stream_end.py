@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import anyio
 import pytest
 from inprocess import asgi_client
+from loopback import Loopback
 
 from proxy.config import parse_config
 
@@ -81,19 +82,15 @@ class HeldOpen:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.served = Loopback(Handler)
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1beta"
+        return self.served.url("/v1beta")
 
     def close(self) -> None:
         self.released.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.served.close()
 
 
 @pytest.fixture
