@@ -13,6 +13,7 @@ provider's count of a prompt the team sent).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -56,26 +57,44 @@ class Searched:
     A stream states them in ``message_delta``, whose counts are cumulative."""
 
     async def __call__(self, request: httpx.Request, sim: Any) -> httpx.Response:
-        response = await sim(request)
-        raw = await response.aread()
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            data = json.loads(raw)
+        prompt = 0
+
+        def whole(data: dict[str, Any]) -> None:
             data["usage"]["input_tokens"] += RESULTS
             data["usage"]["server_tool_use"] = {"web_search_requests": 1}
-            return httpx.Response(response.status_code, json=data)
-        out, prompt = [], 0
-        for line in raw.decode().split("\n"):
-            if line.startswith("data:"):
-                event = json.loads(line[5:])
-                if event.get("type") == "message_start":
-                    prompt = event["message"]["usage"]["input_tokens"]
-                if event.get("type") == "message_delta":
-                    event["usage"]["input_tokens"] = prompt + RESULTS
-                    event["usage"]["server_tool_use"] = {"web_search_requests": 1}
-                line = "data: " + json.dumps(event)
-            out.append(line)
-        headers = {"content-type": "text/event-stream"}
-        return httpx.Response(response.status_code, content="\n".join(out), headers=headers)
+
+        def event(data: dict[str, Any]) -> None:
+            nonlocal prompt
+            if data.get("type") == "message_start":
+                prompt = data["message"]["usage"]["input_tokens"]
+            if data.get("type") == "message_delta":
+                data["usage"]["input_tokens"] = prompt + RESULTS
+                data["usage"]["server_tool_use"] = {"web_search_requests": 1}
+
+        return await _edited(await sim(request), whole, event)
+
+
+async def _edited(
+    response: httpx.Response,
+    whole: Callable[[dict[str, Any]], None],
+    event: Callable[[dict[str, Any]], None],
+) -> httpx.Response:
+    """The simulator's answer with its JSON edited in place: a whole answer by ``whole``, each
+    event of a stream by ``event``."""
+    raw = await response.aread()
+    if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = json.loads(raw)
+        whole(data)
+        return httpx.Response(response.status_code, json=data)
+    out = []
+    for line in raw.decode().split("\n"):
+        if line.startswith("data:"):
+            data = json.loads(line[5:])
+            event(data)
+            line = "data: " + json.dumps(data)
+        out.append(line)
+    headers = {"content-type": "text/event-stream"}
+    return httpx.Response(response.status_code, content="\n".join(out), headers=headers)
 
 
 def _input_tokens(response: httpx.Response) -> int:
@@ -361,27 +380,16 @@ class SearchedResponse:
     in ``response.completed``."""
 
     async def __call__(self, request: httpx.Request, sim: Any) -> httpx.Response:
-        response = await sim(request)
-        raw = await response.aread()
-
-        def searched(answer: dict[str, Any]) -> dict[str, Any]:
+        def searched(answer: dict[str, Any]) -> None:
             answer["output"] = [WEB_SEARCH_CALL, *answer["output"]]
             answer["usage"]["input_tokens"] += RESULTS
             answer["usage"]["total_tokens"] += RESULTS
-            return answer
 
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            return httpx.Response(response.status_code, json=searched(json.loads(raw)))
-        out = []
-        for line in raw.decode().split("\n"):
-            if line.startswith("data:"):
-                event = json.loads(line[5:])
-                if event.get("type") == "response.completed":
-                    event["response"] = searched(event["response"])
-                line = "data: " + json.dumps(event)
-            out.append(line)
-        headers = {"content-type": "text/event-stream"}
-        return httpx.Response(response.status_code, content="\n".join(out), headers=headers)
+        def event(data: dict[str, Any]) -> None:
+            if data.get("type") == "response.completed":
+                searched(data["response"])
+
+        return await _edited(await sim(request), searched, event)
 
 
 def _response_input_tokens(response: httpx.Response) -> int:
