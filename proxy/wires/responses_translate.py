@@ -151,20 +151,20 @@ def _flat(tools: Any) -> Iterator[Mapping[str, Any]]:
             yield tool
 
 
-def _tools(body: Mapping[str, Any], names: ToolNames) -> list[dict[str, Any]]:
+def _tools(names: ToolNames) -> list[dict[str, Any]]:
     """The function and custom tools as chat functions, each under its name in ``names``, in
-    the client's order (``tool_names`` walks them so)."""
+    the client's order."""
     out: list[dict[str, Any]] = []
-    found = [inner for inner in _flat(body.get("tools")) if inner.get("type") in _KINDS]
-    for tool, named in zip(found, names.tools, strict=True):
-        if tool.get("type") == "function":
-            fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+    for named in names.tools:
+        tool = named.spec
+        fn: dict[str, Any] = {"name": named.sent}
+        if named.kind == "function":
+            fn |= {k: tool[k] for k in ("description", "parameters", "strict") if k in tool}
         else:
-            params = {"type": "object", "properties": {"input": {"type": "string"}}}
-            fn = {"name": tool.get("name"), "parameters": params}
+            fn["parameters"] = {"type": "object", "properties": {"input": {"type": "string"}}}
             if "description" in tool:
                 fn["description"] = tool["description"]
-        out.append({"type": "function", "function": {**fn, "name": named.sent}})
+        out.append({"type": "function", "function": fn})
     return out
 
 
@@ -217,7 +217,7 @@ def chat_body(request: ChatRequest, fitted: Sequence[Message], stream: bool) -> 
     body = request.body
     names = tool_names(body)
     out: dict[str, Any] = {"model": request.model, "messages": _messages(fitted, names)}
-    tools = _tools(body, names)
+    tools = _tools(names)
     allowed = _allowed_names(body.get("tool_choice"))
     if allowed is not None:
         tools = [t for t, named in zip(tools, names.tools, strict=True) if named.name in allowed]
@@ -273,12 +273,13 @@ _NAME_MOST = 64
 @dataclass(frozen=True, slots=True)
 class _Tool:
     """A tool ``_tools`` sends as a function: its namespace ("" for none), its own name, its
-    kind (``function`` or ``custom``) and the name chat knows it by."""
+    kind (``function`` or ``custom``), the name chat knows it by, and the client's tool."""
 
     space: str
     name: str
     kind: str
     sent: str
+    spec: Mapping[str, Any] = field(compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,9 +296,21 @@ class ToolNames:
     tools: tuple[_Tool, ...]
     #: The tools by (namespace, name), the first of each name by name alone, and by the name
     #: chat knows them by: a history of thousands of calls looks each up once, not by a walk.
-    by_space: Mapping[tuple[str, str], _Tool] = field(default_factory=dict)
-    by_name: Mapping[str, _Tool] = field(default_factory=dict)
-    by_sent: Mapping[str, _Tool] = field(default_factory=dict)
+    by_space: Mapping[tuple[str, str], _Tool] = field(init=False, repr=False)
+    by_name: Mapping[str, _Tool] = field(init=False, repr=False)
+    by_sent: Mapping[str, _Tool] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        by_space: dict[tuple[str, str], _Tool] = {}
+        by_name: dict[str, _Tool] = {}
+        by_sent: dict[str, _Tool] = {}
+        for tool in self.tools:
+            by_space.setdefault((tool.space, tool.name), tool)
+            by_name.setdefault(tool.name, tool)
+            by_sent.setdefault(tool.sent, tool)
+        object.__setattr__(self, "by_space", by_space)
+        object.__setattr__(self, "by_name", by_name)
+        object.__setattr__(self, "by_sent", by_sent)
 
     def sent(self, space: Any, name: Any) -> str:
         """The chat name of the client's tool ``name`` (of namespace ``space``): a call in the
@@ -340,15 +353,8 @@ def tool_names(body: Mapping[str, Any]) -> ToolNames:
     for space, inner in found:
         name = str(inner.get("name"))
         sent = _joined(space, name) if space and count[name] > 1 else name
-        out.append(_Tool(space, name, str(inner.get("type")), sent))
-    by_space: dict[tuple[str, str], _Tool] = {}
-    by_name: dict[str, _Tool] = {}
-    by_sent: dict[str, _Tool] = {}
-    for tool in out:
-        by_space.setdefault((tool.space, tool.name), tool)
-        by_name.setdefault(tool.name, tool)
-        by_sent.setdefault(tool.sent, tool)
-    return ToolNames(tuple(out), by_space, by_name, by_sent)
+        out.append(_Tool(space, name, str(inner.get("type")), sent, inner))
+    return ToolNames(tuple(out))
 
 
 #: Why a chat answer stopped short → the Response's ``incomplete_details.reason`` (OpenAI's
