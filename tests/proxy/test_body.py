@@ -91,5 +91,6 @@ def test_a_body_of_many_small_objects_is_written_not_walked(monkeypatch):
         parts = [{"type": "text", "text": text} for _ in range(20_000)]
         _decode(orjson.dumps({"model": "m", "messages": [{"role": "user", "content": parts}]}))
     assert writes.wrote == 2
-    for scalar in (b'"just a string"', b"12"):  # nothing to walk or write: the wire refuses it
-        assert _decode(scalar) == orjson.loads(scalar)
+
+    for scalar in (b'"just a string"', b"12", orjson.dumps('a "quoted" word\n' * 20_000)):
+        assert _decode(scalar) == orjson.loads(scalar)  # JSON, nothing nested: the wire refuses it
