@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from watched import watch_writes
 
 import pricing.digest
 import pricing.meter
@@ -55,24 +55,9 @@ def anchor_keys(msgs: list[dict[str, Any]]) -> list[bytes]:
     return prefix_keys("r", "gpt-4o", None, msgs, "team", [m.long for m in ms])
 
 
-class Writes:
-    """orjson as a module sees it, noting the longest JSON it was asked to write."""
-
-    def __init__(self) -> None:
-        self.longest = 0
-        self.OPT_SORT_KEYS = orjson.OPT_SORT_KEYS
-
-    def dumps(self, value: Any, option: int = 0) -> bytes:
-        data = orjson.dumps(value, option=option)
-        self.longest = max(self.longest, len(data))
-        return data
-
-
 def test_a_long_text_is_keyed_by_its_digest_and_never_written_out(monkeypatch):
     assert len(LONG) > DIGEST_ABOVE
-    writes = Writes()
-    for module in (pricing.meter, pricing.digest, proxy.calibrator):
-        monkeypatch.setattr(module, "orjson", writes)
+    writes = watch_writes(monkeypatch, pricing.meter, pricing.digest, proxy.calibrator)
     for keys in (memo_keys(messages(LONG)), anchor_keys(messages(LONG, arguments=LONG))):
         assert all(keys)
     assert 0 < writes.longest < 1_000  # the keys' JSON, never the 20 KB text's

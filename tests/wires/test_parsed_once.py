@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import orjson
 import pytest
 from chat_conversations import conversations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_anthropic_properties import sessions
+from watched import watch_writes
 
+import pricing.digest
+import pricing.parsed
 from pricing.lru import LRU
 from pricing.messages import RequestError, parse_message, parse_request
 from pricing.parsed import LARGEST, PARSED, once
@@ -205,28 +207,11 @@ def parse_on(wire: str, body: dict[str, Any], scope: bytes | None) -> Any:
     return parse_anthropic(body, scope=scope).messages
 
 
-class Writes:
-    """orjson as a module sees it, noting the longest JSON it was asked to write."""
-
-    def __init__(self) -> None:
-        self.longest = 0
-
-    def dumps(self, value: Any, option: int = 0) -> bytes:
-        data = orjson.dumps(value, option=option)
-        self.longest = max(self.longest, len(data))
-        return data
-
-
 @pytest.mark.parametrize(("wire", "body"), long_sessions())
 def test_long_tool_outputs_are_kept_by_their_digest_never_written_out(wire, body, monkeypatch):
-    import pricing.digest
-    import pricing.parsed
-
     PARSED.clear()
     afresh = parse_on(wire, again(body), None)
-    writes = Writes()
-    monkeypatch.setattr(pricing.parsed, "orjson", writes)
-    monkeypatch.setattr(pricing.digest, "orjson", writes)
+    writes = watch_writes(monkeypatch, pricing.parsed, pricing.digest)
     first = parse_on(wire, again(body), b"team-a")
     hit = parse_on(wire, again(body), b"team-a")
     assert first == hit == afresh
