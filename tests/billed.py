@@ -37,11 +37,14 @@ HEADERS = {"authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"}
 Script = Callable[[httpx.Request, Callable[[httpx.Request], Awaitable[httpx.Response]]], Any]
 
 
-def deployment(alias: str, model: str, base: str) -> dict[str, Any]:
+def deployment(
+    alias: str, model: str, base: str, window: int = 128_000, output: int = 16_384
+) -> dict[str, Any]:
+    """A route to the simulator at ``base`` (its fake key), with its window and output limit."""
     return {
         "model_name": alias,
         "litellm_params": {"model": model, "api_base": base, "api_key": "sk-sim-0123456789abcdef"},
-        "model_info": {"max_input_tokens": 128_000, "max_output_tokens": 16_384},
+        "model_info": {"max_input_tokens": window, "max_output_tokens": output},
     }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from billed import deployment
 from inprocess import asgi_client
 
 from proxy.config import parse_config
@@ -41,11 +42,7 @@ def anyio_backend() -> str:
 
 
 def _deployment(alias: str, model: str, base: str) -> dict[str, Any]:
-    return {
-        "model_name": alias,
-        "litellm_params": {"model": model, "api_base": base, "api_key": "sk-sim-0123456789abcdef"},
-        "model_info": {"max_input_tokens": 32_000, "max_output_tokens": 4_096},
-    }
+    return deployment(alias, model, base, window=32_000, output=4_096)
 
 
 MODELS = [
