@@ -4,6 +4,7 @@ anchors in multi-turn sessions, replicas sharing Redis, restarts, and a Redis ou
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import subprocess
@@ -17,6 +18,8 @@ import pytest
 from harness import gateway_config, routefit_command, run_routefit, sim_route
 from harness import private_redis as harness_private_redis
 from inprocess import run_inprocess
+
+from proxy import calibrator
 
 VOCABULARY = (
     "alpha beta gamma delta epsilon tokens window provider usage estimate route calibration "
@@ -52,6 +55,23 @@ def ask(client: openai.OpenAI, alias: str, messages: list[dict]) -> tuple[int, i
     return int(raw.headers["x-routefit-prompt-tokens"]), usage.prompt_tokens, raw.parse()
 
 
+@pytest.fixture
+def refit_each_sample(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """What these tests measure is the model: each request priced by the fit of every sample
+    before it. The server refits a learnt route on a clock (at most every ``REFIT_GAP``, longer
+    when a fit is slow; once 16 samples or ``REFIT_SECONDS`` have gathered) and refits from the
+    store every ``refresh_seconds``, so which samples a request's correction had seen hung on the
+    machine's speed: one run under a loaded CI priced a request 1.05% under the provider's count
+    where an idle run priced the same request 0.07% under. Here the gateway refits on every
+    sample the correction misprices and never refreshes (one replica: the store holds only what
+    it wrote), so the same samples give the same estimates; the clock is
+    tests/proxy/test_calibrator.py's. Returns the settings that turn the refresh off."""
+    monkeypatch.setattr(calibrator, "REFIT_GAP", 0.0)
+    monkeypatch.setattr(calibrator, "REFIT_SECONDS", 0.0)
+    monkeypatch.setattr(calibrator, "REFIT_SHARE", math.inf)
+    return {"calibration": {"refresh_seconds": 10**6}}
+
+
 def settle_samples(base_url: str, alias: str, count: int, timeout: float = 10.0) -> dict:
     """Wait until the background writer has recorded ``count`` samples for the route."""
     deadline = time.monotonic() + timeout
@@ -63,10 +83,13 @@ def settle_samples(base_url: str, alias: str, count: int, timeout: float = 10.0)
         time.sleep(0.05)
 
 
-def test_estimates_converge_on_an_unknown_tokenizer(sim, tmp_path):
+def test_estimates_converge_on_an_unknown_tokenizer(sim, tmp_path, refit_each_sample):
     alias = "mystery"
     config = gateway_config(
-        tmp_path / "c.yaml", [mystery_route(sim.base_url, alias)], exact_prompt_headers=True
+        tmp_path / "c.yaml",
+        [mystery_route(sim.base_url, alias)],
+        exact_prompt_headers=True,
+        **refit_each_sample,
     )
     rng = random.Random(7)
     with run_inprocess(config) as gw:
@@ -86,10 +109,13 @@ def test_estimates_converge_on_an_unknown_tokenizer(sim, tmp_path):
     assert min(later) >= -0.01, later
 
 
-def test_anchored_multi_turn_sessions_are_within_one_percent(sim, tmp_path):
+def test_anchored_multi_turn_sessions_are_within_one_percent(sim, tmp_path, refit_each_sample):
     alias = "mystery"
     config = gateway_config(
-        tmp_path / "c.yaml", [mystery_route(sim.base_url, alias)], exact_prompt_headers=True
+        tmp_path / "c.yaml",
+        [mystery_route(sim.base_url, alias)],
+        exact_prompt_headers=True,
+        **refit_each_sample,
     )
     rng = random.Random(11)
     with run_inprocess(config) as gw:
@@ -336,12 +362,14 @@ RUN_TOOL = [
 
 
 @pytest.mark.parametrize("model", ["mystery-2", "mystery-3"])
-def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model):
+def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model, refit_each_sample):
     alias = "hard"
     info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
     # The vision rule is configured (the simulator's); the tokenizer stays unknown.
     route = sim_route(alias, sim.base_url, model, model_info=info, image_rule="openai-tile")
-    config = gateway_config(tmp_path / "c.yaml", [route], exact_prompt_headers=True)
+    config = gateway_config(
+        tmp_path / "c.yaml", [route], exact_prompt_headers=True, **refit_each_sample
+    )
     rng = random.Random(zlib.crc32(model.encode()) + 17)
     # Interleaved sessions: every request is a sample; anchors help within a session only.
     sessions = [mixed_session(random.Random(rng.random()), 14) for _ in range(5)]
@@ -367,13 +395,15 @@ def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model):
 
 
 @pytest.mark.parametrize("model", ["mystery-2", "mystery-3"])
-def test_content_aware_calibration_without_anchors(sim, tmp_path, model):
+def test_content_aware_calibration_without_anchors(sim, tmp_path, model, refit_each_sample):
     """Every request a new conversation (no anchor can help): the feature model alone."""
     alias = "hard"
     info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
     # The vision rule is configured (the simulator's); the tokenizer stays unknown.
     route = sim_route(alias, sim.base_url, model, model_info=info, image_rule="openai-tile")
-    config = gateway_config(tmp_path / "c.yaml", [route], exact_prompt_headers=True)
+    config = gateway_config(
+        tmp_path / "c.yaml", [route], exact_prompt_headers=True, **refit_each_sample
+    )
     rng = random.Random(zlib.crc32(model.encode()) + 29)
     errors = []
     with run_inprocess(config) as gw:
