@@ -32,7 +32,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 #   with their deep budget, and a failure prints the blob that reproduces it.
 # * ``mutation``: mutmut's (docs/mutation.md); derandomized, so a mutant's verdict does not
 #   depend on luck, and without deadlines or a database, which mutated code would only confuse.
-settings.register_profile("ci", print_blob=True)
+# No profile has a deadline: Hypothesis's default (200 ms an example) is a timing assertion, and
+# on a loaded 2-core CI an example of a property that does real work (a fit, a parse of a session)
+# outlives it though nothing is wrong; speed is bench/'s business. Properties that set their own
+# settings inherit this.
+settings.register_profile("default", deadline=None)
+settings.register_profile("ci", print_blob=True, deadline=None)
 settings.register_profile(
     "mutation",
     derandomize=True,
