@@ -655,13 +655,17 @@ def anchored(anchor: Anchor, text: int, framing: int, images: int, correction: C
 
 
 def anchored_estimate(anchor: Anchor, pressure: Pressure, correction: Correction) -> int:
-    """``anchored`` by feature: the increment is priced per content class, message and call."""
+    """``anchored`` by feature: the increment is priced per content class, message and call, as
+    a request of its features is — with the interval they carry (``Correction.for_request``).
+    By the weights alone, a session's turn that brought a kind of content the window had seen
+    little of was priced 1.54% under its count, the anchored rest of the prompt exact
+    (bench/REPORT.md 4i)."""
     if len(anchor.features) != _N:
         p = pressure
         return anchored(anchor, p.text, p.framing, p.images, correction)
     now = pressure_features(pressure)
     delta = [max(0, x - a) for x, a in zip(now, anchor.features, strict=True)]
-    return anchor.actual + correction.price(delta)
+    return anchor.actual + correction.for_request(delta).price(delta)
 
 
 #: A provider count below the meter's own count divided by this is no tokenizer's: the meters'

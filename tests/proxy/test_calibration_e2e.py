@@ -361,8 +361,16 @@ RUN_TOOL = [
 ]
 
 
+@pytest.mark.parametrize("stream", [0, 2])
 @pytest.mark.parametrize("model", ["mystery-2", "mystery-3"])
-def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model, refit_each_sample):
+def test_content_aware_calibration_on_mixed_sessions(
+    sim, tmp_path, model, stream, refit_each_sample
+):
+    """Five interleaved agent sessions of mixed content on a route whose tokenizer routefit
+    does not know: after 30 requests, p95 of |error| ≤ 3% and never more than 1% under. Most
+    requests are anchored on the previous turn, so the error is the increment's: stream 2 on
+    mystery-2 brings, late, a kind of tool output the window had seen little of, which the
+    weights alone priced 1.54% under (the increment now carries its own interval)."""
     alias = "hard"
     info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
     # The vision rule is configured (the simulator's); the tokenizer stays unknown.
@@ -370,7 +378,7 @@ def test_content_aware_calibration_on_mixed_sessions(sim, tmp_path, model, refit
     config = gateway_config(
         tmp_path / "c.yaml", [route], exact_prompt_headers=True, **refit_each_sample
     )
-    rng = random.Random(zlib.crc32(model.encode()) + 17)
+    rng = random.Random(zlib.crc32(model.encode()) + 17 + stream)
     # Interleaved sessions: every request is a sample; anchors help within a session only.
     sessions = [mixed_session(random.Random(rng.random()), 14) for _ in range(5)]
     order = [(s, i) for i in range(15) for s in range(len(sessions)) if i < len(sessions[s])]
