@@ -657,9 +657,8 @@ def anchored(anchor: Anchor, text: int, framing: int, images: int, correction: C
 def anchored_estimate(anchor: Anchor, pressure: Pressure, correction: Correction) -> int:
     """``anchored`` by feature: the increment is priced per content class, message and call, as
     a request of its features is — with the interval they carry (``Correction.for_request``).
-    By the weights alone, a session's turn that brought a kind of content the window had seen
-    little of was priced 1.54% under its count, the anchored rest of the prompt exact
-    (bench/REPORT.md 4i)."""
+    By the weights alone, a session's turn of two tool outputs was priced 1.54% under its
+    count, the anchored rest of the prompt exact (bench/REPORT.md 4i)."""
     if len(anchor.features) != _N:
         p = pressure
         return anchored(anchor, p.text, p.framing, p.images, correction)

@@ -369,8 +369,8 @@ def test_content_aware_calibration_on_mixed_sessions(
     """Five interleaved agent sessions of mixed content on a route whose tokenizer routefit
     does not know: after 30 requests, p95 of |error| ≤ 3% and never more than 1% under. Most
     requests are anchored on the previous turn, so the error is the increment's: stream 2 on
-    mystery-2 brings, late, a kind of tool output the window had seen little of, which the
-    weights alone priced 1.54% under (the increment now carries its own interval)."""
+    mystery-2 has a turn of two tool outputs that the weights alone priced 1.54% under (the
+    increment now carries its own interval)."""
     alias = "hard"
     info = {"max_input_tokens": 32768, "max_output_tokens": 4096, "supports_vision": True}
     # The vision rule is configured (the simulator's); the tokenizer stays unknown.
