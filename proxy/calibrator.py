@@ -152,6 +152,8 @@ class _Route:
     prior: Correction | None = None
     #: Stored samples the last refresh could not believe (``_sane``): logged when it changes.
     unreadable: int = 0
+    #: Samples the writer has added to ``samples`` (what a refresh's read may not have seen).
+    added: int = 0
 
     @property
     def gap(self) -> float:
@@ -365,6 +367,7 @@ class Calibrator:
                 sample.route, _Route(deque(maxlen=self.policy.window), Correction())
             )
             state.samples.append(sample)
+            state.added += 1
             state.pending += not _agrees(state.correction, sample)
         now = time.monotonic()
         for state in self.routes.values():
@@ -396,6 +399,7 @@ class Calibrator:
     async def refresh(self) -> None:
         """Reload every route's samples from the store and refit its correction."""
         for route, state in self.routes.items():
+            added = state.added
             try:
                 samples = await self.store.recent_samples(route, self.policy.window)
             except StoreUnavailable:
@@ -403,6 +407,7 @@ class Calibrator:
                 return
             self._up()
             samples = self._readable(route, state, samples)
+            samples += _unread(state, state.added - added, samples)
             if samples:
                 state.samples = deque(samples, maxlen=self.policy.window)
                 self._refit(state, time.monotonic())
@@ -489,6 +494,16 @@ class Calibrator:
 #: The largest figure a sample may carry: far above any window, far below what a store's integer
 #: (SQLite's and Redis's 64 bits) or a float's exact range can hold.
 _MOST = 2**40
+
+
+def _unread(state: _Route, added: int, stored: Sequence[Sample]) -> list[Sample]:
+    """The newest ``added`` samples of ``state`` (the writer's while a refresh read the store)
+    that the read did not return: written after it looked, they are not in what it replaces
+    the window with, and dropped out of the window and the correction until the next refresh."""
+    if added <= 0:
+        return []
+    known = set(stored)
+    return [s for s in list(state.samples)[-added:] if s not in known]
 
 
 def _agrees(correction: Correction, sample: Sample) -> bool:

@@ -203,6 +203,50 @@ async def test_a_learnt_route_is_never_refitted_within_the_gap_of_its_last_refit
         await calibrator.stop()
 
 
+class _ReadBeforeWrite(SqliteStore):
+    """The embedded store whose read of a route's samples answers what it held when the read
+    began, once ``released``: a refresh whose read was under way while the writer stored the
+    newest sample (on Redis, a round trip; here, made to happen)."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:")
+        self.reading = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def recent_samples(self, route: str, limit: int) -> list[Sample]:
+        held = await super().recent_samples(route, limit)
+        self.reading.set()
+        await self.released.wait()
+        return held
+
+
+async def test_a_refresh_keeps_the_samples_written_while_it_read() -> None:
+    """A refresh replaces the route's window with the store's and refits: the sample the
+    writer added while that read was under way was not in what the read returned, and dropped
+    out of the window and the correction until the next refresh (5 s later)."""
+    policy = CalibrationPolicy()
+    store = _ReadBeforeWrite()
+    calibrator = Calibrator(store, Metrics(), policy, refresh_seconds=3600)
+    calibrator.start({"r": True})
+    try:
+        learning = 2 * policy.min_samples
+        for n in range(learning):
+            calibrator.submit(_sample(n), None, None)
+        await calibrator.queue.join()
+        store.reading.clear()
+        store.released.clear()
+        refreshing = asyncio.ensure_future(calibrator.refresh())
+        await store.reading.wait()
+        calibrator.submit(_sample(learning, over=1.1), None, None)
+        await calibrator.queue.join()
+        store.released.set()
+        await refreshing
+        assert len(calibrator.routes["r"].samples) == learning + 1
+        assert calibrator.correction("r").samples == learning + 1
+    finally:
+        await calibrator.stop()
+
+
 # -- the request path's pieces, in process (mutation testing found them reached only by e2e) --
 
 
