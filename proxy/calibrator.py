@@ -152,8 +152,10 @@ class _Route:
     prior: Correction | None = None
     #: Stored samples the last refresh could not believe (``_sane``): logged when it changes.
     unreadable: int = 0
-    #: Samples the writer has added to ``samples`` (what a refresh's read may not have seen).
+    #: Samples the writer has added to ``samples``, and how many of them (the first, in order)
+    #: it is done storing: a refresh's read may not return the others (``_unread``).
     added: int = 0
+    stored: int = 0
 
     @property
     def gap(self) -> float:
@@ -385,6 +387,9 @@ class Calibrator:
             self._up()
             self.recorded += len(batch)
             self.metrics.samples.labels("recorded").inc(len(batch))
+        finally:  # taken, or dropped with the store away: what a refresh reads is settled
+            for sample in samples:
+                self.routes[sample.route].stored += 1
 
     def _shared_anchors(self, batch: Sequence[_Queued]) -> list[AnchorWrite]:
         """The batch's anchors, for a store other processes read them from. No one reads an
@@ -399,7 +404,7 @@ class Calibrator:
     async def refresh(self) -> None:
         """Reload every route's samples from the store and refit its correction."""
         for route, state in self.routes.items():
-            added = state.added
+            stored = state.stored
             try:
                 samples = await self.store.recent_samples(route, self.policy.window)
             except StoreUnavailable:
@@ -407,7 +412,7 @@ class Calibrator:
                 return
             self._up()
             samples = self._readable(route, state, samples)
-            samples += _unread(state, state.added - added, samples)
+            samples += _unread(state, state.added - stored, samples)
             if samples:
                 state.samples = deque(samples, maxlen=self.policy.window)
                 self._refit(state, time.monotonic())
@@ -496,14 +501,14 @@ class Calibrator:
 _MOST = 2**40
 
 
-def _unread(state: _Route, added: int, stored: Sequence[Sample]) -> list[Sample]:
-    """The newest ``added`` samples of ``state`` (the writer's while a refresh read the store)
-    that the read did not return: written after it looked, they are not in what it replaces
-    the window with, and dropped out of the window and the correction until the next refresh."""
-    if added <= 0:
+def _unread(state: _Route, newest: int, stored: Sequence[Sample]) -> list[Sample]:
+    """Of the ``newest`` samples of ``state`` (those the store had not taken when a refresh
+    began to read it), the ones the read did not return: they are not in what it replaces the
+    window with, and dropped out of the window and the correction until the next refresh."""
+    if newest <= 0:
         return []
     known = set(stored)
-    return [s for s in list(state.samples)[-added:] if s not in known]
+    return [s for s in list(state.samples)[-newest:] if s not in known]
 
 
 def _agrees(correction: Correction, sample: Sample) -> bool:
