@@ -403,7 +403,7 @@ class Calibrator:
 
     async def refresh(self) -> None:
         """Reload every route's samples from the store and refit its correction."""
-        for route, state in self.routes.items():
+        for route, state in list(self.routes.items()):  # the writer may add one meanwhile
             stored = state.stored
             try:
                 samples = await self.store.recent_samples(route, self.policy.window)

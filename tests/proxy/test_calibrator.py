@@ -247,6 +247,32 @@ async def test_a_refresh_keeps_the_samples_written_while_it_read() -> None:
         await calibrator.stop()
 
 
+async def test_a_refresh_goes_on_when_a_route_appears_while_it_reads() -> None:
+    """A sample of a route no config named (the writer adds its window on the spot) that lands
+    while a refresh reads the store: the refresh iterated the routes themselves, and stopped
+    with 'dictionary changed size during iteration', logged, every refresh it met one."""
+    store = _ReadBeforeWrite()
+    calibrator = Calibrator(store, Metrics(), CalibrationPolicy(), refresh_seconds=3600)
+    calibrator.start({"r": True, "s": True})
+    try:
+        await calibrator.queue.join()
+        store.released.set()  # the refresher's own first refresh
+        await asyncio.sleep(0)
+        calibrator.submit(_sample(0), None, None)
+        await calibrator.queue.join()
+        store.reading.clear()
+        store.released.clear()
+        refreshing = asyncio.ensure_future(calibrator.refresh())
+        await store.reading.wait()
+        calibrator.submit(replace(_sample(1), route="new"), None, None)
+        await calibrator.queue.join()
+        store.released.set()
+        await refreshing  # raised before
+        assert set(calibrator.routes) == {"r", "s", "new"}
+    finally:
+        await calibrator.stop()
+
+
 # -- the request path's pieces, in process (mutation testing found them reached only by e2e) --
 
 
