@@ -411,11 +411,14 @@ class MessageCache(LRU["MessagePressure"]):
         as its ``repr``: a tuple's, never a JSON array's)."""
         if message.images or message.audio is not None:
             return None
-        texts: list[Any] = [p.text for p in message.parts if isinstance(p, TextPart)]
-        calls: list[Any] = [(c.id, c.name, c.arguments) for c in message.tool_calls]
+        texts: list[Any]
+        calls: list[Any]
         if message.long:  # a long text is not written out again (``pricing.digest``)
-            texts = [text_key(t) for t in texts]
+            texts = [text_key(p.text) for p in message.parts if isinstance(p, TextPart)]
             calls = [(c.id, c.name, text_key(c.arguments)) for c in message.tool_calls]
+        else:
+            texts = [p.text for p in message.parts if isinstance(p, TextPart)]
+            calls = [(c.id, c.name, c.arguments) for c in message.tool_calls]
         fields = (
             message.role,
             message.name,
