@@ -1,6 +1,7 @@
 """Watchers for what routefit reads and writes of a prompt: a proof's tokenizer that tells what
-it was asked to count (the pieces, in order), and orjson as a module sees it, telling the
-longest JSON it was asked to write (a key that writes a long text out again)."""
+it was asked to count (the pieces, in order), and orjson as a module sees it, telling how often
+and how long it was asked to write (a key that writes a long text out again, a body written to
+check it)."""
 
 from __future__ import annotations
 
@@ -37,17 +38,21 @@ def watch(proof: Proof) -> Watched:
 
 
 class Writes:
-    """orjson as a module sees it, noting the longest JSON it was asked to write."""
-
-    OPT_SORT_KEYS = orjson.OPT_SORT_KEYS
+    """orjson as a module sees it (its reads and names passed through), noting how often it was
+    asked to write and the longest JSON it wrote."""
 
     def __init__(self) -> None:
+        self.wrote = 0
         self.longest = 0
 
     def dumps(self, value: Any, option: int = 0) -> bytes:
         data = orjson.dumps(value, option=option)
+        self.wrote += 1
         self.longest = max(self.longest, len(data))
         return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(orjson, name)  # loads, JSONDecodeError, the OPT_ flags
 
 
 def watch_writes(monkeypatch: pytest.MonkeyPatch, *modules: ModuleType) -> Writes:

@@ -6,12 +6,12 @@ other."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from watched import watch_writes
 
 import proxy.body
 from proxy.body import _MAX_DEPTH, _decode
@@ -38,25 +38,6 @@ def body(depth: int, outputs: int) -> bytes:
     return text.replace('"__DEEP__"', nested(depth)).encode()
 
 
-class Writes:
-    """orjson as ``proxy.body`` sees it, noting whether it was asked to write."""
-
-    def __init__(self) -> None:
-        self.wrote = 0
-        self.loads = orjson.loads
-        self.JSONDecodeError = orjson.JSONDecodeError
-
-    def dumps(self, value: Any) -> bytes:
-        self.wrote += 1
-        return orjson.dumps(value)
-
-
-def writes_orjson(monkeypatch: pytest.MonkeyPatch) -> Writes:
-    writes = Writes()
-    monkeypatch.setattr(proxy.body, "orjson", writes)
-    return writes
-
-
 @settings(max_examples=40, deadline=None)
 @given(depth=st.integers(_MAX_DEPTH - 6, _MAX_DEPTH + 4), outputs=st.sampled_from([0, 1, 40]))
 def test_a_body_is_refused_exactly_when_orjson_cannot_write_it_back(depth, outputs):
@@ -75,7 +56,7 @@ def test_a_body_is_refused_exactly_when_orjson_cannot_write_it_back(depth, outpu
 
 
 def test_a_body_of_long_strings_is_walked_not_written(monkeypatch):
-    writes = writes_orjson(monkeypatch)
+    writes = watch_writes(monkeypatch, proxy.body)
     raw = body(10, 40)  # ~600 KB: a few hundred objects and arrays
     assert len(raw) > 500_000
     _decode(raw)
@@ -86,7 +67,7 @@ def test_a_body_of_long_strings_is_walked_not_written(monkeypatch):
 
 
 def test_a_body_of_many_small_objects_is_written_not_walked(monkeypatch):
-    writes = writes_orjson(monkeypatch)
+    writes = watch_writes(monkeypatch, proxy.body)
     for text in ("x", 'a "quoted" word'):  # few escapes, or many in many small objects
         parts = [{"type": "text", "text": text} for _ in range(20_000)]
         _decode(orjson.dumps({"model": "m", "messages": [{"role": "user", "content": parts}]}))
