@@ -21,16 +21,12 @@ Default REV_B: the working tree.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
-import subprocess
-import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import new_text
-from procs import ROOT, Server, Servers, _ok, free_port
+from procs import Server, Servers, checkouts, serve
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_session, openai_small, openai_tool_session
 
@@ -46,49 +42,6 @@ PHASES = [
 #: Run only when named in ``--phases``: a prompt of prose no one has sent, new text first, of
 #: this many tokens (bench/new_text.py's cells).
 NEW_TEXT = {"new 32k c1": 32_000, "new 120k c1": 120_000}
-
-
-def checkout(rev: str, into: Path) -> Path:
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(into), rev],
-        check=True,
-        capture_output=True,
-    )
-    return into
-
-
-@contextlib.contextmanager
-def checkouts(rev_a: str, rev_b: str | None, into: Path) -> Iterator[tuple[Path, Path]]:
-    """``rev_a`` and ``rev_b`` (else the working tree) as temporary worktrees under ``into``,
-    removed on the way out."""
-    a = checkout(rev_a, into / "a")
-    b = checkout(rev_b, into / "b") if rev_b else ROOT
-    try:
-        yield a, b
-    finally:
-        for src in (a, b if rev_b else None):
-            if src is not None:
-                subprocess.run(
-                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)],
-                    capture_output=True,
-                )
-
-
-def serve(
-    servers: Servers, source: Path, config: Path, name: str, log_level: str = "warning"
-) -> Server:
-    """``routefit serve`` of the tree at ``source``, one worker (``log_level`` "info": with its
-    request log, which bench/own_time.py reads)."""
-    port = free_port()
-    code = "import sys; from proxy.cli import main; sys.exit(main())"
-    cmd = [sys.executable, "-c", code, "serve", "--config", str(config), "--port", str(port)]
-    cmd += ["--workers", "1", "--log-level", log_level]
-    env = {"PYTHONPATH": str(source), "ROUTEFIT_REDIS_URL": ""}
-    process, log_path, started = servers.spawn(name, cmd, env, cwd=source)
-    base = f"http://127.0.0.1:{port}"
-    return servers.wait_ready(
-        name, process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
-    )
 
 
 def measure(

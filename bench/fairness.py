@@ -37,8 +37,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import new_text
-from compare_commits import checkout, serve
-from procs import ROOT, Server, Servers, anthropic_entry, openai_entry, write_yaml
+from procs import ROOT, Server, Servers, anthropic_entry, checkout, openai_entry, serve, write_yaml
 
 RESULTS = ROOT / "bench" / "results" / "fairness.json"
 

@@ -31,8 +31,10 @@ new_text.json and a Markdown table on stdout (what REPORT.md's issue-34 section 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
+import subprocess
 import sys
 import time
 import zlib
@@ -42,7 +44,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from procs import Server, Servers, anthropic_entry, openai_entry, portkey_headers, write_yaml
+from procs import (
+    Server,
+    Servers,
+    anthropic_entry,
+    checkout,
+    openai_entry,
+    portkey_headers,
+    serve,
+    write_yaml,
+)
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import text
 
@@ -196,9 +207,14 @@ WIRES = {
 _ANTHROPIC = {"anthropic-version": "2023-06-01"}
 
 
-def start(servers: Servers, name: str, sim: Server, litellm_venv: Path | None) -> Server:
+def start(
+    servers: Servers, name: str, sim: Server, litellm_venv: Path | None, base: Path | None = None
+) -> Server:
     if name == "routefit":
         return servers.routefit(routefit_config(servers.dir / "rf.yaml", sim.base_url))
+    if name == "base":
+        assert base is not None
+        return serve(servers, base, routefit_config(servers.dir / "base.yaml", sim.base_url), name)
     if name == "portkey":
         return servers.portkey()
     if litellm_venv is None:
@@ -249,16 +265,33 @@ def main() -> int:
     parser.add_argument("--sizes", help="comma-separated token counts (default 8000,32000,120000)")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--wire", choices=sorted(WIRES), default="chat")
+    parser.add_argument(
+        "--upstream",
+        choices=("sim", "instant"),
+        default="sim",
+        help="sim: the simulator, which counts every prompt as a provider reads it; instant: "
+        "an upstream that answers at once (bench/instant.py: nothing hides a gateway's count)",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "new_text.json")
+    parser.add_argument(
+        "--base",
+        metavar="REV",
+        help="also serve routefit at this revision (a temporary worktree, as compare_commits.py "
+        "does): the target 'base', in the same cells, against the same upstream",
+    )
     parser.add_argument(
         "--update",
         action="store_true",
         help="replace only the measured cells in --out (a re-run of some cells)",
     )
     args = parser.parse_args()
+    if args.upstream == "instant" and args.wire != "chat":
+        parser.error("--upstream instant answers the chat wire only")
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else None
     sizes = sizes or (QUICK_SIZES if args.quick else SIZES)
     targets = [t for t in args.targets.split(",") if t]
+    if args.base:
+        targets.append("base")
     venv = None
     if "litellm" in targets:
         import litellm_env
@@ -268,12 +301,20 @@ def main() -> int:
     bodies = {cell: body(*cell, args.wire) for cell in plan}
     sent = {cell: _content_tokens(b) for cell, b in bodies.items()}
     rows: list[dict] = []
-    with Servers() as servers:
-        sim = servers.sim()
+    with Servers() as servers, contextlib.ExitStack() as worktrees:
+        base = None
+        if args.base:
+            base = checkout(args.base, servers.dir / "base-tree")
+            worktrees.callback(
+                subprocess.run,
+                ["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(base)],
+                capture_output=True,
+            )
+        sim = servers.sim() if args.upstream == "sim" else servers.instant()
         running: dict[str, Server] = {}
         for name in targets:
             try:
-                running[name] = start(servers, name, sim, venv)
+                running[name] = start(servers, name, sim, venv, base)
             except RuntimeError as exc:
                 print(f"{name}: not measured ({exc})", flush=True)
         for n, cell in enumerate(plan):
@@ -308,7 +349,8 @@ def main() -> int:
         old = json.loads(args.out.read_text())["rows"]
         kept = [r for r in old if (r["kind"], r["size"], r["placement"]) not in again]
         rows = sorted(kept + rows, key=lambda r: (r["kind"] != "prose", r["kind"], r["size"]))
-    args.out.write_text(json.dumps({"targets": targets, "wire": args.wire, "rows": rows}, indent=1))
+    kept = {"targets": targets, "wire": args.wire, "upstream": args.upstream, "rows": rows}
+    args.out.write_text(json.dumps(kept, indent=1))
     print()
     print(table(rows, [t for t in targets if any(t in r for r in rows)]))
     return 0
@@ -348,6 +390,10 @@ def table(rows: list[dict], targets: list[str]) -> str:
             cells_.append(f"{a:.2f} ms" if a is not None else "failed")
         cpu = (row.get("routefit") or {}).get("cpu_ms")
         cells_.append(f"{cpu:.2f} ms" if cpu is not None else "")
+        if "base" in targets:
+            was = (row.get("base") or {}).get("cpu_ms")
+            cells_[-1] += f" (base {was:.2f})" if was is not None else ""
+
         if ratio:
             r, p = added(row, "routefit"), added(row, "portkey")
             cells_.append(f"{r / p:.2f}×" if r is not None and p else "")

@@ -32,9 +32,8 @@ import time
 from pathlib import Path
 
 import httpx
-from compare_commits import checkouts, serve
 from new_text import NONCE, body
-from procs import Server, Servers, anthropic_entry, openai_entry, write_yaml
+from procs import Server, Servers, anthropic_entry, checkouts, openai_entry, serve, write_yaml
 from proxy_load import BENCH_KEY
 
 #: Per wire: the path a request goes to and the headers it carries (the bench team's key).

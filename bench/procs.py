@@ -218,6 +218,15 @@ class Servers:
         server.base_url = url[0]
         return server
 
+    def instant(self, name: str = "instant") -> Server:
+        """An upstream that answers every chat request at once, counting nothing
+        (bench/instant.py)."""
+        port = free_port()
+        cmd = [sys.executable, str(ROOT / "bench" / "instant.py"), str(port)]
+        process, log_path, started = self.spawn(name, cmd)
+        base = f"http://127.0.0.1:{port}"
+        return self.wait_ready(name, process, log_path, started, base, lambda: _listening(port), 30)
+
     def routefit(self, config: Path, name: str = "routefit") -> Server:
         port = free_port()
         exe = Path(sys.executable).parent / "routefit"
@@ -341,3 +350,49 @@ def timed() -> Iterator[list[float]]:
         yield box
     finally:
         box.append(time.perf_counter() - t0)
+
+
+# -- a revision of routefit, served from a worktree -----------------------------------------
+
+
+def checkout(rev: str, into: Path) -> Path:
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(into), rev],
+        check=True,
+        capture_output=True,
+    )
+    return into
+
+
+@contextlib.contextmanager
+def checkouts(rev_a: str, rev_b: str | None, into: Path) -> Iterator[tuple[Path, Path]]:
+    """``rev_a`` and ``rev_b`` (else the working tree) as temporary worktrees under ``into``,
+    removed on the way out."""
+    a = checkout(rev_a, into / "a")
+    b = checkout(rev_b, into / "b") if rev_b else ROOT
+    try:
+        yield a, b
+    finally:
+        for src in (a, b if rev_b else None):
+            if src is not None:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)],
+                    capture_output=True,
+                )
+
+
+def serve(
+    servers: Servers, source: Path, config: Path, name: str, log_level: str = "warning"
+) -> Server:
+    """``routefit serve`` of the tree at ``source``, one worker (``log_level`` "info": with its
+    request log, which bench/own_time.py reads)."""
+    port = free_port()
+    code = "import sys; from proxy.cli import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", code, "serve", "--config", str(config), "--port", str(port)]
+    cmd += ["--workers", "1", "--log-level", log_level]
+    env = {"PYTHONPATH": str(source), "ROUTEFIT_REDIS_URL": ""}
+    process, log_path, started = servers.spawn(name, cmd, env, cwd=source)
+    base = f"http://127.0.0.1:{port}"
+    return servers.wait_ready(
+        name, process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
+    )

@@ -32,8 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import new_text
-from compare_commits import checkout, serve
-from procs import Server, Servers, _ok, free_port, openai_entry, write_yaml
+from procs import Server, Servers, _ok, checkout, free_port, openai_entry, serve, write_yaml
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_session, openai_small
 

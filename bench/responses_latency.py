@@ -20,8 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare_commits import checkout, serve
-from procs import ROOT, Server, Servers
+from procs import ROOT, Server, Servers, checkout, serve
 from proxy_load import BENCH_KEY, measure_wires_of, routefit_config
 
 

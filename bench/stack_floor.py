@@ -21,8 +21,8 @@ import statistics
 import sys
 import textwrap
 
-from compare_commits import PHASES, measure, serve
-from procs import ROOT, Server, Servers, _ok, free_port
+from compare_commits import PHASES, measure
+from procs import ROOT, Server, Servers, _ok, free_port, serve
 from proxy_load import routefit_config
 
 BARE_APP = textwrap.dedent(
