@@ -70,10 +70,13 @@ calibrated estimate (tests/pricing/test_bounds.py, under learnt corrections too)
 from __future__ import annotations
 
 import math
+import random
 import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from hashlib import blake2b
+from itertools import pairwise
 from typing import Protocol
 
 from pricing.chunks import content_chunks
@@ -283,8 +286,12 @@ class Proof:
     Not thread-safe: one request's proof is used by one thread at a time (tightened before the
     request is forwarded, completed after)."""
 
-    def __init__(self, route: Route) -> None:
+    def __init__(self, route: Route, sample_key: bytes = b"") -> None:
         spec = parse_tokenizer_spec(route.tokenizer)
+        #: Where in each share of a text a sample reads (``_spread``): a secret of the process
+        #: that builds the proof (``proxy.estimate``), so that no client can write a text whose
+        #: sampled pieces are cheap and whose others are dense; the same key, the same picks.
+        self.sample_key = sample_key
         self.bound = text_bound(spec)
         #: The tokenizer a text may be counted in pieces with (None: the bound cannot tighten).
         self.tok: Tokenizer | None = None
@@ -370,11 +377,12 @@ class Proof:
 
     def sampled(self, texts: Sequence[str]) -> Sampled:
         """The long ``texts`` priced from a sample: what is counted or memoised of each as it
-        is, the rest at the ratio of tokens to bound of a few of its pieces, spread evenly over
-        it. A guess, not a bound: a prompt near the window that no cheap bound proves is let go
-        on it while it is counted exactly (``proxy.estimate``), and its answer is released only
-        once that count proves it fits. The pieces counted are not kept (the exact count counts
-        them again, a few per cent of it); nothing is counted when the proof cannot count.
+        is, the rest at the ratio of tokens to bound of a few of its pieces, one in each share of
+        it (``_spread``). A guess, not a bound: a prompt that no cheap bound proves is let go on
+        it, and near the window (``proxy.estimate.CLOSE_CALL``) counted exactly meanwhile, its
+        answer released only once that count proves it fits. The pieces counted are not kept
+        (the exact count counts them again, a few per cent of it); nothing is counted when the
+        proof cannot count.
 
         A text a sample would read all of (``_SAMPLES`` pieces or fewer: up to ~24 KB) is
         counted as the proof counts, and kept: its exact count is what the proof and the exact
@@ -385,7 +393,7 @@ class Proof:
             return Sampled(self, guesses)
         long = {id(t): t for t in texts if len(t) >= _SHORTEST}
         todo = [c for c in map(self._counted, long.values()) if c.counted < len(c.pieces)]
-        spread = [(c, _spread(c)) for c in todo]
+        spread = [(c, _spread(c, self.sample_key)) for c in todo]
         whole = [c for c, sample in spread if sample is None]
         self._count_whole(whole, sum(len(c.pieces) - c.counted for c in whole) >= _SIDE_BY_SIDE)
         picks = [(c, sample) for c, sample in spread if sample is not None]
@@ -473,19 +481,24 @@ class Sampled:
         return False
 
 
-def _spread(c: _Counted) -> list[str] | None:
-    """What a sample counts of a text: of its uncounted pieces, evenly spaced, each in the
-    middle of its share (the same ones for the same text); None when that would be every one
-    of them (the text is then counted whole, and kept). A piece far longer than a proof's (a text
-    with nowhere to cut where counts add up: CJK has no spaces) is sampled in slices of a
-    proof's size, cut anywhere: a guess needs their ratio of tokens to bound, not counts that
-    add up."""
+def _spread(c: _Counted, key: bytes = b"") -> list[str] | None:
+    """What a sample counts of a text: of its uncounted pieces, one in each of ``k`` equal
+    shares, where in its share drawn from ``key`` and the text's size (the same ones for the
+    same text and key; a client that does not know the key cannot tell which: a text dense
+    only where an even spread does not read was guessed at a fraction of its count); None
+    when that would be every one of them (the text is then counted whole, and kept). A piece
+    far longer than a proof's (a text with nowhere to cut where counts add up: CJK has no
+    spaces) is sampled in slices of a proof's size, cut anywhere: a guess needs their ratio of
+    tokens to bound, not counts that add up."""
     units = [u for piece in c.pieces[c.counted :] for u in _slices(piece)]
     n = len(units)
     k = min(n, max(_SAMPLES, n // _SAMPLE_EVERY))
     if k == n:
         return None
-    return [units[(2 * i + 1) * n // (2 * k)] for i in range(k)]
+    seed = blake2b(f"{n}:{len(c.text)}".encode(), key=key[:64], digest_size=8).digest()
+    draw = random.Random(int.from_bytes(seed, "big"))
+    starts = [i * n // k for i in range(k + 1)]
+    return [units[a + draw.randrange(b - a)] for a, b in pairwise(starts)]
 
 
 def _slices(piece: str) -> list[str]:

@@ -13,14 +13,18 @@ request goes on, cheapest first:
   under the budget lets the request go untouched at once; its exact fit is counted in a thread
   meanwhile and swapped in (``Estimator.exact``) for the answer's headers when it is in by then,
   else after the answer, which never waits for it, for the calibration, the request log and the
-  settlement. A bound over
+  settlement. That count is learning, paced to ``LEARN_SHARE`` of a core (``proxy.pace``): when
+  the counts before it have taken their share it is not begun, and the request teaches nothing
+  unless it comes to need its figures (the provider refused it for its window). A bound over
   the budget is first tightened by counting the biggest texts in part (``pricing.bounds.Proof``):
   a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
 * **guessed from a sample** (bodies over ``COUNTING`` that no bound proves without counting: new
-  text near the window, where a proof is a count): a sample of the texts says it fits
-  (``pricing.bounds.Proof.sampled``); it is forwarded at once, counted meanwhile, and its answer
-  released only once that count proves it fits (``Estimator.confirmed``; the gateway's
-  ``_ahead``);
+  text whose bytes are over the budget, where a proof is nearly a count): a sample of the texts
+  says it fits (``pricing.bounds.Proof.sampled``) and it is forwarded at once. Within
+  ``CLOSE_CALL`` of the budget it is counted meanwhile and its answer released only once that
+  count proves it fits (``Estimator.confirmed``; the gateway's
+  ``_ahead``); further under it goes as a bound-proved request does, and should the provider
+  refuse it for its window, the count judges then (``Gateway._send``);
 * **counted** (every other request): the exact fit, anchored on the provider's own count of a
   prefix when one is known — and fitted once more when that anchor says the estimate was low;
 * **refitted** (``Estimator.refit``) after the provider itself refused for context length and
@@ -36,6 +40,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -55,6 +61,7 @@ from proxy.fairness import Fairness, work_size
 from proxy.fetch import ImageSizer
 from proxy.image_sizes import Sizes, fetched_sizes
 from proxy.metrics import Metrics
+from proxy.pace import Pace
 from proxy.providers import deployment
 from proxy.teams import Team
 from proxy.usage import Usage, usage_fault, usage_limit
@@ -77,6 +84,17 @@ _BOUND_ABOVE = 16 * 1024
 #: more: the refit gets one more attempt, and the part the count does not pin down (what the
 #: cut removes and the marker adds) is priced by the scaled weights.
 _REFIT_SLACK = 1.02
+#: A request let go on a sample's guess within this share of its budget is a close call: its
+#: answer is held until the count proves it fits (``Estimate.sampled``). Further under, a
+#: sample of plain text does not miss by as much (chunks of prose, code, JSON or CJK differ
+#: by a few per cent, bench/REPORT.md 1s), and it goes as a bound-proved request does.
+CLOSE_CALL = 0.1
+#: The most of one core the exact counts of requests a bound or an unheld guess let go may take
+#: (``proxy.pace``): no answer waits for them, they serve the calibration, the anchors and the
+#: request log, and a provider that answers faster than routefit counts left each to the next
+#: request (bench/REPORT.md 1z). One is begun beside the forward only when those before it
+#: leave time; the others are begun only if their request comes to need them.
+LEARN_SHARE = 0.25
 
 #: (the fit, the prompt tokens to act on, its prefix keys, anchored?)
 _Figures = tuple[Fit, int, tuple[bytes, ...], bool]
@@ -149,6 +167,16 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class _Later:
+    """What a deferred exact count needs: the request, the correction it was let go on, and the
+    proof whose pieces counted so far the count goes on from."""
+
+    job: Job
+    correction: Correction
+    proof: Proof
+
+
+@dataclass(frozen=True, slots=True)
 class Estimate:
     """A request priced and fitted: the figures it goes on. Never changed: exact figures and a
     refit are new values (``Estimator.exact``, ``Estimator.refit``)."""
@@ -173,10 +201,16 @@ class Estimate:
     #: texts' exact counts (None: they prove nothing), counted in the thread that then counts
     #: the exact fit; no answer to the request is released before it (``Estimator.confirmed``).
     proving: asyncio.Future[Fit | None] | None = None
+    #: On the bounded path, the exact fit the learning counts' pace did not begin (``Pace``,
+    #: ``LEARN_SHARE``): begun only when the request needs its exact figures (the provider
+    #: refused it for its window, ``Estimator.exact``); else it teaches nothing.
+    later: _Later | None = None
+    #: Let go on a sample's guess (held for its count or not): what ``tokens`` is until then.
+    guessed: bool = False
 
     @property
     def sampled(self) -> bool:
-        """Let go on a sample's guess, not yet confirmed by a count."""
+        """Let go on a sample's guess, its answer held until a count confirms it."""
         return self.proving is not None
 
     @property
@@ -185,7 +219,7 @@ class Estimate:
         request was proved and reserved on), ``sampled`` (a sample's guess, until the exact
         count confirms it), ``anchored``, ``counted`` or ``meter`` (the meter's own count: the
         route's prior fitted nothing, ``Job.fit``)."""
-        if self.sampled:
+        if self.sampled or (self.bound and self.guessed):
             return "sampled"
         if self.bound:
             return "bound"
@@ -237,6 +271,11 @@ class Estimator:
         self.fairness = fairness or Fairness(
             limits.pricing_threads_per_team, limits.count_requests_per_minute
         )
+        self.exact_headers = config.settings.exact_prompt_headers
+        #: Where a sample reads in a text, the process's secret (``pricing.bounds.Proof``).
+        self.sample_key = secrets.token_bytes(16)
+        #: Paces the exact counts no request waits for (``exact``).
+        self.pace = Pace(LEARN_SHARE)
         self._policies: dict[tuple[str, str], FitPolicy] = {}
         #: (team, deployment, client wire) → (the configured route, that route as priced for
         #: the team's requests in that wire: ``route_priced``).
@@ -353,10 +392,10 @@ class Estimator:
         correction = self.calibrator.correction(rc.calibration_key)
         proof: Proof | None = None
         if bound and size > _BOUND_ABOVE:
-            proof = Proof(job.priced)
+            proof = Proof(job.priced, self.sample_key)
             proved = await self._bounded(job, correction, team, started, proof)
             if proved is not None:
-                self.metrics.fit_proofs.labels(alias, "sample" if proved.sampled else "bound").inc()
+                self.metrics.fit_proofs.labels(alias, "sample" if proved.guessed else "bound").inc()
                 return proved
         if bound:
             self.metrics.fit_proofs.labels(alias, "count").inc()
@@ -447,33 +486,72 @@ class Estimator:
         # The bound prices all its text at the dearest class weight; an anchor prices only what
         # follows the anchored prefix. Acting on the larger of the two keeps both promises.
         tokens, keys, hit = await self._anchor(job, fitted, correction, floor=True)
-        if tokens > fitted.report.budget:
+        budget = fitted.report.budget
+        if tokens > budget:
             return None
+        close = sampled and tokens > (1 - CLOSE_CALL) * budget
+        later = _Later(job, correction, proof)
+        figures = (job, team, started, fitted, tokens, keys, hit, True)
+        if not close and not self.exact_headers:
+            # only for learning: begun beside the forward when the pace allows, else only if
+            # the request comes to need it (the provider refused it for its window)
+            learning = self.pace.take()
+            outcome = "counted" if learning else "skipped"
+            self.metrics.learning_counts.labels(job.rc.route.alias, outcome).inc()
+            if not learning:
+                return Estimate(*figures, later=later, guessed=sampled)
+            counting = self._count(later, None, side_by_side=False)
+            began = time.perf_counter()
+            counting.add_done_callback(lambda _: self.pace.done(time.perf_counter() - began))
+            return Estimate(*figures, counting, guessed=sampled)
         proving: asyncio.Future[Fit | None] | None = None
         told: Callable[[Fit | None], None] | None = None
-        if sampled:
+        if close:
             proving = asyncio.get_running_loop().create_future()
             told = _teller(proving)
+        # in one thread, as before: counted on every thread, the close calls' answers came no
+        # sooner (bench/REPORT.md 1z)
+        counting = self._count(later, told, side_by_side=False)
+        if proving is not None:  # and the proof, should the count fail before it is told
+            counting.add_done_callback(lambda _: _settle(proving, None))
+        return Estimate(*figures, counting, proving, guessed=sampled)
+
+    def _count(
+        self, later: _Later, told: Callable[[Fit | None], None] | None, side_by_side: bool
+    ) -> asyncio.Future[Fit]:
+        """The exact fit of a request a bound or a sample let go, begun in a thread."""
+        job = later.job
         counting = asyncio.ensure_future(
             anyio.to_thread.run_sync(
-                _exact_fit, job, correction, proof, told, limiter=self.fairness.limiter(job.who)
+                _exact_fit,
+                job,
+                later.correction,
+                later.proof,
+                told,
+                side_by_side,
+                limiter=self.fairness.limiter(job.who),
             )
         )
         # A request that fails before its usage is learnt leaves this unread: read it anyway.
         counting.add_done_callback(lambda f: f.cancelled() or f.exception())
-        if proving is not None:  # and the proof, should the count fail before it is told
-            counting.add_done_callback(lambda _: _settle(proving, None))
-        return Estimate(job, team, started, fitted, tokens, keys, hit, True, counting, proving)
+        return counting
 
-    async def exact(self, e: Estimate) -> Estimate:
+    async def exact(self, e: Estimate, needed: bool = True) -> Estimate:
         """A bounded request's exact figures: a new estimate, no longer a bound — or still one,
         with nothing under way, when they could not be had (nothing is then learnt from the
         request). ``e`` itself when nothing is under way.
 
         Awaited once the provider answered (or refused the request): before the answer goes
-        out only when the count, begun beside the forward, is in by then (a provider takes
-        longer to read a big prompt than routefit takes to count it) or the operator asked for
-        exact headers; else after it, so the client never waits for the count."""
+        out only when the count, begun beside the forward, is in by then or the operator asked
+        for exact headers; else after it, so the client never waits for the count. A count the
+        learning pace did not begin (``Estimate.later``) begins here when the figures are
+        ``needed`` (the provider refused the request for its window), on every counting thread
+        (the request waits for it); after the answer, only to learn (``needed`` False), it is
+        not, and the request stays a bound that teaches nothing."""
+        if e.counting is None and e.later is not None:
+            if not needed:
+                return e
+            e = replace(e, counting=self._count(e.later, None, side_by_side=True), later=None)
         if e.counting is None:
             return e
         try:
@@ -490,7 +568,8 @@ class Estimator:
         )
 
     async def confirmed(self, e: Estimate) -> tuple[Estimate, bool]:
-        """A request let go on a sample's guess (``Estimate.sampled``), counted: True when the
+        """A request let go on a sample's guess (``Estimate.sampled``, or one let go unheld that
+        the provider refused for its window: its count begins here), counted: True when the
         count lets it go as it was sent, else False and the figures of its exact fit, what goes
         instead.
 
@@ -500,13 +579,15 @@ class Estimator:
         Else the exact fit judges: untouched, with the same output cap, the anchored count
         within the budget. A count that failed leaves the provider to judge what it was sent
         (True, still a bound: nothing is learnt from it)."""
-        assert e.proving is not None
-        proved = await e.proving
+        assert e.guessed
+        proved = await e.proving if e.proving is not None else None
         current = self.calibrator.correction(e.rc.calibration_key)
         if proved is not None:
             tokens, keys, hit = await self._anchor(e.job, proved, current, floor=True, was=e)
             if tokens <= proved.report.budget:
-                return replace(e, proving=None, **_named((proved, tokens, keys, hit))), True
+                return replace(
+                    e, proving=None, guessed=False, **_named((proved, tokens, keys, hit))
+                ), True
         exact = await self.exact(replace(e, proving=None))
         sent, now = e.fitted.report, exact.fitted.report
         if exact.bound or (
@@ -702,13 +783,19 @@ def _counted_fit(job: Job, correction: Correction, proof: Proof | None) -> Fit:
 
 
 def _exact_fit(
-    job: Job, correction: Correction, proof: Proof, told: Callable[[Fit | None], None] | None
+    job: Job,
+    correction: Correction,
+    proof: Proof,
+    told: Callable[[Fit | None], None] | None,
+    side_by_side: bool,
 ) -> Fit:
     """The exact fit of a request its proof let go: the texts the proof counted in part are
-    counted to the end first (the fit then finds their whole counts memoised). ``told``: a
-    request let go on a sample's guess is told, as soon as they are counted, whether the
-    bounded fit on those counts proves it (None when not), before the exact fit is made."""
-    proof.complete(side_by_side=False)
+    counted to the end first (the fit then finds their whole counts memoised), on every
+    counting thread when a request waits for them (``side_by_side``), else in this one (the
+    other cores are the provider's and the other requests'). ``told``: a request let go on a
+    sample's guess is told, as soon as they are counted, whether the bounded fit on those
+    counts proves it (None when not), before the exact fit is made."""
+    proof.complete(side_by_side=side_by_side)
     if told is not None:
         try:
             told(job.bounded(correction, proof))

@@ -63,7 +63,7 @@ from proxy.fetch import ImageSizer
 from proxy.inline import Client, inline_images
 from proxy.intake import Admitted, Intake, Session, query_of
 from proxy.metrics import Metrics
-from proxy.overflow import provider_count
+from proxy.overflow import is_overflow, provider_count
 from proxy.provider_keys import ProviderKeys
 from proxy.providers import Adapter, Leg, ProviderTable
 from proxy.records import Records, Ticket
@@ -500,10 +500,11 @@ class Gateway:
             await self._exact(p)
         return self.headers(p.estimate, p.held, p.attempts)
 
-    async def _exact(self, p: Flight) -> bool:
+    async def _exact(self, p: Flight, needed: bool = True) -> bool:
         """The request's exact figures in place of its bound (``Estimator.exact``); False when
-        they could not be had: nothing is then learnt from it."""
-        p.estimate = await self.estimator.exact(p.estimate)
+        they could not be had, or were only for learning and the pace skipped them (``needed``
+        False): nothing is then learnt from it."""
+        p.estimate = await self.estimator.exact(p.estimate, needed)
         return not p.estimate.bound
 
     async def _after(
@@ -516,7 +517,7 @@ class Gateway:
         a whole answer or a finished stream) goes to the request log's sinks. ``text``: the
         generated text the client was given (read only when the provider's output count is
         not used: ``_settle_answered``)."""
-        learnt = await self._exact(p)
+        learnt = await self._exact(p, needed=False)
         streamed = p.wire.streams(p.request)
         record = self.records.served(p.ticket, p.estimate, 200, usage, stream=streamed)
         try:
@@ -597,6 +598,11 @@ class Gateway:
                 # the count found that the request needed its fit: the fit goes instead
             return await attempt()
         except ProxyError as err:
+            # a guess let go unheld (far under its budget) that the provider refused for its
+            # window: the count it went without judges now, as a held one's does
+            unheld = p.estimate.guessed and p.estimate.bound and is_overflow(err)
+            if unheld and not await self._confirmed(p):
+                return await attempt()  # the fit goes instead
             counted = provider_count(err)
             if counted is None or not await self._refit(p, counted):
                 raise
@@ -704,7 +710,7 @@ class Gateway:
             if outcome.completed:
                 await self._after(p, outcome.usage, outcome.relayed_text)
                 return
-            learnt = await self._exact(p)
+            learnt = await self._exact(p, needed=False)
             # Only what the provider itself reported, and credibly, is learnt from (its prompt
             # count is exact even when the stream did not finish); a guess never becomes a sample.
             seen = self.estimator.credible(p.estimate, outcome.usage)

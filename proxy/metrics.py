@@ -97,11 +97,21 @@ class Metrics:
         )
         self.fit_proofs = Counter(
             "routefit_fit_proofs",
-            "How a request was shown to fit before forwarding: bound (a cheap upper bound, "
-            "counted exactly in parallel), sample (a sample's guess, forwarded while counted "
-            "and answered once the count proves it fits), sample_missed (it did not: the "
-            "exact fit went instead) or count (counted before forwarding)",
+            "How a request was shown to fit before forwarding: bound (a cheap upper bound), "
+            "sample (a sample's guess, its answer held until the count proves it fits when "
+            "within a tenth of the budget), sample_missed (it did not, or the provider refused "
+            "an unheld guess for its window: the exact fit went instead) or count (counted "
+            "before forwarding)",
             ["route", "proof"],
+            registry=r,
+        )
+        self.learning_counts = Counter(
+            "routefit_learning_counts",
+            "Exact counts of requests a bound or an unheld guess let go, for the calibration, "
+            "the anchors and the request log (no answer waits for them): counted, begun beside "
+            "the forward, or skipped when the counts before it had taken their share of the "
+            "CPU (the request then teaches nothing)",
+            ["route", "outcome"],
             registry=r,
         )
         self.overflow_refits = Counter(

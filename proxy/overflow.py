@@ -15,7 +15,7 @@ import re
 
 from proxy.errors import ProxyError
 
-__all__ = ["provider_count"]
+__all__ = ["is_overflow", "provider_count"]
 
 
 def _int(text: str) -> int:
@@ -54,12 +54,17 @@ def _looks_like_overflow(err: ProxyError) -> bool:
     return any(marker in message for marker in _MARKERS)
 
 
+def is_overflow(err: ProxyError) -> bool:
+    """Whether ``err`` is the provider's refusal for context length (stating its count or not)."""
+    if err.origin != "upstream" or err.status not in (400, 413) or not err.message:
+        return False
+    return _looks_like_overflow(err)
+
+
 def provider_count(err: ProxyError) -> int | None:
     """The prompt tokens the provider says it counted, when ``err`` is the provider's refusal
     for context length and states them; else None (any other error, or no figure given)."""
-    if err.origin != "upstream" or err.status not in (400, 413) or not err.message:
-        return None
-    if not _looks_like_overflow(err):
+    if not is_overflow(err):
         return None
     text = err.message
     if m := _REQUESTED.search(text):

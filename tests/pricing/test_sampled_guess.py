@@ -152,3 +152,26 @@ def test_a_text_a_sample_would_read_whole_is_counted_once_and_kept(spec):
     assert not proof.tighten([text], 1)  # nothing left to count
     proof.complete()
     assert sum(map(len, watched.pieces)) == read <= len(text) + 1  # read once, and no more
+
+
+def test_where_a_sample_reads_is_the_keys_one_piece_in_each_share():
+    # A text of prose with one dense stretch: with the pieces at each share's middle, a client
+    # could put dense text only where a sample does not read. Where each piece lies in its
+    # share is drawn from the proof's key: the same key reads the same pieces, others others.
+    words = "the route counts tokens window provider answer session history plan file".split()
+    rng = random.Random(5)
+    text = " ".join(rng.choice(words) for _ in range(60_000))
+    r = route("o200k_base")
+    reads: dict[bytes, list[tuple[str, ...]]] = {}
+    for key in (b"", b"one key", b"another key", b"a third key"):
+        for _ in range(2):
+            proof = Proof(r, sample_key=key)
+            watched = watch(proof)
+            proof.sampled([text])
+            reads.setdefault(key, []).append(tuple(watched.pieces))
+    for key, (first, again) in reads.items():
+        assert first == again, key  # the same key, the same pieces
+    assert len({first for first, _ in reads.values()}) == len(reads)  # each key its own
+    counted = reads[b""][0]
+    offsets = [text.index(piece) for piece in counted]  # one piece a share, in order
+    assert offsets == sorted(set(offsets)) and len(counted) >= pricing.bounds._SAMPLES

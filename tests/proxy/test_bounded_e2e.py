@@ -10,7 +10,7 @@ import time
 import httpx
 import openai
 import pytest
-from bounded_gateway import ADMIN, TEAM_KEY, metric, route_report, serving
+from bounded_gateway import ADMIN, TEAM_KEY, chat, metric, route_report, serving
 from harness import gateway_config, sim_route
 from inprocess import run_inprocess
 
@@ -39,29 +39,14 @@ def ask(
     the exact count when it says ``counted``; when it says ``bound`` (the count begun beside
     the forward was not in when the provider answered, and the answer does not wait for it),
     an upper bound of it under the budget."""
-    client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0)
-    messages = [{"role": "user", "content": content}]
-    if not stream:
-        raw = client.chat.completions.with_raw_response.create(
-            model=alias, messages=messages, max_tokens=16
-        )
-        actual = raw.parse().usage.prompt_tokens
-    else:
-        raw = client.chat.completions.with_raw_response.create(
-            model=alias,
-            messages=messages,
-            max_tokens=16,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        actual = [chunk.usage for chunk in raw.parse() if chunk.usage is not None][-1].prompt_tokens
-    tokens = int(raw.headers["x-routefit-prompt-tokens"])
-    kind = raw.headers["x-routefit-prompt-tokens-kind"]
+    headers, actual = chat(gw, alias, [{"role": "user", "content": content}], stream)
+    tokens = int(headers["x-routefit-prompt-tokens"])
+    kind = headers["x-routefit-prompt-tokens-kind"]
     assert kind in kinds, kind
     if kind == "bound":
         # at least the count: equal when every message was measured before (a memoised
         # message enters a bound at its exact price, pricing.bounds)
-        assert int(raw.headers["x-routefit-budget"]) >= tokens >= actual
+        assert int(headers["x-routefit-budget"]) >= tokens >= actual
     else:
         assert tokens == actual
     return tokens, actual

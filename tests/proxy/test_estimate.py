@@ -20,6 +20,7 @@ from proxy.errors import ProxyError
 from proxy.estimate import Estimate, Estimator, Job
 from proxy.fetch import ImageSizer
 from proxy.metrics import Metrics
+from proxy.pace import Pace
 from proxy.store.sqlite import SqliteStore
 from proxy.usage import Usage
 from proxy.wires import CHAT_WIRE
@@ -134,6 +135,33 @@ async def test_exact_and_refit_answer_new_estimates_and_leave_the_held_one() -> 
     # the provider's count, 22x the meter's of the prompt sent, is no tokenizer's: the refit
     # goes on, but nothing is learnt from it (``pricing.calibration.implausible_count``)
     assert calibrator.queue.qsize() == 0 and calibrator.rejected == 1
+
+
+async def test_a_count_only_for_learning_is_paced_and_a_needed_one_never() -> None:
+    """A bound's exact count is only for learning: it is begun beside the forward when the
+    counts before it have had no more than their share of the CPU (``proxy.pace``); else it is
+    not, and after the answer (``needed`` False) the request stays a bound, which teaches
+    nothing. A count the request needs (a refit after the provider's refusal) is begun then,
+    whatever the pace."""
+    estimator, calibrator = _estimator()
+    now = [100.0]
+    estimator.pace = Pace(0.25, clock=lambda: now[0])
+    first = await _estimated(estimator, bound=True)
+    assert first.counting is not None  # the pace was free: begun beside the forward
+    assert not (await estimator.exact(first, needed=False)).bound
+    second = await _estimated(estimator, bound=True)
+    assert second.counting is None and second.later is not None  # its share is not over
+    dropped = await estimator.exact(second, needed=False)
+    assert dropped is second  # not counted: still a bound, its count still to begin if needed
+    estimator.learn(dropped, Usage(dropped.tokens, 1))
+    assert calibrator.queue.qsize() == 0  # a bound teaches nothing
+    needed = await estimator.exact(second)
+    assert not needed.bound and needed.tokens <= second.tokens
+    now[0] += 60.0
+    assert (await _estimated(estimator, bound=True)).counting is not None
+    counts = estimator.metrics.learning_counts
+    assert counts.labels("m", "counted")._value.get() == 2
+    assert counts.labels("m", "skipped")._value.get() == 1
 
 
 async def test_figures_not_to_be_believed_or_paired_teach_nothing() -> None:

@@ -9,50 +9,26 @@ would show there (the provider's count over the budget, no actions)."""
 
 from __future__ import annotations
 
-import random
-
 import httpx
-import openai
 import pytest
-from bounded_gateway import TEAM_KEY, metric, route_report, serving
+from bounded_gateway import chat, proofs, prose, route_report, serving
 
 import pricing.bounds
+import proxy.estimate
 
-WORDS = "window provider usage prompt cache budget token turn agent session tool".split()
 
-
-def prose(seed: int, words: int) -> str:
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) + str(rng.randrange(1000)) for _ in range(words))
+@pytest.fixture(autouse=True)
+def every_guess_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every guess a close call (``proxy.estimate.CLOSE_CALL`` at 1): these tests are about the
+    answer held until the count proves the guess, which a guess within a tenth of its budget
+    is; one further under goes unheld (tests/proxy/test_unheld_guess_e2e.py)."""
+    monkeypatch.setattr(proxy.estimate, "CLOSE_CALL", 1.0)
 
 
 @pytest.fixture(scope="module")
 def gw(sim, tmp_path_factory):
     with serving(sim, tmp_path_factory) as running:
         yield running
-
-
-def proofs(gw, alias: str, proof: str) -> float:
-    return metric(gw, "routefit_fit_proofs_total", alias, f'proof="{proof}"')
-
-
-def ask(gw, alias: str, messages: list[dict], stream: bool) -> tuple[dict, int]:
-    """(the answer's headers, the provider's prompt count in the answer the client got)."""
-    client = openai.OpenAI(base_url=gw.v1, api_key=TEAM_KEY, max_retries=0, timeout=60)
-    if not stream:
-        raw = client.chat.completions.with_raw_response.create(
-            model=alias, messages=messages, max_tokens=16
-        )
-        return dict(raw.headers), raw.parse().usage.prompt_tokens
-    raw = client.chat.completions.with_raw_response.create(
-        model=alias,
-        messages=messages,
-        max_tokens=16,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    usage = [chunk.usage for chunk in raw.parse() if chunk.usage is not None][-1]
-    return dict(raw.headers), usage.prompt_tokens
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -62,7 +38,7 @@ def test_new_text_near_no_bound_goes_on_a_sample_and_is_answered_on_its_count(gw
     content = prose(11 + stream, 24_000)
     samples = route_report(gw, "exact", 0).get("samples", 0)
     sampled = proofs(gw, "exact", "sample")
-    headers, actual = ask(gw, "exact", [{"role": "user", "content": content}], stream)
+    headers, actual = chat(gw, "exact", [{"role": "user", "content": content}], stream)
     assert proofs(gw, "exact", "sample") == sampled + 1
     assert proofs(gw, "exact", "sample_missed") == 0
     # The answer went out once the texts' counts proved the request fits: on the exact figures
@@ -105,7 +81,7 @@ def test_a_guess_the_count_disproves_sends_the_exact_fit_instead(
     ]
     sampled = proofs(gw, "tight", "sample")
     missed = proofs(gw, "tight", "sample_missed")
-    headers, actual = ask(gw, "tight", messages, stream)
+    headers, actual = chat(gw, "tight", messages, stream)
     assert proofs(gw, "tight", "sample") == sampled + 1
     assert proofs(gw, "tight", "sample_missed") == missed + 1
     budget = int(headers["x-routefit-budget"])
