@@ -168,10 +168,9 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class _Later:
-    """What a deferred exact count needs: the request, the correction it was let go on, and the
-    proof whose pieces counted so far the count goes on from."""
+    """What a deferred exact count needs besides the request (``Estimate.job``): the correction
+    it was let go on, and the proof whose pieces counted so far the count goes on from."""
 
-    job: Job
     correction: Correction
     proof: Proof
 
@@ -490,7 +489,7 @@ class Estimator:
         if tokens > budget:
             return None
         close = sampled and tokens > (1 - CLOSE_CALL) * budget
-        later = _Later(job, correction, proof)
+        later = _Later(correction, proof)
         figures = (job, team, started, fitted, tokens, keys, hit, True)
         if not close and not self.exact_headers:
             # only for learning: begun beside the forward when the pace allows, else only if
@@ -500,7 +499,7 @@ class Estimator:
             self.metrics.learning_counts.labels(job.rc.route.alias, outcome).inc()
             if not learning:
                 return Estimate(*figures, later=later, guessed=sampled)
-            counting = self._count(later, None, side_by_side=False)
+            counting = self._count(job, later, None, side_by_side=False)
             began = time.perf_counter()
             counting.add_done_callback(lambda _: self.pace.done(time.perf_counter() - began))
             return Estimate(*figures, counting, guessed=sampled)
@@ -511,16 +510,19 @@ class Estimator:
             told = _teller(proving)
         # in one thread, as before: counted on every thread, the close calls' answers came no
         # sooner (bench/REPORT.md 1z)
-        counting = self._count(later, told, side_by_side=False)
+        counting = self._count(job, later, told, side_by_side=False)
         if proving is not None:  # and the proof, should the count fail before it is told
             counting.add_done_callback(lambda _: _settle(proving, None))
         return Estimate(*figures, counting, proving, guessed=sampled)
 
     def _count(
-        self, later: _Later, told: Callable[[Fit | None], None] | None, side_by_side: bool
+        self,
+        job: Job,
+        later: _Later,
+        told: Callable[[Fit | None], None] | None,
+        side_by_side: bool,
     ) -> asyncio.Future[Fit]:
         """The exact fit of a request a bound or a sample let go, begun in a thread."""
-        job = later.job
         counting = asyncio.ensure_future(
             anyio.to_thread.run_sync(
                 _exact_fit,
@@ -551,7 +553,8 @@ class Estimator:
         if e.counting is None and e.later is not None:
             if not needed:
                 return e
-            e = replace(e, counting=self._count(e.later, None, side_by_side=True), later=None)
+            counting = self._count(e.job, e.later, None, side_by_side=True)
+            e = replace(e, counting=counting, later=None)
         if e.counting is None:
             return e
         try:
