@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import json
 import random
-import subprocess
 import sys
 import time
 import zlib
@@ -48,10 +47,10 @@ from procs import (
     Server,
     Servers,
     anthropic_entry,
-    checkout,
     openai_entry,
     portkey_headers,
     serve,
+    worktree,
     write_yaml,
 )
 from proxy_load import BENCH_KEY, routefit_config, run_phase
@@ -302,14 +301,11 @@ def main() -> int:
     sent = {cell: _content_tokens(b) for cell, b in bodies.items()}
     rows: list[dict] = []
     with Servers() as servers, contextlib.ExitStack() as worktrees:
-        base = None
-        if args.base:
-            base = checkout(args.base, servers.dir / "base-tree")
-            worktrees.callback(
-                subprocess.run,
-                ["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(base)],
-                capture_output=True,
-            )
+        base = (
+            worktrees.enter_context(worktree(args.base, servers.dir / "base"))
+            if args.base
+            else None
+        )
         sim = servers.sim() if args.upstream == "sim" else servers.instant()
         running: dict[str, Server] = {}
         for name in targets:

@@ -365,20 +365,26 @@ def checkout(rev: str, into: Path) -> Path:
 
 
 @contextlib.contextmanager
+def worktree(rev: str, into: Path) -> Iterator[Path]:
+    """``rev`` as a temporary worktree at ``into``, removed on the way out."""
+    path = checkout(rev, into)
+    try:
+        yield path
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+            capture_output=True,
+        )
+
+
+@contextlib.contextmanager
 def checkouts(rev_a: str, rev_b: str | None, into: Path) -> Iterator[tuple[Path, Path]]:
     """``rev_a`` and ``rev_b`` (else the working tree) as temporary worktrees under ``into``,
     removed on the way out."""
-    a = checkout(rev_a, into / "a")
-    b = checkout(rev_b, into / "b") if rev_b else ROOT
-    try:
+    with contextlib.ExitStack() as trees:
+        a = trees.enter_context(worktree(rev_a, into / "a"))
+        b = trees.enter_context(worktree(rev_b, into / "b")) if rev_b else ROOT
         yield a, b
-    finally:
-        for src in (a, b if rev_b else None):
-            if src is not None:
-                subprocess.run(
-                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(src)],
-                    capture_output=True,
-                )
 
 
 def serve(

@@ -14,15 +14,9 @@ import pytest
 from bounded_gateway import chat, proofs, prose, route_report, serving
 
 import pricing.bounds
-import proxy.estimate
 
-
-@pytest.fixture(autouse=True)
-def every_guess_held(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every guess a close call (``proxy.estimate.CLOSE_CALL`` at 1): these tests are about the
-    answer held until the count proves the guess, which a guess within a tenth of its budget
-    is; one further under goes unheld (tests/proxy/test_unheld_guess_e2e.py)."""
-    monkeypatch.setattr(proxy.estimate, "CLOSE_CALL", 1.0)
+#: These tests are about the answer held until a count proves its guess.
+pytestmark = pytest.mark.usefixtures("every_guess_held")
 
 
 @pytest.fixture(scope="module")

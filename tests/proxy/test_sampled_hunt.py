@@ -28,7 +28,6 @@ from harness import claude_route, gateway_config, sim_route
 from inprocess import run_inprocess
 
 import pricing.bounds
-import proxy.estimate
 
 WORDS = "window provider usage prompt cache budget token turn agent session tool".split()
 TEAMS = {"alpha": "sk-team-alpha-0123456789abcdef", "beta": "sk-team-beta-0123456789abcdef"}
@@ -109,12 +108,8 @@ def serving(sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
         yield running
 
 
-@pytest.fixture(autouse=True)
-def every_guess_held(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every guess a close call (``proxy.estimate.CLOSE_CALL`` at 1): these tests are about the
-    answer held until the count proves the guess, which a guess within a tenth of its budget
-    is; one further under goes unheld (tests/proxy/test_unheld_guess_e2e.py)."""
-    monkeypatch.setattr(proxy.estimate, "CLOSE_CALL", 1.0)
+#: These tests are about the answer held until a count proves its guess.
+pytestmark = pytest.mark.usefixtures("every_guess_held")
 
 
 @pytest.fixture(scope="module")
