@@ -84,8 +84,13 @@ def test_after_a_cut_the_head_is_anchored_on_the_providers_count(sim, tmp_path):
     head the provider already counted, and the estimate starts from that count."""
     alias = "cut"
     info = {"max_input_tokens": 8192, "max_output_tokens": 1024}
+    # every request learnt, and its headers the estimate it went on: a bound-proved turn's
+    # count, learning only, may be skipped on a busy machine (``proxy.pace``), and this waits
+    # for each turn's sample
     config = gateway_config(
-        tmp_path / "c.yaml", [sim_route(alias, sim.base_url, "mystery-3", model_info=info)]
+        tmp_path / "c.yaml",
+        [sim_route(alias, sim.base_url, "mystery-3", model_info=info)],
+        exact_prompt_headers=True,
     )
     rng = random.Random(3)
     messages = [
