@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import importlib.util
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import new_text
-from procs import Server, Servers, _ok, checkout, free_port, openai_entry, serve, write_yaml
+from procs import Server, Servers, _ok, free_port, openai_entry, serve, worktree, write_yaml
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_session, openai_small
 
@@ -141,6 +142,13 @@ def _args() -> argparse.Namespace:
         "in-process minimal app",
     )
     parser.add_argument(
+        "--upstream",
+        choices=("sim", "instant"),
+        default="sim",
+        help="sim: the simulator, which counts every prompt; instant: an upstream that answers "
+        "at once (bench/instant.py), so what is on the answer's path shows",
+    )
+    parser.add_argument(
         "--rev",
         help="with --as-bench: serve this git revision (a temporary worktree first on "
         "PYTHONPATH, as compare_commits.py does) instead of the working tree",
@@ -148,8 +156,7 @@ def _args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def profile(checked_out: list[Path]) -> int:
-    args = _args()
+def profile(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if (
         importlib.util.find_spec("py_spy") is None
         and not (Path(sys.executable).parent / "py-spy").exists()
@@ -165,13 +172,12 @@ def profile(checked_out: list[Path]) -> int:
     if args.workload == "new":
         body = new_text.body(args.kind, args.size, args.placement)
     with Servers() as servers:
-        sim = servers.sim()
+        sim = servers.instant() if args.upstream == "instant" else servers.sim()
         headers: dict[str, str] = {}
         if args.as_bench:
             config = routefit_config(servers.dir / "bench.yaml", sim.base_url)
             if args.rev:
-                source = checkout(args.rev, servers.dir / "rev")
-                checked_out.append(source)
+                source = stack.enter_context(worktree(args.rev, servers.dir / "rev"))
                 server = serve(servers, source, config, "routefit-rev")
             else:
                 server = servers.routefit(config)
@@ -228,15 +234,8 @@ def profile(checked_out: list[Path]) -> int:
 
 
 def main() -> int:
-    checked_out: list[Path] = []
-    try:
-        return profile(checked_out)
-    finally:  # the revision's worktree goes whatever happened
-        for source in checked_out:
-            subprocess.run(
-                ["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(source)],
-                capture_output=True,
-            )
+    with contextlib.ExitStack() as stack:  # the revision's worktree goes whatever happened
+        return profile(_args(), stack)
 
 
 if __name__ == "__main__":

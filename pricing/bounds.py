@@ -209,6 +209,11 @@ _SAMPLES = 6
 #: A sample's ratio of tokens to bound is read this much higher (4 KB pieces of one kind of
 #: text differ by a few per cent; a guess a little high costs nothing but the guess).
 _SAMPLE_SLACK = 1.02
+#: How many standard errors of its pieces' ratio a sample's doubt is (``Proof.doubt``):
+#: Student's t at 99%, one-sided, for the fewest pieces a sample reads (``_SAMPLES``, five
+#: degrees of freedom: 3.365). More pieces would earn a smaller one; a guess is let go on the
+#: most it could need.
+_DOUBT_T = 3.4
 
 
 class TextBounds(Protocol):
@@ -304,6 +309,11 @@ class Proof:
         #: text counted before), counting nothing — a first pass where counting must not run
         #: (the event loop); set back to True, the same proof counts on from there.
         self.may_count = True
+        #: How far the last sample's guess (``sampled``) may be under the count, as a share of
+        #: it: ``_DOUBT_T`` standard errors of each sampled text's ratio of tokens to bound, as
+        #: its pieces differ among themselves (0 when every text was counted). Pieces of one
+        #: kind of text differ by a few per cent; a text that mixes kinds shows it in them.
+        self.doubt = 0.0
 
     def __call__(self, text: str) -> int:
         """The text's bound as tightened so far (≥ its count)."""
@@ -379,10 +389,10 @@ class Proof:
         """The long ``texts`` priced from a sample: what is counted or memoised of each as it
         is, the rest at the ratio of tokens to bound of a few of its pieces, one in each share of
         it (``_spread``). A guess, not a bound: a prompt that no cheap bound proves is let go on
-        it, and near the window (``proxy.estimate.CLOSE_CALL``) counted exactly meanwhile, its
-        answer released only once that count proves it fits. The pieces counted are not kept
-        (the exact count counts them again, a few per cent of it); nothing is counted when the
-        proof cannot count.
+        it, and when the guess raised by its doubt (``doubt``, set here) is over the budget
+        (``proxy.estimate.CLOSE_CALL``) counted exactly meanwhile, its answer released only once
+        that count proves it fits. The pieces counted are not kept (the exact count counts them
+        again, a few per cent of it); nothing is counted when the proof cannot count.
 
         A text a sample would read all of (``_SAMPLES`` pieces or fewer: up to ~24 KB) is
         counted as the proof counts, and kept: its exact count is what the proof and the exact
@@ -399,11 +409,15 @@ class Proof:
         picks = [(c, sample) for c, sample in spread if sample is not None]
         pieces = [p for _, sample in picks for p in sample]
         counts = iter(count_each(self.tok, pieces, len(pieces) >= _SIDE_BY_SIDE))
+        guessed = above = 0
         for c, sample in picks:
-            tokens = sum(next(counts) for _ in sample)
-            bounded = sum(map(self.bound, sample))
-            ratio = min(1.0, _SAMPLE_SLACK * tokens / bounded) if bounded else 1.0
-            guesses[id(c.text)] = (c.text, c.head + math.ceil(ratio * c.tail))
+            each = [(next(counts), self.bound(p)) for p in sample]
+            ratio, error = _ratio(each)
+            guess = c.head + math.ceil(min(1.0, _SAMPLE_SLACK * ratio) * c.tail)
+            most = c.head + math.ceil(min(1.0, _SAMPLE_SLACK * ratio + _DOUBT_T * error) * c.tail)
+            guesses[id(c.text)] = (c.text, guess)
+            guessed, above = guessed + guess, above + most - guess
+        self.doubt = above / max(guessed, 1)
         return Sampled(self, guesses)
 
     def complete(self, side_by_side: bool = True) -> None:
@@ -499,6 +513,22 @@ def _spread(c: _Counted, key: bytes = b"") -> list[str] | None:
     draw = random.Random(int.from_bytes(seed, "big"))
     starts = [i * n // k for i in range(k + 1)]
     return [units[a + draw.randrange(b - a)] for a, b in pairwise(starts)]
+
+
+def _ratio(each: Sequence[tuple[int, int]]) -> tuple[float, float]:
+    """The ratio of tokens to bound of a sample's pieces, (tokens, bound) each, and its standard
+    error (a ratio estimator's, as if the pieces were drawn at random from the whole text: one
+    drawn in each share of it errs less, so this errs high). A ratio of 1, no error, when the
+    pieces bound nothing."""
+    bounded = sum(b for _, b in each)
+    if not bounded:
+        return 1.0, 0.0
+    k = len(each)
+    ratio = sum(t for t, _ in each) / bounded
+    if k < 2:
+        return ratio, 1.0
+    spread = sum((t - ratio * b) ** 2 for t, b in each) / (k - 1)
+    return ratio, math.sqrt(spread / k) / (bounded / k)
 
 
 def _slices(piece: str) -> list[str]:

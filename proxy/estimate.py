@@ -20,11 +20,12 @@ request goes on, cheapest first:
   a new prompt whose bytes exceed the budget is proved by counting a fraction of it;
 * **guessed from a sample** (bodies over ``COUNTING`` that no bound proves without counting: new
   text whose bytes are over the budget, where a proof is nearly a count): a sample of the texts
-  says it fits (``pricing.bounds.Proof.sampled``) and it is forwarded at once. Within
-  ``CLOSE_CALL`` of the budget it is counted meanwhile and its answer released only once that
-  count proves it fits (``Estimator.confirmed``; the gateway's
-  ``_ahead``); further under it goes as a bound-proved request does, and should the provider
-  refuse it for its window, the count judges then (``Gateway._send``);
+  says it fits (``pricing.bounds.Proof.sampled``) and it is forwarded at once. A close call —
+  the guess raised by its doubt (``Proof.doubt``: how much its pieces differ) over the budget —
+  is counted meanwhile and its answer released only once that count proves it fits
+  (``Estimator.confirmed``; the gateway's ``_ahead``); any other goes as a bound-proved request
+  does, and should the provider refuse it for its window, the count judges then
+  (``Gateway._send``);
 * **counted** (every other request): the exact fit, anchored on the provider's own count of a
   prefix when one is known — and fitted once more when that anchor says the estimate was low;
 * **refitted** (``Estimator.refit``) after the provider itself refused for context length and
@@ -84,11 +85,12 @@ _BOUND_ABOVE = 16 * 1024
 #: more: the refit gets one more attempt, and the part the count does not pin down (what the
 #: cut removes and the marker adds) is priced by the scaled weights.
 _REFIT_SLACK = 1.02
-#: A request let go on a sample's guess within this share of its budget is a close call: its
-#: answer is held until the count proves it fits (``Estimate.sampled``). Further under, a
-#: sample of plain text does not miss by as much (chunks of prose, code, JSON or CJK differ
-#: by a few per cent, bench/REPORT.md 1s), and it goes as a bound-proved request does.
-CLOSE_CALL = 0.1
+#: A request let go on a sample's guess is a close call when the guess raised by its doubt
+#: (``pricing.bounds.Proof.doubt``: what its pieces' differences say it may be under the count)
+#: comes within this share of its budget: its answer is held until the count proves it fits
+#: (``Estimate.sampled``). Any other goes as a bound-proved request does. 0: the doubt alone
+#: decides (at 1 every guess is held).
+CLOSE_CALL = 0.0
 #: The most of one core the exact counts of requests a bound or an unheld guess let go may take
 #: (``proxy.pace``): no answer waits for them, they serve the calibration, the anchors and the
 #: request log, and a provider that answers faster than routefit counts left each to the next
@@ -488,7 +490,7 @@ class Estimator:
         budget = fitted.report.budget
         if tokens > budget:
             return None
-        close = sampled and tokens > (1 - CLOSE_CALL) * budget
+        close = sampled and tokens * (1 + proof.doubt) > (1 - CLOSE_CALL) * budget
         later = _Later(correction, proof)
         figures = (job, team, started, fitted, tokens, keys, hit, True)
         if not close and not self.exact_headers:

@@ -10,6 +10,6 @@ import proxy.estimate
 @pytest.fixture
 def every_guess_held(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every sample's guess a close call (``proxy.estimate.CLOSE_CALL`` at 1), its answer held
-    until the count proves it: for the tests of that hold. A guess further under than a tenth
-    of its budget goes unheld (tests/proxy/test_unheld_guess_e2e.py)."""
+    until the count proves it: for the tests of that hold. A guess its doubt leaves under the
+    budget goes unheld (tests/proxy/test_unheld_guess_e2e.py)."""
     monkeypatch.setattr(proxy.estimate, "CLOSE_CALL", 1.0)

@@ -3,15 +3,17 @@ waiting for its count (issue 34: that count is learning, begun beside the forwar
 pace of such counts allows); when the
 guess was wrong and the provider refuses the prompt for its window, the count it went without
 judges then and the exact fit goes instead — through routefit (in-process) between the openai
-SDK and the simulator. The held guess (within a tenth of the budget) is test_sampled_e2e.py's."""
+SDK and the simulator. Which guess is held: one its sample's doubt leaves over the budget; how a
+held one is answered is test_sampled_e2e.py's."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
-from bounded_gateway import chat, metric, proofs, prose, route_report, serving
+from bounded_gateway import chat, dense, metric, proofs, prose, route_report, serving
 
 import pricing.bounds
+from pricing.tokenizers import get_tokenizer
 from proxy.estimate import LEARN_SHARE
 from proxy.pace import Pace
 
@@ -66,12 +68,57 @@ def test_a_guess_far_under_the_budget_is_answered_without_its_count(gw, stream, 
         assert route_report(gw, "exact", samples + 1).get("samples", 0) == samples
 
 
+def sized(gw, text, share: float) -> str:
+    """``text`` cut to about ``share`` of the ``exact`` route's budget, by the route's own
+    tokenizer (the words of ``prose``, the characters of ``dense``, in proportion)."""
+    headers, _ = chat(gw, "exact", [{"role": "user", "content": "How long may a prompt be?"}])
+    budget = int(headers["x-routefit-budget"])
+    count = get_tokenizer("o200k_base", b"sizing").count(text)
+    return text[: int(len(text) * share * budget / count)]
+
+
+def test_a_guess_near_the_budget_whose_sample_agrees_is_answered_without_its_count(gw, monkeypatch):
+    # ~120k tokens of one kind of new text, 93% of the budget: its pieces differ by a few per
+    # cent, so the guess raised by that doubt still fits, and it goes as a bound-proved request
+    # does — with the pace spent, answered on the guess alone (it was held, within a tenth)
+    pace(gw, monkeypatch, free=False)
+    content = sized(gw, prose(61, 60_000), 0.93)
+    missed = proofs(gw, "exact", "sample_missed")
+    headers, actual = chat(gw, "exact", [{"role": "user", "content": content}])
+    budget, guess = int(headers["x-routefit-budget"]), int(headers["x-routefit-prompt-tokens"])
+    assert headers["x-routefit-prompt-tokens-kind"] == "sampled"
+    assert 0.9 * budget < guess <= budget and actual <= guess
+    assert headers["x-routefit-actions"] == "none"
+    assert proofs(gw, "exact", "sample_missed") == missed
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_guess_whose_sample_disagrees_waits_for_its_count(gw, monkeypatch, stream):
+    # Prose, then as much text of another kind: the sample reads both, its pieces differ by
+    # half, and a guess at 80% of the budget is a close call after all — its answer held until
+    # the count proves it (it went unheld, a tenth under), though the pace is spent
+    pace(gw, monkeypatch, free=False)
+    content = sized(gw, prose(62 + stream, 30_000), 0.4) + " " + sized(gw, dense(62, 240_000), 0.4)
+    sampled = proofs(gw, "exact", "sample")
+    headers, actual = chat(gw, "exact", [{"role": "user", "content": content}], stream)
+    assert proofs(gw, "exact", "sample") == sampled + 1
+    kind, tokens = (
+        headers["x-routefit-prompt-tokens-kind"],
+        int(headers["x-routefit-prompt-tokens"]),
+    )
+    assert kind in ("counted", "bound"), kind
+    assert actual <= tokens <= int(headers["x-routefit-budget"])
+    assert headers["x-routefit-actions"] == "none"
+
+
 @pytest.fixture
 def force_miss(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sample of one piece, read with no slack: the rest of each text reads as nothing."""
+    """A sample of one piece, read with no slack and no doubt: the rest of each text reads as
+    nothing."""
     monkeypatch.setattr(pricing.bounds, "_SAMPLES", 1)
     monkeypatch.setattr(pricing.bounds, "_SAMPLE_EVERY", 10**9)
     monkeypatch.setattr(pricing.bounds, "_SAMPLE_SLACK", 0.0)
+    monkeypatch.setattr(pricing.bounds, "_DOUBT_T", 0.0)  # and trusted: let go unheld
 
 
 @pytest.mark.parametrize("stream", [False, True])
