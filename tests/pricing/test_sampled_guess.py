@@ -199,9 +199,8 @@ DENSE = "".join(
 def test_a_sample_of_one_kind_doubts_little_and_of_two_kinds_much(key):
     # Pieces of one kind of text differ by a few per cent: the guess's doubt is small. Half
     # prose and half dense text, each over several shares: pieces of both are read whatever
-    # the key, they differ by half, and the doubt covers the count.
-    # a scope of its own: no count of these texts memoised by another case (a counted text is
-    # its own bound, never sampled)
+    # the key, they differ by half, and the doubt covers the count. (A scope of its own: no
+    # count of these texts memoised by another case; a counted text is never sampled.)
     r = replace(route("o200k_base"), scope=b"doubt " + key)
     tok = get_tokenizer("o200k_base", b"the count")
     one = PROSE[:180_000]

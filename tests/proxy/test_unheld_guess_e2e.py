@@ -95,8 +95,8 @@ def test_a_guess_near_the_budget_whose_sample_agrees_is_answered_without_its_cou
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_guess_whose_sample_disagrees_waits_for_its_count(gw, monkeypatch, stream):
     # Prose, then as much text of another kind: the sample reads both, its pieces differ by
-    # half, and a guess at 80% of the budget is a close call after all — its answer held until
-    # the count proves it (it went unheld, a tenth under), though the pace is spent
+    # half or more, and a guess at 70-80% of the budget is a close call after all — its answer
+    # held until the count proves it (it went unheld, a tenth under), though the pace is spent
     pace(gw, monkeypatch, free=False)
     content = sized(gw, prose(62 + stream, 30_000), 0.4) + " " + sized(gw, dense(62, 240_000), 0.4)
     sampled = proofs(gw, "exact", "sample")
