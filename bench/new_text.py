@@ -44,6 +44,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from procs import (
+    UPSTREAM_HELP,
+    UPSTREAMS,
     Server,
     Servers,
     anthropic_entry,
@@ -264,13 +266,7 @@ def main() -> int:
     parser.add_argument("--sizes", help="comma-separated token counts (default 8000,32000,120000)")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--wire", choices=sorted(WIRES), default="chat")
-    parser.add_argument(
-        "--upstream",
-        choices=("sim", "instant"),
-        default="sim",
-        help="sim: the simulator, which counts every prompt as a provider reads it; instant: "
-        "an upstream that answers at once (bench/instant.py: nothing hides a gateway's count)",
-    )
+    parser.add_argument("--upstream", choices=UPSTREAMS, default="sim", help=UPSTREAM_HELP)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "new_text.json")
     parser.add_argument(
         "--base",
@@ -306,7 +302,7 @@ def main() -> int:
             if args.base
             else None
         )
-        sim = servers.sim() if args.upstream == "sim" else servers.instant()
+        sim = servers.upstream(args.upstream)
         running: dict[str, Server] = {}
         for name in targets:
             try:
@@ -389,7 +385,6 @@ def table(rows: list[dict], targets: list[str]) -> str:
         if "base" in targets:
             was = (row.get("base") or {}).get("cpu_ms")
             cells_[-1] += f" (base {was:.2f})" if was is not None else ""
-
         if ratio:
             r, p = added(row, "routefit"), added(row, "portkey")
             cells_.append(f"{r / p:.2f}×" if r is not None and p else "")

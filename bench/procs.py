@@ -131,6 +131,14 @@ def _stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
         process.wait()
 
 
+#: ``--upstream``'s choices and what each is (``Servers.upstream``).
+UPSTREAMS = ("sim", "instant")
+UPSTREAM_HELP = (
+    "sim: the simulator, which counts every prompt as a provider reads it; instant: an upstream "
+    "that answers at once (bench/instant.py: nothing hides a gateway's count)"
+)
+
+
 class Servers:
     """Start servers; stop every one of them on exit."""
 
@@ -217,6 +225,11 @@ class Servers:
         server = self.wait_ready(name, process, log_path, started, "", ready, 30)
         server.base_url = url[0]
         return server
+
+    def upstream(self, kind: str) -> Server:
+        """The provider a bench measures against: ``sim`` (the simulator, which reads and
+        counts every prompt as a provider does) or ``instant`` (bench/instant.py)."""
+        return self.instant() if kind == "instant" else self.sim()
 
     def instant(self, name: str = "instant") -> Server:
         """An upstream that answers every chat request at once, counting nothing

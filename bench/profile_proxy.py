@@ -33,7 +33,18 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import new_text
-from procs import Server, Servers, _ok, free_port, openai_entry, serve, worktree, write_yaml
+from procs import (
+    UPSTREAM_HELP,
+    UPSTREAMS,
+    Server,
+    Servers,
+    _ok,
+    free_port,
+    openai_entry,
+    serve,
+    worktree,
+    write_yaml,
+)
 from proxy_load import BENCH_KEY, routefit_config, run_phase
 from workloads import openai_long, openai_session, openai_small
 
@@ -141,13 +152,7 @@ def _args() -> argparse.Namespace:
         help="serve with `routefit serve` and run.py's config (team key, two routes), not the "
         "in-process minimal app",
     )
-    parser.add_argument(
-        "--upstream",
-        choices=("sim", "instant"),
-        default="sim",
-        help="sim: the simulator, which counts every prompt; instant: an upstream that answers "
-        "at once (bench/instant.py), so what is on the answer's path shows",
-    )
+    parser.add_argument("--upstream", choices=UPSTREAMS, default="sim", help=UPSTREAM_HELP)
     parser.add_argument(
         "--rev",
         help="with --as-bench: serve this git revision (a temporary worktree first on "
@@ -172,7 +177,7 @@ def profile(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if args.workload == "new":
         body = new_text.body(args.kind, args.size, args.placement)
     with Servers() as servers:
-        sim = servers.instant() if args.upstream == "instant" else servers.sim()
+        sim = servers.upstream(args.upstream)
         headers: dict[str, str] = {}
         if args.as_bench:
             config = routefit_config(servers.dir / "bench.yaml", sim.base_url)

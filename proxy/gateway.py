@@ -598,8 +598,8 @@ class Gateway:
                 # the count found that the request needed its fit: the fit goes instead
             return await attempt()
         except ProxyError as err:
-            # a guess let go unheld (far under its budget) that the provider refused for its
-            # window: the count it went without judges now, as a held one's does
+            # a guess let go unheld (its doubt left it under the budget) that the provider
+            # refused for its window: the count it went without judges now, as a held one's does
             unheld = p.estimate.guessed and p.estimate.bound and is_overflow(err)
             if unheld and not await self._confirmed(p):
                 return await attempt()  # the fit goes instead

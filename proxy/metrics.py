@@ -98,10 +98,10 @@ class Metrics:
         self.fit_proofs = Counter(
             "routefit_fit_proofs",
             "How a request was shown to fit before forwarding: bound (a cheap upper bound), "
-            "sample (a sample's guess, its answer held until the count proves it fits when "
-            "within a tenth of the budget), sample_missed (it did not, or the provider refused "
-            "an unheld guess for its window: the exact fit went instead) or count (counted "
-            "before forwarding)",
+            "sample (a sample's guess, its answer held until the count proves it fits when the "
+            "guess raised by its sample's doubt is over the budget), sample_missed (it did not, "
+            "or the provider refused an unheld guess for its window: the exact fit went "
+            "instead) or count (counted before forwarding)",
             ["route", "proof"],
             registry=r,
         )

@@ -1,10 +1,10 @@
-"""A big prompt of new text let go on a sample's guess far under its budget is answered without
-waiting for its count (issue 34: that count is learning, begun beside the forward only when the
-pace of such counts allows); when the
-guess was wrong and the provider refuses the prompt for its window, the count it went without
-judges then and the exact fit goes instead — through routefit (in-process) between the openai
-SDK and the simulator. Which guess is held: one its sample's doubt leaves over the budget; how a
-held one is answered is test_sampled_e2e.py's."""
+"""A big prompt of new text let go on a sample's guess that its doubt leaves under the budget is
+answered without waiting for its count (issue 34: that count is learning, begun beside the
+forward only when the pace of such counts allows); when the guess was wrong and the provider
+refuses the prompt for its window, the count it went without judges then and the exact fit goes
+instead — through routefit (in-process) between the openai SDK and the simulator. Which guess is
+held: one its sample's doubt leaves over the budget; how a held one is answered is
+test_sampled_e2e.py's."""
 
 from __future__ import annotations
 
