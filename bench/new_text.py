@@ -4,6 +4,7 @@
     python bench/new_text.py --quick              # 8k and 32k only, shorter phases
     python bench/new_text.py --targets routefit,portkey --sizes 32000 --kinds prose
     python bench/new_text.py --wire messages      # the same on the Messages wire, to a Claude route
+    python bench/new_text.py --targets routefit,floor,portkey --upstream instant
 
 An agent's every turn carries text the gateway has never counted: a new file, a tool's output.
 Each request here is one user message holding a block of NEW text of ``size`` o200k tokens
@@ -25,7 +26,10 @@ messages`` sends each as an Anthropic Messages request to the simulator's Claude
 ``claude`` route: its tokenizer is not Claude's, so it prices through a learnt correction; Portkey
 with its ``anthropic`` provider). One worker each,
 the same simulator, the same load generator (bench/loadgen.py). Results: bench/results/
-new_text.json and a Markdown table on stdout (what REPORT.md's issue-34 section shows).
+new_text.json and a Markdown table on stdout (what REPORT.md's issue-34 section shows). The
+target ``floor`` is a bare pass-through on routefit's own stack (bench/floor_app.py): what any
+proxy on uvicorn and aiohttp adds for the same body, so routefit's own work is what it adds over
+the floor.
 """
 
 from __future__ import annotations
@@ -218,6 +222,8 @@ def start(
         return serve(servers, base, routefit_config(servers.dir / "base.yaml", sim.base_url), name)
     if name == "portkey":
         return servers.portkey()
+    if name == "floor":
+        return servers.floor(sim)
     if litellm_venv is None:
         raise RuntimeError("no LiteLLM venv")
     config = write_yaml(
@@ -247,7 +253,7 @@ def headers_for(name: str, sim: Server, wire: str = "chat") -> dict[str, str]:
 def payload_for(name: str, sent: str, wire: str) -> str:
     """The body a target is sent: the direct simulator and Portkey name the upstream model."""
     _, alias, upstream, _, _ = WIRES[wire]
-    if name in ("direct", "portkey"):
+    if name in ("direct", "portkey", "floor"):
         return sent.replace(f'"model": "{alias}"', f'"model": "{upstream}"', 1)
     return sent
 

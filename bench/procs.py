@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 TESTS = ROOT / "tests"
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -239,6 +240,25 @@ class Servers:
         process, log_path, started = self.spawn(name, cmd)
         base = f"http://127.0.0.1:{port}"
         return self.wait_ready(name, process, log_path, started, base, lambda: _listening(port), 30)
+
+    def floor(self, upstream: Server, kind: str = "uvicorn") -> Server:
+        """A bare pass-through to ``upstream`` (bench/floor_app.py), on uvicorn as ``routefit
+        serve`` runs, or on ``granian`` (a Rust HTTP server): what the stack costs alone."""
+        port = free_port()
+        if kind == "granian":
+            cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop"]
+            cmd += ["--port", str(port), "--workers", "1", "--log-level", "warning"]
+            cmd += ["floor_app:app"]
+        else:
+            cmd = [sys.executable, "-m", "uvicorn", "floor_app:app", "--port", str(port)]
+            cmd += ["--loop", "uvloop", "--http", "httptools", "--log-level", "warning"]
+            cmd += ["--no-access-log", "--lifespan", "on"]
+        env = {"FLOOR_UPSTREAM": upstream.base_url.rstrip("/"), "PYTHONPATH": str(HERE)}
+        process, log_path, started = self.spawn(f"floor-{kind}", cmd, env, cwd=HERE)
+        base = f"http://127.0.0.1:{port}"
+        return self.wait_ready(
+            f"floor-{kind}", process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
+        )
 
     def routefit(self, config: Path, name: str = "routefit") -> Server:
         port = free_port()

@@ -18,82 +18,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
-import sys
-import textwrap
 
 from compare_commits import PHASES, measure
-from procs import ROOT, Server, Servers, _ok, free_port, serve
+from procs import ROOT, Server, Servers, serve
 from proxy_load import routefit_config
-
-BARE_APP = textwrap.dedent(
-    """
-    import aiohttp, os
-
-    UPSTREAM = os.environ["FLOOR_UPSTREAM"]
-    session = None
-
-    async def app(scope, receive, send):
-        global session
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if scope["path"] == "/readyz":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"ok"})
-            return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        if session is None:
-            session = aiohttp.ClientSession()
-        async with session.post(
-            UPSTREAM + scope["path"],
-            data=b"".join(chunks),
-            headers={"content-type": "application/json", "authorization": "Bearer x"},
-        ) as answer:
-            kind = answer.headers.get("content-type", "application/json").encode()
-            head = {"type": "http.response.start", "status": answer.status,
-                    "headers": [(b"content-type", kind)]}
-            if kind.startswith(b"text/event-stream"):
-                await send(head)
-                async for chunk in answer.content.iter_any():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
-            else:
-                body = await answer.read()
-                await send(head)
-                await send({"type": "http.response.body", "body": body})
-    """
-)
-
-
-def bare(servers: Servers, sim: Server, server_kind: str) -> Server:
-    app_dir = servers.dir / "floor"
-    app_dir.mkdir(exist_ok=True)
-    (app_dir / "floor_app.py").write_text(BARE_APP)
-    port = free_port()
-    if server_kind == "granian":
-        cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--loop", "uvloop"]
-        cmd += ["--port", str(port), "--workers", "1", "--log-level", "warning"]
-        cmd += ["floor_app:app"]
-    else:
-        cmd = [sys.executable, "-m", "uvicorn", "floor_app:app", "--port", str(port)]
-        cmd += ["--loop", "uvloop", "--http", "httptools", "--log-level", "warning"]
-        cmd += ["--no-access-log", "--lifespan", "on"]
-    env = {"FLOOR_UPSTREAM": sim.base_url.rstrip("/"), "PYTHONPATH": str(app_dir)}
-    process, log_path, started = servers.spawn(f"floor-{server_kind}", cmd, env, cwd=app_dir)
-    base = f"http://127.0.0.1:{port}"
-    return servers.wait_ready(
-        server_kind, process, log_path, started, base, lambda: _ok(base + "/readyz"), 60
-    )
 
 
 def _available(module: str) -> bool:
@@ -112,7 +40,7 @@ def main() -> int:
     kinds = [k for k in args.servers.split(",") if k == "uvicorn" or _available(k)]
     with Servers() as servers:
         sim = servers.sim()
-        targets: dict[str, Server] = {f"bare on {k}": bare(servers, sim, k) for k in kinds}
+        targets: dict[str, Server] = {f"bare on {k}": servers.floor(sim, k) for k in kinds}
         config = routefit_config(servers.dir / "c.yaml", sim.base_url)
         targets["routefit"] = serve(servers, ROOT, config, "routefit")
         names = list(targets)

@@ -48,7 +48,10 @@ which memoises the whole count so the exact fit that follows reuses it). A long 
 into its content-defined chunks instead (``pricing.chunks``): a chunk the team's earlier text
 shared enters at its memoised count, so a text that is mostly one counted before (a document
 behind a new question) is proved without counting, and each chunk counted is memoised. Fixed
-pieces of a short text are not: cut by their offsets, no other text shares them.
+pieces of a short text are not: cut by their offsets, no other text shares them. A new text
+too long for its bound to prove the request whatever the bound reads (its UTF-8 over twice what
+the budget lets text cost: ``Proof.past``) is not read for its bound at all: its length stands
+for it, and a sample prices its pieces against their length (bench/REPORT.md 1zb).
 
 The bounds bound the *meter*, not the provider: the provider's own count is the calibration's
 business. A learnt correction weighs more than tokens — tool calls, messages, characters of the
@@ -71,6 +74,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import string
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -110,6 +114,7 @@ from pricing.tokenizers import (
     remember_each,
     split_for_count,
 )
+from pricing.utf8 import utf8
 
 __all__ = [
     "BYTE_LEVEL",
@@ -132,18 +137,40 @@ BYTE_LEVEL_NFKC = frozenset({"anthropic-legacy"})
 
 def utf8_bytes(text: str) -> int:
     """UTF-8 length of ``text`` (lone surrogates as the 3 bytes a tokenizer replaces them by)."""
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return len(text) if text.isascii() else len(utf8(text))
 
 
 #: ASCII letters → ``a``: a space before a letter is then ``b" a"``, counted at C speed.
 _LETTERS = bytes.maketrans(string.ascii_letters.encode(), b"a" * len(string.ascii_letters))
+#: A space before a letter, found where spaces are few (``byte_level_bound``).
+_SPACE_LETTER = re.compile(rb" (?=[A-Za-z])")
+#: Spaces are few when one in this many bytes or fewer is one, read from ``_PROBES`` slices of
+#: ``_PROBE`` bytes spread over the text (a guess only decides which of two exact ways counts).
+_SPARSE = 32
+_PROBES = 8
+_PROBE = 512
 
 
 def byte_level_bound(text: str) -> int:
     """UTF-8 length of ``text`` less one per space followed by an ASCII letter (see the module
-    doc: such a pair never ends up as two tokens of a byte-level BPE routefit ships)."""
-    data = text.encode("ascii") if text.isascii() else text.encode("utf-8", "surrogatepass")
+    doc: such a pair never ends up as two tokens of a byte-level BPE routefit ships).
+
+    Counted by mapping every letter to one and counting the pair (each byte read twice), or,
+    where spaces are few (CJK, base64), by the regex, which jumps from space to space: for a
+    129k-character CJK text 0.16 ms against 0.43."""
+    data = utf8(text)
+    if _sparse(data):
+        return len(data) - len(_SPACE_LETTER.findall(data))
     return len(data) - data.translate(_LETTERS).count(b" a")
+
+
+def _sparse(data: bytes) -> bool:
+    """Whether spaces are few in ``data`` (a long one: a short text is read either way)."""
+    if len(data) < _PROBE * _PROBES:
+        return False
+    step = len(data) // _PROBES
+    spaces = sum(data.count(b" ", i, i + _PROBE) for i in range(0, step * _PROBES, step))
+    return spaces * _SPARSE < _PROBE * _PROBES
 
 
 def nfkd_bytes(text: str) -> int:
@@ -238,6 +265,9 @@ class _Counted:
     pieces: list[str]
     #: The bound of the pieces (of the whole text, but the chunks whose count was memoised).
     total: int
+    #: What a piece is bounded by: the route's text bound, or the piece's UTF-8 length for a
+    #: text too long for its bound to prove anything (``Proof.past``).
+    measure: Callable[[str], int]
     counted: int = 0
     #: Tokens of the counted pieces, and their bounds (the memoised chunks' count, no bound).
     head: int = 0
@@ -291,20 +321,28 @@ class Proof:
     Not thread-safe: one request's proof is used by one thread at a time (tightened before the
     request is forwarded, completed after)."""
 
-    def __init__(self, route: Route, sample_key: bytes = b"") -> None:
+    def __init__(self, route: Route, sample_key: bytes = b"", past: int | None = None) -> None:
         spec = parse_tokenizer_spec(route.tokenizer)
         #: Where in each share of a text a sample reads (``_spread``): a secret of the process
         #: that builds the proof (``proxy.estimate``), so that no client can write a text whose
         #: sampled pieces are cheap and whose others are dense; the same key, the same picks.
         self.sample_key = sample_key
         self.bound = text_bound(spec)
+        #: UTF-8 bytes past which a text new to the team is bounded by its length alone: the
+        #: byte-level bound is at least half a text's bytes (a pair it takes off is two of
+        #: them), so past twice what the request's budget lets its text cost (``strategies.fit.
+        #: past_proving``) that bound proves nothing, and reading the text for it (translating
+        #: and counting its every byte, ~1 ms for 480 KB of prose) only delays its sample's
+        #: guess. A sample reads the text's pieces against the same measure.
+        self.past = past if spec in BYTE_LEVEL else None
         #: The tokenizer a text may be counted in pieces with (None: the bound cannot tighten).
         self.tok: Tokenizer | None = None
         if spec in BYTE_LEVEL or spec in BYTE_LEVEL_NFKC:
             self.tok = get_tokenizer(spec, route.scope)
         self._texts: dict[int, _Counted] = {}
-        #: Bounds of the long texts, computed once however often the request is bounded.
-        self._bounds: dict[int, tuple[str, int, bool]] = {}
+        #: Bounds of the long texts, computed once however often the request is bounded: (the
+        #: text, its bound, whether that is its memoised count, whether its UTF-8 length).
+        self._bounds: dict[int, tuple[str, int, bool, bool]] = {}
         #: False: ``tighten`` only takes what the team's memo already holds (the chunks of a
         #: text counted before), counting nothing — a first pass where counting must not run
         #: (the event loop); set back to True, the same proof counts on from there.
@@ -324,19 +362,29 @@ class Proof:
             return 0
         if len(text) < _SHORTEST:
             return self.bound(text)
-        return self._bound(text)[0]
+        return self._bound(text)[1]
 
-    def _bound(self, text: str) -> tuple[int, bool]:
-        """(bound of a long text, whether it is its memoised count), computed once."""
+    def _bound(self, text: str) -> tuple[str, int, bool, bool]:
+        """(a long text, its bound, whether that is its memoised count, whether its UTF-8
+        length: ``past``), computed once."""
         assert self.bound is not None
         known = self._bounds.get(id(text))
         if known is None or known[0] is not text:
             # a text counted before (a retry, a document sent again) is its own bound
             counted = None if self.tok is None else memoised(self.tok, text)
-            exact = counted is not None
-            known = (text, counted if counted is not None else self.bound(text), exact)
+            if counted is not None:
+                known = (text, counted, True, False)
+            elif self._past_proving(text):
+                known = (text, utf8_bytes(text), False, True)
+            else:
+                known = (text, self.bound(text), False, False)
             self._bounds[id(text)] = known
-        return known[1], known[2]
+        return known
+
+    def _past_proving(self, text: str) -> bool:
+        """Whether ``text`` is longer in UTF-8 than ``past`` (read only when it might be: a
+        character is at most four bytes)."""
+        return self.past is not None and len(text) * 4 > self.past and utf8_bytes(text) > self.past
 
     def tighten(self, texts: Sequence[str], need: int) -> bool:
         """Count pieces of the biggest of ``texts`` until their bounds fell by ``need`` tokens
@@ -357,7 +405,7 @@ class Proof:
             left = sum(c.tail for c in todo)
             if not left or (bounded and saved + ratio * left < need):
                 return False  # hopeless: the exact path counts it all anyway
-            batch = _batch(todo, ratio, need - saved, self.bound)
+            batch = _batch(todo, ratio, need - saved)
             if not batch:
                 return False
             # a thread's wake-up costs about as much as counting a piece: worth it for several
@@ -411,7 +459,7 @@ class Proof:
         counts = iter(count_each(self.tok, pieces, len(pieces) >= _SIDE_BY_SIDE))
         guessed = above = 0
         for c, sample in picks:
-            each = [(next(counts), self.bound(p)) for p in sample]
+            each = [(next(counts), c.measure(p)) for p in sample]
             ratio, error = _ratio(each)
             guess = c.head + math.ceil(min(1.0, _SAMPLE_SLACK * ratio) * c.tail)
             most = c.head + math.ceil(min(1.0, _SAMPLE_SLACK * ratio + _DOUBT_T * error) * c.tail)
@@ -441,22 +489,34 @@ class Proof:
     def _counted(self, text: str) -> _Counted:
         found = self._texts.get(id(text))
         if found is None or found.text is not text:
-            bound, exact = self._bound(text)
+            _, bound, exact, loose = self._bound(text)
+            assert self.bound is not None
+            measure = utf8_bytes if loose else self.bound
             if exact:  # nothing left to count
-                found = _Counted(text, [], bound, head=bound, spent=bound)
-            elif self.tok is not None and self.bound is not None and len(text) >= CHUNK_ABOVE:
-                found = self._chunked(text, self.tok, bound, self.bound)
+                found = _Counted(text, [], bound, measure, head=bound, spent=bound)
+            elif self.tok is not None and len(text) >= CHUNK_ABOVE:
+                found = self._chunked(text, self.tok, bound, measure, self.bound)
             else:
-                found = _Counted(text, split_for_count(text, -(-len(text) // _PIECE)), bound)
+                pieces = split_for_count(text, -(-len(text) // _PIECE))
+                found = _Counted(text, pieces, bound, measure)
             self._texts[id(text)] = found
         return found
 
     @staticmethod
-    def _chunked(text: str, tok: Tokenizer, bound: int, bound_of: Callable[[str], int]) -> _Counted:
+    def _chunked(
+        text: str,
+        tok: Tokenizer,
+        bound: int,
+        measure: Callable[[str], int],
+        bound_of: Callable[[str], int],
+    ) -> _Counted:
         """A long text to count as its content chunks (``pricing.chunks``): those whose count
         the team has memoised (the same stretch in a text counted before: a document behind a
         new question, a file read again) enter at that count, the others are the pieces to
-        count, at their bounds (bounds and counts add up at the chunks' cuts)."""
+        count, at their bounds (bounds and counts add up at the chunks' cuts). ``bound``: the
+        text's, by ``measure`` (its UTF-8 length past proving, ``Proof.past``); once a chunk
+        is known the rest is bounded as tightly as ``bound_of`` can: the memoised counts may
+        leave a proof within reach."""
         chunks = content_chunks(text)
         found = recall_each(tok, chunks)
         new = [chunk for chunk, n in zip(chunks, found, strict=True) if n is None]
@@ -464,16 +524,19 @@ class Proof:
         head = sum(n for n in found if n is not None)
         # the new chunks' bound: the text's (read once already) less the old ones', or their
         # own, whichever reads less again (bounds add up at the cuts)
-        if sum(map(len, old)) < sum(map(len, new)):
-            bound -= sum(map(bound_of, old))
-        else:
+        if old and measure is not bound_of:
+            measure = bound_of
             bound = sum(map(bound_of, new))
+        elif sum(map(len, old)) < sum(map(len, new)):
+            bound -= sum(map(measure, old))
+        else:
+            bound = sum(map(measure, new))
         pieces: list[str] = []
         ends: list[int] = []
         for chunk in new:  # in pieces of a proof's size, each chunk's count their sum
             pieces += split_for_count(chunk, -(-len(chunk) // _PIECE))
             ends.append(len(pieces))
-        return _Counted(text, pieces, bound, head=head, chunks=new, ends=ends)
+        return _Counted(text, pieces, bound, measure, head=head, chunks=new, ends=ends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -542,9 +605,7 @@ def _slices(piece: str) -> list[str]:
     return [piece[i : i + size] for i in range(0, len(piece), size)]
 
 
-def _batch(
-    todo: Sequence[_Counted], ratio: float, need: float, bound: Callable[[str], int]
-) -> list[tuple[_Counted, int, int]]:
+def _batch(todo: Sequence[_Counted], ratio: float, need: float) -> list[tuple[_Counted, int, int]]:
     """The next pieces to count, biggest texts first, as many as ``ratio`` says will save
     ``need``: as (text, pieces, their bound)."""
     batch: list[tuple[_Counted, int, int]] = []
@@ -554,9 +615,9 @@ def _batch(
     for c in todo:
         if first or ratio * c.tail >= 2 * (need - want):
             most = _FIRST_BATCH - pieces if first else len(c.pieces)
-            take, before = _prefix(c, ratio, need - want, bound, most)
+            take, before = _prefix(c, ratio, need - want, most)
         else:
-            take, before = _prefix_from_end(c, (need - want) / ratio, bound)
+            take, before = _prefix_from_end(c, (need - want) / ratio)
         want += ratio * before
         pieces += take - c.counted
         if take > c.counted:
@@ -566,26 +627,24 @@ def _batch(
     return batch
 
 
-def _prefix(
-    c: _Counted, ratio: float, need: float, bound: Callable[[str], int], most: int
-) -> tuple[int, int]:
+def _prefix(c: _Counted, ratio: float, need: float, most: int) -> tuple[int, int]:
     """(end, bound) of the fewest next pieces of ``c`` that ``ratio`` says save ``need``: read
     from the first uncounted piece on, at most ``most`` of them (a first look)."""
     take, before = c.counted, 0
     while take < len(c.pieces) and ratio * before < need and take - c.counted < most:
-        before += bound(c.pieces[take])
+        before += c.measure(c.pieces[take])
         take += 1
     return take, before
 
 
-def _prefix_from_end(c: _Counted, target: float, bound: Callable[[str], int]) -> tuple[int, int]:
+def _prefix_from_end(c: _Counted, target: float) -> tuple[int, int]:
     """(end, bound) of the fewest next pieces of ``c`` whose bound reaches ``target``, found by
     bounding the pieces left behind, from the last one back: a proof near the window counts
     most of a text, and bounds add up at the cuts (``_Counted``), so what it takes is bounded
     as the text's rest less what it leaves — a few pieces read instead of every one."""
     end, left = len(c.pieces), 0
     while end > c.counted:
-        b = bound(c.pieces[end - 1])
+        b = c.measure(c.pieces[end - 1])
         if c.tail - (left + b) < target:
             break
         left += b

@@ -233,6 +233,14 @@ class Correction:
             return text + framing + images
         return math.ceil(text * self.text + framing * self.framing + images * self.images)
 
+    @property
+    def least_text(self) -> float:
+        """The least a token of text is priced at, in any class: what a bound's text costs at
+        the least (``strategies.fit._bound_estimate`` reads a negative weight as 0)."""
+        if self.neutral:
+            return 1.0
+        return min(max(0.0, self.vector[i]) for i in _TEXT)
+
     def price(self, features: Sequence[float]) -> int:
         """Price of a feature vector (``message_features`` / ``pressure_features``)."""
         w = self.vector

@@ -30,6 +30,8 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING, cast
 
+from pricing.utf8 import utf8
+
 if TYPE_CHECKING:
     from pyfastcdc import FastCDC
 
@@ -62,7 +64,7 @@ def content_chunks(text: str, average: int = AVERAGE) -> list[str]:
     chunker = _compiled()
     if chunker is None:
         return [text]
-    data = text.encode("utf-8", "surrogatepass")
+    data = utf8(text)
     cuts: list[int] = []
     # an instance a call: one is not to be shared by threads
     for chunk in chunker(average, min_size=64, max_size=average * 8).cut_buf(data):

@@ -27,6 +27,8 @@ from typing import Any
 import orjson
 import xxhash
 
+from pricing.utf8 import utf8
+
 __all__ = ["DIGEST_ABOVE", "Path", "digest_apart", "long_digest", "text_key", "value_digest"]
 
 #: Strings longer than this many characters are digested apart in a key (4 KB: a string this
@@ -44,7 +46,7 @@ Path = tuple[str | int, ...]
 
 
 def _text_digest(text: str) -> str:
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogatepass"))
+    return xxhash.xxh3_128_hexdigest(utf8(text))
 
 
 def text_key(text: str) -> str | list[str]:

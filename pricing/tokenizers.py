@@ -39,6 +39,7 @@ import xxhash
 from pricing import byte_level
 from pricing.byte_level import ByteLevel
 from pricing.chunks import content_chunks
+from pricing.utf8 import utf8
 
 __all__ = [
     "CHUNK_ABOVE",
@@ -87,6 +88,9 @@ CHUNK_ABOVE = 32 * 1024
 #: Where a text may be cut for counting: before an ASCII space that follows a printable ASCII
 #: character (see ``split_for_count``).
 _CUT = re.compile(r"[!-~] ")
+#: Spaces ``_next_cut`` tries one by one before the regex takes over (a run of spaces, where
+#: few follow a printable character).
+_FIND_TRIES = 8
 
 
 def _worth_batching(texts: Sequence[str]) -> bool:
@@ -149,7 +153,7 @@ class CountCache:
     def key(text: str, scope: bytes = b"") -> bytes:
         # xxh3-128: a content digest at memory speed (a 400 KB conversation costs ~0.1 ms); the
         # digest has a fixed length, so digest + scope is unambiguous.
-        return xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass")) + scope
+        return xxhash.xxh3_128_digest(utf8(text)) + scope
 
     def get_or_compute(self, text: str, compute: Callable[[str], int], scope: bytes = b"") -> int:
         if len(text) < _SHORT:
@@ -267,14 +271,29 @@ def split_for_count(text: str, parts: int) -> list[str]:
     out: list[str] = []
     start = 0
     for k in range(1, parts):
-        found = _CUT.search(text, max(start, k * step))
-        if found is None:
+        cut = _next_cut(text, max(start, k * step))
+        if cut < 0:
             break
-        cut = found.start() + 1
         out.append(text[start:cut])
         start = cut
     out.append(text[start:])
     return out
+
+
+def _next_cut(text: str, after: int) -> int:
+    """The first cut (``_CUT``'s: a space that follows printable ASCII) past ``after``; -1 when
+    there is none. Found by jumping from space to space (``str.find``): the regex reads every
+    character, and a text with no space to cut at (CJK) was read whole for every cut a proof
+    looked for (129k characters, 0.36 ms)."""
+    at = after
+    for _ in range(_FIND_TRIES):
+        at = text.find(" ", at + 1)
+        if at < 0:
+            return -1
+        if "!" <= text[at - 1] <= "~":
+            return at
+    found = _CUT.search(text, at)  # ``text[at - 1]`` is no cut's: the next one is past ``at``
+    return -1 if found is None else found.start() + 1
 
 
 @cache

@@ -67,7 +67,7 @@ from proxy.providers import deployment
 from proxy.teams import Team
 from proxy.usage import Usage, usage_fault, usage_limit
 from proxy.wires import Wire
-from strategies.fit import Fit, FitError, as_sent
+from strategies.fit import Fit, FitError, as_sent, past_proving
 from strategies.output import bounded_output, fit_output, sampled_output
 from strategies.policy import FitPolicy, output_reserve
 
@@ -393,7 +393,8 @@ class Estimator:
         correction = self.calibrator.correction(rc.calibration_key)
         proof: Proof | None = None
         if bound and size > _BOUND_ABOVE:
-            proof = Proof(job.priced, self.sample_key)
+            past = past_proving(job.request, job.priced, job.policy, correction)
+            proof = Proof(job.priced, self.sample_key, past)
             proved = await self._bounded(job, correction, team, started, proof)
             if proved is not None:
                 self.metrics.fit_proofs.labels(alias, "sample" if proved.guessed else "bound").inc()

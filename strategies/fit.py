@@ -37,7 +37,16 @@ from strategies.registry import by_name
 from strategies.result import Fit, FitError, FitReport, actions_of
 from strategies.strategy import FitContext, FitState
 
-__all__ = ["Fit", "FitError", "FitReport", "as_sent", "fit", "fit_bounded", "request_texts"]
+__all__ = [
+    "Fit",
+    "FitError",
+    "FitReport",
+    "as_sent",
+    "fit",
+    "fit_bounded",
+    "past_proving",
+    "request_texts",
+]
 
 
 def _team_limit(route: Route, policy: FitPolicy, request: ChatRequest, budget: int) -> int | None:
@@ -167,6 +176,22 @@ def fit_bounded(
         return None
     report = FitReport(route.alias, budget, estimate, estimate)
     return Fit(request.body, request.messages, pressure, report, estimate)
+
+
+def past_proving(
+    request: ChatRequest, route: Route, policy: FitPolicy, correction: Correction | None = None
+) -> int | None:
+    """The UTF-8 length past which no text of ``request`` leaves its bound under the budget
+    (``pricing.bounds.Proof.past``): a byte-level bound is at least half a text's bytes, and a
+    token of text is priced at least at the correction's least weight (``_bound_estimate``:
+    every other part adds). None when text may cost next to nothing: any length may then
+    fit."""
+    budget = prompt_budget(
+        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
+    )
+    least = (correction or Correction()).least_text
+    most = 2 * budget / least if least > 0 else math.inf  # (a weight of 1e-300: past any)
+    return math.floor(most) if math.isfinite(most) else None
 
 
 def request_texts(request: ChatRequest, memo: Memo | None = None) -> list[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
+import string
 import unicodedata
 from dataclasses import replace
 
@@ -125,6 +127,31 @@ SPACED = st.lists(
 @given(text=st.one_of(SPACED, TEXTS))
 def test_a_space_before_a_letter_is_never_two_tokens(spec, text):
     assert get_tokenizer(spec).count(text) <= byte_level_bound(text) <= utf8_bytes(text)
+
+
+def _by_definition(text: str) -> int:
+    """UTF-8 length less one per space followed by an ASCII letter, byte by byte."""
+    data = text.encode("utf-8", "surrogatepass")
+    letters = set(string.ascii_letters.encode())
+    return len(data) - sum(1 for a, b in itertools.pairwise(data) if a == 32 and b in letters)
+
+
+#: Long texts with spaces few (CJK runs, base64-like runs) or many, or few in one part and many
+#: in another: the bound reads a long text one of two ways, by where its spaces are.
+LONG = st.lists(
+    st.tuples(
+        st.sampled_from(["日本語の文章", "QUJDRA==", " a", " 日", "  x", "word ", " Z", "\n", " "]),
+        st.integers(1, 400),
+    ),
+    min_size=1,
+    max_size=12,
+).map(lambda runs: "".join(piece * n for piece, n in runs))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=LONG)
+def test_a_long_text_is_bounded_by_the_definition_however_its_spaces_lie(text):
+    assert byte_level_bound(text) == _by_definition(text)
 
 
 def test_a_tokenizer_file_of_unknown_kind_gets_no_bound(tmp_path):

@@ -4,6 +4,7 @@ every tokenizer routefit ships: the property the parallel count of a big new pro
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -55,6 +56,32 @@ def test_a_big_text_is_counted_exactly_however_it_is_counted(spec, seed):
     text = "".join(rnd.choice(FRAGMENTS) + rnd.choice(" \n ") for _ in range(12_000))
     assert len(text) >= 32 * 1024
     assert get_tokenizer(spec)._count(text) == _encode(spec, text)  # type: ignore[attr-defined]
+
+
+def _cut_by_the_rule(text: str, parts: int) -> list[str]:
+    """``split_for_count`` as its docstring states it: the k-th cut at the first space past the
+    k-th step that follows printable ASCII."""
+    step, out, start = len(text) // parts, [], 0
+    for k in range(1, parts):
+        found = re.compile(r"[!-~] ").search(text, max(start, k * step))
+        if found is None:
+            break
+        out.append(text[start : found.start() + 1])
+        start = found.start() + 1
+    return [*out, text[start:]]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.lists(st.sampled_from([*FRAGMENTS, " " * 9, "x" + " " * 20]), max_size=120).map(
+        "".join
+    ),
+    parts=st.integers(2, 12),
+)
+def test_the_cuts_are_the_rules(text, parts):
+    """Found by jumping from space to space (and by the regex after a run of spaces), the cuts
+    are the rule's: runs of spaces longer than the jumps tried, CJK with no space at all."""
+    assert split_for_count(text, parts) == _cut_by_the_rule(text, parts)
 
 
 def test_a_text_without_a_cut_stays_whole():
