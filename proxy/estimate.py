@@ -167,6 +167,18 @@ class Job:
         args = (self.priced, self.policy, correction, self.sizes, proof, self.memo)
         return sampled_output(self.request, *args)
 
+    def guessed(self, correction: Correction, proof: Proof) -> Fit | None:
+        """The fit a sample guesses (``sampled``), looked at again while it is a close call
+        (``_close``) or no fit: its texts past proving read for their bound (``Proof.reread``:
+        a text of two kinds priced by its length doubts more), then a wider sample
+        (``Proof.widened``: a few pieces more before the whole count is waited for)."""
+        guess = self.sampled(correction, proof)
+        if proof.rereadable and (guess is None or _close(guess.estimate, proof, guess)):
+            guess = self.bounded(correction, proof.reread())
+        if guess is not None and _close(guess.estimate, proof, guess):
+            guess = self.bounded(correction, proof.widened())
+        return guess
+
 
 @dataclass(frozen=True, slots=True)
 class _Later:
@@ -462,7 +474,7 @@ class Estimator:
         fit."""
         if proof.tok is not None:
             run = self.fairness.run
-            guess = await run(job.who, job.work, job.sampled, correction, proof, above=COUNTING)
+            guess = await run(job.who, job.work, job.guessed, correction, proof, above=COUNTING)
             if guess is not None:
                 let_go = await self._let_go(job, guess, correction, team, started, proof, True)
                 if let_go is not None:
@@ -491,7 +503,7 @@ class Estimator:
         budget = fitted.report.budget
         if tokens > budget:
             return None
-        close = sampled and tokens * (1 + proof.doubt) > (1 - CLOSE_CALL) * budget
+        close = sampled and _close(tokens, proof, fitted)
         later = _Later(correction, proof)
         figures = (job, team, started, fitted, tokens, keys, hit, True)
         if not close and not self.exact_headers:
@@ -729,6 +741,12 @@ class Estimator:
         self.metrics.samples.labels("rejected").inc()
         self.calibrator.rejected += 1
         log.warning("provider %s rejected on %s: %s", what, route, why)
+
+
+def _close(tokens: int, proof: Proof, fitted: Fit) -> bool:
+    """Whether a guess of ``tokens`` is a close call: raised by its sample's doubt, over its
+    budget (``CLOSE_CALL``)."""
+    return tokens * (1 + proof.doubt) > (1 - CLOSE_CALL) * fitted.report.budget
 
 
 def _named(figures: _Figures) -> dict[str, Any]:

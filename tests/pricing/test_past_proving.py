@@ -136,3 +136,26 @@ def test_text_that_may_cost_nothing_is_never_past_proving():
     budget = past_proving(request, route(8_192), POLICY)
     assert budget is not None and budget < 2 * 8_192
     assert past_proving(request, route(8_192), POLICY, Correction(text=0.5)) == 2 * budget
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**6),
+    parts=st.integers(8_000, 20_000),
+    key=st.binary(min_size=16, max_size=16),
+)
+def test_a_sample_reread_for_the_bound_is_the_sample_the_bound_would_have_taken(seed, parts, key):
+    """The same pieces, the same counts; read against their bound, the guess and its doubt are
+    those of a proof that never took the text to be past proving."""
+    text = body(seed, parts)
+    r = route(8_192)
+    loose = Proof(r, key, 1_000)
+    first = loose.sampled([text])
+    assert loose.rereadable
+    assert first(text) <= utf8_bytes(text)
+    again = loose.reread()
+    tight = Proof(r, key)
+    guess = tight.sampled([text])
+    assert not tight.rereadable
+    assert again(text) == guess(text)
+    assert loose.doubt == tight.doubt

@@ -12,7 +12,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from watched import watch
 
@@ -239,10 +239,38 @@ def test_a_sample_that_cannot_doubt_doubts_all():
 def test_the_doubt_of_a_text_of_two_kinds_covers_its_count(key, share, size, start, prose_first):
     # Each kind over at least a quarter of the text: whatever the key, the sample reads pieces
     # of both, and the guess raised by the doubt they show is never under the count (what lets
-    # a guess go unheld: docs/architecture.md)
+    # a guess go unheld: docs/architecture.md) — nor is the wider look's, at its own t
     first, second = (PROSE, DENSE) if prose_first else (DENSE, PROSE)
     cut = int(size * share)
     text = first[start : start + cut] + " " + second[start : start + size - cut]
     proof = Proof(replace(route("o200k_base"), scope=b"two kinds " + key))
+    count = get_tokenizer("o200k_base", b"the count").count(text)
     guess = proof.sampled([text])(text)
-    assert guess * (1 + proof.doubt) >= get_tokenizer("o200k_base", b"the count").count(text)
+    assert guess * (1 + proof.doubt) >= count
+    wider = proof.widened()(text)
+    assert wider * (1 + proof.doubt) >= count
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    key=st.binary(min_size=16, max_size=16),
+    odd=st.integers(2_000, 6_000),
+    size=st.integers(150_000, 300_000),
+    dense_first=st.booleans(),
+)
+def test_a_wider_look_doubts_one_odd_stretch_by_what_it_weighs(key, odd, size, dense_first):
+    """A text of one kind with an odd stretch at one end (an agent's question after a
+    document): when the first look reads a piece of the stretch, its few pieces doubt the
+    whole text by a tenth or more; the wider look reads more of both and doubts it less —
+    never under the count."""
+    main, other = (DENSE, PROSE) if dense_first else (PROSE, DENSE)
+    text = main[:size] + " " + other[:odd]
+    proof = Proof(replace(route("o200k_base"), scope=b"odd " + key), sample_key=key)
+    count = get_tokenizer("o200k_base", b"the count").count(text)
+    proof.sampled([text])
+    first = proof.doubt
+    wider = proof.widened()(text)
+    assert wider * (1 + proof.doubt) >= count
+    event(f"the first look doubted it by a tenth or more: {first > 0.1}")
+    if first > 0.1:
+        assert proof.doubt < first / 2

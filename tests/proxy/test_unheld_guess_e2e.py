@@ -92,6 +92,19 @@ def test_a_guess_near_the_budget_whose_sample_agrees_is_answered_without_its_cou
     assert proofs(gw, "exact", "sample_missed") == missed
 
 
+def test_a_close_call_is_looked_at_wider_before_its_answer_waits(gw, monkeypatch):
+    # The same kind of prompt, its first look made to doubt it beyond any budget: the wider
+    # sample (three times the pieces, at its own t) doubts it by a few per cent, and it is
+    # answered on that guess — the whole count was waited for before the wider look
+    pace(gw, monkeypatch, free=False)
+    monkeypatch.setattr(pricing.bounds, "_DOUBT_T", 1_000.0)
+    content = sized(gw, prose(64, 60_000), 0.93)
+    headers, actual = chat(gw, "exact", [{"role": "user", "content": content}])
+    budget, guess = int(headers["x-routefit-budget"]), int(headers["x-routefit-prompt-tokens"])
+    assert headers["x-routefit-prompt-tokens-kind"] == "sampled"
+    assert actual <= guess <= budget
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_guess_whose_sample_disagrees_waits_for_its_count(gw, monkeypatch, stream):
     # Prose, then as much text of another kind: the sample reads both, its pieces differ by

@@ -107,7 +107,12 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.mark.parametrize(
     ("routes", "expected", "slack_under"),
     [
-        pytest.param([OPENAI], ["tiktoken"], 4.5, id="openai-only"),
+        # OpenAI only: 4.04 or 6.05 MiB, run to run, for the same code (2026-12-08, at three
+        # commits): the empty space moves by whole 1 MiB arenas with where start-up's
+        # allocations fall, and a bound of 4.5 failed one run in two. Above that spread, it no
+        # longer tells the model map's temporaries alone (5.7 before the fix); the cases with
+        # an Anthropic route (12.7-13.7 before, 5-6 now) do.
+        pytest.param([OPENAI], ["tiktoken"], 6.5, id="openai-only"),
         # The legacy Anthropic tokenizer is counted by tiktoken (pricing/byte_level.py):
         # Hugging Face's library is not imported for it.
         pytest.param([OPENAI, CLAUDE], ["tiktoken"], 8, id="openai+anthropic"),
