@@ -466,12 +466,7 @@ class Proof:
         spread = [(c, _spread(c, self.sample_key)) for c in todo]
         whole = [c for c, sample in spread if sample is None]
         self._count_whole(whole, sum(len(c.pieces) - c.counted for c in whole) >= _SIDE_BY_SIDE)
-        picks = [(c, sample) for c, sample in spread if sample is not None]
-        pieces = [p for _, sample in picks for p in sample]
-        counts = iter(count_each(self.tok, pieces, len(pieces) >= _SIDE_BY_SIDE))
-        self._picked = [(c, sample, [next(counts) for _ in sample]) for c, sample in picks]
-        self._t = _DOUBT_T
-        return self._guess()
+        return self._read([(c, sample) for c, sample in spread if sample is not None], _DOUBT_T)
 
     def widened(self) -> Sampled:
         """The last sample's texts guessed again from a wider sample of each (``_WIDER`` times
@@ -479,13 +474,16 @@ class Proof:
         pieces doubt a text of two kinds by whatever one odd piece shows, costs counting a few
         more pieces rather than the whole text before the answer. Each text is read as the
         last look read it (its bound, or its length)."""
-        assert self.tok is not None
         spread = [(c, _spread(c, self.sample_key, _WIDER)) for c, _, _ in self._picked]
-        picks = [(c, sample if sample is not None else _units(c)) for c, sample in spread]
+        return self._read([(c, s if s is not None else _units(c)) for c, s in spread], _WIDE_T)
+
+    def _read(self, picks: Sequence[tuple[_Counted, list[str]]], t: float) -> Sampled:
+        """Count the pieces picked of each text, and guess from them at Student's ``t``."""
+        assert self.tok is not None
         pieces = [p for _, sample in picks for p in sample]
         counts = iter(count_each(self.tok, pieces, len(pieces) >= _SIDE_BY_SIDE))
         self._picked = [(c, sample, [next(counts) for _ in sample]) for c, sample in picks]
-        self._t = _WIDE_T
+        self._t = t
         return self._guess()
 
     def _guess(self) -> Sampled:

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import random
 import uuid
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_sampled_guess import route as sampled_route
 
 from pricing.bounds import Proof, byte_level_bound, utf8_bytes
 from pricing.calibration import FEATURES, Correction
 from pricing.content import CLASSES
-from pricing.framing import default_framing
-from pricing.images import default_image_rule
 from pricing.messages import parse_request
 from pricing.route import Route
 from pricing.tokenizers import get_tokenizer
@@ -29,16 +29,8 @@ POLICY = FitPolicy()
 
 
 def route(window: int) -> Route:
-    return Route(
-        alias="past",
-        model="gpt-4o",
-        context_window=window,
-        max_output_tokens=1024,
-        tokenizer="o200k_base",
-        framing=default_framing("gpt-4o", "o200k_base"),
-        image_rule=default_image_rule("gpt-4o", False),
-        scope=uuid.uuid4().bytes,  # a team of its own: what it counted is its alone
-    )
+    """An OpenAI route of this window, a team of its own: what it counted is its alone."""
+    return replace(sampled_route("o200k_base", window), scope=uuid.uuid4().bytes)
 
 
 @st.composite
