@@ -510,8 +510,8 @@ class Proof:
         bound after all, their pieces' counts the same: tokens follow the bound more closely
         than the length across kinds of text (it takes a token off for a space before a word),
         and a text of several kinds, priced by its length, doubted itself up to half as much
-        again (bench/REPORT.md 1zb). Read when its length leaves the guess a close call: the bound is
-        a read of the whole text, ~1 ms for 480 KB of prose."""
+        again (bench/REPORT.md 1zb). Read when its length leaves the guess a close call: the
+        bound is a read of the whole text, ~1 ms for 480 KB of prose."""
         assert self.bound is not None
         for c, _, _ in self._picked:
             if c.measure is not self.bound:
