@@ -355,8 +355,9 @@ class Proof:
         #: (the event loop); set back to True, the same proof counts on from there.
         self.may_count = True
         #: How far the last sample's guess (``sampled``) may be under the count, as a share of
-        #: it: ``_DOUBT_T`` standard errors of each sampled text's ratio of tokens to bound, as
-        #: its pieces differ among themselves (0 when every text was counted). Pieces of one
+        #: it: Student's t (``_DOUBT_T``, ``_WIDE_T`` for a wider look) standard errors of each
+        #: sampled text's ratio of tokens to measure, as its pieces differ among themselves (0
+        #: when every text was counted). Pieces of one
         #: kind of text differ by a few per cent; a text that mixes kinds shows it in them.
         self.doubt = 0.0
         #: The last sample: each text it read, the pieces it counted and their counts; and the
@@ -385,17 +386,20 @@ class Proof:
             counted = None if self.tok is None else memoised(self.tok, text)
             if counted is not None:
                 known = (text, counted, True, False)
-            elif self._past_proving(text):
-                known = (text, utf8_bytes(text), False, True)
+            elif (length := self._length_past(text)) is not None:
+                known = (text, length, False, True)
             else:
                 known = (text, self.bound(text), False, False)
             self._bounds[id(text)] = known
         return known
 
-    def _past_proving(self, text: str) -> bool:
-        """Whether ``text`` is longer in UTF-8 than ``past`` (read only when it might be: a
-        character is at most four bytes)."""
-        return self.past is not None and len(text) * 4 > self.past and utf8_bytes(text) > self.past
+    def _length_past(self, text: str) -> int | None:
+        """``text``'s UTF-8 length when it is over ``past``, else None (read only when it might
+        be: a character is at most four bytes)."""
+        if self.past is None or len(text) * 4 <= self.past:
+            return None
+        length = utf8_bytes(text)
+        return length if length > self.past else None
 
     def tighten(self, texts: Sequence[str], need: int) -> bool:
         """Count pieces of the biggest of ``texts`` until their bounds fell by ``need`` tokens

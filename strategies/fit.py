@@ -49,6 +49,14 @@ __all__ = [
 ]
 
 
+def _budget(request: ChatRequest, route: Route, policy: FitPolicy) -> int:
+    """The request's prompt budget on ``route`` (``prompt_budget``: its window less the output
+    it asks for, clamped, and the margin; the team's cap)."""
+    return prompt_budget(
+        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
+    )
+
+
 def _team_limit(route: Route, policy: FitPolicy, request: ChatRequest, budget: int) -> int | None:
     """The team's ``max_prompt_tokens`` when it, not the window, set ``budget``."""
     if policy.max_prompt_tokens is None:
@@ -125,9 +133,7 @@ def _adapted(
 ) -> tuple[Job, tuple[Message, ...], Action, Pressure]:
     """A fit's job and where every fit begins: the messages with the images the route cannot
     take as placeholders (``adapt``), what that did, and their pressure."""
-    budget = prompt_budget(
-        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
-    )
+    budget = _budget(request, route, policy)
     job = Job(request, route, policy, correction or Correction(), sizes, budget, memo or Memo())
     messages, adapted = adapt(job, request.messages)
     return job, messages, adapted, job.measure(messages)
@@ -150,9 +156,7 @@ def fit_bounded(
     What it returns is what ``fit`` would return (the client's body, untouched) except that
     ``estimate`` and ``pressure`` are bounds: ≥ the exact ones, part by part — unless ``proof``
     is a sample's guess (``pricing.bounds.Sampled``), which proves nothing (``sampled_output``)."""
-    budget = prompt_budget(
-        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
-    )
+    budget = _budget(request, route, policy)
     images = sum(len(m.images) for m in request.messages)
     if images and not (
         route.supports_vision
@@ -186,9 +190,7 @@ def past_proving(
     token of text is priced at least at the correction's least weight (``_bound_estimate``:
     every other part adds). None when text may cost next to nothing: any length may then
     fit."""
-    budget = prompt_budget(
-        route.context_window, route.max_output_tokens, policy, request.max_output_tokens
-    )
+    budget = _budget(request, route, policy)
     least = (correction or Correction()).least_text
     most = 2 * budget / least if least > 0 else math.inf  # (a weight of 1e-300: past any)
     return math.floor(most) if math.isfinite(most) else None

@@ -125,9 +125,9 @@ def test_text_that_may_cost_nothing_is_never_past_proving():
     request = parse_request({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
     free = Correction(weights=tuple(0.0 if i < len(CLASSES) else 1.0 for i in range(len(FEATURES))))
     assert past_proving(request, route(8_192), POLICY, free) is None
-    budget = past_proving(request, route(8_192), POLICY)
-    assert budget is not None and budget < 2 * 8_192
-    assert past_proving(request, route(8_192), POLICY, Correction(text=0.5)) == 2 * budget
+    past = past_proving(request, route(8_192), POLICY)  # twice the budget, at weight 1
+    assert past is not None and past < 2 * 8_192
+    assert past_proving(request, route(8_192), POLICY, Correction(text=0.5)) == 2 * past
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -35,4 +35,4 @@ def test_what_is_kept_stays_within_its_budget():
     for text in texts:
         utf8(text)
     assert sum(len(data) for _, data in kept._kept.values()) <= kept._KEPT_BYTES
-    assert all(found is texts[-1] for found, _ in [kept._kept[id(texts[-1])]])
+    assert kept._kept[id(texts[-1])][0] is texts[-1]  # the newest is kept
